@@ -1,0 +1,438 @@
+//! The `keymux` command line: `serve` (the default), `keys` and `token`.
+
+use std::io::{IsTerminal as _, Read as _, Write as _};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{Config, EnvSecrets, KeyConfig};
+use crate::keys::{fingerprint, validate_label, validate_secret, KeyId, Provider};
+use crate::secrets::{self, account, Secret, SecretStore};
+use crate::startup::{self, StartError, StartOptions};
+
+#[derive(Parser)]
+#[command(
+    name = "keymux",
+    version,
+    about = "Pool your OpenAI API keys behind one local base URL"
+)]
+struct Cli {
+    /// Config file (default: the platform config directory, e.g. ~/.config/keymux/config.toml).
+    #[arg(long, global = true, value_name = "PATH")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway (the default when no command is given).
+    Serve(ServeArgs),
+    /// Manage the pooled API keys (secrets go to the OS keychain).
+    #[command(subcommand)]
+    Keys(KeysCommand),
+    /// Manage the local client tokens that Codex and pi send.
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Args, Default)]
+struct ServeArgs {
+    /// Address to listen on (default 127.0.0.1:8787; port 0 picks a free one).
+    #[arg(long, value_name = "IP:PORT")]
+    listen: Option<SocketAddr>,
+    /// Default upstream base URL (for compatible providers, proxies and tests).
+    #[arg(long, value_name = "URL")]
+    upstream: Option<String>,
+    /// Allow listening on a non-loopback address.
+    #[arg(long)]
+    allow_remote: bool,
+    /// Do not use the keychain: keys from KEYMUX_KEY_<LABEL>, token from KEYMUX_CLIENT_TOKEN.
+    #[arg(long)]
+    ephemeral: bool,
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Add a key; the secret is read from stdin or a hidden prompt, never from the command line.
+    Add {
+        /// A short name: work, personal, azure-eu…
+        #[arg(long)]
+        label: String,
+        /// openai or azure.
+        #[arg(long, default_value = "openai")]
+        provider: String,
+        /// Base URL (Azure: https://RESOURCE.openai.azure.com/openai/v1).
+        #[arg(long, value_name = "URL")]
+        base_url: Option<String>,
+        /// The key's organization, if known (otherwise learned from the provider).
+        #[arg(long)]
+        org: Option<String>,
+    },
+    /// List keys: label, id, provider, org and a short fingerprint (never the secret).
+    List,
+    /// Remove a key by label or id, from the config and the keychain.
+    Remove {
+        /// Label or id.
+        key: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Create a local client token and print it once.
+    Create {
+        /// A name for the client that will use it.
+        #[arg(long, default_value = "default")]
+        name: String,
+    },
+    /// List token names and ids.
+    List,
+    /// Print a token (to put in KEYMUX_TOKEN or your client's config).
+    Show {
+        /// Name or id.
+        token: String,
+    },
+    /// Revoke a token.
+    Revoke {
+        /// Name or id.
+        token: String,
+    },
+}
+
+/// Entry point of the `keymux` binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("keymux: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command.unwrap_or(Command::Serve(ServeArgs::default())) {
+            Command::Serve(args) => serve(cli.config, args).await,
+            Command::Keys(cmd) => keys(cli.config, cmd).await,
+            Command::Token(cmd) => token(cli.config, cmd).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("keymux: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn env_secrets() -> Result<EnvSecrets, StartError> {
+    EnvSecrets::from_vars(std::env::vars()).map_err(StartError::Usage)
+}
+
+fn out(line: &str) {
+    let mut stdout = std::io::stdout().lock();
+    // A closed stdout (piped into `head`) is not an error worth failing over.
+    let _ = writeln!(stdout, "{line}");
+    let _ = stdout.flush();
+}
+
+async fn serve(config_path: Option<PathBuf>, args: ServeArgs) -> Result<(), StartError> {
+    init_logging();
+    let prepared = startup::prepare(StartOptions {
+        config_path,
+        listen: args.listen,
+        upstream: args.upstream,
+        allow_remote: args.allow_remote,
+        ephemeral: args.ephemeral,
+        env: env_secrets()?,
+    })
+    .await?;
+    for notice in &prepared.notices {
+        tracing::warn!("{notice}");
+    }
+    if !prepared.listen.ip().is_loopback() {
+        tracing::warn!(
+            "LISTENING ON {} (NOT LOOPBACK): every machine that can reach it may use your keys with a local token",
+            prepared.listen
+        );
+    }
+    let listener = tokio::net::TcpListener::bind(prepared.listen)
+        .await
+        .map_err(|e| StartError::Usage(format!("cannot listen on {}: {e}", prepared.listen)))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| StartError::Usage(format!("cannot read the bound address: {e}")))?;
+    out(&format!(
+        "keymux listening on http://{addr}/v1 with {} key(s). Codex: base_url = \"http://{addr}/v1\", wire_api = \"responses\", env_key = \"KEYMUX_TOKEN\". pi: baseUrl \"http://{addr}/v1\", api \"openai-responses\", apiKey \"KEYMUX_TOKEN\". Token: `keymux token show default`.",
+        prepared.keys
+    ));
+    crate::http::serve(listener, prepared.gateway, shutdown_signal())
+        .await
+        .map_err(|e| StartError::Usage(format!("server stopped: {e}")))
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutting down");
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("KEYMUX_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+struct Loaded {
+    path: PathBuf,
+    config: Config,
+    store: Arc<dyn SecretStore>,
+}
+
+fn load(config_path: Option<PathBuf>) -> Result<Loaded, StartError> {
+    let path = match config_path {
+        Some(p) => p,
+        None => Config::default_path()?,
+    };
+    let config = Config::load(&path)?;
+    let store = startup::open_store(&config, false);
+    Ok(Loaded {
+        path,
+        config,
+        store,
+    })
+}
+
+async fn install_secret(store: &Arc<dyn SecretStore>) -> Result<Secret, StartError> {
+    let existing = secrets::blocking(store.clone(), |s| s.get(account::INSTALL_SECRET)).await?;
+    if let Some(secret) = existing {
+        return Ok(secret);
+    }
+    let fresh = secrets::generate("");
+    let value = fresh.clone();
+    secrets::blocking(store.clone(), move |s| {
+        s.set(account::INSTALL_SECRET, &value)
+    })
+    .await?;
+    Ok(fresh)
+}
+
+fn read_secret() -> Result<Secret, StartError> {
+    let raw = if std::io::stdin().is_terminal() {
+        rpassword::prompt_password("API key (input hidden): ")
+            .map_err(|e| StartError::Usage(format!("cannot read the key: {e}")))?
+    } else {
+        let mut buf = String::new();
+        std::io::stdin()
+            .take(4096)
+            .read_to_string(&mut buf)
+            .map_err(|e| StartError::Usage(format!("cannot read the key from stdin: {e}")))?;
+        buf
+    };
+    let value = raw.trim_end_matches(['\n', '\r']).trim();
+    validate_secret(value).map_err(StartError::Usage)?;
+    Ok(Secret::new(value))
+}
+
+async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Result<(), StartError> {
+    let Loaded {
+        path,
+        mut config,
+        store,
+    } = load(config_path)?;
+    match cmd {
+        KeysCommand::Add {
+            label,
+            provider,
+            base_url,
+            org,
+        } => {
+            validate_label(&label).map_err(StartError::Usage)?;
+            let provider = Provider::parse(&provider).ok_or_else(|| {
+                StartError::Usage(format!("--provider {provider:?}: expected openai or azure"))
+            })?;
+            if config.find_key(&label).is_some() {
+                return Err(StartError::Usage(format!(
+                    "a key labelled '{label}' already exists; remove it first"
+                )));
+            }
+            if let Some(url) = &base_url {
+                if !(url.starts_with("https://") || url.starts_with("http://")) {
+                    return Err(StartError::Usage(format!(
+                        "--base-url {url:?} must start with https://"
+                    )));
+                }
+            }
+            if provider == Provider::Azure && base_url.is_none() {
+                return Err(StartError::Usage(
+                    "an Azure key needs --base-url https://RESOURCE.openai.azure.com/openai/v1"
+                        .into(),
+                ));
+            }
+            let secret = read_secret()?;
+            let id = KeyId::generate();
+            let account = account::key(&id);
+            let value = secret.clone();
+            secrets::blocking(store.clone(), move |s| s.set(&account, &value)).await?;
+            config.keys.push(KeyConfig {
+                id: id.clone(),
+                label: label.clone(),
+                provider,
+                base_url,
+                org,
+            });
+            if let Err(e) = config.save(&path) {
+                // Keep the keychain and the config in step: no orphaned secret.
+                let account = account::key(&id);
+                let _ = secrets::blocking(store.clone(), move |s| s.delete(&account)).await;
+                return Err(e.into());
+            }
+            let fp = fingerprint(&install_secret(&store).await?, &secret);
+            out(&format!(
+                "added key '{label}' ({id}, fingerprint {fp}) to the {}",
+                store.describe()
+            ));
+        }
+        KeysCommand::List => {
+            let env = env_secrets()?;
+            if config.keys.is_empty() && env.keys.is_empty() {
+                out("no keys yet: add one with `keymux keys add --label work`");
+                return Ok(());
+            }
+            let install = if config.keys.is_empty() {
+                None
+            } else {
+                Some(install_secret(&store).await?)
+            };
+            out(&format!(
+                "{:<16} {:<14} {:<8} {:<22} {:<11} STATUS",
+                "LABEL", "ID", "PROVIDER", "ORG", "FINGERPRINT"
+            ));
+            for key in &config.keys {
+                let account = account::key(&key.id);
+                let secret = secrets::blocking(store.clone(), move |s| s.get(&account)).await?;
+                let (fp, status) = match (&secret, &install) {
+                    (Some(secret), Some(install)) => (fingerprint(install, secret), "ok"),
+                    _ => ("-".to_owned(), "missing from keychain"),
+                };
+                out(&format!(
+                    "{:<16} {:<14} {:<8} {:<22} {:<11} {status}",
+                    key.label,
+                    key.id.as_str(),
+                    key.provider.as_str(),
+                    key.org.as_deref().unwrap_or("(learned)"),
+                    fp
+                ));
+            }
+            for key in &env.keys {
+                out(&format!(
+                    "{:<16} {:<14} {:<8} {:<22} {:<11} environment (ephemeral)",
+                    key.label,
+                    format!("env-{}", key.label),
+                    key.provider.as_str(),
+                    key.org.as_deref().unwrap_or("(learned)"),
+                    "-"
+                ));
+            }
+        }
+        KeysCommand::Remove { key } => {
+            let Some(found) = config.find_key(&key).cloned() else {
+                return Err(StartError::Usage(format!(
+                    "no key labelled or with id '{key}'; see `keymux keys list`"
+                )));
+            };
+            let account = account::key(&found.id);
+            secrets::blocking(store.clone(), move |s| s.delete(&account)).await?;
+            config.keys.retain(|k| k.id != found.id);
+            config.save(&path)?;
+            out(&format!("removed key '{}' ({})", found.label, found.id));
+        }
+    }
+    Ok(())
+}
+
+async fn token(config_path: Option<PathBuf>, cmd: TokenCommand) -> Result<(), StartError> {
+    let Loaded {
+        path,
+        mut config,
+        store,
+    } = load(config_path)?;
+    let find = |config: &Config, name: &str| {
+        config
+            .tokens
+            .iter()
+            .find(|t| t.id == name || t.name.eq_ignore_ascii_case(name))
+            .cloned()
+            .ok_or_else(|| {
+                StartError::Usage(format!("no token named '{name}'; see `keymux token list`"))
+            })
+    };
+    match cmd {
+        TokenCommand::Create { name } => {
+            let token = startup::create_token(&store, &mut config, &name).await?;
+            config.save(&path)?;
+            out(token.expose());
+            eprintln!("created token '{name}'. Export it for your client, e.g. `export KEYMUX_TOKEN=$(keymux token show {name})`.");
+        }
+        TokenCommand::List => {
+            if config.tokens.is_empty() {
+                out("no tokens yet: `keymux token create --name codex`");
+            }
+            for t in &config.tokens {
+                out(&format!("{:<16} {}", t.name, t.id));
+            }
+        }
+        TokenCommand::Show { token } => {
+            let found = find(&config, &token)?;
+            let account = account::token(&found.id);
+            match secrets::blocking(store.clone(), move |s| s.get(&account)).await? {
+                Some(secret) => out(secret.expose()),
+                None => {
+                    return Err(StartError::Usage(format!(
+                        "token '{}' is missing from the keychain; revoke it and create a new one",
+                        found.name
+                    )))
+                }
+            }
+        }
+        TokenCommand::Revoke { token } => {
+            let found = find(&config, &token)?;
+            let account = account::token(&found.id);
+            secrets::blocking(store.clone(), move |s| s.delete(&account)).await?;
+            config.tokens.retain(|t| t.id != found.id);
+            config.save(&path)?;
+            out(&format!(
+                "revoked token '{}'; a running gateway stops accepting it on restart",
+                found.name
+            ));
+        }
+    }
+    Ok(())
+}

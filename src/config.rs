@@ -1,0 +1,389 @@
+//! The config file (TOML, ids and labels only, never secrets) and the environment variables that add
+//! ephemeral keys for headless use.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::keys::{validate_label, KeyId, Provider};
+
+/// The default OpenAI base URL.
+pub const DEFAULT_UPSTREAM: &str = "https://api.openai.com/v1";
+/// The default listen address: loopback only.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
+/// The default request body cap: Codex histories run to megabytes.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// Why the config could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file exists but could not be read or written.
+    #[error("cannot access config file {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has an unknown or wrong field.
+    #[error("config file {path} is invalid: {message}")]
+    Parse { path: PathBuf, message: String },
+    /// A value is out of range or inconsistent.
+    #[error("config file {path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+    /// No platform config directory and no `--config`.
+    #[error("no config directory found for this user; pass --config PATH")]
+    NoConfigDir,
+}
+
+/// Per-phase upstream timeouts. There is no timeout on a whole stream: reasoning models stream for minutes.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Timeouts {
+    /// TCP and TLS connect.
+    pub connect_ms: u64,
+    /// From sending the request to the response headers.
+    pub first_byte_ms: u64,
+    /// Longest silence between two chunks of a streamed body.
+    pub idle_ms: u64,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            connect_ms: 10_000,
+            first_byte_ms: 300_000,
+            idle_ms: 300_000,
+        }
+    }
+}
+
+/// A key as listed in the config file. Its secret lives in the keychain under `key:<id>`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct KeyConfig {
+    /// Stable id.
+    pub id: KeyId,
+    /// User-chosen label.
+    pub label: String,
+    /// API dialect.
+    #[serde(default)]
+    pub provider: Provider,
+    /// Base URL override.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// Organization set by the user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub org: Option<String>,
+}
+
+/// A local client token as listed in the config file. The token itself is in the keychain under
+/// `token:<id>`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    /// Stable id.
+    pub id: String,
+    /// User-chosen name ("codex", "pi").
+    pub name: String,
+    /// Unix seconds at creation, for listings.
+    #[serde(default)]
+    pub created_unix: u64,
+}
+
+/// The whole config file.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Where the gateway listens.
+    pub listen: String,
+    /// The upstream base URL for keys that have none of their own.
+    pub upstream: String,
+    /// The keychain service name every secret is stored under.
+    pub keychain_service: String,
+    /// Request body cap in bytes.
+    pub max_body_bytes: usize,
+    /// Most upstream attempts for one request (one per key).
+    pub max_attempts: usize,
+    /// Upstream timeouts.
+    pub timeouts: Timeouts,
+    /// Pooled keys.
+    pub keys: Vec<KeyConfig>,
+    /// Local client tokens.
+    pub tokens: Vec<TokenConfig>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: DEFAULT_LISTEN.into(),
+            upstream: DEFAULT_UPSTREAM.into(),
+            keychain_service: "keymux".into(),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_attempts: 3,
+            timeouts: Timeouts::default(),
+            keys: Vec::new(),
+            tokens: Vec::new(),
+        }
+    }
+}
+
+impl Config {
+    /// The platform's default config path (`~/.config/keymux/config.toml` on Linux).
+    pub fn default_path() -> Result<PathBuf, ConfigError> {
+        dirs::config_dir()
+            .map(|d| d.join("keymux").join("config.toml"))
+            .ok_or(ConfigError::NoConfigDir)
+    }
+
+    /// Loads the file, or the defaults when it does not exist yet.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
+            Err(source) => {
+                return Err(ConfigError::Io {
+                    path: path.to_owned(),
+                    source,
+                })
+            }
+        };
+        Self::parse(&text, path)
+    }
+
+    /// Parses TOML text; `path` is only used in messages.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let config: Self = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.message().to_owned(),
+        })?;
+        config.validate(path)?;
+        Ok(config)
+    }
+
+    fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            message,
+        };
+        self.listen.parse::<SocketAddr>().map_err(|_| {
+            invalid(format!(
+                "listen = {:?} is not an IP:port address",
+                self.listen
+            ))
+        })?;
+        if !(self.upstream.starts_with("http://") || self.upstream.starts_with("https://")) {
+            return Err(invalid(format!(
+                "upstream = {:?} must start with http:// or https://",
+                self.upstream
+            )));
+        }
+        if self.max_body_bytes < 1024 {
+            return Err(invalid("max_body_bytes must be at least 1024".into()));
+        }
+        if self.max_attempts == 0 || self.max_attempts > 8 {
+            return Err(invalid("max_attempts must be between 1 and 8".into()));
+        }
+        let mut seen = BTreeMap::new();
+        for key in &self.keys {
+            validate_label(&key.label).map_err(&invalid)?;
+            if let Some(prev) = seen.insert(key.label.to_ascii_lowercase(), key.id.clone()) {
+                return Err(invalid(format!(
+                    "two keys are labelled {:?} ({} and {})",
+                    key.label, prev, key.id
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the file atomically (temp file + rename), creating its directory.
+    pub fn save(&self, path: &Path) -> Result<(), ConfigError> {
+        let io = |source| ConfigError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let text = toml::to_string_pretty(self).map_err(|e| ConfigError::Invalid {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        let tmp = path.with_extension("toml.tmp");
+        std::fs::write(&tmp, text).map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(io)
+    }
+
+    /// Finds a key by label (case-insensitive) or id.
+    pub fn find_key(&self, label_or_id: &str) -> Option<&KeyConfig> {
+        self.keys
+            .iter()
+            .find(|k| k.id.as_str() == label_or_id || k.label.eq_ignore_ascii_case(label_or_id))
+    }
+}
+
+/// A key supplied by the environment: `KEYMUX_KEY_<LABEL>=sk-...`, with optional
+/// `KEYMUX_KEY_<LABEL>_BASE_URL`, `_ORG` and `_PROVIDER`.
+#[derive(Clone, Debug)]
+pub struct EnvKey {
+    /// Label, lower-cased from the variable name.
+    pub label: String,
+    /// The secret value.
+    pub secret: crate::secrets::Secret,
+    /// Provider (default OpenAI).
+    pub provider: Provider,
+    /// Base URL override.
+    pub base_url: Option<String>,
+    /// Organization.
+    pub org: Option<String>,
+}
+
+/// What the environment supplies: ephemeral keys and a client token.
+#[derive(Clone, Debug, Default)]
+pub struct EnvSecrets {
+    /// Keys from `KEYMUX_KEY_*`.
+    pub keys: Vec<EnvKey>,
+    /// `KEYMUX_CLIENT_TOKEN`.
+    pub client_token: Option<crate::secrets::Secret>,
+}
+
+const KEY_PREFIX: &str = "KEYMUX_KEY_";
+const ATTRS: [&str; 3] = ["_BASE_URL", "_ORG", "_PROVIDER"];
+
+impl EnvSecrets {
+    /// Reads the variables from any list of (name, value) pairs, so tests pass their own.
+    pub fn from_vars<I>(vars: I) -> Result<Self, String>
+    where
+        I: IntoIterator<Item = (String, String)>,
+    {
+        let vars: BTreeMap<String, String> = vars
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("KEYMUX_"))
+            .collect();
+        let mut out = Self {
+            client_token: vars
+                .get("KEYMUX_CLIENT_TOKEN")
+                .filter(|v| !v.is_empty())
+                .map(|v| crate::secrets::Secret::new(v.as_str())),
+            keys: Vec::new(),
+        };
+        for (name, value) in &vars {
+            let Some(rest) = name.strip_prefix(KEY_PREFIX) else {
+                continue;
+            };
+            // `KEYMUX_KEY_WORK_ORG` is an attribute of `work` when `KEYMUX_KEY_WORK` exists.
+            let is_attr = ATTRS.iter().any(|a| {
+                rest.strip_suffix(a)
+                    .is_some_and(|base| vars.contains_key(&format!("{KEY_PREFIX}{base}")))
+            });
+            if is_attr || rest.is_empty() {
+                continue;
+            }
+            let label = rest.to_ascii_lowercase();
+            validate_label(&label).map_err(|e| format!("{name}: {e}"))?;
+            crate::keys::validate_secret(value).map_err(|e| format!("{name}: {e}"))?;
+            let attr = |suffix: &str| {
+                vars.get(&format!("{name}{suffix}"))
+                    .filter(|v| !v.is_empty())
+                    .cloned()
+            };
+            let provider = match attr("_PROVIDER") {
+                None => Provider::Openai,
+                Some(p) => Provider::parse(&p).ok_or_else(|| {
+                    format!("{name}_PROVIDER={p:?}: expected \"openai\" or \"azure\"")
+                })?,
+            };
+            out.keys.push(EnvKey {
+                label,
+                secret: crate::secrets::Secret::new(value.as_str()),
+                provider,
+                base_url: attr("_BASE_URL"),
+                org: attr("_ORG"),
+            });
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_fields_are_named_with_the_file() {
+        let err = Config::parse(
+            "listen = \"127.0.0.1:1\"\nlisten_port = 3\n",
+            Path::new("/x/c.toml"),
+        )
+        .expect_err("unknown field");
+        let msg = err.to_string();
+        assert!(msg.contains("listen_port"), "{msg}");
+        assert!(msg.contains("/x/c.toml"), "{msg}");
+
+        let err = Config::parse(
+            "[[keys]]\nid = \"k_1\"\nlabel = \"w\"\nsecret = \"sk-x\"\n",
+            Path::new("c.toml"),
+        )
+        .expect_err("secrets are not a config field");
+        assert!(err.to_string().contains("secret"), "{err}");
+    }
+
+    #[test]
+    fn round_trips_through_a_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("sub/config.toml");
+        let mut config = Config::default();
+        config.keys.push(KeyConfig {
+            id: KeyId::new("k_1"),
+            label: "work".into(),
+            provider: Provider::Azure,
+            base_url: Some("https://r.openai.azure.com/openai/v1".into()),
+            org: Some("org-1".into()),
+        });
+        config.save(&path).expect("save");
+        assert_eq!(Config::load(&path).expect("load"), config);
+        assert!(Config::load(&dir.path().join("missing.toml")).is_ok());
+    }
+
+    #[test]
+    fn duplicate_labels_are_rejected() {
+        let text = "[[keys]]\nid=\"k_1\"\nlabel=\"w\"\n[[keys]]\nid=\"k_2\"\nlabel=\"W\"\n";
+        assert!(Config::parse(text, Path::new("c.toml")).is_err());
+    }
+
+    #[test]
+    fn env_keys_and_attributes() {
+        let vars = [
+            ("KEYMUX_KEY_WORK", "sk-w"),
+            ("KEYMUX_KEY_WORK_ORG", "org-1"),
+            ("KEYMUX_KEY_AZ", "abc"),
+            ("KEYMUX_KEY_AZ_PROVIDER", "azure"),
+            (
+                "KEYMUX_KEY_AZ_BASE_URL",
+                "https://r.openai.azure.com/openai/v1",
+            ),
+            ("KEYMUX_CLIENT_TOKEN", "tok"),
+            ("PATH", "/bin"),
+        ]
+        .map(|(a, b)| (a.to_owned(), b.to_owned()));
+        let env = EnvSecrets::from_vars(vars).expect("valid");
+        assert_eq!(env.keys.len(), 2);
+        let work = env.keys.iter().find(|k| k.label == "work").expect("work");
+        assert_eq!(work.org.as_deref(), Some("org-1"));
+        assert_eq!(work.provider, Provider::Openai);
+        let az = env.keys.iter().find(|k| k.label == "az").expect("az");
+        assert_eq!(az.provider, Provider::Azure);
+        assert!(az.base_url.is_some());
+        assert!(env.client_token.is_some());
+    }
+
+    #[test]
+    fn bad_env_key_is_reported_without_the_value() {
+        let vars = [("KEYMUX_KEY_WORK".to_owned(), "sk-w x".to_owned())];
+        let err = EnvSecrets::from_vars(vars).expect_err("space in key");
+        assert!(err.contains("KEYMUX_KEY_WORK"));
+        assert!(!err.contains("sk-w x"));
+    }
+}

@@ -1,0 +1,276 @@
+//! The error a client sees. Every layer's error folds into `ApiError`, which answers in OpenAI's shape
+//! (`{"error":{"message","type","param","code"}}`) with a message that says what to do next.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::upstream::UpstreamError;
+
+/// Who caused a failure: used for metrics and for deciding whether to blame a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Blame {
+    /// The client sent something wrong.
+    Client,
+    /// A key (or its upstream account) failed.
+    Key,
+    /// The upstream service or the network.
+    Upstream,
+    /// Keymux itself or its environment (keychain, disk).
+    Keymux,
+}
+
+/// Errors answered to clients.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// No or wrong local token.
+    #[error("missing or wrong local token")]
+    Unauthorized { missing: bool },
+    /// The request body is over the cap.
+    #[error("request body over {limit} bytes")]
+    BodyTooLarge { limit: usize },
+    /// The body could not be read from the client.
+    #[error("could not read the request body: {detail}")]
+    BodyRead { detail: String },
+    /// A JSON endpoint got something that is not JSON.
+    #[error("request body is not valid JSON: {detail}")]
+    BadJson { detail: String },
+    /// The pool has no keys at all.
+    #[error("no keys in the pool")]
+    NoKeys,
+    /// Every key is cooling down after rate limits.
+    #[error("every key is cooling down")]
+    AllCooling {
+        /// Whole seconds until the first key frees (at least 1).
+        retry_after_secs: u64,
+        /// How many keys are cooling.
+        cooling: usize,
+    },
+    /// Keys exist but none is usable (invalid, disabled).
+    #[error("no usable key")]
+    NoUsableKey { unusable: usize },
+    /// The provider rejected the last key tried (401/403).
+    #[error("key rejected by the provider")]
+    KeyRejected { label: String, status: u16 },
+    /// Every attempt failed upstream.
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+    /// Responses-over-WebSocket is not relayed: the client should use HTTP.
+    #[error("websocket transport not available")]
+    WebSocketUnavailable,
+    /// A browser-origin or foreign-host request to a local endpoint.
+    #[error("forbidden origin or host")]
+    ForbiddenOrigin,
+    /// An unknown Keymux path.
+    #[error("not found")]
+    NotFound { path: String },
+}
+
+impl ApiError {
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyRead { .. } | Self::BadJson { .. } => StatusCode::BAD_REQUEST,
+            Self::NoKeys | Self::NoUsableKey { .. } | Self::KeyRejected { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            Self::AllCooling { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::Upstream(e) => e.status(),
+            Self::WebSocketUnavailable => StatusCode::UPGRADE_REQUIRED,
+            Self::ForbiddenOrigin => StatusCode::FORBIDDEN,
+            Self::NotFound { .. } => StatusCode::NOT_FOUND,
+        }
+    }
+
+    /// Who is to blame.
+    pub fn blame(&self) -> Blame {
+        match self {
+            Self::Unauthorized { .. }
+            | Self::BodyTooLarge { .. }
+            | Self::BodyRead { .. }
+            | Self::BadJson { .. }
+            | Self::ForbiddenOrigin
+            | Self::NotFound { .. }
+            | Self::WebSocketUnavailable => Blame::Client,
+            Self::NoKeys
+            | Self::NoUsableKey { .. }
+            | Self::AllCooling { .. }
+            | Self::KeyRejected { .. } => Blame::Key,
+            Self::Upstream(_) => Blame::Upstream,
+        }
+    }
+
+    /// A short static label for metrics and logs.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Unauthorized { .. } => "unauthorized",
+            Self::BodyTooLarge { .. } => "body_too_large",
+            Self::BodyRead { .. } => "body_read",
+            Self::BadJson { .. } => "bad_json",
+            Self::NoKeys => "no_keys",
+            Self::AllCooling { .. } => "all_cooling",
+            Self::NoUsableKey { .. } => "no_usable_key",
+            Self::KeyRejected { .. } => "key_rejected",
+            Self::Upstream(e) => e.label(),
+            Self::WebSocketUnavailable => "websocket_unavailable",
+            Self::ForbiddenOrigin => "forbidden_origin",
+            Self::NotFound { .. } => "not_found",
+        }
+    }
+
+    fn body(&self) -> (String, &'static str, Option<&'static str>) {
+        match self {
+            Self::Unauthorized { missing: true } => (
+                "Keymux needs a local client token: send `Authorization: Bearer <token>`. \
+                 Run `keymux token create` (or `keymux token show NAME`) and put the token in the \
+                 variable your client reads (Codex `env_key`, pi `apiKey`)."
+                    .into(),
+                "invalid_request_error",
+                Some("invalid_api_key"),
+            ),
+            Self::Unauthorized { missing: false } => (
+                "Keymux did not recognise this local client token. Send an OpenAI key to Keymux? \
+                 Use a Keymux token instead: `keymux token list` shows the valid ones."
+                    .into(),
+                "invalid_request_error",
+                Some("invalid_api_key"),
+            ),
+            Self::BodyTooLarge { limit } => (
+                format!(
+                    "The request body is larger than Keymux's limit of {limit} bytes. Compact the \
+                     conversation, or raise `max_body_bytes` in the Keymux config."
+                ),
+                "invalid_request_error",
+                Some("request_too_large"),
+            ),
+            Self::BodyRead { detail } => (
+                format!("Keymux could not read the request body ({detail}). Send the request again."),
+                "invalid_request_error",
+                None,
+            ),
+            Self::BadJson { detail } => (
+                format!("The request body is not valid JSON ({detail}). Keymux forwards JSON bodies only on this endpoint."),
+                "invalid_request_error",
+                Some("invalid_json"),
+            ),
+            Self::NoKeys => (
+                "Keymux has no API keys to use. Add one with `keymux keys add --label NAME`, or set \
+                 KEYMUX_KEY_<LABEL>=sk-... for a headless run."
+                    .into(),
+                "server_error",
+                Some("keymux_no_keys"),
+            ),
+            Self::AllCooling {
+                retry_after_secs,
+                cooling,
+            } => (
+                format!(
+                    "All {cooling} Keymux key(s) are cooling down after rate limits; the first one \
+                     frees in {retry_after_secs}s. Retry after that, or add another key."
+                ),
+                "requests",
+                Some("rate_limit_exceeded"),
+            ),
+            Self::NoUsableKey { unusable } => (
+                format!(
+                    "None of Keymux's {unusable} key(s) is usable right now (rejected by the \
+                     provider or disabled). Check `keymux keys list` and replace the keys it flags."
+                ),
+                "server_error",
+                Some("keymux_no_usable_key"),
+            ),
+            Self::KeyRejected { label, status } => (
+                format!(
+                    "The provider rejected Keymux key '{label}' ({status}) and no other key could take \
+                     the request. Replace the key with `keymux keys remove {label}` and `keymux keys add`."
+                ),
+                "server_error",
+                Some("keymux_key_rejected"),
+            ),
+            Self::Upstream(e) => (e.client_message(), "server_error", Some(e.label())),
+            Self::WebSocketUnavailable => (
+                "Keymux does not relay Responses over WebSocket yet; use HTTP (Codex falls back \
+                 to HTTP by itself on this answer)."
+                    .into(),
+                "invalid_request_error",
+                Some("websocket_not_supported"),
+            ),
+            Self::ForbiddenOrigin => (
+                "Keymux refuses requests from web pages and from non-local host names. Call it \
+                 from a local client at http://127.0.0.1."
+                    .into(),
+                "invalid_request_error",
+                Some("forbidden_origin"),
+            ),
+            Self::NotFound { path } => (
+                format!("Keymux has no endpoint at {path}."),
+                "invalid_request_error",
+                Some("not_found"),
+            ),
+        }
+    }
+
+    /// The JSON body in OpenAI's error shape.
+    pub fn to_json(&self) -> serde_json::Value {
+        let (message, kind, code) = self.body();
+        json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status(), axum::Json(self.to_json())).into_response();
+        if let Self::AllCooling {
+            retry_after_secs, ..
+        } = &self
+        {
+            // Codex retries a 429 only when `retry-after` is present, in whole seconds.
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
+        }
+        response.extensions_mut().insert(ErrorLabel(self.label()));
+        response
+    }
+}
+
+/// Marks a response produced from an `ApiError`, so the logging middleware can name it once.
+#[derive(Clone, Copy, Debug)]
+pub struct ErrorLabel(pub &'static str);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_cooling_is_a_429_with_integer_retry_after() {
+        let response = ApiError::AllCooling {
+            retry_after_secs: 7,
+            cooling: 3,
+        }
+        .into_response();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            response
+                .headers()
+                .get(header::RETRY_AFTER)
+                .map(|v| v.as_bytes()),
+            Some(&b"7"[..])
+        );
+    }
+
+    #[test]
+    fn error_bodies_are_openai_shaped() {
+        let body = ApiError::BodyTooLarge { limit: 10 }.to_json();
+        let err = &body["error"];
+        assert!(err["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("10 bytes")));
+        assert_eq!(err["type"], "invalid_request_error");
+        assert!(err.get("param").is_some());
+        assert_eq!(err["code"], "request_too_large");
+    }
+}

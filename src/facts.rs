@@ -1,0 +1,211 @@
+//! What the router needs to know about a request, read once from its method, path and body.
+//! Bodies are never changed here: clients send fields no schema knows, and they are forwarded as they are.
+
+use serde::{Deserialize, Serialize};
+
+/// The API operation a request performs. Routing rules and observability speak in these terms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Operation {
+    /// `POST /v1/responses`.
+    ResponsesCreate,
+    /// `GET /v1/responses/{id}`.
+    ResponsesGet,
+    /// `DELETE /v1/responses/{id}`.
+    ResponsesDelete,
+    /// `POST /v1/responses/{id}/cancel`.
+    ResponsesCancel,
+    /// `GET /v1/responses/{id}/input_items`.
+    ResponsesInputItems,
+    /// `POST /v1/responses/compact`.
+    ResponsesCompact,
+    /// `POST /v1/chat/completions`.
+    ChatCompletions,
+    /// `POST /v1/embeddings`.
+    Embeddings,
+    /// `GET /v1/models` and `/v1/models/{id}`.
+    Models,
+    /// Any other `/v1/*` path, forwarded as it is.
+    Other,
+}
+
+impl Operation {
+    /// Classifies a request by method and path (the path includes `/v1`).
+    pub fn classify(method: &http::Method, path: &str) -> Self {
+        use http::Method as M;
+        let rest = path.strip_prefix("/v1").unwrap_or(path);
+        let segments: Vec<&str> = rest.trim_matches('/').split('/').collect();
+        match (method, segments.as_slice()) {
+            (&M::POST, ["responses"]) => Self::ResponsesCreate,
+            (&M::POST, ["responses", "compact"]) => Self::ResponsesCompact,
+            (&M::GET, ["responses", _id]) => Self::ResponsesGet,
+            (&M::DELETE, ["responses", _id]) => Self::ResponsesDelete,
+            (&M::POST, ["responses", _id, "cancel"]) => Self::ResponsesCancel,
+            (&M::GET, ["responses", _id, "input_items"]) => Self::ResponsesInputItems,
+            (&M::POST, ["chat", "completions"]) => Self::ChatCompletions,
+            (&M::POST, ["embeddings"]) => Self::Embeddings,
+            (&M::GET, ["models", ..]) => Self::Models,
+            _ => Self::Other,
+        }
+    }
+
+    /// Whether the body must be JSON (and is parsed for facts).
+    pub fn has_json_body(self) -> bool {
+        match self {
+            Self::ResponsesCreate
+            | Self::ResponsesCompact
+            | Self::ChatCompletions
+            | Self::Embeddings => true,
+            Self::ResponsesGet
+            | Self::ResponsesDelete
+            | Self::ResponsesCancel
+            | Self::ResponsesInputItems
+            | Self::Models
+            | Self::Other => false,
+        }
+    }
+}
+
+/// The facts of one request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RequestFacts {
+    /// Gateway-local request number, also the seed of stable tie-breaks.
+    pub seq: u64,
+    /// The operation.
+    pub operation: Operation,
+    /// `model`, if the body names one (capped at 128 bytes for display).
+    pub model: Option<String>,
+    /// Whether the client asked for a stream.
+    pub stream: bool,
+}
+
+/// A body that is not what the endpoint expects.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct FactsError(pub String);
+
+#[derive(Deserialize)]
+struct Peek<'a> {
+    #[serde(borrow, default)]
+    model: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default)]
+    stream: Option<serde_json::Value>,
+}
+
+const MODEL_DISPLAY_CAP: usize = 128;
+
+/// Reads the facts of a request. JSON endpoints must carry a JSON object; everything else passes.
+pub fn extract(seq: u64, operation: Operation, body: &[u8]) -> Result<RequestFacts, FactsError> {
+    let mut facts = RequestFacts {
+        seq,
+        operation,
+        model: None,
+        stream: false,
+    };
+    if !operation.has_json_body() {
+        return Ok(facts);
+    }
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(FactsError(
+            "the body is empty; this endpoint takes a JSON object".into(),
+        ));
+    }
+    let peek: Peek<'_> = serde_json::from_slice(body).map_err(|e| {
+        if e.is_data() {
+            FactsError("the body must be a JSON object".into())
+        } else {
+            FactsError(e.to_string())
+        }
+    })?;
+    facts.model = peek.model.map(|m| truncate(&m, MODEL_DISPLAY_CAP));
+    facts.stream = matches!(peek.stream, Some(serde_json::Value::Bool(true)));
+    Ok(facts)
+}
+
+fn truncate(s: &str, cap: usize) -> String {
+    if s.len() <= cap {
+        return s.to_owned();
+    }
+    let mut end = cap;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::Method;
+
+    #[test]
+    fn classifies_every_route() {
+        let cases = [
+            (Method::POST, "/v1/responses", Operation::ResponsesCreate),
+            (
+                Method::POST,
+                "/v1/responses/compact",
+                Operation::ResponsesCompact,
+            ),
+            (Method::GET, "/v1/responses/resp_1", Operation::ResponsesGet),
+            (
+                Method::DELETE,
+                "/v1/responses/resp_1",
+                Operation::ResponsesDelete,
+            ),
+            (
+                Method::POST,
+                "/v1/responses/resp_1/cancel",
+                Operation::ResponsesCancel,
+            ),
+            (
+                Method::GET,
+                "/v1/responses/resp_1/input_items",
+                Operation::ResponsesInputItems,
+            ),
+            (
+                Method::POST,
+                "/v1/chat/completions",
+                Operation::ChatCompletions,
+            ),
+            (Method::POST, "/v1/embeddings", Operation::Embeddings),
+            (Method::GET, "/v1/models", Operation::Models),
+            (Method::GET, "/v1/models/gpt-5.5", Operation::Models),
+            (Method::POST, "/v1/audio/speech", Operation::Other),
+            (Method::GET, "/v1/responses", Operation::Other),
+        ];
+        for (method, path, want) in cases {
+            assert_eq!(Operation::classify(&method, path), want, "{method} {path}");
+        }
+    }
+
+    #[test]
+    fn reads_model_and_stream_from_captured_codex_body() {
+        let body = br#"{"model":"gpt-5.5","stream":true,"input":[],"client_metadata":{"x":1}}"#;
+        let facts = extract(1, Operation::ResponsesCreate, body).expect("valid");
+        assert_eq!(facts.model.as_deref(), Some("gpt-5.5"));
+        assert!(facts.stream);
+    }
+
+    #[test]
+    fn rejects_non_json_and_non_objects_on_json_endpoints() {
+        assert!(extract(1, Operation::ResponsesCreate, b"{not json").is_err());
+        assert!(extract(1, Operation::ResponsesCreate, b"[1,2]").is_err());
+        assert!(extract(1, Operation::ChatCompletions, b"").is_err());
+        assert!(extract(1, Operation::Other, b"\x00\x01").is_ok());
+    }
+
+    #[test]
+    fn stream_must_be_literally_true() {
+        let facts = extract(1, Operation::ChatCompletions, br#"{"stream":"yes"}"#).expect("valid");
+        assert!(!facts.stream);
+    }
+
+    #[test]
+    fn long_model_names_are_capped_on_a_char_boundary() {
+        let model = "é".repeat(100);
+        let body = serde_json::to_vec(&serde_json::json!({ "model": model })).expect("json");
+        let facts = extract(1, Operation::Embeddings, &body).expect("valid");
+        assert!(facts.model.expect("model").len() <= MODEL_DISPLAY_CAP);
+    }
+}

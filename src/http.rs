@@ -1,0 +1,205 @@
+//! The HTTP surface: `/v1/*` for clients (local token), `/keymux/api/*` for the dashboard and tools
+//! (local token, loopback host and origin only), and the embeddable `serve`.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Query, Request, State};
+use axum::http::{header, HeaderMap, Response};
+use axum::response::IntoResponse;
+use axum::routing::{any, get};
+use axum::{Json, Router};
+use serde::Deserialize;
+use tokio::net::TcpListener;
+use tokio::time::Instant;
+
+use crate::error::ApiError;
+use crate::gateway::Gateway;
+use crate::tokens;
+
+/// The axum application for a gateway.
+pub fn app(gateway: Arc<Gateway>) -> Router {
+    Router::new()
+        .route("/v1", any(proxy))
+        .route("/v1/{*rest}", any(proxy))
+        .route("/keymux/health", get(health))
+        .route("/keymux/api/status", get(status))
+        .route("/keymux/api/decisions", get(decisions))
+        .fallback(not_found)
+        .with_state(gateway)
+}
+
+/// Serves the gateway on a listener the caller bound, until `shutdown` completes. In-flight requests
+/// finish before it returns.
+pub async fn serve(
+    listener: TcpListener,
+    gateway: Arc<Gateway>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, app(gateway))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+async fn proxy(State(gateway): State<Arc<Gateway>>, request: Request) -> Response<Body> {
+    let (parts, body) = request.into_parts();
+    if let Err(err) =
+        check_origin(&parts.headers).and_then(|()| authenticate(&gateway, &parts.headers))
+    {
+        tracing::warn!(path = parts.uri.path(), error = err.label(), "refused");
+        return err.into_response();
+    }
+    if is_websocket_upgrade(&parts.headers) {
+        // Codex falls back to HTTP silently on 426 (a 404 would cost it about 7 s and an error).
+        return ApiError::WebSocketUnavailable.into_response();
+    }
+    gateway.forward(parts, body).await
+}
+
+async fn health() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") }))
+}
+
+async fn status(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response<Body> {
+    if let Err(err) = check_local(&gateway, &headers) {
+        return err.into_response();
+    }
+    Json(serde_json::json!({ "keys": gateway.pool().status(Instant::now()) })).into_response()
+}
+
+#[derive(Deserialize)]
+struct DecisionsQuery {
+    limit: Option<usize>,
+}
+
+async fn decisions(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Query(q): Query<DecisionsQuery>,
+) -> Response<Body> {
+    if let Err(err) = check_local(&gateway, &headers) {
+        return err.into_response();
+    }
+    let limit = q.limit.unwrap_or(100).min(crate::events::RECENT_CAPACITY);
+    Json(serde_json::json!({ "data": gateway.events().recent(limit) })).into_response()
+}
+
+async fn not_found(request: Request) -> Response<Body> {
+    ApiError::NotFound {
+        path: request.uri().path().chars().take(200).collect(),
+    }
+    .into_response()
+}
+
+fn authenticate(gateway: &Gateway, headers: &HeaderMap) -> Result<(), ApiError> {
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(tokens::bearer);
+    match presented {
+        None => Err(ApiError::Unauthorized { missing: true }),
+        Some(token) if gateway.tokens().accepts(token) => Ok(()),
+        Some(_) => Err(ApiError::Unauthorized { missing: false }),
+    }
+}
+
+fn check_local(gateway: &Gateway, headers: &HeaderMap) -> Result<(), ApiError> {
+    check_host(headers)?;
+    check_origin(headers)?;
+    authenticate(gateway, headers)
+}
+
+/// The control API answers only to loopback host names, so a DNS-rebound page cannot reach it.
+fn check_host(headers: &HeaderMap) -> Result<(), ApiError> {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if is_loopback_authority(host) {
+        Ok(())
+    } else {
+        Err(ApiError::ForbiddenOrigin)
+    }
+}
+
+/// A request that carries an `Origin` came from a browser; only loopback origins may call Keymux.
+/// Codex and pi send no `Origin`.
+fn check_origin(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return Ok(());
+    };
+    let origin = origin.to_str().unwrap_or("");
+    let authority = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+        .or_else(|| origin.strip_prefix("tauri://"));
+    match authority {
+        Some(a) if is_loopback_authority(a) => Ok(()),
+        _ => Err(ApiError::ForbiddenOrigin),
+    }
+}
+
+fn is_loopback_authority(authority: &str) -> bool {
+    let host = if let Some(rest) = authority.strip_prefix('[') {
+        rest.split(']').next().unwrap_or("")
+    } else {
+        authority.rsplit_once(':').map_or(authority, |(h, _)| h)
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_authorities() {
+        for ok in [
+            "127.0.0.1:8787",
+            "localhost:1",
+            "[::1]:8787",
+            "127.9.9.9",
+            "LOCALHOST",
+        ] {
+            assert!(is_loopback_authority(ok), "{ok}");
+        }
+        for bad in [
+            "evil.example:8787",
+            "10.0.0.1:8787",
+            "127.0.0.1.evil.example",
+            "",
+            "[::2]:1",
+        ] {
+            assert!(!is_loopback_authority(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn browser_origins_are_refused() {
+        let mut h = HeaderMap::new();
+        assert!(check_origin(&h).is_ok());
+        h.insert(
+            header::ORIGIN,
+            "https://evil.example".parse().expect("header"),
+        );
+        assert!(check_origin(&h).is_err());
+        h.insert(
+            header::ORIGIN,
+            "http://127.0.0.1:8787".parse().expect("header"),
+        );
+        assert!(check_origin(&h).is_ok());
+        h.insert(header::ORIGIN, "null".parse().expect("header"));
+        assert!(check_origin(&h).is_err());
+    }
+}

@@ -1,0 +1,189 @@
+//! Key identity: the stable `KeyId`, the provider a key talks to, and the runtime description of a pooled
+//! key (its secret included, which only `upstream` ever exposes).
+
+use std::fmt;
+use std::sync::Arc;
+
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+
+use crate::secrets::Secret;
+
+/// The stable id of a pooled key. Never derived from the secret.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct KeyId(Arc<str>);
+
+impl KeyId {
+    /// Wraps an id read from config or built for an environment key.
+    pub fn new(id: impl Into<Arc<str>>) -> Self {
+        Self(id.into())
+    }
+
+    /// A fresh random id, `k_` and 10 hex digits.
+    pub fn generate() -> Self {
+        use rand::RngCore as _;
+        let mut bytes = [0u8; 5];
+        rand::rngs::OsRng.fill_bytes(&mut bytes);
+        Self::new(format!("k_{}", hex::encode(bytes)))
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for KeyId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Display for KeyId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Which API dialect a key speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Provider {
+    /// OpenAI: `Authorization: Bearer`, base URL `https://api.openai.com/v1` unless configured.
+    #[default]
+    Openai,
+    /// Azure OpenAI v1 API: `api-key` header, base URL `https://{resource}.openai.azure.com/openai/v1`.
+    Azure,
+}
+
+impl Provider {
+    /// Parses the name used on the command line and in the environment.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "openai" => Some(Self::Openai),
+            "azure" | "azure-openai" | "azure_openai" => Some(Self::Azure),
+            _ => None,
+        }
+    }
+
+    /// The name shown to users.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Openai => "openai",
+            Self::Azure => "azure",
+        }
+    }
+}
+
+/// Where a key came from: the keychain (persistent) or the environment (ephemeral).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeySource {
+    /// Listed in the config file; the secret is in the OS keychain.
+    Keychain,
+    /// Supplied by `KEYMUX_KEY_<LABEL>`; never written anywhere.
+    Environment,
+    /// Added in-process by an embedding program (tests, the tray app).
+    Embedded,
+}
+
+/// A pooled key as the gateway uses it.
+#[derive(Clone, Debug)]
+pub struct KeyEntry {
+    /// Stable id.
+    pub id: KeyId,
+    /// User-chosen label ("work", "personal").
+    pub label: String,
+    /// API dialect.
+    pub provider: Provider,
+    /// Base URL override (ends before the `/responses` part, e.g. `https://api.openai.com/v1`).
+    pub base_url: Option<String>,
+    /// Organization set by the user; otherwise learned from upstream.
+    pub org: Option<String>,
+    /// The secret.
+    pub secret: Secret,
+    /// Where it came from.
+    pub source: KeySource,
+}
+
+/// A short keyed fingerprint of a secret: the first 8 hex digits of HMAC-SHA256 under the install secret.
+/// It identifies a key in listings and metrics without revealing anything about it.
+pub fn fingerprint(install_secret: &Secret, secret: &Secret) -> String {
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(install_secret.expose().as_bytes())
+        .expect("HMAC accepts keys of any length");
+    mac.update(b"keymux/fingerprint/v1\0");
+    mac.update(secret.expose().as_bytes());
+    hex::encode(&mac.finalize().into_bytes()[..4])
+}
+
+/// Checks that a label is short and printable: it appears in listings, logs and the UI.
+pub fn validate_label(label: &str) -> Result<(), String> {
+    if label.is_empty() || label.len() > 40 {
+        return Err("a label must be 1 to 40 characters".into());
+    }
+    if !label
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+    {
+        return Err(format!(
+            "label {label:?} may only use letters, digits, '-', '_' and '.'"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the shape of an API key before it is stored, so a pasted newline or a quoted value is caught
+/// early. The message never repeats the value.
+pub fn validate_secret(secret: &str) -> Result<(), String> {
+    if secret.is_empty() {
+        return Err("the API key is empty".into());
+    }
+    if secret.len() > 1024 {
+        return Err("the API key is longer than 1024 characters; check what was pasted".into());
+    }
+    if secret.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("the API key contains spaces or control characters; paste only the key".into());
+    }
+    if secret.starts_with('"') || secret.starts_with('\'') {
+        return Err("the API key starts with a quote; paste it without quotes".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprint_is_keyed_and_short() {
+        let a = Secret::new("install-a");
+        let b = Secret::new("install-b");
+        let key = Secret::new("sk-test-123");
+        let fa = fingerprint(&a, &key);
+        assert_eq!(fa.len(), 8);
+        assert_eq!(fa, fingerprint(&a, &key));
+        assert_ne!(fa, fingerprint(&b, &key));
+        assert!(!fa.contains("sk-"));
+    }
+
+    #[test]
+    fn labels_and_secrets_are_validated() {
+        assert!(validate_label("work").is_ok());
+        assert!(validate_label("work key").is_err());
+        assert!(validate_label("").is_err());
+        assert!(validate_secret("sk-abc").is_ok());
+        assert!(validate_secret("sk-abc\n").is_err());
+        assert!(validate_secret("\"sk-abc\"").is_err());
+        let msg = validate_secret("sk abc").expect_err("rejected");
+        assert!(!msg.contains("sk abc"));
+    }
+
+    #[test]
+    fn provider_names() {
+        assert_eq!(Provider::parse("Azure"), Some(Provider::Azure));
+        assert_eq!(Provider::parse("openai"), Some(Provider::Openai));
+        assert_eq!(Provider::parse("anthropic"), None);
+    }
+}

@@ -1,0 +1,244 @@
+//! Secrets and where they live: the `Secret` newtype, the `SecretStore` trait, the OS keychain store and an
+//! in-memory store for tests and headless (ephemeral) runs.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use serde::{Serialize, Serializer};
+
+/// A secret value (API key, local token, install secret). It never prints itself.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(Arc<str>);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(value: impl Into<Arc<str>>) -> Self {
+        Self(value.into())
+    }
+
+    /// The raw value, for the one place that must send it (an upstream auth header, the keychain).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("*****")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("*****")
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str("*****")
+    }
+}
+
+/// Why a secret could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretsError {
+    /// No keychain service could be reached at all.
+    #[error(
+        "the OS keychain is not reachable ({detail}). On Linux, start a Secret Service provider \
+         (for example gnome-keyring in a D-Bus session) and unlock it; for headless use run \
+         `keymux serve --ephemeral` with KEYMUX_KEY_<LABEL>=sk-... and KEYMUX_CLIENT_TOKEN in the environment"
+    )]
+    Unavailable { detail: String },
+    /// The keychain is there but refused access (locked collection, denied prompt).
+    #[error("the OS keychain refused access ({detail}); unlock your keychain (login keyring) and try again")]
+    Locked { detail: String },
+    /// Anything else the keychain reported.
+    #[error("the OS keychain failed: {detail}")]
+    Other { detail: String },
+}
+
+/// Account names used in the store. One place, so nothing else spells them.
+pub mod account {
+    use crate::keys::KeyId;
+
+    /// The per-install secret that keys every HMAC (markers, fingerprints, affinity keys).
+    pub const INSTALL_SECRET: &str = "install-secret";
+
+    /// The account holding an upstream API key.
+    pub fn key(id: &KeyId) -> String {
+        format!("key:{}", id.as_str())
+    }
+
+    /// The account holding a local client token.
+    pub fn token(id: &str) -> String {
+        format!("token:{id}")
+    }
+}
+
+/// A place to keep secrets. Implementations may block: call them from `spawn_blocking`.
+pub trait SecretStore: Send + Sync + 'static {
+    /// Reads a secret; `Ok(None)` when the account does not exist.
+    fn get(&self, account: &str) -> Result<Option<Secret>, SecretsError>;
+    /// Creates or replaces a secret.
+    fn set(&self, account: &str, value: &Secret) -> Result<(), SecretsError>;
+    /// Deletes a secret; deleting a missing account is not an error.
+    fn delete(&self, account: &str) -> Result<(), SecretsError>;
+    /// A short name for messages ("OS keychain", "memory").
+    fn describe(&self) -> &'static str;
+}
+
+/// The OS keychain: macOS Keychain, Windows Credential Manager, Secret Service on Linux.
+pub struct KeychainStore {
+    service: String,
+}
+
+impl KeychainStore {
+    /// A store whose entries all live under `service`.
+    pub fn new(service: impl Into<String>) -> Self {
+        Self {
+            service: service.into(),
+        }
+    }
+
+    fn entry(&self, account: &str) -> Result<keyring::Entry, SecretsError> {
+        keyring::Entry::new(&self.service, account).map_err(classify)
+    }
+}
+
+fn classify(err: keyring::Error) -> SecretsError {
+    use keyring::Error as E;
+    let detail = match &err {
+        // The platform error carries the backend's text; keep it short and secret-free (it never
+        // contains the value, only the failure).
+        E::PlatformFailure(inner) => inner.to_string(),
+        E::NoStorageAccess(inner) => inner.to_string(),
+        other => other.to_string(),
+    };
+    let lower = detail.to_ascii_lowercase();
+    match err {
+        E::NoStorageAccess(_) if lower.contains("locked") => SecretsError::Locked { detail },
+        E::PlatformFailure(_) if lower.contains("locked") => SecretsError::Locked { detail },
+        E::NoStorageAccess(_) | E::PlatformFailure(_) => SecretsError::Unavailable { detail },
+        _ => SecretsError::Other { detail },
+    }
+}
+
+impl SecretStore for KeychainStore {
+    fn get(&self, account: &str) -> Result<Option<Secret>, SecretsError> {
+        match self.entry(account)?.get_password() {
+            Ok(value) => Ok(Some(Secret::new(value))),
+            Err(keyring::Error::NoEntry) => Ok(None),
+            Err(err) => Err(classify(err)),
+        }
+    }
+
+    fn set(&self, account: &str, value: &Secret) -> Result<(), SecretsError> {
+        self.entry(account)?
+            .set_password(value.expose())
+            .map_err(classify)
+    }
+
+    fn delete(&self, account: &str) -> Result<(), SecretsError> {
+        match self.entry(account)?.delete_credential() {
+            Ok(()) | Err(keyring::Error::NoEntry) => Ok(()),
+            Err(err) => Err(classify(err)),
+        }
+    }
+
+    fn describe(&self) -> &'static str {
+        "OS keychain"
+    }
+}
+
+/// Secrets held in process memory only: never written anywhere, gone when the process ends.
+#[derive(Default)]
+pub struct MemoryStore {
+    // Bounded by what the user configures (keys, tokens): it never grows with traffic.
+    entries: Mutex<HashMap<String, Secret>>,
+}
+
+impl SecretStore for MemoryStore {
+    fn get(&self, account: &str) -> Result<Option<Secret>, SecretsError> {
+        Ok(lock(&self.entries).get(account).cloned())
+    }
+
+    fn set(&self, account: &str, value: &Secret) -> Result<(), SecretsError> {
+        lock(&self.entries).insert(account.to_owned(), value.clone());
+        Ok(())
+    }
+
+    fn delete(&self, account: &str) -> Result<(), SecretsError> {
+        lock(&self.entries).remove(account);
+        Ok(())
+    }
+
+    fn describe(&self) -> &'static str {
+        "memory"
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A poisoned map of secrets is still a valid map: no invariant spans the panic.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Generates a fresh random secret: `prefix` followed by 32 random bytes in URL-safe base64.
+pub fn generate(prefix: &str) -> Secret {
+    use base64::Engine as _;
+    use rand::RngCore as _;
+    let mut bytes = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    let body = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    Secret::new(format!("{prefix}{body}"))
+}
+
+/// Runs a blocking store call off the async runtime.
+pub async fn blocking<T, F>(store: Arc<dyn SecretStore>, f: F) -> Result<T, SecretsError>
+where
+    T: Send + 'static,
+    F: FnOnce(&dyn SecretStore) -> Result<T, SecretsError> + Send + 'static,
+{
+    tokio::task::spawn_blocking(move || f(store.as_ref()))
+        .await
+        .unwrap_or_else(|join| {
+            Err(SecretsError::Other {
+                detail: format!("keychain call did not finish: {join}"),
+            })
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_never_prints_itself() {
+        let s = Secret::new("sk-live-very-secret");
+        assert_eq!(format!("{s:?}"), "*****");
+        assert_eq!(format!("{s}"), "*****");
+        assert_eq!(serde_json::to_string(&s).expect("serializes"), "\"*****\"");
+        assert_eq!(s.expose(), "sk-live-very-secret");
+    }
+
+    #[test]
+    fn generated_secrets_differ_and_carry_prefix() {
+        let a = generate("km-");
+        let b = generate("km-");
+        assert!(a.expose().starts_with("km-"));
+        assert_ne!(a, b);
+        assert!(a.expose().len() > 40);
+    }
+
+    #[test]
+    fn memory_store_round_trips() {
+        let store = MemoryStore::default();
+        assert!(store.get("a").expect("get").is_none());
+        store.set("a", &Secret::new("v")).expect("set");
+        assert_eq!(store.get("a").expect("get"), Some(Secret::new("v")));
+        store.delete("a").expect("delete");
+        store.delete("a").expect("delete twice is fine");
+        assert!(store.get("a").expect("get").is_none());
+    }
+}

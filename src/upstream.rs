@@ -1,0 +1,369 @@
+//! The one HTTP client that talks to providers: per-key auth and base URL, the header policy in both
+//! directions, per-phase timeouts, and classification of what came back.
+
+use std::time::Duration;
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use bytes::Bytes;
+
+use crate::config::Timeouts;
+use crate::keys::{KeyEntry, Provider};
+
+/// Why an upstream attempt produced no response.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// The connection could not be made.
+    #[error("could not connect to {base}: {detail}")]
+    Connect { base: String, detail: String },
+    /// No response headers within the first-byte timeout.
+    #[error("no response from {base} within {secs}s")]
+    FirstByteTimeout { base: String, secs: u64 },
+    /// The request failed after connecting.
+    #[error("request to {base} failed: {detail}")]
+    Transport { base: String, detail: String },
+    /// The key's base URL cannot be used.
+    #[error("the base URL {base} is not valid: {detail}")]
+    BadBaseUrl { base: String, detail: String },
+}
+
+impl UpstreamError {
+    /// The HTTP status the client gets when this was the last attempt.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::Connect { .. } | Self::Transport { .. } | Self::BadBaseUrl { .. } => {
+                StatusCode::BAD_GATEWAY
+            }
+            Self::FirstByteTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+
+    /// Whether another key may be tried.
+    pub fn retryable(&self) -> bool {
+        match self {
+            Self::Connect { .. } | Self::FirstByteTimeout { .. } | Self::Transport { .. } => true,
+            // Another key may have a good base URL.
+            Self::BadBaseUrl { .. } => true,
+        }
+    }
+
+    /// A short static label.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Connect { .. } => "upstream_connect",
+            Self::FirstByteTimeout { .. } => "timeout",
+            Self::Transport { .. } => "upstream_transport",
+            Self::BadBaseUrl { .. } => "bad_base_url",
+        }
+    }
+
+    /// What the client is told.
+    pub fn client_message(&self) -> String {
+        format!(
+            "Keymux could not get an answer from the provider with any usable key: {self}. Check the \
+             network and the keys' base URLs (`keymux keys list`), then retry."
+        )
+    }
+}
+
+/// Request headers never forwarded: hop-by-hop, the client's own credentials (the key's are set
+/// instead), `host`, length and encoding (set by the client library), and organization selectors
+/// (the key decides its organization).
+const DROP_REQUEST: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "authorization",
+    "api-key",
+    "content-length",
+    "accept-encoding",
+    "openai-organization",
+    "openai-project",
+    "cookie",
+    "origin",
+];
+
+/// Response headers never passed back: hop-by-hop, and the length (the body is re-framed).
+const DROP_RESPONSE: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+    "set-cookie",
+];
+
+/// Copies the client's headers that may go upstream.
+pub fn forward_request_headers(from: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(from.len());
+    for (name, value) in from {
+        if !DROP_REQUEST.contains(&name.as_str()) {
+            out.append(name.clone(), value.clone());
+        }
+    }
+    out
+}
+
+/// Copies the upstream's headers that may go back to the client.
+pub fn forward_response_headers(from: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(from.len());
+    for (name, value) in from {
+        if !DROP_RESPONSE.contains(&name.as_str()) {
+            out.append(name.clone(), value.clone());
+        }
+    }
+    out
+}
+
+/// The shared upstream client.
+pub struct Upstream {
+    client: reqwest::Client,
+    default_base: String,
+    first_byte: Duration,
+    idle: Duration,
+}
+
+impl Upstream {
+    /// Builds the client. Responses are requested compressed (gzip, zstd) and decoded here, so Keymux can
+    /// read the streams it relays; clients on loopback get them uncompressed, with no `content-encoding`.
+    pub fn new(default_base: &str, timeouts: &Timeouts) -> Result<Self, UpstreamError> {
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "this is the one place the upstream client is built"
+        )]
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_millis(timeouts.connect_ms))
+            .pool_idle_timeout(Duration::from_secs(90))
+            .tcp_nodelay(true)
+            .gzip(true)
+            .zstd(true)
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("keymux/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| UpstreamError::BadBaseUrl {
+                base: default_base.to_owned(),
+                detail: e.to_string(),
+            })?;
+        Ok(Self {
+            client,
+            default_base: default_base.trim_end_matches('/').to_owned(),
+            first_byte: Duration::from_millis(timeouts.first_byte_ms),
+            idle: Duration::from_millis(timeouts.idle_ms),
+        })
+    }
+
+    /// The longest silence allowed between two chunks of a relayed body.
+    pub fn idle_timeout(&self) -> Duration {
+        self.idle
+    }
+
+    /// The base URL a key uses.
+    pub fn base_for<'a>(&'a self, key: &'a KeyEntry) -> &'a str {
+        key.base_url
+            .as_deref()
+            .map(|b| b.trim_end_matches('/'))
+            .unwrap_or(&self.default_base)
+    }
+
+    /// Sends one attempt with `key`. `path_and_query` is what follows `/v1` in the client's URL.
+    pub async fn send(
+        &self,
+        key: &KeyEntry,
+        method: Method,
+        path_and_query: &str,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> Result<reqwest::Response, UpstreamError> {
+        let base = self.base_for(key);
+        let url = format!("{base}{path_and_query}");
+        let url = reqwest::Url::parse(&url).map_err(|e| UpstreamError::BadBaseUrl {
+            base: base.to_owned(),
+            detail: e.to_string(),
+        })?;
+        let mut headers = headers;
+        let (name, value) = auth_header(key);
+        headers.insert(name, value);
+        let request = self.client.request(method, url).headers(headers).body(body);
+        match tokio::time::timeout(self.first_byte, request.send()).await {
+            Err(_) => Err(UpstreamError::FirstByteTimeout {
+                base: base.to_owned(),
+                secs: self.first_byte.as_secs(),
+            }),
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(e)) if e.is_connect() => Err(UpstreamError::Connect {
+                base: base.to_owned(),
+                detail: short_error(&e),
+            }),
+            Ok(Err(e)) => Err(UpstreamError::Transport {
+                base: base.to_owned(),
+                detail: short_error(&e),
+            }),
+        }
+    }
+}
+
+fn auth_header(key: &KeyEntry) -> (HeaderName, HeaderValue) {
+    let secret = key.secret.expose();
+    let (name, value) = match key.provider {
+        Provider::Openai => (
+            axum::http::header::AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {secret}")),
+        ),
+        Provider::Azure => (
+            HeaderName::from_static("api-key"),
+            HeaderValue::from_str(secret),
+        ),
+    };
+    // Secrets are validated to printable ASCII without spaces when added; a value that still fails is
+    // sent as an empty credential, which the provider rejects as invalid (and the key is flagged).
+    let mut value = value.unwrap_or_else(|_| HeaderValue::from_static(""));
+    value.set_sensitive(true);
+    (name, value)
+}
+
+/// The error's chain as one line, without the URL (which may carry a query).
+fn short_error(e: &reqwest::Error) -> String {
+    use std::error::Error as _;
+    let mut parts = Vec::new();
+    let mut source = e.source();
+    while let Some(s) = source {
+        parts.push(s.to_string());
+        source = s.source();
+    }
+    if parts.is_empty() {
+        "request failed".to_owned()
+    } else {
+        parts.join(": ")
+    }
+}
+
+/// Reads a cooldown from a 429's headers: `retry-after-ms`, then `retry-after` (seconds), then the
+/// rate-limit reset headers. `None` when the upstream gave no hint.
+pub fn cooldown_hint(headers: &HeaderMap) -> Option<Duration> {
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        if ms.is_finite() && ms >= 0.0 {
+            return Some(Duration::from_secs_f64(ms / 1000.0));
+        }
+    }
+    if let Some(secs) = text("retry-after").and_then(|v| v.parse::<f64>().ok()) {
+        if secs.is_finite() && secs >= 0.0 {
+            return Some(Duration::from_secs_f64(secs));
+        }
+    }
+    ["x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"]
+        .iter()
+        .filter_map(|h| text(h).and_then(parse_reset))
+        .max()
+}
+
+/// Parses OpenAI's reset durations: `6m0s`, `1s`, `12ms`, `1m30.5s`, `2h3m`.
+pub fn parse_reset(text: &str) -> Option<Duration> {
+    let mut total = 0f64;
+    let mut number = String::new();
+    let mut chars = text.trim().chars().peekable();
+    let mut any = false;
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() || c == '.' {
+            number.push(c);
+            continue;
+        }
+        let value: f64 = number.parse().ok()?;
+        number.clear();
+        let unit = match c {
+            'h' => 3600.0,
+            'm' if chars.peek() == Some(&'s') => {
+                chars.next();
+                0.001
+            }
+            'm' => 60.0,
+            's' => 1.0,
+            _ => return None,
+        };
+        total += value * unit;
+        any = true;
+    }
+    if !number.is_empty() || !any || !total.is_finite() || total < 0.0 {
+        return None;
+    }
+    Some(Duration::from_secs_f64(total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reset_durations() {
+        let cases = [
+            ("6m0s", Some(360_000)),
+            ("1s", Some(1_000)),
+            ("12ms", Some(12)),
+            ("1m30.5s", Some(90_500)),
+            ("2h3m", Some(7_380_000)),
+            ("0s", Some(0)),
+            ("", None),
+            ("-1", None),
+            ("5", None),
+            ("abc", None),
+        ];
+        for (text, want) in cases {
+            assert_eq!(
+                parse_reset(text).map(|d| d.as_millis() as u64),
+                want,
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn cooldown_prefers_ms_then_seconds_then_resets() {
+        let mut h = HeaderMap::new();
+        h.insert("x-ratelimit-reset-requests", HeaderValue::from_static("3s"));
+        assert_eq!(cooldown_hint(&h), Some(Duration::from_secs(3)));
+        h.insert("retry-after", HeaderValue::from_static("2"));
+        assert_eq!(cooldown_hint(&h), Some(Duration::from_secs(2)));
+        h.insert("retry-after-ms", HeaderValue::from_static("1500"));
+        assert_eq!(cooldown_hint(&h), Some(Duration::from_millis(1500)));
+        assert_eq!(cooldown_hint(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn header_policy() {
+        let mut h = HeaderMap::new();
+        h.insert("authorization", HeaderValue::from_static("Bearer local"));
+        h.insert("x-codex-turn-state", HeaderValue::from_static("ts"));
+        h.insert("session-id", HeaderValue::from_static("s"));
+        h.insert("connection", HeaderValue::from_static("keep-alive"));
+        h.insert("accept-encoding", HeaderValue::from_static("zstd,gzip"));
+        h.insert(
+            "openai-beta",
+            HeaderValue::from_static("responses_websockets=2026-02-06"),
+        );
+        let out = forward_request_headers(&h);
+        assert!(out.get("authorization").is_none());
+        assert!(out.get("connection").is_none());
+        assert!(out.get("accept-encoding").is_none());
+        assert_eq!(
+            out.get("x-codex-turn-state").map(|v| v.as_bytes()),
+            Some(&b"ts"[..])
+        );
+        assert!(out.get("session-id").is_some());
+        assert!(out.get("openai-beta").is_some());
+    }
+}
