@@ -1,0 +1,186 @@
+//! Chat Completions: JSON and SSE (`data: {chunk}` … `data: [DONE]`), with a
+//! `reasoning_content` field and the organization's prompt cache.
+
+use std::time::Instant;
+
+use serde_json::{json, Map, Value};
+
+use crate::error::ApiError;
+use crate::prompt::{header, message_line, tokens_of, Prompt, Transcript};
+use crate::state::{Caller, State};
+use crate::util::{lock, random_hex, truncate_chars, unix_now};
+
+const DELTAS: usize = 4;
+
+/// Everything needed to answer one chat completion.
+#[derive(Debug)]
+pub(crate) struct ChatPlan {
+    pub org: usize,
+    pub hashes: Vec<[u8; 32]>,
+    pub prompt_tokens: u64,
+    pub cached_tokens: u64,
+    /// The non-streaming body.
+    pub completion: Value,
+    /// The streaming chunks, without the final `[DONE]`.
+    pub chunks: Vec<Value>,
+}
+
+fn last_user_text(messages: &[Value]) -> String {
+    messages
+        .iter()
+        .rev()
+        .find_map(|m| {
+            if m.get("role").and_then(Value::as_str) != Some("user") {
+                return None;
+            }
+            match m.get("content") {
+                Some(Value::String(s)) => Some(s.clone()),
+                Some(Value::Array(parts)) => parts
+                    .iter()
+                    .rev()
+                    .find_map(|p| p.get("text").and_then(Value::as_str).map(str::to_owned)),
+                _ => None,
+            }
+        })
+        .unwrap_or_default()
+}
+
+pub(crate) fn plan(
+    state: &State,
+    caller: &Caller,
+    model: &str,
+    body: &Map<String, Value>,
+) -> Result<ChatPlan, ApiError> {
+    let org = state.org(caller.org);
+    let messages = match body.get("messages") {
+        None | Some(Value::Null) => return Err(ApiError::missing_param("messages")),
+        Some(Value::Array(m)) => m.clone(),
+        Some(_) => {
+            return Err(ApiError::invalid_type(
+                "messages",
+                "Invalid type for 'messages': expected an array.".to_owned(),
+            ))
+        }
+    };
+    let lines: Vec<String> = messages.iter().map(message_line).collect();
+    let prompt = Prompt {
+        header: header(body.get("tools"), None),
+        conversation: Transcript::extend(None, lines),
+    };
+    let cache_key = body
+        .get("prompt_cache_key")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let hashes = prompt.block_hashes(cache_key);
+    let prompt_tokens = prompt.tokens();
+    let cached_tokens = lock(&org.cache).lookup(&hashes, Instant::now());
+
+    let n = org.next_reply();
+    let text = format!(
+        "SIM-REPLY #{n} from {}: {}",
+        org.id,
+        truncate_chars(&last_user_text(&messages), 60)
+    );
+    let with_reasoning = body.get("reasoning_effort").and_then(Value::as_str) != Some("none");
+    let reasoning = if with_reasoning {
+        format!("SIM-REASONING #{n} from {}", org.id)
+    } else {
+        String::new()
+    };
+    let reasoning_tokens = if with_reasoning {
+        tokens_of(reasoning.len()).max(1)
+    } else {
+        0
+    };
+    let completion_tokens = tokens_of(text.len()).max(1) + reasoning_tokens;
+    let usage = json!({
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens, "audio_tokens": 0},
+        "completion_tokens_details": {
+            "reasoning_tokens": reasoning_tokens,
+            "audio_tokens": 0,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0
+        },
+    });
+    let id = format!("chatcmpl-{}", random_hex(15));
+    let created = unix_now();
+    let mut message = json!({
+        "role": "assistant",
+        "content": text,
+        "refusal": null,
+        "annotations": [],
+    });
+    if with_reasoning {
+        message["reasoning_content"] = json!(reasoning);
+    }
+    let completion = json!({
+        "id": id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": "stop"}],
+        "usage": usage,
+        "service_tier": "default",
+        "system_fingerprint": null,
+    });
+
+    let include_usage = body
+        .get("stream_options")
+        .and_then(|o| o.get("include_usage"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let chunk = |delta: Value, finish: Value| {
+        let mut c = json!({
+            "id": id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "service_tier": "default",
+            "system_fingerprint": null,
+            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+        });
+        if include_usage {
+            c["usage"] = Value::Null;
+        }
+        c
+    };
+    let mut chunks = vec![chunk(
+        json!({"role": "assistant", "content": "", "refusal": null}),
+        Value::Null,
+    )];
+    if with_reasoning {
+        chunks.push(chunk(json!({"reasoning_content": reasoning}), Value::Null));
+    }
+    for delta in crate::responses::split_deltas(&text, DELTAS) {
+        chunks.push(chunk(json!({"content": delta}), Value::Null));
+    }
+    chunks.push(chunk(json!({}), json!("stop")));
+    if include_usage {
+        chunks.push(json!({
+            "id": id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "service_tier": "default",
+            "system_fingerprint": null,
+            "choices": [],
+            "usage": usage,
+        }));
+    }
+    Ok(ChatPlan {
+        org: caller.org,
+        hashes,
+        prompt_tokens,
+        cached_tokens,
+        completion,
+        chunks,
+    })
+}
+
+/// Caches the prompt of a served completion.
+pub(crate) fn commit(state: &State, plan: &ChatPlan) {
+    lock(&state.org(plan.org).cache).insert(&plan.hashes, Instant::now());
+}

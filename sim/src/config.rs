@@ -1,0 +1,136 @@
+//! Configuration of a simulated OpenAI deployment: organizations, their keys and the limits.
+
+use std::time::Duration;
+
+/// Everything a [`crate::Sim`] needs to start.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// The organizations, each with its keys. Secrets must be unique across all organizations.
+    pub orgs: Vec<OrgSpec>,
+    /// Per-key rate limits (every key gets the same limits).
+    pub limits: Limits,
+    /// Compress non-streaming JSON bodies with gzip when the client accepts it.
+    pub gzip_json: bool,
+    /// How long a prompt-cache entry lives after its last use.
+    pub cache_ttl: Duration,
+    /// How long one WebSocket connection may stay open before the server ends it.
+    pub ws_connection_limit: Duration,
+}
+
+/// One organization and the keys that belong to it.
+#[derive(Debug, Clone)]
+pub struct OrgSpec {
+    /// Organization id as reported in `openai-organization`, e.g. `org-a`.
+    pub id: String,
+    /// The keys of this organization.
+    pub keys: Vec<KeySpec>,
+}
+
+/// One API key.
+#[derive(Debug, Clone)]
+pub struct KeySpec {
+    /// The secret the client presents, e.g. `sk-a1`.
+    pub secret: String,
+    /// Which header carries the secret.
+    pub auth: KeyAuth,
+}
+
+/// How a key is presented.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum KeyAuth {
+    /// `Authorization: Bearer <secret>`.
+    Bearer,
+    /// `api-key: <secret>` (Azure style).
+    AzureApiKey,
+}
+
+/// Per-key budget for one window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Requests allowed per window.
+    pub requests: u64,
+    /// Estimated input tokens allowed per window.
+    pub tokens: u64,
+    /// Window length.
+    pub window: Duration,
+}
+
+impl Default for Limits {
+    /// Effectively unlimited, with a one-minute window.
+    fn default() -> Self {
+        Limits {
+            requests: 1_000_000_000,
+            tokens: 1_000_000_000_000,
+            window: Duration::from_secs(60),
+        }
+    }
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            orgs: Vec::new(),
+            limits: Limits::default(),
+            gzip_json: false,
+            cache_ttl: Duration::from_secs(300),
+            ws_connection_limit: Duration::from_secs(60 * 60),
+        }
+    }
+}
+
+impl SimConfig {
+    /// No organizations, unlimited rate limits, no gzip, 5 min cache TTL, 60 min WebSocket limit.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds an organization whose keys authenticate with `Authorization: Bearer`.
+    pub fn org(self, id: &str, keys: &[&str]) -> Self {
+        self.with_org(id, keys, KeyAuth::Bearer)
+    }
+
+    /// Adds an organization whose keys authenticate with the `api-key` header.
+    pub fn azure_org(self, id: &str, keys: &[&str]) -> Self {
+        self.with_org(id, keys, KeyAuth::AzureApiKey)
+    }
+
+    /// Replaces the per-key limits.
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Enables or disables gzip for non-streaming JSON bodies.
+    pub fn gzip_json(mut self, on: bool) -> Self {
+        self.gzip_json = on;
+        self
+    }
+
+    /// Sets the prompt-cache entry lifetime.
+    pub fn cache_ttl(mut self, ttl: Duration) -> Self {
+        self.cache_ttl = ttl;
+        self
+    }
+
+    /// Sets the maximum lifetime of one WebSocket connection.
+    pub fn ws_connection_limit(mut self, limit: Duration) -> Self {
+        self.ws_connection_limit = limit;
+        self
+    }
+
+    fn with_org(mut self, id: &str, keys: &[&str], auth: KeyAuth) -> Self {
+        let keys = keys.iter().map(|secret| KeySpec {
+            secret: (*secret).to_owned(),
+            auth,
+        });
+        if let Some(org) = self.orgs.iter_mut().find(|o| o.id == id) {
+            org.keys.extend(keys);
+        } else {
+            self.orgs.push(OrgSpec {
+                id: id.to_owned(),
+                keys: keys.collect(),
+            });
+        }
+        self
+    }
+}

@@ -1,0 +1,125 @@
+//! The public handle: starting a simulator, inspecting its log and steering its faults.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::config::SimConfig;
+use crate::fault::Fault;
+use crate::log::LogEntry;
+use crate::server;
+use crate::state::State;
+
+/// A running simulator. Clones share the same server; it stops when [`Sim::shutdown`] is
+/// called or the last clone is dropped.
+#[derive(Clone, Debug)]
+pub struct Sim {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    state: Arc<State>,
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        self.state.ws.kill_all();
+    }
+}
+
+impl Sim {
+    /// Binds `127.0.0.1:0` and starts serving on a background task.
+    pub async fn start(config: SimConfig) -> std::io::Result<Sim> {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        Self::serve(listener, config).await
+    }
+
+    /// Serves on a listener the caller bound.
+    pub async fn serve(listener: TcpListener, config: SimConfig) -> std::io::Result<Sim> {
+        let state = Arc::new(State::new(&config)?);
+        let addr = listener.local_addr()?;
+        let (stop, mut stopped) = watch::channel(false);
+        let app = server::router(state.clone());
+        tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            };
+            if let Err(e) = axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+            {
+                tracing::warn!(error = %e, "keymux-sim server stopped with an error");
+            }
+        });
+        Ok(Sim {
+            inner: Arc::new(Inner { state, addr, stop }),
+        })
+    }
+
+    /// `http://127.0.0.1:PORT/v1`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.inner.addr)
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.inner.addr
+    }
+
+    /// Every logged request and WebSocket frame, in arrival order (the newest
+    /// [`crate::LOG_CAPACITY`] are kept).
+    pub fn log(&self) -> Vec<LogEntry> {
+        self.inner.state.log.entries()
+    }
+
+    /// Key secret → number of requests it served, whatever their status: HTTP requests,
+    /// WebSocket upgrades and WebSocket frames alike. Requests refused by the rate limiter
+    /// are not counted (they stay in the log), and neither are requests with no known key.
+    pub fn count_by_key(&self) -> BTreeMap<String, usize> {
+        self.inner.state.log.counts()
+    }
+
+    /// Queues a fault for the key's next request; faults of one key apply in FIFO order.
+    pub fn inject(&self, key_secret: &str, fault: Fault) {
+        self.inner.state.faults.push(key_secret, fault);
+    }
+
+    /// Drops every queued fault.
+    pub fn clear_faults(&self) {
+        self.inner.state.faults.clear();
+    }
+
+    /// Abruptly drops (no close frame) every open WebSocket of the key; returns how many.
+    pub fn kill_ws_connections(&self, key_secret: &str) -> usize {
+        self.inner.state.ws.kill(key_secret)
+    }
+
+    /// How many WebSocket connections are open.
+    pub fn open_ws_connections(&self) -> usize {
+        self.inner.state.ws.count()
+    }
+
+    /// Stops accepting connections and drops the open WebSockets.
+    pub fn shutdown(&self) {
+        let _ = self.inner.stop.send(true);
+        self.inner.state.ws.kill_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_cross_threads() {
+        fn assert_send_sync<T: Send + Sync + Clone + 'static>() {}
+        assert_send_sync::<Sim>();
+    }
+}

@@ -1,0 +1,128 @@
+//! Shared server state: organizations (secret, store, cache), the key table, the log, the
+//! fault queues, the rate limiter and the open WebSocket connections.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rand::RngCore;
+
+use crate::cache::PromptCache;
+use crate::config::{KeyAuth, SimConfig};
+use crate::crypto::OrgCipher;
+use crate::fault::FaultQueues;
+use crate::log::LogBook;
+use crate::ratelimit::RateLimiter;
+use crate::store::ResponseStore;
+use crate::ws::WsRegistry;
+
+/// One organization's private state, shared by all its keys.
+#[derive(Debug)]
+pub(crate) struct OrgState {
+    pub id: String,
+    pub cipher: OrgCipher,
+    pub store: Mutex<ResponseStore>,
+    pub cache: Mutex<PromptCache>,
+    replies: AtomicU64,
+}
+
+impl OrgState {
+    /// The next reply number of this organization, starting at 1.
+    pub(crate) fn next_reply(&self) -> u64 {
+        self.replies.fetch_add(1, Ordering::Relaxed) + 1
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct KeyInfo {
+    pub org: usize,
+    pub auth: KeyAuth,
+}
+
+/// The key a request authenticated with.
+#[derive(Debug, Clone)]
+pub(crate) struct Caller {
+    pub secret: String,
+    pub org: usize,
+}
+
+#[derive(Debug)]
+pub(crate) struct State {
+    pub orgs: Vec<OrgState>,
+    /// Bound: the configured keys.
+    pub keys: HashMap<String, KeyInfo>,
+    pub gzip_json: bool,
+    pub ws_connection_limit: Duration,
+    pub log: LogBook,
+    pub faults: FaultQueues,
+    pub limiter: RateLimiter,
+    pub ws: WsRegistry,
+}
+
+impl State {
+    pub(crate) fn new(config: &SimConfig) -> std::io::Result<Self> {
+        let mut orgs = Vec::with_capacity(config.orgs.len());
+        let mut keys = HashMap::new();
+        for (index, spec) in config.orgs.iter().enumerate() {
+            if orgs.iter().any(|o: &OrgState| o.id == spec.id) {
+                return Err(invalid(format!(
+                    "organization {} is configured twice",
+                    spec.id
+                )));
+            }
+            let mut secret = [0u8; 32];
+            rand::thread_rng().fill_bytes(&mut secret);
+            orgs.push(OrgState {
+                id: spec.id.clone(),
+                cipher: OrgCipher::new(&secret),
+                store: Mutex::new(ResponseStore::default()),
+                cache: Mutex::new(PromptCache::new(config.cache_ttl)),
+                replies: AtomicU64::new(0),
+            });
+            for key in &spec.keys {
+                if key.secret.is_empty() {
+                    return Err(invalid(format!(
+                        "organization {} has an empty key",
+                        spec.id
+                    )));
+                }
+                let info = KeyInfo {
+                    org: index,
+                    auth: key.auth,
+                };
+                if keys.insert(key.secret.clone(), info).is_some() {
+                    return Err(invalid("a key secret is configured twice".to_owned()));
+                }
+            }
+        }
+        Ok(State {
+            orgs,
+            keys,
+            gzip_json: config.gzip_json,
+            ws_connection_limit: config.ws_connection_limit,
+            log: LogBook::default(),
+            faults: FaultQueues::default(),
+            limiter: RateLimiter::new(config.limits),
+            ws: WsRegistry::default(),
+        })
+    }
+
+    pub(crate) fn org(&self, index: usize) -> &OrgState {
+        &self.orgs[index]
+    }
+
+    /// The ciphers of every organization except `index`.
+    pub(crate) fn other_ciphers(&self, index: usize) -> Vec<&OrgCipher> {
+        self.orgs
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != index)
+            .map(|(_, o)| &o.cipher)
+            .collect()
+    }
+}
+
+fn invalid(message: String) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidInput, message)
+}

@@ -1,0 +1,894 @@
+//! Black-box tests of the pass-through gateway: real HTTP on loopback, the real gateway (in-process or
+//! the `keymux` binary), and the multi-organization simulator as the upstream.
+#![allow(clippy::unwrap_used, clippy::disallowed_methods, reason = "tests")]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use keymux_sim::{Fault, Limits, SimConfig};
+use serde_json::{json, Value};
+use support::*;
+
+fn two_orgs() -> SimConfig {
+    SimConfig::new()
+        .org("org-a", &["sk-a1", "sk-a2"])
+        .org("org-b", &["sk-b1"])
+}
+
+fn three_keys() -> Vec<(String, String, keymux::keys::Provider)> {
+    vec![key("a1", "sk-a1"), key("a2", "sk-a2"), key("b1", "sk-b1")]
+}
+
+fn codex_body(stream: bool) -> Value {
+    let mut body = captured_body("codex/http-turn1.json");
+    body["stream"] = json!(stream);
+    body
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    ResponsesJson,
+    ResponsesSse,
+    PiResponsesSse,
+    ChatSse,
+    ChatJson,
+    Embeddings,
+}
+
+/// Sends one request of `kind` and checks that the client got a complete, well-formed answer.
+async fn one_request(client: &reqwest::Client, base: &str, kind: Kind) -> Result<(), String> {
+    let (path, headers, body) = match kind {
+        Kind::ResponsesJson => (
+            "/responses",
+            captured_headers("codex/http-turn1.json"),
+            codex_body(false),
+        ),
+        Kind::ResponsesSse => (
+            "/responses",
+            captured_headers("codex/http-turn1.json"),
+            codex_body(true),
+        ),
+        Kind::PiResponsesSse => (
+            "/responses",
+            captured_headers("pi/responses-turn1.json"),
+            captured_body("pi/responses-turn1.json"),
+        ),
+        Kind::ChatSse => (
+            "/chat/completions",
+            captured_headers("pi/chat-completions-turn1.json"),
+            captured_body("pi/chat-completions-turn1.json"),
+        ),
+        Kind::ChatJson => {
+            let mut body = captured_body("pi/chat-completions-turn1.json");
+            body["stream"] = json!(false);
+            body.as_object_mut().unwrap().remove("stream_options");
+            (
+                "/chat/completions",
+                captured_headers("pi/chat-completions-turn1.json"),
+                body,
+            )
+        }
+        Kind::Embeddings => (
+            "/embeddings",
+            vec![],
+            json!({"model": "text-embedding-3-small", "input": ["alpha", "beta"]}),
+        ),
+    };
+    let response = post(client, &format!("{base}{path}"), &headers, &body)
+        .send()
+        .await
+        .map_err(|e| format!("{kind:?}: {e}"))?;
+    let status = response.status();
+    if status != 200 {
+        return Err(format!(
+            "{kind:?}: status {status}: {}",
+            response.text().await.unwrap_or_default()
+        ));
+    }
+    match kind {
+        Kind::ResponsesJson => {
+            let v: Value = response.json().await.map_err(|e| e.to_string())?;
+            let ok =
+                v["status"] == "completed" && v["output"].as_array().is_some_and(|o| !o.is_empty());
+            ok.then_some(())
+                .ok_or_else(|| format!("incomplete response object: {v}"))
+        }
+        Kind::ResponsesSse | Kind::PiResponsesSse => {
+            let events = read_sse(response).await;
+            let last = events.last().map(|e| e.data["type"].clone());
+            let has_items = events
+                .iter()
+                .any(|e| e.data["type"] == "response.output_item.done");
+            (last == Some(json!("response.completed")) && has_items)
+                .then_some(())
+                .ok_or_else(|| format!("{kind:?}: stream ended with {last:?}"))
+        }
+        Kind::ChatSse => {
+            let events = read_sse(response).await;
+            let done = events.last().is_some_and(|e| e.data == json!("[DONE]"));
+            let usage = events
+                .iter()
+                .any(|e| e.data.get("usage").is_some_and(|u| !u.is_null()));
+            (done && usage)
+                .then_some(())
+                .ok_or_else(|| "chat stream incomplete".to_owned())
+        }
+        Kind::ChatJson => {
+            let v: Value = response.json().await.map_err(|e| e.to_string())?;
+            v["choices"][0]["message"]["content"]
+                .as_str()
+                .map(|_| ())
+                .ok_or_else(|| format!("no chat content: {v}"))
+        }
+        Kind::Embeddings => {
+            let v: Value = response.json().await.map_err(|e| e.to_string())?;
+            (v["data"].as_array().map(Vec::len) == Some(2))
+                .then_some(())
+                .ok_or_else(|| format!("embeddings: {v}"))
+        }
+    }
+}
+
+/// The acceptance run: the real `keymux` binary on port 0, 3 keys in 2 orgs, 300 mixed requests at
+/// concurrency 16. Every request succeeds and every key gets a fair share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_serves_300_mixed_requests_fairly() {
+    let sim = keymux_sim::Sim::start(two_orgs()).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let mut env = base_env(home.path());
+    env.extend([
+        ("KEYMUX_KEY_A1".to_owned(), "sk-a1".to_owned()),
+        ("KEYMUX_KEY_A2".to_owned(), "sk-a2".to_owned()),
+        ("KEYMUX_KEY_B1".to_owned(), "sk-b1".to_owned()),
+        ("KEYMUX_CLIENT_TOKEN".to_owned(), TOKEN.to_owned()),
+    ]);
+    let keymux = Keymux::spawn(&["--ephemeral", "--upstream", &sim.base_url()], &env).await;
+    let client = client();
+    let kinds = [
+        Kind::ResponsesJson,
+        Kind::ResponsesSse,
+        Kind::PiResponsesSse,
+        Kind::ChatSse,
+        Kind::ChatJson,
+        Kind::Embeddings,
+    ];
+    let results: Vec<Result<(), String>> = futures::stream::iter(0..300)
+        .map(|i| {
+            let client = client.clone();
+            let base = keymux.base.clone();
+            async move { one_request(&client, &base, kinds[i % kinds.len()]).await }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let failures: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert!(
+        failures.is_empty(),
+        "{} of 300 failed, first: {}",
+        failures.len(),
+        failures[0]
+    );
+
+    let counts = sim.count_by_key();
+    let total: usize = counts.values().sum();
+    assert_eq!(
+        total, 300,
+        "every request reached the upstream exactly once: {counts:?}"
+    );
+    let mean = total as f64 / 3.0;
+    for secret in ["sk-a1", "sk-a2", "sk-b1"] {
+        let n = counts.get(secret).copied().unwrap_or(0) as f64;
+        assert!(
+            (n - mean).abs() <= 0.3 * mean,
+            "unfair share for a key: {counts:?}"
+        );
+    }
+
+    // The decisions the gateway reports match what the upstream saw.
+    let decisions: Value = client
+        .get(format!("{}/keymux/api/decisions?limit=1000", keymux.root))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut by_key: BTreeMap<String, usize> = BTreeMap::new();
+    for record in decisions["data"].as_array().unwrap() {
+        assert_eq!(record["status"], 200);
+        assert_eq!(record["decision"]["continuity_hit"], false);
+        assert_eq!(record["decision"]["affinity_source"], "none");
+        *by_key
+            .entry(record["served_by"].as_str().unwrap().to_owned())
+            .or_default() += 1;
+    }
+    assert_eq!(by_key.get("env-a1").copied(), counts.get("sk-a1").copied());
+    assert_eq!(by_key.get("env-b1").copied(), counts.get("sk-b1").copied());
+
+    let output = keymux.stop().await;
+    assert!(
+        output.contains("listening on http://127.0.0.1:"),
+        "{output}"
+    );
+    assert_no_secrets(
+        "keymux output",
+        &output,
+        &["sk-a1", "sk-a2", "sk-b1", TOKEN],
+    );
+    assert_no_secrets(
+        "decisions API",
+        &decisions.to_string(),
+        &["sk-a1", "sk-a2", "sk-b1", TOKEN],
+    );
+}
+
+#[tokio::test]
+async fn streams_arrive_event_by_event() {
+    let h = Harness::start(
+        SimConfig::new().org("org-a", &["sk-a1"]),
+        &[key("a1", "sk-a1")],
+    )
+    .await;
+    h.sim
+        .inject("sk-a1", Fault::SlowDeltas(Duration::from_millis(150)));
+    let sent = tokio::time::Instant::now();
+    let response = post(
+        &client(),
+        &format!("{}/responses", h.base),
+        &captured_headers("codex/http-turn1.json"),
+        &codex_body(true),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response
+        .headers()
+        .get("content-type")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let events = read_sse(response).await;
+    assert!(events.len() >= 8, "full event sequence: {}", events.len());
+    let first = events.first().unwrap().at - sent;
+    let last = events.last().unwrap().at - sent;
+    // Buffering would deliver everything at once at the end.
+    assert!(
+        last - first >= Duration::from_millis(600),
+        "events bunched: first {first:?}, last {last:?}"
+    );
+    let seqs: Vec<u64> = events
+        .iter()
+        .filter_map(|e| e.data["sequence_number"].as_u64())
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "order kept");
+}
+
+#[tokio::test]
+async fn bodies_and_client_headers_pass_through_unchanged() {
+    let h = Harness::start(
+        SimConfig::new().org("org-a", &["sk-a1"]),
+        &[key("a1", "sk-a1")],
+    )
+    .await;
+    // A Codex body with fields no schema knows (client_metadata, additional_tools, service_tier…).
+    let mut body = codex_body(true);
+    body["service_tier"] = json!("priority");
+    body["generate"] = json!(true);
+    body["reasoning"]["context"] = json!("all_turns");
+    let mut headers = captured_headers("codex/http-turn1.json");
+    headers.push(("x-codex-turn-state".into(), "turn-state-token-1".into()));
+    headers.push(("openai-organization".into(), "org-client-chosen".into()));
+    let response = post(&client(), &format!("{}/responses", h.base), &headers, &body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    // Upstream headers come back (organization, rate limits, request id).
+    assert_eq!(
+        response.headers().get("openai-organization").unwrap(),
+        "org-a"
+    );
+    assert!(response
+        .headers()
+        .get("x-ratelimit-remaining-requests")
+        .is_some());
+    assert!(response.headers().get("x-request-id").is_some());
+    let _ = read_sse(response).await;
+
+    let entry = h.sim.log().into_iter().last().unwrap();
+    assert_eq!(
+        entry.body.as_ref(),
+        Some(&body),
+        "body forwarded byte-for-byte as JSON"
+    );
+    assert_eq!(
+        entry.key.as_deref(),
+        Some("sk-a1"),
+        "the pooled key authenticated, not the local token"
+    );
+    let sent: BTreeMap<_, _> = entry.headers.iter().cloned().collect();
+    assert_eq!(
+        sent.get("x-codex-turn-state").map(String::as_str),
+        Some("turn-state-token-1")
+    );
+    assert_eq!(
+        sent.get("session-id"),
+        headers
+            .iter()
+            .find(|(k, _)| k == "session-id")
+            .map(|(_, v)| v)
+    );
+    assert_eq!(
+        sent.get("originator").map(String::as_str),
+        Some("codex_exec")
+    );
+    assert!(
+        !sent.contains_key("openai-organization"),
+        "a key's organization is the key's business"
+    );
+    assert!(
+        !entry.headers.iter().any(|(_, v)| v.contains(TOKEN)),
+        "local token never forwarded"
+    );
+}
+
+#[tokio::test]
+async fn compressed_upstream_answers_reach_the_client_decoded() {
+    let h = Harness::start(
+        SimConfig::new().org("org-a", &["sk-a1"]).gzip_json(true),
+        &[key("a1", "sk-a1")],
+    )
+    .await;
+    let response = post(
+        &client(),
+        &format!("{}/responses", h.base),
+        &captured_headers("codex/http-turn1.json"),
+        &codex_body(false),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.headers().get("content-encoding").is_none(),
+        "no stale content-encoding"
+    );
+    let v: Value = serde_json::from_slice(&response.bytes().await.unwrap()).expect("plain JSON");
+    assert_eq!(v["object"], "response");
+    // The upstream really did compress it.
+    let entry = h.sim.log().into_iter().last().unwrap();
+    let accept = entry
+        .headers
+        .iter()
+        .find(|(k, _)| k == "accept-encoding")
+        .map(|(_, v)| v.clone());
+    assert!(
+        accept.is_some_and(|a| a.contains("gzip")),
+        "Keymux asks upstream for compression"
+    );
+}
+
+#[tokio::test]
+async fn local_token_is_required() {
+    let h = Harness::start(two_orgs(), &three_keys()).await;
+    let c = client();
+    let url = format!("{}/responses", h.base);
+    let missing = c.post(&url).json(&codex_body(false)).send().await.unwrap();
+    assert_eq!(missing.status(), 401);
+    let v: Value = missing.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "invalid_api_key");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("keymux token"));
+    let wrong = c
+        .post(&url)
+        .bearer_auth("sk-a1")
+        .json(&codex_body(false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 401);
+    let text = wrong.text().await.unwrap();
+    assert!(
+        !text.contains("sk-a1"),
+        "the presented value is never echoed"
+    );
+    assert!(h.sim.log().is_empty(), "nothing reached the upstream");
+}
+
+#[tokio::test]
+async fn oversized_and_malformed_bodies_get_clear_errors_and_serving_continues() {
+    let h = Harness::start_with(two_orgs(), &three_keys(), |c| c.max_body_bytes = 64 * 1024).await;
+    let c = client();
+    let url = format!("{}/responses", h.base);
+    let big = "x".repeat(100 * 1024);
+    let r = c
+        .post(&url)
+        .bearer_auth(TOKEN)
+        .body(format!("{{\"model\":\"gpt-5.5\",\"input\":\"{big}\"}}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "request_too_large");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("max_body_bytes"));
+
+    // A chunked body over the cap is cut off too (no content-length to trust).
+    let chunks = futures::stream::iter(
+        (0..100).map(|_| Ok::<_, std::io::Error>(bytes::Bytes::from(vec![b' '; 1024]))),
+    );
+    let r = c
+        .post(&url)
+        .bearer_auth(TOKEN)
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+
+    for bad in ["{\"model\": ", "[1,2,3]", ""] {
+        let r = c
+            .post(&url)
+            .bearer_auth(TOKEN)
+            .body(bad)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{bad:?}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+    }
+    assert!(
+        h.sim.log().is_empty(),
+        "bad input never reaches the upstream"
+    );
+    one_request(&c, &h.base, Kind::ResponsesJson)
+        .await
+        .expect("still serving");
+}
+
+#[tokio::test]
+async fn every_route_reaches_the_upstream() {
+    let h = Harness::start(
+        SimConfig::new().org("org-a", &["sk-a1"]),
+        &[key("a1", "sk-a1")],
+    )
+    .await;
+    let c = client();
+    // A stored response, then the resource calls on it.
+    let mut body = captured_body("pi/responses-turn1.json");
+    body["stream"] = json!(false);
+    body["store"] = json!(true);
+    let created: Value = post(&c, &format!("{}/responses", h.base), &[], &body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["id"].as_str().unwrap();
+    let get = c
+        .get(format!("{}/responses/{id}", h.base))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get.status(), 200);
+    assert_eq!(get.json::<Value>().await.unwrap()["id"], id);
+    let items = c
+        .get(format!("{}/responses/{id}/input_items?limit=5", h.base))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(items.status(), 200);
+    assert_eq!(items.json::<Value>().await.unwrap()["object"], "list");
+    let cancel = c
+        .post(format!("{}/responses/{id}/cancel", h.base))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        cancel.status() == 200 || cancel.status() == 400,
+        "{}",
+        cancel.status()
+    );
+    let del = c
+        .delete(format!("{}/responses/{id}", h.base))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(del.json::<Value>().await.unwrap()["deleted"], true);
+    let gone = c
+        .get(format!("{}/responses/{id}", h.base))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gone.status(), 404, "upstream errors pass through");
+
+    // (The captured turn-2 bodies replay the capture server's fake encrypted_content, which the
+    // simulator rightly refuses; compact a fresh conversation instead.)
+    let mut compact_body = captured_body("pi/responses-turn1.json");
+    compact_body.as_object_mut().unwrap().remove("stream");
+    let compact = post(
+        &c,
+        &format!("{}/responses/compact", h.base),
+        &[],
+        &compact_body,
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(compact.status(), 200, "{}", compact.text().await.unwrap());
+    let models: Value = c
+        .get(format!("{}/models", h.base))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["id"] == "gpt-5.5"));
+    let other = c
+        .post(format!("{}/audio/speech", h.base))
+        .bearer_auth(TOKEN)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        other.status(),
+        404,
+        "unknown paths are forwarded and the upstream's answer relayed"
+    );
+    let paths: Vec<String> = h
+        .sim
+        .log()
+        .iter()
+        .map(|e| format!("{} {}", e.method, e.path))
+        .collect();
+    for want in [
+        format!("GET /v1/responses/{id}"),
+        format!("GET /v1/responses/{id}/input_items"),
+        format!("POST /v1/responses/{id}/cancel"),
+        format!("DELETE /v1/responses/{id}"),
+        "POST /v1/responses/compact".to_owned(),
+        "GET /v1/models".to_owned(),
+        "POST /v1/audio/speech".to_owned(),
+    ] {
+        assert!(paths.contains(&want), "{want} missing from {paths:?}");
+    }
+}
+
+#[tokio::test]
+async fn failover_before_the_first_byte() {
+    let h = Harness::start(two_orgs(), &three_keys()).await;
+    let c = client();
+    for secret in ["sk-a1", "sk-a2", "sk-b1"] {
+        h.sim.inject(secret, Fault::Status500);
+    }
+    // Each key fails once; with three attempts the third key tried is also failing, so the client
+    // sees the upstream's 500 (nothing better exists), never a hang.
+    let r = post(
+        &c,
+        &format!("{}/responses", h.base),
+        &[],
+        &codex_body(false),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 500);
+    // Now one key fails once more and the others are fine: the client never notices.
+    h.sim.inject("sk-a1", Fault::Status500);
+    h.sim.inject(
+        "sk-a2",
+        Fault::Status503 {
+            retry_after_secs: None,
+        },
+    );
+    for _ in 0..6 {
+        one_request(&c, &h.base, Kind::ResponsesSse)
+            .await
+            .expect("absorbed by failover");
+    }
+    let records = h.gateway.events().recent(6);
+    let retried: Vec<_> = records.iter().filter(|r| r.attempts.len() > 1).collect();
+    assert!(!retried.is_empty(), "some request failed over");
+    for r in &retried {
+        assert_eq!(r.status, 200);
+        assert!(r.attempts.len() <= 3);
+        assert!(r.attempts[0].status.is_some_and(|s| s >= 500));
+    }
+}
+
+#[tokio::test]
+async fn rate_limited_keys_cool_down_and_all_cooling_gives_retry_after() {
+    let h = Harness::start(two_orgs(), &three_keys()).await;
+    let c = client();
+    h.sim.inject(
+        "sk-a1",
+        Fault::RateLimited {
+            retry_after_secs: 30,
+        },
+    );
+    for _ in 0..4 {
+        one_request(&c, &h.base, Kind::Embeddings)
+            .await
+            .expect("served by another key");
+    }
+    let status = h.gateway.pool().status(tokio::time::Instant::now());
+    let a1 = status.iter().find(|k| k.label == "a1").unwrap();
+    assert_eq!(a1.health, "cooling");
+    assert!(a1.cooldown_ms > 25_000);
+
+    h.sim.inject(
+        "sk-a2",
+        Fault::RateLimited {
+            retry_after_secs: 12,
+        },
+    );
+    h.sim.inject(
+        "sk-b1",
+        Fault::RateLimited {
+            retry_after_secs: 20,
+        },
+    );
+    let mut last = None;
+    for _ in 0..3 {
+        let r = post(
+            &c,
+            &format!("{}/embeddings", h.base),
+            &[],
+            &json!({"model":"text-embedding-3-small","input":"x"}),
+        )
+        .send()
+        .await
+        .unwrap();
+        if r.status() == 429 {
+            last = Some(r);
+            break;
+        }
+    }
+    let r = last.expect("all keys cooling gives 429");
+    let retry_after: u64 = r
+        .headers()
+        .get("retry-after")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .parse()
+        .expect("integer seconds");
+    assert!((10..=12).contains(&retry_after), "{retry_after}");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "rate_limit_exceeded");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("3 Keymux key(s)"));
+}
+
+#[tokio::test]
+async fn rejected_key_is_flagged_and_skipped() {
+    let h = Harness::start(two_orgs(), &three_keys()).await;
+    let c = client();
+    h.sim.inject("sk-b1", Fault::InvalidKey);
+    for _ in 0..6 {
+        one_request(&c, &h.base, Kind::ChatJson)
+            .await
+            .expect("served");
+    }
+    let status = h.gateway.pool().status(tokio::time::Instant::now());
+    assert_eq!(
+        status.iter().find(|k| k.label == "b1").unwrap().health,
+        "invalid"
+    );
+    let served_after: usize = h
+        .sim
+        .log()
+        .iter()
+        .filter(|e| e.key.as_deref() == Some("sk-b1"))
+        .count();
+    assert_eq!(served_after, 1, "an invalid key gets no more traffic");
+}
+
+#[tokio::test]
+async fn azure_keys_use_the_api_key_header() {
+    let h = Harness::start(
+        SimConfig::new()
+            .org("org-a", &["sk-a1"])
+            .azure_org("azure-east", &["az-key-1"]),
+        &[azure_key("east", "az-key-1")],
+    )
+    .await;
+    one_request(&client(), &h.base, Kind::ResponsesJson)
+        .await
+        .expect("azure serves");
+    let entry = h.sim.log().into_iter().last().unwrap();
+    assert_eq!(entry.key.as_deref(), Some("az-key-1"));
+    assert!(entry.headers.iter().any(|(k, _)| k == "api-key"));
+    assert!(!entry.headers.iter().any(|(k, _)| k == "authorization"));
+}
+
+#[tokio::test]
+async fn client_going_away_cancels_the_upstream_stream() {
+    let h = Harness::start(
+        SimConfig::new().org("org-a", &["sk-a1"]),
+        &[key("a1", "sk-a1")],
+    )
+    .await;
+    h.sim
+        .inject("sk-a1", Fault::SlowDeltas(Duration::from_millis(500)));
+    let response = post(
+        &client(),
+        &format!("{}/responses", h.base),
+        &[],
+        &codex_body(true),
+    )
+    .send()
+    .await
+    .unwrap();
+    let mut stream = response.bytes_stream();
+    let _first = stream.next().await.unwrap().unwrap();
+    let in_flight = || h.gateway.pool().status(tokio::time::Instant::now())[0].in_flight;
+    assert_eq!(in_flight(), 1);
+    drop(stream);
+    // The whole stream would take several seconds; the key is released as soon as the client leaves.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while in_flight() != 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "upstream stream still held after the client left"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn websocket_upgrade_gets_426_so_codex_falls_back_to_http() {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+    let h = Harness::start(
+        SimConfig::new().org("org-a", &["sk-a1"]),
+        &[key("a1", "sk-a1")],
+    )
+    .await;
+    let mut request = format!("{}/responses", h.base.replace("http://", "ws://"))
+        .into_client_request()
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    request.headers_mut().insert(
+        "openai-beta",
+        "responses_websockets=2026-02-06".parse().unwrap(),
+    );
+    match tokio_tungstenite::connect_async(request).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status(), 426)
+        }
+        other => panic!("expected a 426, got {:?}", other.map(|(_, r)| r.status())),
+    }
+}
+
+#[tokio::test]
+async fn no_keys_and_rate_limit_headers_in_errors() {
+    let h = Harness::start(SimConfig::new().org("org-a", &["sk-a1"]), &[]).await;
+    let r = post(
+        &client(),
+        &format!("{}/responses", h.base),
+        &[],
+        &codex_body(false),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 503);
+    let v: Value = r.json().await.unwrap();
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("keymux keys add"));
+}
+
+#[tokio::test]
+async fn control_api_refuses_browsers_and_foreign_hosts() {
+    let h = Harness::start(two_orgs(), &three_keys()).await;
+    let c = client();
+    let url = format!("{}/keymux/api/status", h.root);
+    let ok: Value = c
+        .get(&url)
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ok["keys"].as_array().unwrap().len(), 3);
+    assert_no_secrets("status API", &ok.to_string(), &["sk-a1", "sk-a2", "sk-b1"]);
+    let cross_site = c
+        .get(&url)
+        .bearer_auth(TOKEN)
+        .header("origin", "https://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cross_site.status(), 403);
+    let rebound = c
+        .get(&url)
+        .bearer_auth(TOKEN)
+        .header("host", "evil.example:8787")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rebound.status(), 403);
+    let no_token = c.get(&url).send().await.unwrap();
+    assert_eq!(no_token.status(), 401);
+    // A page cannot spend a key either.
+    let r = post(
+        &c,
+        &format!("{}/responses", h.base),
+        &[],
+        &codex_body(false),
+    )
+    .header("origin", "https://evil.example")
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 403);
+}
+
+#[tokio::test]
+async fn rate_limits_from_the_upstream_are_visible_to_the_client() {
+    let limits = Limits {
+        requests: 2,
+        tokens: 10_000_000,
+        window: Duration::from_secs(60),
+    };
+    let h = Harness::start(
+        SimConfig::new().org("org-a", &["sk-a1"]).limits(limits),
+        &[key("a1", "sk-a1")],
+    )
+    .await;
+    let c = client();
+    one_request(&c, &h.base, Kind::Embeddings).await.unwrap();
+    one_request(&c, &h.base, Kind::Embeddings).await.unwrap();
+    let r = post(
+        &c,
+        &format!("{}/embeddings", h.base),
+        &[],
+        &json!({"model":"text-embedding-3-small","input":"x"}),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 429);
+    let secs: u64 = r
+        .headers()
+        .get("retry-after")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(secs >= 1);
+}

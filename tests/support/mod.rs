@@ -1,0 +1,367 @@
+//! Shared black-box test support: the gateway on 127.0.0.1:0 (in-process or as the real binary) in front
+//! of the multi-organization simulator, plus request shapes taken from captured Codex and pi traffic.
+#![allow(
+    dead_code,
+    reason = "each test binary uses a different part of the support module"
+)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::disallowed_methods,
+    reason = "test support"
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use keymux::config::Config;
+use keymux::keys::{KeyEntry, KeyId, KeySource, Provider};
+use keymux::secrets::Secret;
+use keymux::tokens::TokenSet;
+use keymux::Gateway;
+use keymux_sim::{Sim, SimConfig};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, BufReader};
+use tokio::time::Instant;
+
+/// The local client token every test client sends.
+pub const TOKEN: &str = "km-test-local-token-4d2c7a91e0b35f68";
+
+/// A gateway served in-process on a loopback port, in front of a simulator.
+pub struct Harness {
+    pub sim: Sim,
+    pub gateway: Arc<Gateway>,
+    /// `http://127.0.0.1:PORT/v1`
+    pub base: String,
+    pub root: String,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// A key for the harness: (label, secret, provider).
+pub fn key(label: &str, secret: &str) -> (String, String, Provider) {
+    (label.to_owned(), secret.to_owned(), Provider::Openai)
+}
+
+pub fn azure_key(label: &str, secret: &str) -> (String, String, Provider) {
+    (label.to_owned(), secret.to_owned(), Provider::Azure)
+}
+
+impl Harness {
+    pub async fn start(sim_config: SimConfig, keys: &[(String, String, Provider)]) -> Self {
+        Self::start_with(sim_config, keys, |_| {}).await
+    }
+
+    pub async fn start_with(
+        sim_config: SimConfig,
+        keys: &[(String, String, Provider)],
+        tweak: impl FnOnce(&mut Config),
+    ) -> Self {
+        let sim = Sim::start(sim_config).await.expect("simulator starts");
+        let mut config = Config {
+            upstream: sim.base_url(),
+            ..Config::default()
+        };
+        tweak(&mut config);
+        let entries = keys
+            .iter()
+            .map(|(label, secret, provider)| KeyEntry {
+                id: KeyId::new(format!("k_{label}")),
+                label: label.clone(),
+                provider: *provider,
+                base_url: (*provider == Provider::Azure).then(|| sim.base_url()),
+                org: None,
+                secret: Secret::new(secret.as_str()),
+                source: KeySource::Embedded,
+            })
+            .collect();
+        let gateway = Arc::new(
+            Gateway::new(&config, entries, TokenSet::new(&[Secret::new(TOKEN)])).expect("gateway"),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(keymux::serve(listener, gateway.clone(), async move {
+            let _ = rx.await;
+        }));
+        Self {
+            sim,
+            gateway,
+            base: format!("http://{addr}/v1"),
+            root: format!("http://{addr}"),
+            shutdown: Some(tx),
+        }
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        self.sim.shutdown();
+    }
+}
+
+/// A test HTTP client that does not decode compressed bodies, so tests see exactly what Keymux sent.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_gzip()
+        .no_zstd()
+        .pool_max_idle_per_host(32)
+        .build()
+        .expect("client")
+}
+
+pub fn fixture(name: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    serde_json::from_slice(&std::fs::read(&path).expect("fixture exists")).expect("fixture is JSON")
+}
+
+/// The body of a captured request.
+pub fn captured_body(name: &str) -> Value {
+    fixture(name)["body"].clone()
+}
+
+/// The headers of a captured request, without the ones a client library sets itself.
+pub fn captured_headers(name: &str) -> Vec<(String, String)> {
+    fixture(name)["headers"]
+        .as_array()
+        .expect("headers")
+        .iter()
+        .map(|h| {
+            (
+                h[0].as_str().unwrap().to_owned(),
+                h[1].as_str().unwrap().to_owned(),
+            )
+        })
+        .filter(|(k, _)| {
+            !matches!(
+                k.to_ascii_lowercase().as_str(),
+                "authorization" | "host" | "content-length" | "connection"
+            )
+        })
+        .collect()
+}
+
+/// A POST with the local token and the captured client headers.
+pub fn post(
+    client: &reqwest::Client,
+    url: &str,
+    headers: &[(String, String)],
+    body: &Value,
+) -> reqwest::RequestBuilder {
+    let mut rb = client
+        .post(url)
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/json");
+    for (k, v) in headers {
+        if !k.eq_ignore_ascii_case("content-type") {
+            rb = rb.header(k.as_str(), v.as_str());
+        }
+    }
+    rb.body(serde_json::to_vec(body).unwrap())
+}
+
+/// One SSE event and when it reached the client.
+pub struct SseEvent {
+    pub at: Instant,
+    pub data: Value,
+}
+
+/// Reads an SSE body event by event, recording arrival times.
+pub async fn read_sse(response: reqwest::Response) -> Vec<SseEvent> {
+    let mut events = Vec::new();
+    let mut buf = Vec::<u8>::new();
+    let mut stream = response.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.expect("stream chunk");
+        buf.extend_from_slice(&chunk);
+        while let Some(pos) = find(&buf, b"\n\n") {
+            let frame: Vec<u8> = buf.drain(..pos + 2).collect();
+            let text = String::from_utf8_lossy(&frame);
+            for line in text.lines() {
+                if let Some(data) = line.strip_prefix("data:") {
+                    let data = data.trim();
+                    if data == "[DONE]" {
+                        events.push(SseEvent {
+                            at: Instant::now(),
+                            data: Value::String("[DONE]".into()),
+                        });
+                    } else if let Ok(v) = serde_json::from_str(data) {
+                        events.push(SseEvent {
+                            at: Instant::now(),
+                            data: v,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    events
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// The `keymux` binary run as a child process.
+pub struct Keymux {
+    pub child: tokio::process::Child,
+    pub base: String,
+    pub root: String,
+    /// Everything the process wrote to stdout and stderr.
+    pub output: Arc<Mutex<Vec<u8>>>,
+}
+
+pub fn keymux_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_keymux"))
+}
+
+/// Environment for a child `keymux`: nothing from the test process but PATH and what is given.
+pub fn base_env(home: &Path) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("PATH".to_owned(), std::env::var("PATH").unwrap_or_default()),
+        ("HOME".to_owned(), home.display().to_string()),
+        (
+            "XDG_CONFIG_HOME".to_owned(),
+            home.join(".config").display().to_string(),
+        ),
+        ("KEYMUX_LOG".to_owned(), "debug".to_owned()),
+    ];
+    for var in [
+        "DBUS_SESSION_BUS_ADDRESS",
+        "XDG_RUNTIME_DIR",
+        "XDG_DATA_HOME",
+    ] {
+        if let Ok(v) = std::env::var(var) {
+            env.push((var.to_owned(), v));
+        }
+    }
+    env
+}
+
+impl Keymux {
+    /// Starts `keymux serve --listen 127.0.0.1:0 ARGS` and waits for its "listening on" line.
+    pub async fn spawn(args: &[&str], env: &[(String, String)]) -> Self {
+        let mut cmd = tokio::process::Command::new(keymux_bin());
+        cmd.arg("serve")
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .args(args);
+        cmd.env_clear()
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().expect("keymux starts");
+        let output = Arc::new(Mutex::new(Vec::new()));
+        let mut stderr = child.stderr.take().expect("stderr");
+        let sink = output.clone();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stderr.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .expect("keymux printed its address in time")
+            .expect("stdout readable");
+        let Some(line) = line else {
+            let _ = child.wait().await;
+            panic!(
+                "keymux exited early: {}",
+                String::from_utf8_lossy(&output.lock().unwrap())
+            );
+        };
+        output.lock().unwrap().extend_from_slice(line.as_bytes());
+        let sink = output.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                sink.lock().unwrap().extend_from_slice(line.as_bytes());
+            }
+        });
+        let base = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://") && w.ends_with("/v1"))
+            .expect("listening line names the base URL")
+            .to_owned();
+        let root = base.trim_end_matches("/v1").to_owned();
+        Self {
+            child,
+            base,
+            root,
+            output,
+        }
+    }
+
+    pub fn output_text(&self) -> String {
+        String::from_utf8_lossy(&self.output.lock().unwrap()).into_owned()
+    }
+
+    pub async fn stop(mut self) -> String {
+        if let Some(pid) = self.child.id() {
+            // SIGTERM, so the graceful shutdown path runs.
+            let _ = std::process::Command::new("kill")
+                .arg(pid.to_string())
+                .status();
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        self.output_text()
+    }
+}
+
+/// Runs `keymux ARGS` to completion with `stdin`; returns (success, stdout, stderr).
+pub async fn run_keymux(
+    args: &[&str],
+    env: &[(String, String)],
+    stdin: &str,
+) -> (bool, String, String) {
+    use tokio::io::AsyncWriteExt as _;
+    let mut cmd = tokio::process::Command::new(keymux_bin());
+    cmd.args(args)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("keymux runs");
+    let mut input = child.stdin.take().expect("stdin");
+    input
+        .write_all(stdin.as_bytes())
+        .await
+        .expect("write stdin");
+    drop(input);
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("keymux finished in time")
+        .expect("output");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Asserts that none of `secrets` occurs in `text`.
+pub fn assert_no_secrets(what: &str, text: &str, secrets: &[&str]) {
+    for s in secrets {
+        assert!(
+            !text.contains(s),
+            "{what} contains a secret ({}…)",
+            &s[..s.len().min(5)]
+        );
+    }
+}
