@@ -29,6 +29,15 @@ impl KeyId {
         Self::new(format!("k_{}", hex::encode(bytes)))
     }
 
+    /// Whether this is a well-formed key id: 1 to 64 of `[A-Za-z0-9_-]` (so it can travel inside
+    /// markers and item ids).
+    pub fn is_well_formed(id: &str) -> bool {
+        (1..=64).contains(&id.len())
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    }
+
     /// The id as text.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -125,10 +134,10 @@ pub fn validate_label(label: &str) -> Result<(), String> {
     }
     if !label
         .chars()
-        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
     {
         return Err(format!(
-            "label {label:?} may only use letters, digits, '-', '_' and '.'"
+            "label {label:?} may only use letters, digits, '-' and '_'"
         ));
     }
     Ok(())

@@ -11,6 +11,8 @@
 //!   store and an in-memory store.
 //! * [`keys`]: key identity (`KeyId`), providers (OpenAI, Azure), the runtime `KeyEntry` and keyed
 //!   fingerprints.
+//! * [`markers`]: every marker format: wrapping `encrypted_content`, tagging ids, and stripping them
+//!   from request bodies in one pass.
 //! * [`tokens`]: local client tokens and their constant-time check.
 //! * [`facts`]: classifies a request into an `Operation` and reads the few body facts routing needs.
 //! * [`router`]: the pure `decide(facts, pool view, now) -> Decision`.
@@ -31,6 +33,7 @@ pub mod facts;
 pub mod gateway;
 pub mod http;
 pub mod keys;
+pub mod markers;
 pub mod pool;
 pub mod router;
 pub mod secrets;

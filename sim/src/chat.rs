@@ -1,14 +1,24 @@
 //! Chat Completions: JSON and SSE (`data: {chunk}` … `data: [DONE]`), with a
 //! `reasoning_content` field and the organization's prompt cache.
+//!
+//! Like OpenAI-compatible bridges over the Responses API, a request with a
+//! `reasoning_effort` other than `"none"` also gets a non-standard `reasoning_items` array
+//! on the assistant message (on the finish chunk when streaming): one reasoning item whose
+//! `encrypted_content` is sealed under the serving organization. Replayed assistant
+//! messages carrying such items, and any `encrypted_content` elsewhere in `messages`, must
+//! decrypt under the serving organization or the request fails with
+//! `invalid_encrypted_content`.
 
 use std::time::Instant;
 
 use serde_json::{json, Map, Value};
 
+use crate::crypto::validate_input;
 use crate::error::ApiError;
 use crate::prompt::{header, message_line, tokens_of, Prompt, Transcript};
+use crate::responses::digest;
 use crate::state::{Caller, State};
-use crate::util::{lock, random_hex, truncate_chars, unix_now};
+use crate::util::{lock, object_id, random_hex, truncate_chars, unix_now};
 
 const DELTAS: usize = 4;
 
@@ -45,6 +55,30 @@ fn last_user_text(messages: &[Value]) -> String {
         .unwrap_or_default()
 }
 
+/// Rejects a `reasoning_items` entry of an assistant message whose `encrypted_content` is
+/// present but not a string: it cannot be decrypted. String tokens are checked by
+/// [`validate_input`], which sees every `encrypted_content` under `messages`.
+fn check_reasoning_item_types(messages: &[Value]) -> Result<(), ApiError> {
+    let items = messages
+        .iter()
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
+        .filter_map(|m| m.get("reasoning_items").and_then(Value::as_array))
+        .flatten();
+    for item in items {
+        match item.get("encrypted_content") {
+            None | Some(Value::Null) | Some(Value::String(_)) => {}
+            Some(_) => {
+                let id = item.get("id").and_then(Value::as_str);
+                return Err(ApiError::invalid_encrypted_content(
+                    id,
+                    "Could not decrypt encrypted content.",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn plan(
     state: &State,
     caller: &Caller,
@@ -62,6 +96,10 @@ pub(crate) fn plan(
             ))
         }
     };
+    check_reasoning_item_types(&messages)?;
+    if let Some(all) = body.get("messages") {
+        validate_input(&org.cipher, &state.other_ciphers(caller.org), all)?;
+    }
     let lines: Vec<String> = messages.iter().map(message_line).collect();
     let prompt = Prompt {
         header: header(body.get("tools"), None),
@@ -81,7 +119,10 @@ pub(crate) fn plan(
         org.id,
         truncate_chars(&last_user_text(&messages), 60)
     );
-    let with_reasoning = body.get("reasoning_effort").and_then(Value::as_str) != Some("none");
+    let effort = body.get("reasoning_effort").filter(|e| !e.is_null());
+    let with_reasoning = effort.and_then(Value::as_str) != Some("none");
+    // Encrypted reasoning only when an effort is asked for, as bridges do.
+    let with_items = effort.is_some() && with_reasoning;
     let reasoning = if with_reasoning {
         format!("SIM-REASONING #{n} from {}", org.id)
     } else {
@@ -107,6 +148,18 @@ pub(crate) fn plan(
     });
     let id = format!("chatcmpl-{}", random_hex(15));
     let created = unix_now();
+    let reasoning_items = with_items.then(|| {
+        let rs_id = object_id("rs");
+        let sealed = org.cipher.seal(&json!({
+            "kind": "reasoning",
+            "organization_id": org.id,
+            "response_id": id,
+            "item_id": rs_id,
+            "input_items": messages.len(),
+            "input_digest": digest(&prompt),
+        }));
+        json!([{"type": "reasoning", "id": rs_id, "encrypted_content": sealed, "summary": []}])
+    });
     let mut message = json!({
         "role": "assistant",
         "content": text,
@@ -115,6 +168,9 @@ pub(crate) fn plan(
     });
     if with_reasoning {
         message["reasoning_content"] = json!(reasoning);
+    }
+    if let Some(items) = &reasoning_items {
+        message["reasoning_items"] = items.clone();
     }
     let completion = json!({
         "id": id,
@@ -157,7 +213,11 @@ pub(crate) fn plan(
     for delta in crate::responses::split_deltas(&text, DELTAS) {
         chunks.push(chunk(json!({"content": delta}), Value::Null));
     }
-    chunks.push(chunk(json!({}), json!("stop")));
+    let mut last = json!({});
+    if let Some(items) = reasoning_items {
+        last["reasoning_items"] = items;
+    }
+    chunks.push(chunk(last, json!("stop")));
     if include_usage {
         chunks.push(json!({
             "id": id,

@@ -15,7 +15,7 @@
 //! - `server`: routing, authentication, common headers and the HTTP endpoint handlers.
 //! - `ws`: Responses over WebSocket, with connection-local state and abrupt kills.
 //! - `responses`: the Responses engine (output items, usage, event sequence, store effects).
-//! - `chat`: Chat Completions, JSON and SSE.
+//! - `chat`: Chat Completions, JSON and SSE, with organization-bound `reasoning_items`.
 //! - `embeddings`: deterministic hash-derived embeddings.
 //! - [`models`]: the model catalogue.
 //! - `prompt`: canonical prompt rendering, token estimates and prefix block hashes.

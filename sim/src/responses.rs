@@ -149,7 +149,8 @@ fn with_ids(items: &[Value]) -> Vec<Value> {
         .collect()
 }
 
-fn digest(prompt: &Prompt) -> String {
+/// A short digest of a prompt, sealed into encrypted items.
+pub(crate) fn digest(prompt: &Prompt) -> String {
     let mut h = Sha256::new();
     h.update(prompt.header.as_bytes());
     h.update(prompt.conversation.total_bytes().to_le_bytes());
