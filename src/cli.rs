@@ -173,6 +173,8 @@ async fn serve(config_path: Option<PathBuf>, args: ServeArgs) -> Result<(), Star
         "keymux listening on http://{addr}/v1 with {} key(s). Codex: base_url = \"http://{addr}/v1\", wire_api = \"responses\", env_key = \"KEYMUX_TOKEN\". pi: baseUrl \"http://{addr}/v1\", api \"openai-responses\", apiKey \"KEYMUX_TOKEN\". Token: `keymux token show default`.",
         prepared.keys
     ));
+    let probing = prepared.gateway.clone();
+    tokio::spawn(async move { probing.probe_keys().await });
     crate::http::serve(listener, prepared.gateway, shutdown_signal())
         .await
         .map_err(|e| StartError::Usage(format!("server stopped: {e}")))
@@ -228,20 +230,6 @@ fn load(config_path: Option<PathBuf>) -> Result<Loaded, StartError> {
         config,
         store,
     })
-}
-
-async fn install_secret(store: &Arc<dyn SecretStore>) -> Result<Secret, StartError> {
-    let existing = secrets::blocking(store.clone(), |s| s.get(account::INSTALL_SECRET)).await?;
-    if let Some(secret) = existing {
-        return Ok(secret);
-    }
-    let fresh = secrets::generate("");
-    let value = fresh.clone();
-    secrets::blocking(store.clone(), move |s| {
-        s.set(account::INSTALL_SECRET, &value)
-    })
-    .await?;
-    Ok(fresh)
 }
 
 fn read_secret() -> Result<Secret, StartError> {
@@ -314,7 +302,7 @@ async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Result<(), Star
                 let _ = secrets::blocking(store.clone(), move |s| s.delete(&account)).await;
                 return Err(e.into());
             }
-            let fp = fingerprint(&install_secret(&store).await?, &secret);
+            let fp = fingerprint(&startup::install_secret(&store).await?, &secret);
             out(&format!(
                 "added key '{label}' ({id}, fingerprint {fp}) to the {}",
                 store.describe()
@@ -329,7 +317,7 @@ async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Result<(), Star
             let install = if config.keys.is_empty() {
                 None
             } else {
-                Some(install_secret(&store).await?)
+                Some(startup::install_secret(&store).await?)
             };
             out(&format!(
                 "{:<16} {:<14} {:<8} {:<22} {:<11} STATUS",

@@ -59,6 +59,27 @@ impl Default for Timeouts {
     }
 }
 
+/// Routing affinities.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AffinityConfig {
+    /// Pin requests that replay encrypted content to the organization that produced it. Switching this
+    /// off breaks Codex and pi sessions across organizations; it exists for diagnosis.
+    pub encrypted_content: bool,
+    /// When that organization has no usable key left: `rescue` (drop the unreadable items and carry on)
+    /// or `fail` (answer 409 naming the key).
+    pub lost_org: crate::router::LostOrgPolicy,
+}
+
+impl Default for AffinityConfig {
+    fn default() -> Self {
+        Self {
+            encrypted_content: true,
+            lost_org: crate::router::LostOrgPolicy::Rescue,
+        }
+    }
+}
+
 /// A key as listed in the config file. Its secret lives in the keychain under `key:<id>`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -108,6 +129,8 @@ pub struct Config {
     pub max_attempts: usize,
     /// Upstream timeouts.
     pub timeouts: Timeouts,
+    /// Routing affinities.
+    pub affinity: AffinityConfig,
     /// Pooled keys.
     pub keys: Vec<KeyConfig>,
     /// Local client tokens.
@@ -123,6 +146,7 @@ impl Default for Config {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             max_attempts: 3,
             timeouts: Timeouts::default(),
+            affinity: AffinityConfig::default(),
             keys: Vec::new(),
             tokens: Vec::new(),
         }
@@ -182,8 +206,11 @@ impl Config {
         if self.max_body_bytes < 1024 {
             return Err(invalid("max_body_bytes must be at least 1024".into()));
         }
-        if self.max_attempts == 0 || self.max_attempts > 8 {
-            return Err(invalid("max_attempts must be between 1 and 8".into()));
+        if self.max_attempts == 0 || self.max_attempts > crate::router::MAX_ATTEMPTS {
+            return Err(invalid(format!(
+                "max_attempts must be between 1 and {}",
+                crate::router::MAX_ATTEMPTS
+            )));
         }
         let mut seen = BTreeMap::new();
         for key in &self.keys {
@@ -247,6 +274,8 @@ pub struct EnvSecrets {
     pub keys: Vec<EnvKey>,
     /// `KEYMUX_CLIENT_TOKEN`.
     pub client_token: Option<crate::secrets::Secret>,
+    /// `KEYMUX_INSTALL_SECRET`: keys the markers of an ephemeral run, so they survive restarts.
+    pub install_secret: Option<crate::secrets::Secret>,
 }
 
 const KEY_PREFIX: &str = "KEYMUX_KEY_";
@@ -267,8 +296,18 @@ impl EnvSecrets {
                 .get("KEYMUX_CLIENT_TOKEN")
                 .filter(|v| !v.is_empty())
                 .map(|v| crate::secrets::Secret::new(v.as_str())),
+            install_secret: vars
+                .get("KEYMUX_INSTALL_SECRET")
+                .filter(|v| v.len() >= 16)
+                .map(|v| crate::secrets::Secret::new(v.as_str())),
             keys: Vec::new(),
         };
+        if vars
+            .get("KEYMUX_INSTALL_SECRET")
+            .is_some_and(|v| v.len() < 16)
+        {
+            return Err("KEYMUX_INSTALL_SECRET must be at least 16 characters".into());
+        }
         for (name, value) in &vars {
             let Some(rest) = name.strip_prefix(KEY_PREFIX) else {
                 continue;
@@ -278,7 +317,7 @@ impl EnvSecrets {
                 rest.strip_suffix(a)
                     .is_some_and(|base| vars.contains_key(&format!("{KEY_PREFIX}{base}")))
             });
-            if is_attr || rest.is_empty() {
+            if is_attr || rest.is_empty() || name == "KEYMUX_INSTALL_SECRET" {
                 continue;
             }
             let label = rest.to_ascii_lowercase();

@@ -36,6 +36,15 @@ pub enum ApiError {
     /// A JSON endpoint got something that is not JSON.
     #[error("request body is not valid JSON: {detail}")]
     BadJson { detail: String },
+    /// A marker in the body must not be used.
+    #[error(transparent)]
+    Marker(#[from] crate::markers::MarkerError),
+    /// The body replays encrypted content of several organizations.
+    #[error("encrypted content from several organizations")]
+    MixedOrgs { labels: Vec<String> },
+    /// The organization that can read the body has no usable key and the policy is `fail`.
+    #[error("the owning organization has no usable key")]
+    LostOrg { label: String },
     /// The pool has no keys at all.
     #[error("no keys in the pool")]
     NoKeys,
@@ -73,7 +82,11 @@ impl ApiError {
         match self {
             Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::BodyRead { .. } | Self::BadJson { .. } => StatusCode::BAD_REQUEST,
+            Self::BodyRead { .. }
+            | Self::BadJson { .. }
+            | Self::Marker(_)
+            | Self::MixedOrgs { .. } => StatusCode::BAD_REQUEST,
+            Self::LostOrg { .. } => StatusCode::CONFLICT,
             Self::NoKeys | Self::NoUsableKey { .. } | Self::KeyRejected { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -92,13 +105,16 @@ impl ApiError {
             | Self::BodyTooLarge { .. }
             | Self::BodyRead { .. }
             | Self::BadJson { .. }
+            | Self::Marker(_)
+            | Self::MixedOrgs { .. }
             | Self::ForbiddenOrigin
             | Self::NotFound { .. }
             | Self::WebSocketUnavailable => Blame::Client,
             Self::NoKeys
             | Self::NoUsableKey { .. }
             | Self::AllCooling { .. }
-            | Self::KeyRejected { .. } => Blame::Key,
+            | Self::KeyRejected { .. }
+            | Self::LostOrg { .. } => Blame::Key,
             Self::Upstream(_) => Blame::Upstream,
         }
     }
@@ -110,6 +126,10 @@ impl ApiError {
             Self::BodyTooLarge { .. } => "body_too_large",
             Self::BodyRead { .. } => "body_read",
             Self::BadJson { .. } => "bad_json",
+            Self::Marker(crate::markers::MarkerError::Malformed { .. }) => "marker_malformed",
+            Self::Marker(crate::markers::MarkerError::Forged { .. }) => "marker_forged",
+            Self::MixedOrgs { .. } => "mixed_orgs",
+            Self::LostOrg { .. } => "lost_org",
             Self::NoKeys => "no_keys",
             Self::AllCooling { .. } => "all_cooling",
             Self::NoUsableKey { .. } => "no_usable_key",
@@ -155,6 +175,27 @@ impl ApiError {
                 format!("The request body is not valid JSON ({detail}). Keymux forwards JSON bodies only on this endpoint."),
                 "invalid_request_error",
                 Some("invalid_json"),
+            ),
+            Self::Marker(e) => (format!("Keymux: {e}."), "invalid_request_error", Some("keymux_invalid_marker")),
+            Self::MixedOrgs { labels } => (
+                format!(
+                    "This request replays encrypted reasoning from more than one organization (Keymux keys {}), \
+                     and no single key can read all of it. Start a new session, or remove the items from \
+                     one of them.",
+                    labels.iter().map(|l| format!("'{l}'")).collect::<Vec<_>>().join(" and ")
+                ),
+                "invalid_request_error",
+                Some("keymux_mixed_organizations"),
+            ),
+            Self::LostOrg { label } => (
+                format!(
+                    "This session's encrypted reasoning can only be read by the organization of Keymux key \
+                     '{label}', which has no usable key now. Re-add or re-enable that key to continue the \
+                     session as it is, or set `[affinity] lost_org = \"rescue\"` to continue without the \
+                     unreadable reasoning."
+                ),
+                "invalid_request_error",
+                Some("keymux_organization_unavailable"),
             ),
             Self::NoKeys => (
                 "Keymux has no API keys to use. Add one with `keymux keys add --label NAME`, or set \

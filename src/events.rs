@@ -68,6 +68,10 @@ pub struct RequestRecord {
     pub status: u16,
     /// Keymux's error label when Keymux answered with an error.
     pub error: Option<&'static str>,
+    /// A notable error code the provider answered with (`invalid_encrypted_content`…).
+    pub upstream_code: Option<&'static str>,
+    /// Items dropped by rescue because no usable key could read them.
+    pub rescued_items: usize,
     /// Milliseconds from arrival to response headers.
     pub duration_ms: u32,
 }
@@ -135,12 +139,16 @@ mod tests {
                 affinity_source: AffinitySource::None,
                 affinity_state: AffinityState::NoSignal,
                 continuity_hit: false,
+                pin: None,
+                rescued_orgs: Vec::new(),
                 refusal: None,
             },
             attempts: vec![],
             served_by: None,
             status: 200,
             error: None,
+            upstream_code: None,
+            rescued_items: 0,
             duration_ms: 1,
         }
     }

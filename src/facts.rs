@@ -1,7 +1,10 @@
 //! What the router needs to know about a request, read once from its method, path and body.
 //! Bodies are never changed here: clients send fields no schema knows, and they are forwarded as they are.
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+
+use crate::markers::{MarkerError, Markers, Pin};
 
 /// The API operation a request performs. Routing rules and observability speak in these terms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -77,12 +80,31 @@ pub struct RequestFacts {
     pub model: Option<String>,
     /// Whether the client asked for a stream.
     pub stream: bool,
+    /// Keys named by valid markers in the body (distinct key and organization pairs).
+    pub pins: Vec<Pin>,
+    /// Markers of another Keymux install that were stripped without routing on them.
+    pub foreign_markers: usize,
 }
 
-/// A body that is not what the endpoint expects.
+/// A body that cannot be forwarded.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct FactsError(pub String);
+pub enum FactsError {
+    /// Not the JSON object the endpoint takes.
+    #[error("{0}")]
+    Body(String),
+    /// A marker that must not be used.
+    #[error(transparent)]
+    Marker(#[from] MarkerError),
+}
+
+/// The facts and the body to forward (markers removed).
+#[derive(Debug)]
+pub struct Extracted {
+    /// The facts.
+    pub facts: RequestFacts,
+    /// The body with every marker removed; the same bytes when it had none.
+    pub body: Bytes,
+}
 
 #[derive(Deserialize)]
 struct Peek<'a> {
@@ -94,32 +116,50 @@ struct Peek<'a> {
 
 const MODEL_DISPLAY_CAP: usize = 128;
 
-/// Reads the facts of a request. JSON endpoints must carry a JSON object; everything else passes.
-pub fn extract(seq: u64, operation: Operation, body: &[u8]) -> Result<RequestFacts, FactsError> {
+/// Reads the facts of a request and removes its markers. JSON endpoints must carry a JSON object;
+/// everything else passes as it is.
+pub fn extract(
+    seq: u64,
+    operation: Operation,
+    body: &Bytes,
+    markers: &Markers,
+) -> Result<Extracted, FactsError> {
     let mut facts = RequestFacts {
         seq,
         operation,
         model: None,
         stream: false,
+        pins: Vec::new(),
+        foreign_markers: 0,
     };
     if !operation.has_json_body() {
-        return Ok(facts);
+        return Ok(Extracted {
+            facts,
+            body: body.clone(),
+        });
     }
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Err(FactsError(
+        return Err(FactsError::Body(
             "the body is empty; this endpoint takes a JSON object".into(),
         ));
     }
     let peek: Peek<'_> = serde_json::from_slice(body).map_err(|e| {
         if e.is_data() {
-            FactsError("the body must be a JSON object".into())
+            FactsError::Body("the body must be a JSON object".into())
         } else {
-            FactsError(e.to_string())
+            FactsError::Body(e.to_string())
         }
     })?;
     facts.model = peek.model.map(|m| truncate(&m, MODEL_DISPLAY_CAP));
     facts.stream = matches!(peek.stream, Some(serde_json::Value::Bool(true)));
-    Ok(facts)
+    let stripped = markers.strip(body)?;
+    facts.pins = stripped.pins;
+    facts.foreign_markers = stripped.foreign;
+    let body = match stripped.body {
+        std::borrow::Cow::Borrowed(_) => body.clone(),
+        std::borrow::Cow::Owned(v) => Bytes::from(v),
+    };
+    Ok(Extracted { facts, body })
 }
 
 fn truncate(s: &str, cap: usize) -> String {
@@ -136,7 +176,13 @@ fn truncate(s: &str, cap: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::secrets::Secret;
     use http::Method;
+
+    fn extract(seq: u64, op: Operation, body: &[u8]) -> Result<RequestFacts, FactsError> {
+        let markers = Markers::new(&Secret::new("s"));
+        super::extract(seq, op, &Bytes::copy_from_slice(body), &markers).map(|e| e.facts)
+    }
 
     #[test]
     fn classifies_every_route() {

@@ -1,30 +1,35 @@
-//! One request, end to end: read the body under the cap, extract facts, decide, walk the candidates
-//! (failing over only before any byte reached the client), relay the answer as it arrives, and record
-//! the outcome in the pool and the event stream.
+//! One request, end to end: read the body under the cap, extract facts and strip markers, decide, walk
+//! the candidates (failing over only before any byte reached the client), relay the answer as it
+//! arrives with the serving key's markers on org-bound values, and record the outcome in the pool and
+//! the event stream.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
-use axum::http::{request, HeaderMap, Response, StatusCode};
+use axum::http::{header, request, HeaderMap, Response, StatusCode};
 use axum::response::IntoResponse;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::StreamExt as _;
 use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::events::{Attempt, Events, FailureKind, RequestRecord};
-use crate::facts::{self, Operation, RequestFacts};
+use crate::facts::{self, FactsError, Operation, RequestFacts};
 use crate::keys::{KeyEntry, KeyId};
+use crate::markers::Markers;
 use crate::pool::{InFlight, Outcome, OutcomeKind, Pool};
-use crate::router::{self, Decision, Refusal};
+use crate::relay::{SseRewriter, Tagger, MAX_EVENT_BYTES};
+use crate::router::{self, Decision, Policy, Refusal};
 use crate::tokens::TokenSet;
 use crate::upstream::{self, Upstream, UpstreamError};
 
 /// Cooldown for a 429 that gave no hint at all.
 const DEFAULT_COOLDOWN: Duration = Duration::from_secs(5);
+/// Largest upstream error body Keymux reads to classify it (error bodies are small JSON).
+const MAX_ERROR_BODY: usize = 256 * 1024;
 
 /// The gateway: the pool, the upstream client, the accepted tokens and the event stream.
 pub struct Gateway {
@@ -34,24 +39,37 @@ pub struct Gateway {
     events: Events,
     seq: AtomicU64,
     max_body_bytes: usize,
-    max_attempts: usize,
+    policy: Policy,
+}
+
+/// What one request produced, for its record.
+#[derive(Default)]
+struct Notes {
+    rescued_items: usize,
+    upstream_code: Option<&'static str>,
 }
 
 impl Gateway {
-    /// Builds a gateway from the config's settings, the keys (with their secrets) and the tokens.
+    /// Builds a gateway from the config's settings, the keys (with their secrets), the tokens and the
+    /// markers keyed by the install secret.
     pub fn new(
         config: &Config,
         keys: Vec<KeyEntry>,
         tokens: TokenSet,
+        markers: Markers,
     ) -> Result<Self, UpstreamError> {
         Ok(Self {
-            pool: Pool::new(keys),
+            pool: Pool::new(keys, markers),
             upstream: Upstream::new(&config.upstream, &config.timeouts)?,
             tokens,
             events: Events::default(),
             seq: AtomicU64::new(0),
             max_body_bytes: config.max_body_bytes,
-            max_attempts: config.max_attempts.clamp(1, router::MAX_ATTEMPTS),
+            policy: Policy {
+                max_attempts: config.max_attempts.clamp(1, router::MAX_ATTEMPTS),
+                encrypted_affinity: config.affinity.encrypted_content,
+                lost_org: config.affinity.lost_org,
+            },
         })
     }
 
@@ -70,14 +88,55 @@ impl Gateway {
         &self.tokens
     }
 
+    fn markers(&self) -> &Markers {
+        self.pool.markers()
+    }
+
+    /// Asks every key whose organization is not known yet for `GET /models`: a free call that teaches
+    /// the pool each key's organization (so pinned sessions can use all of an organization's keys from
+    /// the first request) and flags keys the provider rejects before a client meets them. Run at start.
+    pub async fn probe_keys(&self) {
+        let unknown: Vec<KeyId> = self
+            .pool
+            .view()
+            .keys
+            .into_iter()
+            .filter(|k| k.org.is_none())
+            .map(|k| k.id)
+            .collect();
+        let probes = unknown.into_iter().map(|key| async move {
+            let guard = self.pool.begin(&key)?;
+            let sent = self
+                .upstream
+                .send(guard.entry(), http::Method::GET, "/models", HeaderMap::new(), Bytes::new())
+                .await;
+            let label = guard.entry().label.clone();
+            drop(guard);
+            let now = Instant::now();
+            match sent {
+                Ok(response) => {
+                    let status = response.status();
+                    let org = header_text(response.headers(), "openai-organization");
+                    let (kind, _) = classify(status, response.headers());
+                    tracing::info!(key = %key, label = %label, status = status.as_u16(), org = org.as_deref().unwrap_or("-"), "probed key");
+                    self.pool.apply(&Outcome { key, at: now, kind, org });
+                }
+                Err(e) => tracing::warn!(key = %key, label = %label, error = %e, "could not probe key"),
+            }
+            Some(())
+        });
+        futures::future::join_all(probes).await;
+    }
+
     /// Proxies one authenticated `/v1/*` request.
     pub async fn forward(self: &Arc<Self>, parts: request::Parts, body: Body) -> Response<Body> {
         let started = Instant::now();
         let at_unix_ms = unix_ms();
         let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
         let operation = Operation::classify(&parts.method, parts.uri.path());
+        let mut notes = Notes::default();
 
-        let body = match axum::body::to_bytes(body, self.max_body_bytes).await {
+        let raw = match axum::body::to_bytes(body, self.max_body_bytes).await {
             Ok(body) => body,
             Err(e) => {
                 let err = if is_length_limit(&e) {
@@ -92,22 +151,27 @@ impl Gateway {
                 return self.refuse(seq, operation, at_unix_ms, started, err);
             }
         };
-        let facts = match facts::extract(seq, operation, &body) {
-            Ok(facts) => facts,
-            Err(e) => {
+        let extracted = match facts::extract(seq, operation, &raw, self.markers()) {
+            Ok(extracted) => extracted,
+            Err(FactsError::Body(detail)) => {
                 return self.refuse(
                     seq,
                     operation,
                     at_unix_ms,
                     started,
-                    ApiError::BadJson { detail: e.0 },
+                    ApiError::BadJson { detail },
                 )
             }
+            Err(FactsError::Marker(e)) => {
+                return self.refuse(seq, operation, at_unix_ms, started, e.into())
+            }
         };
+        let facts = extracted.facts;
+        let mut body = extracted.body;
 
-        let decision = router::decide(&facts, &self.pool.view(), Instant::now(), self.max_attempts);
-        if let Some(refusal) = decision.refusal {
-            let err = refusal_error(refusal);
+        let decision = router::decide(&facts, &self.pool.view(), Instant::now(), &self.policy);
+        if let Some(refusal) = decision.refusal.clone() {
+            let err = self.refusal_error(refusal);
             return self.finish(
                 &facts,
                 decision,
@@ -115,8 +179,29 @@ impl Gateway {
                 at_unix_ms,
                 started,
                 None,
+                notes,
                 err.into_response(),
             );
+        }
+        if !decision.rescued_orgs.is_empty() {
+            // The owning organization is gone: drop what no remaining key can read, then strip the rest.
+            match self.markers().drop_org_items(&raw, &decision.rescued_orgs) {
+                Some((rescued, dropped)) => {
+                    notes.rescued_items = dropped;
+                    body = match self.markers().strip(&rescued) {
+                        Ok(stripped) => Bytes::from(stripped.body.into_owned()),
+                        Err(e) => {
+                            return self.refuse(seq, operation, at_unix_ms, started, e.into())
+                        }
+                    };
+                }
+                None => {
+                    let err = ApiError::BadJson {
+                        detail: "the body could not be re-read for rescue".into(),
+                    };
+                    return self.refuse(seq, operation, at_unix_ms, started, err);
+                }
+            }
         }
 
         let path_and_query = parts
@@ -128,9 +213,10 @@ impl Gateway {
             .unwrap_or("/")
             .to_owned();
         let headers = upstream::forward_request_headers(&parts.headers);
-        let mut attempts: Vec<Attempt> = Vec::with_capacity(self.max_attempts);
+        let mut attempts: Vec<Attempt> = Vec::with_capacity(self.policy.max_attempts);
         let mut last_failure: Option<Response<Body>> = None;
         let candidates: Vec<KeyId> = decision.candidates().cloned().collect();
+        let pinned = decision.pin.is_some();
 
         for key in candidates {
             let Some(guard) = self.pool.begin(&key) else {
@@ -190,8 +276,14 @@ impl Gateway {
                         duration_ms,
                     });
                     match failure {
-                        None => {
-                            let relayed = self.relay(response, guard);
+                        None if status == StatusCode::BAD_REQUEST && operation.has_json_body() => {
+                            let (relayed, code) = self.relay_error(response, guard).await;
+                            if code == Some("invalid_encrypted_content") && pinned {
+                                // Keymux routed this correctly; the provider could still not read it (it
+                                // has had incidents). Never the key's fault: counted, not cooled.
+                                self.pool.note_invalid_encrypted(&key);
+                            }
+                            notes.upstream_code = code;
                             return self.finish(
                                 &facts,
                                 decision,
@@ -199,6 +291,21 @@ impl Gateway {
                                 at_unix_ms,
                                 started,
                                 Some(key),
+                                notes,
+                                relayed,
+                            );
+                        }
+                        None => {
+                            let tagger = self.tagger_for(operation, status, &key);
+                            let relayed = self.relay(response, guard, tagger);
+                            return self.finish(
+                                &facts,
+                                decision,
+                                attempts,
+                                at_unix_ms,
+                                started,
+                                Some(key),
+                                notes,
                                 relayed,
                             );
                         }
@@ -214,53 +321,152 @@ impl Gateway {
                                 .into_response(),
                             );
                         }
-                        Some(_) => last_failure = Some(self.relay(response, guard)),
+                        Some(_) => last_failure = Some(self.relay(response, guard, None)),
                     }
                 }
             }
         }
 
         // Every candidate failed before anything reached the client.
-        let response = match router::decide(&facts, &self.pool.view(), Instant::now(), 1).refusal {
-            Some(refusal) => refusal_error(refusal).into_response(),
-            None => last_failure
+        let retry_policy = Policy {
+            max_attempts: 1,
+            ..self.policy
+        };
+        let response = match router::decide(
+            &facts,
+            &self.pool.view(),
+            Instant::now(),
+            &retry_policy,
+        )
+        .refusal
+        {
+            Some(refusal @ Refusal::AllCooling { .. }) => {
+                self.refusal_error(refusal).into_response()
+            }
+            _ => last_failure
                 .unwrap_or_else(|| ApiError::NoUsableKey { unusable: 0 }.into_response()),
         };
-        let served_by = None;
         self.finish(
-            &facts, decision, attempts, at_unix_ms, started, served_by, response,
+            &facts, decision, attempts, at_unix_ms, started, None, notes, response,
         )
     }
 
-    /// Turns an upstream response into the client's response, streaming the body as it arrives. The
-    /// in-flight mark stays on the key until the body ends or the client goes away (which drops the
-    /// upstream request).
-    fn relay(&self, response: reqwest::Response, guard: InFlight) -> Response<Body> {
+    fn label_of(&self, key: &KeyId) -> String {
+        self.pool
+            .status(Instant::now())
+            .into_iter()
+            .find(|k| &k.id == key)
+            .map_or_else(|| format!("{key} (removed)"), |k| k.label)
+    }
+
+    fn refusal_error(&self, refusal: Refusal) -> ApiError {
+        match refusal {
+            Refusal::NoKeys => ApiError::NoKeys,
+            Refusal::AllCooling {
+                retry_after_secs,
+                cooling,
+            } => ApiError::AllCooling {
+                retry_after_secs,
+                cooling,
+            },
+            Refusal::NoUsableKey { unusable } => ApiError::NoUsableKey { unusable },
+            Refusal::MixedOrgs { keys } => ApiError::MixedOrgs {
+                labels: keys.iter().map(|k| self.label_of(k)).collect(),
+            },
+            Refusal::LostOrg { key } => ApiError::LostOrg {
+                label: self.label_of(&key),
+            },
+        }
+    }
+
+    /// Responses that may carry org-bound values get the serving key's markers.
+    fn tagger_for(&self, operation: Operation, status: StatusCode, key: &KeyId) -> Option<Tagger> {
+        let tags = match operation {
+            Operation::ResponsesCreate
+            | Operation::ResponsesCompact
+            | Operation::ResponsesGet
+            | Operation::ResponsesCancel
+            | Operation::ResponsesInputItems
+            | Operation::ChatCompletions => true,
+            Operation::ResponsesDelete
+            | Operation::Embeddings
+            | Operation::Models
+            | Operation::Other => false,
+        };
+        if !tags || !status.is_success() {
+            return None;
+        }
+        let org = self.pool.org_tag(key)?;
+        Some(Tagger::new(self.markers().clone(), key.clone(), org))
+    }
+
+    /// Reads a small upstream error body to classify it, then relays it as it was.
+    async fn relay_error(
+        &self,
+        response: reqwest::Response,
+        guard: InFlight,
+    ) -> (Response<Body>, Option<&'static str>) {
         let status = response.status();
         let headers = upstream::forward_response_headers(response.headers());
-        let idle = self.upstream.idle_timeout();
-        let chunks = response.bytes_stream();
-        let state = Some((chunks, guard));
-        let stream = futures::stream::unfold(state, move |state| async move {
-            let (mut chunks, guard) = state?;
-            match tokio::time::timeout(idle, chunks.next()).await {
-                Ok(Some(Ok(bytes))) => {
-                    Some((Ok::<Bytes, std::io::Error>(bytes), Some((chunks, guard))))
-                }
-                Ok(None) => None,
-                Ok(Some(Err(e))) => Some((
-                    Err(std::io::Error::other(format!(
-                        "upstream stream failed: {e}"
-                    ))),
-                    None,
-                )),
-                Err(_) => Some((
-                    Err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "upstream stream went idle",
-                    )),
-                    None,
-                )),
+        let mut bytes = BytesMut::new();
+        let mut chunks = response.bytes_stream();
+        while let Ok(Some(Ok(chunk))) =
+            tokio::time::timeout(self.upstream.idle_timeout(), chunks.next()).await
+        {
+            bytes.extend_from_slice(&chunk);
+            if bytes.len() > MAX_ERROR_BODY {
+                break;
+            }
+        }
+        drop(guard);
+        let code = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .and_then(|v| match v["error"]["code"].as_str() {
+                Some("invalid_encrypted_content") => Some("invalid_encrypted_content"),
+                Some("previous_response_not_found") => Some("previous_response_not_found"),
+                _ => None,
+            });
+        let mut out = Response::new(Body::from(bytes.freeze()));
+        *out.status_mut() = status;
+        *out.headers_mut() = headers;
+        (out, code)
+    }
+
+    /// Turns an upstream response into the client's response, streaming the body as it arrives and
+    /// tagging org-bound values when a tagger is given. The in-flight mark stays on the key until the
+    /// body ends or the client goes away (which drops the upstream request).
+    fn relay(
+        &self,
+        response: reqwest::Response,
+        guard: InFlight,
+        tagger: Option<Tagger>,
+    ) -> Response<Body> {
+        let status = response.status();
+        let headers = upstream::forward_response_headers(response.headers());
+        let content_type = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        let mode = match tagger {
+            Some(t) if content_type.starts_with("text/event-stream") => {
+                Mode::Sse(SseRewriter::new(t))
+            }
+            Some(t) if content_type.contains("json") => Mode::Json(t, BytesMut::new()),
+            _ => Mode::Pass,
+        };
+        let state = RelayState {
+            chunks: Box::pin(response.bytes_stream()),
+            idle: self.upstream.idle_timeout(),
+            mode,
+            _guard: guard,
+        };
+        let stream = futures::stream::unfold(Some(state), |state| async move {
+            let mut state = state?;
+            match state.next().await {
+                Some(Ok(bytes)) => Some((Ok::<Bytes, std::io::Error>(bytes), Some(state))),
+                Some(Err(e)) => Some((Err(e), None)),
+                None => None,
             }
         });
         let mut out = Response::new(Body::from_stream(stream));
@@ -282,6 +488,8 @@ impl Gateway {
             operation,
             model: None,
             stream: false,
+            pins: Vec::new(),
+            foreign_markers: 0,
         };
         let decision = Decision {
             seq,
@@ -291,6 +499,8 @@ impl Gateway {
             affinity_source: router::AffinitySource::None,
             affinity_state: router::AffinityState::NoSignal,
             continuity_hit: false,
+            pin: None,
+            rescued_orgs: Vec::new(),
             refusal: None,
         };
         self.finish(
@@ -300,6 +510,7 @@ impl Gateway {
             at_unix_ms,
             started,
             None,
+            Notes::default(),
             err.into_response(),
         )
     }
@@ -316,6 +527,7 @@ impl Gateway {
         at_unix_ms: u64,
         started: Instant,
         served_by: Option<KeyId>,
+        notes: Notes,
         response: Response<Body>,
     ) -> Response<Body> {
         let status = response.status().as_u16();
@@ -329,9 +541,10 @@ impl Gateway {
             op = ?facts.operation,
             model = facts.model.as_deref().unwrap_or("-"),
             key = served_by.as_ref().map(KeyId::as_str).unwrap_or("-"),
+            pinned = decision.pin.is_some(),
             attempts = attempts.len(),
             status,
-            error = error.unwrap_or("-"),
+            error = error.or(notes.upstream_code).unwrap_or("-"),
             ms = duration_ms,
             "request"
         );
@@ -345,9 +558,80 @@ impl Gateway {
             served_by,
             status,
             error,
+            upstream_code: notes.upstream_code,
+            rescued_items: notes.rescued_items,
             duration_ms,
         });
         response
+    }
+}
+
+enum Mode {
+    Pass,
+    Sse(SseRewriter),
+    Json(Tagger, BytesMut),
+}
+
+type Chunks = std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<Bytes>> + Send>>;
+
+struct RelayState {
+    chunks: Chunks,
+    idle: Duration,
+    mode: Mode,
+    _guard: InFlight,
+}
+
+impl RelayState {
+    /// The next piece for the client: `None` at the end, an error to abort the response.
+    async fn next(&mut self) -> Option<Result<Bytes, std::io::Error>> {
+        loop {
+            let next = match tokio::time::timeout(self.idle, self.chunks.next()).await {
+                Err(_) => {
+                    return Some(Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "upstream stream went idle",
+                    )))
+                }
+                Ok(Some(Err(e))) => {
+                    return Some(Err(std::io::Error::other(format!(
+                        "upstream stream failed: {e}"
+                    ))))
+                }
+                Ok(Some(Ok(bytes))) => Some(bytes),
+                Ok(None) => None,
+            };
+            match (&mut self.mode, next) {
+                (Mode::Pass, Some(bytes)) => return Some(Ok(bytes)),
+                (Mode::Pass, None) => return None,
+                (Mode::Sse(rw), Some(bytes)) => match rw.push(&bytes) {
+                    Ok(out) if out.is_empty() => continue,
+                    Ok(out) => return Some(Ok(out)),
+                    Err(e) => return Some(Err(std::io::Error::other(e))),
+                },
+                (Mode::Sse(rw), None) => {
+                    let tail = rw.finish();
+                    self.mode = Mode::Pass;
+                    if tail.is_empty() {
+                        return None;
+                    }
+                    return Some(Ok(tail));
+                }
+                (Mode::Json(_, buf), Some(bytes)) => {
+                    buf.extend_from_slice(&bytes);
+                    if buf.len() > MAX_EVENT_BYTES {
+                        return Some(Err(std::io::Error::other(
+                            "upstream JSON body too large to relay",
+                        )));
+                    }
+                }
+                (Mode::Json(tagger, buf), None) => {
+                    let body = std::mem::take(buf).freeze();
+                    let out = tagger.tag_json(&body).map_or(body, Bytes::from);
+                    self.mode = Mode::Pass;
+                    return Some(Ok(out));
+                }
+            }
+        }
     }
 }
 
@@ -364,20 +648,6 @@ fn classify(status: StatusCode, headers: &HeaderMap) -> (OutcomeKind, Option<Fai
         ),
         500..=599 => (OutcomeKind::Failed, Some(FailureKind::Upstream5xx)),
         _ => (OutcomeKind::ClientError, None),
-    }
-}
-
-fn refusal_error(refusal: Refusal) -> ApiError {
-    match refusal {
-        Refusal::NoKeys => ApiError::NoKeys,
-        Refusal::AllCooling {
-            retry_after_secs,
-            cooling,
-        } => ApiError::AllCooling {
-            retry_after_secs,
-            cooling,
-        },
-        Refusal::NoUsableKey { unusable } => ApiError::NoUsableKey { unusable },
     }
 }
 

@@ -18,6 +18,7 @@
 //! * [`router`]: the pure `decide(facts, pool view, now) -> Decision`.
 //! * [`pool`]: live per-key state (health, cooldowns, in-flight, learned org), changed only by `apply`.
 //! * [`upstream`]: the one provider HTTP client, header policy, timeouts and rate-limit hints.
+//! * [`relay`]: tags org-bound values in relayed SSE events, JSON bodies and WebSocket frames.
 //! * [`gateway`]: one request end to end: body cap, decide, failover before the first byte, relay.
 //! * [`events`]: bounded ring and live feed of finished requests with their decisions.
 //! * [`error`]: the OpenAI-shaped error every layer folds into.
@@ -35,6 +36,7 @@ pub mod http;
 pub mod keys;
 pub mod markers;
 pub mod pool;
+pub mod relay;
 pub mod router;
 pub mod secrets;
 pub mod startup;

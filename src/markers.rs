@@ -517,6 +517,33 @@ impl Markers {
     }
 }
 
+impl Markers {
+    /// Rescue: removes from a request body every array element that carries a valid marker naming one
+    /// of `orgs` (reasoning and compaction items in `input`, entries of a Chat message's `reasoning_items`).
+    /// Returns the new body and how many elements were dropped, or `None` if the body is not JSON.
+    pub fn drop_org_items(&self, body: &[u8], orgs: &[OrgTag]) -> Option<(Vec<u8>, usize)> {
+        let mut value: Value = serde_json::from_slice(body).ok()?;
+        let dropped = self.drop_in(&mut value, orgs);
+        Some((serde_json::to_vec(&value).ok()?, dropped))
+    }
+
+    fn drop_in(&self, value: &mut Value, orgs: &[OrgTag]) -> usize {
+        match value {
+            Value::Array(items) => {
+                let before = items.len();
+                items.retain(|item| !orgs.iter().any(|org| self.names_org(item, *org)));
+                let mut dropped = before - items.len();
+                for item in items.iter_mut() {
+                    dropped += self.drop_in(item, orgs);
+                }
+                dropped
+            }
+            Value::Object(map) => map.values_mut().map(|v| self.drop_in(v, orgs)).sum(),
+            _ => 0,
+        }
+    }
+}
+
 /// Item ids whose items are bound to the organization that made them.
 fn is_bound_id(id: &str) -> bool {
     id.starts_with("rs_") || id.starts_with("cmp_")

@@ -10,6 +10,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::keys::{KeyEntry, KeyId, KeySource, Provider};
+use crate::markers::{Markers, OrgTag};
 use crate::router::{Health, KeyView, PoolView};
 
 /// What happened when a key was used; the only way pool state changes.
@@ -48,6 +49,7 @@ pub enum OutcomeKind {
 struct Live {
     health: Health,
     learned_org: Option<String>,
+    org_tag: OrgTag,
     last_status: Option<u16>,
 }
 
@@ -56,6 +58,7 @@ struct Slot {
     in_flight: AtomicU32,
     served: AtomicU64,
     failed: AtomicU64,
+    invalid_encrypted: AtomicU64,
     live: ArcSwap<Live>,
 }
 
@@ -63,6 +66,7 @@ struct Slot {
 pub struct Pool {
     // Replaced only when keys are added or removed; bounded by `router::MAX_KEYS`.
     slots: ArcSwap<Vec<Arc<Slot>>>,
+    markers: Markers,
 }
 
 /// A key currently serving a request; the in-flight count drops when this is dropped.
@@ -110,31 +114,107 @@ pub struct KeyStatus {
     pub failed: u64,
     /// Last upstream status.
     pub last_status: Option<u16>,
+    /// Upstream `invalid_encrypted_content` answers to requests Keymux had pinned correctly (a provider
+    /// incident, never the key's fault).
+    pub invalid_encrypted_content: u64,
 }
 
 impl Pool {
     /// A pool of these keys (at most `router::MAX_KEYS`; extra keys are refused by the caller).
-    pub fn new(entries: Vec<KeyEntry>) -> Self {
+    pub fn new(entries: Vec<KeyEntry>, markers: Markers) -> Self {
         let slots = entries
             .into_iter()
             .take(crate::router::MAX_KEYS)
-            .map(|entry| {
-                Arc::new(Slot {
-                    entry,
-                    in_flight: AtomicU32::new(0),
-                    served: AtomicU64::new(0),
-                    failed: AtomicU64::new(0),
-                    live: ArcSwap::from_pointee(Live {
-                        health: Health::Ready,
-                        learned_org: None,
-                        last_status: None,
-                    }),
-                })
-            })
+            .map(|entry| Self::slot_for(entry, &markers))
             .collect();
         Self {
             slots: ArcSwap::from_pointee(slots),
+            markers,
         }
+    }
+
+    fn slot_for(mut entry: KeyEntry, markers: &Markers) -> Arc<Slot> {
+        if entry.org.is_none() && entry.provider == Provider::Azure {
+            // Azure sends no organization header; each resource is its own organization.
+            entry.org = entry.base_url.as_deref().and_then(azure_resource);
+        }
+        let org_tag = markers.org_tag(entry.org.as_deref(), &entry.id);
+        Arc::new(Slot {
+            entry,
+            in_flight: AtomicU32::new(0),
+            served: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            invalid_encrypted: AtomicU64::new(0),
+            live: ArcSwap::from_pointee(Live {
+                health: Health::Ready,
+                learned_org: None,
+                org_tag,
+                last_status: None,
+            }),
+        })
+    }
+
+    /// Adds a key (refused past `router::MAX_KEYS` or for a duplicate id).
+    pub fn add(&self, entry: KeyEntry) -> bool {
+        let mut added = false;
+        self.slots.rcu(|slots| {
+            added = slots.len() < crate::router::MAX_KEYS
+                && !slots.iter().any(|s| s.entry.id == entry.id);
+            let mut next = Vec::clone(slots);
+            if added {
+                next.push(Self::slot_for(entry.clone(), &self.markers));
+            }
+            next
+        });
+        added
+    }
+
+    /// Removes a key. Requests it is serving finish; nothing new is routed to it.
+    pub fn remove(&self, key: &KeyId) -> bool {
+        let mut removed = false;
+        self.slots.rcu(|slots| {
+            removed = slots.iter().any(|s| &s.entry.id == key);
+            slots
+                .iter()
+                .filter(|s| &s.entry.id != key)
+                .cloned()
+                .collect::<Vec<_>>()
+        });
+        removed
+    }
+
+    /// Switches a key off or back on.
+    pub fn set_disabled(&self, key: &KeyId, disabled: bool) -> bool {
+        let Some(slot) = self.slot(key) else {
+            return false;
+        };
+        slot.live.rcu(|live| {
+            let mut next = Live::clone(live);
+            next.health = match (disabled, next.health) {
+                (true, _) => Health::Disabled,
+                (false, Health::Disabled) => Health::Ready,
+                (false, other) => other,
+            };
+            next
+        });
+        true
+    }
+
+    /// The organization tag a key's markers carry now.
+    pub fn org_tag(&self, key: &KeyId) -> Option<OrgTag> {
+        self.slot(key).map(|s| s.live.load().org_tag)
+    }
+
+    /// Counts an upstream `invalid_encrypted_content` on a correctly pinned request.
+    pub fn note_invalid_encrypted(&self, key: &KeyId) {
+        if let Some(slot) = self.slot(key) {
+            slot.invalid_encrypted.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The markers this pool's tags are computed with.
+    pub fn markers(&self) -> &Markers {
+        &self.markers
     }
 
     /// How many keys.
@@ -158,6 +238,7 @@ impl Pool {
                     KeyView {
                         id: s.entry.id.clone(),
                         org: s.entry.org.clone().or_else(|| live.learned_org.clone()),
+                        org_tag: live.org_tag,
                         in_flight: s.in_flight.load(Ordering::Acquire),
                         health: live.health,
                     }
@@ -226,6 +307,10 @@ impl Pool {
             if let Some(org) = &outcome.org {
                 if next.learned_org.as_deref() != Some(org) {
                     next.learned_org = Some(org.clone());
+                    // A configured organization wins over what the provider says.
+                    if slot.entry.org.is_none() {
+                        next.org_tag = self.markers.org_tag(Some(org), &slot.entry.id);
+                    }
                 }
             }
             next
@@ -262,6 +347,7 @@ impl Pool {
                     served: s.served.load(Ordering::Relaxed),
                     failed: s.failed.load(Ordering::Relaxed),
                     last_status: live.last_status,
+                    invalid_encrypted_content: s.invalid_encrypted.load(Ordering::Relaxed),
                 }
             })
             .collect()
@@ -279,10 +365,21 @@ impl Pool {
     }
 }
 
+/// `azure:<host>` for an Azure base URL.
+fn azure_resource(base_url: &str) -> Option<String> {
+    let rest = base_url.split_once("://").map_or(base_url, |(_, r)| r);
+    let host = rest.split(['/', '?']).next().filter(|h| !h.is_empty())?;
+    Some(format!("azure:{}", host.to_ascii_lowercase()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::secrets::Secret;
+
+    fn pool(entries: Vec<KeyEntry>) -> Pool {
+        Pool::new(entries, Markers::new(&Secret::new("pool-tests")))
+    }
 
     fn entry(id: &str) -> KeyEntry {
         KeyEntry {
@@ -307,7 +404,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn cooldown_expires_with_time() {
-        let pool = Pool::new(vec![entry("a")]);
+        let pool = pool(vec![entry("a")]);
         let now = Instant::now();
         pool.apply(&outcome(
             "a",
@@ -340,7 +437,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn in_flight_follows_guards_and_orgs_are_learned() {
-        let pool = Pool::new(vec![entry("a"), entry("b")]);
+        let pool = pool(vec![entry("a"), entry("b")]);
         let g1 = pool.begin(&KeyId::new("a")).expect("a");
         let g2 = pool.begin(&KeyId::new("a")).expect("a");
         assert_eq!(pool.view().keys[0].in_flight, 2);
@@ -352,13 +449,44 @@ mod tests {
 
         let mut o = outcome("b", Instant::now(), OutcomeKind::Served);
         o.org = Some("org-b".into());
+        let before = pool.view().keys[1].org_tag;
         pool.apply(&o);
         assert_eq!(pool.view().keys[1].org.as_deref(), Some("org-b"));
+        assert_ne!(
+            pool.view().keys[1].org_tag,
+            before,
+            "learning the org changes the tag"
+        );
+        assert!(pool.remove(&KeyId::new("a")));
+        assert_eq!(pool.len(), 1);
+        assert!(pool.add(entry("a")));
+        assert!(!pool.add(entry("a")), "no duplicate ids");
+    }
+
+    #[test]
+    fn azure_keys_of_one_resource_share_an_organization() {
+        let az = |id: &str, url: &str| KeyEntry {
+            provider: Provider::Azure,
+            base_url: Some(url.into()),
+            ..entry(id)
+        };
+        let pool = pool(vec![
+            az("x", "https://east.openai.azure.com/openai/v1"),
+            az("y", "https://EAST.openai.azure.com/openai/v1/"),
+            az("z", "https://west.openai.azure.com/openai/v1"),
+        ]);
+        let view = pool.view();
+        assert_eq!(view.keys[0].org_tag, view.keys[1].org_tag);
+        assert_ne!(view.keys[0].org_tag, view.keys[2].org_tag);
+        assert_eq!(
+            view.keys[0].org.as_deref(),
+            Some("azure:east.openai.azure.com")
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn rejection_sticks_until_a_success() {
-        let pool = Pool::new(vec![entry("a")]);
+        let pool = pool(vec![entry("a")]);
         pool.apply(&outcome("a", Instant::now(), OutcomeKind::Rejected));
         assert_eq!(pool.view().keys[0].health, Health::Invalid);
         pool.apply(&outcome("a", Instant::now(), OutcomeKind::Failed));

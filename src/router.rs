@@ -7,6 +7,7 @@ use tokio::time::Instant;
 
 use crate::facts::RequestFacts;
 use crate::keys::KeyId;
+use crate::markers::{OrgTag, Pin};
 
 /// Most keys a pool may hold; keeps every per-decision list small.
 pub const MAX_KEYS: usize = 64;
@@ -36,6 +37,8 @@ pub struct KeyView {
     pub id: KeyId,
     /// Organization, set or learned.
     pub org: Option<String>,
+    /// Tag of the organization (or of the key itself while its organization is unknown).
+    pub org_tag: OrgTag,
     /// Requests currently being served by this key.
     pub in_flight: u32,
     /// Health.
@@ -110,6 +113,28 @@ pub enum Reason {
         /// How many keys were tied.
         tied: usize,
     },
+    /// Encrypted content in the request can only be read by one organization's keys.
+    PinnedToOrg {
+        /// The key that produced the content.
+        key: KeyId,
+        /// Keys of that organization in the pool.
+        org_keys: usize,
+        /// Of those, usable now.
+        usable: usize,
+    },
+    /// The owning organization has no usable key: the unreadable items are dropped and the request is
+    /// routed as unpinned.
+    Rescued {
+        /// The key named by the marker.
+        key: KeyId,
+    },
+    /// Markers of another Keymux install were removed without routing on them.
+    ForeignMarkersStripped {
+        /// How many.
+        count: usize,
+    },
+    /// Encrypted-content affinity is switched off: markers were removed but not used.
+    AffinityOff,
     /// A key was left out.
     Skipped {
         /// Which.
@@ -120,9 +145,19 @@ pub enum Reason {
 }
 
 /// Why no key can take the request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Refusal {
+    /// The request replays encrypted content of two organizations; no key can read both.
+    MixedOrgs {
+        /// One key per organization named.
+        keys: Vec<KeyId>,
+    },
+    /// The organization that can read the request has no usable key, and the policy is `fail`.
+    LostOrg {
+        /// The key named by the marker.
+        key: KeyId,
+    },
     /// The pool is empty.
     NoKeys,
     /// Every usable key is cooling; the first frees after that many whole seconds (at least 1).
@@ -156,8 +191,56 @@ pub struct Decision {
     pub affinity_state: AffinityState,
     /// Whether a hard binding (previous response, WebSocket) was found and used.
     pub continuity_hit: bool,
+    /// The encrypted-content pin, when the request carried one.
+    pub pin: Option<PinDecision>,
+    /// Organizations whose items are dropped before the request goes upstream (rescue: no usable key of
+    /// theirs is left). Bounded by `markers::MAX_PINS`.
+    pub rescued_orgs: Vec<OrgTag>,
     /// Set when no key can take the request.
     pub refusal: Option<Refusal>,
+}
+
+/// What the encrypted-content pin did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PinDecision {
+    /// The key named by the marker.
+    pub key: KeyId,
+    /// The organization tag the marker carries.
+    pub org: OrgTag,
+    /// Whether the choice is that very key (otherwise another key of its organization).
+    pub exact: bool,
+}
+
+/// What happens when the organization that can read a request has no usable key left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LostOrgPolicy {
+    /// Drop the unreadable encrypted items and route normally (the session continues, minus that state).
+    #[default]
+    Rescue,
+    /// Answer 409 naming the key, so the user decides.
+    Fail,
+}
+
+/// The routing settings `decide` needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    /// Most candidates to return.
+    pub max_attempts: usize,
+    /// Whether encrypted-content markers pin requests.
+    pub encrypted_affinity: bool,
+    /// What to do when the pinned organization has no usable key.
+    pub lost_org: LostOrgPolicy,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            max_attempts: 3,
+            encrypted_affinity: true,
+            lost_org: LostOrgPolicy::Rescue,
+        }
+    }
 }
 
 impl Decision {
@@ -167,51 +250,19 @@ impl Decision {
     }
 }
 
-/// Chooses the keys for a request: the usable key with the fewest requests in flight, ties broken by a
-/// stable hash of (request number, key id) so equal keys share the load evenly and a given request
-/// always ranks them the same way. At most `max_attempts` candidates are returned.
-pub fn decide(
-    facts: &RequestFacts,
-    view: &PoolView,
-    now: Instant,
-    max_attempts: usize,
-) -> Decision {
-    let max_attempts = max_attempts.clamp(1, MAX_ATTEMPTS);
-    let mut reasons = Vec::new();
-    let mut usable: Vec<&KeyView> = Vec::new();
-    let mut earliest_free: Option<Instant> = None;
-    let mut cooling = 0usize;
-    let mut unusable = 0usize;
-
-    for key in view.keys.iter().take(MAX_KEYS) {
-        let why = match key.health {
-            Health::Ready => None,
-            Health::Cooling { until } if until <= now => None,
-            Health::Cooling { until } => {
-                cooling += 1;
-                earliest_free = Some(earliest_free.map_or(until, |e| e.min(until)));
-                Some(SkipWhy::Cooling {
-                    remaining_ms: millis(until - now),
-                })
-            }
-            Health::Invalid => {
-                unusable += 1;
-                Some(SkipWhy::Invalid)
-            }
-            Health::Disabled => {
-                unusable += 1;
-                Some(SkipWhy::Disabled)
-            }
-        };
-        match why {
-            None => usable.push(key),
-            Some(why) => reasons.push(Reason::Skipped {
-                key: key.id.clone(),
-                why,
-            }),
-        }
-    }
-
+/// Chooses the keys for a request.
+///
+/// * Encrypted content pins the request to the organization that produced it: only that organization's
+///   usable keys are candidates, least in flight first, the producing key first among equals. If they
+///   are all cooling, the answer is a 429 for the earliest of them; if none is left, the lost-org policy
+///   applies (rescue: route unpinned after dropping the unreadable items; fail: refuse).
+/// * Otherwise, the usable key with the fewest requests in flight, ties broken by a stable hash of
+///   (request number, key id) so equal keys share the load evenly and a request always ranks them the
+///   same way.
+///
+/// At most `policy.max_attempts` candidates are returned.
+pub fn decide(facts: &RequestFacts, view: &PoolView, now: Instant, policy: &Policy) -> Decision {
+    let max_attempts = policy.max_attempts.clamp(1, MAX_ATTEMPTS);
     let mut decision = Decision {
         seq: facts.seq,
         choice: None,
@@ -220,11 +271,131 @@ pub fn decide(
         affinity_source: AffinitySource::None,
         affinity_state: AffinityState::NoSignal,
         continuity_hit: false,
+        pin: None,
+        rescued_orgs: Vec::new(),
         refusal: None,
     };
+    let keys = &view.keys[..view.keys.len().min(MAX_KEYS)];
+    if facts.foreign_markers > 0 {
+        decision.reasons.push(Reason::ForeignMarkersStripped {
+            count: facts.foreign_markers,
+        });
+    }
 
+    if !facts.pins.is_empty() && !policy.encrypted_affinity {
+        decision.reasons.push(Reason::AffinityOff);
+    } else if !facts.pins.is_empty() {
+        // One pin per organization; an organization with no key left that could ever serve (removed,
+        // rejected, disabled) is lost, the others are live.
+        let mut live: Vec<&Pin> = Vec::new();
+        let mut lost: Vec<&Pin> = Vec::new();
+        for pin in &facts.pins {
+            if live.iter().chain(lost.iter()).any(|p| p.org == pin.org) {
+                continue;
+            }
+            let alive = keys.iter().any(|k| {
+                (k.org_tag == pin.org || k.id == pin.key)
+                    && matches!(k.health, Health::Ready | Health::Cooling { .. })
+            });
+            if alive {
+                live.push(pin)
+            } else {
+                lost.push(pin)
+            }
+        }
+        if live.len() > 1 {
+            decision.refusal = Some(Refusal::MixedOrgs {
+                keys: live.iter().map(|p| p.key.clone()).collect(),
+            });
+            return decision;
+        }
+        if let Some(gone) = lost.first() {
+            match policy.lost_org {
+                LostOrgPolicy::Fail => {
+                    decision.refusal = Some(Refusal::LostOrg {
+                        key: gone.key.clone(),
+                    });
+                    return decision;
+                }
+                LostOrgPolicy::Rescue => {
+                    for pin in &lost {
+                        decision.rescued_orgs.push(pin.org);
+                        decision.reasons.push(Reason::Rescued {
+                            key: pin.key.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        if let Some(first) = live.first() {
+            let members: Vec<&KeyView> = keys
+                .iter()
+                .filter(|k| k.org_tag == first.org || k.id == first.key)
+                .collect();
+            let usable: Vec<&KeyView> = members
+                .iter()
+                .copied()
+                .filter(|k| skip_reason(k, now).is_none())
+                .collect();
+            decision.reasons.push(Reason::PinnedToOrg {
+                key: first.key.clone(),
+                org_keys: members.len(),
+                usable: usable.len(),
+            });
+            let mut pin = PinDecision {
+                key: first.key.clone(),
+                org: first.org,
+                exact: false,
+            };
+            if usable.is_empty() {
+                // Alive but all cooling: only they can read it, so the client waits for the first.
+                let first_free = members
+                    .iter()
+                    .filter_map(|k| match k.health {
+                        Health::Cooling { until } if until > now => Some(until),
+                        _ => None,
+                    })
+                    .min()
+                    .unwrap_or(now);
+                decision.pin = Some(pin);
+                decision.refusal = Some(Refusal::AllCooling {
+                    retry_after_secs: whole_seconds_ceil(first_free.saturating_duration_since(now)),
+                    cooling: members.len(),
+                });
+                return decision;
+            }
+            let ranked = rank(usable, facts.seq, Some(&first.key));
+            pin.exact = ranked.first().is_some_and(|k| k.id == first.key);
+            decision.pin = Some(pin);
+            fill(&mut decision, ranked, max_attempts);
+            return decision;
+        }
+    }
+
+    let mut usable = Vec::new();
+    let mut skipped = Vec::new();
+    let mut earliest_free: Option<Instant> = None;
+    let (mut cooling, mut unusable) = (0usize, 0usize);
+    for key in keys {
+        match skip_reason(key, now) {
+            None => usable.push(key),
+            Some(why) => {
+                match (why, key.health) {
+                    (SkipWhy::Cooling { .. }, Health::Cooling { until }) => {
+                        cooling += 1;
+                        earliest_free = Some(earliest_free.map_or(until, |e| e.min(until)));
+                    }
+                    _ => unusable += 1,
+                }
+                skipped.push(Reason::Skipped {
+                    key: key.id.clone(),
+                    why,
+                });
+            }
+        }
+    }
     if usable.is_empty() {
-        decision.refusal = Some(match (view.keys.is_empty(), earliest_free) {
+        decision.refusal = Some(match (keys.is_empty(), earliest_free) {
             (true, _) => Refusal::NoKeys,
             (false, Some(first)) => Refusal::AllCooling {
                 retry_after_secs: whole_seconds_ceil(first - now),
@@ -232,28 +403,56 @@ pub fn decide(
             },
             (false, None) => Refusal::NoUsableKey { unusable },
         });
-        decision.reasons = reasons;
+        decision.reasons.extend(skipped);
         return decision;
     }
-
-    let candidates = usable.len();
-    usable.sort_by_key(|k| (k.in_flight, std::cmp::Reverse(tie_hash(facts.seq, &k.id))));
-    let best = usable[0].in_flight;
-    let tied = usable.iter().take_while(|k| k.in_flight == best).count();
-
-    let mut ranked = usable.into_iter().take(max_attempts).map(|k| k.id.clone());
-    decision.choice = ranked.next();
-    decision.fallbacks = ranked.collect();
-    let mut explained = vec![Reason::LeastInFlight {
+    let ranked = rank(usable, facts.seq, None);
+    let tied = ranked
+        .iter()
+        .take_while(|k| k.in_flight == ranked[0].in_flight)
+        .count();
+    let candidates = ranked.len();
+    let best = ranked[0].in_flight;
+    fill(&mut decision, ranked, max_attempts);
+    decision.reasons.push(Reason::LeastInFlight {
         in_flight: best,
         candidates,
-    }];
+    });
     if tied > 1 {
-        explained.push(Reason::TieBrokenByHash { tied });
+        decision.reasons.push(Reason::TieBrokenByHash { tied });
     }
-    explained.extend(reasons);
-    decision.reasons = explained;
+    decision.reasons.extend(skipped);
     decision
+}
+
+fn skip_reason(key: &KeyView, now: Instant) -> Option<SkipWhy> {
+    match key.health {
+        Health::Ready => None,
+        Health::Cooling { until } if until <= now => None,
+        Health::Cooling { until } => Some(SkipWhy::Cooling {
+            remaining_ms: millis(until - now),
+        }),
+        Health::Invalid => Some(SkipWhy::Invalid),
+        Health::Disabled => Some(SkipWhy::Disabled),
+    }
+}
+
+/// Orders candidates: fewest in flight, then the preferred key, then the stable hash.
+fn rank<'a>(mut keys: Vec<&'a KeyView>, seq: u64, prefer: Option<&KeyId>) -> Vec<&'a KeyView> {
+    keys.sort_by_key(|k| {
+        (
+            k.in_flight,
+            Some(&k.id) != prefer,
+            std::cmp::Reverse(tie_hash(seq, &k.id)),
+        )
+    });
+    keys
+}
+
+fn fill(decision: &mut Decision, ranked: Vec<&KeyView>, max_attempts: usize) {
+    let mut ids = ranked.into_iter().take(max_attempts).map(|k| k.id.clone());
+    decision.choice = ids.next();
+    decision.fallbacks = ids.collect();
 }
 
 fn millis(d: std::time::Duration) -> u64 {
@@ -282,6 +481,8 @@ pub fn tie_hash(seq: u64, key: &KeyId) -> u64 {
 mod tests {
     use super::*;
     use crate::facts::Operation;
+    use crate::markers::{Field, Markers};
+    use crate::secrets::Secret;
     use std::collections::BTreeMap;
     use std::time::Duration;
 
@@ -291,15 +492,53 @@ mod tests {
             operation: Operation::ResponsesCreate,
             model: Some("gpt-5.5".into()),
             stream: true,
+            pins: Vec::new(),
+            foreign_markers: 0,
         }
     }
 
+    fn markers() -> Markers {
+        Markers::new(&Secret::new("router-tests"))
+    }
+
     fn key(id: &str, in_flight: u32, health: Health) -> KeyView {
+        let id = KeyId::new(id);
         KeyView {
-            id: KeyId::new(id),
+            org_tag: markers().org_tag(None, &id),
+            id,
             org: None,
             in_flight,
             health,
+        }
+    }
+
+    /// A key of organization `org`.
+    fn org_key(id: &str, org: &str, in_flight: u32, health: Health) -> KeyView {
+        let id = KeyId::new(id);
+        KeyView {
+            org_tag: markers().org_tag(Some(org), &id),
+            id,
+            org: Some(org.into()),
+            in_flight,
+            health,
+        }
+    }
+
+    fn pinned(seq: u64, key: &str, org: &str) -> RequestFacts {
+        let id = KeyId::new(key);
+        let mut f = facts(seq);
+        f.pins.push(Pin {
+            org: markers().org_tag(Some(org), &id),
+            key: id,
+            field: Field::EncryptedContent,
+        });
+        f
+    }
+
+    fn policy(max_attempts: usize) -> Policy {
+        Policy {
+            max_attempts,
+            ..Policy::default()
         }
     }
 
@@ -389,7 +628,7 @@ mod tests {
             },
         ];
         for case in cases {
-            let d = decide(&facts(7), &PoolView { keys: case.keys }, now, 3);
+            let d = decide(&facts(7), &PoolView { keys: case.keys }, now, &policy(3));
             assert_eq!(
                 d.choice.as_ref().map(KeyId::as_str),
                 case.want_choice,
@@ -414,13 +653,13 @@ mod tests {
                 key("e", 0, Health::Invalid),
             ],
         };
-        let d = decide(&facts(1), &view, now, 3);
+        let d = decide(&facts(1), &view, now, &policy(3));
         assert_eq!(ids(&d), ["b", "c", "d"]);
         assert!(d.reasons.contains(&Reason::Skipped {
             key: KeyId::new("e"),
             why: SkipWhy::Invalid
         }));
-        let d = decide(&facts(1), &view, now, 99);
+        let d = decide(&facts(1), &view, now, &policy(99));
         assert_eq!(d.candidates().count(), MAX_ATTEMPTS);
     }
 
@@ -436,8 +675,12 @@ mod tests {
         };
         let mut counts: BTreeMap<String, u32> = BTreeMap::new();
         for seq in 0..3000 {
-            let d = decide(&facts(seq), &view, now, 3);
-            assert_eq!(d, decide(&facts(seq), &view, now, 3), "deterministic");
+            let d = decide(&facts(seq), &view, now, &policy(3));
+            assert_eq!(
+                d,
+                decide(&facts(seq), &view, now, &policy(3)),
+                "deterministic"
+            );
             assert!(d.reasons.contains(&Reason::TieBrokenByHash { tied: 3 }));
             *counts
                 .entry(d.choice.expect("chosen").to_string())
@@ -463,12 +706,127 @@ mod tests {
                 key("k_b", 0, Health::Ready),
             ],
         };
-        let json = serde_json::to_value(decide(&facts(3), &view, now, 3)).expect("json");
+        let json = serde_json::to_value(decide(&facts(3), &view, now, &policy(3))).expect("json");
         assert_eq!(json["choice"], "k_b");
         assert_eq!(json["affinity_source"], "none");
         assert_eq!(json["affinity_state"], "no_signal");
         assert_eq!(json["continuity_hit"], false);
         assert_eq!(json["reasons"][1]["rule"], "skipped");
         assert_eq!(json["reasons"][1]["why"]["kind"], "cooling");
+    }
+
+    #[test]
+    fn encrypted_content_pins_to_the_organization() {
+        let now = Instant::now();
+        let later = now + Duration::from_secs(4);
+        let org = |o: &str, k: &str| markers().org_tag(Some(o), &KeyId::new(k));
+        let two_orgs = |a1: u32, a2: u32, a1_health: Health, a2_health: Health| PoolView {
+            keys: vec![
+                org_key("a1", "org-a", a1, a1_health),
+                org_key("a2", "org-a", a2, a2_health),
+                org_key("b1", "org-b", 0, Health::Ready),
+            ],
+        };
+
+        // The org's least-loaded key serves; the other org is never a candidate.
+        let d = decide(
+            &pinned(1, "a1", "org-a"),
+            &two_orgs(3, 0, Health::Ready, Health::Ready),
+            now,
+            &policy(3),
+        );
+        assert_eq!(ids(&d), ["a2", "a1"]);
+        assert_eq!(d.pin.as_ref().map(|p| p.exact), Some(false));
+        // Equal load: the producing key first.
+        let d = decide(
+            &pinned(1, "a1", "org-a"),
+            &two_orgs(0, 0, Health::Ready, Health::Ready),
+            now,
+            &policy(3),
+        );
+        assert_eq!(ids(&d), ["a1", "a2"]);
+        assert_eq!(d.pin.as_ref().map(|p| p.exact), Some(true));
+        // The whole org cooling: a 429 for the org, though another org is idle.
+        let cooling = Health::Cooling { until: later };
+        let d = decide(
+            &pinned(1, "a1", "org-a"),
+            &two_orgs(0, 0, cooling, cooling),
+            now,
+            &policy(3),
+        );
+        assert_eq!(
+            d.refusal,
+            Some(Refusal::AllCooling {
+                retry_after_secs: 4,
+                cooling: 2
+            })
+        );
+        // One key of the org rejected: the other serves.
+        let d = decide(
+            &pinned(1, "a1", "org-a"),
+            &two_orgs(0, 0, Health::Invalid, Health::Ready),
+            now,
+            &policy(3),
+        );
+        assert_eq!(ids(&d), ["a2"]);
+
+        // The org is gone: rescue routes unpinned and names the org to drop; fail refuses.
+        let only_b = PoolView {
+            keys: vec![org_key("b1", "org-b", 0, Health::Ready)],
+        };
+        let d = decide(&pinned(1, "a1", "org-a"), &only_b, now, &policy(3));
+        assert_eq!(ids(&d), ["b1"]);
+        assert_eq!(d.rescued_orgs, vec![org("org-a", "a1")]);
+        assert!(d.pin.is_none());
+        let fail = Policy {
+            lost_org: LostOrgPolicy::Fail,
+            ..policy(3)
+        };
+        let d = decide(&pinned(1, "a1", "org-a"), &only_b, now, &fail);
+        assert_eq!(
+            d.refusal,
+            Some(Refusal::LostOrg {
+                key: KeyId::new("a1")
+            })
+        );
+
+        // Items of a lost org beside items of a live org: drop the lost, pin to the live.
+        let mut f = pinned(1, "a1", "org-a");
+        f.pins.push(Pin {
+            key: KeyId::new("b1"),
+            org: org("org-b", "b1"),
+            field: Field::ItemId,
+        });
+        let d = decide(&f, &only_b, now, &policy(3));
+        assert_eq!(ids(&d), ["b1"]);
+        assert_eq!(d.rescued_orgs.len(), 1);
+        assert!(d.pin.is_some());
+        // Two live orgs: nobody can read both.
+        let d = decide(
+            &f,
+            &two_orgs(0, 0, Health::Ready, Health::Ready),
+            now,
+            &policy(3),
+        );
+        assert_eq!(
+            d.refusal,
+            Some(Refusal::MixedOrgs {
+                keys: vec![KeyId::new("a1"), KeyId::new("b1")]
+            })
+        );
+
+        // Affinity switched off: markers are ignored for routing, and the decision says so.
+        let off = Policy {
+            encrypted_affinity: false,
+            ..policy(3)
+        };
+        let d = decide(
+            &pinned(1, "a1", "org-a"),
+            &two_orgs(1, 1, Health::Ready, Health::Ready),
+            now,
+            &off,
+        );
+        assert_eq!(d.choice.as_ref().map(KeyId::as_str), Some("b1"));
+        assert!(d.reasons.contains(&Reason::AffinityOff));
     }
 }

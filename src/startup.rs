@@ -8,6 +8,7 @@ use std::sync::Arc;
 use crate::config::{Config, ConfigError, EnvSecrets, TokenConfig};
 use crate::gateway::Gateway;
 use crate::keys::{KeyEntry, KeyId, KeySource};
+use crate::markers::Markers;
 use crate::secrets::{
     self, account, KeychainStore, MemoryStore, Secret, SecretStore, SecretsError,
 };
@@ -203,8 +204,25 @@ pub async fn prepare(options: StartOptions) -> Result<Prepared, StartError> {
         ));
     }
 
+    let install = match (&options.env.install_secret, keychain_ok) {
+        (Some(secret), _) => secret.clone(),
+        (None, true) => install_secret(&store).await?,
+        (None, false) => {
+            notices.push(
+                "markers are keyed by a secret that lives only in this process: sessions started now lose \
+                 their key pins when Keymux restarts (set KEYMUX_INSTALL_SECRET to keep them)"
+                    .into(),
+            );
+            secrets::generate("")
+        }
+    };
     let keys = entries.len();
-    let gateway = Gateway::new(&config, entries, TokenSet::new(&tokens))?;
+    let gateway = Gateway::new(
+        &config,
+        entries,
+        TokenSet::new(&tokens),
+        Markers::new(&install),
+    )?;
     Ok(Prepared {
         gateway: Arc::new(gateway),
         listen,
@@ -244,4 +262,19 @@ pub async fn create_token(
             .unwrap_or(0),
     });
     Ok(token)
+}
+
+/// The per-install secret that keys every marker: read from the store, created on first use.
+pub async fn install_secret(store: &Arc<dyn SecretStore>) -> Result<Secret, StartError> {
+    let existing = secrets::blocking(store.clone(), |s| s.get(account::INSTALL_SECRET)).await?;
+    if let Some(secret) = existing {
+        return Ok(secret);
+    }
+    let fresh = secrets::generate("");
+    let value = fresh.clone();
+    secrets::blocking(store.clone(), move |s| {
+        s.set(account::INSTALL_SECRET, &value)
+    })
+    .await?;
+    Ok(fresh)
 }

@@ -148,7 +148,7 @@ async fn keys_and_tokens_live_in_the_os_keychain_across_processes() {
             .unwrap();
         assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
     }
-    let counts = sim.count_by_key();
+    let counts = client_counts(&sim);
     assert!(
         counts.get("sk-kc-work-1").is_some_and(|n| *n > 0),
         "{counts:?}"

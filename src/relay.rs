@@ -1,0 +1,213 @@
+//! Rewriting what flows back to clients: SSE events, JSON bodies and WebSocket text frames get the
+//! serving key's markers on every org-bound value. Events that cannot carry one pass through untouched
+//! and unparsed; nothing is ever buffered beyond one event (or one JSON body).
+
+use bytes::{Bytes, BytesMut};
+use serde_json::Value;
+
+use crate::keys::KeyId;
+use crate::markers::{Markers, OrgTag};
+
+/// Largest single SSE event (or JSON body) Keymux will rewrite. A `response.completed` carries the whole
+/// output, so this is generous; past it the stream is failed rather than relayed untagged.
+pub const MAX_EVENT_BYTES: usize = 64 * 1024 * 1024;
+
+/// Who the relayed values belong to.
+#[derive(Clone, Debug)]
+pub struct Tagger {
+    markers: Markers,
+    key: KeyId,
+    org: OrgTag,
+}
+
+/// A rewrite that cannot be done safely.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    /// One event grew past `MAX_EVENT_BYTES`.
+    #[error("an upstream event is larger than {MAX_EVENT_BYTES} bytes")]
+    EventTooLarge,
+}
+
+impl Tagger {
+    /// Tags values for `key` of organization `org`.
+    pub fn new(markers: Markers, key: KeyId, org: OrgTag) -> Self {
+        Self { markers, key, org }
+    }
+
+    /// Tags a JSON text; `None` when nothing in it needed a marker (the caller keeps the original bytes).
+    pub fn tag_json(&self, text: &[u8]) -> Option<Vec<u8>> {
+        if !Markers::may_need_tagging(text) {
+            return None;
+        }
+        let mut value: Value = serde_json::from_slice(text).ok()?;
+        if self.markers.tag_tree(&mut value, &self.key, self.org) == 0 {
+            return None;
+        }
+        serde_json::to_vec(&value).ok()
+    }
+}
+
+/// Splits an SSE byte stream into events and tags the `data:` of those that need it.
+pub struct SseRewriter {
+    tagger: Tagger,
+    buf: BytesMut,
+    scanned: usize,
+}
+
+impl SseRewriter {
+    /// A rewriter for one response stream.
+    pub fn new(tagger: Tagger) -> Self {
+        Self {
+            tagger,
+            buf: BytesMut::new(),
+            scanned: 0,
+        }
+    }
+
+    /// Feeds a chunk; returns the complete events it finished, rewritten where needed.
+    pub fn push(&mut self, chunk: &[u8]) -> Result<Bytes, RelayError> {
+        self.buf.extend_from_slice(chunk);
+        let mut out = BytesMut::new();
+        loop {
+            let Some((end, sep)) = frame_end(&self.buf, self.scanned) else {
+                // Resume the search a few bytes back, in case a separator straddles two chunks.
+                self.scanned = self.buf.len().saturating_sub(3);
+                if self.buf.len() > MAX_EVENT_BYTES {
+                    return Err(RelayError::EventTooLarge);
+                }
+                break;
+            };
+            let frame = self.buf.split_to(end + sep).freeze();
+            self.scanned = 0;
+            out.extend_from_slice(&self.rewrite(&frame, sep));
+        }
+        Ok(out.freeze())
+    }
+
+    /// Flushes what is left when the stream ends (an unterminated last event passes as it is).
+    pub fn finish(&mut self) -> Bytes {
+        self.scanned = 0;
+        std::mem::take(&mut self.buf).freeze()
+    }
+
+    fn rewrite(&self, frame: &Bytes, sep: usize) -> Bytes {
+        if !Markers::may_need_tagging(frame) {
+            return frame.clone();
+        }
+        let body = &frame[..frame.len() - sep];
+        let text = String::from_utf8_lossy(body);
+        let mut other = Vec::new();
+        let mut data = String::new();
+        for line in text.split('\n') {
+            let line = line.strip_suffix('\r').unwrap_or(line);
+            if let Some(d) = line.strip_prefix("data:") {
+                if !data.is_empty() {
+                    data.push('\n');
+                }
+                data.push_str(d.strip_prefix(' ').unwrap_or(d));
+            } else {
+                other.push(line);
+            }
+        }
+        let Some(tagged) = self.tagger.tag_json(data.as_bytes()) else {
+            return frame.clone();
+        };
+        let mut out = BytesMut::with_capacity(tagged.len() + 64);
+        for line in other {
+            out.extend_from_slice(line.as_bytes());
+            out.extend_from_slice(b"\n");
+        }
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(&tagged);
+        out.extend_from_slice(b"\n\n");
+        out.freeze()
+    }
+}
+
+/// Finds the end of the first complete SSE event at or after `from`: (index of the separator, its length).
+fn frame_end(buf: &[u8], from: usize) -> Option<(usize, usize)> {
+    let hay = &buf[from.min(buf.len())..];
+    let lf = memchr::memmem::find(hay, b"\n\n").map(|i| (i, 2));
+    let crlf = memchr::memmem::find(hay, b"\r\n\r\n").map(|i| (i, 4));
+    let best = match (lf, crlf) {
+        (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
+        (a, b) => a.or(b),
+    };
+    best.map(|(i, n)| (from + i, n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::secrets::Secret;
+    use serde_json::json;
+
+    fn tagger() -> Tagger {
+        let markers = Markers::new(&Secret::new("s"));
+        let key = KeyId::new("k_1");
+        let org = markers.org_tag(Some("org-a"), &key);
+        Tagger::new(markers, key, org)
+    }
+
+    fn event(kind: &str, data: &Value) -> String {
+        format!("event: {kind}\ndata: {data}\n\n")
+    }
+
+    #[test]
+    fn events_are_split_across_chunks_and_only_org_bound_ones_change() {
+        let delta = event(
+            "response.output_text.delta",
+            &json!({"type":"response.output_text.delta","delta":"hi"}),
+        );
+        let done = event(
+            "response.output_item.done",
+            &json!({"type":"response.output_item.done","item":{"id":"rs_1","type":"reasoning","encrypted_content":"gAAAAABq"}}),
+        );
+        let stream = format!("{delta}{done}{delta}");
+        let mut rw = SseRewriter::new(tagger());
+        let mut out = Vec::new();
+        // Feed one byte at a time: framing must not depend on chunk boundaries.
+        for b in stream.as_bytes() {
+            out.extend_from_slice(&rw.push(std::slice::from_ref(b)).expect("fits"));
+        }
+        out.extend_from_slice(&rw.finish());
+        let text = String::from_utf8(out).expect("utf8");
+        let frames: Vec<&str> = text.split_inclusive("\n\n").collect();
+        assert_eq!(frames.len(), 3);
+        assert_eq!(frames[0], delta, "untouched byte for byte");
+        assert_eq!(frames[2], delta);
+        assert!(frames[1].starts_with("event: response.output_item.done\ndata: "));
+        let data: Value = serde_json::from_str(
+            frames[1]
+                .trim_end()
+                .strip_prefix("event: response.output_item.done\ndata: ")
+                .expect("data"),
+        )
+        .expect("json");
+        assert!(data["item"]["encrypted_content"]
+            .as_str()
+            .expect("s")
+            .starts_with("km1"));
+        assert!(data["item"]["id"]
+            .as_str()
+            .expect("s")
+            .starts_with("rs_km1"));
+    }
+
+    #[test]
+    fn crlf_framing_and_unterminated_tail() {
+        let mut rw = SseRewriter::new(tagger());
+        let out = rw
+            .push(b"data: {\"a\":1}\r\n\r\ndata: {\"b\"")
+            .expect("fits");
+        assert_eq!(&out[..], b"data: {\"a\":1}\r\n\r\n");
+        assert_eq!(&rw.finish()[..], b"data: {\"b\"");
+    }
+
+    #[test]
+    fn oversized_events_fail_instead_of_passing_untagged() {
+        let mut rw = SseRewriter::new(tagger());
+        let big = vec![b'x'; MAX_EVENT_BYTES + 1];
+        assert!(rw.push(&big).is_err());
+    }
+}
