@@ -233,8 +233,9 @@ impl ApiError {
             ),
             Self::Upstream(e) => (e.client_message(), "server_error", Some(e.label())),
             Self::WebSocketUnavailable => (
-                "Keymux does not relay Responses over WebSocket yet; use HTTP (Codex falls back \
-                 to HTTP by itself on this answer)."
+                "Keymux cannot open a Responses WebSocket for this request now (only GET \
+                 /v1/responses upgrades, and only while some key is usable); use HTTP. Codex falls back \
+                 to HTTP by itself on this answer."
                     .into(),
                 "invalid_request_error",
                 Some("websocket_not_supported"),

@@ -47,6 +47,16 @@ pub struct Attempt {
     pub duration_ms: u32,
 }
 
+/// How a request arrived.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Transport {
+    /// An HTTP request.
+    Http,
+    /// A `response.create` frame on a Responses WebSocket.
+    WebSocket,
+}
+
 /// A finished request.
 #[derive(Clone, Debug, Serialize)]
 pub struct RequestRecord {
@@ -54,6 +64,8 @@ pub struct RequestRecord {
     pub at_unix_ms: u64,
     /// The operation.
     pub operation: Operation,
+    /// HTTP or WebSocket.
+    pub transport: Transport,
     /// Model named in the body (capped).
     pub model: Option<String>,
     /// Whether the client asked for a stream.
@@ -129,6 +141,7 @@ mod tests {
         RequestRecord {
             at_unix_ms: 0,
             operation: Operation::ResponsesCreate,
+            transport: Transport::Http,
             model: None,
             stream: false,
             decision: Decision {

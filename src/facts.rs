@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use crate::markers::{MarkerError, Markers, Pin};
+use crate::markers::{MarkerError, Markers, Pin, SessionKey};
 
 /// The API operation a request performs. Routing rules and observability speak in these terms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -84,6 +84,26 @@ pub struct RequestFacts {
     pub pins: Vec<Pin>,
     /// Markers of another Keymux install that were stripped without routing on them.
     pub foreign_markers: usize,
+    /// Keyed digest of a valid top-level `prompt_cache_key` (Codex and pi set it to the session id).
+    #[serde(skip)]
+    pub session: Option<SessionKey>,
+    /// For the first frame of a Responses WebSocket: the key that last served this session's pinned
+    /// requests (set by the caller from its session table, never by `extract`).
+    pub session_hint: Option<crate::keys::KeyId>,
+}
+
+/// Most bytes of a `prompt_cache_key` Keymux uses.
+pub const MAX_CACHE_KEY_BYTES: usize = 256;
+
+/// A usable `prompt_cache_key`: a non-empty string of at most 256 bytes, with no leading or trailing
+/// whitespace and no control characters. Anything else is ignored (never an error, never changed).
+pub fn valid_cache_key(value: &serde_json::Value) -> Option<&str> {
+    let s = value.as_str()?;
+    let ok = !s.is_empty()
+        && s.len() <= MAX_CACHE_KEY_BYTES
+        && s.trim() == s
+        && !s.chars().any(char::is_control);
+    ok.then_some(s)
 }
 
 /// A body that cannot be forwarded.
@@ -111,6 +131,8 @@ struct Peek<'a> {
     #[serde(borrow, default)]
     model: Option<std::borrow::Cow<'a, str>>,
     #[serde(default)]
+    prompt_cache_key: Option<serde_json::Value>,
+    #[serde(default)]
     stream: Option<serde_json::Value>,
 }
 
@@ -131,6 +153,8 @@ pub fn extract(
         stream: false,
         pins: Vec::new(),
         foreign_markers: 0,
+        session: None,
+        session_hint: None,
     };
     if !operation.has_json_body() {
         return Ok(Extracted {
@@ -152,6 +176,11 @@ pub fn extract(
     })?;
     facts.model = peek.model.map(|m| truncate(&m, MODEL_DISPLAY_CAP));
     facts.stream = matches!(peek.stream, Some(serde_json::Value::Bool(true)));
+    facts.session = peek
+        .prompt_cache_key
+        .as_ref()
+        .and_then(valid_cache_key)
+        .map(|k| markers.session_digest(operation_scope(operation), k));
     let stripped = markers.strip(body)?;
     facts.pins = stripped.pins;
     facts.foreign_markers = stripped.foreign;
@@ -160,6 +189,14 @@ pub fn extract(
         std::borrow::Cow::Owned(v) => Bytes::from(v),
     };
     Ok(Extracted { facts, body })
+}
+
+/// Sessions of different protocols never share a digest.
+fn operation_scope(operation: Operation) -> &'static str {
+    match operation {
+        Operation::ChatCompletions => "chat",
+        _ => "responses",
+    }
 }
 
 fn truncate(s: &str, cap: usize) -> String {
@@ -239,6 +276,50 @@ mod tests {
         assert!(extract(1, Operation::ResponsesCreate, b"[1,2]").is_err());
         assert!(extract(1, Operation::ChatCompletions, b"").is_err());
         assert!(extract(1, Operation::Other, b"\x00\x01").is_ok());
+    }
+
+    #[test]
+    fn cache_keys_are_validated_and_never_kept_raw() {
+        use serde_json::json;
+        for bad in [
+            json!(" lead"),
+            json!("trail "),
+            json!("a\u{1}b"),
+            json!("x".repeat(257)),
+            json!(42),
+            json!(""),
+        ] {
+            assert_eq!(valid_cache_key(&bad), None, "{bad}");
+        }
+        assert_eq!(
+            valid_cache_key(&json!("01a227d7-ed08-7e52-9dfa-0ea02ef63150")),
+            Some("01a227d7-ed08-7e52-9dfa-0ea02ef63150")
+        );
+        let f = extract(
+            1,
+            Operation::ResponsesCreate,
+            br#"{"prompt_cache_key":"sess-1"}"#,
+        )
+        .expect("valid");
+        let g = extract(
+            2,
+            Operation::ResponsesCreate,
+            br#"{"prompt_cache_key":"sess-1"}"#,
+        )
+        .expect("valid");
+        assert!(f.session.is_some());
+        assert_eq!(f.session, g.session);
+        assert!(
+            !format!("{f:?}").contains("sess-1"),
+            "debug output shows no raw key"
+        );
+        let bad = extract(
+            3,
+            Operation::ResponsesCreate,
+            br#"{"prompt_cache_key":" sess-1"}"#,
+        )
+        .expect("still valid request");
+        assert_eq!(bad.session, None);
     }
 
     #[test]

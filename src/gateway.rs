@@ -34,6 +34,7 @@ const MAX_ERROR_BODY: usize = 256 * 1024;
 /// The gateway: the pool, the upstream client, the accepted tokens and the event stream.
 pub struct Gateway {
     pool: Pool,
+    hints: crate::affinity::SessionHints,
     upstream: Upstream,
     tokens: TokenSet,
     events: Events,
@@ -60,6 +61,7 @@ impl Gateway {
     ) -> Result<Self, UpstreamError> {
         Ok(Self {
             pool: Pool::new(keys, markers),
+            hints: crate::affinity::SessionHints::default(),
             upstream: Upstream::new(&config.upstream, &config.timeouts)?,
             tokens,
             events: Events::default(),
@@ -90,6 +92,43 @@ impl Gateway {
 
     fn markers(&self) -> &Markers {
         self.pool.markers()
+    }
+
+    /// Which key served each session's pinned requests.
+    pub fn hints(&self) -> &crate::affinity::SessionHints {
+        &self.hints
+    }
+
+    /// The next request number.
+    pub fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// The routing policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The upstream client.
+    pub fn upstream(&self) -> &Upstream {
+        &self.upstream
+    }
+
+    /// Whether a new WebSocket could be served at all right now (some key is usable).
+    pub fn can_open_socket(&self) -> Option<ApiError> {
+        let facts = RequestFacts {
+            seq: 0,
+            operation: Operation::ResponsesCreate,
+            model: None,
+            stream: true,
+            pins: Vec::new(),
+            foreign_markers: 0,
+            session: None,
+            session_hint: None,
+        };
+        router::decide(&facts, &self.pool.view(), Instant::now(), &self.policy)
+            .refusal
+            .map(|r| self.refusal_error(r))
     }
 
     /// Asks every key whose organization is not known yet for `GET /models`: a free call that teaches
@@ -132,7 +171,7 @@ impl Gateway {
     pub async fn forward(self: &Arc<Self>, parts: request::Parts, body: Body) -> Response<Body> {
         let started = Instant::now();
         let at_unix_ms = unix_ms();
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let seq = self.next_seq();
         let operation = Operation::classify(&parts.method, parts.uri.path());
         let mut notes = Notes::default();
 
@@ -296,6 +335,13 @@ impl Gateway {
                             );
                         }
                         None => {
+                            // The session's newest org-bound state now lives with this key's organization.
+                            if let (Some(session), true) = (
+                                facts.session,
+                                status.is_success() && operation == Operation::ResponsesCreate,
+                            ) {
+                                self.hints.insert(session, key.clone(), now);
+                            }
                             let tagger = self.tagger_for(operation, status, &key);
                             let relayed = self.relay(response, guard, tagger);
                             return self.finish(
@@ -359,7 +405,7 @@ impl Gateway {
             .map_or_else(|| format!("{key} (removed)"), |k| k.label)
     }
 
-    fn refusal_error(&self, refusal: Refusal) -> ApiError {
+    pub(crate) fn refusal_error(&self, refusal: Refusal) -> ApiError {
         match refusal {
             Refusal::NoKeys => ApiError::NoKeys,
             Refusal::AllCooling {
@@ -490,6 +536,8 @@ impl Gateway {
             stream: false,
             pins: Vec::new(),
             foreign_markers: 0,
+            session: None,
+            session_hint: None,
         };
         let decision = Decision {
             seq,
@@ -551,6 +599,7 @@ impl Gateway {
         self.events.publish(RequestRecord {
             at_unix_ms,
             operation: facts.operation,
+            transport: crate::events::Transport::Http,
             model: facts.model.clone(),
             stream: facts.stream,
             decision,
@@ -636,7 +685,10 @@ impl RelayState {
 }
 
 /// What an upstream status means for the key, and whether to fail over.
-fn classify(status: StatusCode, headers: &HeaderMap) -> (OutcomeKind, Option<FailureKind>) {
+pub(crate) fn classify(
+    status: StatusCode,
+    headers: &HeaderMap,
+) -> (OutcomeKind, Option<FailureKind>) {
     match status.as_u16() {
         200..=399 => (OutcomeKind::Served, None),
         401 | 403 => (OutcomeKind::Rejected, Some(FailureKind::InvalidKey)),

@@ -51,10 +51,35 @@ async fn proxy(State(gateway): State<Arc<Gateway>>, request: Request) -> Respons
         return err.into_response();
     }
     if is_websocket_upgrade(&parts.headers) {
-        // Codex falls back to HTTP silently on 426 (a 404 would cost it about 7 s and an error).
-        return ApiError::WebSocketUnavailable.into_response();
+        return upgrade(gateway, parts).await;
     }
     gateway.forward(parts, body).await
+}
+
+/// Responses over WebSocket on `GET /v1/responses`. Anything else, or no usable key, gets a 426: Codex
+/// then falls back to HTTP at once and silently (a 404 would cost it about 7 s and an error message).
+async fn upgrade(gateway: Arc<Gateway>, mut parts: axum::http::request::Parts) -> Response<Body> {
+    use axum::extract::FromRequestParts as _;
+    if parts.method != axum::http::Method::GET
+        || parts.uri.path().trim_end_matches('/') != "/v1/responses"
+    {
+        return ApiError::WebSocketUnavailable.into_response();
+    }
+    if let Some(err) = gateway.can_open_socket() {
+        tracing::warn!(
+            error = err.label(),
+            "websocket refused; the client falls back to HTTP"
+        );
+        return ApiError::WebSocketUnavailable.into_response();
+    }
+    let headers = parts.headers.clone();
+    match axum::extract::ws::WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
+        Ok(ws) => ws
+            .max_message_size(crate::ws::MAX_FRAME_BYTES)
+            .max_frame_size(crate::ws::MAX_FRAME_BYTES)
+            .on_upgrade(move |socket| crate::ws::serve_socket(gateway, socket, headers)),
+        Err(rejection) => rejection.into_response(),
+    }
 }
 
 async fn health() -> Json<serde_json::Value> {

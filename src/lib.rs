@@ -5,6 +5,7 @@
 //!
 //! # Layout
 //!
+//! * [`affinity`]: bounded in-memory session tables (which key served a session's pinned requests).
 //! * [`config`]: the TOML config file (ids and labels, never secrets) and the `KEYMUX_*` environment
 //!   variables that add ephemeral keys for headless runs.
 //! * [`secrets`]: the `Secret` newtype that never prints itself, the `SecretStore` trait, the OS keychain
@@ -20,12 +21,14 @@
 //! * [`upstream`]: the one provider HTTP client, header policy, timeouts and rate-limit hints.
 //! * [`relay`]: tags org-bound values in relayed SSE events, JSON bodies and WebSocket frames.
 //! * [`gateway`]: one request end to end: body cap, decide, failover before the first byte, relay.
+//! * [`ws`]: Responses over WebSocket: one client socket bound to one upstream socket and key.
 //! * [`events`]: bounded ring and live feed of finished requests with their decisions.
 //! * [`error`]: the OpenAI-shaped error every layer folds into.
 //! * [`http`]: the axum routes and the embeddable `serve(listener, gateway, shutdown)`.
 //! * [`startup`]: assembles a gateway from config, keychain and environment (used by the CLI and the tray).
 //! * [`cli`]: the `keymux` command line.
 
+pub mod affinity;
 pub mod cli;
 pub mod config;
 pub mod error;
@@ -42,6 +45,7 @@ pub mod secrets;
 pub mod startup;
 pub mod tokens;
 pub mod upstream;
+pub mod ws;
 
 pub use gateway::Gateway;
 pub use http::serve;

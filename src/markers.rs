@@ -68,6 +68,16 @@ impl Serialize for OrgTag {
     }
 }
 
+/// A keyed digest identifying a client session (never the raw value).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SessionKey([u8; 16]);
+
+impl fmt::Debug for SessionKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "session:{}", hex::encode(&self.0[..4]))
+    }
+}
+
 /// Which field a marker was found in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -224,6 +234,19 @@ impl Markers {
         out.push_str(org.as_str());
         let mac = self.mac(field, key.as_str(), org, original);
         out.push_str(std::str::from_utf8(&mac).unwrap_or(""));
+    }
+
+    /// A keyed digest of a client-chosen session value (a `prompt_cache_key`), scoped by `scope`. The
+    /// raw value is never kept; only this digest is.
+    pub fn session_digest(&self, scope: &str, value: &str) -> SessionKey {
+        let mut mac = self.keyed.clone();
+        mac.update(b"keymux/session/v1\0");
+        mac.update(scope.as_bytes());
+        mac.update(&[0]);
+        mac.update(value.as_bytes());
+        let mut out = [0u8; 16];
+        out.copy_from_slice(&mac.finalize().into_bytes()[..16]);
+        SessionKey(out)
     }
 
     /// Wraps an `encrypted_content` value. A value that already carries a marker is returned as it is.

@@ -113,6 +113,19 @@ pub enum Reason {
         /// How many keys were tied.
         tied: usize,
     },
+    /// A frame on a Responses WebSocket goes to the upstream socket its connection is bound to.
+    WebSocketBound {
+        /// The key of that socket.
+        key: KeyId,
+    },
+    /// A new Responses WebSocket whose first frame carries no markers goes to the organization that served
+    /// this session's pinned requests before (Codex prewarms a resumed session without them).
+    SessionHint {
+        /// The key that served the session last.
+        key: KeyId,
+        /// Usable keys of its organization.
+        usable: usize,
+    },
     /// Encrypted content in the request can only be read by one organization's keys.
     PinnedToOrg {
         /// The key that produced the content.
@@ -372,6 +385,24 @@ pub fn decide(facts: &RequestFacts, view: &PoolView, now: Instant, policy: &Poli
         }
     }
 
+    if let (Some(hint), true) = (&facts.session_hint, decision.pin.is_none()) {
+        if let Some(target) = keys.iter().find(|k| &k.id == hint) {
+            let usable: Vec<&KeyView> = keys
+                .iter()
+                .filter(|k| k.org_tag == target.org_tag && skip_reason(k, now).is_none())
+                .collect();
+            if !usable.is_empty() {
+                decision.reasons.push(Reason::SessionHint {
+                    key: hint.clone(),
+                    usable: usable.len(),
+                });
+                let ranked = rank(usable, facts.seq, Some(hint));
+                fill(&mut decision, ranked, max_attempts);
+                return decision;
+            }
+        }
+    }
+
     let mut usable = Vec::new();
     let mut skipped = Vec::new();
     let mut earliest_free: Option<Instant> = None;
@@ -494,6 +525,8 @@ mod tests {
             stream: true,
             pins: Vec::new(),
             foreign_markers: 0,
+            session: None,
+            session_hint: None,
         }
     }
 

@@ -128,6 +128,7 @@ pub fn forward_response_headers(from: &HeaderMap) -> HeaderMap {
 /// The shared upstream client.
 pub struct Upstream {
     client: reqwest::Client,
+    connect: Duration,
     default_base: String,
     first_byte: Duration,
     idle: Duration,
@@ -156,10 +157,16 @@ impl Upstream {
             })?;
         Ok(Self {
             client,
+            connect: Duration::from_millis(timeouts.connect_ms),
             default_base: default_base.trim_end_matches('/').to_owned(),
             first_byte: Duration::from_millis(timeouts.first_byte_ms),
             idle: Duration::from_millis(timeouts.idle_ms),
         })
+    }
+
+    /// The connect timeout (also used for WebSocket handshakes).
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect
     }
 
     /// The longest silence allowed between two chunks of a relayed body.
@@ -212,7 +219,7 @@ impl Upstream {
     }
 }
 
-fn auth_header(key: &KeyEntry) -> (HeaderName, HeaderValue) {
+pub(crate) fn auth_header(key: &KeyEntry) -> (HeaderName, HeaderValue) {
     let secret = key.secret.expose();
     let (name, value) = match key.provider {
         Provider::Openai => (

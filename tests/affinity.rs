@@ -1,6 +1,10 @@
 //! Encrypted-content affinity, black-box: the real gateway in front of the simulator with 3
 //! organizations and 5 keys, driven by sessions shaped like captured Codex and pi traffic.
-#![allow(clippy::unwrap_used, clippy::print_stdout, reason = "tests print the figures they measure")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::print_stdout,
+    reason = "tests print the figures they measure"
+)]
 
 mod support;
 
