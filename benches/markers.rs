@@ -115,7 +115,7 @@ fn main() {
     );
     println!("history: {:.2} MiB replayed body, {} output items ({} reasoning), {:.2} MiB of output_item.done events", mib(tagged_bytes.len()), outputs.len(), outputs.len() / 3, mib(event_bytes));
     println!(
-        "tag   (output_item.done events, parse+tag+serialize): {:>7.3} ms  = {:.3} ms/MiB",
+        "tag   (output_item.done events, markers spliced in)  : {:>7.3} ms  = {:.3} ms/MiB",
         tag.as_secs_f64() * 1000.0,
         per_mib(tag, event_bytes)
     );

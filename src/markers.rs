@@ -464,6 +464,91 @@ impl Markers {
         Ok(stripped)
     }
 
+    /// Tags a JSON text by splicing markers into its bytes, without parsing it into a tree: every
+    /// `encrypted_content` string value, and every `id` / `item_id` whose value has an org-bound type
+    /// prefix (`rs_`, `cmp_`). Gives the same result as `tag_tree` whenever every item that carries
+    /// encrypted content has an org-bound id; otherwise it answers `NeedsTree` and the caller uses
+    /// `tag_tree` (future item types, items without ids).
+    pub fn tag_raw(&self, text: &[u8], key: &KeyId, org: OrgTag) -> RawTag {
+        if !KeyId::is_well_formed(key.as_str()) {
+            return RawTag::Unchanged;
+        }
+        let mut inserts: Vec<(usize, String)> = Vec::new();
+        let mut contents = 0usize;
+        let mut bound_ids = 0usize;
+        for at in memchr::memmem::find_iter(text, b"\"encrypted_content\"") {
+            let Some(start) = value_start(text, at, b"encrypted_content".len()) else {
+                continue;
+            };
+            let Some(end) = string_end(text, start) else {
+                return RawTag::NeedsTree;
+            };
+            contents += 1;
+            let value = &text[start..end];
+            if value.starts_with(VERSION) {
+                continue;
+            }
+            let mut mark = String::with_capacity(FIXED_LEN + key.as_str().len());
+            self.mark(
+                Field::EncryptedContent,
+                key,
+                org,
+                &json_string_bytes(value),
+                &mut mark,
+            );
+            inserts.push((start, mark));
+        }
+        for (needle, counts) in [(&b"\"id\""[..], true), (&b"\"item_id\""[..], false)] {
+            for at in memchr::memmem::find_iter(text, needle) {
+                let Some(start) = value_start(text, at, needle.len() - 2) else {
+                    continue;
+                };
+                let Some(end) = string_end(text, start) else {
+                    return RawTag::NeedsTree;
+                };
+                let value = &text[start..end];
+                let Some(split) = value.iter().position(|b| *b == b'_') else {
+                    continue;
+                };
+                if !matches!(&value[..split], b"rs" | b"cmp") {
+                    continue;
+                }
+                if counts {
+                    bound_ids += 1;
+                }
+                if value[split + 1..].starts_with(VERSION) {
+                    continue;
+                }
+                let mut mark = String::with_capacity(FIXED_LEN + key.as_str().len());
+                self.mark(
+                    Field::ItemId,
+                    key,
+                    org,
+                    &json_string_bytes(value),
+                    &mut mark,
+                );
+                inserts.push((start + split + 1, mark));
+            }
+        }
+        if contents > bound_ids {
+            return RawTag::NeedsTree;
+        }
+        if inserts.is_empty() {
+            return RawTag::Unchanged;
+        }
+        inserts.sort_by_key(|(at, _)| *at);
+        let mut out =
+            Vec::with_capacity(text.len() + inserts.iter().map(|(_, m)| m.len()).sum::<usize>());
+        let mut cursor = 0;
+        for (at, mark) in inserts {
+            out.extend_from_slice(&text[cursor..at]);
+            out.extend_from_slice(mark.as_bytes());
+            cursor = at;
+        }
+        out.extend_from_slice(&text[cursor..]);
+        RawTag::Tagged(out)
+    }
+
     /// Whether a JSON text may hold something to tag: the cheap test that lets most streaming events
     /// pass through without being parsed.
     pub fn may_need_tagging(text: &[u8]) -> bool {
@@ -565,6 +650,43 @@ impl Markers {
             _ => 0,
         }
     }
+}
+
+/// The result of `Markers::tag_raw`.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RawTag {
+    /// Markers were spliced in.
+    Tagged(Vec<u8>),
+    /// Nothing needed a marker.
+    Unchanged,
+    /// The text holds an encrypted item without an org-bound id: tag the parsed tree instead.
+    NeedsTree,
+}
+
+/// For a key string starting at `at` (its opening quote) of `key_len` bytes, the index where its string
+/// value's text starts: `"key" ws : ws "` and the key itself preceded by `{` or `,`. `None` when this is
+/// not an object key with a string value (or sits inside a string, whose quotes are escaped).
+fn value_start(text: &[u8], at: usize, key_len: usize) -> Option<usize> {
+    let mut before = at;
+    while before > 0 && matches!(text[before - 1], b' ' | b'\t' | b'\n' | b'\r') {
+        before -= 1;
+    }
+    if before == 0 || !matches!(text[before - 1], b'{' | b',') {
+        return None;
+    }
+    let mut i = at + key_len + 2;
+    let skip = |mut i: usize| {
+        while i < text.len() && matches!(text[i], b' ' | b'\t' | b'\n' | b'\r') {
+            i += 1;
+        }
+        i
+    };
+    i = skip(i);
+    if text.get(i) != Some(&b':') {
+        return None;
+    }
+    i = skip(i + 1);
+    (text.get(i) == Some(&b'"')).then_some(i + 1)
 }
 
 /// Item ids whose items are bound to the organization that made them.
@@ -865,6 +987,45 @@ mod tests {
                 // Only values that start like a marker but are not one are refused.
                 Err(_) => assert!(v.starts_with("km1"), "{v}"),
             }
+        }
+    }
+
+    #[test]
+    fn raw_tagging_matches_tree_tagging() {
+        let m = markers();
+        let org = m.org_tag(Some("org-a"), &key());
+        let events = [
+            json!({"type":"response.output_item.done","output_index":0,"item":{"id":"rs_abc","type":"reasoning","summary":[],"encrypted_content":"gAAAAAB/x+y=="}}),
+            json!({"type":"response.output_item.added","item":{"id":"rs_abc","type":"reasoning","summary":[]}}),
+            json!({"type":"response.reasoning_summary_text.delta","item_id":"rs_abc","delta":"\"id\":\"rs_fake\""}),
+            json!({"type":"response.completed","response":{"id":"resp_1","output":[
+                {"id":"rs_1","type":"reasoning","encrypted_content":"gAAAAAB1"},
+                {"id":"msg_1","type":"message","content":[{"type":"output_text","text":"the id is \"rs_2\""}]},
+                {"id":"cmp_3","type":"compaction","encrypted_content":"gAAAAAB3"}]}}),
+            json!({"choices":[{"delta":{"reasoning_items":[{"type":"reasoning","id":"rs_9","encrypted_content":"gAAAAAB9","summary":[]}]}}]}),
+            json!({"type":"response.output_text.delta","item_id":"msg_1","delta":"encrypted_content"}),
+        ];
+        for event in events {
+            let text = serde_json::to_vec(&event).expect("json");
+            let mut tree = event.clone();
+            let tagged = m.tag_tree(&mut tree, &key(), org);
+            match m.tag_raw(&text, &key(), org) {
+                RawTag::Tagged(raw) => assert_eq!(
+                    serde_json::from_slice::<Value>(&raw).expect("json"),
+                    tree,
+                    "{event}"
+                ),
+                RawTag::Unchanged => assert_eq!(tagged, 0, "{event}"),
+                RawTag::NeedsTree => panic!("needlessly fell back for {event}"),
+            }
+        }
+        // An encrypted item whose id is not org-bound (a future type) or that has no id: the tree decides.
+        for event in [
+            json!({"item":{"id":"x_1","type":"future","encrypted_content":"gAAAAAB"}}),
+            json!({"item":{"type":"reasoning","encrypted_content":"gAAAAAB"}}),
+        ] {
+            let text = serde_json::to_vec(&event).expect("json");
+            assert_eq!(m.tag_raw(&text, &key(), org), RawTag::NeedsTree, "{event}");
         }
     }
 

@@ -6,7 +6,7 @@ use bytes::{Bytes, BytesMut};
 use serde_json::Value;
 
 use crate::keys::KeyId;
-use crate::markers::{Markers, OrgTag};
+use crate::markers::{Markers, OrgTag, RawTag};
 
 /// Largest single SSE event (or JSON body) Keymux will rewrite. A `response.completed` carries the whole
 /// output, so this is generous; past it the stream is failed rather than relayed untagged.
@@ -38,6 +38,11 @@ impl Tagger {
     pub fn tag_json(&self, text: &[u8]) -> Option<Vec<u8>> {
         if !Markers::may_need_tagging(text) {
             return None;
+        }
+        match self.markers.tag_raw(text, &self.key, self.org) {
+            RawTag::Tagged(out) => return Some(out),
+            RawTag::Unchanged => return None,
+            RawTag::NeedsTree => {}
         }
         let mut value: Value = serde_json::from_slice(text).ok()?;
         if self.markers.tag_tree(&mut value, &self.key, self.org) == 0 {

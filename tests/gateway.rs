@@ -764,32 +764,6 @@ async fn client_going_away_cancels_the_upstream_stream() {
 }
 
 #[tokio::test]
-async fn websocket_upgrade_gets_426_so_codex_falls_back_to_http() {
-    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
-    let h = Harness::start(
-        SimConfig::new().org("org-a", &["sk-a1"]),
-        &[key("a1", "sk-a1")],
-    )
-    .await;
-    let mut request = format!("{}/responses", h.base.replace("http://", "ws://"))
-        .into_client_request()
-        .unwrap();
-    request
-        .headers_mut()
-        .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
-    request.headers_mut().insert(
-        "openai-beta",
-        "responses_websockets=2026-02-06".parse().unwrap(),
-    );
-    match tokio_tungstenite::connect_async(request).await {
-        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
-            assert_eq!(response.status(), 426)
-        }
-        other => panic!("expected a 426, got {:?}", other.map(|(_, r)| r.status())),
-    }
-}
-
-#[tokio::test]
 async fn no_keys_and_rate_limit_headers_in_errors() {
     let h = Harness::start(SimConfig::new().org("org-a", &["sk-a1"]), &[]).await;
     let r = post(
