@@ -232,6 +232,43 @@ fn load(config_path: Option<PathBuf>) -> Result<Loaded, StartError> {
     })
 }
 
+/// Asks a gateway running with this config for its key status (health, learned organizations).
+async fn live_status(
+    config: &Config,
+    store: &Arc<dyn SecretStore>,
+) -> Option<Vec<serde_json::Value>> {
+    let token_id = config.tokens.first()?.id.clone();
+    let account = account::token(&token_id);
+    let token = secrets::blocking(store.clone(), move |s| s.get(&account))
+        .await
+        .ok()??;
+    let mut addr: SocketAddr = config.listen.parse().ok()?;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    let client = crate::upstream::local_client(std::time::Duration::from_secs(2))?;
+    // Only a Keymux gets the token: whatever else holds the port is not asked.
+    let health: serde_json::Value = client
+        .get(format!("http://{addr}/keymux/health"))
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()?;
+    if health["service"] != "keymux" {
+        return None;
+    }
+    let response = client
+        .get(format!("http://{addr}/keymux/api/status"))
+        .bearer_auth(token.expose())
+        .send()
+        .await
+        .ok()?;
+    let body: serde_json::Value = response.json().await.ok()?;
+    body["keys"].as_array().cloned()
+}
+
 fn read_secret() -> Result<Secret, StartError> {
     let raw = if std::io::stdin().is_terminal() {
         rpassword::prompt_password("API key (input hidden): ")
@@ -319,35 +356,80 @@ async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Result<(), Star
             } else {
                 Some(startup::install_secret(&store).await?)
             };
+            let live = live_status(&config, &store).await;
             out(&format!(
-                "{:<16} {:<14} {:<8} {:<22} {:<11} STATUS",
+                "{:<16} {:<14} {:<8} {:<24} {:<11} STATUS",
                 "LABEL", "ID", "PROVIDER", "ORG", "FINGERPRINT"
             ));
+            let row = |label: &str,
+                       id: &str,
+                       provider: Provider,
+                       org: Option<&str>,
+                       fp: &str,
+                       stored: &str| {
+                let state = live
+                    .as_ref()
+                    .and_then(|keys| keys.iter().find(|k| k["id"] == id));
+                let org = org
+                    .map(str::to_owned)
+                    .or_else(|| {
+                        state
+                            .and_then(|s| s["learned_org"].as_str())
+                            .map(|o| format!("{o} (learned)"))
+                    })
+                    .unwrap_or_else(|| "(learned on first use)".into());
+                let mut status = stored.to_owned();
+                if let Some(s) = state {
+                    status.push_str(&format!(", {}", s["health"].as_str().unwrap_or("?")));
+                    if s["health"] == "cooling" {
+                        status.push_str(&format!(
+                            " {}s",
+                            s["cooldown_ms"].as_u64().unwrap_or(0).div_ceil(1000)
+                        ));
+                    }
+                    if s["health"] == "invalid" {
+                        status.push_str(" (rejected by the provider: replace this key)");
+                    }
+                    let odd = s["invalid_encrypted_content"].as_u64().unwrap_or(0);
+                    if odd > 0 {
+                        status.push_str(&format!(
+                            ", {odd} invalid_encrypted_content from the provider"
+                        ));
+                    }
+                }
+                out(&format!(
+                    "{label:<16} {id:<14} {:<8} {org:<24} {fp:<11} {status}",
+                    provider.as_str()
+                ));
+            };
             for key in &config.keys {
                 let account = account::key(&key.id);
                 let secret = secrets::blocking(store.clone(), move |s| s.get(&account)).await?;
-                let (fp, status) = match (&secret, &install) {
-                    (Some(secret), Some(install)) => (fingerprint(install, secret), "ok"),
-                    _ => ("-".to_owned(), "missing from keychain"),
+                let (fp, stored) = match (&secret, &install) {
+                    (Some(secret), Some(install)) => (fingerprint(install, secret), "in keychain"),
+                    _ => ("-".to_owned(), "MISSING from keychain"),
                 };
-                out(&format!(
-                    "{:<16} {:<14} {:<8} {:<22} {:<11} {status}",
-                    key.label,
+                row(
+                    &key.label,
                     key.id.as_str(),
-                    key.provider.as_str(),
-                    key.org.as_deref().unwrap_or("(learned)"),
-                    fp
-                ));
+                    key.provider,
+                    key.org.as_deref(),
+                    &fp,
+                    stored,
+                );
             }
             for key in &env.keys {
-                out(&format!(
-                    "{:<16} {:<14} {:<8} {:<22} {:<11} environment (ephemeral)",
-                    key.label,
-                    format!("env-{}", key.label),
-                    key.provider.as_str(),
-                    key.org.as_deref().unwrap_or("(learned)"),
-                    "-"
-                ));
+                row(
+                    &key.label,
+                    &format!("env-{}", key.label),
+                    key.provider,
+                    key.org.as_deref(),
+                    "-",
+                    "environment (ephemeral)",
+                );
+            }
+            if live.is_none() {
+                out(&format!("(no gateway answering at {}: health and learned organizations appear while it runs)", config.listen));
             }
         }
         KeysCommand::Remove { key } => {

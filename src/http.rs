@@ -83,7 +83,9 @@ async fn upgrade(gateway: Arc<Gateway>, mut parts: axum::http::request::Parts) -
 }
 
 async fn health() -> Json<serde_json::Value> {
-    Json(serde_json::json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") }))
+    Json(
+        serde_json::json!({ "service": "keymux", "status": "ok", "version": env!("CARGO_PKG_VERSION") }),
+    )
 }
 
 async fn status(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response<Body> {

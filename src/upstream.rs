@@ -219,6 +219,16 @@ impl Upstream {
     }
 }
 
+/// A small client for Keymux's own local API (the CLI asking a running gateway for its status).
+pub fn local_client(timeout: Duration) -> Option<reqwest::Client> {
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "a loopback-only client for Keymux's own API, not a provider"
+    )]
+    let builder = reqwest::Client::builder();
+    builder.timeout(timeout).no_proxy().build().ok()
+}
+
 pub(crate) fn auth_header(key: &KeyEntry) -> (HeaderName, HeaderValue) {
     let secret = key.secret.expose();
     let (name, value) = match key.provider {

@@ -21,9 +21,15 @@ fn require_secret_service() {
 fn isolated_config(home: &std::path::Path, upstream: &str) -> std::path::PathBuf {
     let path = home.join("config.toml");
     let service = format!("keymux-test-{}", std::process::id());
+    // A port of its own, so `keys list` can find this gateway (8787 may be taken on this machine).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     std::fs::write(
         &path,
-        format!("keychain_service = \"{service}\"\nupstream = \"{upstream}\"\n"),
+        format!("keychain_service = \"{service}\"\nupstream = \"{upstream}\"\nlisten = \"127.0.0.1:{port}\"\n"),
     )
     .unwrap();
     path
@@ -83,7 +89,7 @@ async fn keys_and_tokens_live_in_the_os_keychain_across_processes() {
         .collect();
     assert_eq!(rows.len(), 2, "{out}");
     assert!(
-        rows.iter().all(|r| r.ends_with(" ok")),
+        rows.iter().all(|r| r.ends_with("in keychain")),
         "secrets found in the keychain: {out}"
     );
     assert!(rows.iter().any(|r| r.contains("org-b")));
@@ -135,7 +141,15 @@ async fn keys_and_tokens_live_in_the_os_keychain_across_processes() {
     );
 
     // Process 5: the gateway reads everything from the keychain and serves with both keys.
-    let keymux = Keymux::spawn(&["--config", cfg], &env).await;
+    let listen = std::fs::read_to_string(&config)
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("listen = ")
+                .map(|v| v.trim_matches('"').to_owned())
+        })
+        .unwrap();
+    let keymux = Keymux::spawn(&["--config", cfg, "--listen", &listen], &env).await;
     let c = client();
     for i in 0..6 {
         let body = json!({"model": "text-embedding-3-small", "input": format!("hello {i}")});
@@ -148,6 +162,20 @@ async fn keys_and_tokens_live_in_the_os_keychain_across_processes() {
             .unwrap();
         assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
     }
+    // `keys list` in another process shows what the running gateway learned.
+    let (ok, out, err) = run_keymux(&["--config", cfg, "keys", "list"], &env, "").await;
+    assert!(ok, "{err}");
+    let work = out.lines().find(|l| l.starts_with("work")).unwrap();
+    assert!(
+        work.contains("org-a (learned)") && work.contains("ready"),
+        "{out}"
+    );
+    let home_row = out.lines().find(|l| l.starts_with("home")).unwrap();
+    assert!(
+        home_row.contains("org-b") && !home_row.contains("(learned)"),
+        "a configured org is shown as configured: {out}"
+    );
+    produced += &(out + &err);
     let counts = client_counts(&sim);
     assert!(
         counts.get("sk-kc-work-1").is_some_and(|n| *n > 0),

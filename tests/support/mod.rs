@@ -270,10 +270,11 @@ impl Keymux {
     /// Starts `keymux serve --listen 127.0.0.1:0 ARGS` and waits for its "listening on" line.
     pub async fn spawn(args: &[&str], env: &[(String, String)]) -> Self {
         let mut cmd = tokio::process::Command::new(keymux_bin());
-        cmd.arg("serve")
-            .arg("--listen")
-            .arg("127.0.0.1:0")
-            .args(args);
+        cmd.arg("serve");
+        if !args.contains(&"--listen") {
+            cmd.arg("--listen").arg("127.0.0.1:0");
+        }
+        cmd.args(args);
         cmd.env_clear()
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         cmd.stdin(Stdio::null())
