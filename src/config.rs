@@ -66,6 +66,8 @@ pub struct AffinityConfig {
     /// Pin requests that replay encrypted content to the organization that produced it. Switching this
     /// off breaks Codex and pi sessions across organizations; it exists for diagnosis.
     pub encrypted_content: bool,
+    /// Bind `previous_response_id` and `/v1/responses/{id}` calls to the key that holds the response.
+    pub continuity: bool,
     /// When that organization has no usable key left: `rescue` (drop the unreadable items and carry on)
     /// or `fail` (answer 409 naming the key).
     pub lost_org: crate::router::LostOrgPolicy,
@@ -75,6 +77,7 @@ impl Default for AffinityConfig {
     fn default() -> Self {
         Self {
             encrypted_content: true,
+            continuity: true,
             lost_org: crate::router::LostOrgPolicy::Rescue,
         }
     }

@@ -42,6 +42,9 @@ pub enum ApiError {
     /// The body replays encrypted content of several organizations.
     #[error("encrypted content from several organizations")]
     MixedOrgs { labels: Vec<String> },
+    /// The key holding the referenced response cannot serve.
+    #[error("the key holding the response cannot serve")]
+    ContinuityLost { label: String },
     /// The organization that can read the body has no usable key and the policy is `fail`.
     #[error("the owning organization has no usable key")]
     LostOrg { label: String },
@@ -86,7 +89,7 @@ impl ApiError {
             | Self::BadJson { .. }
             | Self::Marker(_)
             | Self::MixedOrgs { .. } => StatusCode::BAD_REQUEST,
-            Self::LostOrg { .. } => StatusCode::CONFLICT,
+            Self::LostOrg { .. } | Self::ContinuityLost { .. } => StatusCode::CONFLICT,
             Self::NoKeys | Self::NoUsableKey { .. } | Self::KeyRejected { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -114,7 +117,8 @@ impl ApiError {
             | Self::NoUsableKey { .. }
             | Self::AllCooling { .. }
             | Self::KeyRejected { .. }
-            | Self::LostOrg { .. } => Blame::Key,
+            | Self::LostOrg { .. }
+            | Self::ContinuityLost { .. } => Blame::Key,
             Self::Upstream(_) => Blame::Upstream,
         }
     }
@@ -130,6 +134,7 @@ impl ApiError {
             Self::Marker(crate::markers::MarkerError::Forged { .. }) => "marker_forged",
             Self::MixedOrgs { .. } => "mixed_orgs",
             Self::LostOrg { .. } => "lost_org",
+            Self::ContinuityLost { .. } => "continuity_lost",
             Self::NoKeys => "no_keys",
             Self::AllCooling { .. } => "all_cooling",
             Self::NoUsableKey { .. } => "no_usable_key",
@@ -196,6 +201,15 @@ impl ApiError {
                 ),
                 "invalid_request_error",
                 Some("keymux_organization_unavailable"),
+            ),
+            Self::ContinuityLost { label } => (
+                format!(
+                    "The stored response this request continues lives only with Keymux key '{label}', \
+                     which cannot serve now (removed, rejected by the provider, or disabled). Resend the \
+                     full conversation history without previous_response_id, or restore that key."
+                ),
+                "invalid_request_error",
+                Some("keymux_continuity_unavailable"),
             ),
             Self::NoKeys => (
                 "Keymux has no API keys to use. Add one with `keymux keys add --label NAME`, or set \

@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use crate::markers::{MarkerError, Markers, Pin, SessionKey};
+use crate::markers::{Field, MarkerError, Markers, Pin, SessionKey};
 
 /// The API operation a request performs. Routing rules and observability speak in these terms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -80,8 +80,15 @@ pub struct RequestFacts {
     pub model: Option<String>,
     /// Whether the client asked for a stream.
     pub stream: bool,
-    /// Keys named by valid markers in the body (distinct key and organization pairs).
+    /// Keys named by valid encrypted-content and item-id markers in the body (distinct key and
+    /// organization pairs).
     pub pins: Vec<Pin>,
+    /// The key named by a marked response id (`previous_response_id`, or the id in a
+    /// `/v1/responses/{id}` path): a hard binding to that key.
+    pub continuity: Option<Pin>,
+    /// The request refers to a response id that carries no Keymux marker (made before Keymux, or directly
+    /// upstream): it is routed by the normal rules.
+    pub unmarked_response_id: bool,
     /// Markers of another Keymux install that were stripped without routing on them.
     pub foreign_markers: usize,
     /// Keyed digest of a valid top-level `prompt_cache_key` (Codex and pi set it to the session id).
@@ -117,11 +124,13 @@ pub enum FactsError {
     Marker(#[from] MarkerError),
 }
 
-/// The facts and the body to forward (markers removed).
+/// The facts, and the path and body to forward (markers removed).
 #[derive(Debug)]
 pub struct Extracted {
     /// The facts.
     pub facts: RequestFacts,
+    /// The path with a marked response id restored to the provider's id.
+    pub path: String,
     /// The body with every marker removed; the same bytes when it had none.
     pub body: Bytes,
 }
@@ -133,6 +142,8 @@ struct Peek<'a> {
     #[serde(default)]
     prompt_cache_key: Option<serde_json::Value>,
     #[serde(default)]
+    previous_response_id: Option<serde_json::Value>,
+    #[serde(default)]
     stream: Option<serde_json::Value>,
 }
 
@@ -143,6 +154,7 @@ const MODEL_DISPLAY_CAP: usize = 128;
 pub fn extract(
     seq: u64,
     operation: Operation,
+    path: &str,
     body: &Bytes,
     markers: &Markers,
 ) -> Result<Extracted, FactsError> {
@@ -155,10 +167,20 @@ pub fn extract(
         foreign_markers: 0,
         session: None,
         session_hint: None,
+        continuity: None,
+        unmarked_response_id: false,
+    };
+    let path = match operation {
+        Operation::ResponsesGet
+        | Operation::ResponsesDelete
+        | Operation::ResponsesCancel
+        | Operation::ResponsesInputItems => untag_path(path, markers, &mut facts)?,
+        _ => path.to_owned(),
     };
     if !operation.has_json_body() {
         return Ok(Extracted {
             facts,
+            path,
             body: body.clone(),
         });
     }
@@ -182,13 +204,56 @@ pub fn extract(
         .and_then(valid_cache_key)
         .map(|k| markers.session_digest(operation_scope(operation), k));
     let stripped = markers.strip(body)?;
-    facts.pins = stripped.pins;
+    let (continuity, pins): (Vec<Pin>, Vec<Pin>) = stripped
+        .pins
+        .into_iter()
+        .partition(|p| p.field == Field::ResponseId);
+    facts.pins = pins;
+    facts.continuity = continuity.into_iter().next();
+    facts.unmarked_response_id = facts.continuity.is_none()
+        && peek
+            .previous_response_id
+            .as_ref()
+            .and_then(serde_json::Value::as_str)
+            .is_some_and(|s| !s.is_empty());
     facts.foreign_markers = stripped.foreign;
     let body = match stripped.body {
         std::borrow::Cow::Borrowed(_) => body.clone(),
         std::borrow::Cow::Owned(v) => Bytes::from(v),
     };
-    Ok(Extracted { facts, body })
+    Ok(Extracted { facts, path, body })
+}
+
+/// Restores the provider's id in `/v1/responses/{id}…` and records the key its marker names.
+fn untag_path(
+    path: &str,
+    markers: &Markers,
+    facts: &mut RequestFacts,
+) -> Result<String, FactsError> {
+    let Some(rest) = path.strip_prefix("/v1/responses/") else {
+        return Ok(path.to_owned());
+    };
+    let (id, tail) = rest.split_once('/').unwrap_or((rest, ""));
+    let original = match markers.untag_id(id)? {
+        None => {
+            facts.unmarked_response_id = true;
+            return Ok(path.to_owned());
+        }
+        Some((None, original)) => {
+            facts.foreign_markers += 1;
+            facts.unmarked_response_id = true;
+            original
+        }
+        Some((Some(pin), original)) => {
+            facts.continuity = Some(pin);
+            original
+        }
+    };
+    Ok(if tail.is_empty() {
+        format!("/v1/responses/{original}")
+    } else {
+        format!("/v1/responses/{original}/{tail}")
+    })
 }
 
 /// Sessions of different protocols never share a digest.
@@ -218,7 +283,7 @@ mod tests {
 
     fn extract(seq: u64, op: Operation, body: &[u8]) -> Result<RequestFacts, FactsError> {
         let markers = Markers::new(&Secret::new("s"));
-        super::extract(seq, op, &Bytes::copy_from_slice(body), &markers).map(|e| e.facts)
+        super::extract(seq, op, "/v1/x", &Bytes::copy_from_slice(body), &markers).map(|e| e.facts)
     }
 
     #[test]

@@ -70,6 +70,7 @@ impl Gateway {
             policy: Policy {
                 max_attempts: config.max_attempts.clamp(1, router::MAX_ATTEMPTS),
                 encrypted_affinity: config.affinity.encrypted_content,
+                continuity: config.affinity.continuity,
                 lost_org: config.affinity.lost_org,
             },
         })
@@ -125,6 +126,8 @@ impl Gateway {
             foreign_markers: 0,
             session: None,
             session_hint: None,
+            continuity: None,
+            unmarked_response_id: false,
         };
         router::decide(&facts, &self.pool.view(), Instant::now(), &self.policy)
             .refusal
@@ -190,7 +193,8 @@ impl Gateway {
                 return self.refuse(seq, operation, at_unix_ms, started, err);
             }
         };
-        let extracted = match facts::extract(seq, operation, &raw, self.markers()) {
+        let extracted = match facts::extract(seq, operation, parts.uri.path(), &raw, self.markers())
+        {
             Ok(extracted) => extracted,
             Err(FactsError::Body(detail)) => {
                 return self.refuse(
@@ -207,6 +211,7 @@ impl Gateway {
         };
         let facts = extracted.facts;
         let mut body = extracted.body;
+        let forward_path = extracted.path;
 
         let decision = router::decide(&facts, &self.pool.view(), Instant::now(), &self.policy);
         if let Some(refusal) = decision.refusal.clone() {
@@ -243,14 +248,11 @@ impl Gateway {
             }
         }
 
-        let path_and_query = parts
-            .uri
-            .path_and_query()
-            .map(|pq| pq.as_str())
-            .unwrap_or("/")
-            .strip_prefix("/v1")
-            .unwrap_or("/")
-            .to_owned();
+        let mut path_and_query = forward_path.strip_prefix("/v1").unwrap_or("/").to_owned();
+        if let Some(query) = parts.uri.query() {
+            path_and_query.push('?');
+            path_and_query.push_str(query);
+        }
         let headers = upstream::forward_request_headers(&parts.headers);
         let mut attempts: Vec<Attempt> = Vec::with_capacity(self.policy.max_attempts);
         let mut last_failure: Option<Response<Body>> = None;
@@ -422,6 +424,9 @@ impl Gateway {
             Refusal::LostOrg { key } => ApiError::LostOrg {
                 label: self.label_of(&key),
             },
+            Refusal::ContinuityLost { key } => ApiError::ContinuityLost {
+                label: self.label_of(&key),
+            },
         }
     }
 
@@ -538,6 +543,8 @@ impl Gateway {
             foreign_markers: 0,
             session: None,
             session_hint: None,
+            continuity: None,
+            unmarked_response_id: false,
         };
         let decision = Decision {
             seq,

@@ -86,6 +86,9 @@ pub enum Field {
     EncryptedContent,
     /// The `id` of an org-bound item.
     ItemId,
+    /// A response id (`resp_…`): in `id`, in `previous_response_id` and in `/v1/responses/{id}` paths.
+    /// Stored responses live with one key, so it binds to that key.
+    ResponseId,
 }
 
 impl Field {
@@ -93,6 +96,7 @@ impl Field {
         match self {
             Self::EncryptedContent => "encrypted_content",
             Self::ItemId => "id",
+            Self::ResponseId => "previous_response_id",
         }
     }
 
@@ -100,6 +104,7 @@ impl Field {
         match self {
             Self::EncryptedContent => b'c',
             Self::ItemId => b'i',
+            Self::ResponseId => b'r',
         }
     }
 }
@@ -279,7 +284,13 @@ impl Markers {
         let mut out = String::with_capacity(id.len() + FIXED_LEN + key.as_str().len());
         out.push_str(prefix);
         out.push('_');
-        self.mark(Field::ItemId, key, org, id.as_bytes(), &mut out);
+        self.mark(
+            id_field(prefix.as_bytes()),
+            key,
+            org,
+            id.as_bytes(),
+            &mut out,
+        );
         out.push_str(rest);
         Some(out)
     }
@@ -362,10 +373,10 @@ impl Markers {
 
     /// Reads a tagged id: `Ok(None)` when it carries no marker.
     pub fn untag_id(&self, value: &str) -> Result<Option<(Option<Pin>, String)>, MarkerError> {
-        let field = Field::ItemId;
         let Some((prefix, rest)) = value.split_once('_') else {
             return Ok(None);
         };
+        let field = id_field(prefix.as_bytes());
         if !rest.as_bytes().starts_with(VERSION) {
             return Ok(None);
         }
@@ -415,7 +426,9 @@ impl Markers {
                 continue;
             };
             let len = match self.parse(&body[at..value_end]) {
-                None if field == Field::ItemId && !self.claims_ours(&body[at..value_end]) => {
+                None if field != Field::EncryptedContent
+                    && !self.claims_ours(&body[at..value_end]) =>
+                {
                     continue
                 }
                 None => return Err(MarkerError::Malformed { field }),
@@ -427,7 +440,7 @@ impl Markers {
                     let rest = &body[at + len..value_end];
                     let original: Cow<'_, [u8]> = match field {
                         Field::EncryptedContent => json_string_bytes(rest),
-                        Field::ItemId => {
+                        Field::ItemId | Field::ResponseId => {
                             let mut id = body[value_start..at].to_vec();
                             id.extend_from_slice(&json_string_bytes(rest));
                             Cow::Owned(id)
@@ -498,7 +511,11 @@ impl Markers {
             );
             inserts.push((start, mark));
         }
-        for (needle, counts) in [(&b"\"id\""[..], true), (&b"\"item_id\""[..], false)] {
+        for needle in [
+            &b"\"id\""[..],
+            &b"\"item_id\""[..],
+            &b"\"previous_response_id\""[..],
+        ] {
             for at in memchr::memmem::find_iter(text, needle) {
                 let Some(start) = value_start(text, at, needle.len() - 2) else {
                     continue;
@@ -510,10 +527,16 @@ impl Markers {
                 let Some(split) = value.iter().position(|b| *b == b'_') else {
                     continue;
                 };
-                if !matches!(&value[..split], b"rs" | b"cmp") {
+                let prefix = &value[..split];
+                let wanted = match needle {
+                    b"\"id\"" => matches!(prefix, b"rs" | b"cmp" | b"resp"),
+                    b"\"item_id\"" => matches!(prefix, b"rs" | b"cmp"),
+                    _ => prefix == b"resp",
+                };
+                if !wanted {
                     continue;
                 }
-                if counts {
+                if needle == b"\"id\"" && prefix != b"resp" {
                     bound_ids += 1;
                 }
                 if value[split + 1..].starts_with(VERSION) {
@@ -521,7 +544,7 @@ impl Markers {
                 }
                 let mut mark = String::with_capacity(FIXED_LEN + key.as_str().len());
                 self.mark(
-                    Field::ItemId,
+                    id_field(prefix),
                     key,
                     org,
                     &json_string_bytes(value),
@@ -552,7 +575,7 @@ impl Markers {
     /// Whether a JSON text may hold something to tag: the cheap test that lets most streaming events
     /// pass through without being parsed.
     pub fn may_need_tagging(text: &[u8]) -> bool {
-        const NEEDLES: [&[u8]; 3] = [b"encrypted_content", b"\"rs_", b"\"cmp_"];
+        const NEEDLES: [&[u8]; 4] = [b"encrypted_content", b"\"rs_", b"\"cmp_", b"\"resp_"];
         NEEDLES
             .iter()
             .any(|n| memchr::memmem::find(text, n).is_some())
@@ -574,7 +597,15 @@ impl Markers {
                     }
                 }
                 if let Some(Value::String(id)) = map.get_mut("id") {
-                    if bound || is_bound_id(id) {
+                    if bound || is_bound_id(id) || id.starts_with("resp_") {
+                        if let Some(t) = self.tag_id(key, org, id) {
+                            *id = t;
+                            tagged += 1;
+                        }
+                    }
+                }
+                if let Some(Value::String(id)) = map.get_mut("previous_response_id") {
+                    if id.starts_with("resp_") {
                         if let Some(t) = self.tag_id(key, org, id) {
                             *id = t;
                             tagged += 1;
@@ -689,6 +720,15 @@ fn value_start(text: &[u8], at: usize, key_len: usize) -> Option<usize> {
     (text.get(i) == Some(&b'"')).then_some(i + 1)
 }
 
+/// The field an id's marker is made for, by its type prefix.
+fn id_field(prefix: &[u8]) -> Field {
+    if prefix == b"resp" {
+        Field::ResponseId
+    } else {
+        Field::ItemId
+    }
+}
+
 /// Item ids whose items are bound to the organization that made them.
 fn is_bound_id(id: &str) -> bool {
     id.starts_with("rs_") || id.starts_with("cmp_")
@@ -710,12 +750,14 @@ fn context(body: &[u8], at: usize) -> Option<(Field, usize)> {
         while start > 0 && body[start - 1].is_ascii_lowercase() && at - start <= 16 {
             start -= 1;
         }
-        if start < at - 1
-            && start >= 1
-            && body[start - 1] == b'"'
-            && preceded_by_key(body, start - 1, b"id")
-        {
-            return Some((Field::ItemId, start));
+        if start < at - 1 && start >= 1 && body[start - 1] == b'"' {
+            let field = id_field(&body[start..at - 1]);
+            if preceded_by_key(body, start - 1, b"id")
+                || (field == Field::ResponseId
+                    && preceded_by_key(body, start - 1, b"previous_response_id"))
+            {
+                return Some((field, start));
+            }
         }
     }
     None

@@ -113,6 +113,15 @@ pub enum Reason {
         /// How many keys were tied.
         tied: usize,
     },
+    /// The request continues a response stored with one key (`previous_response_id`, or a
+    /// `/v1/responses/{id}` call): only that key can serve it.
+    ContinuityBinding {
+        /// The key.
+        key: KeyId,
+    },
+    /// The request names a response id without a Keymux marker (made before Keymux or directly
+    /// upstream), so it is routed by the normal rules and may land on a key that does not hold it.
+    UnmarkedResponseId,
     /// A frame on a Responses WebSocket goes to the upstream socket its connection is bound to.
     WebSocketBound {
         /// The key of that socket.
@@ -165,6 +174,11 @@ pub enum Refusal {
     MixedOrgs {
         /// One key per organization named.
         keys: Vec<KeyId>,
+    },
+    /// The key that holds the referenced response cannot serve (removed, rejected or disabled).
+    ContinuityLost {
+        /// That key.
+        key: KeyId,
     },
     /// The organization that can read the request has no usable key, and the policy is `fail`.
     LostOrg {
@@ -242,6 +256,8 @@ pub struct Policy {
     pub max_attempts: usize,
     /// Whether encrypted-content markers pin requests.
     pub encrypted_affinity: bool,
+    /// Whether response-id markers bind requests to their key.
+    pub continuity: bool,
     /// What to do when the pinned organization has no usable key.
     pub lost_org: LostOrgPolicy,
 }
@@ -251,6 +267,7 @@ impl Default for Policy {
         Self {
             max_attempts: 3,
             encrypted_affinity: true,
+            continuity: true,
             lost_org: LostOrgPolicy::Rescue,
         }
     }
@@ -293,6 +310,13 @@ pub fn decide(facts: &RequestFacts, view: &PoolView, now: Instant, policy: &Poli
         decision.reasons.push(Reason::ForeignMarkersStripped {
             count: facts.foreign_markers,
         });
+    }
+
+    if let (Some(bound), true) = (&facts.continuity, policy.continuity) {
+        return bind_to_key(decision, facts, keys, bound, now);
+    }
+    if facts.unmarked_response_id {
+        decision.reasons.push(Reason::UnmarkedResponseId);
     }
 
     if !facts.pins.is_empty() && !policy.encrypted_affinity {
@@ -456,6 +480,55 @@ pub fn decide(facts: &RequestFacts, view: &PoolView, now: Instant, policy: &Poli
     decision
 }
 
+/// Continuity: exactly the key that holds the response, or a refusal that says why it cannot serve.
+fn bind_to_key(
+    mut decision: Decision,
+    facts: &RequestFacts,
+    keys: &[KeyView],
+    bound: &Pin,
+    now: Instant,
+) -> Decision {
+    let Some(key) = keys.iter().find(|k| k.id == bound.key) else {
+        decision.refusal = Some(Refusal::ContinuityLost {
+            key: bound.key.clone(),
+        });
+        return decision;
+    };
+    match (skip_reason(key, now), key.health) {
+        (None, _) => {}
+        (Some(SkipWhy::Cooling { .. }), Health::Cooling { until }) => {
+            decision.refusal = Some(Refusal::AllCooling {
+                retry_after_secs: whole_seconds_ceil(until.saturating_duration_since(now)),
+                cooling: 1,
+            });
+            return decision;
+        }
+        (Some(_), _) => {
+            decision.refusal = Some(Refusal::ContinuityLost {
+                key: bound.key.clone(),
+            });
+            return decision;
+        }
+    }
+    // Replayed encrypted content must be readable by the bound key's organization.
+    if let Some(other) = facts
+        .pins
+        .iter()
+        .find(|p| p.org != key.org_tag && p.key != key.id)
+    {
+        decision.refusal = Some(Refusal::MixedOrgs {
+            keys: vec![key.id.clone(), other.key.clone()],
+        });
+        return decision;
+    }
+    decision.continuity_hit = true;
+    decision.choice = Some(key.id.clone());
+    decision.reasons.push(Reason::ContinuityBinding {
+        key: key.id.clone(),
+    });
+    decision
+}
+
 fn skip_reason(key: &KeyView, now: Instant) -> Option<SkipWhy> {
     match key.health {
         Health::Ready => None,
@@ -527,6 +600,8 @@ mod tests {
             foreign_markers: 0,
             session: None,
             session_hint: None,
+            continuity: None,
+            unmarked_response_id: false,
         }
     }
 
@@ -861,5 +936,79 @@ mod tests {
         );
         assert_eq!(d.choice.as_ref().map(KeyId::as_str), Some("b1"));
         assert!(d.reasons.contains(&Reason::AffinityOff));
+    }
+
+    #[test]
+    fn continuity_binds_to_exactly_one_key() {
+        let now = Instant::now();
+        let bound = |seq: u64, key: &str| {
+            let id = KeyId::new(key);
+            let mut f = facts(seq);
+            f.continuity = Some(Pin {
+                org: markers().org_tag(Some("org-a"), &id),
+                key: id,
+                field: Field::ResponseId,
+            });
+            f
+        };
+        let view = |a1: Health| PoolView {
+            keys: vec![
+                org_key("a1", "org-a", 9, a1),
+                org_key("a2", "org-a", 0, Health::Ready),
+                org_key("b1", "org-b", 0, Health::Ready),
+            ],
+        };
+        // Busy or not, only the key holding the response serves; no fallbacks (they would only answer
+        // previous_response_not_found).
+        let d = decide(&bound(1, "a1"), &view(Health::Ready), now, &policy(3));
+        assert_eq!(ids(&d), ["a1"]);
+        assert!(d.continuity_hit);
+        assert!(d.reasons.contains(&Reason::ContinuityBinding {
+            key: KeyId::new("a1")
+        }));
+        // Cooling: wait for it.
+        let cooling = Health::Cooling {
+            until: now + Duration::from_millis(1500),
+        };
+        let d = decide(&bound(1, "a1"), &view(cooling), now, &policy(3));
+        assert_eq!(
+            d.refusal,
+            Some(Refusal::AllCooling {
+                retry_after_secs: 2,
+                cooling: 1
+            })
+        );
+        // Rejected, disabled or removed: a clear refusal, never a silent move.
+        for health in [Health::Invalid, Health::Disabled] {
+            let d = decide(&bound(1, "a1"), &view(health), now, &policy(3));
+            assert_eq!(
+                d.refusal,
+                Some(Refusal::ContinuityLost {
+                    key: KeyId::new("a1")
+                })
+            );
+            assert!(!d.continuity_hit);
+        }
+        let d = decide(&bound(1, "gone"), &view(Health::Ready), now, &policy(3));
+        assert_eq!(
+            d.refusal,
+            Some(Refusal::ContinuityLost {
+                key: KeyId::new("gone")
+            })
+        );
+        // Switched off: routed like any request.
+        let off = Policy {
+            continuity: false,
+            ..policy(3)
+        };
+        let d = decide(&bound(1, "a1"), &view(Health::Ready), now, &off);
+        assert_ne!(d.choice, Some(KeyId::new("a1")));
+        assert!(!d.continuity_hit);
+        // An id without a marker is routed normally, and the decision says so.
+        let mut f = facts(2);
+        f.unmarked_response_id = true;
+        let d = decide(&f, &view(Health::Ready), now, &policy(3));
+        assert!(d.reasons.contains(&Reason::UnmarkedResponseId));
+        assert!(!d.continuity_hit);
     }
 }

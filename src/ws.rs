@@ -102,6 +102,7 @@ async fn open_upstream(
     let extracted = match facts::extract(
         seq,
         Operation::ResponsesCreate,
+        "/v1/responses",
         &raw,
         gateway.pool().markers(),
     ) {
@@ -377,6 +378,7 @@ async fn relay(
                         match facts::extract(
                             seq,
                             Operation::ResponsesCreate,
+                            "/v1/responses",
                             &raw,
                             gateway.pool().markers(),
                         ) {
@@ -389,6 +391,12 @@ async fn relay(
                                     .pins
                                     .iter()
                                     .find(|p| Some(p.org) != org && p.key != key)
+                                    // A response made on another socket's key cannot be continued here.
+                                    .or(extracted
+                                        .facts
+                                        .continuity
+                                        .as_ref()
+                                        .filter(|c| c.key != key))
                                 {
                                     if let Some(session) = extracted.facts.session {
                                         gateway.hints().insert(

@@ -122,6 +122,11 @@ impl CodexWs {
             }
             self.keep(&answer);
             previous = answer.response_id().ok_or("no response.completed")?;
+            if !previous.starts_with("resp_km1") {
+                return Err(format!(
+                    "the client saw an untagged response id: {previous}"
+                ));
+            }
         }
         Ok(())
     }
@@ -191,7 +196,17 @@ async fn fifty_codex_websocket_sessions_stay_bound_and_keep_their_organization()
         }
     }
     assert!(leaked.is_empty(), "{leaked:?}");
-    // Every session's frames went to one organization, and the first socket's frames to one key.
+    // One upstream socket per client socket: 50 first connections and 50 resumes, and nothing else.
+    let upgrades = log.iter().filter(|e| e.status == 101).count();
+    assert_eq!(upgrades, 100, "one upstream socket per client socket");
+    // previous_response_id reached the upstream as its own id (connection-local state resolved, too:
+    // every frame succeeded with store:false).
+    assert!(log.iter().filter(|e| e.method == "WS").all(|e| !e
+        .previous_response_id
+        .as_deref()
+        .unwrap_or("")
+        .contains("km1")));
+    // Every session's frames went to one organization.
     let mut keys_by_session: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for e in log.iter().filter(|e| e.method == "WS") {
         let session = e.body.as_ref().unwrap()["prompt_cache_key"]
