@@ -26,11 +26,7 @@ const TARGET_BYTES: usize = 1024 * 1024;
 /// prefix, then reasoning, assistant, tool call and tool output per turn, until 1 MiB).
 fn history() -> (Vec<Value>, Value) {
     let fixture: Value = serde_json::from_slice(
-        &std::fs::read(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/codex/http-turn1.json"
-        ))
-        .unwrap(),
+        &std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/codex/http-turn1.json")).unwrap(),
     )
     .unwrap();
     let mut body = fixture["body"].clone();
@@ -68,7 +64,12 @@ fn main() {
     let events: Vec<Vec<u8>> = outputs
         .iter()
         .enumerate()
-        .map(|(i, item)| serde_json::to_vec(&json!({"type":"response.output_item.done","sequence_number":i,"output_index":0,"item":item})).unwrap())
+        .map(|(i, item)| {
+            serde_json::to_vec(
+                &json!({"type":"response.output_item.done","sequence_number":i,"output_index":0,"item":item}),
+            )
+            .unwrap()
+        })
         .collect();
     let event_bytes: usize = events.iter().map(Vec::len).sum();
 
@@ -93,11 +94,7 @@ fn main() {
         let t = Instant::now();
         let stripped = markers.strip(&tagged_bytes).unwrap();
         strip_times.push(t.elapsed());
-        assert_eq!(
-            stripped.body.as_ref(),
-            &plain_bytes[..],
-            "stripping restores the exact bytes"
-        );
+        assert_eq!(stripped.body.as_ref(), &plain_bytes[..], "stripping restores the exact bytes");
 
         let t = Instant::now();
         let untouched = markers.strip(&plain_bytes).unwrap();
@@ -108,12 +105,14 @@ fn main() {
 
     let mib = |bytes: usize| bytes as f64 / (1024.0 * 1024.0);
     let per_mib = |d: Duration, bytes: usize| d.as_secs_f64() * 1000.0 / mib(bytes);
-    let (tag, strip, plain) = (
-        median(tag_times),
-        median(strip_times),
-        median(plain_strip_times),
+    let (tag, strip, plain) = (median(tag_times), median(strip_times), median(plain_strip_times));
+    println!(
+        "history: {:.2} MiB replayed body, {} output items ({} reasoning), {:.2} MiB of output_item.done events",
+        mib(tagged_bytes.len()),
+        outputs.len(),
+        outputs.len() / 3,
+        mib(event_bytes)
     );
-    println!("history: {:.2} MiB replayed body, {} output items ({} reasoning), {:.2} MiB of output_item.done events", mib(tagged_bytes.len()), outputs.len(), outputs.len() / 3, mib(event_bytes));
     println!(
         "tag   (output_item.done events, markers spliced in)  : {:>7.3} ms  = {:.3} ms/MiB",
         tag.as_secs_f64() * 1000.0,

@@ -1,10 +1,12 @@
-//! Affinity tables: what Keymux remembers about sessions, in memory only, bounded in size and age.
+//! Affinity tables: what Keymux remembers about sessions, in process memory only, bounded in size and
+//! age, never persisted. Entries are keyed by `SessionKey`s (keyed HMACs), never by raw client values.
 //!
-//! `SessionHints` remembers, per session (a keyed digest of its `prompt_cache_key`), the key that last
-//! served one of its Responses requests, which is where its newest org-bound state was made (or, when a
-//! frame's markers prove otherwise, the key they name). Codex opens a resumed session's WebSocket with a
-//! prewarm frame that carries no markers; the hint sends that socket to the organization that holds the
-//! session's state. It is used for nothing else.
+//! Two tables use this type:
+//! * the soft-affinity table: per signal (`prompt_cache_key`, or a prompt-prefix digest), the key that
+//!   last served it to a successful end. It keeps a session on a warm prompt cache.
+//! * the session hints: per session, the key that last served one of its Responses requests. Codex
+//!   opens a resumed session's WebSocket with a prewarm frame that carries no markers, and the hint sends
+//!   that socket to the organization that holds the session's state.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -15,10 +17,11 @@ use tokio::time::Instant;
 use crate::keys::KeyId;
 use crate::markers::SessionKey;
 
-/// Most sessions remembered; the oldest entry goes first.
+/// Default capacity of the session hints.
 pub const HINT_CAPACITY: usize = 10_000;
-/// How long a hint lives without being refreshed (OpenAI's longest prompt-cache retention is about an hour).
-pub const HINT_TTL: Duration = Duration::from_secs(60 * 60);
+/// How long an entry lives without being refreshed by default (OpenAI's longest in-memory prompt-cache
+/// retention is about an hour).
+pub const DEFAULT_TTL: Duration = Duration::from_secs(60 * 60);
 
 struct Entry {
     key: KeyId,
@@ -26,14 +29,8 @@ struct Entry {
     generation: u64,
 }
 
-/// Session → key, bounded by `HINT_CAPACITY` entries and `HINT_TTL`.
 #[derive(Default)]
-pub struct SessionHints {
-    inner: Mutex<Table>,
-}
-
-#[derive(Default)]
-struct Table {
+struct Inner {
     map: HashMap<SessionKey, Entry>,
     // Insertion order, for eviction: (session, generation). A refreshed session leaves a stale pair
     // behind, skipped on eviction; bounded at twice the capacity.
@@ -41,53 +38,44 @@ struct Table {
     generation: u64,
 }
 
-impl SessionHints {
-    /// The key that last served this session, if remembered and fresh.
+/// Session → key, bounded by `capacity` entries and `ttl`.
+pub struct Table {
+    capacity: usize,
+    ttl: Duration,
+    inner: Mutex<Inner>,
+}
+
+impl Table {
+    /// A table of at most `capacity` entries, each forgotten `ttl` after its last refresh.
+    pub fn new(capacity: usize, ttl: Duration) -> Self {
+        Self { capacity: capacity.max(1), ttl, inner: Mutex::new(Inner::default()) }
+    }
+
+    /// The key remembered for this session, if fresh.
     pub fn get(&self, session: &SessionKey, now: Instant) -> Option<KeyId> {
-        let table = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        table
-            .map
-            .get(session)
-            .filter(|e| now.saturating_duration_since(e.at) < HINT_TTL)
-            .map(|e| e.key.clone())
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.map.get(session).filter(|e| now.saturating_duration_since(e.at) < self.ttl).map(|e| e.key.clone())
     }
 
     /// Remembers that `key` served this session.
     pub fn insert(&self, session: SessionKey, key: KeyId, now: Instant) {
-        let mut table = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        table.generation += 1;
-        let generation = table.generation;
-        table.map.insert(
-            session,
-            Entry {
-                key,
-                at: now,
-                generation,
-            },
-        );
-        table.order.push_back((session, generation));
-        while table.map.len() > HINT_CAPACITY || table.order.len() > 2 * HINT_CAPACITY {
-            let Some((oldest, generation)) = table.order.pop_front() else {
-                break;
-            };
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.generation += 1;
+        let generation = inner.generation;
+        inner.map.insert(session, Entry { key, at: now, generation });
+        inner.order.push_back((session, generation));
+        while inner.map.len() > self.capacity || inner.order.len() > 2 * self.capacity {
+            let Some((oldest, generation)) = inner.order.pop_front() else { break };
             // Drop it only if this is its latest insertion (otherwise a newer one is further back).
-            if table
-                .map
-                .get(&oldest)
-                .is_some_and(|e| e.generation == generation)
-            {
-                table.map.remove(&oldest);
+            if inner.map.get(&oldest).is_some_and(|e| e.generation == generation) {
+                inner.map.remove(&oldest);
             }
         }
     }
 
     /// How many sessions are remembered.
     pub fn len(&self) -> usize {
-        self.inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .map
-            .len()
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).map.len()
     }
 
     /// Whether nothing is remembered.
@@ -103,34 +91,27 @@ mod tests {
     use crate::secrets::Secret;
 
     #[tokio::test(start_paused = true)]
-    async fn hints_expire_and_stay_bounded() {
+    async fn entries_expire_and_the_table_stays_bounded() {
         let m = Markers::new(&Secret::new("t"));
-        let hints = SessionHints::default();
+        let table = Table::new(HINT_CAPACITY, DEFAULT_TTL);
         let s = m.session_digest("responses", "sess-1");
-        hints.insert(s, KeyId::new("k_a"), Instant::now());
-        assert_eq!(hints.get(&s, Instant::now()), Some(KeyId::new("k_a")));
-        tokio::time::advance(HINT_TTL + Duration::from_secs(1)).await;
-        assert_eq!(hints.get(&s, Instant::now()), None);
+        table.insert(s, KeyId::new("k_a"), Instant::now());
+        assert_eq!(table.get(&s, Instant::now()), Some(KeyId::new("k_a")));
+        tokio::time::advance(DEFAULT_TTL + Duration::from_secs(1)).await;
+        assert_eq!(table.get(&s, Instant::now()), None);
 
         for i in 0..(HINT_CAPACITY + 500) {
-            hints.insert(
-                m.session_digest("responses", &format!("s{i}")),
-                KeyId::new("k_a"),
-                Instant::now(),
-            );
+            table.insert(m.session_digest("responses", &format!("s{i}")), KeyId::new("k_a"), Instant::now());
         }
-        assert_eq!(hints.len(), HINT_CAPACITY);
-        assert!(
-            hints
-                .get(&m.session_digest("responses", "s0"), Instant::now())
-                .is_none(),
-            "oldest evicted"
-        );
-        assert!(hints
-            .get(
-                &m.session_digest("responses", &format!("s{}", HINT_CAPACITY + 499)),
-                Instant::now()
-            )
-            .is_some());
+        assert_eq!(table.len(), HINT_CAPACITY);
+        assert!(table.get(&m.session_digest("responses", "s0"), Instant::now()).is_none(), "oldest evicted");
+        let newest = m.session_digest("responses", &format!("s{}", HINT_CAPACITY + 499));
+        assert!(table.get(&newest, Instant::now()).is_some());
+        // Refreshing an entry many times never grows the bookkeeping past its bound.
+        for _ in 0..(3 * HINT_CAPACITY) {
+            table.insert(newest, KeyId::new("k_b"), Instant::now());
+        }
+        assert_eq!(table.get(&newest, Instant::now()), Some(KeyId::new("k_b")));
+        assert!(table.inner.lock().expect("lock").order.len() <= 2 * HINT_CAPACITY);
     }
 }

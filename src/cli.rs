@@ -14,11 +14,7 @@ use crate::secrets::{self, account, Secret, SecretStore};
 use crate::startup::{self, StartError, StartOptions};
 
 #[derive(Parser)]
-#[command(
-    name = "keymux",
-    version,
-    about = "Pool your OpenAI API keys behind one local base URL"
-)]
+#[command(name = "keymux", version, about = "Pool your OpenAI API keys behind one local base URL")]
 struct Cli {
     /// Config file (default: the platform config directory, e.g. ~/.config/keymux/config.toml).
     #[arg(long, global = true, value_name = "PATH")]
@@ -106,10 +102,7 @@ enum TokenCommand {
 /// Entry point of the `keymux` binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("keymux: cannot start the async runtime: {e}");
@@ -166,9 +159,7 @@ async fn serve(config_path: Option<PathBuf>, args: ServeArgs) -> Result<(), Star
     let listener = tokio::net::TcpListener::bind(prepared.listen)
         .await
         .map_err(|e| StartError::Usage(format!("cannot listen on {}: {e}", prepared.listen)))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| StartError::Usage(format!("cannot read the bound address: {e}")))?;
+    let addr = listener.local_addr().map_err(|e| StartError::Usage(format!("cannot read the bound address: {e}")))?;
     out(&format!(
         "keymux listening on http://{addr}/v1 with {} key(s). Codex: base_url = \"http://{addr}/v1\", wire_api = \"responses\", env_key = \"KEYMUX_TOKEN\". pi: baseUrl \"http://{addr}/v1\", api \"openai-responses\", apiKey \"KEYMUX_TOKEN\". Token: `keymux token show default`.",
         prepared.keys
@@ -205,11 +196,8 @@ async fn shutdown_signal() {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("KEYMUX_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .try_init();
+    let _ =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
 }
 
 struct Loaded {
@@ -225,46 +213,27 @@ fn load(config_path: Option<PathBuf>) -> Result<Loaded, StartError> {
     };
     let config = Config::load(&path)?;
     let store = startup::open_store(&config, false);
-    Ok(Loaded {
-        path,
-        config,
-        store,
-    })
+    Ok(Loaded { path, config, store })
 }
 
 /// Asks a gateway running with this config for its key status (health, learned organizations).
-async fn live_status(
-    config: &Config,
-    store: &Arc<dyn SecretStore>,
-) -> Option<Vec<serde_json::Value>> {
+async fn live_status(config: &Config, store: &Arc<dyn SecretStore>) -> Option<Vec<serde_json::Value>> {
     let token_id = config.tokens.first()?.id.clone();
     let account = account::token(&token_id);
-    let token = secrets::blocking(store.clone(), move |s| s.get(&account))
-        .await
-        .ok()??;
+    let token = secrets::blocking(store.clone(), move |s| s.get(&account)).await.ok()??;
     let mut addr: SocketAddr = config.listen.parse().ok()?;
     if addr.ip().is_unspecified() {
         addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
     }
     let client = crate::upstream::local_client(std::time::Duration::from_secs(2))?;
     // Only a Keymux gets the token: whatever else holds the port is not asked.
-    let health: serde_json::Value = client
-        .get(format!("http://{addr}/keymux/health"))
-        .send()
-        .await
-        .ok()?
-        .json()
-        .await
-        .ok()?;
+    let health: serde_json::Value =
+        client.get(format!("http://{addr}/keymux/health")).send().await.ok()?.json().await.ok()?;
     if health["service"] != "keymux" {
         return None;
     }
-    let response = client
-        .get(format!("http://{addr}/keymux/api/status"))
-        .bearer_auth(token.expose())
-        .send()
-        .await
-        .ok()?;
+    let response =
+        client.get(format!("http://{addr}/keymux/api/status")).bearer_auth(token.expose()).send().await.ok()?;
     let body: serde_json::Value = response.json().await.ok()?;
     body["keys"].as_array().cloned()
 }
@@ -287,38 +256,23 @@ fn read_secret() -> Result<Secret, StartError> {
 }
 
 async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Result<(), StartError> {
-    let Loaded {
-        path,
-        mut config,
-        store,
-    } = load(config_path)?;
+    let Loaded { path, mut config, store } = load(config_path)?;
     match cmd {
-        KeysCommand::Add {
-            label,
-            provider,
-            base_url,
-            org,
-        } => {
+        KeysCommand::Add { label, provider, base_url, org } => {
             validate_label(&label).map_err(StartError::Usage)?;
-            let provider = Provider::parse(&provider).ok_or_else(|| {
-                StartError::Usage(format!("--provider {provider:?}: expected openai or azure"))
-            })?;
+            let provider = Provider::parse(&provider)
+                .ok_or_else(|| StartError::Usage(format!("--provider {provider:?}: expected openai or azure")))?;
             if config.find_key(&label).is_some() {
-                return Err(StartError::Usage(format!(
-                    "a key labelled '{label}' already exists; remove it first"
-                )));
+                return Err(StartError::Usage(format!("a key labelled '{label}' already exists; remove it first")));
             }
             if let Some(url) = &base_url {
                 if !(url.starts_with("https://") || url.starts_with("http://")) {
-                    return Err(StartError::Usage(format!(
-                        "--base-url {url:?} must start with https://"
-                    )));
+                    return Err(StartError::Usage(format!("--base-url {url:?} must start with https://")));
                 }
             }
             if provider == Provider::Azure && base_url.is_none() {
                 return Err(StartError::Usage(
-                    "an Azure key needs --base-url https://RESOURCE.openai.azure.com/openai/v1"
-                        .into(),
+                    "an Azure key needs --base-url https://RESOURCE.openai.azure.com/openai/v1".into(),
                 ));
             }
             let secret = read_secret()?;
@@ -326,13 +280,7 @@ async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Result<(), Star
             let account = account::key(&id);
             let value = secret.clone();
             secrets::blocking(store.clone(), move |s| s.set(&account, &value)).await?;
-            config.keys.push(KeyConfig {
-                id: id.clone(),
-                label: label.clone(),
-                provider,
-                base_url,
-                org,
-            });
+            config.keys.push(KeyConfig { id: id.clone(), label: label.clone(), provider, base_url, org });
             if let Err(e) = config.save(&path) {
                 // Keep the keychain and the config in step: no orphaned secret.
                 let account = account::key(&id);
@@ -340,10 +288,7 @@ async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Result<(), Star
                 return Err(e.into());
             }
             let fp = fingerprint(&startup::install_secret(&store).await?, &secret);
-            out(&format!(
-                "added key '{label}' ({id}, fingerprint {fp}) to the {}",
-                store.describe()
-            ));
+            out(&format!("added key '{label}' ({id}, fingerprint {fp}) to the {}", store.describe()));
         }
         KeysCommand::List => {
             let env = env_secrets()?;
@@ -351,56 +296,30 @@ async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Result<(), Star
                 out("no keys yet: add one with `keymux keys add --label work`");
                 return Ok(());
             }
-            let install = if config.keys.is_empty() {
-                None
-            } else {
-                Some(startup::install_secret(&store).await?)
-            };
+            let install = if config.keys.is_empty() { None } else { Some(startup::install_secret(&store).await?) };
             let live = live_status(&config, &store).await;
-            out(&format!(
-                "{:<16} {:<14} {:<8} {:<24} {:<11} STATUS",
-                "LABEL", "ID", "PROVIDER", "ORG", "FINGERPRINT"
-            ));
-            let row = |label: &str,
-                       id: &str,
-                       provider: Provider,
-                       org: Option<&str>,
-                       fp: &str,
-                       stored: &str| {
-                let state = live
-                    .as_ref()
-                    .and_then(|keys| keys.iter().find(|k| k["id"] == id));
+            out(&format!("{:<16} {:<14} {:<8} {:<24} {:<11} STATUS", "LABEL", "ID", "PROVIDER", "ORG", "FINGERPRINT"));
+            let row = |label: &str, id: &str, provider: Provider, org: Option<&str>, fp: &str, stored: &str| {
+                let state = live.as_ref().and_then(|keys| keys.iter().find(|k| k["id"] == id));
                 let org = org
                     .map(str::to_owned)
-                    .or_else(|| {
-                        state
-                            .and_then(|s| s["learned_org"].as_str())
-                            .map(|o| format!("{o} (learned)"))
-                    })
+                    .or_else(|| state.and_then(|s| s["learned_org"].as_str()).map(|o| format!("{o} (learned)")))
                     .unwrap_or_else(|| "(learned on first use)".into());
                 let mut status = stored.to_owned();
                 if let Some(s) = state {
                     status.push_str(&format!(", {}", s["health"].as_str().unwrap_or("?")));
                     if s["health"] == "cooling" {
-                        status.push_str(&format!(
-                            " {}s",
-                            s["cooldown_ms"].as_u64().unwrap_or(0).div_ceil(1000)
-                        ));
+                        status.push_str(&format!(" {}s", s["cooldown_ms"].as_u64().unwrap_or(0).div_ceil(1000)));
                     }
                     if s["health"] == "invalid" {
                         status.push_str(" (rejected by the provider: replace this key)");
                     }
                     let odd = s["invalid_encrypted_content"].as_u64().unwrap_or(0);
                     if odd > 0 {
-                        status.push_str(&format!(
-                            ", {odd} invalid_encrypted_content from the provider"
-                        ));
+                        status.push_str(&format!(", {odd} invalid_encrypted_content from the provider"));
                     }
                 }
-                out(&format!(
-                    "{label:<16} {id:<14} {:<8} {org:<24} {fp:<11} {status}",
-                    provider.as_str()
-                ));
+                out(&format!("{label:<16} {id:<14} {:<8} {org:<24} {fp:<11} {status}", provider.as_str()));
             };
             for key in &config.keys {
                 let account = account::key(&key.id);
@@ -409,14 +328,7 @@ async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Result<(), Star
                     (Some(secret), Some(install)) => (fingerprint(install, secret), "in keychain"),
                     _ => ("-".to_owned(), "MISSING from keychain"),
                 };
-                row(
-                    &key.label,
-                    key.id.as_str(),
-                    key.provider,
-                    key.org.as_deref(),
-                    &fp,
-                    stored,
-                );
+                row(&key.label, key.id.as_str(), key.provider, key.org.as_deref(), &fp, stored);
             }
             for key in &env.keys {
                 row(
@@ -429,14 +341,15 @@ async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Result<(), Star
                 );
             }
             if live.is_none() {
-                out(&format!("(no gateway answering at {}: health and learned organizations appear while it runs)", config.listen));
+                out(&format!(
+                    "(no gateway answering at {}: health and learned organizations appear while it runs)",
+                    config.listen
+                ));
             }
         }
         KeysCommand::Remove { key } => {
             let Some(found) = config.find_key(&key).cloned() else {
-                return Err(StartError::Usage(format!(
-                    "no key labelled or with id '{key}'; see `keymux keys list`"
-                )));
+                return Err(StartError::Usage(format!("no key labelled or with id '{key}'; see `keymux keys list`")));
             };
             let account = account::key(&found.id);
             secrets::blocking(store.clone(), move |s| s.delete(&account)).await?;
@@ -449,20 +362,14 @@ async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Result<(), Star
 }
 
 async fn token(config_path: Option<PathBuf>, cmd: TokenCommand) -> Result<(), StartError> {
-    let Loaded {
-        path,
-        mut config,
-        store,
-    } = load(config_path)?;
+    let Loaded { path, mut config, store } = load(config_path)?;
     let find = |config: &Config, name: &str| {
         config
             .tokens
             .iter()
             .find(|t| t.id == name || t.name.eq_ignore_ascii_case(name))
             .cloned()
-            .ok_or_else(|| {
-                StartError::Usage(format!("no token named '{name}'; see `keymux token list`"))
-            })
+            .ok_or_else(|| StartError::Usage(format!("no token named '{name}'; see `keymux token list`")))
     };
     match cmd {
         TokenCommand::Create { name } => {
@@ -498,10 +405,7 @@ async fn token(config_path: Option<PathBuf>, cmd: TokenCommand) -> Result<(), St
             secrets::blocking(store.clone(), move |s| s.delete(&account)).await?;
             config.tokens.retain(|t| t.id != found.id);
             config.save(&path)?;
-            out(&format!(
-                "revoked token '{}'; a running gateway stops accepting it on restart",
-                found.name
-            ));
+            out(&format!("revoked token '{}'; a running gateway stops accepting it on restart", found.name));
         }
     }
     Ok(())

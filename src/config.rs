@@ -51,11 +51,7 @@ pub struct Timeouts {
 
 impl Default for Timeouts {
     fn default() -> Self {
-        Self {
-            connect_ms: 10_000,
-            first_byte_ms: 300_000,
-            idle_ms: 300_000,
-        }
+        Self { connect_ms: 10_000, first_byte_ms: 300_000, idle_ms: 300_000 }
     }
 }
 
@@ -68,6 +64,16 @@ pub struct AffinityConfig {
     pub encrypted_content: bool,
     /// Bind `previous_response_id` and `/v1/responses/{id}` calls to the key that holds the response.
     pub continuity: bool,
+    /// Prefer the key that last served a session's `prompt_cache_key` (or, without one, its prompt
+    /// prefix) to a successful end, to keep the session on a warm prompt cache.
+    pub prompt_cache: bool,
+    /// Most sessions the soft-affinity table remembers.
+    pub table_capacity: usize,
+    /// Seconds a remembered session lives without being refreshed.
+    pub table_ttl_secs: u64,
+    /// A remembered key with this many requests in flight, while another candidate has fewer, is left
+    /// alone (`target_unavailable`): one hot session must not melt one key.
+    pub max_in_flight_per_key: u32,
     /// When that organization has no usable key left: `rescue` (drop the unreadable items and carry on)
     /// or `fail` (answer 409 naming the key).
     pub lost_org: crate::router::LostOrgPolicy,
@@ -78,6 +84,10 @@ impl Default for AffinityConfig {
         Self {
             encrypted_content: true,
             continuity: true,
+            prompt_cache: true,
+            table_capacity: 50_000,
+            table_ttl_secs: 3_600,
+            max_in_flight_per_key: 8,
             lost_org: crate::router::LostOrgPolicy::Rescue,
         }
     }
@@ -159,9 +169,7 @@ impl Default for Config {
 impl Config {
     /// The platform's default config path (`~/.config/keymux/config.toml` on Linux).
     pub fn default_path() -> Result<PathBuf, ConfigError> {
-        dirs::config_dir()
-            .map(|d| d.join("keymux").join("config.toml"))
-            .ok_or(ConfigError::NoConfigDir)
+        dirs::config_dir().map(|d| d.join("keymux").join("config.toml")).ok_or(ConfigError::NoConfigDir)
     }
 
     /// Loads the file, or the defaults when it does not exist yet.
@@ -169,60 +177,44 @@ impl Config {
         let text = match std::fs::read_to_string(path) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
-            Err(source) => {
-                return Err(ConfigError::Io {
-                    path: path.to_owned(),
-                    source,
-                })
-            }
+            Err(source) => return Err(ConfigError::Io { path: path.to_owned(), source }),
         };
         Self::parse(&text, path)
     }
 
     /// Parses TOML text; `path` is only used in messages.
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
-        let config: Self = toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: path.to_owned(),
-            message: e.message().to_owned(),
-        })?;
+        let config: Self = toml::from_str(text)
+            .map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.message().to_owned() })?;
         config.validate(path)?;
         Ok(config)
     }
 
     fn validate(&self, path: &Path) -> Result<(), ConfigError> {
-        let invalid = |message: String| ConfigError::Invalid {
-            path: path.to_owned(),
-            message,
-        };
-        self.listen.parse::<SocketAddr>().map_err(|_| {
-            invalid(format!(
-                "listen = {:?} is not an IP:port address",
-                self.listen
-            ))
-        })?;
+        let invalid = |message: String| ConfigError::Invalid { path: path.to_owned(), message };
+        self.listen
+            .parse::<SocketAddr>()
+            .map_err(|_| invalid(format!("listen = {:?} is not an IP:port address", self.listen)))?;
         if !(self.upstream.starts_with("http://") || self.upstream.starts_with("https://")) {
-            return Err(invalid(format!(
-                "upstream = {:?} must start with http:// or https://",
-                self.upstream
-            )));
+            return Err(invalid(format!("upstream = {:?} must start with http:// or https://", self.upstream)));
         }
         if self.max_body_bytes < 1024 {
             return Err(invalid("max_body_bytes must be at least 1024".into()));
         }
+        if !(1..=10_000_000).contains(&self.affinity.table_capacity) {
+            return Err(invalid("[affinity] table_capacity must be between 1 and 10000000".into()));
+        }
+        if self.affinity.table_ttl_secs == 0 || self.affinity.max_in_flight_per_key == 0 {
+            return Err(invalid("[affinity] table_ttl_secs and max_in_flight_per_key must be at least 1".into()));
+        }
         if self.max_attempts == 0 || self.max_attempts > crate::router::MAX_ATTEMPTS {
-            return Err(invalid(format!(
-                "max_attempts must be between 1 and {}",
-                crate::router::MAX_ATTEMPTS
-            )));
+            return Err(invalid(format!("max_attempts must be between 1 and {}", crate::router::MAX_ATTEMPTS)));
         }
         let mut seen = BTreeMap::new();
         for key in &self.keys {
             validate_label(&key.label).map_err(&invalid)?;
             if let Some(prev) = seen.insert(key.label.to_ascii_lowercase(), key.id.clone()) {
-                return Err(invalid(format!(
-                    "two keys are labelled {:?} ({} and {})",
-                    key.label, prev, key.id
-                )));
+                return Err(invalid(format!("two keys are labelled {:?} ({} and {})", key.label, prev, key.id)));
             }
         }
         Ok(())
@@ -230,17 +222,12 @@ impl Config {
 
     /// Writes the file atomically (temp file + rename), creating its directory.
     pub fn save(&self, path: &Path) -> Result<(), ConfigError> {
-        let io = |source| ConfigError::Io {
-            path: path.to_owned(),
-            source,
-        };
+        let io = |source| ConfigError::Io { path: path.to_owned(), source };
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
-        let text = toml::to_string_pretty(self).map_err(|e| ConfigError::Invalid {
-            path: path.to_owned(),
-            message: e.to_string(),
-        })?;
+        let text = toml::to_string_pretty(self)
+            .map_err(|e| ConfigError::Invalid { path: path.to_owned(), message: e.to_string() })?;
         let tmp = path.with_extension("toml.tmp");
         std::fs::write(&tmp, text).map_err(io)?;
         std::fs::rename(&tmp, path).map_err(io)
@@ -248,9 +235,7 @@ impl Config {
 
     /// Finds a key by label (case-insensitive) or id.
     pub fn find_key(&self, label_or_id: &str) -> Option<&KeyConfig> {
-        self.keys
-            .iter()
-            .find(|k| k.id.as_str() == label_or_id || k.label.eq_ignore_ascii_case(label_or_id))
+        self.keys.iter().find(|k| k.id.as_str() == label_or_id || k.label.eq_ignore_ascii_case(label_or_id))
     }
 }
 
@@ -290,10 +275,7 @@ impl EnvSecrets {
     where
         I: IntoIterator<Item = (String, String)>,
     {
-        let vars: BTreeMap<String, String> = vars
-            .into_iter()
-            .filter(|(k, _)| k.starts_with("KEYMUX_"))
-            .collect();
+        let vars: BTreeMap<String, String> = vars.into_iter().filter(|(k, _)| k.starts_with("KEYMUX_")).collect();
         let mut out = Self {
             client_token: vars
                 .get("KEYMUX_CLIENT_TOKEN")
@@ -305,10 +287,7 @@ impl EnvSecrets {
                 .map(|v| crate::secrets::Secret::new(v.as_str())),
             keys: Vec::new(),
         };
-        if vars
-            .get("KEYMUX_INSTALL_SECRET")
-            .is_some_and(|v| v.len() < 16)
-        {
+        if vars.get("KEYMUX_INSTALL_SECRET").is_some_and(|v| v.len() < 16) {
             return Err("KEYMUX_INSTALL_SECRET must be at least 16 characters".into());
         }
         for (name, value) in &vars {
@@ -316,26 +295,20 @@ impl EnvSecrets {
                 continue;
             };
             // `KEYMUX_KEY_WORK_ORG` is an attribute of `work` when `KEYMUX_KEY_WORK` exists.
-            let is_attr = ATTRS.iter().any(|a| {
-                rest.strip_suffix(a)
-                    .is_some_and(|base| vars.contains_key(&format!("{KEY_PREFIX}{base}")))
-            });
+            let is_attr = ATTRS
+                .iter()
+                .any(|a| rest.strip_suffix(a).is_some_and(|base| vars.contains_key(&format!("{KEY_PREFIX}{base}"))));
             if is_attr || rest.is_empty() || name == "KEYMUX_INSTALL_SECRET" {
                 continue;
             }
             let label = rest.to_ascii_lowercase();
             validate_label(&label).map_err(|e| format!("{name}: {e}"))?;
             crate::keys::validate_secret(value).map_err(|e| format!("{name}: {e}"))?;
-            let attr = |suffix: &str| {
-                vars.get(&format!("{name}{suffix}"))
-                    .filter(|v| !v.is_empty())
-                    .cloned()
-            };
+            let attr = |suffix: &str| vars.get(&format!("{name}{suffix}")).filter(|v| !v.is_empty()).cloned();
             let provider = match attr("_PROVIDER") {
                 None => Provider::Openai,
-                Some(p) => Provider::parse(&p).ok_or_else(|| {
-                    format!("{name}_PROVIDER={p:?}: expected \"openai\" or \"azure\"")
-                })?,
+                Some(p) => Provider::parse(&p)
+                    .ok_or_else(|| format!("{name}_PROVIDER={p:?}: expected \"openai\" or \"azure\""))?,
             };
             out.keys.push(EnvKey {
                 label,
@@ -355,20 +328,14 @@ mod tests {
 
     #[test]
     fn unknown_fields_are_named_with_the_file() {
-        let err = Config::parse(
-            "listen = \"127.0.0.1:1\"\nlisten_port = 3\n",
-            Path::new("/x/c.toml"),
-        )
-        .expect_err("unknown field");
+        let err = Config::parse("listen = \"127.0.0.1:1\"\nlisten_port = 3\n", Path::new("/x/c.toml"))
+            .expect_err("unknown field");
         let msg = err.to_string();
         assert!(msg.contains("listen_port"), "{msg}");
         assert!(msg.contains("/x/c.toml"), "{msg}");
 
-        let err = Config::parse(
-            "[[keys]]\nid = \"k_1\"\nlabel = \"w\"\nsecret = \"sk-x\"\n",
-            Path::new("c.toml"),
-        )
-        .expect_err("secrets are not a config field");
+        let err = Config::parse("[[keys]]\nid = \"k_1\"\nlabel = \"w\"\nsecret = \"sk-x\"\n", Path::new("c.toml"))
+            .expect_err("secrets are not a config field");
         assert!(err.to_string().contains("secret"), "{err}");
     }
 
@@ -402,10 +369,7 @@ mod tests {
             ("KEYMUX_KEY_WORK_ORG", "org-1"),
             ("KEYMUX_KEY_AZ", "abc"),
             ("KEYMUX_KEY_AZ_PROVIDER", "azure"),
-            (
-                "KEYMUX_KEY_AZ_BASE_URL",
-                "https://r.openai.azure.com/openai/v1",
-            ),
+            ("KEYMUX_KEY_AZ_BASE_URL", "https://r.openai.azure.com/openai/v1"),
             ("KEYMUX_CLIENT_TOKEN", "tok"),
             ("PATH", "/bin"),
         ]

@@ -85,14 +85,11 @@ impl ApiError {
         match self {
             Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::BodyRead { .. }
-            | Self::BadJson { .. }
-            | Self::Marker(_)
-            | Self::MixedOrgs { .. } => StatusCode::BAD_REQUEST,
-            Self::LostOrg { .. } | Self::ContinuityLost { .. } => StatusCode::CONFLICT,
-            Self::NoKeys | Self::NoUsableKey { .. } | Self::KeyRejected { .. } => {
-                StatusCode::SERVICE_UNAVAILABLE
+            Self::BodyRead { .. } | Self::BadJson { .. } | Self::Marker(_) | Self::MixedOrgs { .. } => {
+                StatusCode::BAD_REQUEST
             }
+            Self::LostOrg { .. } | Self::ContinuityLost { .. } => StatusCode::CONFLICT,
+            Self::NoKeys | Self::NoUsableKey { .. } | Self::KeyRejected { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::AllCooling { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Upstream(e) => e.status(),
             Self::WebSocketUnavailable => StatusCode::UPGRADE_REQUIRED,
@@ -177,7 +174,9 @@ impl ApiError {
                 None,
             ),
             Self::BadJson { detail } => (
-                format!("The request body is not valid JSON ({detail}). Keymux forwards JSON bodies only on this endpoint."),
+                format!(
+                    "The request body is not valid JSON ({detail}). Keymux forwards JSON bodies only on this endpoint."
+                ),
                 "invalid_request_error",
                 Some("invalid_json"),
             ),
@@ -218,10 +217,7 @@ impl ApiError {
                 "server_error",
                 Some("keymux_no_keys"),
             ),
-            Self::AllCooling {
-                retry_after_secs,
-                cooling,
-            } => (
+            Self::AllCooling { retry_after_secs, cooling } => (
                 format!(
                     "All {cooling} Keymux key(s) are cooling down after rate limits; the first one \
                      frees in {retry_after_secs}s. Retry after that, or add another key."
@@ -261,11 +257,9 @@ impl ApiError {
                 "invalid_request_error",
                 Some("forbidden_origin"),
             ),
-            Self::NotFound { path } => (
-                format!("Keymux has no endpoint at {path}."),
-                "invalid_request_error",
-                Some("not_found"),
-            ),
+            Self::NotFound { path } => {
+                (format!("Keymux has no endpoint at {path}."), "invalid_request_error", Some("not_found"))
+            }
         }
     }
 
@@ -279,14 +273,9 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.status(), axum::Json(self.to_json())).into_response();
-        if let Self::AllCooling {
-            retry_after_secs, ..
-        } = &self
-        {
+        if let Self::AllCooling { retry_after_secs, .. } = &self {
             // Codex retries a 429 only when `retry-after` is present, in whole seconds.
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
         }
         response.extensions_mut().insert(ErrorLabel(self.label()));
         response
@@ -303,28 +292,16 @@ mod tests {
 
     #[test]
     fn all_cooling_is_a_429_with_integer_retry_after() {
-        let response = ApiError::AllCooling {
-            retry_after_secs: 7,
-            cooling: 3,
-        }
-        .into_response();
+        let response = ApiError::AllCooling { retry_after_secs: 7, cooling: 3 }.into_response();
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
-        assert_eq!(
-            response
-                .headers()
-                .get(header::RETRY_AFTER)
-                .map(|v| v.as_bytes()),
-            Some(&b"7"[..])
-        );
+        assert_eq!(response.headers().get(header::RETRY_AFTER).map(|v| v.as_bytes()), Some(&b"7"[..]));
     }
 
     #[test]
     fn error_bodies_are_openai_shaped() {
         let body = ApiError::BodyTooLarge { limit: 10 }.to_json();
         let err = &body["error"];
-        assert!(err["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("10 bytes")));
+        assert!(err["message"].as_str().is_some_and(|m| m.contains("10 bytes")));
         assert_eq!(err["type"], "invalid_request_error");
         assert!(err.get("param").is_some());
         assert_eq!(err["code"], "request_too_large");

@@ -175,19 +175,12 @@ mod tests {
         let all = events.recent(usize::MAX);
         assert_eq!(all.len(), RECENT_CAPACITY);
         assert_eq!(all[0].decision.seq, 50);
-        assert_eq!(
-            events.recent(2)[1].decision.seq,
-            RECENT_CAPACITY as u64 + 49
-        );
+        assert_eq!(events.recent(2)[1].decision.seq, RECENT_CAPACITY as u64 + 49);
     }
 
     #[test]
     fn attempt_records_stay_small() {
         // An attempt is a pointer-sized key id plus a few scalars, never a copy of the request.
-        assert!(
-            std::mem::size_of::<Attempt>() <= 40,
-            "{}",
-            std::mem::size_of::<Attempt>()
-        );
+        assert!(std::mem::size_of::<Attempt>() <= 40, "{}", std::mem::size_of::<Attempt>());
     }
 }

@@ -55,10 +55,7 @@ impl Operation {
     /// Whether the body must be JSON (and is parsed for facts).
     pub fn has_json_body(self) -> bool {
         match self {
-            Self::ResponsesCreate
-            | Self::ResponsesCompact
-            | Self::ChatCompletions
-            | Self::Embeddings => true,
+            Self::ResponsesCreate | Self::ResponsesCompact | Self::ChatCompletions | Self::Embeddings => true,
             Self::ResponsesGet
             | Self::ResponsesDelete
             | Self::ResponsesCancel
@@ -97,6 +94,35 @@ pub struct RequestFacts {
     /// For the first frame of a Responses WebSocket: the key that last served this session's pinned
     /// requests (set by the caller from its session table, never by `extract`).
     pub session_hint: Option<crate::keys::KeyId>,
+    /// The soft-affinity signal: a keyed digest of the `prompt_cache_key`, or else of the prompt prefix.
+    #[serde(skip)]
+    pub signal: Option<Signal>,
+    /// What the soft-affinity table remembers for the signal (set by the caller, never by `extract`).
+    #[serde(skip)]
+    pub remembered: Remembered,
+}
+
+/// A soft-affinity signal. Only its source is ever shown; the digest never leaves the process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Signal {
+    /// Where it came from.
+    pub source: crate::router::AffinitySource,
+    /// The keyed digest.
+    pub key: SessionKey,
+}
+
+/// What the soft-affinity table said about a request's signal.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum Remembered {
+    /// Not looked up (no signal, or affinity off).
+    #[default]
+    NotAsked,
+    /// The table could not be consulted.
+    Unavailable,
+    /// Nothing remembered.
+    Miss,
+    /// The key that last served the signal successfully.
+    Key(crate::keys::KeyId),
 }
 
 /// Most bytes of a `prompt_cache_key` Keymux uses.
@@ -106,10 +132,7 @@ pub const MAX_CACHE_KEY_BYTES: usize = 256;
 /// whitespace and no control characters. Anything else is ignored (never an error, never changed).
 pub fn valid_cache_key(value: &serde_json::Value) -> Option<&str> {
     let s = value.as_str()?;
-    let ok = !s.is_empty()
-        && s.len() <= MAX_CACHE_KEY_BYTES
-        && s.trim() == s
-        && !s.chars().any(char::is_control);
+    let ok = !s.is_empty() && s.len() <= MAX_CACHE_KEY_BYTES && s.trim() == s && !s.chars().any(char::is_control);
     ok.then_some(s)
 }
 
@@ -144,6 +167,12 @@ struct Peek<'a> {
     #[serde(default)]
     previous_response_id: Option<serde_json::Value>,
     #[serde(default)]
+    instructions: Option<serde_json::Value>,
+    #[serde(borrow, default)]
+    input: Option<&'a serde_json::value::RawValue>,
+    #[serde(borrow, default)]
+    messages: Option<&'a serde_json::value::RawValue>,
+    #[serde(default)]
     stream: Option<serde_json::Value>,
 }
 
@@ -154,6 +183,7 @@ const MODEL_DISPLAY_CAP: usize = 128;
 pub fn extract(
     seq: u64,
     operation: Operation,
+    client: &str,
     path: &str,
     body: &Bytes,
     markers: &Markers,
@@ -169,6 +199,8 @@ pub fn extract(
         session_hint: None,
         continuity: None,
         unmarked_response_id: false,
+        signal: None,
+        remembered: Remembered::NotAsked,
     };
     let path = match operation {
         Operation::ResponsesGet
@@ -178,16 +210,10 @@ pub fn extract(
         _ => path.to_owned(),
     };
     if !operation.has_json_body() {
-        return Ok(Extracted {
-            facts,
-            path,
-            body: body.clone(),
-        });
+        return Ok(Extracted { facts, path, body: body.clone() });
     }
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Err(FactsError::Body(
-            "the body is empty; this endpoint takes a JSON object".into(),
-        ));
+        return Err(FactsError::Body("the body is empty; this endpoint takes a JSON object".into()));
     }
     let peek: Peek<'_> = serde_json::from_slice(body).map_err(|e| {
         if e.is_data() {
@@ -196,26 +222,21 @@ pub fn extract(
             FactsError::Body(e.to_string())
         }
     })?;
-    facts.model = peek.model.map(|m| truncate(&m, MODEL_DISPLAY_CAP));
+    facts.model = peek.model.as_ref().map(|m| truncate(m, MODEL_DISPLAY_CAP));
     facts.stream = matches!(peek.stream, Some(serde_json::Value::Bool(true)));
     facts.session = peek
         .prompt_cache_key
         .as_ref()
         .and_then(valid_cache_key)
         .map(|k| markers.session_digest(operation_scope(operation), k));
+    facts.signal = signal(&peek, operation, client, facts.model.as_deref(), markers);
     let stripped = markers.strip(body)?;
-    let (continuity, pins): (Vec<Pin>, Vec<Pin>) = stripped
-        .pins
-        .into_iter()
-        .partition(|p| p.field == Field::ResponseId);
+    let (continuity, pins): (Vec<Pin>, Vec<Pin>) =
+        stripped.pins.into_iter().partition(|p| p.field == Field::ResponseId);
     facts.pins = pins;
     facts.continuity = continuity.into_iter().next();
     facts.unmarked_response_id = facts.continuity.is_none()
-        && peek
-            .previous_response_id
-            .as_ref()
-            .and_then(serde_json::Value::as_str)
-            .is_some_and(|s| !s.is_empty());
+        && peek.previous_response_id.as_ref().and_then(serde_json::Value::as_str).is_some_and(|s| !s.is_empty());
     facts.foreign_markers = stripped.foreign;
     let body = match stripped.body {
         std::borrow::Cow::Borrowed(_) => body.clone(),
@@ -225,11 +246,7 @@ pub fn extract(
 }
 
 /// Restores the provider's id in `/v1/responses/{id}…` and records the key its marker names.
-fn untag_path(
-    path: &str,
-    markers: &Markers,
-    facts: &mut RequestFacts,
-) -> Result<String, FactsError> {
+fn untag_path(path: &str, markers: &Markers, facts: &mut RequestFacts) -> Result<String, FactsError> {
     let Some(rest) = path.strip_prefix("/v1/responses/") else {
         return Ok(path.to_owned());
     };
@@ -249,11 +266,89 @@ fn untag_path(
             original
         }
     };
-    Ok(if tail.is_empty() {
-        format!("/v1/responses/{original}")
-    } else {
-        format!("/v1/responses/{original}/{tail}")
+    Ok(if tail.is_empty() { format!("/v1/responses/{original}") } else { format!("/v1/responses/{original}/{tail}") })
+}
+
+/// The soft-affinity signal of a create request: its valid `prompt_cache_key`, or else a digest of the
+/// prompt prefix (instructions, then system and developer content, then the first user message).
+fn signal(
+    peek: &Peek<'_>,
+    operation: Operation,
+    client: &str,
+    model: Option<&str>,
+    markers: &Markers,
+) -> Option<Signal> {
+    use crate::router::AffinitySource;
+    if !matches!(operation, Operation::ResponsesCreate | Operation::ChatCompletions) {
+        return None;
+    }
+    let scope = [client, operation_scope(operation), model.unwrap_or(""), "create"];
+    if let Some(key) = peek.prompt_cache_key.as_ref().and_then(valid_cache_key) {
+        return Some(Signal {
+            source: AffinitySource::PromptCacheKey,
+            key: markers.affinity_digest("prompt_cache_key", &scope, key.as_bytes()),
+        });
+    }
+    let prefix = prompt_prefix(peek)?;
+    Some(Signal {
+        source: AffinitySource::PromptPrefix,
+        key: markers.affinity_digest("prompt_prefix", &scope, &prefix),
     })
+}
+
+/// Most items read from the start of `input` / `messages` looking for the first user message.
+const PREFIX_ITEMS: usize = 16;
+
+fn prompt_prefix(peek: &Peek<'_>) -> Option<Vec<u8>> {
+    let mut canon = Vec::new();
+    let mut push = |label: &str, text: &str| {
+        canon.extend_from_slice(&(label.len() as u32).to_le_bytes());
+        canon.extend_from_slice(label.as_bytes());
+        canon.extend_from_slice(&(text.len() as u64).to_le_bytes());
+        canon.extend_from_slice(text.as_bytes());
+    };
+    if let Some(serde_json::Value::String(instructions)) = &peek.instructions {
+        push("instructions", instructions);
+    }
+    let raw = peek.input.or(peek.messages);
+    if let Some(raw) = raw {
+        let text = raw.get();
+        if text.starts_with('"') {
+            if let Ok(s) = serde_json::from_str::<String>(text) {
+                push("user", &s);
+            }
+        } else if let Ok(items) = serde_json::from_str::<Vec<&serde_json::value::RawValue>>(text) {
+            for item in items.into_iter().take(PREFIX_ITEMS) {
+                let Ok(item) = serde_json::from_str::<serde_json::Value>(item.get()) else { continue };
+                let role = item["role"].as_str().unwrap_or("");
+                let content = content_text(&item["content"]);
+                match role {
+                    "system" | "developer" => push(role, &content),
+                    "user" => {
+                        push("user", &content);
+                        break;
+                    }
+                    _ if item["type"] == "input_text" => {
+                        push("user", item["text"].as_str().unwrap_or(""));
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    (!canon.is_empty()).then_some(canon)
+}
+
+/// The text of a message's content: a string, or the `text` of each part.
+fn content_text(content: &serde_json::Value) -> String {
+    match content {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Array(parts) => {
+            parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("\n")
+        }
+        _ => String::new(),
+    }
 }
 
 /// Sessions of different protocols never share a digest.
@@ -283,39 +378,19 @@ mod tests {
 
     fn extract(seq: u64, op: Operation, body: &[u8]) -> Result<RequestFacts, FactsError> {
         let markers = Markers::new(&Secret::new("s"));
-        super::extract(seq, op, "/v1/x", &Bytes::copy_from_slice(body), &markers).map(|e| e.facts)
+        super::extract(seq, op, "client", "/v1/x", &Bytes::copy_from_slice(body), &markers).map(|e| e.facts)
     }
 
     #[test]
     fn classifies_every_route() {
         let cases = [
             (Method::POST, "/v1/responses", Operation::ResponsesCreate),
-            (
-                Method::POST,
-                "/v1/responses/compact",
-                Operation::ResponsesCompact,
-            ),
+            (Method::POST, "/v1/responses/compact", Operation::ResponsesCompact),
             (Method::GET, "/v1/responses/resp_1", Operation::ResponsesGet),
-            (
-                Method::DELETE,
-                "/v1/responses/resp_1",
-                Operation::ResponsesDelete,
-            ),
-            (
-                Method::POST,
-                "/v1/responses/resp_1/cancel",
-                Operation::ResponsesCancel,
-            ),
-            (
-                Method::GET,
-                "/v1/responses/resp_1/input_items",
-                Operation::ResponsesInputItems,
-            ),
-            (
-                Method::POST,
-                "/v1/chat/completions",
-                Operation::ChatCompletions,
-            ),
+            (Method::DELETE, "/v1/responses/resp_1", Operation::ResponsesDelete),
+            (Method::POST, "/v1/responses/resp_1/cancel", Operation::ResponsesCancel),
+            (Method::GET, "/v1/responses/resp_1/input_items", Operation::ResponsesInputItems),
+            (Method::POST, "/v1/chat/completions", Operation::ChatCompletions),
             (Method::POST, "/v1/embeddings", Operation::Embeddings),
             (Method::GET, "/v1/models", Operation::Models),
             (Method::GET, "/v1/models/gpt-5.5", Operation::Models),
@@ -346,45 +421,51 @@ mod tests {
     #[test]
     fn cache_keys_are_validated_and_never_kept_raw() {
         use serde_json::json;
-        for bad in [
-            json!(" lead"),
-            json!("trail "),
-            json!("a\u{1}b"),
-            json!("x".repeat(257)),
-            json!(42),
-            json!(""),
-        ] {
+        for bad in [json!(" lead"), json!("trail "), json!("a\u{1}b"), json!("x".repeat(257)), json!(42), json!("")] {
             assert_eq!(valid_cache_key(&bad), None, "{bad}");
         }
         assert_eq!(
             valid_cache_key(&json!("01a227d7-ed08-7e52-9dfa-0ea02ef63150")),
             Some("01a227d7-ed08-7e52-9dfa-0ea02ef63150")
         );
-        let f = extract(
-            1,
-            Operation::ResponsesCreate,
-            br#"{"prompt_cache_key":"sess-1"}"#,
-        )
-        .expect("valid");
-        let g = extract(
-            2,
-            Operation::ResponsesCreate,
-            br#"{"prompt_cache_key":"sess-1"}"#,
-        )
-        .expect("valid");
+        let f = extract(1, Operation::ResponsesCreate, br#"{"prompt_cache_key":"sess-1"}"#).expect("valid");
+        let g = extract(2, Operation::ResponsesCreate, br#"{"prompt_cache_key":"sess-1"}"#).expect("valid");
         assert!(f.session.is_some());
         assert_eq!(f.session, g.session);
-        assert!(
-            !format!("{f:?}").contains("sess-1"),
-            "debug output shows no raw key"
-        );
-        let bad = extract(
-            3,
-            Operation::ResponsesCreate,
-            br#"{"prompt_cache_key":" sess-1"}"#,
-        )
-        .expect("still valid request");
+        assert!(!format!("{f:?}").contains("sess-1"), "debug output shows no raw key");
+        let bad =
+            extract(3, Operation::ResponsesCreate, br#"{"prompt_cache_key":" sess-1"}"#).expect("still valid request");
         assert_eq!(bad.session, None);
+    }
+
+    #[test]
+    fn signals_come_from_the_key_or_the_prompt_prefix_in_separate_namespaces() {
+        use crate::router::AffinitySource;
+        let with_key = extract(1, Operation::ResponsesCreate, br#"{"model":"m","prompt_cache_key":"abc","input":[{"role":"developer","content":"sys"},{"role":"user","content":"hi"}]}"#).expect("valid");
+        let signal = with_key.signal.expect("signal");
+        assert_eq!(signal.source, AffinitySource::PromptCacheKey);
+        // The same prompt without a key: a prefix signal, whatever follows the first user message.
+        let a = extract(2, Operation::ResponsesCreate, br#"{"model":"m","input":[{"role":"developer","content":"sys"},{"role":"user","content":[{"type":"input_text","text":"hi"}]},{"role":"assistant","content":"x"}]}"#).expect("valid");
+        let b = extract(3, Operation::ResponsesCreate, br#"{"model":"m","input":[{"role":"developer","content":"sys"},{"role":"user","content":"hi"},{"role":"user","content":"more"}]}"#).expect("valid");
+        assert_eq!(a.signal.expect("a").source, AffinitySource::PromptPrefix);
+        assert_eq!(a.signal.map(|s| s.key), b.signal.map(|s| s.key));
+        assert_ne!(a.signal.map(|s| s.key), Some(signal.key));
+        // A prefix equal to a key's string never collides with it.
+        let k = extract(4, Operation::ResponsesCreate, br#"{"model":"m","prompt_cache_key":"hi","input":"hi"}"#)
+            .expect("valid");
+        let p = extract(5, Operation::ResponsesCreate, br#"{"model":"m","input":"hi"}"#).expect("valid");
+        assert_ne!(k.signal.map(|s| s.key), p.signal.map(|s| s.key));
+        // Another model or operation is another signal; an invalid key falls back to the prefix.
+        let other_model =
+            extract(6, Operation::ResponsesCreate, br#"{"model":"n","prompt_cache_key":"abc"}"#).expect("valid");
+        assert_ne!(other_model.signal.map(|s| s.key), Some(signal.key));
+        let invalid =
+            extract(7, Operation::ResponsesCreate, br#"{"model":"m","prompt_cache_key":" abc","input":"hi"}"#)
+                .expect("valid");
+        assert_eq!(invalid.signal.map(|s| s.source), Some(AffinitySource::PromptPrefix));
+        let none = extract(8, Operation::ResponsesCreate, br#"{"model":"m","prompt_cache_key":7}"#).expect("valid");
+        assert_eq!(none.signal, None);
+        assert!(extract(9, Operation::Embeddings, br#"{"input":"x"}"#).expect("valid").signal.is_none());
     }
 
     #[test]

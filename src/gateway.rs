@@ -34,7 +34,8 @@ const MAX_ERROR_BODY: usize = 256 * 1024;
 /// The gateway: the pool, the upstream client, the accepted tokens and the event stream.
 pub struct Gateway {
     pool: Pool,
-    hints: crate::affinity::SessionHints,
+    hints: crate::affinity::Table,
+    soft: crate::affinity::Table,
     upstream: Upstream,
     tokens: TokenSet,
     events: Events,
@@ -61,7 +62,11 @@ impl Gateway {
     ) -> Result<Self, UpstreamError> {
         Ok(Self {
             pool: Pool::new(keys, markers),
-            hints: crate::affinity::SessionHints::default(),
+            hints: crate::affinity::Table::new(crate::affinity::HINT_CAPACITY, crate::affinity::DEFAULT_TTL),
+            soft: crate::affinity::Table::new(
+                config.affinity.table_capacity,
+                std::time::Duration::from_secs(config.affinity.table_ttl_secs),
+            ),
             upstream: Upstream::new(&config.upstream, &config.timeouts)?,
             tokens,
             events: Events::default(),
@@ -71,6 +76,8 @@ impl Gateway {
                 max_attempts: config.max_attempts.clamp(1, router::MAX_ATTEMPTS),
                 encrypted_affinity: config.affinity.encrypted_content,
                 continuity: config.affinity.continuity,
+                soft_affinity: config.affinity.prompt_cache,
+                max_in_flight_per_key: config.affinity.max_in_flight_per_key,
                 lost_org: config.affinity.lost_org,
             },
         })
@@ -96,8 +103,19 @@ impl Gateway {
     }
 
     /// Which key served each session's pinned requests.
-    pub fn hints(&self) -> &crate::affinity::SessionHints {
+    pub fn hints(&self) -> &crate::affinity::Table {
         &self.hints
+    }
+
+    /// What the soft-affinity table remembers for a request's signal.
+    pub(crate) fn remembered(&self, facts: &RequestFacts) -> crate::facts::Remembered {
+        match (facts.signal, self.policy.soft_affinity) {
+            (Some(signal), true) => match self.soft.get(&signal.key, Instant::now()) {
+                Some(key) => crate::facts::Remembered::Key(key),
+                None => crate::facts::Remembered::Miss,
+            },
+            _ => crate::facts::Remembered::NotAsked,
+        }
     }
 
     /// The next request number.
@@ -128,24 +146,17 @@ impl Gateway {
             session_hint: None,
             continuity: None,
             unmarked_response_id: false,
+            signal: None,
+            remembered: crate::facts::Remembered::NotAsked,
         };
-        router::decide(&facts, &self.pool.view(), Instant::now(), &self.policy)
-            .refusal
-            .map(|r| self.refusal_error(r))
+        router::decide(&facts, &self.pool.view(), Instant::now(), &self.policy).refusal.map(|r| self.refusal_error(r))
     }
 
     /// Asks every key whose organization is not known yet for `GET /models`: a free call that teaches
     /// the pool each key's organization (so pinned sessions can use all of an organization's keys from
     /// the first request) and flags keys the provider rejects before a client meets them. Run at start.
     pub async fn probe_keys(&self) {
-        let unknown: Vec<KeyId> = self
-            .pool
-            .view()
-            .keys
-            .into_iter()
-            .filter(|k| k.org.is_none())
-            .map(|k| k.id)
-            .collect();
+        let unknown: Vec<KeyId> = self.pool.view().keys.into_iter().filter(|k| k.org.is_none()).map(|k| k.id).collect();
         let probes = unknown.into_iter().map(|key| async move {
             let guard = self.pool.begin(&key)?;
             let sent = self
@@ -177,55 +188,35 @@ impl Gateway {
         let seq = self.next_seq();
         let operation = Operation::classify(&parts.method, parts.uri.path());
         let mut notes = Notes::default();
+        let client = parts.extensions.get::<crate::tokens::ClientScope>().cloned().unwrap_or_default();
 
         let raw = match axum::body::to_bytes(body, self.max_body_bytes).await {
             Ok(body) => body,
             Err(e) => {
                 let err = if is_length_limit(&e) {
-                    ApiError::BodyTooLarge {
-                        limit: self.max_body_bytes,
-                    }
+                    ApiError::BodyTooLarge { limit: self.max_body_bytes }
                 } else {
-                    ApiError::BodyRead {
-                        detail: e.to_string(),
-                    }
+                    ApiError::BodyRead { detail: e.to_string() }
                 };
                 return self.refuse(seq, operation, at_unix_ms, started, err);
             }
         };
-        let extracted = match facts::extract(seq, operation, parts.uri.path(), &raw, self.markers())
-        {
+        let extracted = match facts::extract(seq, operation, &client.0, parts.uri.path(), &raw, self.markers()) {
             Ok(extracted) => extracted,
             Err(FactsError::Body(detail)) => {
-                return self.refuse(
-                    seq,
-                    operation,
-                    at_unix_ms,
-                    started,
-                    ApiError::BadJson { detail },
-                )
+                return self.refuse(seq, operation, at_unix_ms, started, ApiError::BadJson { detail })
             }
-            Err(FactsError::Marker(e)) => {
-                return self.refuse(seq, operation, at_unix_ms, started, e.into())
-            }
+            Err(FactsError::Marker(e)) => return self.refuse(seq, operation, at_unix_ms, started, e.into()),
         };
-        let facts = extracted.facts;
+        let mut facts = extracted.facts;
+        facts.remembered = self.remembered(&facts);
         let mut body = extracted.body;
         let forward_path = extracted.path;
 
         let decision = router::decide(&facts, &self.pool.view(), Instant::now(), &self.policy);
         if let Some(refusal) = decision.refusal.clone() {
             let err = self.refusal_error(refusal);
-            return self.finish(
-                &facts,
-                decision,
-                Vec::new(),
-                at_unix_ms,
-                started,
-                None,
-                notes,
-                err.into_response(),
-            );
+            return self.finish(&facts, decision, Vec::new(), at_unix_ms, started, None, notes, err.into_response());
         }
         if !decision.rescued_orgs.is_empty() {
             // The owning organization is gone: drop what no remaining key can read, then strip the rest.
@@ -234,15 +225,11 @@ impl Gateway {
                     notes.rescued_items = dropped;
                     body = match self.markers().strip(&rescued) {
                         Ok(stripped) => Bytes::from(stripped.body.into_owned()),
-                        Err(e) => {
-                            return self.refuse(seq, operation, at_unix_ms, started, e.into())
-                        }
+                        Err(e) => return self.refuse(seq, operation, at_unix_ms, started, e.into()),
                     };
                 }
                 None => {
-                    let err = ApiError::BadJson {
-                        detail: "the body could not be re-read for rescue".into(),
-                    };
+                    let err = ApiError::BadJson { detail: "the body could not be re-read for rescue".into() };
                     return self.refuse(seq, operation, at_unix_ms, started, err);
                 }
             }
@@ -266,13 +253,7 @@ impl Gateway {
             let attempt_started = Instant::now();
             let sent = self
                 .upstream
-                .send(
-                    guard.entry(),
-                    parts.method.clone(),
-                    &path_and_query,
-                    headers.clone(),
-                    body.clone(),
-                )
+                .send(guard.entry(), parts.method.clone(), &path_and_query, headers.clone(), body.clone())
                 .await;
             let duration_ms = elapsed_ms(attempt_started);
             let now = Instant::now();
@@ -281,22 +262,10 @@ impl Gateway {
                     let failure = match &err {
                         UpstreamError::Connect { .. } => FailureKind::Connect,
                         UpstreamError::FirstByteTimeout { .. } => FailureKind::Timeout,
-                        UpstreamError::Transport { .. } | UpstreamError::BadBaseUrl { .. } => {
-                            FailureKind::Transport
-                        }
+                        UpstreamError::Transport { .. } | UpstreamError::BadBaseUrl { .. } => FailureKind::Transport,
                     };
-                    self.pool.apply(&Outcome {
-                        key: key.clone(),
-                        at: now,
-                        kind: OutcomeKind::Failed,
-                        org: None,
-                    });
-                    attempts.push(Attempt {
-                        key,
-                        status: None,
-                        failure: Some(failure),
-                        duration_ms,
-                    });
+                    self.pool.apply(&Outcome { key: key.clone(), at: now, kind: OutcomeKind::Failed, org: None });
+                    attempts.push(Attempt { key, status: None, failure: Some(failure), duration_ms });
                     last_failure = Some(ApiError::from(err).into_response());
                 }
                 Ok(response) => {
@@ -304,18 +273,8 @@ impl Gateway {
                     let org = header_text(response.headers(), "openai-organization");
                     self.pool.note_status(&key, status.as_u16());
                     let (kind, failure) = classify(status, response.headers());
-                    self.pool.apply(&Outcome {
-                        key: key.clone(),
-                        at: now,
-                        kind,
-                        org,
-                    });
-                    attempts.push(Attempt {
-                        key: key.clone(),
-                        status: Some(status.as_u16()),
-                        failure,
-                        duration_ms,
-                    });
+                    self.pool.apply(&Outcome { key: key.clone(), at: now, kind, org });
+                    attempts.push(Attempt { key: key.clone(), status: Some(status.as_u16()), failure, duration_ms });
                     match failure {
                         None if status == StatusCode::BAD_REQUEST && operation.has_json_body() => {
                             let (relayed, code) = self.relay_error(response, guard).await;
@@ -338,14 +297,19 @@ impl Gateway {
                         }
                         None => {
                             // The session's newest org-bound state now lives with this key's organization.
-                            if let (Some(session), true) = (
-                                facts.session,
-                                status.is_success() && operation == Operation::ResponsesCreate,
-                            ) {
+                            if let (Some(session), true) =
+                                (facts.session, status.is_success() && operation == Operation::ResponsesCreate)
+                            {
                                 self.hints.insert(session, key.clone(), now);
                             }
                             let tagger = self.tagger_for(operation, status, &key);
-                            let relayed = self.relay(response, guard, tagger);
+                            // Failed, cancelled, incomplete and hard-continuity requests never teach
+                            // the soft-affinity table; the relay fires this only on a successful end.
+                            let learn = status.is_success().then(|| Learn {
+                                key: key.clone(),
+                                signal: facts.signal.filter(|_| !decision.continuity_hit).map(|s| s.key),
+                            });
+                            let relayed = self.relay(response, guard, tagger, learn);
                             return self.finish(
                                 &facts,
                                 decision,
@@ -361,42 +325,22 @@ impl Gateway {
                             // The provider's own 401 body names a masked key; it is replaced, never relayed.
                             let label = guard.entry().label.clone();
                             tracing::warn!(key = %key, label = %label, status = status.as_u16(), "provider rejected key");
-                            last_failure = Some(
-                                ApiError::KeyRejected {
-                                    label,
-                                    status: status.as_u16(),
-                                }
-                                .into_response(),
-                            );
+                            last_failure =
+                                Some(ApiError::KeyRejected { label, status: status.as_u16() }.into_response());
                         }
-                        Some(_) => last_failure = Some(self.relay(response, guard, None)),
+                        Some(_) => last_failure = Some(self.relay(response, guard, None, None)),
                     }
                 }
             }
         }
 
         // Every candidate failed before anything reached the client.
-        let retry_policy = Policy {
-            max_attempts: 1,
-            ..self.policy
+        let retry_policy = Policy { max_attempts: 1, ..self.policy };
+        let response = match router::decide(&facts, &self.pool.view(), Instant::now(), &retry_policy).refusal {
+            Some(refusal @ Refusal::AllCooling { .. }) => self.refusal_error(refusal).into_response(),
+            _ => last_failure.unwrap_or_else(|| ApiError::NoUsableKey { unusable: 0 }.into_response()),
         };
-        let response = match router::decide(
-            &facts,
-            &self.pool.view(),
-            Instant::now(),
-            &retry_policy,
-        )
-        .refusal
-        {
-            Some(refusal @ Refusal::AllCooling { .. }) => {
-                self.refusal_error(refusal).into_response()
-            }
-            _ => last_failure
-                .unwrap_or_else(|| ApiError::NoUsableKey { unusable: 0 }.into_response()),
-        };
-        self.finish(
-            &facts, decision, attempts, at_unix_ms, started, None, notes, response,
-        )
+        self.finish(&facts, decision, attempts, at_unix_ms, started, None, notes, response)
     }
 
     fn label_of(&self, key: &KeyId) -> String {
@@ -410,23 +354,13 @@ impl Gateway {
     pub(crate) fn refusal_error(&self, refusal: Refusal) -> ApiError {
         match refusal {
             Refusal::NoKeys => ApiError::NoKeys,
-            Refusal::AllCooling {
-                retry_after_secs,
-                cooling,
-            } => ApiError::AllCooling {
-                retry_after_secs,
-                cooling,
-            },
+            Refusal::AllCooling { retry_after_secs, cooling } => ApiError::AllCooling { retry_after_secs, cooling },
             Refusal::NoUsableKey { unusable } => ApiError::NoUsableKey { unusable },
-            Refusal::MixedOrgs { keys } => ApiError::MixedOrgs {
-                labels: keys.iter().map(|k| self.label_of(k)).collect(),
-            },
-            Refusal::LostOrg { key } => ApiError::LostOrg {
-                label: self.label_of(&key),
-            },
-            Refusal::ContinuityLost { key } => ApiError::ContinuityLost {
-                label: self.label_of(&key),
-            },
+            Refusal::MixedOrgs { keys } => {
+                ApiError::MixedOrgs { labels: keys.iter().map(|k| self.label_of(k)).collect() }
+            }
+            Refusal::LostOrg { key } => ApiError::LostOrg { label: self.label_of(&key) },
+            Refusal::ContinuityLost { key } => ApiError::ContinuityLost { label: self.label_of(&key) },
         }
     }
 
@@ -439,10 +373,7 @@ impl Gateway {
             | Operation::ResponsesCancel
             | Operation::ResponsesInputItems
             | Operation::ChatCompletions => true,
-            Operation::ResponsesDelete
-            | Operation::Embeddings
-            | Operation::Models
-            | Operation::Other => false,
+            Operation::ResponsesDelete | Operation::Embeddings | Operation::Models | Operation::Other => false,
         };
         if !tags || !status.is_success() {
             return None;
@@ -461,18 +392,15 @@ impl Gateway {
         let headers = upstream::forward_response_headers(response.headers());
         let mut bytes = BytesMut::new();
         let mut chunks = response.bytes_stream();
-        while let Ok(Some(Ok(chunk))) =
-            tokio::time::timeout(self.upstream.idle_timeout(), chunks.next()).await
-        {
+        while let Ok(Some(Ok(chunk))) = tokio::time::timeout(self.upstream.idle_timeout(), chunks.next()).await {
             bytes.extend_from_slice(&chunk);
             if bytes.len() > MAX_ERROR_BODY {
                 break;
             }
         }
         drop(guard);
-        let code = serde_json::from_slice::<serde_json::Value>(&bytes)
-            .ok()
-            .and_then(|v| match v["error"]["code"].as_str() {
+        let code =
+            serde_json::from_slice::<serde_json::Value>(&bytes).ok().and_then(|v| match v["error"]["code"].as_str() {
                 Some("invalid_encrypted_content") => Some("invalid_encrypted_content"),
                 Some("previous_response_not_found") => Some("previous_response_not_found"),
                 _ => None,
@@ -487,22 +415,18 @@ impl Gateway {
     /// tagging org-bound values when a tagger is given. The in-flight mark stays on the key until the
     /// body ends or the client goes away (which drops the upstream request).
     fn relay(
-        &self,
+        self: &Arc<Self>,
         response: reqwest::Response,
         guard: InFlight,
         tagger: Option<Tagger>,
+        learn: Option<Learn>,
     ) -> Response<Body> {
         let status = response.status();
         let headers = upstream::forward_response_headers(response.headers());
-        let content_type = headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_ascii_lowercase();
+        let content_type =
+            headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
         let mode = match tagger {
-            Some(t) if content_type.starts_with("text/event-stream") => {
-                Mode::Sse(SseRewriter::new(t))
-            }
+            Some(t) if content_type.starts_with("text/event-stream") => Mode::Sse(SseRewriter::new(t)),
             Some(t) if content_type.contains("json") => Mode::Json(t, BytesMut::new()),
             _ => Mode::Pass,
         };
@@ -510,6 +434,7 @@ impl Gateway {
             chunks: Box::pin(response.bytes_stream()),
             idle: self.upstream.idle_timeout(),
             mode,
+            done: learn.map(|learn| (self.clone(), learn)),
             _guard: guard,
         };
         let stream = futures::stream::unfold(Some(state), |state| async move {
@@ -545,6 +470,8 @@ impl Gateway {
             session_hint: None,
             continuity: None,
             unmarked_response_id: false,
+            signal: None,
+            remembered: crate::facts::Remembered::NotAsked,
         };
         let decision = Decision {
             seq,
@@ -558,22 +485,10 @@ impl Gateway {
             rescued_orgs: Vec::new(),
             refusal: None,
         };
-        self.finish(
-            &facts,
-            decision,
-            Vec::new(),
-            at_unix_ms,
-            started,
-            None,
-            Notes::default(),
-            err.into_response(),
-        )
+        self.finish(&facts, decision, Vec::new(), at_unix_ms, started, None, Notes::default(), err.into_response())
     }
 
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "one record is assembled from every part of the request"
-    )]
+    #[expect(clippy::too_many_arguments, reason = "one record is assembled from every part of the request")]
     fn finish(
         &self,
         facts: &RequestFacts,
@@ -586,10 +501,7 @@ impl Gateway {
         response: Response<Body>,
     ) -> Response<Body> {
         let status = response.status().as_u16();
-        let error = response
-            .extensions()
-            .get::<crate::error::ErrorLabel>()
-            .map(|l| l.0);
+        let error = response.extensions().get::<crate::error::ErrorLabel>().map(|l| l.0);
         let duration_ms = elapsed_ms(started);
         tracing::info!(
             seq = facts.seq,
@@ -630,10 +542,32 @@ enum Mode {
 
 type Chunks = std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<Bytes>> + Send>>;
 
+/// What a successful end of a relayed answer teaches.
+pub(crate) struct Learn {
+    pub(crate) key: KeyId,
+    /// The soft-affinity signal to remember, unless the request was a hard binding.
+    pub(crate) signal: Option<crate::markers::SessionKey>,
+}
+
+impl Gateway {
+    /// A relayed answer reached a successful terminal state: remember which key served its signal,
+    /// and count its tokens.
+    pub(crate) fn completed(&self, learn: Learn, usage: Option<crate::relay::Usage>) {
+        if let Some(signal) = learn.signal {
+            self.soft.insert(signal, learn.key.clone(), Instant::now());
+        }
+        if let Some(usage) = usage {
+            self.pool.add_usage(&learn.key, usage);
+        }
+    }
+}
+
 struct RelayState {
     chunks: Chunks,
     idle: Duration,
     mode: Mode,
+    /// Fired once, on a successful end.
+    done: Option<(Arc<Gateway>, Learn)>,
     _guard: InFlight,
 }
 
@@ -643,27 +577,29 @@ impl RelayState {
         loop {
             let next = match tokio::time::timeout(self.idle, self.chunks.next()).await {
                 Err(_) => {
-                    return Some(Err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "upstream stream went idle",
-                    )))
+                    return Some(Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "upstream stream went idle")))
                 }
-                Ok(Some(Err(e))) => {
-                    return Some(Err(std::io::Error::other(format!(
-                        "upstream stream failed: {e}"
-                    ))))
-                }
+                Ok(Some(Err(e))) => return Some(Err(std::io::Error::other(format!("upstream stream failed: {e}")))),
                 Ok(Some(Ok(bytes))) => Some(bytes),
                 Ok(None) => None,
             };
             match (&mut self.mode, next) {
                 (Mode::Pass, Some(bytes)) => return Some(Ok(bytes)),
                 (Mode::Pass, None) => return None,
-                (Mode::Sse(rw), Some(bytes)) => match rw.push(&bytes) {
-                    Ok(out) if out.is_empty() => continue,
-                    Ok(out) => return Some(Ok(out)),
-                    Err(e) => return Some(Err(std::io::Error::other(e))),
-                },
+                (Mode::Sse(rw), Some(bytes)) => {
+                    let pushed = rw.push(&bytes);
+                    let ending = rw.ending();
+                    if ending.completed {
+                        if let Some((gateway, learn)) = self.done.take() {
+                            gateway.completed(learn, ending.usage);
+                        }
+                    }
+                    match pushed {
+                        Ok(out) if out.is_empty() => continue,
+                        Ok(out) => return Some(Ok(out)),
+                        Err(e) => return Some(Err(std::io::Error::other(e))),
+                    }
+                }
                 (Mode::Sse(rw), None) => {
                     let tail = rw.finish();
                     self.mode = Mode::Pass;
@@ -675,13 +611,15 @@ impl RelayState {
                 (Mode::Json(_, buf), Some(bytes)) => {
                     buf.extend_from_slice(&bytes);
                     if buf.len() > MAX_EVENT_BYTES {
-                        return Some(Err(std::io::Error::other(
-                            "upstream JSON body too large to relay",
-                        )));
+                        return Some(Err(std::io::Error::other("upstream JSON body too large to relay")));
                     }
                 }
                 (Mode::Json(tagger, buf), None) => {
                     let body = std::mem::take(buf).freeze();
+                    // A complete 2xx JSON answer is a successful terminal state.
+                    if let Some((gateway, learn)) = self.done.take() {
+                        gateway.completed(learn, crate::relay::Usage::from_body(&body));
+                    }
                     let out = tagger.tag_json(&body).map_or(body, Bytes::from);
                     self.mode = Mode::Pass;
                     return Some(Ok(out));
@@ -692,17 +630,12 @@ impl RelayState {
 }
 
 /// What an upstream status means for the key, and whether to fail over.
-pub(crate) fn classify(
-    status: StatusCode,
-    headers: &HeaderMap,
-) -> (OutcomeKind, Option<FailureKind>) {
+pub(crate) fn classify(status: StatusCode, headers: &HeaderMap) -> (OutcomeKind, Option<FailureKind>) {
     match status.as_u16() {
         200..=399 => (OutcomeKind::Served, None),
         401 | 403 => (OutcomeKind::Rejected, Some(FailureKind::InvalidKey)),
         429 => (
-            OutcomeKind::RateLimited {
-                cooldown: upstream::cooldown_hint(headers).unwrap_or(DEFAULT_COOLDOWN),
-            },
+            OutcomeKind::RateLimited { cooldown: upstream::cooldown_hint(headers).unwrap_or(DEFAULT_COOLDOWN) },
             Some(FailureKind::RateLimited),
         ),
         500..=599 => (OutcomeKind::Failed, Some(FailureKind::Upstream5xx)),
@@ -736,8 +669,5 @@ fn elapsed_ms(since: Instant) -> u32 {
 }
 
 fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0)
 }

@@ -37,19 +37,19 @@ pub async fn serve(
     gateway: Arc<Gateway>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, app(gateway))
-        .with_graceful_shutdown(shutdown)
-        .await
+    axum::serve(listener, app(gateway)).with_graceful_shutdown(shutdown).await
 }
 
 async fn proxy(State(gateway): State<Arc<Gateway>>, request: Request) -> Response<Body> {
-    let (parts, body) = request.into_parts();
-    if let Err(err) =
-        check_origin(&parts.headers).and_then(|()| authenticate(&gateway, &parts.headers))
-    {
-        tracing::warn!(path = parts.uri.path(), error = err.label(), "refused");
-        return err.into_response();
-    }
+    let (mut parts, body) = request.into_parts();
+    let client = match check_origin(&parts.headers).and_then(|()| authenticate(&gateway, &parts.headers)) {
+        Ok(client) => client,
+        Err(err) => {
+            tracing::warn!(path = parts.uri.path(), error = err.label(), "refused");
+            return err.into_response();
+        }
+    };
+    parts.extensions.insert(client);
     if is_websocket_upgrade(&parts.headers) {
         return upgrade(gateway, parts).await;
     }
@@ -60,32 +60,26 @@ async fn proxy(State(gateway): State<Arc<Gateway>>, request: Request) -> Respons
 /// then falls back to HTTP at once and silently (a 404 would cost it about 7 s and an error message).
 async fn upgrade(gateway: Arc<Gateway>, mut parts: axum::http::request::Parts) -> Response<Body> {
     use axum::extract::FromRequestParts as _;
-    if parts.method != axum::http::Method::GET
-        || parts.uri.path().trim_end_matches('/') != "/v1/responses"
-    {
+    if parts.method != axum::http::Method::GET || parts.uri.path().trim_end_matches('/') != "/v1/responses" {
         return ApiError::WebSocketUnavailable.into_response();
     }
     if let Some(err) = gateway.can_open_socket() {
-        tracing::warn!(
-            error = err.label(),
-            "websocket refused; the client falls back to HTTP"
-        );
+        tracing::warn!(error = err.label(), "websocket refused; the client falls back to HTTP");
         return ApiError::WebSocketUnavailable.into_response();
     }
     let headers = parts.headers.clone();
+    let client = parts.extensions.get::<tokens::ClientScope>().cloned().unwrap_or_default();
     match axum::extract::ws::WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
         Ok(ws) => ws
             .max_message_size(crate::ws::MAX_FRAME_BYTES)
             .max_frame_size(crate::ws::MAX_FRAME_BYTES)
-            .on_upgrade(move |socket| crate::ws::serve_socket(gateway, socket, headers)),
+            .on_upgrade(move |socket| crate::ws::serve_socket(gateway, socket, headers, client)),
         Err(rejection) => rejection.into_response(),
     }
 }
 
 async fn health() -> Json<serde_json::Value> {
-    Json(
-        serde_json::json!({ "service": "keymux", "status": "ok", "version": env!("CARGO_PKG_VERSION") }),
-    )
+    Json(serde_json::json!({ "service": "keymux", "status": "ok", "version": env!("CARGO_PKG_VERSION") }))
 }
 
 async fn status(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response<Body> {
@@ -113,36 +107,26 @@ async fn decisions(
 }
 
 async fn not_found(request: Request) -> Response<Body> {
-    ApiError::NotFound {
-        path: request.uri().path().chars().take(200).collect(),
-    }
-    .into_response()
+    ApiError::NotFound { path: request.uri().path().chars().take(200).collect() }.into_response()
 }
 
-fn authenticate(gateway: &Gateway, headers: &HeaderMap) -> Result<(), ApiError> {
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(tokens::bearer);
+fn authenticate(gateway: &Gateway, headers: &HeaderMap) -> Result<tokens::ClientScope, ApiError> {
+    let presented = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(tokens::bearer);
     match presented {
         None => Err(ApiError::Unauthorized { missing: true }),
-        Some(token) if gateway.tokens().accepts(token) => Ok(()),
-        Some(_) => Err(ApiError::Unauthorized { missing: false }),
+        Some(token) => gateway.tokens().client_of(token).ok_or(ApiError::Unauthorized { missing: false }),
     }
 }
 
 fn check_local(gateway: &Gateway, headers: &HeaderMap) -> Result<(), ApiError> {
     check_host(headers)?;
     check_origin(headers)?;
-    authenticate(gateway, headers)
+    authenticate(gateway, headers).map(|_| ())
 }
 
 /// The control API answers only to loopback host names, so a DNS-rebound page cannot reach it.
 fn check_host(headers: &HeaderMap) -> Result<(), ApiError> {
-    let host = headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
     if is_loopback_authority(host) {
         Ok(())
     } else {
@@ -173,17 +157,11 @@ fn is_loopback_authority(authority: &str) -> bool {
     } else {
         authority.rsplit_once(':').map_or(authority, |(h, _)| h)
     };
-    host.eq_ignore_ascii_case("localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
+    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
+    headers.get(header::UPGRADE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
 }
 
 #[cfg(test)]
@@ -192,22 +170,10 @@ mod tests {
 
     #[test]
     fn loopback_authorities() {
-        for ok in [
-            "127.0.0.1:8787",
-            "localhost:1",
-            "[::1]:8787",
-            "127.9.9.9",
-            "LOCALHOST",
-        ] {
+        for ok in ["127.0.0.1:8787", "localhost:1", "[::1]:8787", "127.9.9.9", "LOCALHOST"] {
             assert!(is_loopback_authority(ok), "{ok}");
         }
-        for bad in [
-            "evil.example:8787",
-            "10.0.0.1:8787",
-            "127.0.0.1.evil.example",
-            "",
-            "[::2]:1",
-        ] {
+        for bad in ["evil.example:8787", "10.0.0.1:8787", "127.0.0.1.evil.example", "", "[::2]:1"] {
             assert!(!is_loopback_authority(bad), "{bad}");
         }
     }
@@ -216,15 +182,9 @@ mod tests {
     fn browser_origins_are_refused() {
         let mut h = HeaderMap::new();
         assert!(check_origin(&h).is_ok());
-        h.insert(
-            header::ORIGIN,
-            "https://evil.example".parse().expect("header"),
-        );
+        h.insert(header::ORIGIN, "https://evil.example".parse().expect("header"));
         assert!(check_origin(&h).is_err());
-        h.insert(
-            header::ORIGIN,
-            "http://127.0.0.1:8787".parse().expect("header"),
-        );
+        h.insert(header::ORIGIN, "http://127.0.0.1:8787".parse().expect("header"));
         assert!(check_origin(&h).is_ok());
         h.insert(header::ORIGIN, "null".parse().expect("header"));
         assert!(check_origin(&h).is_err());

@@ -32,10 +32,7 @@ impl KeyId {
     /// Whether this is a well-formed key id: 1 to 64 of `[A-Za-z0-9_-]` (so it can travel inside
     /// markers and item ids).
     pub fn is_well_formed(id: &str) -> bool {
-        (1..=64).contains(&id.len())
-            && id
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
     }
 
     /// The id as text.
@@ -132,13 +129,8 @@ pub fn validate_label(label: &str) -> Result<(), String> {
     if label.is_empty() || label.len() > 40 {
         return Err("a label must be 1 to 40 characters".into());
     }
-    if !label
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-    {
-        return Err(format!(
-            "label {label:?} may only use letters, digits, '-' and '_'"
-        ));
+    if !label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+        return Err(format!("label {label:?} may only use letters, digits, '-' and '_'"));
     }
     Ok(())
 }

@@ -160,15 +160,8 @@ pub struct Stripped<'a> {
 }
 
 enum Parsed<'a> {
-    Ours {
-        key: &'a str,
-        org: OrgTag,
-        mac: &'a [u8],
-        len: usize,
-    },
-    Foreign {
-        len: usize,
-    },
+    Ours { key: &'a str, org: OrgTag, mac: &'a [u8], len: usize },
+    Foreign { len: usize },
 }
 
 /// Writes and reads markers under one install secret.
@@ -254,19 +247,31 @@ impl Markers {
         SessionKey(out)
     }
 
+    /// A keyed digest for the soft-affinity table: `namespace` keeps explicit keys and prompt prefixes
+    /// apart, `scope` (client, protocol, model, operation) keeps clients and endpoints apart. Every part
+    /// is length-prefixed, so no two different inputs hash alike. Only the digest is ever kept.
+    pub fn affinity_digest(&self, namespace: &str, scope: &[&str], value: &[u8]) -> SessionKey {
+        let mut mac = self.keyed.clone();
+        mac.update(b"keymux/affinity/v1\0");
+        for part in std::iter::once(namespace.as_bytes())
+            .chain(scope.iter().map(|s| s.as_bytes()))
+            .chain(std::iter::once(value))
+        {
+            mac.update(&(part.len() as u64).to_le_bytes());
+            mac.update(part);
+        }
+        let mut out = [0u8; 16];
+        out.copy_from_slice(&mac.finalize().into_bytes()[..16]);
+        SessionKey(out)
+    }
+
     /// Wraps an `encrypted_content` value. A value that already carries a marker is returned as it is.
     pub fn wrap_content(&self, key: &KeyId, org: OrgTag, content: &str) -> Option<String> {
         if !KeyId::is_well_formed(key.as_str()) || content.as_bytes().starts_with(VERSION) {
             return None;
         }
         let mut out = String::with_capacity(FIXED_LEN + key.as_str().len() + content.len());
-        self.mark(
-            Field::EncryptedContent,
-            key,
-            org,
-            content.as_bytes(),
-            &mut out,
-        );
+        self.mark(Field::EncryptedContent, key, org, content.as_bytes(), &mut out);
         out.push_str(content);
         Some(out)
     }
@@ -275,22 +280,13 @@ impl Markers {
     /// tagged, or keys whose id cannot travel in a marker.
     pub fn tag_id(&self, key: &KeyId, org: OrgTag, id: &str) -> Option<String> {
         let (prefix, rest) = id.split_once('_')?;
-        if prefix.is_empty()
-            || rest.as_bytes().starts_with(VERSION)
-            || !KeyId::is_well_formed(key.as_str())
-        {
+        if prefix.is_empty() || rest.as_bytes().starts_with(VERSION) || !KeyId::is_well_formed(key.as_str()) {
             return None;
         }
         let mut out = String::with_capacity(id.len() + FIXED_LEN + key.as_str().len());
         out.push_str(prefix);
         out.push('_');
-        self.mark(
-            id_field(prefix.as_bytes()),
-            key,
-            org,
-            id.as_bytes(),
-            &mut out,
-        );
+        self.mark(id_field(prefix.as_bytes()), key, org, id.as_bytes(), &mut out);
         out.push_str(rest);
         Some(out)
     }
@@ -321,19 +317,13 @@ impl Markers {
         }
         let mut tag = [0u8; ORG_LEN];
         tag.copy_from_slice(org);
-        Some(Parsed::Ours {
-            key: std::str::from_utf8(key).ok()?,
-            org: OrgTag(tag),
-            mac,
-            len,
-        })
+        Some(Parsed::Ours { key: std::str::from_utf8(key).ok()?, org: OrgTag(tag), mac, len })
     }
 
     /// Whether text that does not parse as a marker still starts like one of ours (a truncated marker).
     /// Ids are free-form, so an id that merely contains `km1` is left alone.
     fn claims_ours(&self, s: &[u8]) -> bool {
-        s.len() >= VERSION.len() + INSTALL_LEN
-            && s[VERSION.len()..VERSION.len() + INSTALL_LEN] == self.install
+        s.len() >= VERSION.len() + INSTALL_LEN && s[VERSION.len()..VERSION.len() + INSTALL_LEN] == self.install
     }
 
     fn verify(&self, field: Field, key: &str, org: OrgTag, mac: &[u8], original: &[u8]) -> bool {
@@ -342,10 +332,7 @@ impl Markers {
     }
 
     /// Reads a wrapped `encrypted_content` value: `Ok(None)` when it carries no marker.
-    pub fn unwrap_content<'a>(
-        &self,
-        value: &'a str,
-    ) -> Result<Option<(Option<Pin>, &'a str)>, MarkerError> {
+    pub fn unwrap_content<'a>(&self, value: &'a str) -> Result<Option<(Option<Pin>, &'a str)>, MarkerError> {
         let field = Field::EncryptedContent;
         if !value.as_bytes().starts_with(VERSION) {
             return Ok(None);
@@ -356,14 +343,7 @@ impl Markers {
             Some(Parsed::Ours { key, org, mac, len }) => {
                 let original = &value[len..];
                 if self.verify(field, key, org, mac, original.as_bytes()) {
-                    Ok(Some((
-                        Some(Pin {
-                            key: KeyId::new(key),
-                            org,
-                            field,
-                        }),
-                        original,
-                    )))
+                    Ok(Some((Some(Pin { key: KeyId::new(key), org, field }), original)))
                 } else {
                     Err(MarkerError::Forged { field })
                 }
@@ -387,14 +367,7 @@ impl Markers {
             Some(Parsed::Ours { key, org, mac, len }) => {
                 let original = format!("{prefix}_{}", &rest[len..]);
                 if self.verify(field, key, org, mac, original.as_bytes()) {
-                    Ok(Some((
-                        Some(Pin {
-                            key: KeyId::new(key),
-                            org,
-                            field,
-                        }),
-                        original,
-                    )))
+                    Ok(Some((Some(Pin { key: KeyId::new(key), org, field }), original)))
                 } else {
                     Err(MarkerError::Forged { field })
                 }
@@ -409,12 +382,7 @@ impl Markers {
     pub fn strip<'a>(&self, body: &'a [u8]) -> Result<Stripped<'a>, MarkerError> {
         let mut out: Option<Vec<u8>> = None;
         let mut cursor = 0;
-        let mut stripped = Stripped {
-            body: Cow::Borrowed(body),
-            pins: Vec::new(),
-            foreign: 0,
-            removed: 0,
-        };
+        let mut stripped = Stripped { body: Cow::Borrowed(body), pins: Vec::new(), foreign: 0, removed: 0 };
         for at in memchr::memmem::find_iter(body, VERSION) {
             if at < cursor {
                 continue;
@@ -426,11 +394,7 @@ impl Markers {
                 continue;
             };
             let len = match self.parse(&body[at..value_end]) {
-                None if field != Field::EncryptedContent
-                    && !self.claims_ours(&body[at..value_end]) =>
-                {
-                    continue
-                }
+                None if field != Field::EncryptedContent && !self.claims_ours(&body[at..value_end]) => continue,
                 None => return Err(MarkerError::Malformed { field }),
                 Some(Parsed::Foreign { len }) => {
                     stripped.foreign += 1;
@@ -450,16 +414,9 @@ impl Markers {
                         return Err(MarkerError::Forged { field });
                     }
                     stripped.removed += 1;
-                    let pin = Pin {
-                        key: KeyId::new(key),
-                        org,
-                        field,
-                    };
+                    let pin = Pin { key: KeyId::new(key), org, field };
                     if stripped.pins.len() < MAX_PINS
-                        && !stripped
-                            .pins
-                            .iter()
-                            .any(|p| p.key == pin.key && p.org == pin.org)
+                        && !stripped.pins.iter().any(|p| p.key == pin.key && p.org == pin.org)
                     {
                         stripped.pins.push(pin);
                     }
@@ -502,20 +459,10 @@ impl Markers {
                 continue;
             }
             let mut mark = String::with_capacity(FIXED_LEN + key.as_str().len());
-            self.mark(
-                Field::EncryptedContent,
-                key,
-                org,
-                &json_string_bytes(value),
-                &mut mark,
-            );
+            self.mark(Field::EncryptedContent, key, org, &json_string_bytes(value), &mut mark);
             inserts.push((start, mark));
         }
-        for needle in [
-            &b"\"id\""[..],
-            &b"\"item_id\""[..],
-            &b"\"previous_response_id\""[..],
-        ] {
+        for needle in [&b"\"id\""[..], &b"\"item_id\""[..], &b"\"previous_response_id\""[..]] {
             for at in memchr::memmem::find_iter(text, needle) {
                 let Some(start) = value_start(text, at, needle.len() - 2) else {
                     continue;
@@ -543,13 +490,7 @@ impl Markers {
                     continue;
                 }
                 let mut mark = String::with_capacity(FIXED_LEN + key.as_str().len());
-                self.mark(
-                    id_field(prefix),
-                    key,
-                    org,
-                    &json_string_bytes(value),
-                    &mut mark,
-                );
+                self.mark(id_field(prefix), key, org, &json_string_bytes(value), &mut mark);
                 inserts.push((start + split + 1, mark));
             }
         }
@@ -560,8 +501,7 @@ impl Markers {
             return RawTag::Unchanged;
         }
         inserts.sort_by_key(|(at, _)| *at);
-        let mut out =
-            Vec::with_capacity(text.len() + inserts.iter().map(|(_, m)| m.len()).sum::<usize>());
+        let mut out = Vec::with_capacity(text.len() + inserts.iter().map(|(_, m)| m.len()).sum::<usize>());
         let mut cursor = 0;
         for (at, mark) in inserts {
             out.extend_from_slice(&text[cursor..at]);
@@ -576,9 +516,7 @@ impl Markers {
     /// pass through without being parsed.
     pub fn may_need_tagging(text: &[u8]) -> bool {
         const NEEDLES: [&[u8]; 4] = [b"encrypted_content", b"\"rs_", b"\"cmp_", b"\"resp_"];
-        NEEDLES
-            .iter()
-            .any(|n| memchr::memmem::find(text, n).is_some())
+        NEEDLES.iter().any(|n| memchr::memmem::find(text, n).is_some())
     }
 
     /// Tags every org-bound value in a response JSON tree for `key`: `encrypted_content` anywhere, the
@@ -621,9 +559,7 @@ impl Markers {
                     }
                 }
                 for (name, child) in map.iter_mut() {
-                    if matches!(child, Value::Object(_) | Value::Array(_))
-                        && name != "encrypted_content"
-                    {
+                    if matches!(child, Value::Object(_) | Value::Array(_)) && name != "encrypted_content" {
                         tagged += self.tag_tree(child, key, org);
                     }
                 }
@@ -753,8 +689,7 @@ fn context(body: &[u8], at: usize) -> Option<(Field, usize)> {
         if start < at - 1 && start >= 1 && body[start - 1] == b'"' {
             let field = id_field(&body[start..at - 1]);
             if preceded_by_key(body, start - 1, b"id")
-                || (field == Field::ResponseId
-                    && preceded_by_key(body, start - 1, b"previous_response_id"))
+                || (field == Field::ResponseId && preceded_by_key(body, start - 1, b"previous_response_id"))
             {
                 return Some((field, start));
             }
@@ -779,11 +714,7 @@ fn preceded_by_key(body: &[u8], quote: usize, key: &[u8]) -> bool {
     }
     i = skip_ws(i - 1);
     let needed = key.len() + 2;
-    if i < needed
-        || body[i - 1] != b'"'
-        || &body[i - 1 - key.len()..i - 1] != key
-        || body[i - needed] != b'"'
-    {
+    if i < needed || body[i - 1] != b'"' || &body[i - 1 - key.len()..i - 1] != key || body[i - needed] != b'"' {
         return false;
     }
     i = skip_ws(i - needed);
@@ -839,24 +770,15 @@ mod tests {
     fn content_round_trips_and_pins() {
         let m = markers();
         let org = m.org_tag(Some("org-a"), &key());
-        let wrapped = m
-            .wrap_content(&key(), org, "gAAAAABoriginal==")
-            .expect("wrapped");
+        let wrapped = m.wrap_content(&key(), org, "gAAAAABoriginal==").expect("wrapped");
         assert!(wrapped.starts_with("km1") && wrapped.ends_with("gAAAAABoriginal=="));
-        let (pin, original) = m
-            .unwrap_content(&wrapped)
-            .expect("valid")
-            .expect("a marker");
+        let (pin, original) = m.unwrap_content(&wrapped).expect("valid").expect("a marker");
         assert_eq!(original, "gAAAAABoriginal==");
         let pin = pin.expect("ours");
         assert_eq!(pin.key, key());
         assert_eq!(pin.org, org);
         assert_eq!(m.unwrap_content("gAAAAABplain").expect("valid"), None);
-        assert_eq!(
-            m.wrap_content(&key(), org, &wrapped),
-            None,
-            "never wrapped twice"
-        );
+        assert_eq!(m.wrap_content(&key(), org, &wrapped), None, "never wrapped twice");
     }
 
     #[test]
@@ -864,10 +786,7 @@ mod tests {
         let m = markers();
         let org = m.org_tag(Some("org-a"), &key());
         let tagged = m.tag_id(&key(), org, "rs_68ab12cd").expect("tagged");
-        assert!(
-            tagged.starts_with("rs_km1") && tagged.ends_with("68ab12cd"),
-            "{tagged}"
-        );
+        assert!(tagged.starts_with("rs_km1") && tagged.ends_with("68ab12cd"), "{tagged}");
         let (pin, original) = m.untag_id(&tagged).expect("valid").expect("a marker");
         assert_eq!(original, "rs_68ab12cd");
         assert_eq!(pin.expect("ours").field, Field::ItemId);
@@ -884,44 +803,19 @@ mod tests {
 
         // Altered content under an intact marker.
         let altered = wrapped.replace("gAAAAABx", "gAAAAABy");
-        assert_eq!(
-            m.unwrap_content(&altered),
-            Err(MarkerError::Forged {
-                field: Field::EncryptedContent
-            })
-        );
+        assert_eq!(m.unwrap_content(&altered), Err(MarkerError::Forged { field: Field::EncryptedContent }));
         // Pointing a marker at another key.
         let retargeted = wrapped.replace("k_0123456789", "k_0123456788");
-        assert_eq!(
-            m.unwrap_content(&retargeted),
-            Err(MarkerError::Forged {
-                field: Field::EncryptedContent
-            })
-        );
+        assert_eq!(m.unwrap_content(&retargeted), Err(MarkerError::Forged { field: Field::EncryptedContent }));
         // Truncated.
-        assert_eq!(
-            m.unwrap_content(&wrapped[..20]),
-            Err(MarkerError::Malformed {
-                field: Field::EncryptedContent
-            })
-        );
+        assert_eq!(m.unwrap_content(&wrapped[..20]), Err(MarkerError::Malformed { field: Field::EncryptedContent }));
         // A truncated id marker of this install is refused; an id that merely contains `km1` is not a marker.
         let id = m.tag_id(&key(), org, "rs_abc").expect("tagged");
-        assert_eq!(
-            m.untag_id(&id[..14]),
-            Err(MarkerError::Malformed {
-                field: Field::ItemId
-            })
-        );
+        assert_eq!(m.untag_id(&id[..14]), Err(MarkerError::Malformed { field: Field::ItemId }));
         assert_eq!(m.untag_id("msg_km1hello"), Ok(None));
         // Another install's marker: stripped, no pin.
-        let foreign = other
-            .wrap_content(&key(), org, "gAAAAABx")
-            .expect("wrapped");
-        assert_eq!(
-            m.unwrap_content(&foreign).expect("foreign is fine"),
-            Some((None, "gAAAAABx"))
-        );
+        let foreign = other.wrap_content(&key(), org, "gAAAAABx").expect("wrapped");
+        assert_eq!(m.unwrap_content(&foreign).expect("foreign is fine"), Some((None, "gAAAAABx")));
     }
 
     #[test]
@@ -965,26 +859,13 @@ mod tests {
         let org = m.org_tag(Some("org-a"), &key());
         let content = m.wrap_content(&key(), org, "gAAAAABenc").expect("wrapped");
         let forged = content.replace("gAAAAABenc", "gAAAAABevil");
-        let raw = serde_json::to_vec(
-            &json!({"input":[{"type":"reasoning","encrypted_content": forged}]}),
-        )
-        .expect("json");
-        assert_eq!(
-            m.strip(&raw).err(),
-            Some(MarkerError::Forged {
-                field: Field::EncryptedContent
-            })
-        );
-        let truncated = serde_json::to_vec(
-            &json!({"input":[{"type":"reasoning","encrypted_content": &content[..30]}]}),
-        )
-        .expect("json");
-        assert_eq!(
-            m.strip(&truncated).err(),
-            Some(MarkerError::Malformed {
-                field: Field::EncryptedContent
-            })
-        );
+        let raw =
+            serde_json::to_vec(&json!({"input":[{"type":"reasoning","encrypted_content": forged}]})).expect("json");
+        assert_eq!(m.strip(&raw).err(), Some(MarkerError::Forged { field: Field::EncryptedContent }));
+        let truncated =
+            serde_json::to_vec(&json!({"input":[{"type":"reasoning","encrypted_content": &content[..30]}]}))
+                .expect("json");
+        assert_eq!(m.strip(&truncated).err(), Some(MarkerError::Malformed { field: Field::EncryptedContent }));
     }
 
     #[test]
@@ -998,20 +879,11 @@ mod tests {
         assert_eq!(m.tag_tree(&mut event, &key(), org), 2);
         let item = &event["item"];
         assert!(item["id"].as_str().expect("id").starts_with("rs_km1"));
-        let mut message =
-            json!({"type":"message","id":"msg_1","content":[{"type":"output_text","text":"hi"}]});
-        assert_eq!(
-            m.tag_tree(&mut message, &key(), org),
-            0,
-            "plain messages stay as they are"
-        );
-        let mut delta =
-            json!({"type":"response.reasoning_summary_text.delta","item_id":"rs_abc","delta":"x"});
+        let mut message = json!({"type":"message","id":"msg_1","content":[{"type":"output_text","text":"hi"}]});
+        assert_eq!(m.tag_tree(&mut message, &key(), org), 0, "plain messages stay as they are");
+        let mut delta = json!({"type":"response.reasoning_summary_text.delta","item_id":"rs_abc","delta":"x"});
         m.tag_tree(&mut delta, &key(), org);
-        assert_eq!(
-            delta["item_id"], item["id"],
-            "references match the tagged item"
-        );
+        assert_eq!(delta["item_id"], item["id"], "references match the tagged item");
         // Tagging is idempotent.
         assert_eq!(m.tag_tree(&mut event, &key(), org), 0);
     }
@@ -1020,10 +892,8 @@ mod tests {
     fn legitimate_openai_values_are_never_markers() {
         let m = markers();
         for v in ["gAAAAABnmY3v", "km1", "km1xyz", "kmx", ""] {
-            let raw = serde_json::to_vec(
-                &json!({"input":[{"encrypted_content": v, "id": format!("rs_{v}")}]}),
-            )
-            .expect("json");
+            let raw = serde_json::to_vec(&json!({"input":[{"encrypted_content": v, "id": format!("rs_{v}")}]}))
+                .expect("json");
             match m.strip(&raw) {
                 Ok(s) => assert_eq!(s.removed, 0, "{v}"),
                 // Only values that start like a marker but are not one are refused.
@@ -1052,11 +922,9 @@ mod tests {
             let mut tree = event.clone();
             let tagged = m.tag_tree(&mut tree, &key(), org);
             match m.tag_raw(&text, &key(), org) {
-                RawTag::Tagged(raw) => assert_eq!(
-                    serde_json::from_slice::<Value>(&raw).expect("json"),
-                    tree,
-                    "{event}"
-                ),
+                RawTag::Tagged(raw) => {
+                    assert_eq!(serde_json::from_slice::<Value>(&raw).expect("json"), tree, "{event}")
+                }
                 RawTag::Unchanged => assert_eq!(tagged, 0, "{event}"),
                 RawTag::NeedsTree => panic!("needlessly fell back for {event}"),
             }

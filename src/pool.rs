@@ -59,6 +59,9 @@ struct Slot {
     served: AtomicU64,
     failed: AtomicU64,
     invalid_encrypted: AtomicU64,
+    input_tokens: AtomicU64,
+    cached_tokens: AtomicU64,
+    output_tokens: AtomicU64,
     live: ArcSwap<Live>,
 }
 
@@ -117,20 +120,20 @@ pub struct KeyStatus {
     /// Upstream `invalid_encrypted_content` answers to requests Keymux had pinned correctly (a provider
     /// incident, never the key's fault).
     pub invalid_encrypted_content: u64,
+    /// Prompt tokens of successful answers since start.
+    pub input_tokens: u64,
+    /// Of those, served from the provider's prompt cache (the provider's own cache result).
+    pub cached_tokens: u64,
+    /// Output tokens since start.
+    pub output_tokens: u64,
 }
 
 impl Pool {
     /// A pool of these keys (at most `router::MAX_KEYS`; extra keys are refused by the caller).
     pub fn new(entries: Vec<KeyEntry>, markers: Markers) -> Self {
-        let slots = entries
-            .into_iter()
-            .take(crate::router::MAX_KEYS)
-            .map(|entry| Self::slot_for(entry, &markers))
-            .collect();
-        Self {
-            slots: ArcSwap::from_pointee(slots),
-            markers,
-        }
+        let slots =
+            entries.into_iter().take(crate::router::MAX_KEYS).map(|entry| Self::slot_for(entry, &markers)).collect();
+        Self { slots: ArcSwap::from_pointee(slots), markers }
     }
 
     fn slot_for(mut entry: KeyEntry, markers: &Markers) -> Arc<Slot> {
@@ -145,12 +148,10 @@ impl Pool {
             served: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             invalid_encrypted: AtomicU64::new(0),
-            live: ArcSwap::from_pointee(Live {
-                health: Health::Ready,
-                learned_org: None,
-                org_tag,
-                last_status: None,
-            }),
+            input_tokens: AtomicU64::new(0),
+            cached_tokens: AtomicU64::new(0),
+            output_tokens: AtomicU64::new(0),
+            live: ArcSwap::from_pointee(Live { health: Health::Ready, learned_org: None, org_tag, last_status: None }),
         })
     }
 
@@ -158,8 +159,7 @@ impl Pool {
     pub fn add(&self, entry: KeyEntry) -> bool {
         let mut added = false;
         self.slots.rcu(|slots| {
-            added = slots.len() < crate::router::MAX_KEYS
-                && !slots.iter().any(|s| s.entry.id == entry.id);
+            added = slots.len() < crate::router::MAX_KEYS && !slots.iter().any(|s| s.entry.id == entry.id);
             let mut next = Vec::clone(slots);
             if added {
                 next.push(Self::slot_for(entry.clone(), &self.markers));
@@ -174,11 +174,7 @@ impl Pool {
         let mut removed = false;
         self.slots.rcu(|slots| {
             removed = slots.iter().any(|s| &s.entry.id == key);
-            slots
-                .iter()
-                .filter(|s| &s.entry.id != key)
-                .cloned()
-                .collect::<Vec<_>>()
+            slots.iter().filter(|s| &s.entry.id != key).cloned().collect::<Vec<_>>()
         });
         removed
     }
@@ -203,6 +199,15 @@ impl Pool {
     /// The organization tag a key's markers carry now.
     pub fn org_tag(&self, key: &KeyId) -> Option<OrgTag> {
         self.slot(key).map(|s| s.live.load().org_tag)
+    }
+
+    /// Adds the token counts a successful answer reported.
+    pub fn add_usage(&self, key: &KeyId, usage: crate::relay::Usage) {
+        if let Some(slot) = self.slot(key) {
+            slot.input_tokens.fetch_add(usage.input, Ordering::Relaxed);
+            slot.cached_tokens.fetch_add(usage.cached, Ordering::Relaxed);
+            slot.output_tokens.fetch_add(usage.output, Ordering::Relaxed);
+        }
     }
 
     /// Counts an upstream `invalid_encrypted_content` on a correctly pinned request.
@@ -255,11 +260,7 @@ impl Pool {
     }
 
     fn slot(&self, key: &KeyId) -> Option<Arc<Slot>> {
-        self.slots
-            .load()
-            .iter()
-            .find(|s| &s.entry.id == key)
-            .cloned()
+        self.slots.load().iter().find(|s| &s.entry.id == key).cloned()
     }
 
     /// Records what happened on a key.
@@ -290,9 +291,7 @@ impl Pool {
                 OutcomeKind::RateLimited { cooldown } => {
                     let until = outcome.at + cooldown;
                     next.health = match next.health {
-                        Health::Cooling { until: old } if old > until => {
-                            Health::Cooling { until: old }
-                        }
+                        Health::Cooling { until: old } if old > until => Health::Cooling { until: old },
                         Health::Disabled => Health::Disabled,
                         _ => Health::Cooling { until },
                     };
@@ -327,10 +326,9 @@ impl Pool {
                 let (health, cooldown_ms) = match live.health {
                     Health::Ready => ("ready", 0),
                     Health::Cooling { until } if until <= now => ("ready", 0),
-                    Health::Cooling { until } => (
-                        "cooling",
-                        u64::try_from((until - now).as_millis()).unwrap_or(u64::MAX),
-                    ),
+                    Health::Cooling { until } => {
+                        ("cooling", u64::try_from((until - now).as_millis()).unwrap_or(u64::MAX))
+                    }
                     Health::Invalid => ("invalid", 0),
                     Health::Disabled => ("disabled", 0),
                 };
@@ -348,6 +346,9 @@ impl Pool {
                     failed: s.failed.load(Ordering::Relaxed),
                     last_status: live.last_status,
                     invalid_encrypted_content: s.invalid_encrypted.load(Ordering::Relaxed),
+                    input_tokens: s.input_tokens.load(Ordering::Relaxed),
+                    cached_tokens: s.cached_tokens.load(Ordering::Relaxed),
+                    output_tokens: s.output_tokens.load(Ordering::Relaxed),
                 }
             })
             .collect()
@@ -394,44 +395,21 @@ mod tests {
     }
 
     fn outcome(key: &str, at: Instant, kind: OutcomeKind) -> Outcome {
-        Outcome {
-            key: KeyId::new(key),
-            at,
-            kind,
-            org: None,
-        }
+        Outcome { key: KeyId::new(key), at, kind, org: None }
     }
 
     #[tokio::test(start_paused = true)]
     async fn cooldown_expires_with_time() {
         let pool = pool(vec![entry("a")]);
         let now = Instant::now();
-        pool.apply(&outcome(
-            "a",
-            now,
-            OutcomeKind::RateLimited {
-                cooldown: Duration::from_secs(2),
-            },
-        ));
+        pool.apply(&outcome("a", now, OutcomeKind::RateLimited { cooldown: Duration::from_secs(2) }));
         assert_eq!(pool.status(Instant::now())[0].health, "cooling");
         tokio::time::advance(Duration::from_millis(2_001)).await;
         assert_eq!(pool.status(Instant::now())[0].health, "ready");
         // A shorter later cooldown never shortens a longer one.
         let now = Instant::now();
-        pool.apply(&outcome(
-            "a",
-            now,
-            OutcomeKind::RateLimited {
-                cooldown: Duration::from_secs(10),
-            },
-        ));
-        pool.apply(&outcome(
-            "a",
-            now,
-            OutcomeKind::RateLimited {
-                cooldown: Duration::from_secs(1),
-            },
-        ));
+        pool.apply(&outcome("a", now, OutcomeKind::RateLimited { cooldown: Duration::from_secs(10) }));
+        pool.apply(&outcome("a", now, OutcomeKind::RateLimited { cooldown: Duration::from_secs(1) }));
         assert!(pool.status(now)[0].cooldown_ms >= 9_000);
     }
 
@@ -452,11 +430,7 @@ mod tests {
         let before = pool.view().keys[1].org_tag;
         pool.apply(&o);
         assert_eq!(pool.view().keys[1].org.as_deref(), Some("org-b"));
-        assert_ne!(
-            pool.view().keys[1].org_tag,
-            before,
-            "learning the org changes the tag"
-        );
+        assert_ne!(pool.view().keys[1].org_tag, before, "learning the org changes the tag");
         assert!(pool.remove(&KeyId::new("a")));
         assert_eq!(pool.len(), 1);
         assert!(pool.add(entry("a")));
@@ -465,11 +439,7 @@ mod tests {
 
     #[test]
     fn azure_keys_of_one_resource_share_an_organization() {
-        let az = |id: &str, url: &str| KeyEntry {
-            provider: Provider::Azure,
-            base_url: Some(url.into()),
-            ..entry(id)
-        };
+        let az = |id: &str, url: &str| KeyEntry { provider: Provider::Azure, base_url: Some(url.into()), ..entry(id) };
         let pool = pool(vec![
             az("x", "https://east.openai.azure.com/openai/v1"),
             az("y", "https://EAST.openai.azure.com/openai/v1/"),
@@ -478,10 +448,7 @@ mod tests {
         let view = pool.view();
         assert_eq!(view.keys[0].org_tag, view.keys[1].org_tag);
         assert_ne!(view.keys[0].org_tag, view.keys[2].org_tag);
-        assert_eq!(
-            view.keys[0].org.as_deref(),
-            Some("azure:east.openai.azure.com")
-        );
+        assert_eq!(view.keys[0].org.as_deref(), Some("azure:east.openai.azure.com"));
     }
 
     #[tokio::test(start_paused = true)]

@@ -52,20 +52,86 @@ impl Tagger {
     }
 }
 
+/// Token counts a successful answer reported.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Prompt tokens (`input_tokens`, or `prompt_tokens` on Chat Completions).
+    pub input: u64,
+    /// Of those, served from the provider's prompt cache (`cached_tokens`).
+    pub cached: u64,
+    /// Output tokens.
+    pub output: u64,
+}
+
+impl Usage {
+    /// Reads a `usage` object of either API.
+    pub fn from_json(usage: &Value) -> Option<Self> {
+        let input = usage.get("input_tokens").or_else(|| usage.get("prompt_tokens"))?.as_u64()?;
+        let details = usage.get("input_tokens_details").or_else(|| usage.get("prompt_tokens_details"));
+        let cached = details.and_then(|d| d.get("cached_tokens")).and_then(Value::as_u64).unwrap_or(0);
+        let output =
+            usage.get("output_tokens").or_else(|| usage.get("completion_tokens")).and_then(Value::as_u64).unwrap_or(0);
+        Some(Self { input, cached, output })
+    }
+
+    /// The usage of a complete JSON answer (a Responses object or a chat completion).
+    pub fn from_body(body: &[u8]) -> Option<Self> {
+        let v: Value = serde_json::from_slice(body).ok()?;
+        Self::from_json(&v["usage"])
+    }
+}
+
+/// How a relayed stream ended, as far as its events tell.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ending {
+    /// A successful terminal event arrived (`response.completed`, or `[DONE]` on Chat Completions).
+    pub completed: bool,
+    /// The usage it reported.
+    pub usage: Option<Usage>,
+}
+
 /// Splits an SSE byte stream into events and tags the `data:` of those that need it.
 pub struct SseRewriter {
     tagger: Tagger,
     buf: BytesMut,
     scanned: usize,
+    ending: Ending,
 }
 
 impl SseRewriter {
     /// A rewriter for one response stream.
     pub fn new(tagger: Tagger) -> Self {
-        Self {
-            tagger,
-            buf: BytesMut::new(),
-            scanned: 0,
+        Self { tagger, buf: BytesMut::new(), scanned: 0, ending: Ending::default() }
+    }
+
+    /// What the stream's events said about its end so far.
+    pub fn ending(&self) -> Ending {
+        self.ending
+    }
+
+    fn observe(&mut self, frame: &[u8]) {
+        let has = |needle: &[u8]| memchr::memmem::find(frame, needle).is_some();
+        if has(b"data: [DONE]") || has(b"data:[DONE]") {
+            self.ending.completed = true;
+            return;
+        }
+        let completed = has(b"response.completed");
+        if !completed && !has(b"\"usage\":{") {
+            return;
+        }
+        let data: String = String::from_utf8_lossy(frame)
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(|d| d.strip_prefix(' ').unwrap_or(d))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let Ok(event) = serde_json::from_str::<Value>(&data) else { return };
+        if completed && event["type"] == "response.completed" {
+            self.ending.completed = true;
+            self.ending.usage = Usage::from_json(&event["response"]["usage"]).or(self.ending.usage);
+        } else if let Some(usage) = Usage::from_json(&event["usage"]) {
+            // Chat Completions: the usage chunk comes before `[DONE]`.
+            self.ending.usage = Some(usage);
         }
     }
 
@@ -84,6 +150,7 @@ impl SseRewriter {
             };
             let frame = self.buf.split_to(end + sep).freeze();
             self.scanned = 0;
+            self.observe(&frame);
             out.extend_from_slice(&self.rewrite(&frame, sep));
         }
         Ok(out.freeze())
@@ -160,10 +227,7 @@ mod tests {
 
     #[test]
     fn events_are_split_across_chunks_and_only_org_bound_ones_change() {
-        let delta = event(
-            "response.output_text.delta",
-            &json!({"type":"response.output_text.delta","delta":"hi"}),
-        );
+        let delta = event("response.output_text.delta", &json!({"type":"response.output_text.delta","delta":"hi"}));
         let done = event(
             "response.output_item.done",
             &json!({"type":"response.output_item.done","item":{"id":"rs_1","type":"reasoning","encrypted_content":"gAAAAABq"}}),
@@ -183,28 +247,17 @@ mod tests {
         assert_eq!(frames[2], delta);
         assert!(frames[1].starts_with("event: response.output_item.done\ndata: "));
         let data: Value = serde_json::from_str(
-            frames[1]
-                .trim_end()
-                .strip_prefix("event: response.output_item.done\ndata: ")
-                .expect("data"),
+            frames[1].trim_end().strip_prefix("event: response.output_item.done\ndata: ").expect("data"),
         )
         .expect("json");
-        assert!(data["item"]["encrypted_content"]
-            .as_str()
-            .expect("s")
-            .starts_with("km1"));
-        assert!(data["item"]["id"]
-            .as_str()
-            .expect("s")
-            .starts_with("rs_km1"));
+        assert!(data["item"]["encrypted_content"].as_str().expect("s").starts_with("km1"));
+        assert!(data["item"]["id"].as_str().expect("s").starts_with("rs_km1"));
     }
 
     #[test]
     fn crlf_framing_and_unterminated_tail() {
         let mut rw = SseRewriter::new(tagger());
-        let out = rw
-            .push(b"data: {\"a\":1}\r\n\r\ndata: {\"b\"")
-            .expect("fits");
+        let out = rw.push(b"data: {\"a\":1}\r\n\r\ndata: {\"b\"").expect("fits");
         assert_eq!(&out[..], b"data: {\"a\":1}\r\n\r\n");
         assert_eq!(&rw.finish()[..], b"data: {\"b\"");
     }

@@ -135,6 +135,20 @@ pub enum Reason {
         /// Usable keys of its organization.
         usable: usize,
     },
+    /// The key that last served this request's `prompt_cache_key` (or prompt prefix) to a successful end
+    /// was preferred, to keep the session on a warm prompt cache.
+    SoftAffinity {
+        /// That key.
+        key: KeyId,
+    },
+    /// The remembered key could not take this request (cooling, rejected, gone, or too busy).
+    SoftTargetUnavailable {
+        /// That key.
+        key: KeyId,
+    },
+    /// Another key of the remembered key's organization was preferred (the prompt cache is per
+    /// organization).
+    WarmOrganization,
     /// Encrypted content in the request can only be read by one organization's keys.
     PinnedToOrg {
         /// The key that produced the content.
@@ -258,6 +272,10 @@ pub struct Policy {
     pub encrypted_affinity: bool,
     /// Whether response-id markers bind requests to their key.
     pub continuity: bool,
+    /// Whether the soft-affinity table is consulted.
+    pub soft_affinity: bool,
+    /// In-flight count at which a remembered key is left alone when another candidate is less busy.
+    pub max_in_flight_per_key: u32,
     /// What to do when the pinned organization has no usable key.
     pub lost_org: LostOrgPolicy,
 }
@@ -268,6 +286,8 @@ impl Default for Policy {
             max_attempts: 3,
             encrypted_affinity: true,
             continuity: true,
+            soft_affinity: true,
+            max_in_flight_per_key: 8,
             lost_org: LostOrgPolicy::Rescue,
         }
     }
@@ -292,6 +312,38 @@ impl Decision {
 ///
 /// At most `policy.max_attempts` candidates are returned.
 pub fn decide(facts: &RequestFacts, view: &PoolView, now: Instant, policy: &Policy) -> Decision {
+    use crate::facts::Remembered;
+    let (state, target) = match (facts.signal.is_some(), policy.soft_affinity, &facts.remembered) {
+        (false, ..) => (AffinityState::NoSignal, None),
+        (true, false, _) => (AffinityState::Disabled, None),
+        (true, true, Remembered::Unavailable) => (AffinityState::CacheUnavailable, None),
+        (true, true, Remembered::Key(key)) => (AffinityState::Hit, Some(key)),
+        (true, true, Remembered::Miss | Remembered::NotAsked) => (AffinityState::CacheMiss, None),
+    };
+    let mut decision = decide_keys(facts, view, now, policy, target);
+    decision.affinity_source = facts.signal.map_or(AffinitySource::None, |s| s.source);
+    decision.affinity_state = match target {
+        // `hit` means only that the remembered key was chosen.
+        Some(t) if decision.choice.as_ref() == Some(t) => AffinityState::Hit,
+        Some(_) => AffinityState::TargetUnavailable,
+        None => state,
+    };
+    decision
+}
+
+/// A remembered key that already carries `limit` requests while another candidate carries fewer is left
+/// alone for this request, so one hot session cannot melt one key.
+fn hot(key: &KeyView, candidates: &[&KeyView], limit: u32) -> bool {
+    key.in_flight >= limit && candidates.iter().any(|o| o.in_flight < key.in_flight)
+}
+
+fn decide_keys(
+    facts: &RequestFacts,
+    view: &PoolView,
+    now: Instant,
+    policy: &Policy,
+    target: Option<&KeyId>,
+) -> Decision {
     let max_attempts = policy.max_attempts.clamp(1, MAX_ATTEMPTS);
     let mut decision = Decision {
         seq: facts.seq,
@@ -307,9 +359,7 @@ pub fn decide(facts: &RequestFacts, view: &PoolView, now: Instant, policy: &Poli
     };
     let keys = &view.keys[..view.keys.len().min(MAX_KEYS)];
     if facts.foreign_markers > 0 {
-        decision.reasons.push(Reason::ForeignMarkersStripped {
-            count: facts.foreign_markers,
-        });
+        decision.reasons.push(Reason::ForeignMarkersStripped { count: facts.foreign_markers });
     }
 
     if let (Some(bound), true) = (&facts.continuity, policy.continuity) {
@@ -331,8 +381,7 @@ pub fn decide(facts: &RequestFacts, view: &PoolView, now: Instant, policy: &Poli
                 continue;
             }
             let alive = keys.iter().any(|k| {
-                (k.org_tag == pin.org || k.id == pin.key)
-                    && matches!(k.health, Health::Ready | Health::Cooling { .. })
+                (k.org_tag == pin.org || k.id == pin.key) && matches!(k.health, Health::Ready | Health::Cooling { .. })
             });
             if alive {
                 live.push(pin)
@@ -341,49 +390,32 @@ pub fn decide(facts: &RequestFacts, view: &PoolView, now: Instant, policy: &Poli
             }
         }
         if live.len() > 1 {
-            decision.refusal = Some(Refusal::MixedOrgs {
-                keys: live.iter().map(|p| p.key.clone()).collect(),
-            });
+            decision.refusal = Some(Refusal::MixedOrgs { keys: live.iter().map(|p| p.key.clone()).collect() });
             return decision;
         }
         if let Some(gone) = lost.first() {
             match policy.lost_org {
                 LostOrgPolicy::Fail => {
-                    decision.refusal = Some(Refusal::LostOrg {
-                        key: gone.key.clone(),
-                    });
+                    decision.refusal = Some(Refusal::LostOrg { key: gone.key.clone() });
                     return decision;
                 }
                 LostOrgPolicy::Rescue => {
                     for pin in &lost {
                         decision.rescued_orgs.push(pin.org);
-                        decision.reasons.push(Reason::Rescued {
-                            key: pin.key.clone(),
-                        });
+                        decision.reasons.push(Reason::Rescued { key: pin.key.clone() });
                     }
                 }
             }
         }
         if let Some(first) = live.first() {
-            let members: Vec<&KeyView> = keys
-                .iter()
-                .filter(|k| k.org_tag == first.org || k.id == first.key)
-                .collect();
-            let usable: Vec<&KeyView> = members
-                .iter()
-                .copied()
-                .filter(|k| skip_reason(k, now).is_none())
-                .collect();
+            let members: Vec<&KeyView> = keys.iter().filter(|k| k.org_tag == first.org || k.id == first.key).collect();
+            let usable: Vec<&KeyView> = members.iter().copied().filter(|k| skip_reason(k, now).is_none()).collect();
             decision.reasons.push(Reason::PinnedToOrg {
                 key: first.key.clone(),
                 org_keys: members.len(),
                 usable: usable.len(),
             });
-            let mut pin = PinDecision {
-                key: first.key.clone(),
-                org: first.org,
-                exact: false,
-            };
+            let mut pin = PinDecision { key: first.key.clone(), org: first.org, exact: false };
             if usable.is_empty() {
                 // Alive but all cooling: only they can read it, so the client waits for the first.
                 let first_free = members
@@ -401,7 +433,11 @@ pub fn decide(facts: &RequestFacts, view: &PoolView, now: Instant, policy: &Poli
                 });
                 return decision;
             }
-            let ranked = rank(usable, facts.seq, Some(&first.key));
+            // Inside the organization, the remembered key (warm cache) first, else the producing key.
+            let prefer = target
+                .filter(|t| usable.iter().any(|k| &k.id == *t && !hot(k, &usable, policy.max_in_flight_per_key)))
+                .unwrap_or(&first.key);
+            let ranked = rank(usable, facts.seq, Some(prefer));
             pin.exact = ranked.first().is_some_and(|k| k.id == first.key);
             decision.pin = Some(pin);
             fill(&mut decision, ranked, max_attempts);
@@ -410,17 +446,13 @@ pub fn decide(facts: &RequestFacts, view: &PoolView, now: Instant, policy: &Poli
     }
 
     if let (Some(hint), true) = (&facts.session_hint, decision.pin.is_none()) {
-        if let Some(target) = keys.iter().find(|k| &k.id == hint) {
-            let usable: Vec<&KeyView> = keys
-                .iter()
-                .filter(|k| k.org_tag == target.org_tag && skip_reason(k, now).is_none())
-                .collect();
+        if let Some(hinted) = keys.iter().find(|k| &k.id == hint) {
+            let usable: Vec<&KeyView> =
+                keys.iter().filter(|k| k.org_tag == hinted.org_tag && skip_reason(k, now).is_none()).collect();
             if !usable.is_empty() {
-                decision.reasons.push(Reason::SessionHint {
-                    key: hint.clone(),
-                    usable: usable.len(),
-                });
-                let ranked = rank(usable, facts.seq, Some(hint));
+                decision.reasons.push(Reason::SessionHint { key: hint.clone(), usable: usable.len() });
+                let prefer = target.filter(|t| usable.iter().any(|k| &k.id == *t)).unwrap_or(hint);
+                let ranked = rank(usable, facts.seq, Some(prefer));
                 fill(&mut decision, ranked, max_attempts);
                 return decision;
             }
@@ -442,37 +474,49 @@ pub fn decide(facts: &RequestFacts, view: &PoolView, now: Instant, policy: &Poli
                     }
                     _ => unusable += 1,
                 }
-                skipped.push(Reason::Skipped {
-                    key: key.id.clone(),
-                    why,
-                });
+                skipped.push(Reason::Skipped { key: key.id.clone(), why });
             }
         }
     }
     if usable.is_empty() {
         decision.refusal = Some(match (keys.is_empty(), earliest_free) {
             (true, _) => Refusal::NoKeys,
-            (false, Some(first)) => Refusal::AllCooling {
-                retry_after_secs: whole_seconds_ceil(first - now),
-                cooling,
-            },
+            (false, Some(first)) => Refusal::AllCooling { retry_after_secs: whole_seconds_ceil(first - now), cooling },
             (false, None) => Refusal::NoUsableKey { unusable },
         });
         decision.reasons.extend(skipped);
         return decision;
     }
-    let ranked = rank(usable, facts.seq, None);
-    let tied = ranked
-        .iter()
-        .take_while(|k| k.in_flight == ranked[0].in_flight)
-        .count();
+    let mut ranked = rank(usable, facts.seq, None);
+    let tied = ranked.iter().take_while(|k| k.in_flight == ranked[0].in_flight).count();
     let candidates = ranked.len();
     let best = ranked[0].in_flight;
+    if let Some(t) = target {
+        // Soft affinity: a preference inside the candidates, never a widening of them.
+        let limit = policy.max_in_flight_per_key;
+        let warm_org = keys.iter().find(|k| &k.id == t).map(|k| k.org_tag);
+        let remembered = ranked.iter().position(|k| &k.id == t).filter(|&i| !hot(ranked[i], &ranked, limit));
+        let front: Option<&KeyView> = match remembered {
+            Some(i) => Some(ranked[i]),
+            None => ranked.iter().copied().find(|k| Some(k.org_tag) == warm_org && !hot(k, &ranked, limit)),
+        };
+        decision.reasons.push(match remembered {
+            Some(_) => Reason::SoftAffinity { key: t.clone() },
+            None => Reason::SoftTargetUnavailable { key: t.clone() },
+        });
+        if let Some(first) = front {
+            if remembered.is_none() {
+                decision.reasons.push(Reason::WarmOrganization);
+            }
+            // Then the warm organization's other keys, then everyone else by load.
+            let mut reordered = vec![first];
+            reordered.extend(ranked.iter().copied().filter(|k| k.id != first.id && k.org_tag == first.org_tag));
+            reordered.extend(ranked.iter().copied().filter(|k| k.org_tag != first.org_tag));
+            ranked = reordered;
+        }
+    }
     fill(&mut decision, ranked, max_attempts);
-    decision.reasons.push(Reason::LeastInFlight {
-        in_flight: best,
-        candidates,
-    });
+    decision.reasons.push(Reason::LeastInFlight { in_flight: best, candidates });
     if tied > 1 {
         decision.reasons.push(Reason::TieBrokenByHash { tied });
     }
@@ -481,17 +525,9 @@ pub fn decide(facts: &RequestFacts, view: &PoolView, now: Instant, policy: &Poli
 }
 
 /// Continuity: exactly the key that holds the response, or a refusal that says why it cannot serve.
-fn bind_to_key(
-    mut decision: Decision,
-    facts: &RequestFacts,
-    keys: &[KeyView],
-    bound: &Pin,
-    now: Instant,
-) -> Decision {
+fn bind_to_key(mut decision: Decision, facts: &RequestFacts, keys: &[KeyView], bound: &Pin, now: Instant) -> Decision {
     let Some(key) = keys.iter().find(|k| k.id == bound.key) else {
-        decision.refusal = Some(Refusal::ContinuityLost {
-            key: bound.key.clone(),
-        });
+        decision.refusal = Some(Refusal::ContinuityLost { key: bound.key.clone() });
         return decision;
     };
     match (skip_reason(key, now), key.health) {
@@ -504,28 +540,18 @@ fn bind_to_key(
             return decision;
         }
         (Some(_), _) => {
-            decision.refusal = Some(Refusal::ContinuityLost {
-                key: bound.key.clone(),
-            });
+            decision.refusal = Some(Refusal::ContinuityLost { key: bound.key.clone() });
             return decision;
         }
     }
     // Replayed encrypted content must be readable by the bound key's organization.
-    if let Some(other) = facts
-        .pins
-        .iter()
-        .find(|p| p.org != key.org_tag && p.key != key.id)
-    {
-        decision.refusal = Some(Refusal::MixedOrgs {
-            keys: vec![key.id.clone(), other.key.clone()],
-        });
+    if let Some(other) = facts.pins.iter().find(|p| p.org != key.org_tag && p.key != key.id) {
+        decision.refusal = Some(Refusal::MixedOrgs { keys: vec![key.id.clone(), other.key.clone()] });
         return decision;
     }
     decision.continuity_hit = true;
     decision.choice = Some(key.id.clone());
-    decision.reasons.push(Reason::ContinuityBinding {
-        key: key.id.clone(),
-    });
+    decision.reasons.push(Reason::ContinuityBinding { key: key.id.clone() });
     decision
 }
 
@@ -533,9 +559,7 @@ fn skip_reason(key: &KeyView, now: Instant) -> Option<SkipWhy> {
     match key.health {
         Health::Ready => None,
         Health::Cooling { until } if until <= now => None,
-        Health::Cooling { until } => Some(SkipWhy::Cooling {
-            remaining_ms: millis(until - now),
-        }),
+        Health::Cooling { until } => Some(SkipWhy::Cooling { remaining_ms: millis(until - now) }),
         Health::Invalid => Some(SkipWhy::Invalid),
         Health::Disabled => Some(SkipWhy::Disabled),
     }
@@ -543,13 +567,7 @@ fn skip_reason(key: &KeyView, now: Instant) -> Option<SkipWhy> {
 
 /// Orders candidates: fewest in flight, then the preferred key, then the stable hash.
 fn rank<'a>(mut keys: Vec<&'a KeyView>, seq: u64, prefer: Option<&KeyId>) -> Vec<&'a KeyView> {
-    keys.sort_by_key(|k| {
-        (
-            k.in_flight,
-            Some(&k.id) != prefer,
-            std::cmp::Reverse(tie_hash(seq, &k.id)),
-        )
-    });
+    keys.sort_by_key(|k| (k.in_flight, Some(&k.id) != prefer, std::cmp::Reverse(tie_hash(seq, &k.id))));
     keys
 }
 
@@ -602,6 +620,8 @@ mod tests {
             session_hint: None,
             continuity: None,
             unmarked_response_id: false,
+            signal: None,
+            remembered: crate::facts::Remembered::NotAsked,
         }
     }
 
@@ -611,43 +631,24 @@ mod tests {
 
     fn key(id: &str, in_flight: u32, health: Health) -> KeyView {
         let id = KeyId::new(id);
-        KeyView {
-            org_tag: markers().org_tag(None, &id),
-            id,
-            org: None,
-            in_flight,
-            health,
-        }
+        KeyView { org_tag: markers().org_tag(None, &id), id, org: None, in_flight, health }
     }
 
     /// A key of organization `org`.
     fn org_key(id: &str, org: &str, in_flight: u32, health: Health) -> KeyView {
         let id = KeyId::new(id);
-        KeyView {
-            org_tag: markers().org_tag(Some(org), &id),
-            id,
-            org: Some(org.into()),
-            in_flight,
-            health,
-        }
+        KeyView { org_tag: markers().org_tag(Some(org), &id), id, org: Some(org.into()), in_flight, health }
     }
 
     fn pinned(seq: u64, key: &str, org: &str) -> RequestFacts {
         let id = KeyId::new(key);
         let mut f = facts(seq);
-        f.pins.push(Pin {
-            org: markers().org_tag(Some(org), &id),
-            key: id,
-            field: Field::EncryptedContent,
-        });
+        f.pins.push(Pin { org: markers().org_tag(Some(org), &id), key: id, field: Field::EncryptedContent });
         f
     }
 
     fn policy(max_attempts: usize) -> Policy {
-        Policy {
-            max_attempts,
-            ..Policy::default()
-        }
+        Policy { max_attempts, ..Policy::default() }
     }
 
     fn ids(d: &Decision) -> Vec<&str> {
@@ -667,66 +668,38 @@ mod tests {
         let cases = vec![
             Case {
                 name: "least in flight wins",
-                keys: vec![
-                    key("a", 3, Health::Ready),
-                    key("b", 1, Health::Ready),
-                    key("c", 2, Health::Ready),
-                ],
+                keys: vec![key("a", 3, Health::Ready), key("b", 1, Health::Ready), key("c", 2, Health::Ready)],
                 want_choice: Some("b"),
                 want_refusal: None,
             },
             Case {
                 name: "cooling key is skipped even when idle",
-                keys: vec![
-                    key("a", 0, Health::Cooling { until: later }),
-                    key("b", 5, Health::Ready),
-                ],
+                keys: vec![key("a", 0, Health::Cooling { until: later }), key("b", 5, Health::Ready)],
                 want_choice: Some("b"),
                 want_refusal: None,
             },
             Case {
                 name: "expired cooldown is usable",
-                keys: vec![
-                    key("a", 0, Health::Cooling { until: now }),
-                    key("b", 5, Health::Ready),
-                ],
+                keys: vec![key("a", 0, Health::Cooling { until: now }), key("b", 5, Health::Ready)],
                 want_choice: Some("a"),
                 want_refusal: None,
             },
             Case {
                 name: "invalid and disabled keys are skipped",
-                keys: vec![
-                    key("a", 0, Health::Invalid),
-                    key("b", 0, Health::Disabled),
-                    key("c", 9, Health::Ready),
-                ],
+                keys: vec![key("a", 0, Health::Invalid), key("b", 0, Health::Disabled), key("c", 9, Health::Ready)],
                 want_choice: Some("c"),
                 want_refusal: None,
             },
-            Case {
-                name: "empty pool",
-                keys: vec![],
-                want_choice: None,
-                want_refusal: Some(Refusal::NoKeys),
-            },
+            Case { name: "empty pool", keys: vec![], want_choice: None, want_refusal: Some(Refusal::NoKeys) },
             Case {
                 name: "all cooling gives whole seconds, rounded up",
                 keys: vec![
                     key("a", 0, Health::Cooling { until: later }),
-                    key(
-                        "b",
-                        0,
-                        Health::Cooling {
-                            until: later + Duration::from_secs(5),
-                        },
-                    ),
+                    key("b", 0, Health::Cooling { until: later + Duration::from_secs(5) }),
                     key("c", 0, Health::Invalid),
                 ],
                 want_choice: None,
-                want_refusal: Some(Refusal::AllCooling {
-                    retry_after_secs: 3,
-                    cooling: 2,
-                }),
+                want_refusal: Some(Refusal::AllCooling { retry_after_secs: 3, cooling: 2 }),
             },
             Case {
                 name: "nothing usable",
@@ -737,12 +710,7 @@ mod tests {
         ];
         for case in cases {
             let d = decide(&facts(7), &PoolView { keys: case.keys }, now, &policy(3));
-            assert_eq!(
-                d.choice.as_ref().map(KeyId::as_str),
-                case.want_choice,
-                "{}",
-                case.name
-            );
+            assert_eq!(d.choice.as_ref().map(KeyId::as_str), case.want_choice, "{}", case.name);
             assert_eq!(d.refusal, case.want_refusal, "{}", case.name);
             assert!(!d.continuity_hit, "{}", case.name);
             assert_eq!(d.affinity_source, AffinitySource::None, "{}", case.name);
@@ -763,10 +731,7 @@ mod tests {
         };
         let d = decide(&facts(1), &view, now, &policy(3));
         assert_eq!(ids(&d), ["b", "c", "d"]);
-        assert!(d.reasons.contains(&Reason::Skipped {
-            key: KeyId::new("e"),
-            why: SkipWhy::Invalid
-        }));
+        assert!(d.reasons.contains(&Reason::Skipped { key: KeyId::new("e"), why: SkipWhy::Invalid }));
         let d = decide(&facts(1), &view, now, &policy(99));
         assert_eq!(d.candidates().count(), MAX_ATTEMPTS);
     }
@@ -775,24 +740,14 @@ mod tests {
     fn ties_spread_evenly_and_replay_identically() {
         let now = Instant::now();
         let view = PoolView {
-            keys: vec![
-                key("k_a", 0, Health::Ready),
-                key("k_b", 0, Health::Ready),
-                key("k_c", 0, Health::Ready),
-            ],
+            keys: vec![key("k_a", 0, Health::Ready), key("k_b", 0, Health::Ready), key("k_c", 0, Health::Ready)],
         };
         let mut counts: BTreeMap<String, u32> = BTreeMap::new();
         for seq in 0..3000 {
             let d = decide(&facts(seq), &view, now, &policy(3));
-            assert_eq!(
-                d,
-                decide(&facts(seq), &view, now, &policy(3)),
-                "deterministic"
-            );
+            assert_eq!(d, decide(&facts(seq), &view, now, &policy(3)), "deterministic");
             assert!(d.reasons.contains(&Reason::TieBrokenByHash { tied: 3 }));
-            *counts
-                .entry(d.choice.expect("chosen").to_string())
-                .or_default() += 1;
+            *counts.entry(d.choice.expect("chosen").to_string()).or_default() += 1;
         }
         for (k, n) in &counts {
             assert!((900..=1100).contains(n), "{k} got {n} of 3000");
@@ -804,13 +759,7 @@ mod tests {
         let now = Instant::now();
         let view = PoolView {
             keys: vec![
-                key(
-                    "k_a",
-                    0,
-                    Health::Cooling {
-                        until: now + Duration::from_secs(1),
-                    },
-                ),
+                key("k_a", 0, Health::Cooling { until: now + Duration::from_secs(1) }),
                 key("k_b", 0, Health::Ready),
             ],
         };
@@ -837,103 +786,45 @@ mod tests {
         };
 
         // The org's least-loaded key serves; the other org is never a candidate.
-        let d = decide(
-            &pinned(1, "a1", "org-a"),
-            &two_orgs(3, 0, Health::Ready, Health::Ready),
-            now,
-            &policy(3),
-        );
+        let d = decide(&pinned(1, "a1", "org-a"), &two_orgs(3, 0, Health::Ready, Health::Ready), now, &policy(3));
         assert_eq!(ids(&d), ["a2", "a1"]);
         assert_eq!(d.pin.as_ref().map(|p| p.exact), Some(false));
         // Equal load: the producing key first.
-        let d = decide(
-            &pinned(1, "a1", "org-a"),
-            &two_orgs(0, 0, Health::Ready, Health::Ready),
-            now,
-            &policy(3),
-        );
+        let d = decide(&pinned(1, "a1", "org-a"), &two_orgs(0, 0, Health::Ready, Health::Ready), now, &policy(3));
         assert_eq!(ids(&d), ["a1", "a2"]);
         assert_eq!(d.pin.as_ref().map(|p| p.exact), Some(true));
         // The whole org cooling: a 429 for the org, though another org is idle.
         let cooling = Health::Cooling { until: later };
-        let d = decide(
-            &pinned(1, "a1", "org-a"),
-            &two_orgs(0, 0, cooling, cooling),
-            now,
-            &policy(3),
-        );
-        assert_eq!(
-            d.refusal,
-            Some(Refusal::AllCooling {
-                retry_after_secs: 4,
-                cooling: 2
-            })
-        );
+        let d = decide(&pinned(1, "a1", "org-a"), &two_orgs(0, 0, cooling, cooling), now, &policy(3));
+        assert_eq!(d.refusal, Some(Refusal::AllCooling { retry_after_secs: 4, cooling: 2 }));
         // One key of the org rejected: the other serves.
-        let d = decide(
-            &pinned(1, "a1", "org-a"),
-            &two_orgs(0, 0, Health::Invalid, Health::Ready),
-            now,
-            &policy(3),
-        );
+        let d = decide(&pinned(1, "a1", "org-a"), &two_orgs(0, 0, Health::Invalid, Health::Ready), now, &policy(3));
         assert_eq!(ids(&d), ["a2"]);
 
         // The org is gone: rescue routes unpinned and names the org to drop; fail refuses.
-        let only_b = PoolView {
-            keys: vec![org_key("b1", "org-b", 0, Health::Ready)],
-        };
+        let only_b = PoolView { keys: vec![org_key("b1", "org-b", 0, Health::Ready)] };
         let d = decide(&pinned(1, "a1", "org-a"), &only_b, now, &policy(3));
         assert_eq!(ids(&d), ["b1"]);
         assert_eq!(d.rescued_orgs, vec![org("org-a", "a1")]);
         assert!(d.pin.is_none());
-        let fail = Policy {
-            lost_org: LostOrgPolicy::Fail,
-            ..policy(3)
-        };
+        let fail = Policy { lost_org: LostOrgPolicy::Fail, ..policy(3) };
         let d = decide(&pinned(1, "a1", "org-a"), &only_b, now, &fail);
-        assert_eq!(
-            d.refusal,
-            Some(Refusal::LostOrg {
-                key: KeyId::new("a1")
-            })
-        );
+        assert_eq!(d.refusal, Some(Refusal::LostOrg { key: KeyId::new("a1") }));
 
         // Items of a lost org beside items of a live org: drop the lost, pin to the live.
         let mut f = pinned(1, "a1", "org-a");
-        f.pins.push(Pin {
-            key: KeyId::new("b1"),
-            org: org("org-b", "b1"),
-            field: Field::ItemId,
-        });
+        f.pins.push(Pin { key: KeyId::new("b1"), org: org("org-b", "b1"), field: Field::ItemId });
         let d = decide(&f, &only_b, now, &policy(3));
         assert_eq!(ids(&d), ["b1"]);
         assert_eq!(d.rescued_orgs.len(), 1);
         assert!(d.pin.is_some());
         // Two live orgs: nobody can read both.
-        let d = decide(
-            &f,
-            &two_orgs(0, 0, Health::Ready, Health::Ready),
-            now,
-            &policy(3),
-        );
-        assert_eq!(
-            d.refusal,
-            Some(Refusal::MixedOrgs {
-                keys: vec![KeyId::new("a1"), KeyId::new("b1")]
-            })
-        );
+        let d = decide(&f, &two_orgs(0, 0, Health::Ready, Health::Ready), now, &policy(3));
+        assert_eq!(d.refusal, Some(Refusal::MixedOrgs { keys: vec![KeyId::new("a1"), KeyId::new("b1")] }));
 
         // Affinity switched off: markers are ignored for routing, and the decision says so.
-        let off = Policy {
-            encrypted_affinity: false,
-            ..policy(3)
-        };
-        let d = decide(
-            &pinned(1, "a1", "org-a"),
-            &two_orgs(1, 1, Health::Ready, Health::Ready),
-            now,
-            &off,
-        );
+        let off = Policy { encrypted_affinity: false, ..policy(3) };
+        let d = decide(&pinned(1, "a1", "org-a"), &two_orgs(1, 1, Health::Ready, Health::Ready), now, &off);
         assert_eq!(d.choice.as_ref().map(KeyId::as_str), Some("b1"));
         assert!(d.reasons.contains(&Reason::AffinityOff));
     }
@@ -944,11 +835,7 @@ mod tests {
         let bound = |seq: u64, key: &str| {
             let id = KeyId::new(key);
             let mut f = facts(seq);
-            f.continuity = Some(Pin {
-                org: markers().org_tag(Some("org-a"), &id),
-                key: id,
-                field: Field::ResponseId,
-            });
+            f.continuity = Some(Pin { org: markers().org_tag(Some("org-a"), &id), key: id, field: Field::ResponseId });
             f
         };
         let view = |a1: Health| PoolView {
@@ -963,44 +850,21 @@ mod tests {
         let d = decide(&bound(1, "a1"), &view(Health::Ready), now, &policy(3));
         assert_eq!(ids(&d), ["a1"]);
         assert!(d.continuity_hit);
-        assert!(d.reasons.contains(&Reason::ContinuityBinding {
-            key: KeyId::new("a1")
-        }));
+        assert!(d.reasons.contains(&Reason::ContinuityBinding { key: KeyId::new("a1") }));
         // Cooling: wait for it.
-        let cooling = Health::Cooling {
-            until: now + Duration::from_millis(1500),
-        };
+        let cooling = Health::Cooling { until: now + Duration::from_millis(1500) };
         let d = decide(&bound(1, "a1"), &view(cooling), now, &policy(3));
-        assert_eq!(
-            d.refusal,
-            Some(Refusal::AllCooling {
-                retry_after_secs: 2,
-                cooling: 1
-            })
-        );
+        assert_eq!(d.refusal, Some(Refusal::AllCooling { retry_after_secs: 2, cooling: 1 }));
         // Rejected, disabled or removed: a clear refusal, never a silent move.
         for health in [Health::Invalid, Health::Disabled] {
             let d = decide(&bound(1, "a1"), &view(health), now, &policy(3));
-            assert_eq!(
-                d.refusal,
-                Some(Refusal::ContinuityLost {
-                    key: KeyId::new("a1")
-                })
-            );
+            assert_eq!(d.refusal, Some(Refusal::ContinuityLost { key: KeyId::new("a1") }));
             assert!(!d.continuity_hit);
         }
         let d = decide(&bound(1, "gone"), &view(Health::Ready), now, &policy(3));
-        assert_eq!(
-            d.refusal,
-            Some(Refusal::ContinuityLost {
-                key: KeyId::new("gone")
-            })
-        );
+        assert_eq!(d.refusal, Some(Refusal::ContinuityLost { key: KeyId::new("gone") }));
         // Switched off: routed like any request.
-        let off = Policy {
-            continuity: false,
-            ..policy(3)
-        };
+        let off = Policy { continuity: false, ..policy(3) };
         let d = decide(&bound(1, "a1"), &view(Health::Ready), now, &off);
         assert_ne!(d.choice, Some(KeyId::new("a1")));
         assert!(!d.continuity_hit);

@@ -97,9 +97,7 @@ pub struct KeychainStore {
 impl KeychainStore {
     /// A store whose entries all live under `service`.
     pub fn new(service: impl Into<String>) -> Self {
-        Self {
-            service: service.into(),
-        }
+        Self { service: service.into() }
     }
 
     fn entry(&self, account: &str) -> Result<keyring::Entry, SecretsError> {
@@ -135,9 +133,7 @@ impl SecretStore for KeychainStore {
     }
 
     fn set(&self, account: &str, value: &Secret) -> Result<(), SecretsError> {
-        self.entry(account)?
-            .set_password(value.expose())
-            .map_err(classify)
+        self.entry(account)?.set_password(value.expose()).map_err(classify)
     }
 
     fn delete(&self, account: &str) -> Result<(), SecretsError> {
@@ -202,11 +198,7 @@ where
 {
     tokio::task::spawn_blocking(move || f(store.as_ref()))
         .await
-        .unwrap_or_else(|join| {
-            Err(SecretsError::Other {
-                detail: format!("keychain call did not finish: {join}"),
-            })
-        })
+        .unwrap_or_else(|join| Err(SecretsError::Other { detail: format!("keychain call did not finish: {join}") }))
 }
 
 #[cfg(test)]

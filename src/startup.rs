@@ -9,9 +9,7 @@ use crate::config::{Config, ConfigError, EnvSecrets, TokenConfig};
 use crate::gateway::Gateway;
 use crate::keys::{KeyEntry, KeyId, KeySource};
 use crate::markers::Markers;
-use crate::secrets::{
-    self, account, KeychainStore, MemoryStore, Secret, SecretStore, SecretsError,
-};
+use crate::secrets::{self, account, KeychainStore, MemoryStore, Secret, SecretStore, SecretsError};
 use crate::tokens::{TokenSet, TOKEN_PREFIX};
 use crate::upstream::UpstreamError;
 
@@ -81,17 +79,16 @@ pub async fn prepare(options: StartOptions) -> Result<Prepared, StartError> {
     let mut config = Config::load(&config_path)?;
     if let Some(upstream) = &options.upstream {
         if !(upstream.starts_with("http://") || upstream.starts_with("https://")) {
-            return Err(StartError::Usage(format!(
-                "--upstream {upstream:?} must start with http:// or https://"
-            )));
+            return Err(StartError::Usage(format!("--upstream {upstream:?} must start with http:// or https://")));
         }
         config.upstream = upstream.trim_end_matches('/').to_owned();
     }
     let listen = match options.listen {
         Some(addr) => addr,
-        None => config.listen.parse().map_err(|_| {
-            StartError::Usage(format!("listen = {:?} is not an address", config.listen))
-        })?,
+        None => config
+            .listen
+            .parse()
+            .map_err(|_| StartError::Usage(format!("listen = {:?} is not an address", config.listen)))?,
     };
     if !listen.ip().is_loopback() && !options.allow_remote {
         return Err(StartError::Usage(format!(
@@ -136,10 +133,7 @@ pub async fn prepare(options: StartOptions) -> Result<Prepared, StartError> {
 
     // Keys from the environment: ephemeral, never written anywhere.
     for env_key in &options.env.keys {
-        if entries
-            .iter()
-            .any(|e| e.label.eq_ignore_ascii_case(&env_key.label))
-        {
+        if entries.iter().any(|e| e.label.eq_ignore_ascii_case(&env_key.label)) {
             return Err(StartError::Usage(format!(
                 "KEYMUX_KEY_{} names label '{}', which the config already uses; pick another label",
                 env_key.label.to_ascii_uppercase(),
@@ -165,7 +159,8 @@ pub async fn prepare(options: StartOptions) -> Result<Prepared, StartError> {
     }
     if entries.is_empty() {
         notices.push(
-            "no API keys yet: add one with `keymux keys add --label work` (requests get a clear error until then)".into(),
+            "no API keys yet: add one with `keymux keys add --label work` (requests get a clear error until then)"
+                .into(),
         );
     }
 
@@ -217,35 +212,14 @@ pub async fn prepare(options: StartOptions) -> Result<Prepared, StartError> {
         }
     };
     let keys = entries.len();
-    let gateway = Gateway::new(
-        &config,
-        entries,
-        TokenSet::new(&tokens),
-        Markers::new(&install),
-    )?;
-    Ok(Prepared {
-        gateway: Arc::new(gateway),
-        listen,
-        config_path,
-        notices,
-        keys,
-    })
+    let gateway = Gateway::new(&config, entries, TokenSet::new(&tokens), Markers::new(&install))?;
+    Ok(Prepared { gateway: Arc::new(gateway), listen, config_path, notices, keys })
 }
 
 /// Creates a local client token named `name`, stores it, and lists it in `config` (not saved here).
-pub async fn create_token(
-    store: &Arc<dyn SecretStore>,
-    config: &mut Config,
-    name: &str,
-) -> Result<Secret, StartError> {
-    if config
-        .tokens
-        .iter()
-        .any(|t| t.name.eq_ignore_ascii_case(name))
-    {
-        return Err(StartError::Usage(format!(
-            "a token named '{name}' already exists"
-        )));
+pub async fn create_token(store: &Arc<dyn SecretStore>, config: &mut Config, name: &str) -> Result<Secret, StartError> {
+    if config.tokens.iter().any(|t| t.name.eq_ignore_ascii_case(name)) {
+        return Err(StartError::Usage(format!("a token named '{name}' already exists")));
     }
     crate::keys::validate_label(name).map_err(StartError::Usage)?;
     let token = secrets::generate(TOKEN_PREFIX);
@@ -272,9 +246,6 @@ pub async fn install_secret(store: &Arc<dyn SecretStore>) -> Result<Secret, Star
     }
     let fresh = secrets::generate("");
     let value = fresh.clone();
-    secrets::blocking(store.clone(), move |s| {
-        s.set(account::INSTALL_SECRET, &value)
-    })
-    .await?;
+    secrets::blocking(store.clone(), move |s| s.set(account::INSTALL_SECRET, &value)).await?;
     Ok(fresh)
 }

@@ -19,9 +19,7 @@ pub struct TokenSet {
 impl TokenSet {
     /// Accepts these tokens.
     pub fn new<'a>(tokens: impl IntoIterator<Item = &'a Secret>) -> Self {
-        Self {
-            digests: tokens.into_iter().map(|t| digest(t.expose())).collect(),
-        }
+        Self { digests: tokens.into_iter().map(|t| digest(t.expose())).collect() }
     }
 
     /// Whether no token is configured (then every request is refused).
@@ -29,16 +27,23 @@ impl TokenSet {
         self.digests.is_empty()
     }
 
+    /// Checks a presented token and names the client it belongs to (a short digest, never the token),
+    /// which scopes that client's affinity tables.
+    pub fn client_of(&self, presented: &str) -> Option<ClientScope> {
+        self.accepts(presented).then(|| ClientScope(hex::encode(&digest(presented)[..6])))
+    }
+
     /// Checks a presented token.
     pub fn accepts(&self, presented: &str) -> bool {
         let d = digest(presented);
         // Check every digest, so timing does not reveal which one matched.
-        self.digests
-            .iter()
-            .fold(0u8, |hit, known| hit | known.ct_eq(&d).unwrap_u8())
-            == 1
+        self.digests.iter().fold(0u8, |hit, known| hit | known.ct_eq(&d).unwrap_u8()) == 1
     }
 }
+
+/// Which local client token a request came with (a short digest of it).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ClientScope(pub String);
 
 fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
@@ -47,10 +52,7 @@ fn digest(token: &str) -> [u8; 32] {
 /// Extracts the bearer token from an `Authorization` header value.
 pub fn bearer(value: &str) -> Option<&str> {
     let (scheme, token) = value.trim().split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| token.trim())
-        .filter(|t| !t.is_empty())
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
 }
 
 #[cfg(test)]

@@ -30,9 +30,7 @@ impl UpstreamError {
     /// The HTTP status the client gets when this was the last attempt.
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::Connect { .. } | Self::Transport { .. } | Self::BadBaseUrl { .. } => {
-                StatusCode::BAD_GATEWAY
-            }
+            Self::Connect { .. } | Self::Transport { .. } | Self::BadBaseUrl { .. } => StatusCode::BAD_GATEWAY,
             Self::FirstByteTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
         }
     }
@@ -138,10 +136,7 @@ impl Upstream {
     /// Builds the client. Responses are requested compressed (gzip, zstd) and decoded here, so Keymux can
     /// read the streams it relays; clients on loopback get them uncompressed, with no `content-encoding`.
     pub fn new(default_base: &str, timeouts: &Timeouts) -> Result<Self, UpstreamError> {
-        #[expect(
-            clippy::disallowed_methods,
-            reason = "this is the one place the upstream client is built"
-        )]
+        #[expect(clippy::disallowed_methods, reason = "this is the one place the upstream client is built")]
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_millis(timeouts.connect_ms))
             .pool_idle_timeout(Duration::from_secs(90))
@@ -151,10 +146,7 @@ impl Upstream {
             .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("keymux/", env!("CARGO_PKG_VERSION")))
             .build()
-            .map_err(|e| UpstreamError::BadBaseUrl {
-                base: default_base.to_owned(),
-                detail: e.to_string(),
-            })?;
+            .map_err(|e| UpstreamError::BadBaseUrl { base: default_base.to_owned(), detail: e.to_string() })?;
         Ok(Self {
             client,
             connect: Duration::from_millis(timeouts.connect_ms),
@@ -176,10 +168,7 @@ impl Upstream {
 
     /// The base URL a key uses.
     pub fn base_for<'a>(&'a self, key: &'a KeyEntry) -> &'a str {
-        key.base_url
-            .as_deref()
-            .map(|b| b.trim_end_matches('/'))
-            .unwrap_or(&self.default_base)
+        key.base_url.as_deref().map(|b| b.trim_end_matches('/')).unwrap_or(&self.default_base)
     }
 
     /// Sends one attempt with `key`. `path_and_query` is what follows `/v1` in the client's URL.
@@ -193,38 +182,26 @@ impl Upstream {
     ) -> Result<reqwest::Response, UpstreamError> {
         let base = self.base_for(key);
         let url = format!("{base}{path_and_query}");
-        let url = reqwest::Url::parse(&url).map_err(|e| UpstreamError::BadBaseUrl {
-            base: base.to_owned(),
-            detail: e.to_string(),
-        })?;
+        let url = reqwest::Url::parse(&url)
+            .map_err(|e| UpstreamError::BadBaseUrl { base: base.to_owned(), detail: e.to_string() })?;
         let mut headers = headers;
         let (name, value) = auth_header(key);
         headers.insert(name, value);
         let request = self.client.request(method, url).headers(headers).body(body);
         match tokio::time::timeout(self.first_byte, request.send()).await {
-            Err(_) => Err(UpstreamError::FirstByteTimeout {
-                base: base.to_owned(),
-                secs: self.first_byte.as_secs(),
-            }),
+            Err(_) => Err(UpstreamError::FirstByteTimeout { base: base.to_owned(), secs: self.first_byte.as_secs() }),
             Ok(Ok(response)) => Ok(response),
-            Ok(Err(e)) if e.is_connect() => Err(UpstreamError::Connect {
-                base: base.to_owned(),
-                detail: short_error(&e),
-            }),
-            Ok(Err(e)) => Err(UpstreamError::Transport {
-                base: base.to_owned(),
-                detail: short_error(&e),
-            }),
+            Ok(Err(e)) if e.is_connect() => {
+                Err(UpstreamError::Connect { base: base.to_owned(), detail: short_error(&e) })
+            }
+            Ok(Err(e)) => Err(UpstreamError::Transport { base: base.to_owned(), detail: short_error(&e) }),
         }
     }
 }
 
 /// A small client for Keymux's own local API (the CLI asking a running gateway for its status).
 pub fn local_client(timeout: Duration) -> Option<reqwest::Client> {
-    #[expect(
-        clippy::disallowed_methods,
-        reason = "a loopback-only client for Keymux's own API, not a provider"
-    )]
+    #[expect(clippy::disallowed_methods, reason = "a loopback-only client for Keymux's own API, not a provider")]
     let builder = reqwest::Client::builder();
     builder.timeout(timeout).no_proxy().build().ok()
 }
@@ -232,14 +209,8 @@ pub fn local_client(timeout: Duration) -> Option<reqwest::Client> {
 pub(crate) fn auth_header(key: &KeyEntry) -> (HeaderName, HeaderValue) {
     let secret = key.secret.expose();
     let (name, value) = match key.provider {
-        Provider::Openai => (
-            axum::http::header::AUTHORIZATION,
-            HeaderValue::from_str(&format!("Bearer {secret}")),
-        ),
-        Provider::Azure => (
-            HeaderName::from_static("api-key"),
-            HeaderValue::from_str(secret),
-        ),
+        Provider::Openai => (axum::http::header::AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {secret}"))),
+        Provider::Azure => (HeaderName::from_static("api-key"), HeaderValue::from_str(secret)),
     };
     // Secrets are validated to printable ASCII without spaces when added; a value that still fails is
     // sent as an empty credential, which the provider rejects as invalid (and the key is flagged).
@@ -267,12 +238,7 @@ fn short_error(e: &reqwest::Error) -> String {
 /// Reads a cooldown from a 429's headers: `retry-after-ms`, then `retry-after` (seconds), then the
 /// rate-limit reset headers. `None` when the upstream gave no hint.
 pub fn cooldown_hint(headers: &HeaderMap) -> Option<Duration> {
-    let text = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-    };
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
     if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
         if ms.is_finite() && ms >= 0.0 {
             return Some(Duration::from_secs_f64(ms / 1000.0));
@@ -340,11 +306,7 @@ mod tests {
             ("abc", None),
         ];
         for (text, want) in cases {
-            assert_eq!(
-                parse_reset(text).map(|d| d.as_millis() as u64),
-                want,
-                "{text}"
-            );
+            assert_eq!(parse_reset(text).map(|d| d.as_millis() as u64), want, "{text}");
         }
     }
 
@@ -368,18 +330,12 @@ mod tests {
         h.insert("session-id", HeaderValue::from_static("s"));
         h.insert("connection", HeaderValue::from_static("keep-alive"));
         h.insert("accept-encoding", HeaderValue::from_static("zstd,gzip"));
-        h.insert(
-            "openai-beta",
-            HeaderValue::from_static("responses_websockets=2026-02-06"),
-        );
+        h.insert("openai-beta", HeaderValue::from_static("responses_websockets=2026-02-06"));
         let out = forward_request_headers(&h);
         assert!(out.get("authorization").is_none());
         assert!(out.get("connection").is_none());
         assert!(out.get("accept-encoding").is_none());
-        assert_eq!(
-            out.get("x-codex-turn-state").map(|v| v.as_bytes()),
-            Some(&b"ts"[..])
-        );
+        assert_eq!(out.get("x-codex-turn-state").map(|v| v.as_bytes()), Some(&b"ts"[..]));
         assert!(out.get("session-id").is_some());
         assert!(out.get("openai-beta").is_some());
     }

@@ -42,8 +42,7 @@ const HANDSHAKE_HEADERS: &[&str] = &[
 /// Largest client frame Keymux accepts (the same cap as HTTP bodies is applied by the caller's config).
 pub const MAX_FRAME_BYTES: usize = 64 * 1024 * 1024;
 
-type Upstream =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+type Upstream = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// An error frame in the shape OpenAI sends over the Responses WebSocket.
 fn error_frame(status: u16, code: &str, message: &str, retry_after: Option<u64>) -> AxumMessage {
@@ -59,33 +58,30 @@ fn error_frame(status: u16, code: &str, message: &str, retry_after: Option<u64>)
 }
 
 /// Serves one client socket until either side closes.
-pub async fn serve_socket(gateway: Arc<Gateway>, mut client: WebSocket, headers: HeaderMap) {
+pub async fn serve_socket(
+    gateway: Arc<Gateway>,
+    mut client: WebSocket,
+    headers: HeaderMap,
+    scope: crate::tokens::ClientScope,
+) {
     // The first frame decides the key.
     let first = loop {
         match client.recv().await {
             Some(Ok(AxumMessage::Text(text))) => break text,
             Some(Ok(AxumMessage::Binary(_))) => {
-                let _ = client
-                    .send(error_frame(
-                        400,
-                        "invalid_request",
-                        "Keymux expects JSON text frames.",
-                        None,
-                    ))
-                    .await;
+                let _ =
+                    client.send(error_frame(400, "invalid_request", "Keymux expects JSON text frames.", None)).await;
                 return;
             }
             Some(Ok(AxumMessage::Ping(_) | AxumMessage::Pong(_))) => continue,
             Some(Ok(AxumMessage::Close(_))) | Some(Err(_)) | None => return,
         }
     };
-    let Some((upstream, guard, tagger, key)) =
-        open_upstream(&gateway, &mut client, &headers, first).await
-    else {
+    let Some(bound) = open_upstream(&gateway, &mut client, &headers, first, &scope).await else {
         let _ = client.send(AxumMessage::Close(None)).await;
         return;
     };
-    relay(gateway, client, upstream, guard, tagger, key).await;
+    relay(gateway, client, bound, scope).await;
 }
 
 /// Routes the first frame, opens the upstream socket on the chosen key (trying the next candidate when
@@ -95,13 +91,15 @@ async fn open_upstream(
     client: &mut WebSocket,
     headers: &HeaderMap,
     first: Utf8Bytes,
-) -> Option<(Upstream, InFlight, Tagger, KeyId)> {
+    scope: &crate::tokens::ClientScope,
+) -> Option<Bound> {
     let started = Instant::now();
     let seq = gateway.next_seq();
     let raw = Bytes::copy_from_slice(first.as_bytes());
     let extracted = match facts::extract(
         seq,
         Operation::ResponsesCreate,
+        &scope.0,
         "/v1/responses",
         &raw,
         gateway.pool().markers(),
@@ -109,78 +107,38 @@ async fn open_upstream(
         Ok(e) => e,
         Err(FactsError::Body(detail)) => {
             let _ = client
-                .send(error_frame(
-                    400,
-                    "invalid_json",
-                    &format!("The frame is not valid JSON ({detail})."),
-                    None,
-                ))
+                .send(error_frame(400, "invalid_json", &format!("The frame is not valid JSON ({detail})."), None))
                 .await;
             return None;
         }
         Err(FactsError::Marker(e)) => {
-            let _ = client
-                .send(error_frame(
-                    400,
-                    "keymux_invalid_marker",
-                    &format!("Keymux: {e}."),
-                    None,
-                ))
-                .await;
+            let _ = client.send(error_frame(400, "keymux_invalid_marker", &format!("Keymux: {e}."), None)).await;
             return None;
         }
     };
     let mut facts = extracted.facts;
     let mut body = extracted.body;
     if facts.pins.is_empty() {
-        facts.session_hint = facts
-            .session
-            .and_then(|s| gateway.hints().get(&s, Instant::now()));
+        facts.session_hint = facts.session.and_then(|s| gateway.hints().get(&s, Instant::now()));
     }
-    let decision = router::decide(
-        &facts,
-        &gateway.pool().view(),
-        Instant::now(),
-        gateway.policy(),
-    );
+    facts.remembered = gateway.remembered(&facts);
+    let decision = router::decide(&facts, &gateway.pool().view(), Instant::now(), gateway.policy());
     if let Some(refusal) = decision.refusal.clone() {
         let err = gateway.refusal_error(refusal);
         let retry_after = match &err {
-            crate::error::ApiError::AllCooling {
-                retry_after_secs, ..
-            } => Some(*retry_after_secs),
+            crate::error::ApiError::AllCooling { retry_after_secs, .. } => Some(*retry_after_secs),
             _ => None,
         };
         let json = err.to_json();
         let message = json["error"]["message"].as_str().unwrap_or("refused");
         let code = json["error"]["code"].as_str().unwrap_or("keymux_refused");
-        let _ = client
-            .send(error_frame(
-                err.status().as_u16(),
-                code,
-                message,
-                retry_after,
-            ))
-            .await;
-        publish(
-            gateway,
-            &facts,
-            decision,
-            Vec::new(),
-            None,
-            err.status().as_u16(),
-            started,
-            0,
-        );
+        let _ = client.send(error_frame(err.status().as_u16(), code, message, retry_after)).await;
+        publish(gateway, &facts, decision, Vec::new(), None, err.status().as_u16(), started, 0);
         return None;
     }
     let mut rescued_items = 0;
     if !decision.rescued_orgs.is_empty() {
-        if let Some((rescued, dropped)) = gateway
-            .pool()
-            .markers()
-            .drop_org_items(&raw, &decision.rescued_orgs)
-        {
+        if let Some((rescued, dropped)) = gateway.pool().markers().drop_org_items(&raw, &decision.rescued_orgs) {
             rescued_items = dropped;
             if let Ok(stripped) = gateway.pool().markers().strip(&rescued) {
                 body = Bytes::from(stripped.body.into_owned());
@@ -205,12 +163,7 @@ async fn open_upstream(
                     kind: crate::pool::OutcomeKind::Served,
                     org,
                 });
-                attempts.push(Attempt {
-                    key: key.clone(),
-                    status: Some(101),
-                    failure: None,
-                    duration_ms,
-                });
+                attempts.push(Attempt { key: key.clone(), status: Some(101), failure: None, duration_ms });
                 let text = String::from_utf8_lossy(&body).into_owned();
                 if upstream.send(UpMessage::Text(text.into())).await.is_err() {
                     let _ = client.send(lost_state_frame()).await;
@@ -221,36 +174,17 @@ async fn open_upstream(
                 }
                 let org = gateway.pool().org_tag(&key)?;
                 let tagger = Tagger::new(gateway.pool().markers().clone(), key.clone(), org);
-                publish(
-                    gateway,
-                    &facts,
-                    decision,
-                    attempts,
-                    Some(key.clone()),
-                    101,
-                    started,
-                    rescued_items,
-                );
-                return Some((upstream, guard, tagger, key));
+                let signal = facts.signal.filter(|_| !decision.continuity_hit).map(|s| s.key);
+                publish(gateway, &facts, decision, attempts, Some(key.clone()), 101, started, rescued_items);
+                return Some(Bound { upstream, guard, tagger, key, first_signal: signal });
             }
-            Err(HandshakeFailure {
-                status,
-                headers: upstream_headers,
-            }) => {
+            Err(HandshakeFailure { status, headers: upstream_headers }) => {
                 let (kind, failure) = match status {
                     Some(s) => crate::gateway::classify(s, &upstream_headers),
                     None => (crate::pool::OutcomeKind::Failed, Some(FailureKind::Connect)),
                 };
-                let org = upstream_headers
-                    .get("openai-organization")
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned);
-                gateway.pool().apply(&Outcome {
-                    key: key.clone(),
-                    at: now,
-                    kind,
-                    org,
-                });
+                let org = upstream_headers.get("openai-organization").and_then(|v| v.to_str().ok()).map(str::to_owned);
+                gateway.pool().apply(&Outcome { key: key.clone(), at: now, kind, org });
                 attempts.push(Attempt {
                     key,
                     status: status.map(|s| s.as_u16()),
@@ -261,10 +195,7 @@ async fn open_upstream(
         }
     }
     // No candidate could open a socket: tell the client the way OpenAI would, so Codex retries.
-    let retry_policy = router::Policy {
-        max_attempts: 1,
-        ..*gateway.policy()
-    };
+    let retry_policy = router::Policy { max_attempts: 1, ..*gateway.policy() };
     let frame = match router::decide(&facts, &gateway.pool().view(), Instant::now(), &retry_policy).refusal {
         Some(router::Refusal::AllCooling { retry_after_secs, cooling }) => error_frame(
             429,
@@ -275,17 +206,19 @@ async fn open_upstream(
         _ => error_frame(502, "keymux_upstream_unavailable", "Keymux could not open an upstream WebSocket with any usable key.", None),
     };
     let _ = client.send(frame).await;
-    publish(
-        gateway,
-        &facts,
-        decision,
-        attempts,
-        None,
-        502,
-        started,
-        rescued_items,
-    );
+    publish(gateway, &facts, decision, attempts, None, 502, started, rescued_items);
     None
+}
+
+/// A client socket's upstream side: the socket, the key it is bound to, and what to tag with.
+struct Bound {
+    upstream: Upstream,
+    /// The key stays in flight for the connection's life.
+    guard: InFlight,
+    tagger: Tagger,
+    key: KeyId,
+    /// The first frame's soft-affinity signal (later frames are bound and never teach).
+    first_signal: Option<crate::markers::SessionKey>,
 }
 
 struct HandshakeFailure {
@@ -305,10 +238,7 @@ async fn connect(
         Some((_, rest)) => format!("ws://{rest}/responses"),
         None => format!("ws://{base}/responses"),
     };
-    let fail = || HandshakeFailure {
-        status: None,
-        headers: HeaderMap::new(),
-    };
+    let fail = || HandshakeFailure { status: None, headers: HeaderMap::new() };
     let mut request = url.into_client_request().map_err(|_| fail())?;
     for (name, value) in crate::upstream::forward_request_headers(client_headers).iter() {
         if !HANDSHAKE_HEADERS.contains(&name.as_str()) {
@@ -321,17 +251,12 @@ async fn connect(
     match tokio::time::timeout(gateway.upstream().connect_timeout(), connecting).await {
         Err(_) => Err(fail()),
         Ok(Ok((socket, response))) => {
-            let org = response
-                .headers()
-                .get("openai-organization")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned);
+            let org = response.headers().get("openai-organization").and_then(|v| v.to_str().ok()).map(str::to_owned);
             Ok((socket, org))
         }
-        Ok(Err(tokio_tungstenite::tungstenite::Error::Http(response))) => Err(HandshakeFailure {
-            status: Some(response.status()),
-            headers: response.headers().clone(),
-        }),
+        Ok(Err(tokio_tungstenite::tungstenite::Error::Http(response))) => {
+            Err(HandshakeFailure { status: Some(response.status()), headers: response.headers().clone() })
+        }
         Ok(Err(_)) => Err(fail()),
     }
 }
@@ -346,14 +271,8 @@ fn lost_state_frame() -> AxumMessage {
 }
 
 /// The two pumps, until either side closes.
-async fn relay(
-    gateway: Arc<Gateway>,
-    client: WebSocket,
-    upstream: Upstream,
-    guard: InFlight,
-    tagger: Tagger,
-    key: KeyId,
-) {
+async fn relay(gateway: Arc<Gateway>, client: WebSocket, bound: Bound, scope: crate::tokens::ClientScope) {
+    let Bound { upstream, guard, tagger, key, first_signal } = bound;
     let (mut client_tx, mut client_rx) = client.split();
     let (mut up_tx, mut up_rx) = upstream.split();
     let org = gateway.pool().org_tag(&key);
@@ -378,6 +297,7 @@ async fn relay(
                         match facts::extract(
                             seq,
                             Operation::ResponsesCreate,
+                            &scope.0,
                             "/v1/responses",
                             &raw,
                             gateway.pool().markers(),
@@ -392,18 +312,10 @@ async fn relay(
                                     .iter()
                                     .find(|p| Some(p.org) != org && p.key != key)
                                     // A response made on another socket's key cannot be continued here.
-                                    .or(extracted
-                                        .facts
-                                        .continuity
-                                        .as_ref()
-                                        .filter(|c| c.key != key))
+                                    .or(extracted.facts.continuity.as_ref().filter(|c| c.key != key))
                                 {
                                     if let Some(session) = extracted.facts.session {
-                                        gateway.hints().insert(
-                                            session,
-                                            pin.key.clone(),
-                                            Instant::now(),
-                                        );
+                                        gateway.hints().insert(session, pin.key.clone(), Instant::now());
                                     }
                                     return Err(Misbound(pin.key.clone()));
                                 }
@@ -421,9 +333,7 @@ async fn relay(
                                     started,
                                     0,
                                 );
-                                UpMessage::Text(
-                                    String::from_utf8_lossy(&extracted.body).into_owned().into(),
-                                )
+                                UpMessage::Text(String::from_utf8_lossy(&extracted.body).into_owned().into())
                             }
                             Err(e) => return Err(Refused(format!("Keymux: {e}."))),
                         }
@@ -432,10 +342,8 @@ async fn relay(
                     Ok(AxumMessage::Ping(p)) => UpMessage::Ping(p),
                     Ok(AxumMessage::Pong(p)) => UpMessage::Pong(p),
                     Ok(AxumMessage::Close(frame)) => {
-                        let close = frame.map(|f| UpClose {
-                            code: CloseCode::from(f.code),
-                            reason: f.reason.as_str().into(),
-                        });
+                        let close =
+                            frame.map(|f| UpClose { code: CloseCode::from(f.code), reason: f.reason.as_str().into() });
                         let _ = up_tx.send(UpMessage::Close(close)).await;
                         return Ok(());
                     }
@@ -450,7 +358,11 @@ async fn relay(
         }
     };
 
+    let outbound_gateway = gateway.clone();
+    let outbound_key = key.clone();
     let outbound = async move {
+        // Only the first frame's answer teaches the soft-affinity table: later frames are bound.
+        let mut first_signal = first_signal;
         loop {
             let message = tokio::select! {
                 notice = notice_rx.recv() => {
@@ -466,20 +378,29 @@ async fn relay(
                 },
             };
             let forwarded = match message {
-                Ok(UpMessage::Text(text)) => match tagger.tag_json(text.as_bytes()) {
-                    Some(tagged) => {
-                        AxumMessage::Text(String::from_utf8_lossy(&tagged).into_owned().into())
+                Ok(UpMessage::Text(text)) if memchr::memmem::find(text.as_bytes(), b"response.completed").is_some() => {
+                    if let Ok(event) = serde_json::from_str::<serde_json::Value>(&text) {
+                        if event["type"] == "response.completed" {
+                            let usage = crate::relay::Usage::from_json(&event["response"]["usage"]);
+                            let learn =
+                                crate::gateway::Learn { key: outbound_key.clone(), signal: first_signal.take() };
+                            outbound_gateway.completed(learn, usage);
+                        }
                     }
+                    match tagger.tag_json(text.as_bytes()) {
+                        Some(tagged) => AxumMessage::Text(String::from_utf8_lossy(&tagged).into_owned().into()),
+                        None => AxumMessage::Text(text.as_str().into()),
+                    }
+                }
+                Ok(UpMessage::Text(text)) => match tagger.tag_json(text.as_bytes()) {
+                    Some(tagged) => AxumMessage::Text(String::from_utf8_lossy(&tagged).into_owned().into()),
                     None => AxumMessage::Text(text.as_str().into()),
                 },
                 Ok(UpMessage::Binary(bytes)) => AxumMessage::Binary(bytes),
                 Ok(UpMessage::Ping(p)) => AxumMessage::Ping(p),
                 Ok(UpMessage::Pong(p)) => AxumMessage::Pong(p),
                 Ok(UpMessage::Close(frame)) => {
-                    let close = frame.map(|f| AxumClose {
-                        code: u16::from(f.code),
-                        reason: f.reason.as_str().into(),
-                    });
+                    let close = frame.map(|f| AxumClose { code: u16::from(f.code), reason: f.reason.as_str().into() });
                     let _ = client_tx.send(AxumMessage::Close(close)).await;
                     return;
                 }
@@ -533,10 +454,7 @@ fn bound_decision(seq: u64, key: &KeyId) -> Decision {
     }
 }
 
-#[expect(
-    clippy::too_many_arguments,
-    reason = "one record is assembled from every part of the frame"
-)]
+#[expect(clippy::too_many_arguments, reason = "one record is assembled from every part of the frame")]
 fn publish(
     gateway: &Gateway,
     facts: &facts::RequestFacts,

@@ -1,10 +1,6 @@
 //! Encrypted-content affinity, black-box: the real gateway in front of the simulator with 3
 //! organizations and 5 keys, driven by sessions shaped like captured Codex and pi traffic.
-#![allow(
-    clippy::unwrap_used,
-    clippy::print_stdout,
-    reason = "tests print the figures they measure"
-)]
+#![allow(clippy::unwrap_used, clippy::print_stdout, reason = "tests print the figures they measure")]
 
 mod support;
 
@@ -18,20 +14,11 @@ use serde_json::{json, Value};
 use support::*;
 
 fn three_orgs() -> SimConfig {
-    SimConfig::new()
-        .org("org-a", &["sk-a1", "sk-a2"])
-        .org("org-b", &["sk-b1", "sk-b2"])
-        .org("org-c", &["sk-c1"])
+    SimConfig::new().org("org-a", &["sk-a1", "sk-a2"]).org("org-b", &["sk-b1", "sk-b2"]).org("org-c", &["sk-c1"])
 }
 
 fn five_keys() -> Vec<(String, String, keymux::keys::Provider)> {
-    vec![
-        key("a1", "sk-a1"),
-        key("a2", "sk-a2"),
-        key("b1", "sk-b1"),
-        key("b2", "sk-b2"),
-        key("c1", "sk-c1"),
-    ]
+    vec![key("a1", "sk-a1"), key("a2", "sk-a2"), key("b1", "sk-b1"), key("b2", "sk-b2"), key("c1", "sk-c1")]
 }
 
 fn org_of(secret: &str) -> &'static str {
@@ -71,32 +58,19 @@ async fn run_sessions(h: &Harness, sessions: usize) -> RunReport {
         .buffer_unordered(16)
         .collect()
         .await;
-    let mut report = RunReport {
-        sessions_ok: 0,
-        invalid_encrypted: 0,
-        other_failures: Vec::new(),
-    };
+    let mut report = RunReport { sessions_ok: 0, invalid_encrypted: 0, other_failures: Vec::new() };
     for r in results {
         match r {
             Ok(()) => report.sessions_ok += 1,
-            Err(t) if t.error_code.as_deref() == Some("invalid_encrypted_content") => {
-                report.invalid_encrypted += 1
-            }
-            Err(t) => report
-                .other_failures
-                .push(format!("{} {}", t.status, t.body)),
+            Err(t) if t.error_code.as_deref() == Some("invalid_encrypted_content") => report.invalid_encrypted += 1,
+            Err(t) => report.other_failures.push(format!("{} {}", t.status, t.body)),
         }
     }
     report
 }
 
 fn turn_of(entry: &keymux_sim::LogEntry) -> Option<(String, usize)> {
-    let v = entry
-        .headers
-        .iter()
-        .find(|(k, _)| k == "x-test-turn")?
-        .1
-        .clone();
+    let v = entry.headers.iter().find(|(k, _)| k == "x-test-turn")?.1.clone();
     let (session, turn) = v.rsplit_once(':')?;
     Some((session.to_owned(), turn.parse().ok()?))
 }
@@ -105,11 +79,7 @@ fn turn_of(entry: &keymux_sim::LogEntry) -> Option<(String, usize)> {
 async fn two_hundred_sessions_never_lose_their_reasoning() {
     let h = Harness::start(three_orgs(), &five_keys()).await;
     let report = run_sessions(&h, 200).await;
-    assert!(
-        report.other_failures.is_empty(),
-        "{:?}",
-        &report.other_failures[..report.other_failures.len().min(3)]
-    );
+    assert!(report.other_failures.is_empty(), "{:?}", &report.other_failures[..report.other_failures.len().min(3)]);
     assert_eq!(report.invalid_encrypted, 0);
     assert_eq!(report.sessions_ok, 200);
 
@@ -121,21 +91,14 @@ async fn two_hundred_sessions_never_lose_their_reasoning() {
             marker_like_values(body, &mut leaked);
         }
     }
-    assert!(
-        leaked.is_empty(),
-        "markers reached the upstream: {:?}",
-        &leaked[..leaked.len().min(3)]
-    );
+    assert!(leaked.is_empty(), "markers reached the upstream: {:?}", &leaked[..leaked.len().min(3)]);
 
     // First turns spread over all five keys.
     let mut first: BTreeMap<String, usize> = BTreeMap::new();
     let mut session_first_key: BTreeMap<String, String> = BTreeMap::new();
     let mut follow_ups: BTreeMap<String, usize> = BTreeMap::new();
     let mut moved_within_org = 0;
-    let mut entries: Vec<_> = log
-        .iter()
-        .filter_map(|e| Some((turn_of(e)?, e.key.clone()?)))
-        .collect();
+    let mut entries: Vec<_> = log.iter().filter_map(|e| Some((turn_of(e)?, e.key.clone()?))).collect();
     entries.sort_by_key(|((s, t), _)| (s.clone(), *t));
     for ((session, turn), key) in entries {
         if turn == 1 {
@@ -144,11 +107,7 @@ async fn two_hundred_sessions_never_lose_their_reasoning() {
         } else {
             *follow_ups.entry(key.clone()).or_default() += 1;
             let first_key = &session_first_key[&session];
-            assert_eq!(
-                org_of(first_key),
-                org_of(&key),
-                "a follow-up left its organization"
-            );
+            assert_eq!(org_of(first_key), org_of(&key), "a follow-up left its organization");
             if first_key != &key {
                 moved_within_org += 1;
             }
@@ -157,44 +116,32 @@ async fn two_hundred_sessions_never_lose_their_reasoning() {
     let mean = 200.0 / 5.0;
     for secret in ["sk-a1", "sk-a2", "sk-b1", "sk-b2", "sk-c1"] {
         let n = first.get(secret).copied().unwrap_or(0) as f64;
-        assert!(
-            (n - mean).abs() <= 0.3 * mean,
-            "first turns unevenly spread: {first:?}"
-        );
+        assert!((n - mean).abs() <= 0.3 * mean, "first turns unevenly spread: {first:?}");
         assert!(
             follow_ups.get(secret).copied().unwrap_or(0) > 0,
             "pinned follow-ups never used {secret}: {follow_ups:?}"
         );
     }
-    assert!(
-        moved_within_org > 0,
-        "pinned follow-ups only ever used the producing key"
-    );
+    assert!(moved_within_org > 0, "pinned follow-ups only ever used the producing key");
     println!("first turns per key: {first:?}; follow-ups per key: {follow_ups:?}; follow-ups served by another key of the org: {moved_within_org}");
 
     // Every pinned decision is visible as such.
     let records = h.gateway.events().recent(1000);
-    assert!(records
-        .iter()
-        .any(|r| r.decision.pin.as_ref().is_some_and(|p| !p.exact)));
+    assert!(records.iter().any(|r| r.decision.pin.as_ref().is_some_and(|p| !p.exact)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_affinity_the_same_sessions_break() {
+    // Soft prompt-cache affinity would also keep these sessions together while nothing goes wrong, so it
+    // is switched off too: this shows what the encrypted-content pin alone guards against.
     let h = Harness::start_with(three_orgs(), &five_keys(), |c| {
-        c.affinity.encrypted_content = false
+        c.affinity.encrypted_content = false;
+        c.affinity.prompt_cache = false;
     })
     .await;
     let report = run_sessions(&h, 200).await;
-    println!(
-        "affinity off: {} of 200 sessions died of invalid_encrypted_content",
-        report.invalid_encrypted
-    );
-    assert!(
-        report.invalid_encrypted > 100,
-        "the test guards against real failures: {}",
-        report.invalid_encrypted
-    );
+    println!("affinity off: {} of 200 sessions died of invalid_encrypted_content", report.invalid_encrypted);
+    assert!(report.invalid_encrypted > 100, "the test guards against real failures: {}", report.invalid_encrypted);
 }
 
 #[tokio::test]
@@ -212,11 +159,7 @@ async fn removing_keys_mid_session_moves_within_the_org_then_rescues() {
         n += 1;
     };
     let first = h.sim.log().last().unwrap().key.clone().unwrap();
-    let (first_id, other) = if first == "sk-a1" {
-        ("k_a1", "sk-a2")
-    } else {
-        ("k_a2", "sk-a1")
-    };
+    let (first_id, other) = if first == "sk-a1" { ("k_a1", "sk-a2") } else { ("k_a2", "sk-a1") };
 
     assert!(h.gateway.pool().remove(&KeyId::new(first_id)));
     let r = session.turn(&c, &h.base, false).await;
@@ -236,12 +179,7 @@ async fn removing_keys_mid_session_moves_within_the_org_then_rescues() {
     let entry = h.sim.log().last().unwrap().clone();
     assert_ne!(org_of(entry.key.as_deref().unwrap()), "org-a");
     let sent = entry.body.clone().unwrap();
-    let reasoning = sent["input"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|i| i["type"] == "reasoning")
-        .count();
+    let reasoning = sent["input"].as_array().unwrap().iter().filter(|i| i["type"] == "reasoning").count();
     assert_eq!(reasoning, 0, "the unreadable org-a reasoning was dropped");
     let record = h.gateway.events().recent(1).pop().unwrap();
     assert_eq!(record.decision.rescued_orgs.len(), 1);
@@ -252,10 +190,7 @@ async fn removing_keys_mid_session_moves_within_the_org_then_rescues() {
         let r = session.turn(&c, &h.base, false).await;
         assert_eq!(r.status, 200, "{}", r.body);
         let record = h.gateway.events().recent(1).pop().unwrap();
-        assert!(
-            record.decision.pin.is_some(),
-            "pinned to the new organization"
-        );
+        assert!(record.decision.pin.is_some(), "pinned to the new organization");
         assert_eq!(record.decision.rescued_orgs.len(), 1);
     }
 }
@@ -263,9 +198,7 @@ async fn removing_keys_mid_session_moves_within_the_org_then_rescues() {
 #[tokio::test]
 async fn fail_policy_answers_409_naming_the_key() {
     let h = Harness::start_with(
-        SimConfig::new()
-            .org("org-a", &["sk-a1"])
-            .org("org-b", &["sk-b1"]),
+        SimConfig::new().org("org-a", &["sk-a1"]).org("org-b", &["sk-b1"]),
         &[key("work", "sk-a1"), key("home", "sk-b1")],
         |c| c.affinity.lost_org = LostOrgPolicy::Fail,
     )
@@ -282,24 +215,13 @@ async fn fail_policy_answers_409_naming_the_key() {
     h.gateway.pool().set_disabled(&KeyId::new("k_work"), true);
     let r = session.turn(&c, &h.base, false).await;
     assert_eq!(r.status, 409);
-    assert_eq!(
-        r.error_code.as_deref(),
-        Some("keymux_organization_unavailable")
-    );
+    assert_eq!(r.error_code.as_deref(), Some("keymux_organization_unavailable"));
     assert!(r.body.contains("'work'"), "{}", r.body);
-    assert!(
-        r.body.contains("rescue"),
-        "says how to continue: {}",
-        r.body
-    );
+    assert!(r.body.contains("rescue"), "says how to continue: {}", r.body);
     h.gateway.pool().set_disabled(&KeyId::new("k_work"), false);
     session.history.pop();
     session.turn -= 1;
-    assert_eq!(
-        session.turn(&c, &h.base, false).await.status,
-        200,
-        "re-enabling the key continues the session"
-    );
+    assert_eq!(session.turn(&c, &h.base, false).await.status, 200, "re-enabling the key continues the session");
 }
 
 #[tokio::test]
@@ -315,32 +237,12 @@ async fn a_cooling_org_answers_429_with_its_own_retry_after() {
         }
         n += 1;
     };
-    h.sim.inject(
-        "sk-b1",
-        Fault::RateLimited {
-            retry_after_secs: 9,
-        },
-    );
-    h.sim.inject(
-        "sk-b2",
-        Fault::RateLimited {
-            retry_after_secs: 7,
-        },
-    );
+    h.sim.inject("sk-b1", Fault::RateLimited { retry_after_secs: 9 });
+    h.sim.inject("sk-b2", Fault::RateLimited { retry_after_secs: 7 });
     let r = session.turn(&c, &h.base, false).await;
     assert_eq!(r.status, 429, "{}", r.body);
-    let after_429: Vec<_> = h
-        .sim
-        .log()
-        .iter()
-        .rev()
-        .take(2)
-        .map(|e| e.key.clone().unwrap())
-        .collect();
-    assert!(
-        after_429.iter().all(|k| org_of(k) == "org-b"),
-        "never tried another org: {after_429:?}"
-    );
+    let after_429: Vec<_> = h.sim.log().iter().rev().take(2).map(|e| e.key.clone().unwrap()).collect();
+    assert!(after_429.iter().all(|k| org_of(k) == "org-b"), "never tried another org: {after_429:?}");
     let record = h.gateway.events().recent(1).pop().unwrap();
     assert_eq!(record.attempts.len(), 2, "both org-b keys tried");
     // The other orgs still serve new sessions meanwhile.
@@ -351,9 +253,7 @@ async fn a_cooling_org_answers_429_with_its_own_retry_after() {
 #[tokio::test]
 async fn mixed_forged_and_foreign_markers() {
     let h = Harness::start(
-        SimConfig::new()
-            .org("org-a", &["sk-a1"])
-            .org("org-b", &["sk-b1"]),
+        SimConfig::new().org("org-a", &["sk-a1"]).org("org-b", &["sk-b1"]),
         &[key("work", "sk-a1"), key("home", "sk-b1")],
     )
     .await;
@@ -369,13 +269,7 @@ async fn mixed_forged_and_foreign_markers() {
         }
         n += 1;
     }
-    let reasoning = |s: &Session| {
-        s.history
-            .iter()
-            .find(|i| i["type"] == "reasoning")
-            .cloned()
-            .unwrap()
-    };
+    let reasoning = |s: &Session| s.history.iter().find(|i| i["type"] == "reasoning").cloned().unwrap();
 
     // Reasoning from two organizations in one request.
     let (_, mut a) = sessions.remove(0);
@@ -385,11 +279,7 @@ async fn mixed_forged_and_foreign_markers() {
     let r = a.turn(&c, &h.base, false).await;
     assert_eq!(r.status, 400);
     assert_eq!(r.error_code.as_deref(), Some("keymux_mixed_organizations"));
-    assert!(
-        r.body.contains("'work'") && r.body.contains("'home'"),
-        "{}",
-        r.body
-    );
+    assert!(r.body.contains("'work'") && r.body.contains("'home'"), "{}", r.body);
     assert_eq!(h.sim.log().len(), before, "nothing went upstream");
 
     // An altered marker.
@@ -412,21 +302,12 @@ async fn mixed_forged_and_foreign_markers() {
     assert!(r.body.contains("truncated"), "{}", r.body);
 
     // Another install's marker: stripped and routed unpinned (here, on a single-org gateway, it works).
-    let other =
-        keymux::markers::Markers::new(&keymux::secrets::Secret::new("some-other-install-secret"));
+    let other = keymux::markers::Markers::new(&keymux::secrets::Secret::new("some-other-install-secret"));
     let original = content[content.find("gAAAAA").unwrap()..].to_owned();
     let foreign_key = KeyId::new("k_elsewhere");
-    let wrapped = other
-        .wrap_content(
-            &foreign_key,
-            other.org_tag(Some("org-b"), &foreign_key),
-            &original,
-        )
-        .unwrap();
+    let wrapped = other.wrap_content(&foreign_key, other.org_tag(Some("org-b"), &foreign_key), &original).unwrap();
     let mut foreign = Session::new(Shape::NoIds, 502, false);
-    foreign
-        .history
-        .push(json!({"type":"reasoning","summary":[],"encrypted_content": wrapped}));
+    foreign.history.push(json!({"type":"reasoning","summary":[],"encrypted_content": wrapped}));
     let r = foreign.turn(&c, &h.base, false).await;
     let entry = h.sim.log().last().unwrap().clone();
     let mut leaked = Vec::new();
@@ -434,10 +315,11 @@ async fn mixed_forged_and_foreign_markers() {
     assert!(leaked.is_empty(), "foreign marker stripped before upstream");
     let record = h.gateway.events().recent(1).pop().unwrap();
     assert!(record.decision.pin.is_none());
-    assert!(record.decision.reasons.iter().any(|r| matches!(
-        r,
-        keymux::router::Reason::ForeignMarkersStripped { count: 1 }
-    )));
+    assert!(record
+        .decision
+        .reasons
+        .iter()
+        .any(|r| matches!(r, keymux::router::Reason::ForeignMarkersStripped { count: 1 })));
     // Whether it succeeded depends on which org the unpinned request reached; both outcomes are honest.
     assert!(r.status == 200 || r.error_code.as_deref() == Some("invalid_encrypted_content"));
 }
@@ -446,9 +328,7 @@ async fn mixed_forged_and_foreign_markers() {
 async fn provider_rejecting_a_correctly_pinned_request_is_not_the_keys_fault() {
     // The user told Keymux that key `b` is in org-a; the provider disagrees. Keymux pins correctly by what
     // it knows, relays the provider's 400, counts it, and does not cool or flag the key.
-    let sim = SimConfig::new()
-        .org("org-a", &["sk-a1"])
-        .org("org-x", &["sk-x1"]);
+    let sim = SimConfig::new().org("org-a", &["sk-a1"]).org("org-x", &["sk-x1"]);
     let h = Harness::start(sim, &[key("a", "sk-a1")]).await;
     let c = client();
     let mut s = Session::new(Shape::Codex, 7, true);
@@ -468,11 +348,7 @@ async fn provider_rejecting_a_correctly_pinned_request_is_not_the_keys_fault() {
     h.gateway.pool().set_disabled(&KeyId::new("k_a"), true);
     let r = s.turn(&c, &h.base, false).await;
     assert_eq!(r.status, 400);
-    assert_eq!(
-        r.error_code.as_deref(),
-        Some("invalid_encrypted_content"),
-        "relayed as the provider said it"
-    );
+    assert_eq!(r.error_code.as_deref(), Some("invalid_encrypted_content"), "relayed as the provider said it");
     let status = h.gateway.pool().status(tokio::time::Instant::now());
     let b = status.iter().find(|k| k.label == "b").unwrap();
     assert_eq!(b.invalid_encrypted_content, 1);
@@ -498,68 +374,33 @@ async fn chat_completions_reasoning_items_are_pinned_too() {
             if stream {
                 body["stream_options"] = json!({"include_usage": true});
             }
-            let r = post(&c, &format!("{}/chat/completions", h.base), &[], &body)
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(
-                r.status(),
-                200,
-                "chat {n} turn {turn}: {}",
-                r.text().await.unwrap()
-            );
+            let r = post(&c, &format!("{}/chat/completions", h.base), &[], &body).send().await.unwrap();
+            assert_eq!(r.status(), 200, "chat {n} turn {turn}: {}", r.text().await.unwrap());
             let (content, reasoning_items) = if stream {
                 let events = read_sse(r).await;
-                let content: String = events
-                    .iter()
-                    .filter_map(|e| e.data["choices"][0]["delta"]["content"].as_str())
-                    .collect();
-                let items = events
-                    .iter()
-                    .find_map(|e| {
-                        e.data["choices"][0]["delta"]
-                            .get("reasoning_items")
-                            .cloned()
-                    })
-                    .unwrap();
+                let content: String =
+                    events.iter().filter_map(|e| e.data["choices"][0]["delta"]["content"].as_str()).collect();
+                let items =
+                    events.iter().find_map(|e| e.data["choices"][0]["delta"].get("reasoning_items").cloned()).unwrap();
                 (content, items)
             } else {
                 let v: Value = r.json().await.unwrap();
                 (
-                    v["choices"][0]["message"]["content"]
-                        .as_str()
-                        .unwrap()
-                        .to_owned(),
+                    v["choices"][0]["message"]["content"].as_str().unwrap().to_owned(),
                     v["choices"][0]["message"]["reasoning_items"].clone(),
                 )
             };
             assert!(
-                reasoning_items[0]["encrypted_content"]
-                    .as_str()
-                    .unwrap()
-                    .starts_with("km1"),
+                reasoning_items[0]["encrypted_content"].as_str().unwrap().starts_with("km1"),
                 "tagged for the client"
             );
-            assert!(reasoning_items[0]["id"]
-                .as_str()
-                .unwrap()
-                .starts_with("rs_km1"));
-            messages.push(
-                json!({"role":"assistant","content":content,"reasoning_items":reasoning_items}),
-            );
+            assert!(reasoning_items[0]["id"].as_str().unwrap().starts_with("rs_km1"));
+            messages.push(json!({"role":"assistant","content":content,"reasoning_items":reasoning_items}));
             let served = h.sim.log().last().unwrap().key.clone().unwrap();
             let org = org_of(&served);
-            assert_eq!(
-                *first_org.get_or_insert(org),
-                org,
-                "chat session {n} left its organization"
-            );
+            assert_eq!(*first_org.get_or_insert(org), org, "chat session {n} left its organization");
             orgs_used.insert(org);
         }
     }
-    assert_eq!(
-        orgs_used.len(),
-        3,
-        "chat sessions still spread over organizations"
-    );
+    assert_eq!(orgs_used.len(), 3, "chat sessions still spread over organizations");
 }

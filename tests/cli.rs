@@ -10,8 +10,7 @@ async fn non_loopback_listen_needs_allow_remote() {
     let home = tempfile::tempdir().unwrap();
     let mut env = base_env(home.path());
     env.push(("KEYMUX_CLIENT_TOKEN".into(), TOKEN.into()));
-    let (ok, _out, err) =
-        run_keymux(&["serve", "--ephemeral", "--listen", "0.0.0.0:0"], &env, "").await;
+    let (ok, _out, err) = run_keymux(&["serve", "--ephemeral", "--listen", "0.0.0.0:0"], &env, "").await;
     assert!(!ok);
     assert!(err.contains("--allow-remote"), "{err}");
 }
@@ -22,29 +21,16 @@ async fn unknown_config_fields_are_named() {
     let path = home.path().join("config.toml");
     std::fs::write(&path, "listen = \"127.0.0.1:0\"\nmax_attempt = 2\n").unwrap();
     let env = base_env(home.path());
-    let (ok, _out, err) = run_keymux(
-        &["--config", path.to_str().unwrap(), "serve", "--ephemeral"],
-        &env,
-        "",
-    )
-    .await;
+    let (ok, _out, err) = run_keymux(&["--config", path.to_str().unwrap(), "serve", "--ephemeral"], &env, "").await;
     assert!(!ok);
-    assert!(
-        err.contains("max_attempt") && err.contains("config.toml"),
-        "{err}"
-    );
+    assert!(err.contains("max_attempt") && err.contains("config.toml"), "{err}");
 }
 
 #[tokio::test]
 async fn ephemeral_without_a_token_says_what_to_set() {
     let home = tempfile::tempdir().unwrap();
     let env = base_env(home.path());
-    let (ok, _out, err) = run_keymux(
-        &["serve", "--ephemeral", "--listen", "127.0.0.1:0"],
-        &env,
-        "",
-    )
-    .await;
+    let (ok, _out, err) = run_keymux(&["serve", "--ephemeral", "--listen", "127.0.0.1:0"], &env, "").await;
     assert!(!ok);
     assert!(err.contains("KEYMUX_CLIENT_TOKEN"), "{err}");
 }
@@ -53,26 +39,13 @@ async fn ephemeral_without_a_token_says_what_to_set() {
 async fn keychain_unreachable_is_reported_plainly() {
     let home = tempfile::tempdir().unwrap();
     // A session bus address that leads nowhere: no Secret Service can answer.
-    let mut env: Vec<(String, String)> = base_env(home.path())
-        .into_iter()
-        .filter(|(k, _)| k != "DBUS_SESSION_BUS_ADDRESS")
-        .collect();
-    env.push((
-        "DBUS_SESSION_BUS_ADDRESS".into(),
-        format!("unix:path={}/no-bus", home.path().display()),
-    ));
-    let (ok, _out, err) = run_keymux(
-        &["keys", "add", "--label", "work"],
-        &env,
-        "sk-test-unreachable\n",
-    )
-    .await;
+    let mut env: Vec<(String, String)> =
+        base_env(home.path()).into_iter().filter(|(k, _)| k != "DBUS_SESSION_BUS_ADDRESS").collect();
+    env.push(("DBUS_SESSION_BUS_ADDRESS".into(), format!("unix:path={}/no-bus", home.path().display())));
+    let (ok, _out, err) = run_keymux(&["keys", "add", "--label", "work"], &env, "sk-test-unreachable\n").await;
     assert!(!ok);
     assert!(err.contains("keychain is not reachable"), "{err}");
-    assert!(
-        err.contains("gnome-keyring") && err.contains("--ephemeral"),
-        "{err}"
-    );
+    assert!(err.contains("gnome-keyring") && err.contains("--ephemeral"), "{err}");
     assert!(!err.contains("sk-test-unreachable"));
     // Nothing half-written: the config has no key.
     let config = home.path().join(".config/keymux/config.toml");
@@ -83,15 +56,7 @@ async fn keychain_unreachable_is_reported_plainly() {
 async fn secrets_are_never_taken_from_argv() {
     let home = tempfile::tempdir().unwrap();
     let env = base_env(home.path());
-    let (ok, _out, err) = run_keymux(
-        &["keys", "add", "--label", "work", "--secret", "sk-x"],
-        &env,
-        "",
-    )
-    .await;
+    let (ok, _out, err) = run_keymux(&["keys", "add", "--label", "work", "--secret", "sk-x"], &env, "").await;
     assert!(!ok);
-    assert!(
-        err.contains("--secret"),
-        "clap names the unknown flag: {err}"
-    );
+    assert!(err.contains("--secret"), "clap names the unknown flag: {err}");
 }

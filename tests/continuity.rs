@@ -1,10 +1,6 @@
 //! Continuity, black-box: `previous_response_id` and `/v1/responses/{id}` calls go to exactly the key
 //! that holds the response, with clear refusals when it cannot serve.
-#![allow(
-    clippy::unwrap_used,
-    clippy::print_stdout,
-    reason = "tests print the figures they measure"
-)]
+#![allow(clippy::unwrap_used, clippy::print_stdout, reason = "tests print the figures they measure")]
 
 mod support;
 
@@ -17,20 +13,11 @@ use serde_json::{json, Value};
 use support::*;
 
 fn three_orgs() -> SimConfig {
-    SimConfig::new()
-        .org("org-a", &["sk-a1", "sk-a2"])
-        .org("org-b", &["sk-b1", "sk-b2"])
-        .org("org-c", &["sk-c1"])
+    SimConfig::new().org("org-a", &["sk-a1", "sk-a2"]).org("org-b", &["sk-b1", "sk-b2"]).org("org-c", &["sk-c1"])
 }
 
 fn five_keys() -> Vec<(String, String, keymux::keys::Provider)> {
-    vec![
-        key("a1", "sk-a1"),
-        key("a2", "sk-a2"),
-        key("b1", "sk-b1"),
-        key("b2", "sk-b2"),
-        key("c1", "sk-c1"),
-    ]
+    vec![key("a1", "sk-a1"), key("a2", "sk-a2"), key("b1", "sk-b1"), key("b2", "sk-b2"), key("c1", "sk-c1")]
 }
 
 /// One `store:true` turn; returns (status, response id as the client saw it, error code).
@@ -42,24 +29,17 @@ async fn stored_turn(
     previous: Option<&str>,
 ) -> (u16, Option<String>, Option<String>) {
     let stream = turn % 2 == 0;
-    let mut input = vec![
-        json!({"role":"user","content":[{"type":"input_text","text":format!("chain {chain} turn {turn}")}]}),
-    ];
+    let mut input =
+        vec![json!({"role":"user","content":[{"type":"input_text","text":format!("chain {chain} turn {turn}")}]})];
     if previous.is_none() {
-        input.insert(
-            0,
-            json!({"role":"developer","content":"You keep a running tally. ".repeat(30)}),
-        );
+        input.insert(0, json!({"role":"developer","content":"You keep a running tally. ".repeat(30)}));
     }
     let mut body = json!({"model":"gpt-5.5","input":input,"store":true,"stream":stream,"reasoning":{"effort":"low"}});
     if let Some(p) = previous {
         body["previous_response_id"] = json!(p);
     }
     let headers = vec![("x-test-turn".to_owned(), format!("{chain}:{turn}"))];
-    let r = post(c, &format!("{base}/responses"), &headers, &body)
-        .send()
-        .await
-        .unwrap();
+    let r = post(c, &format!("{base}/responses"), &headers, &body).send().await.unwrap();
     let status = r.status().as_u16();
     if status != 200 {
         let v: Value = r.json().await.unwrap_or(Value::Null);
@@ -72,9 +52,7 @@ async fn stored_turn(
             .find(|e| e.data["type"] == "response.completed")
             .and_then(|e| e.data["response"]["id"].as_str().map(str::to_owned))
     } else {
-        r.json::<Value>().await.unwrap()["id"]
-            .as_str()
-            .map(str::to_owned)
+        r.json::<Value>().await.unwrap()["id"].as_str().map(str::to_owned)
     };
     (status, id, None)
 }
@@ -89,8 +67,7 @@ async fn run_chains(h: &Harness) -> (usize, Vec<String>) {
             async move {
                 let mut previous: Option<String> = None;
                 for turn in 0..20 {
-                    let (status, id, code) =
-                        stored_turn(&c, &base, chain, turn, previous.as_deref()).await;
+                    let (status, id, code) = stored_turn(&c, &base, chain, turn, previous.as_deref()).await;
                     if status != 200 {
                         return (turn, Some(format!("{status} {}", code.unwrap_or_default())));
                     }
@@ -102,10 +79,7 @@ async fn run_chains(h: &Harness) -> (usize, Vec<String>) {
         .buffer_unordered(8)
         .collect()
         .await;
-    (
-        results.iter().map(|(n, _)| n).sum(),
-        results.into_iter().filter_map(|(_, e)| e).collect(),
-    )
+    (results.iter().map(|(n, _)| n).sum(), results.into_iter().filter_map(|(_, e)| e).collect())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -118,17 +92,8 @@ async fn stored_chains_of_twenty_turns_stay_on_their_key() {
     for e in h.sim.log() {
         if let Some((_, v)) = e.headers.iter().find(|(k, _)| k == "x-test-turn") {
             let chain = v.split(':').next().unwrap().to_owned();
-            keys_by_chain
-                .entry(chain)
-                .or_default()
-                .insert(e.key.clone().unwrap());
-            assert!(
-                !e.previous_response_id
-                    .as_deref()
-                    .unwrap_or("")
-                    .contains("km1"),
-                "upstream saw a marker"
-            );
+            keys_by_chain.entry(chain).or_default().insert(e.key.clone().unwrap());
+            assert!(!e.previous_response_id.as_deref().unwrap_or("").contains("km1"), "upstream saw a marker");
         }
     }
     assert_eq!(keys_by_chain.len(), 24);
@@ -139,28 +104,15 @@ async fn stored_chains_of_twenty_turns_stay_on_their_key() {
     assert!(used.len() >= 4, "chains spread over the keys: {used:?}");
     let records = h.gateway.events().recent(1000);
     let bound = records.iter().filter(|r| r.decision.continuity_hit).count();
-    assert_eq!(
-        bound,
-        24 * 19,
-        "every follow-up reported as a continuity hit"
-    );
+    assert_eq!(bound, 24 * 19, "every follow-up reported as a continuity hit");
     assert!(records.iter().all(|r| r.decision.continuity_hit
-        == r.decision
-            .reasons
-            .iter()
-            .any(|x| matches!(x, keymux::router::Reason::ContinuityBinding { .. }))));
-    println!(
-        "continuity on: {ok} of 480 stored turns succeeded, {} follow-ups bound to their key",
-        bound
-    );
+        == r.decision.reasons.iter().any(|x| matches!(x, keymux::router::Reason::ContinuityBinding { .. }))));
+    println!("continuity on: {ok} of 480 stored turns succeeded, {} follow-ups bound to their key", bound);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_continuity_the_same_chains_break() {
-    let h = Harness::start_with(three_orgs(), &five_keys(), |c| {
-        c.affinity.continuity = false
-    })
-    .await;
+    let h = Harness::start_with(three_orgs(), &five_keys(), |c| c.affinity.continuity = false).await;
     let (ok, failures) = run_chains(&h).await;
     println!(
         "continuity off: {ok} of 480 stored turns succeeded; {} of 24 chains died ({:?})",
@@ -168,9 +120,7 @@ async fn without_continuity_the_same_chains_break() {
         failures.first()
     );
     assert!(failures.len() >= 20, "{failures:?}");
-    assert!(failures
-        .iter()
-        .all(|f| f.contains("previous_response_not_found")));
+    assert!(failures.iter().all(|f| f.contains("previous_response_not_found")));
 }
 
 #[tokio::test]
@@ -187,53 +137,23 @@ async fn response_resources_reach_the_key_that_holds_them() {
     assert!(made.iter().map(|(_, k)| k).collect::<BTreeSet<_>>().len() >= 3);
     for (id, key) in &made {
         assert!(id.starts_with("resp_km1"), "clients get tagged ids: {id}");
-        let get = c
-            .get(format!("{}/responses/{id}", h.base))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap();
+        let get = c.get(format!("{}/responses/{id}", h.base)).bearer_auth(TOKEN).send().await.unwrap();
         assert_eq!(get.status(), 200);
-        assert_eq!(
-            get.json::<Value>().await.unwrap()["id"],
-            json!(id),
-            "the id reads back as the client knows it"
-        );
+        assert_eq!(get.json::<Value>().await.unwrap()["id"], json!(id), "the id reads back as the client knows it");
         assert_eq!(h.sim.log().last().unwrap().key.as_ref(), Some(key));
-        let items = c
-            .get(format!("{}/responses/{id}/input_items?limit=5", h.base))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap();
+        let items =
+            c.get(format!("{}/responses/{id}/input_items?limit=5", h.base)).bearer_auth(TOKEN).send().await.unwrap();
         assert_eq!(items.status(), 200);
         assert_eq!(h.sim.log().last().unwrap().key.as_ref(), Some(key));
-        let cancel = c
-            .post(format!("{}/responses/{id}/cancel", h.base))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap();
+        let cancel = c.post(format!("{}/responses/{id}/cancel", h.base)).bearer_auth(TOKEN).send().await.unwrap();
         assert!(cancel.status() == 200 || cancel.status() == 400);
         assert_eq!(h.sim.log().last().unwrap().key.as_ref(), Some(key));
-        assert_ne!(
-            cancel.json::<Value>().await.unwrap()["error"]["code"],
-            "previous_response_not_found"
-        );
-        let del = c
-            .delete(format!("{}/responses/{id}", h.base))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap();
+        assert_ne!(cancel.json::<Value>().await.unwrap()["error"]["code"], "previous_response_not_found");
+        let del = c.delete(format!("{}/responses/{id}", h.base)).bearer_auth(TOKEN).send().await.unwrap();
         assert_eq!(del.json::<Value>().await.unwrap()["deleted"], true);
         let entry = h.sim.log().last().unwrap().clone();
         assert_eq!(entry.key.as_ref(), Some(key));
-        assert!(
-            !entry.path.contains("km1"),
-            "the upstream sees its own id: {}",
-            entry.path
-        );
+        assert!(!entry.path.contains("km1"), "the upstream sees its own id: {}", entry.path);
     }
     let records = h.gateway.events().recent(40);
     assert!(records
@@ -253,12 +173,7 @@ async fn an_unusable_key_refuses_clearly_and_never_moves_the_chain() {
     let label = &key[3..];
 
     // Cooling: 429 with that key's own retry-after, though four other keys are idle.
-    h.sim.inject(
-        &key,
-        Fault::RateLimited {
-            retry_after_secs: 6,
-        },
-    );
+    h.sim.inject(&key, Fault::RateLimited { retry_after_secs: 6 });
     let (status, _, _) = stored_turn(&c, &h.base, 1, 1, Some(&id)).await;
     assert_eq!(status, 429, "the rate-limited answer itself");
     let before = h.sim.log().len();
@@ -272,11 +187,7 @@ async fn an_unusable_key_refuses_clearly_and_never_moves_the_chain() {
     .await
     .unwrap();
     assert_eq!(r.status(), 429);
-    let secs: u64 = r.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let secs: u64 = r.headers()["retry-after"].to_str().unwrap().parse().unwrap();
     assert!((5..=6).contains(&secs), "{secs}");
     assert_eq!(h.sim.log().len(), before, "no other key was tried");
 
@@ -295,41 +206,21 @@ async fn an_unusable_key_refuses_clearly_and_never_moves_the_chain() {
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "keymux_continuity_unavailable");
     let message = v["error"]["message"].as_str().unwrap();
-    assert!(
-        message.contains(&format!("'{label}'")) && message.contains("full conversation history"),
-        "{message}"
-    );
-    let get = c
-        .get(format!("{}/responses/{id}", h.base))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
+    assert!(message.contains(&format!("'{label}'")) && message.contains("full conversation history"), "{message}");
+    let get = c.get(format!("{}/responses/{id}", h.base)).bearer_auth(TOKEN).send().await.unwrap();
     assert_eq!(get.status(), 409);
     assert_eq!(h.sim.log().len(), before, "nothing went upstream");
 }
 
 #[tokio::test]
 async fn unmarked_response_ids_are_routed_normally_and_say_so() {
-    let h = Harness::start(
-        SimConfig::new().org("org-a", &["sk-a1"]),
-        &[key("a1", "sk-a1")],
-    )
-    .await;
+    let h = Harness::start(SimConfig::new().org("org-a", &["sk-a1"]), &[key("a1", "sk-a1")]).await;
     let c = client();
-    let r = c
-        .get(format!("{}/responses/resp_0123456789abcdef", h.base))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
+    let r = c.get(format!("{}/responses/resp_0123456789abcdef", h.base)).bearer_auth(TOKEN).send().await.unwrap();
     assert_eq!(r.status(), 404, "the upstream's own answer");
     let record = h.gateway.events().recent(1).pop().unwrap();
     assert!(!record.decision.continuity_hit);
-    assert!(record
-        .decision
-        .reasons
-        .contains(&keymux::router::Reason::UnmarkedResponseId));
+    assert!(record.decision.reasons.contains(&keymux::router::Reason::UnmarkedResponseId));
     let r = post(
         &c,
         &format!("{}/responses", h.base),
@@ -341,23 +232,12 @@ async fn unmarked_response_ids_are_routed_normally_and_say_so() {
     .unwrap();
     assert_eq!(r.status(), 400);
     let record = h.gateway.events().recent(1).pop().unwrap();
-    assert!(record
-        .decision
-        .reasons
-        .contains(&keymux::router::Reason::UnmarkedResponseId));
+    assert!(record.decision.reasons.contains(&keymux::router::Reason::UnmarkedResponseId));
     // A forged response id is refused before anything goes upstream.
     let (_, id, _) = stored_turn(&c, &h.base, 1, 0, None).await;
     let id = id.unwrap();
     let forged = format!("{}x{}", &id[..20], &id[21..]);
-    let r = c
-        .get(format!("{}/responses/{forged}", h.base))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
+    let r = c.get(format!("{}/responses/{forged}", h.base)).bearer_auth(TOKEN).send().await.unwrap();
     assert_eq!(r.status(), 400);
-    assert_eq!(
-        r.json::<Value>().await.unwrap()["error"]["code"],
-        "keymux_invalid_marker"
-    );
+    assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "keymux_invalid_marker");
 }

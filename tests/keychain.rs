@@ -22,11 +22,7 @@ fn isolated_config(home: &std::path::Path, upstream: &str) -> std::path::PathBuf
     let path = home.join("config.toml");
     let service = format!("keymux-test-{}", std::process::id());
     // A port of its own, so `keys list` can find this gateway (8787 may be taken on this machine).
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     std::fs::write(
         &path,
         format!("keychain_service = \"{service}\"\nupstream = \"{upstream}\"\nlisten = \"127.0.0.1:{port}\"\n"),
@@ -38,13 +34,9 @@ fn isolated_config(home: &std::path::Path, upstream: &str) -> std::path::PathBuf
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_and_tokens_live_in_the_os_keychain_across_processes() {
     require_secret_service();
-    let sim = keymux_sim::Sim::start(
-        SimConfig::new()
-            .org("org-a", &["sk-kc-work-1"])
-            .org("org-b", &["sk-kc-home-2"]),
-    )
-    .await
-    .unwrap();
+    let sim = keymux_sim::Sim::start(SimConfig::new().org("org-a", &["sk-kc-work-1"]).org("org-b", &["sk-kc-home-2"]))
+        .await
+        .unwrap();
     let home = tempfile::tempdir().unwrap();
     let config = isolated_config(home.path(), &sim.base_url());
     let cfg = config.to_str().unwrap();
@@ -52,46 +44,26 @@ async fn keys_and_tokens_live_in_the_os_keychain_across_processes() {
     let mut produced = String::new();
 
     // Process 1 and 2: add two keys; the secrets come from stdin.
-    let (ok, out, err) = run_keymux(
-        &["--config", cfg, "keys", "add", "--label", "work"],
-        &env,
-        "sk-kc-work-1\n",
-    )
-    .await;
+    let (ok, out, err) = run_keymux(&["--config", cfg, "keys", "add", "--label", "work"], &env, "sk-kc-work-1\n").await;
     assert!(ok, "{err}");
     assert!(out.contains("added key 'work'"), "{out}");
     produced += &(out + &err);
-    let (ok, out, err) = run_keymux(
-        &[
-            "--config", cfg, "keys", "add", "--label", "home", "--org", "org-b",
-        ],
-        &env,
-        "sk-kc-home-2",
-    )
-    .await;
+    let (ok, out, err) =
+        run_keymux(&["--config", cfg, "keys", "add", "--label", "home", "--org", "org-b"], &env, "sk-kc-home-2").await;
     assert!(ok, "{err}");
     produced += &(out + &err);
 
     // The config holds ids and labels only.
     let text = std::fs::read_to_string(&config).unwrap();
-    assert!(
-        text.contains("label = \"work\"") && text.contains("label = \"home\""),
-        "{text}"
-    );
+    assert!(text.contains("label = \"work\"") && text.contains("label = \"home\""), "{text}");
     assert_no_secrets("config file", &text, &["sk-kc-work-1", "sk-kc-home-2"]);
 
     // Process 3: list shows both keys with fingerprints read back from the keychain.
     let (ok, out, err) = run_keymux(&["--config", cfg, "keys", "list"], &env, "").await;
     assert!(ok, "{err}");
-    let rows: Vec<&str> = out
-        .lines()
-        .filter(|l| l.starts_with("work") || l.starts_with("home"))
-        .collect();
+    let rows: Vec<&str> = out.lines().filter(|l| l.starts_with("work") || l.starts_with("home")).collect();
     assert_eq!(rows.len(), 2, "{out}");
-    assert!(
-        rows.iter().all(|r| r.ends_with("in keychain")),
-        "secrets found in the keychain: {out}"
-    );
+    assert!(rows.iter().all(|r| r.ends_with("in keychain")), "secrets found in the keychain: {out}");
     assert!(rows.iter().any(|r| r.contains("org-b")));
     produced += &(out + &err);
 
@@ -99,77 +71,44 @@ async fn keys_and_tokens_live_in_the_os_keychain_across_processes() {
     let service = format!("keymux-test-{}", std::process::id());
     let ids: Vec<String> = text
         .lines()
-        .filter_map(|l| {
-            l.strip_prefix("id = \"k_")
-                .map(|r| format!("k_{}", r.trim_end_matches('"')))
-        })
+        .filter_map(|l| l.strip_prefix("id = \"k_").map(|r| format!("k_{}", r.trim_end_matches('"'))))
         .collect();
     assert_eq!(ids.len(), 2);
     let lookup = std::process::Command::new("secret-tool")
-        .args([
-            "lookup",
-            "service",
-            &service,
-            "username",
-            &format!("key:{}", ids[0]),
-        ])
+        .args(["lookup", "service", &service, "username", &format!("key:{}", ids[0])])
         .output();
     let out = lookup.expect("secret-tool (libsecret-tools) is installed");
-    assert!(
-        out.status.success(),
-        "secret-tool finds the entry under our service and account"
-    );
+    assert!(out.status.success(), "secret-tool finds the entry under our service and account");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "sk-kc-work-1");
 
     // Process 4: a token, printed once on creation and again on request.
-    let (ok, token, err) = run_keymux(
-        &["--config", cfg, "token", "create", "--name", "codex"],
-        &env,
-        "",
-    )
-    .await;
+    let (ok, token, err) = run_keymux(&["--config", cfg, "token", "create", "--name", "codex"], &env, "").await;
     assert!(ok, "{err}");
     let token = token.trim().to_owned();
     assert!(token.starts_with("km-"));
     let (ok, shown, _) = run_keymux(&["--config", cfg, "token", "show", "codex"], &env, "").await;
     assert!(ok);
     assert_eq!(shown.trim(), token);
-    assert_no_secrets(
-        "config file",
-        &std::fs::read_to_string(&config).unwrap(),
-        &[&token],
-    );
+    assert_no_secrets("config file", &std::fs::read_to_string(&config).unwrap(), &[&token]);
 
     // Process 5: the gateway reads everything from the keychain and serves with both keys.
     let listen = std::fs::read_to_string(&config)
         .unwrap()
         .lines()
-        .find_map(|l| {
-            l.strip_prefix("listen = ")
-                .map(|v| v.trim_matches('"').to_owned())
-        })
+        .find_map(|l| l.strip_prefix("listen = ").map(|v| v.trim_matches('"').to_owned()))
         .unwrap();
     let keymux = Keymux::spawn(&["--config", cfg, "--listen", &listen], &env).await;
     let c = client();
     for i in 0..6 {
         let body = json!({"model": "text-embedding-3-small", "input": format!("hello {i}")});
-        let r = c
-            .post(format!("{}/embeddings", keymux.base))
-            .bearer_auth(&token)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let r = c.post(format!("{}/embeddings", keymux.base)).bearer_auth(&token).json(&body).send().await.unwrap();
         assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
     }
     // `keys list` in another process shows what the running gateway learned.
     let (ok, out, err) = run_keymux(&["--config", cfg, "keys", "list"], &env, "").await;
     assert!(ok, "{err}");
     let work = out.lines().find(|l| l.starts_with("work")).unwrap();
-    assert!(
-        work.contains("org-a (learned)") && work.contains("ready"),
-        "{out}"
-    );
+    assert!(work.contains("org-a (learned)") && work.contains("ready"), "{out}");
     let home_row = out.lines().find(|l| l.starts_with("home")).unwrap();
     assert!(
         home_row.contains("org-b") && !home_row.contains("(learned)"),
@@ -177,14 +116,8 @@ async fn keys_and_tokens_live_in_the_os_keychain_across_processes() {
     );
     produced += &(out + &err);
     let counts = client_counts(&sim);
-    assert!(
-        counts.get("sk-kc-work-1").is_some_and(|n| *n > 0),
-        "{counts:?}"
-    );
-    assert!(
-        counts.get("sk-kc-home-2").is_some_and(|n| *n > 0),
-        "{counts:?}"
-    );
+    assert!(counts.get("sk-kc-work-1").is_some_and(|n| *n > 0), "{counts:?}");
+    assert!(counts.get("sk-kc-home-2").is_some_and(|n| *n > 0), "{counts:?}");
     produced += &keymux.stop().await;
 
     // Remove one key: gone from the config and the keychain.
@@ -194,32 +127,18 @@ async fn keys_and_tokens_live_in_the_os_keychain_across_processes() {
     let (_, out, _) = run_keymux(&["--config", cfg, "keys", "list"], &env, "").await;
     assert!(!out.lines().any(|l| l.starts_with("work")), "{out}");
     let gone = std::process::Command::new("secret-tool")
-        .args([
-            "lookup",
-            "service",
-            &service,
-            "username",
-            &format!("key:{}", ids[0]),
-        ])
+        .args(["lookup", "service", &service, "username", &format!("key:{}", ids[0])])
         .output();
     let out = gone.expect("secret-tool runs");
     assert!(out.stdout.is_empty(), "secret deleted from the keychain");
 
     // Clean up the rest, then check nothing this run printed carries a secret.
     for args in [["keys", "remove", "home"], ["token", "revoke", "codex"]] {
-        let (ok, out, err) =
-            run_keymux(&[&["--config", cfg][..], &args[..]].concat(), &env, "").await;
+        let (ok, out, err) = run_keymux(&[&["--config", cfg][..], &args[..]].concat(), &env, "").await;
         assert!(ok, "{err}");
         produced += &(out + &err);
     }
     let config_text = std::fs::read_to_string(&config).unwrap();
-    assert!(
-        !config_text.contains("[[keys]]") && !config_text.contains("[[tokens]]"),
-        "{config_text}"
-    );
-    assert_no_secrets(
-        "command output",
-        &produced,
-        &["sk-kc-work-1", "sk-kc-home-2", &token],
-    );
+    assert!(!config_text.contains("[[keys]]") && !config_text.contains("[[tokens]]"), "{config_text}");
+    assert_no_secrets("command output", &produced, &["sk-kc-work-1", "sk-kc-home-2", &token]);
 }

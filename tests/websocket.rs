@@ -1,10 +1,6 @@
 //! Responses over WebSocket through the gateway: one client socket bound to one upstream socket and key,
 //! markers tagged and stripped per frame, organizations kept across reconnects and resumes.
-#![allow(
-    clippy::unwrap_used,
-    clippy::print_stdout,
-    reason = "tests print the figures they measure"
-)]
+#![allow(clippy::unwrap_used, clippy::print_stdout, reason = "tests print the figures they measure")]
 
 mod support;
 
@@ -16,20 +12,11 @@ use serde_json::{json, Value};
 use support::*;
 
 fn three_orgs() -> SimConfig {
-    SimConfig::new()
-        .org("org-a", &["sk-a1", "sk-a2"])
-        .org("org-b", &["sk-b1", "sk-b2"])
-        .org("org-c", &["sk-c1"])
+    SimConfig::new().org("org-a", &["sk-a1", "sk-a2"]).org("org-b", &["sk-b1", "sk-b2"]).org("org-c", &["sk-c1"])
 }
 
 fn five_keys() -> Vec<(String, String, keymux::keys::Provider)> {
-    vec![
-        key("a1", "sk-a1"),
-        key("a2", "sk-a2"),
-        key("b1", "sk-b1"),
-        key("b2", "sk-b2"),
-        key("c1", "sk-c1"),
-    ]
+    vec![key("a1", "sk-a1"), key("a2", "sk-a2"), key("b1", "sk-b1"), key("b2", "sk-b2"), key("c1", "sk-c1")]
 }
 
 fn org_of(secret: &str) -> &'static str {
@@ -53,11 +40,7 @@ impl CodexWs {
     fn new(n: usize) -> Self {
         let id = format!("01a227d7-ed08-7e52-9dfa-{n:012x}");
         let developer = json!({"type":"message","id":format!("msg_{id}-dev"),"role":"developer","content":[{"type":"input_text","text":"You are Codex. ".repeat(80)}]});
-        Self {
-            id,
-            developer,
-            history: Vec::new(),
-        }
+        Self { id, developer, history: Vec::new() }
     }
 
     fn frame(&self, input: Vec<Value>, previous: Option<&str>, generate: bool) -> Value {
@@ -91,15 +74,9 @@ impl CodexWs {
 
     /// Prewarm, turn 1, a tool follow-up and turn 2 on one socket.
     async fn first_connection(&mut self, base: &str) -> Result<(), String> {
-        let mut ws = WsClient::connect(base, &self.id)
-            .await
-            .map_err(|e| e.to_string())?;
-        let prewarm = ws
-            .create(&self.frame(vec![self.developer.clone()], None, false))
-            .await;
-        let mut previous = prewarm
-            .response_id()
-            .ok_or_else(|| format!("prewarm: {:?}", prewarm.error))?;
+        let mut ws = WsClient::connect(base, &self.id).await.map_err(|e| e.to_string())?;
+        let prewarm = ws.create(&self.frame(vec![self.developer.clone()], None, false)).await;
+        let mut previous = prewarm.response_id().ok_or_else(|| format!("prewarm: {:?}", prewarm.error))?;
         let user = self.user("Say hello. This is turn one.");
         self.history.push(user.clone());
         for step in 0..3 {
@@ -123,9 +100,7 @@ impl CodexWs {
             self.keep(&answer);
             previous = answer.response_id().ok_or("no response.completed")?;
             if !previous.starts_with("resp_km1") {
-                return Err(format!(
-                    "the client saw an untagged response id: {previous}"
-                ));
+                return Err(format!("the client saw an untagged response id: {previous}"));
             }
         }
         Ok(())
@@ -135,12 +110,8 @@ impl CodexWs {
     /// Codex reconnects on `previous_response_not_found`, so this retries like it does.
     async fn resume(&mut self, base: &str) -> Result<usize, String> {
         for attempt in 0..5 {
-            let mut ws = WsClient::connect(base, &self.id)
-                .await
-                .map_err(|e| e.to_string())?;
-            let prewarm = ws
-                .create(&self.frame(vec![self.developer.clone()], None, false))
-                .await;
+            let mut ws = WsClient::connect(base, &self.id).await.map_err(|e| e.to_string())?;
+            let prewarm = ws.create(&self.frame(vec![self.developer.clone()], None, false)).await;
             let previous = prewarm.response_id().ok_or("prewarm failed")?;
             let mut input = self.history.clone();
             input.push(self.user("Resumed: one more thing."));
@@ -171,23 +142,13 @@ async fn fifty_codex_websocket_sessions_stay_bound_and_keep_their_organization()
         .collect()
         .await;
     let failures: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
-    assert!(
-        failures.is_empty(),
-        "{} failed: {:?}",
-        failures.len(),
-        &failures[..failures.len().min(3)]
-    );
+    assert!(failures.is_empty(), "{} failed: {:?}", failures.len(), &failures[..failures.len().min(3)]);
     let reconnects: usize = results.iter().map(|r| *r.as_ref().unwrap()).sum();
     println!("50 websocket sessions: all succeeded; resumes needing a reconnect: {reconnects}");
-    assert_eq!(
-        reconnects, 0,
-        "the prewarm of every resume found its organization"
-    );
+    assert_eq!(reconnects, 0, "the prewarm of every resume found its organization");
 
     let log = h.sim.log();
-    assert!(log
-        .iter()
-        .all(|e| e.error_code.as_deref() != Some("invalid_encrypted_content")));
+    assert!(log.iter().all(|e| e.error_code.as_deref() != Some("invalid_encrypted_content")));
     // Frames never carried a marker upstream.
     let mut leaked = Vec::new();
     for e in &log {
@@ -209,14 +170,8 @@ async fn fifty_codex_websocket_sessions_stay_bound_and_keep_their_organization()
     // Every session's frames went to one organization.
     let mut keys_by_session: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for e in log.iter().filter(|e| e.method == "WS") {
-        let session = e.body.as_ref().unwrap()["prompt_cache_key"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        keys_by_session
-            .entry(session)
-            .or_default()
-            .insert(e.key.clone().unwrap());
+        let session = e.body.as_ref().unwrap()["prompt_cache_key"].as_str().unwrap().to_owned();
+        keys_by_session.entry(session).or_default().insert(e.key.clone().unwrap());
     }
     assert_eq!(keys_by_session.len(), 50);
     let orgs: BTreeSet<&str> = keys_by_session
@@ -230,90 +185,53 @@ async fn fifty_codex_websocket_sessions_stay_bound_and_keep_their_organization()
     assert_eq!(orgs.len(), 3, "sessions spread over the organizations");
     // The gateway reports the socket binding as continuity.
     let records = h.gateway.events().recent(1000);
-    let ws_frames: Vec<_> = records
-        .iter()
-        .filter(|r| r.transport == keymux::events::Transport::WebSocket)
-        .collect();
+    let ws_frames: Vec<_> = records.iter().filter(|r| r.transport == keymux::events::Transport::WebSocket).collect();
     assert!(ws_frames.iter().any(|r| r.decision.continuity_hit));
-    assert!(ws_frames
+    assert!(ws_frames.iter().filter(|r| r.decision.continuity_hit).all(|r| r
+        .decision
+        .reasons
         .iter()
-        .filter(|r| r.decision.continuity_hit)
-        .all(|r| r
-            .decision
-            .reasons
-            .iter()
-            .any(|x| matches!(x, keymux::router::Reason::WebSocketBound { .. }))));
+        .any(|x| matches!(x, keymux::router::Reason::WebSocketBound { .. }))));
 }
 
 #[tokio::test]
 async fn frames_are_tagged_for_the_client_and_untagged_for_the_upstream() {
-    let h = Harness::start(
-        SimConfig::new().org("org-a", &["sk-a1"]),
-        &[key("a1", "sk-a1")],
-    )
-    .await;
+    let h = Harness::start(SimConfig::new().org("org-a", &["sk-a1"]), &[key("a1", "sk-a1")]).await;
     let mut s = CodexWs::new(1);
     s.first_connection(&h.base).await.unwrap();
-    let reasoning: Vec<&Value> = s
-        .history
-        .iter()
-        .filter(|i| i["type"] == "reasoning")
-        .collect();
+    let reasoning: Vec<&Value> = s.history.iter().filter(|i| i["type"] == "reasoning").collect();
     assert_eq!(reasoning.len(), 3);
     for r in &reasoning {
-        assert!(
-            r["encrypted_content"].as_str().unwrap().starts_with("km1"),
-            "client sees markers"
-        );
+        assert!(r["encrypted_content"].as_str().unwrap().starts_with("km1"), "client sees markers");
         assert!(r["id"].as_str().unwrap().starts_with("rs_km1"));
     }
     s.resume(&h.base).await.unwrap();
     let last = h.sim.log().into_iter().rfind(|e| e.method == "WS").unwrap();
     let sent = last.body.unwrap();
-    let upstream_reasoning: Vec<&Value> = sent["input"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|i| i["type"] == "reasoning")
-        .collect();
+    let upstream_reasoning: Vec<&Value> =
+        sent["input"].as_array().unwrap().iter().filter(|i| i["type"] == "reasoning").collect();
     assert_eq!(upstream_reasoning.len(), 3);
     for r in upstream_reasoning {
-        assert!(
-            r["encrypted_content"]
-                .as_str()
-                .unwrap()
-                .starts_with("gAAAAA"),
-            "upstream sees its own value"
-        );
+        assert!(r["encrypted_content"].as_str().unwrap().starts_with("gAAAAA"), "upstream sees its own value");
         assert!(!r["id"].as_str().unwrap().contains("km1"));
     }
 }
 
 #[tokio::test]
 async fn a_lost_upstream_socket_gives_previous_response_not_found_and_a_full_resend_works() {
-    let h = Harness::start(
-        SimConfig::new().org("org-a", &["sk-a1"]),
-        &[key("a1", "sk-a1")],
-    )
-    .await;
+    let h = Harness::start(SimConfig::new().org("org-a", &["sk-a1"]), &[key("a1", "sk-a1")]).await;
     let mut s = CodexWs::new(2);
     let mut ws = WsClient::connect(&h.base, &s.id).await.unwrap();
-    let prewarm = ws
-        .create(&s.frame(vec![s.developer.clone()], None, false))
-        .await;
+    let prewarm = ws.create(&s.frame(vec![s.developer.clone()], None, false)).await;
     let user = s.user("hello");
     s.history.push(user.clone());
-    let answer = ws
-        .create(&s.frame(vec![user], prewarm.response_id().as_deref(), true))
-        .await;
+    let answer = ws.create(&s.frame(vec![user], prewarm.response_id().as_deref(), true)).await;
     s.keep(&answer);
     assert_eq!(h.sim.open_ws_connections(), 1);
     assert_eq!(h.sim.kill_ws_connections("sk-a1"), 1);
     // The next frame finds the state gone: the client gets OpenAI's lost-state error frame.
     let next = s.user("are you there?");
-    let answer = ws
-        .create(&s.frame(vec![next], answer.response_id().as_deref(), true))
-        .await;
+    let answer = ws.create(&s.frame(vec![next], answer.response_id().as_deref(), true)).await;
     let err = answer.error.expect("an error frame");
     assert_eq!(err["error"]["code"], "previous_response_not_found");
     assert_eq!(err["status"], 400);
@@ -324,49 +242,28 @@ async fn a_lost_upstream_socket_gives_previous_response_not_found_and_a_full_res
 #[tokio::test]
 async fn websocket_refusals_use_426_so_codex_falls_back_to_http() {
     use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
-    let h = Harness::start(
-        SimConfig::new().org("org-a", &["sk-a1"]),
-        &[key("a1", "sk-a1")],
-    )
-    .await;
+    let h = Harness::start(SimConfig::new().org("org-a", &["sk-a1"]), &[key("a1", "sk-a1")]).await;
     let status_of = |path: &str| {
         let url = format!("{}{path}", h.base.replace("http://", "ws://"));
         async move {
             let mut request = url.into_client_request().unwrap();
-            request
-                .headers_mut()
-                .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+            request.headers_mut().insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
             match tokio_tungstenite::connect_async(request).await {
-                Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
-                    response.status().as_u16()
-                }
+                Err(tokio_tungstenite::tungstenite::Error::Http(response)) => response.status().as_u16(),
                 Ok(_) => 101,
                 Err(e) => panic!("{e}"),
             }
         }
     };
-    assert_eq!(
-        status_of("/realtime").await,
-        426,
-        "only the Responses socket is relayed"
-    );
+    assert_eq!(status_of("/realtime").await, 426, "only the Responses socket is relayed");
     assert_eq!(status_of("/responses").await, 101);
     // Every key cooling: no new socket.
-    h.sim.inject(
-        "sk-a1",
-        Fault::RateLimited {
-            retry_after_secs: 30,
-        },
-    );
-    let r = post(
-        &client(),
-        &format!("{}/embeddings", h.base),
-        &[],
-        &json!({"model":"text-embedding-3-small","input":"x"}),
-    )
-    .send()
-    .await
-    .unwrap();
+    h.sim.inject("sk-a1", Fault::RateLimited { retry_after_secs: 30 });
+    let r =
+        post(&client(), &format!("{}/embeddings", h.base), &[], &json!({"model":"text-embedding-3-small","input":"x"}))
+            .send()
+            .await
+            .unwrap();
     assert_eq!(r.status(), 429);
     assert_eq!(status_of("/responses").await, 426);
     // Without a token the upgrade is refused outright.
@@ -394,15 +291,8 @@ async fn a_prewarm_for_a_resumed_session_goes_to_its_organization() {
     ws.id = http.id.clone();
     ws.history = http.history[1..].to_vec();
     assert_eq!(ws.resume(&h.base).await, Ok(0), "no reconnect needed");
-    let frames: Vec<_> = h
-        .sim
-        .log()
-        .into_iter()
-        .filter(|e| e.method == "WS")
-        .collect();
-    assert!(frames
-        .iter()
-        .all(|e| org_of(e.key.as_deref().unwrap()) == org));
+    let frames: Vec<_> = h.sim.log().into_iter().filter(|e| e.method == "WS").collect();
+    assert!(frames.iter().all(|e| org_of(e.key.as_deref().unwrap()) == org));
     let record = h
         .gateway
         .events()
@@ -411,11 +301,7 @@ async fn a_prewarm_for_a_resumed_session_goes_to_its_organization() {
         .find(|r| r.transport == keymux::events::Transport::WebSocket && !r.decision.continuity_hit)
         .unwrap();
     assert!(
-        record
-            .decision
-            .reasons
-            .iter()
-            .any(|r| matches!(r, keymux::router::Reason::SessionHint { .. })),
+        record.decision.reasons.iter().any(|r| matches!(r, keymux::router::Reason::SessionHint { .. })),
         "{:?}",
         record.decision.reasons
     );
@@ -433,21 +319,9 @@ async fn a_socket_bound_to_the_wrong_organization_makes_the_client_reconnect_onc
         assert_eq!(http.turn(&c, &h.base, false).await.status, 200);
     }
     let served = h.sim.log().last().unwrap().key.clone().unwrap();
-    let wrong = if org_of(&served) == "org-c" {
-        "k_a1"
-    } else {
-        "k_c1"
-    };
-    let digest = h
-        .gateway
-        .pool()
-        .markers()
-        .session_digest("responses", &http.id);
-    h.gateway.hints().insert(
-        digest,
-        keymux::keys::KeyId::new(wrong),
-        tokio::time::Instant::now(),
-    );
+    let wrong = if org_of(&served) == "org-c" { "k_a1" } else { "k_c1" };
+    let digest = h.gateway.pool().markers().session_digest("responses", &http.id);
+    h.gateway.hints().insert(digest, keymux::keys::KeyId::new(wrong), tokio::time::Instant::now());
     let mut ws = CodexWs::new(0);
     ws.id = http.id.clone();
     ws.history = http.history[1..].to_vec();

@@ -35,13 +35,7 @@ impl PromptCache {
     }
 
     pub(crate) fn with_capacity(ttl: Duration, capacity: usize) -> Self {
-        PromptCache {
-            ttl,
-            capacity: capacity.max(1),
-            entries: HashMap::new(),
-            order: VecDeque::new(),
-            next_use: 0,
-        }
+        PromptCache { ttl, capacity: capacity.max(1), entries: HashMap::new(), order: VecDeque::new(), next_use: 0 }
     }
 
     /// Tokens of the longest cached prefix among `hashes` (see
@@ -78,21 +72,14 @@ impl PromptCache {
         }
         if self.order.len() > self.capacity.saturating_mul(4) {
             let entries = &self.entries;
-            self.order
-                .retain(|(h, used)| entries.get(h).is_some_and(|e| e.last_use == *used));
+            self.order.retain(|(h, used)| entries.get(h).is_some_and(|e| e.last_use == *used));
         }
     }
 
     fn touch(&mut self, h: [u8; 32], now: Instant) {
         self.next_use += 1;
         let use_no = self.next_use;
-        self.entries.insert(
-            h,
-            Entry {
-                expires: now + self.ttl,
-                last_use: use_no,
-            },
-        );
+        self.entries.insert(h, Entry { expires: now + self.ttl, last_use: use_no });
         self.order.push_back((h, use_no));
     }
 

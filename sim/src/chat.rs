@@ -45,10 +45,9 @@ fn last_user_text(messages: &[Value]) -> String {
             }
             match m.get("content") {
                 Some(Value::String(s)) => Some(s.clone()),
-                Some(Value::Array(parts)) => parts
-                    .iter()
-                    .rev()
-                    .find_map(|p| p.get("text").and_then(Value::as_str).map(str::to_owned)),
+                Some(Value::Array(parts)) => {
+                    parts.iter().rev().find_map(|p| p.get("text").and_then(Value::as_str).map(str::to_owned))
+                }
                 _ => None,
             }
         })
@@ -69,10 +68,7 @@ fn check_reasoning_item_types(messages: &[Value]) -> Result<(), ApiError> {
             None | Some(Value::Null) | Some(Value::String(_)) => {}
             Some(_) => {
                 let id = item.get("id").and_then(Value::as_str);
-                return Err(ApiError::invalid_encrypted_content(
-                    id,
-                    "Could not decrypt encrypted content.",
-                ));
+                return Err(ApiError::invalid_encrypted_content(id, "Could not decrypt encrypted content."));
             }
         }
     }
@@ -101,38 +97,20 @@ pub(crate) fn plan(
         validate_input(&org.cipher, &state.other_ciphers(caller.org), all)?;
     }
     let lines: Vec<String> = messages.iter().map(message_line).collect();
-    let prompt = Prompt {
-        header: header(body.get("tools"), None),
-        conversation: Transcript::extend(None, lines),
-    };
-    let cache_key = body
-        .get("prompt_cache_key")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let prompt = Prompt { header: header(body.get("tools"), None), conversation: Transcript::extend(None, lines) };
+    let cache_key = body.get("prompt_cache_key").and_then(Value::as_str).unwrap_or("");
     let hashes = prompt.block_hashes(cache_key);
     let prompt_tokens = prompt.tokens();
     let cached_tokens = lock(&org.cache).lookup(&hashes, Instant::now());
 
     let n = org.next_reply();
-    let text = format!(
-        "SIM-REPLY #{n} from {}: {}",
-        org.id,
-        truncate_chars(&last_user_text(&messages), 60)
-    );
+    let text = format!("SIM-REPLY #{n} from {}: {}", org.id, truncate_chars(&last_user_text(&messages), 60));
     let effort = body.get("reasoning_effort").filter(|e| !e.is_null());
     let with_reasoning = effort.and_then(Value::as_str) != Some("none");
     // Encrypted reasoning only when an effort is asked for, as bridges do.
     let with_items = effort.is_some() && with_reasoning;
-    let reasoning = if with_reasoning {
-        format!("SIM-REASONING #{n} from {}", org.id)
-    } else {
-        String::new()
-    };
-    let reasoning_tokens = if with_reasoning {
-        tokens_of(reasoning.len()).max(1)
-    } else {
-        0
-    };
+    let reasoning = if with_reasoning { format!("SIM-REASONING #{n} from {}", org.id) } else { String::new() };
+    let reasoning_tokens = if with_reasoning { tokens_of(reasoning.len()).max(1) } else { 0 };
     let completion_tokens = tokens_of(text.len()).max(1) + reasoning_tokens;
     let usage = json!({
         "prompt_tokens": prompt_tokens,
@@ -183,11 +161,8 @@ pub(crate) fn plan(
         "system_fingerprint": null,
     });
 
-    let include_usage = body
-        .get("stream_options")
-        .and_then(|o| o.get("include_usage"))
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
+    let include_usage =
+        body.get("stream_options").and_then(|o| o.get("include_usage")).and_then(Value::as_bool).unwrap_or(false);
     let chunk = |delta: Value, finish: Value| {
         let mut c = json!({
             "id": id,
@@ -203,10 +178,7 @@ pub(crate) fn plan(
         }
         c
     };
-    let mut chunks = vec![chunk(
-        json!({"role": "assistant", "content": "", "refusal": null}),
-        Value::Null,
-    )];
+    let mut chunks = vec![chunk(json!({"role": "assistant", "content": "", "refusal": null}), Value::Null)];
     if with_reasoning {
         chunks.push(chunk(json!({"reasoning_content": reasoning}), Value::Null));
     }
@@ -230,14 +202,7 @@ pub(crate) fn plan(
             "usage": usage,
         }));
     }
-    Ok(ChatPlan {
-        org: caller.org,
-        hashes,
-        prompt_tokens,
-        cached_tokens,
-        completion,
-        chunks,
-    })
+    Ok(ChatPlan { org: caller.org, hashes, prompt_tokens, cached_tokens, completion, chunks })
 }
 
 /// Caches the prompt of a served completion.

@@ -58,11 +58,7 @@ pub struct Limits {
 impl Default for Limits {
     /// Effectively unlimited, with a one-minute window.
     fn default() -> Self {
-        Limits {
-            requests: 1_000_000_000,
-            tokens: 1_000_000_000_000,
-            window: Duration::from_secs(60),
-        }
+        Limits { requests: 1_000_000_000, tokens: 1_000_000_000_000, window: Duration::from_secs(60) }
     }
 }
 
@@ -119,17 +115,11 @@ impl SimConfig {
     }
 
     fn with_org(mut self, id: &str, keys: &[&str], auth: KeyAuth) -> Self {
-        let keys = keys.iter().map(|secret| KeySpec {
-            secret: (*secret).to_owned(),
-            auth,
-        });
+        let keys = keys.iter().map(|secret| KeySpec { secret: (*secret).to_owned(), auth });
         if let Some(org) = self.orgs.iter_mut().find(|o| o.id == id) {
             org.keys.extend(keys);
         } else {
-            self.orgs.push(OrgSpec {
-                id: id.to_owned(),
-                keys: keys.collect(),
-            });
+            self.orgs.push(OrgSpec { id: id.to_owned(), keys: keys.collect() });
         }
         self
     }

@@ -30,18 +30,13 @@ struct KeyBody {
 fn reply(status: StatusCode, v: &Value) -> Response {
     let mut resp = Response::new(Body::from(v.to_string()));
     *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        axum::http::header::CONTENT_TYPE,
-        axum::http::HeaderValue::from_static("application/json"),
-    );
+    resp.headers_mut()
+        .insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static("application/json"));
     resp
 }
 
 fn bad(message: String) -> Response {
-    reply(
-        StatusCode::BAD_REQUEST,
-        &json!({"error": {"message": message}}),
-    )
+    reply(StatusCode::BAD_REQUEST, &json!({"error": {"message": message}}))
 }
 
 pub(crate) async fn handle(state: &Arc<State>, req: Request) -> Response {
@@ -73,9 +68,8 @@ pub(crate) async fn handle(state: &Arc<State>, req: Request) -> Response {
             Ok(b) => reply(StatusCode::OK, &json!({"killed": state.ws.kill(&b.key)})),
             Err(e) => bad(e.to_string()),
         },
-        (m, p) => reply(
-            StatusCode::NOT_FOUND,
-            &json!({"error": {"message": format!("Unknown control path ({m} {p})")}}),
-        ),
+        (m, p) => {
+            reply(StatusCode::NOT_FOUND, &json!({"error": {"message": format!("Unknown control path ({m} {p})")}}))
+        }
     }
 }

@@ -36,9 +36,7 @@ impl std::fmt::Debug for OrgCipher {
 
 impl OrgCipher {
     pub(crate) fn new(secret: &[u8; 32]) -> Self {
-        OrgCipher {
-            cipher: ChaCha20Poly1305::new(Key::from_slice(secret)),
-        }
+        OrgCipher { cipher: ChaCha20Poly1305::new(Key::from_slice(secret)) }
     }
 
     /// Encrypts `payload` (its JSON text) under a fresh random nonce.
@@ -48,13 +46,7 @@ impl OrgCipher {
         let plain = payload.to_string();
         let sealed = self
             .cipher
-            .encrypt(
-                Nonce::from_slice(&nonce),
-                Payload {
-                    msg: plain.as_bytes(),
-                    aad: AAD,
-                },
-            )
+            .encrypt(Nonce::from_slice(&nonce), Payload { msg: plain.as_bytes(), aad: AAD })
             .unwrap_or_default();
         let mut raw = Vec::with_capacity(NONCE_LEN + sealed.len());
         raw.extend_from_slice(&nonce);
@@ -66,15 +58,7 @@ impl OrgCipher {
     pub(crate) fn open(&self, token: &str) -> Option<Vec<u8>> {
         let raw = decode(token)?;
         let (nonce, sealed) = raw.split_at(NONCE_LEN);
-        self.cipher
-            .decrypt(
-                Nonce::from_slice(nonce),
-                Payload {
-                    msg: sealed,
-                    aad: AAD,
-                },
-            )
-            .ok()
+        self.cipher.decrypt(Nonce::from_slice(nonce), Payload { msg: sealed, aad: AAD }).ok()
     }
 }
 
@@ -95,11 +79,7 @@ pub(crate) enum Verdict {
     Undecryptable,
 }
 
-pub(crate) fn check<'a>(
-    serving: &OrgCipher,
-    others: impl IntoIterator<Item = &'a OrgCipher>,
-    token: &str,
-) -> Verdict {
+pub(crate) fn check<'a>(serving: &OrgCipher, others: impl IntoIterator<Item = &'a OrgCipher>, token: &str) -> Verdict {
     if serving.open(token).is_some() {
         return Verdict::Valid;
     }
@@ -110,19 +90,13 @@ pub(crate) fn check<'a>(
 }
 
 /// Checks every `encrypted_content` string anywhere under `input`.
-pub(crate) fn validate_input(
-    serving: &OrgCipher,
-    others: &[&OrgCipher],
-    input: &Value,
-) -> Result<(), ApiError> {
+pub(crate) fn validate_input(serving: &OrgCipher, others: &[&OrgCipher], input: &Value) -> Result<(), ApiError> {
     let mut found = Vec::new();
     collect_tokens(input, &mut found);
     for (item_id, token) in found {
         let reason = match check(serving, others.iter().copied(), token) {
             Verdict::Valid => continue,
-            Verdict::OtherOrganization => {
-                "Encrypted content organization_id did not match the target organization_id."
-            }
+            Verdict::OtherOrganization => "Encrypted content organization_id did not match the target organization_id.",
             Verdict::Undecryptable => "Could not decrypt encrypted content.",
         };
         return Err(ApiError::invalid_encrypted_content(item_id, reason));
@@ -161,10 +135,7 @@ mod tests {
         assert!(token.starts_with(TOKEN_PREFIX));
         assert_eq!(check(&a, [&b], &token), Verdict::Valid);
         assert_eq!(check(&b, [&a], &token), Verdict::OtherOrganization);
-        assert_eq!(
-            check(&b, [&a], &token[..token.len() - 6]),
-            Verdict::Undecryptable
-        );
+        assert_eq!(check(&b, [&a], &token[..token.len() - 6]), Verdict::Undecryptable);
         let mut tampered = token.clone().into_bytes();
         let i = tampered.len() / 2;
         tampered[i] = if tampered[i] == b'A' { b'B' } else { b'A' };

@@ -93,10 +93,7 @@ impl ApiError {
             }),
         );
         if !headers.is_empty() {
-            let map: Map<String, Value> = headers
-                .iter()
-                .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-                .collect();
+            let map: Map<String, Value> = headers.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
             frame.insert("headers".into(), Value::Object(map));
         }
         Value::Object(frame)
@@ -138,11 +135,7 @@ impl ApiError {
     }
 
     pub(crate) fn invalid_url(method: &str, path: &str) -> Self {
-        Self::new(
-            StatusCode::NOT_FOUND,
-            INVALID_REQUEST,
-            format!("Invalid URL ({method} {path})"),
-        )
+        Self::new(StatusCode::NOT_FOUND, INVALID_REQUEST, format!("Invalid URL ({method} {path})"))
     }
 
     pub(crate) fn bad_json() -> Self {
@@ -158,25 +151,17 @@ impl ApiError {
     }
 
     pub(crate) fn invalid_value(param: &str, message: String) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, INVALID_REQUEST, message)
-            .param(param)
-            .code("invalid_value")
+        Self::new(StatusCode::BAD_REQUEST, INVALID_REQUEST, message).param(param).code("invalid_value")
     }
 
     pub(crate) fn invalid_type(param: &str, message: String) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, INVALID_REQUEST, message)
-            .param(param)
-            .code("invalid_type")
+        Self::new(StatusCode::BAD_REQUEST, INVALID_REQUEST, message).param(param).code("invalid_type")
     }
 
     pub(crate) fn missing_param(param: &str) -> Self {
-        Self::new(
-            StatusCode::BAD_REQUEST,
-            INVALID_REQUEST,
-            format!("Missing required parameter: '{param}'."),
-        )
-        .param(param)
-        .code("missing_required_parameter")
+        Self::new(StatusCode::BAD_REQUEST, INVALID_REQUEST, format!("Missing required parameter: '{param}'."))
+            .param(param)
+            .code("missing_required_parameter")
     }
 
     pub(crate) fn model_not_found(model: &str) -> Self {
@@ -189,29 +174,17 @@ impl ApiError {
     }
 
     pub(crate) fn previous_response_not_found(id: &str) -> Self {
-        Self::new(
-            StatusCode::BAD_REQUEST,
-            INVALID_REQUEST,
-            format!("Previous response with id '{id}' not found."),
-        )
-        .param("previous_response_id")
-        .code("previous_response_not_found")
+        Self::new(StatusCode::BAD_REQUEST, INVALID_REQUEST, format!("Previous response with id '{id}' not found."))
+            .param("previous_response_id")
+            .code("previous_response_not_found")
     }
 
     pub(crate) fn response_not_found(id: &str) -> Self {
-        Self::new(
-            StatusCode::NOT_FOUND,
-            INVALID_REQUEST,
-            format!("No response found with id '{id}'."),
-        )
+        Self::new(StatusCode::NOT_FOUND, INVALID_REQUEST, format!("No response found with id '{id}'."))
     }
 
     pub(crate) fn cannot_cancel(status: &str) -> Self {
-        Self::new(
-            StatusCode::BAD_REQUEST,
-            INVALID_REQUEST,
-            format!("Cannot cancel a {status} response."),
-        )
+        Self::new(StatusCode::BAD_REQUEST, INVALID_REQUEST, format!("Cannot cancel a {status} response."))
     }
 
     /// `item` is the id of the offending item, when it has one.
@@ -244,8 +217,7 @@ impl ApiError {
         );
         if let Some(secs) = retry_after_secs {
             e.headers.push(("retry-after", secs.to_string()));
-            e.headers
-                .push(("retry-after-ms", secs.saturating_mul(1000).to_string()));
+            e.headers.push(("retry-after-ms", secs.saturating_mul(1000).to_string()));
         }
         e
     }
@@ -272,11 +244,8 @@ impl ApiError {
         requested: u64,
         wait: Duration,
     ) -> Self {
-        let (label, short) = if dimension == "tokens" {
-            ("tokens per min", "TPM")
-        } else {
-            ("requests per min", "RPM")
-        };
+        let (label, short) =
+            if dimension == "tokens" { ("tokens per min", "TPM") } else { ("requests per min", "RPM") };
         let message = if requested > limit {
             format!(
                 "Request too large for {model} in organization {org} on {label} ({short}): \
@@ -292,11 +261,9 @@ impl ApiError {
                 format_reset(wait)
             )
         };
-        let mut e = Self::new(StatusCode::TOO_MANY_REQUESTS, dimension, message)
-            .code("rate_limit_exceeded");
+        let mut e = Self::new(StatusCode::TOO_MANY_REQUESTS, dimension, message).code("rate_limit_exceeded");
         e.headers.push(("retry-after", ceil_secs(wait).to_string()));
-        e.headers
-            .push(("retry-after-ms", ceil_millis(wait).to_string()));
+        e.headers.push(("retry-after-ms", ceil_millis(wait).to_string()));
         e
     }
 

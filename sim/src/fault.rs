@@ -148,15 +148,9 @@ mod tests {
     fn serde_form_round_trips() -> Result<(), serde_json::Error> {
         let all = [
             Fault::Status500,
-            Fault::Status503 {
-                retry_after_secs: Some(2),
-            },
-            Fault::Status503 {
-                retry_after_secs: None,
-            },
-            Fault::RateLimited {
-                retry_after_secs: 3,
-            },
+            Fault::Status503 { retry_after_secs: Some(2) },
+            Fault::Status503 { retry_after_secs: None },
+            Fault::RateLimited { retry_after_secs: 3 },
             Fault::InvalidKey,
             Fault::InsufficientQuota,
             Fault::CutAfterEvents(4),

@@ -95,9 +95,7 @@ impl LogBook {
         let mut ring = lock(&self.ring);
         ring.body_bytes += body_bytes;
         ring.entries.push_back((entry, body_bytes));
-        while ring.entries.len() > LOG_CAPACITY
-            || (ring.body_bytes > LOG_BODY_BYTES && ring.entries.len() > 1)
-        {
+        while ring.entries.len() > LOG_CAPACITY || (ring.body_bytes > LOG_BODY_BYTES && ring.entries.len() > 1) {
             match ring.entries.pop_front() {
                 Some((_, size)) => ring.body_bytes -= size,
                 None => break,
@@ -107,11 +105,7 @@ impl LogBook {
 
     /// All retained entries in arrival order.
     pub(crate) fn entries(&self) -> Vec<LogEntry> {
-        let mut all: Vec<LogEntry> = lock(&self.ring)
-            .entries
-            .iter()
-            .map(|(e, _)| e.clone())
-            .collect();
+        let mut all: Vec<LogEntry> = lock(&self.ring).entries.iter().map(|(e, _)| e.clone()).collect();
         all.sort_by_key(|e| e.seq);
         all
     }

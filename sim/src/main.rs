@@ -41,15 +41,8 @@ struct Args {
 }
 
 fn split_spec(spec: &str) -> anyhow::Result<(String, Vec<String>)> {
-    let (org, keys) = spec
-        .split_once('=')
-        .with_context(|| format!("expected ORG=KEY[,KEY...], got {spec:?}"))?;
-    let keys: Vec<String> = keys
-        .split(',')
-        .map(str::trim)
-        .filter(|k| !k.is_empty())
-        .map(str::to_owned)
-        .collect();
+    let (org, keys) = spec.split_once('=').with_context(|| format!("expected ORG=KEY[,KEY...], got {spec:?}"))?;
+    let keys: Vec<String> = keys.split(',').map(str::trim).filter(|k| !k.is_empty()).map(str::to_owned).collect();
     if org.trim().is_empty() || keys.is_empty() {
         bail!("expected ORG=KEY[,KEY...], got {spec:?}");
     }
@@ -86,10 +79,7 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let sim = Sim::serve(listener, config).await?;
-    #[expect(
-        clippy::print_stdout,
-        reason = "the binary announces its address on stdout"
-    )]
+    #[expect(clippy::print_stdout, reason = "the binary announces its address on stdout")]
     {
         println!("keymux-sim listening on {}", sim.base_url());
     }

@@ -40,9 +40,6 @@ pub(crate) fn require(body: &Map<String, Value>) -> Result<String, ApiError> {
         None | Some(Value::Null) => Err(ApiError::missing_param("model")),
         Some(Value::String(m)) if is_known(m) => Ok(m.clone()),
         Some(Value::String(m)) => Err(ApiError::model_not_found(m)),
-        Some(_) => Err(ApiError::invalid_type(
-            "model",
-            "Invalid type for 'model': expected a string.".to_owned(),
-        )),
+        Some(_) => Err(ApiError::invalid_type("model", "Invalid type for 'model': expected a string.".to_owned())),
     }
 }

@@ -64,11 +64,8 @@ pub(crate) fn canonical_item(item: &Value) -> Value {
     if is_message {
         m.insert("type".into(), Value::String("message".into()));
         if let Some(Value::String(text)) = m.get("content") {
-            let part_type = if m.get("role").and_then(Value::as_str) == Some("assistant") {
-                "output_text"
-            } else {
-                "input_text"
-            };
+            let part_type =
+                if m.get("role").and_then(Value::as_str) == Some("assistant") { "output_text" } else { "input_text" };
             let mut part = Map::new();
             part.insert("type".into(), Value::String(part_type.into()));
             part.insert("text".into(), Value::String(text.clone()));
@@ -104,8 +101,7 @@ pub(crate) fn input_items(input: Option<&Value>) -> Result<Vec<Value>, ApiError>
         Some(Value::Array(items)) => Ok(items.clone()),
         Some(_) => Err(ApiError::invalid_type(
             "input",
-            "Invalid type for 'input': expected one of a string or an array of input items."
-                .to_owned(),
+            "Invalid type for 'input': expected one of a string or an array of input items.".to_owned(),
         )),
     }
 }
@@ -147,11 +143,7 @@ impl Transcript {
     pub(crate) fn extend(parent: Option<Arc<Transcript>>, lines: Vec<String>) -> Arc<Transcript> {
         let own: usize = lines.iter().map(String::len).sum();
         let total_bytes = parent.as_ref().map_or(0, |p| p.total_bytes) + own;
-        Arc::new(Transcript {
-            parent,
-            lines,
-            total_bytes,
-        })
+        Arc::new(Transcript { parent, lines, total_bytes })
     }
 
     pub(crate) fn total_bytes(&self) -> usize {
@@ -208,8 +200,7 @@ impl Prompt {
     pub(crate) fn block_hashes(&self, cache_key: &str) -> Vec<[u8; 32]> {
         let mut hasher = BlockHasher::new(cache_key);
         hasher.feed(self.header.as_bytes());
-        self.conversation
-            .for_each_line(|line| hasher.feed(line.as_bytes()));
+        self.conversation.for_each_line(|line| hasher.feed(line.as_bytes()));
         hasher.hashes
     }
 }
@@ -226,11 +217,7 @@ impl BlockHasher {
         seed.update(b"keymux-sim prompt cache\0");
         seed.update((cache_key.len() as u64).to_le_bytes());
         seed.update(cache_key.as_bytes());
-        BlockHasher {
-            chain: seed.finalize().into(),
-            block: Vec::with_capacity(BLOCK_BYTES),
-            hashes: Vec::new(),
-        }
+        BlockHasher { chain: seed.finalize().into(), block: Vec::with_capacity(BLOCK_BYTES), hashes: Vec::new() }
     }
 
     fn feed(&mut self, mut bytes: &[u8]) {
@@ -273,15 +260,9 @@ mod tests {
     #[test]
     fn extended_prompts_share_block_hashes() {
         let t1 = Transcript::extend(None, vec!["a".repeat(5000)]);
-        let p1 = Prompt {
-            header: "tools:[]\n".into(),
-            conversation: t1.clone(),
-        };
+        let p1 = Prompt { header: "tools:[]\n".into(), conversation: t1.clone() };
         let t2 = Transcript::extend(Some(t1), vec!["b".repeat(3000)]);
-        let p2 = Prompt {
-            header: "tools:[]\n".into(),
-            conversation: t2,
-        };
+        let p2 = Prompt { header: "tools:[]\n".into(), conversation: t2 };
         let h1 = p1.block_hashes("k");
         let h2 = p2.block_hashes("k");
         assert_eq!(h1.len(), p1.bytes() / BLOCK_BYTES);

@@ -29,23 +29,11 @@ pub(crate) struct Snapshot {
 impl Snapshot {
     pub(crate) fn headers(&self) -> [(&'static str, String); 6] {
         [
-            (
-                "x-ratelimit-limit-requests",
-                self.limit_requests.to_string(),
-            ),
+            ("x-ratelimit-limit-requests", self.limit_requests.to_string()),
             ("x-ratelimit-limit-tokens", self.limit_tokens.to_string()),
-            (
-                "x-ratelimit-remaining-requests",
-                self.remaining_requests.to_string(),
-            ),
-            (
-                "x-ratelimit-remaining-tokens",
-                self.remaining_tokens.to_string(),
-            ),
-            (
-                "x-ratelimit-reset-requests",
-                format_reset(self.reset_requests),
-            ),
+            ("x-ratelimit-remaining-requests", self.remaining_requests.to_string()),
+            ("x-ratelimit-remaining-tokens", self.remaining_tokens.to_string()),
+            ("x-ratelimit-reset-requests", format_reset(self.reset_requests)),
             ("x-ratelimit-reset-tokens", format_reset(self.reset_tokens)),
         ]
     }
@@ -70,10 +58,7 @@ pub(crate) struct RateLimiter {
 
 impl RateLimiter {
     pub(crate) fn new(limits: Limits) -> Self {
-        RateLimiter {
-            limits,
-            windows: Mutex::new(HashMap::new()),
-        }
+        RateLimiter { limits, windows: Mutex::new(HashMap::new()) }
     }
 
     pub(crate) fn limits(&self) -> Limits {
@@ -117,38 +102,16 @@ impl RateLimiter {
     }
 
     /// Consumes one request and `tokens` tokens, or refuses without consuming.
-    pub(crate) fn admit(
-        &self,
-        key: &str,
-        tokens: u64,
-        now: Instant,
-    ) -> Result<Snapshot, (Refusal, Snapshot)> {
+    pub(crate) fn admit(&self, key: &str, tokens: u64, now: Instant) -> Result<Snapshot, (Refusal, Snapshot)> {
         let mut windows = lock(&self.windows);
-        let mut w = self
-            .current(windows.get(key).copied(), now)
-            .unwrap_or(Window {
-                start: now,
-                requests: 0,
-                tokens: 0,
-            });
+        let mut w =
+            self.current(windows.get(key).copied(), now).unwrap_or(Window { start: now, requests: 0, tokens: 0 });
         let l = self.limits;
         let wait = (w.start + l.window).saturating_duration_since(now);
         let refusal = if w.requests.saturating_add(1) > l.requests {
-            Some(Refusal {
-                dimension: "requests",
-                limit: l.requests,
-                used: w.requests,
-                requested: 1,
-                wait,
-            })
+            Some(Refusal { dimension: "requests", limit: l.requests, used: w.requests, requested: 1, wait })
         } else if w.tokens.saturating_add(tokens) > l.tokens {
-            Some(Refusal {
-                dimension: "tokens",
-                limit: l.tokens,
-                used: w.tokens,
-                requested: tokens,
-                wait,
-            })
+            Some(Refusal { dimension: "tokens", limit: l.tokens, used: w.tokens, requested: tokens, wait })
         } else {
             None
         };
@@ -169,11 +132,7 @@ mod tests {
 
     #[test]
     fn requests_and_tokens_are_limited_per_window() {
-        let rl = RateLimiter::new(Limits {
-            requests: 2,
-            tokens: 100,
-            window: Duration::from_secs(1),
-        });
+        let rl = RateLimiter::new(Limits { requests: 2, tokens: 100, window: Duration::from_secs(1) });
         let t0 = Instant::now();
         let s = rl.admit("k", 10, t0).ok();
         assert_eq!(s.map(|s| s.remaining_requests), Some(1));

@@ -45,10 +45,7 @@ pub(crate) struct Plan {
 
 impl Plan {
     pub(crate) fn connection_last(&self) -> ConnectionLast {
-        ConnectionLast {
-            id: self.id.clone(),
-            transcript: self.transcript.clone(),
-        }
+        ConnectionLast { id: self.id.clone(), transcript: self.transcript.clone() }
     }
 }
 
@@ -180,10 +177,7 @@ impl Echo<'_> {
     }
 }
 
-#[expect(
-    clippy::too_many_arguments,
-    reason = "one place assembles the response object"
-)]
+#[expect(clippy::too_many_arguments, reason = "one place assembles the response object")]
 fn response_object(
     body: &Map<String, Value>,
     id: &str,
@@ -196,10 +190,7 @@ fn response_object(
 ) -> Value {
     let e = Echo { body };
     let reasoning = body.get("reasoning").cloned().unwrap_or(Value::Null);
-    let effort = reasoning
-        .get("effort")
-        .cloned()
-        .unwrap_or_else(|| json!("medium"));
+    let effort = reasoning.get("effort").cloned().unwrap_or_else(|| json!("medium"));
     let summary = reasoning.get("summary").cloned().unwrap_or(Value::Null);
     json!({
         "id": id,
@@ -265,14 +256,8 @@ pub(crate) fn plan(
         validate_input(&org.cipher, &state.other_ciphers(caller.org), input)?;
     }
     let store = body.get("store").and_then(Value::as_bool).unwrap_or(true);
-    let generate = body
-        .get("generate")
-        .and_then(Value::as_bool)
-        .unwrap_or(true);
-    let effort = body
-        .get("reasoning")
-        .and_then(|r| r.get("effort"))
-        .and_then(Value::as_str);
+    let generate = body.get("generate").and_then(Value::as_bool).unwrap_or(true);
+    let effort = body.get("reasoning").and_then(|r| r.get("effort")).and_then(Value::as_str);
     let with_reasoning = generate && effort != Some("none");
     let include_encrypted = body
         .get("include")
@@ -284,10 +269,7 @@ pub(crate) fn plan(
         header: header(body.get("tools"), body.get("instructions")),
         conversation: Transcript::extend(previous.as_ref().map(|(_, t)| t.clone()), lines),
     };
-    let cache_key = body
-        .get("prompt_cache_key")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let cache_key = body.get("prompt_cache_key").and_then(Value::as_str).unwrap_or("");
     let hashes = prompt.block_hashes(cache_key);
     let input_tokens = prompt.tokens();
     let cached_tokens = lock(&org.cache).lookup(&hashes, Instant::now());
@@ -329,32 +311,10 @@ pub(crate) fn plan(
         message_id = Some(msg_id);
     }
     let reasoning_tokens = if with_reasoning { REASONING_TOKENS } else { 0 };
-    let output_tokens = if generate {
-        text_tokens(&text) + reasoning_tokens
-    } else {
-        0
-    };
+    let output_tokens = if generate { text_tokens(&text) + reasoning_tokens } else { 0 };
     let final_usage = usage(input_tokens, cached_tokens, output_tokens, reasoning_tokens);
-    let in_progress = response_object(
-        body,
-        &id,
-        created_at,
-        model,
-        "in_progress",
-        store,
-        &[],
-        Value::Null,
-    );
-    let completed = response_object(
-        body,
-        &id,
-        created_at,
-        model,
-        "completed",
-        store,
-        &output,
-        final_usage,
-    );
+    let in_progress = response_object(body, &id, created_at, model, "in_progress", store, &[], Value::Null);
+    let completed = response_object(body, &id, created_at, model, "completed", store, &output, final_usage);
 
     let mut ev = Events { list: Vec::new() };
     ev.push("response.created", json!({"response": in_progress}));
@@ -363,14 +323,8 @@ pub(crate) fn plan(
     }
     let mut index = 0;
     if let Some(added) = reasoning_added {
-        ev.push(
-            "response.output_item.added",
-            json!({"output_index": index, "item": added}),
-        );
-        ev.push(
-            "response.output_item.done",
-            json!({"output_index": index, "item": output[index]}),
-        );
+        ev.push("response.output_item.added", json!({"output_index": index, "item": added}));
+        ev.push("response.output_item.done", json!({"output_index": index, "item": output[index]}));
         index += 1;
     }
     if let Some(msg_id) = &message_id {
@@ -393,23 +347,14 @@ pub(crate) fn plan(
             with(json!({"part": {"type": "output_text", "annotations": [], "logprobs": [], "text": ""}})),
         );
         for delta in split_deltas(&text, DELTAS) {
-            ev.push(
-                "response.output_text.delta",
-                with(json!({"delta": delta, "logprobs": []})),
-            );
+            ev.push("response.output_text.delta", with(json!({"delta": delta, "logprobs": []})));
         }
-        ev.push(
-            "response.output_text.done",
-            with(json!({"text": text, "logprobs": []})),
-        );
+        ev.push("response.output_text.done", with(json!({"text": text, "logprobs": []})));
         ev.push(
             "response.content_part.done",
             with(json!({"part": {"type": "output_text", "annotations": [], "logprobs": [], "text": text}})),
         );
-        ev.push(
-            "response.output_item.done",
-            json!({"output_index": index, "item": output[index]}),
-        );
+        ev.push("response.output_item.done", json!({"output_index": index, "item": output[index]}));
     }
     ev.push("response.completed", json!({"response": completed}));
 
@@ -497,10 +442,7 @@ pub(crate) fn compact(
         header: header(body.get("tools"), body.get("instructions")),
         conversation: Transcript::extend(previous.map(|(_, t)| t), lines),
     };
-    let cache_key = body
-        .get("prompt_cache_key")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let cache_key = body.get("prompt_cache_key").and_then(Value::as_str).unwrap_or("");
     let hashes = prompt.block_hashes(cache_key);
     let input_tokens = prompt.tokens();
     let cached_tokens = {
@@ -519,11 +461,8 @@ pub(crate) fn compact(
         "input_items": items.len(),
         "input_digest": digest(&prompt),
     }));
-    let mut output: Vec<Value> = items
-        .iter()
-        .filter(|i| i.get("role").and_then(Value::as_str) == Some("user"))
-        .cloned()
-        .collect();
+    let mut output: Vec<Value> =
+        items.iter().filter(|i| i.get("role").and_then(Value::as_str) == Some("user")).cloned().collect();
     let output_tokens = text_tokens(&sealed);
     output.push(json!({"type": "compaction", "id": cmp_id, "encrypted_content": sealed}));
     let body = json!({
@@ -560,9 +499,6 @@ mod tests {
         ];
         assert_eq!(last_user_text(&items).as_deref(), Some("second"));
         let long = vec![json!({"role": "user", "content": "x".repeat(100)})];
-        assert_eq!(
-            reply_text(3, "org-a", &long),
-            format!("SIM-REPLY #3 from org-a: {}", "x".repeat(60))
-        );
+        assert_eq!(reply_text(3, "org-a", &long), format!("SIM-REPLY #3 from org-a: {}", "x".repeat(60)));
     }
 }

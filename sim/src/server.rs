@@ -72,10 +72,7 @@ fn route(method: &Method, path: &str, upgrade: bool) -> Option<Route> {
 }
 
 fn is_upgrade(headers: &HeaderMap) -> bool {
-    headers
-        .get("upgrade")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
+    headers.get("upgrade").and_then(|v| v.to_str().ok()).is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
 }
 
 /// Request headers for the log: lowercase names, credentials redacted.
@@ -97,37 +94,26 @@ pub(crate) fn loggable_headers(headers: &HeaderMap) -> Vec<(String, String)> {
 /// Finds the key a request presents. A Bearer token must be a Bearer key and an `api-key`
 /// header must be an Azure key.
 pub(crate) fn authenticate(state: &State, headers: &HeaderMap) -> Result<Caller, ApiError> {
-    let bearer = headers
-        .get("authorization")
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).trim().to_owned());
+    let bearer = headers.get("authorization").map(|v| String::from_utf8_lossy(v.as_bytes()).trim().to_owned());
     let api_key = headers
         .get("api-key")
         .map(|v| String::from_utf8_lossy(v.as_bytes()).trim().to_owned())
         .filter(|k| !k.is_empty());
     let token = bearer.as_deref().and_then(|b| {
         let (scheme, rest) = b.split_once(' ')?;
-        scheme
-            .eq_ignore_ascii_case("bearer")
-            .then(|| rest.trim().to_owned())
-            .filter(|t| !t.is_empty())
+        scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim().to_owned()).filter(|t| !t.is_empty())
     });
     let lookup = |secret: &str, auth: KeyAuth| {
         state
             .keys
             .get(secret)
             .filter(|info| info.auth == auth)
-            .map(|info| Caller {
-                secret: secret.to_owned(),
-                org: info.org,
-            })
+            .map(|info| Caller { secret: secret.to_owned(), org: info.org })
     };
     if let Some(caller) = token.as_deref().and_then(|t| lookup(t, KeyAuth::Bearer)) {
         return Ok(caller);
     }
-    if let Some(caller) = api_key
-        .as_deref()
-        .and_then(|k| lookup(k, KeyAuth::AzureApiKey))
-    {
+    if let Some(caller) = api_key.as_deref().and_then(|k| lookup(k, KeyAuth::AzureApiKey)) {
         return Ok(caller);
     }
     match (token, api_key) {
@@ -152,20 +138,11 @@ pub(crate) struct Facts {
 
 impl Facts {
     pub(crate) fn from_body(body: Option<Value>, stream_field: bool) -> Self {
-        let get_str = |k: &str| {
-            body.as_ref()
-                .and_then(|b| b.get(k))
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        };
+        let get_str = |k: &str| body.as_ref().and_then(|b| b.get(k)).and_then(Value::as_str).map(str::to_owned);
         Facts {
             model: get_str("model"),
             stream: stream_field
-                && body
-                    .as_ref()
-                    .and_then(|b| b.get("stream"))
-                    .and_then(Value::as_bool)
-                    .unwrap_or(false),
+                && body.as_ref().and_then(|b| b.get("stream")).and_then(Value::as_bool).unwrap_or(false),
             input_tokens: 0,
             cached_tokens: 0,
             previous_response_id: get_str("previous_response_id"),
@@ -208,18 +185,11 @@ pub(crate) fn record(
         headers,
         body: facts.body,
     };
-    state
-        .log
-        .record(entry, body_bytes, served && caller.is_some());
+    state.log.record(entry, body_bytes, served && caller.is_some());
 }
 
 /// The error a queued fault answers with.
-pub(crate) fn fault_error(
-    state: &State,
-    caller: &Caller,
-    fault: &Fault,
-    model: Option<&str>,
-) -> Option<ApiError> {
+pub(crate) fn fault_error(state: &State, caller: &Caller, fault: &Fault, model: Option<&str>) -> Option<ApiError> {
     let e = match fault {
         Fault::Status500 => ApiError::server_error(),
         Fault::Status503 { retry_after_secs } => ApiError::overloaded(*retry_after_secs),
@@ -236,10 +206,7 @@ pub(crate) fn fault_error(
             );
             e.headers = vec![
                 ("retry-after", retry_after_secs.to_string()),
-                (
-                    "retry-after-ms",
-                    retry_after_secs.saturating_mul(1000).to_string(),
-                ),
+                ("retry-after-ms", retry_after_secs.saturating_mul(1000).to_string()),
             ];
             e
         }
@@ -262,18 +229,9 @@ pub(crate) struct Shaping {
 impl Shaping {
     pub(crate) fn from_fault(fault: Option<&Fault>) -> Self {
         match fault {
-            Some(Fault::SlowFirstByte(d)) => Shaping {
-                first_byte: Some(*d),
-                ..Shaping::default()
-            },
-            Some(Fault::SlowDeltas(d)) => Shaping {
-                deltas: Some(*d),
-                ..Shaping::default()
-            },
-            Some(Fault::CutAfterEvents(n)) => Shaping {
-                cut: Some(*n),
-                ..Shaping::default()
-            },
+            Some(Fault::SlowFirstByte(d)) => Shaping { first_byte: Some(*d), ..Shaping::default() },
+            Some(Fault::SlowDeltas(d)) => Shaping { deltas: Some(*d), ..Shaping::default() },
+            Some(Fault::CutAfterEvents(n)) => Shaping { cut: Some(*n), ..Shaping::default() },
             _ => Shaping::default(),
         }
     }
@@ -308,10 +266,7 @@ pub(crate) struct Ctx {
 }
 
 fn set_header(h: &mut HeaderMap, name: &str, value: &str) {
-    if let (Ok(n), Ok(v)) = (
-        HeaderName::from_bytes(name.as_bytes()),
-        HeaderValue::from_str(value),
-    ) {
+    if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) {
         h.insert(n, v);
     }
 }
@@ -431,11 +386,7 @@ impl Ctx {
         let Some(caller) = &self.caller else {
             return Ok(());
         };
-        match self
-            .state
-            .limiter
-            .admit(&caller.secret, tokens, Instant::now())
-        {
+        match self.state.limiter.admit(&caller.secret, tokens, Instant::now()) {
             Ok(s) => {
                 self.snapshot = Some(s);
                 Ok(())
@@ -465,11 +416,8 @@ async fn dispatch(AxState(state): AxState<Arc<State>>, req: Request) -> Response
     }
     let started = Instant::now();
     let (parts, body) = req.into_parts();
-    let accepts_gzip = parts
-        .headers
-        .get_all("accept-encoding")
-        .iter()
-        .any(|v| String::from_utf8_lossy(v.as_bytes()).contains("gzip"));
+    let accepts_gzip =
+        parts.headers.get_all("accept-encoding").iter().any(|v| String::from_utf8_lossy(v.as_bytes()).contains("gzip"));
     let auth = authenticate(&state, &parts.headers);
     let mut ctx = Ctx {
         seq: state.log.next_seq(),
@@ -500,11 +448,7 @@ async fn dispatch(AxState(state): AxState<Arc<State>>, req: Request) -> Response
         Err(_) => return ctx.fail(ApiError::bad_json().into()),
     };
     let parsed: Option<Result<Value, serde_json::Error>> =
-        if bytes.is_empty() && parts.method != Method::POST {
-            None
-        } else {
-            Some(serde_json::from_slice(&bytes))
-        };
+        if bytes.is_empty() && parts.method != Method::POST { None } else { Some(serde_json::from_slice(&bytes)) };
     let body_value = parsed.as_ref().and_then(|p| p.as_ref().ok()).cloned();
     ctx.facts = Facts::from_body(body_value, true);
     ctx.facts.body_bytes = bytes.len();
@@ -514,10 +458,7 @@ async fn dispatch(AxState(state): AxState<Arc<State>>, req: Request) -> Response
     };
     let fault = state.faults.pop(&caller.secret);
     let shaping = Shaping::from_fault(fault.as_ref());
-    let resp = match fault
-        .as_ref()
-        .and_then(|f| fault_error(&state, &caller, f, ctx.facts.model.as_deref()))
-    {
+    let resp = match fault.as_ref().and_then(|f| fault_error(&state, &caller, f, ctx.facts.model.as_deref())) {
         Some(err) => ctx.fail(err.into()),
         None => match serve(&mut ctx, &caller, route, parsed, bytes.len(), shaping).await {
             Ok(resp) => resp,
@@ -530,26 +471,18 @@ async fn dispatch(AxState(state): AxState<Arc<State>>, req: Request) -> Response
     resp
 }
 
-fn object_body(
-    parsed: Option<Result<Value, serde_json::Error>>,
-) -> Result<Map<String, Value>, Failure> {
+fn object_body(parsed: Option<Result<Value, serde_json::Error>>) -> Result<Map<String, Value>, Failure> {
     match parsed {
         Some(Ok(Value::Object(map))) => Ok(map),
-        Some(Ok(_)) => Err(ApiError::invalid_type(
-            "body",
-            "Invalid type for request body: expected an object.".to_owned(),
-        )
-        .into()),
+        Some(Ok(_)) => {
+            Err(ApiError::invalid_type("body", "Invalid type for request body: expected an object.".to_owned()).into())
+        }
         _ => Err(ApiError::bad_json().into()),
     }
 }
 
 fn query_param<'q>(query: &'q str, name: &str) -> Option<&'q str> {
-    query
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v)
+    query.split('&').filter_map(|kv| kv.split_once('=')).find(|(k, _)| *k == name).map(|(_, v)| v)
 }
 
 async fn serve(
@@ -597,9 +530,7 @@ async fn serve(
             let outcome = lock(&org.store).cancel(&id);
             match outcome {
                 CancelOutcome::Cancelled(v) => Ok(ctx.ok_json(&v, shaping)),
-                CancelOutcome::NotCancellable(status) => {
-                    Err(ApiError::cannot_cancel(&status).into())
-                }
+                CancelOutcome::NotCancellable(status) => Err(ApiError::cannot_cancel(&status).into()),
                 CancelOutcome::Missing => Err(ApiError::response_not_found(&id).into()),
             }
         }
@@ -617,10 +548,8 @@ async fn serve(
                     items.drain(..=pos);
                 }
             }
-            let limit = query_param(&ctx.query, "limit")
-                .and_then(|l| l.parse::<usize>().ok())
-                .unwrap_or(20)
-                .clamp(1, 100);
+            let limit =
+                query_param(&ctx.query, "limit").and_then(|l| l.parse::<usize>().ok()).unwrap_or(20).clamp(1, 100);
             let has_more = items.len() > limit;
             items.truncate(limit);
             let v = json!({
@@ -689,20 +618,13 @@ type Chunk = Result<Bytes, io::Error>;
 /// How long a cut body waits so that what was sent reaches the client before the abort.
 pub(crate) const FLUSH_GRACE: Duration = Duration::from_millis(50);
 
-fn receiver_stream(
-    rx: mpsc::Receiver<Chunk>,
-) -> impl futures::Stream<Item = Chunk> + Send + 'static {
-    futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    })
+fn receiver_stream(rx: mpsc::Receiver<Chunk>) -> impl futures::Stream<Item = Chunk> + Send + 'static {
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })
 }
 
 /// One SSE event: `event: <type>` and `data: <json>`.
 pub(crate) fn sse_event(event: &Value) -> Bytes {
-    let kind = event
-        .get("type")
-        .and_then(Value::as_str)
-        .unwrap_or("message");
+    let kind = event.get("type").and_then(Value::as_str).unwrap_or("message");
     Bytes::from(format!("event: {kind}\ndata: {event}\n\n"))
 }
 
@@ -735,17 +657,8 @@ async fn pump_responses(state: Arc<State>, plan: Plan, shaping: Shaping, tx: mps
     }
 }
 
-async fn pump_chat(
-    state: Arc<State>,
-    plan: chat::ChatPlan,
-    shaping: Shaping,
-    tx: mpsc::Sender<Chunk>,
-) {
-    let mut frames: Vec<Bytes> = plan
-        .chunks
-        .iter()
-        .map(|c| Bytes::from(format!("data: {c}\n\n")))
-        .collect();
+async fn pump_chat(state: Arc<State>, plan: chat::ChatPlan, shaping: Shaping, tx: mpsc::Sender<Chunk>) {
+    let mut frames: Vec<Bytes> = plan.chunks.iter().map(|c| Bytes::from(format!("data: {c}\n\n"))).collect();
     frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
     let total = frames.len();
     let mut open = true;

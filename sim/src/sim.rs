@@ -51,16 +51,11 @@ impl Sim {
             let shutdown = async move {
                 let _ = stopped.wait_for(|s| *s).await;
             };
-            if let Err(e) = axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-            {
+            if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
                 tracing::warn!(error = %e, "keymux-sim server stopped with an error");
             }
         });
-        Ok(Sim {
-            inner: Arc::new(Inner { state, addr, stop }),
-        })
+        Ok(Sim { inner: Arc::new(Inner { state, addr, stop }) })
     }
 
     /// `http://127.0.0.1:PORT/v1`.

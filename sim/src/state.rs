@@ -66,10 +66,7 @@ impl State {
         let mut keys = HashMap::new();
         for (index, spec) in config.orgs.iter().enumerate() {
             if orgs.iter().any(|o: &OrgState| o.id == spec.id) {
-                return Err(invalid(format!(
-                    "organization {} is configured twice",
-                    spec.id
-                )));
+                return Err(invalid(format!("organization {} is configured twice", spec.id)));
             }
             let mut secret = [0u8; 32];
             rand::thread_rng().fill_bytes(&mut secret);
@@ -82,15 +79,9 @@ impl State {
             });
             for key in &spec.keys {
                 if key.secret.is_empty() {
-                    return Err(invalid(format!(
-                        "organization {} has an empty key",
-                        spec.id
-                    )));
+                    return Err(invalid(format!("organization {} has an empty key", spec.id)));
                 }
-                let info = KeyInfo {
-                    org: index,
-                    auth: key.auth,
-                };
+                let info = KeyInfo { org: index, auth: key.auth };
                 if keys.insert(key.secret.clone(), info).is_some() {
                     return Err(invalid("a key secret is configured twice".to_owned()));
                 }
@@ -114,12 +105,7 @@ impl State {
 
     /// The ciphers of every organization except `index`.
     pub(crate) fn other_ciphers(&self, index: usize) -> Vec<&OrgCipher> {
-        self.orgs
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != index)
-            .map(|(_, o)| &o.cipher)
-            .collect()
+        self.orgs.iter().enumerate().filter(|(i, _)| *i != index).map(|(_, o)| &o.cipher).collect()
     }
 }
 

@@ -40,12 +40,8 @@ pub(crate) enum CancelOutcome {
 
 impl ResponseStore {
     pub(crate) fn insert(&mut self, id: String, stored: Stored) {
-        let size = stored.response.to_string().len()
-            + stored
-                .input_items
-                .iter()
-                .map(|i| i.to_string().len())
-                .sum::<usize>();
+        let size =
+            stored.response.to_string().len() + stored.input_items.iter().map(|i| i.to_string().len()).sum::<usize>();
         self.bytes += size;
         match self.map.insert(id.clone(), (stored, size)) {
             Some((_, old)) => self.bytes -= old,
@@ -96,10 +92,7 @@ impl ResponseStore {
         let Some((s, _)) = self.map.get_mut(id) else {
             return CancelOutcome::Missing;
         };
-        let status = s.response["status"]
-            .as_str()
-            .unwrap_or("completed")
-            .to_owned();
+        let status = s.response["status"].as_str().unwrap_or("completed").to_owned();
         if status == "in_progress" || status == "queued" {
             s.response["status"] = json!("cancelled");
             CancelOutcome::Cancelled(s.response.clone())
@@ -142,17 +135,10 @@ mod tests {
         s.response["status"] = json!("in_progress");
         store.insert("resp_1".into(), s);
         store.insert("resp_2".into(), stored(2));
-        assert!(
-            matches!(store.cancel("resp_1"), CancelOutcome::Cancelled(v) if v["status"] == "cancelled")
-        );
+        assert!(matches!(store.cancel("resp_1"), CancelOutcome::Cancelled(v) if v["status"] == "cancelled"));
         store.finish("resp_1", json!({"status": "completed"}));
-        assert_eq!(
-            store.get("resp_1").map(|s| s.response["status"].clone()),
-            Some(json!("cancelled"))
-        );
-        assert!(
-            matches!(store.cancel("resp_2"), CancelOutcome::NotCancellable(s) if s == "completed")
-        );
+        assert_eq!(store.get("resp_1").map(|s| s.response["status"].clone()), Some(json!("cancelled")));
+        assert!(matches!(store.cancel("resp_2"), CancelOutcome::NotCancellable(s) if s == "completed"));
         assert!(matches!(store.cancel("resp_3"), CancelOutcome::Missing));
     }
 }

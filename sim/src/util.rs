@@ -29,10 +29,7 @@ pub(crate) fn request_id() -> String {
 
 /// Seconds since the Unix epoch.
 pub(crate) fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
 /// Formats a duration the way OpenAI's rate-limit headers and messages do:

@@ -45,11 +45,7 @@ impl WsRegistry {
     /// Drops every open connection of `key` without a close frame.
     pub(crate) fn kill(&self, key: &str) -> usize {
         let mut open = lock(&self.open);
-        let ids: Vec<u64> = open
-            .iter()
-            .filter(|(_, (k, _))| k == key)
-            .map(|(id, _)| *id)
-            .collect();
+        let ids: Vec<u64> = open.iter().filter(|(_, (k, _))| k == key).map(|(id, _)| *id).collect();
         for id in &ids {
             if let Some((_, kill)) = open.remove(id) {
                 kill.notify_one();
@@ -88,11 +84,7 @@ pub(crate) async fn upgrade(mut ctx: Ctx, mut parts: Parts) -> Response {
         Ok(u) => u,
         Err(rejection) => {
             let resp = rejection.into_response();
-            ctx.log(
-                resp.status().as_u16(),
-                Some("websocket_upgrade_failed".into()),
-                true,
-            );
+            ctx.log(resp.status().as_u16(), Some("websocket_upgrade_failed".into()), true);
             return ctx.decorate(resp, false);
         }
     };
@@ -119,17 +111,9 @@ enum Outcome {
     Drop,
 }
 
-async fn session(
-    state: Arc<State>,
-    caller: Caller,
-    headers: Vec<(String, String)>,
-    mut socket: WebSocket,
-) {
+async fn session(state: Arc<State>, caller: Caller, headers: Vec<(String, String)>, mut socket: WebSocket) {
     let (id, kill) = state.ws.register(&caller.secret);
-    let _registration = Registration {
-        state: state.clone(),
-        id,
-    };
+    let _registration = Registration { state: state.clone(), id };
     let deadline = tokio::time::Instant::now() + state.ws_connection_limit;
     let mut last: Option<ConnectionLast> = None;
     loop {
@@ -145,10 +129,7 @@ async fn session(
                 let frame = err.ws_frame(&[]).to_string();
                 let _ = socket.send(Message::text(frame)).await;
                 let _ = socket
-                    .send(Message::Close(Some(CloseFrame {
-                        code: 1000,
-                        reason: "connection limit reached".into(),
-                    })))
+                    .send(Message::Close(Some(CloseFrame { code: 1000, reason: "connection limit reached".into() })))
                     .await;
                 return;
             }
@@ -229,34 +210,19 @@ async fn handle_frame(
     if let Some(d) = shaping.first_byte {
         tokio::time::sleep(d).await;
     }
-    let result = match fault
-        .as_ref()
-        .and_then(|f| fault_error(state, caller, f, facts.model.as_deref()))
-    {
+    let result = match fault.as_ref().and_then(|f| fault_error(state, caller, f, facts.model.as_deref())) {
         Some(err) => Err((err, true, Vec::new())),
         None => prepare(state, caller, parsed, text.len(), last.as_ref(), &mut facts),
     };
     let plan = match result {
         Ok(plan) => plan,
         Err((err, served, rate_headers)) => {
-            let mut frame_headers: Vec<(String, String)> = err
-                .headers
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), v.clone()))
-                .collect();
+            let mut frame_headers: Vec<(String, String)> =
+                err.headers.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
             if err.status.as_u16() == 429 && err.code.as_deref() == Some("rate_limit_exceeded") {
                 frame_headers.extend(rate_headers);
             }
-            log_frame(
-                state,
-                seq,
-                caller,
-                headers,
-                facts,
-                err.status.as_u16(),
-                Some(err.log_code()),
-                served,
-            );
+            log_frame(state, seq, caller, headers, facts, err.status.as_u16(), Some(err.log_code()), served);
             if !send_json(socket, &err.ws_frame(&frame_headers)).await {
                 return Outcome::Drop;
             }
@@ -309,10 +275,7 @@ fn prepare(
         other => {
             let err = ApiError::invalid_value(
                 "type",
-                format!(
-                    "Invalid value: '{}'. Supported values are: 'response.create'.",
-                    other.unwrap_or("")
-                ),
+                format!("Invalid value: '{}'. Supported values are: 'response.create'.", other.unwrap_or("")),
             );
             return Err((err, true, Vec::new()));
         }
@@ -331,11 +294,7 @@ fn prepare(
             r.requested,
             r.wait,
         );
-        let headers = snapshot
-            .headers()
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v))
-            .collect();
+        let headers = snapshot.headers().into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
         return Err((err, false, headers));
     }
     responses::plan(state, caller, &model, &body, last).map_err(|e| (e, true, Vec::new()))

@@ -7,8 +7,7 @@ use common::*;
 use keymux_sim::Sim;
 use serde_json::{json, Value};
 
-const WRONG_ORG: &str =
-    "Encrypted content organization_id did not match the target organization_id.";
+const WRONG_ORG: &str = "Encrypted content organization_id did not match the target organization_id.";
 const UNDECRYPTABLE: &str = "Could not decrypt encrypted content.";
 
 fn expected_invalid(id: &str, reason: &str) -> Value {
@@ -47,18 +46,10 @@ fn check_items(items: &Value) -> String {
     assert_eq!(item["type"], "reasoning");
     assert_eq!(item["summary"], json!([]));
     let id = item["id"].as_str().unwrap_or_default().to_owned();
-    assert!(
-        id.starts_with("rs_")
-            && id.len() == 3 + 48
-            && id[3..].bytes().all(|b| b.is_ascii_hexdigit()),
-        "{id}"
-    );
+    assert!(id.starts_with("rs_") && id.len() == 3 + 48 && id[3..].bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
     let token = item["encrypted_content"].as_str().unwrap_or_default();
     assert!(token.starts_with("gAAAAA"), "{token}");
-    let keys: Vec<&str> = item
-        .as_object()
-        .map(|m| m.keys().map(String::as_str).collect())
-        .unwrap_or_default();
+    let keys: Vec<&str> = item.as_object().map(|m| m.keys().map(String::as_str).collect()).unwrap_or_default();
     assert_eq!(keys, ["type", "id", "encrypted_content", "summary"]);
     id
 }
@@ -74,13 +65,7 @@ fn turn_two(assistant: Value, stream: bool) -> Value {
 #[tokio::test]
 async fn chat_reasoning_items_are_bound_to_the_organization() -> anyhow::Result<()> {
     let sim = Sim::start(two_orgs()).await?;
-    let r = post(
-        &sim,
-        "sk-a1",
-        "/chat/completions",
-        &chat_body(turn_one_messages(), false),
-    )
-    .await?;
+    let r = post(&sim, "sk-a1", "/chat/completions", &chat_body(turn_one_messages(), false)).await?;
     assert_eq!(r.status, 200);
     let message = r.body["choices"][0]["message"].clone();
     assert!(message["reasoning_content"].is_string());
@@ -107,41 +92,23 @@ async fn chat_reasoning_items_are_bound_to_the_organization() -> anyhow::Result<
         .rev()
         .find(|e| e.key.as_deref() == Some("sk-b1"))
         .map(|e| (e.status, e.error_code.clone()));
-    assert_eq!(
-        rejected,
-        Some((400, Some("invalid_encrypted_content".into())))
-    );
+    assert_eq!(rejected, Some((400, Some("invalid_encrypted_content".into()))));
 
     // A tampered token fails on the owning organization too.
     let mut tampered = message.clone();
-    let token = message["reasoning_items"][0]["encrypted_content"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    let token = message["reasoning_items"][0]["encrypted_content"].as_str().unwrap_or_default().to_owned();
     let mut bytes = token.into_bytes();
     let i = bytes.len() - 10;
     bytes[i] = if bytes[i] == b'x' { b'y' } else { b'x' };
     tampered["reasoning_items"][0]["encrypted_content"] = json!(String::from_utf8(bytes)?);
-    let t = post(
-        &sim,
-        "sk-a1",
-        "/chat/completions",
-        &turn_two(tampered, false),
-    )
-    .await?;
+    let t = post(&sim, "sk-a1", "/chat/completions", &turn_two(tampered, false)).await?;
     assert_eq!(t.status, 400);
     assert_eq!(t.body, expected_invalid(&rs_id, UNDECRYPTABLE));
 
     // A non-string token cannot be decrypted either.
     let mut numeric = message.clone();
     numeric["reasoning_items"][0]["encrypted_content"] = json!(42);
-    let n = post(
-        &sim,
-        "sk-a1",
-        "/chat/completions",
-        &turn_two(numeric, false),
-    )
-    .await?;
+    let n = post(&sim, "sk-a1", "/chat/completions", &turn_two(numeric, false)).await?;
     assert_eq!(n.status, 400);
     assert_eq!(n.body, expected_invalid(&rs_id, UNDECRYPTABLE));
     Ok(())
@@ -150,13 +117,7 @@ async fn chat_reasoning_items_are_bound_to_the_organization() -> anyhow::Result<
 #[tokio::test]
 async fn chat_encrypted_content_is_checked_anywhere_in_messages() -> anyhow::Result<()> {
     let sim = Sim::start(two_orgs()).await?;
-    let r = post(
-        &sim,
-        "sk-a1",
-        "/chat/completions",
-        &chat_body(turn_one_messages(), false),
-    )
-    .await?;
+    let r = post(&sim, "sk-a1", "/chat/completions", &chat_body(turn_one_messages(), false)).await?;
     let item = r.body["choices"][0]["message"]["reasoning_items"][0].clone();
     let rs_id = check_items(&r.body["choices"][0]["message"]["reasoning_items"]);
 
@@ -184,22 +145,17 @@ async fn chat_stream_puts_reasoning_items_on_the_finish_chunk() -> anyhow::Resul
     assert_eq!(events.last().map(|e| e.data.clone()), Some(json!("[DONE]")));
     let chunks: Vec<&Value> = events[..events.len() - 1].iter().map(|e| &e.data).collect();
 
-    let finish_at = chunks
-        .iter()
-        .position(|c| c["choices"][0]["finish_reason"].is_string());
-    let Some(finish_at) = finish_at else {
-        anyhow::bail!("no finish chunk")
-    };
+    let finish_at = chunks.iter().position(|c| c["choices"][0]["finish_reason"].is_string());
+    let Some(finish_at) = finish_at else { anyhow::bail!("no finish chunk") };
     assert_eq!(chunks[finish_at]["choices"][0]["finish_reason"], "stop");
     let carrying: Vec<usize> = chunks
         .iter()
         .enumerate()
         .filter(|(_, c)| {
             c.get("reasoning_items").is_some()
-                || c["choices"].as_array().is_some_and(|a| {
-                    a.iter()
-                        .any(|ch| ch["delta"].get("reasoning_items").is_some())
-                })
+                || c["choices"]
+                    .as_array()
+                    .is_some_and(|a| a.iter().any(|ch| ch["delta"].get("reasoning_items").is_some()))
         })
         .map(|(i, _)| i)
         .collect();
@@ -212,15 +168,10 @@ async fn chat_stream_puts_reasoning_items_on_the_finish_chunk() -> anyhow::Resul
     assert!(chunks[finish_at + 1]["usage"]["prompt_tokens"].is_u64());
 
     // The reasoning text is still streamed as before.
-    let reasoning: String = chunks
-        .iter()
-        .filter_map(|c| c["choices"][0]["delta"]["reasoning_content"].as_str())
-        .collect();
+    let reasoning: String =
+        chunks.iter().filter_map(|c| c["choices"][0]["delta"]["reasoning_content"].as_str()).collect();
     assert!(reasoning.starts_with("SIM-REASONING"), "{reasoning}");
-    let text: String = chunks
-        .iter()
-        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
-        .collect();
+    let text: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
 
     // Rebuilt the way a client accumulates deltas.
     let assistant = json!({
@@ -257,21 +208,12 @@ async fn chat_without_effort_has_no_reasoning_items() -> anyhow::Result<()> {
         let message = &r.body["choices"][0]["message"];
         assert!(message.get("reasoning_items").is_none(), "{effort:?}");
         // reasoning_content is unchanged: present unless the effort is "none".
-        assert_eq!(
-            message.get("reasoning_content").is_some(),
-            effort != Some(json!("none")),
-            "{effort:?}"
-        );
+        assert_eq!(message.get("reasoning_content").is_some(), effort != Some(json!("none")), "{effort:?}");
 
         body["stream"] = json!(true);
         body["stream_options"] = json!({"include_usage": true});
         let events = stream(&sim, "sk-a1", "/chat/completions", &body).await?;
-        assert!(
-            events
-                .iter()
-                .all(|e| !e.data.to_string().contains("reasoning_items")),
-            "{effort:?}"
-        );
+        assert!(events.iter().all(|e| !e.data.to_string().contains("reasoning_items")), "{effort:?}");
     }
     Ok(())
 }

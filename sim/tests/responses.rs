@@ -9,15 +9,11 @@ use common::*;
 use keymux_sim::{Fault, Limits, Sim, Transport};
 use serde_json::{json, Value};
 
-const WRONG_ORG: &str =
-    "Encrypted content organization_id did not match the target organization_id.";
+const WRONG_ORG: &str = "Encrypted content organization_id did not match the target organization_id.";
 
 /// Turn 1 on `key`; returns its input and the items the client keeps.
 async fn turn_one(sim: &Sim, key: &str) -> anyhow::Result<(Vec<Value>, Vec<Value>)> {
-    let input = vec![
-        developer("You are a helpful assistant."),
-        user("Say hello. This is turn one."),
-    ];
+    let input = vec![developer("You are a helpful assistant."), user("Say hello. This is turn one.")];
     let events = stream(sim, key, "/responses", &codex_body(input.clone())).await?;
     let items = done_items(&events);
     assert_eq!(items.len(), 2, "reasoning + message: {items:?}");
@@ -70,18 +66,9 @@ async fn reasoning_is_bound_to_the_organization() -> anyhow::Result<()> {
     assert_eq!(a.body["object"], "response");
 
     let log = sim.log();
-    let rejected = log
-        .iter()
-        .find(|e| e.key.as_deref() == Some("sk-b1"))
-        .map(|e| (e.status, e.error_code.clone(), e.org.clone()));
-    assert_eq!(
-        rejected,
-        Some((
-            400,
-            Some("invalid_encrypted_content".into()),
-            Some("org-b".into())
-        ))
-    );
+    let rejected =
+        log.iter().find(|e| e.key.as_deref() == Some("sk-b1")).map(|e| (e.status, e.error_code.clone(), e.org.clone()));
+    assert_eq!(rejected, Some((400, Some("invalid_encrypted_content".into()), Some("org-b".into()))));
     Ok(())
 }
 
@@ -91,10 +78,7 @@ async fn tampered_or_truncated_content_is_rejected() -> anyhow::Result<()> {
     let (input, items) = turn_one(&sim, "sk-a1").await?;
     let reasoning = items[0].clone();
     let rs_id = reasoning["id"].as_str().unwrap_or_default().to_owned();
-    let token = reasoning["encrypted_content"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    let token = reasoning["encrypted_content"].as_str().unwrap_or_default().to_owned();
 
     let mut bytes = token.clone().into_bytes();
     let i = bytes.len() - 10;
@@ -110,10 +94,7 @@ async fn tampered_or_truncated_content_is_rejected() -> anyhow::Result<()> {
         for key in ["sk-a1", "sk-b1"] {
             let r = post(&sim, key, "/responses", &codex_body(turn2.clone())).await?;
             assert_eq!(r.status, 400);
-            assert_eq!(
-                r.body,
-                expected_invalid(&rs_id, "Could not decrypt encrypted content.")
-            );
+            assert_eq!(r.body, expected_invalid(&rs_id, "Could not decrypt encrypted content."));
         }
     }
     Ok(())
@@ -136,9 +117,7 @@ async fn compaction_items_are_bound_to_the_organization() -> anyhow::Result<()> 
     assert_eq!(compaction["type"], "compaction");
     let cmp_id = compaction["id"].as_str().unwrap_or_default().to_owned();
     assert!(cmp_id.starts_with("cmp_") && cmp_id.len() == 4 + 48);
-    assert!(compaction["encrypted_content"]
-        .as_str()
-        .is_some_and(|t| t.starts_with("gAAAAA")));
+    assert!(compaction["encrypted_content"].as_str().is_some_and(|t| t.starts_with("gAAAAA")));
     assert!(c.body["usage"]["input_tokens"].as_u64().unwrap_or(0) > 0);
 
     // Compacting with another organization's reasoning fails like a create does.
@@ -176,8 +155,7 @@ async fn stored_responses_are_scoped_to_the_organization() -> anyhow::Result<()>
     assert_eq!(same_org.status, 200, "{}", same_org.body);
     assert_eq!(same_org.body["previous_response_id"], json!(id));
     assert!(
-        same_org.body["usage"]["input_tokens"].as_u64()
-            > first.body["usage"]["input_tokens"].as_u64(),
+        same_org.body["usage"]["input_tokens"].as_u64() > first.body["usage"]["input_tokens"].as_u64(),
         "the previous response counts as input"
     );
     let other_org = post(&sim, "sk-b1", "/responses", &follow).await?;
@@ -221,42 +199,23 @@ async fn stored_responses_are_scoped_to_the_organization() -> anyhow::Result<()>
     let cancel = format!("{path}/cancel");
     let c = post(&sim, "sk-a2", &cancel, &json!({})).await?;
     assert_eq!(c.status, 400);
-    assert_eq!(
-        c.body["error"]["message"],
-        "Cannot cancel a completed response."
-    );
+    assert_eq!(c.body["error"]["message"], "Cannot cancel a completed response.");
     let foreign = post(&sim, "sk-b1", &cancel, &json!({})).await?;
     assert_eq!((foreign.status, &foreign.body), (404, &not_found));
 
     let foreign = send(&sim, reqwest::Method::DELETE, Some("sk-b1"), &path, None).await?;
     assert_eq!((foreign.status, &foreign.body), (404, &not_found));
     let deleted = send(&sim, reqwest::Method::DELETE, Some("sk-a2"), &path, None).await?;
-    assert_eq!(
-        (deleted.status, deleted.body),
-        (
-            200,
-            json!({"id": id, "object": "response.deleted", "deleted": true})
-        )
-    );
+    assert_eq!((deleted.status, deleted.body), (200, json!({"id": id, "object": "response.deleted", "deleted": true})));
     let gone = get(&sim, "sk-a1", &path).await?;
     assert_eq!((gone.status, &gone.body), (404, &not_found));
 
     // store:false responses are not kept.
-    let unstored = post(
-        &sim,
-        "sk-a1",
-        "/responses",
-        &json!({"model": "gpt-5.5", "input": "hi", "store": false}),
-    )
-    .await?;
+    let unstored =
+        post(&sim, "sk-a1", "/responses", &json!({"model": "gpt-5.5", "input": "hi", "store": false})).await?;
     let uid = unstored.body["id"].as_str().unwrap_or_default();
-    let r = post(
-        &sim,
-        "sk-a1",
-        "/responses",
-        &json!({"model": "gpt-5.5", "input": "hi", "previous_response_id": uid}),
-    )
-    .await?;
+    let r = post(&sim, "sk-a1", "/responses", &json!({"model": "gpt-5.5", "input": "hi", "previous_response_id": uid}))
+        .await?;
     assert_eq!(r.status, 400);
     assert_eq!(r.body["error"]["code"], "previous_response_not_found");
     Ok(())
@@ -269,12 +228,7 @@ async fn cancel_works_while_a_stored_stream_is_in_progress() -> anyhow::Result<(
     sim.inject("sk-a1", Fault::SlowDeltas(Duration::from_millis(100)));
     let mut body = codex_body(vec![user("slow")]);
     body["store"] = json!(true);
-    let resp = client()
-        .post(format!("{}/responses", sim.base_url()))
-        .bearer_auth("sk-a1")
-        .json(&body)
-        .send()
-        .await?;
+    let resp = client().post(format!("{}/responses", sim.base_url())).bearer_auth("sk-a1").json(&body).send().await?;
     let mut bytes = resp.bytes_stream();
     let mut buf = String::new();
     while !buf.contains("\n\n") {
@@ -283,15 +237,9 @@ async fn cancel_works_while_a_stored_stream_is_in_progress() -> anyhow::Result<(
         };
         buf.push_str(std::str::from_utf8(&chunk?)?);
     }
-    let data = buf
-        .lines()
-        .find_map(|l| l.strip_prefix("data: "))
-        .unwrap_or("{}");
+    let data = buf.lines().find_map(|l| l.strip_prefix("data: ")).unwrap_or("{}");
     let created: Value = serde_json::from_str(data)?;
-    let id = created["response"]["id"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    let id = created["response"]["id"].as_str().unwrap_or_default().to_owned();
     let path = format!("/responses/{id}");
     let during = get(&sim, "sk-a2", &path).await?;
     assert_eq!(during.body["status"], "in_progress");
@@ -325,34 +273,24 @@ async fn prompt_cache_is_shared_within_an_organization_only() -> anyhow::Result<
     let floor = t1 / 128 * 128;
 
     let same_key = stream(&sim, "sk-a1", "/responses", &codex_body(turn2.clone())).await?;
-    let cached = completed(&same_key)?["usage"]["input_tokens_details"]["cached_tokens"]
-        .as_u64()
-        .unwrap_or(0);
+    let cached = completed(&same_key)?["usage"]["input_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0);
     assert!(cached >= floor, "cached {cached} < {floor}");
     assert_eq!(cached % 128, 0);
 
     let other_key = stream(&sim, "sk-a2", "/responses", &codex_body(turn2.clone())).await?;
     let r = completed(&other_key)?;
-    let cached = r["usage"]["input_tokens_details"]["cached_tokens"]
-        .as_u64()
-        .unwrap_or(0);
+    let cached = r["usage"]["input_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0);
     assert!(cached >= floor, "same org, other key: {cached} < {floor}");
     assert!(cached <= r["usage"]["input_tokens"].as_u64().unwrap_or(0));
 
     let other_org = stream(&sim, "sk-b1", "/responses", &codex_body(input.clone())).await?;
-    assert_eq!(
-        completed(&other_org)?["usage"]["input_tokens_details"]["cached_tokens"],
-        0
-    );
+    assert_eq!(completed(&other_org)?["usage"]["input_tokens_details"]["cached_tokens"], 0);
 
     // A different prompt_cache_key does not share entries.
     let mut other_key_body = codex_body(input);
     other_key_body["prompt_cache_key"] = json!("another-session");
     let e = stream(&sim, "sk-a1", "/responses", &other_key_body).await?;
-    assert_eq!(
-        completed(&e)?["usage"]["input_tokens_details"]["cached_tokens"],
-        0
-    );
+    assert_eq!(completed(&e)?["usage"]["input_tokens_details"]["cached_tokens"], 0);
 
     // Below 1024 tokens nothing is cached.
     let short = codex_body(vec![developer(&big_prompt(2000)), user("hi")]);
@@ -369,11 +307,7 @@ async fn prompt_cache_is_shared_within_an_organization_only() -> anyhow::Result<
 
 #[tokio::test]
 async fn rate_limits_apply_per_key_and_window() -> anyhow::Result<()> {
-    let limits = Limits {
-        requests: 2,
-        tokens: 1_000_000,
-        window: Duration::from_secs(1),
-    };
+    let limits = Limits { requests: 2, tokens: 1_000_000, window: Duration::from_secs(1) };
     let sim = Sim::start(two_orgs().limits(limits)).await?;
     let body = json!({"model": "gpt-5.5", "input": "hi", "store": false});
     let first = post(&sim, "sk-a1", "/responses", &body).await?;
@@ -391,10 +325,7 @@ async fn rate_limits_apply_per_key_and_window() -> anyhow::Result<()> {
     let retry_ms: u64 = third.header("retry-after-ms").unwrap_or("").parse()?;
     assert!(retry_ms > 0 && retry_ms <= 1000, "{retry_ms}");
     assert_eq!(third.header("x-ratelimit-remaining-requests"), Some("0"));
-    let remaining_tokens: u64 = third
-        .header("x-ratelimit-remaining-tokens")
-        .unwrap_or("")
-        .parse()?;
+    let remaining_tokens: u64 = third.header("x-ratelimit-remaining-tokens").unwrap_or("").parse()?;
     assert!(remaining_tokens < 1_000_000 && remaining_tokens > 999_000);
     let reset = third.header("x-ratelimit-reset-requests").unwrap_or("");
     assert!(reset.ends_with("ms") || reset.ends_with('s'), "{reset}");
@@ -424,11 +355,7 @@ async fn rate_limits_apply_per_key_and_window() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn token_limits_refuse_with_type_tokens() -> anyhow::Result<()> {
-    let limits = Limits {
-        requests: 100,
-        tokens: 50,
-        window: Duration::from_secs(30),
-    };
+    let limits = Limits { requests: 100, tokens: 50, window: Duration::from_secs(30) };
     let sim = Sim::start(two_orgs().limits(limits)).await?;
     let body = json!({"model": "gpt-5.5", "input": "x".repeat(120)});
     assert_eq!(post(&sim, "sk-a1", "/responses", &body).await?.status, 200);
@@ -443,13 +370,7 @@ async fn token_limits_refuse_with_type_tokens() -> anyhow::Result<()> {
 #[tokio::test]
 async fn sse_sequence_is_complete_and_ordered() -> anyhow::Result<()> {
     let sim = Sim::start(two_orgs()).await?;
-    let events = stream(
-        &sim,
-        "sk-a1",
-        "/responses",
-        &codex_body(vec![user("Say hello. This is turn one.")]),
-    )
-    .await?;
+    let events = stream(&sim, "sk-a1", "/responses", &codex_body(vec![user("Say hello. This is turn one.")])).await?;
     let kinds: Vec<&str> = events.iter().map(Event::kind).collect();
     let mut expected = vec![
         "response.created",
@@ -483,10 +404,7 @@ async fn sse_sequence_is_complete_and_ordered() -> anyhow::Result<()> {
         .filter(|e| e.kind() == "response.output_text.delta")
         .filter_map(|e| e.data["delta"].as_str())
         .collect();
-    assert!(
-        deltas.starts_with("SIM-REPLY #1 from org-a: Say hello. This is turn one."),
-        "{deltas}"
-    );
+    assert!(deltas.starts_with("SIM-REPLY #1 from org-a: Say hello. This is turn one."), "{deltas}");
     let r = completed(&events)?;
     assert_eq!(r["status"], "completed");
     assert_eq!(r["model"], "gpt-5.5");
@@ -495,15 +413,9 @@ async fn sse_sequence_is_complete_and_ordered() -> anyhow::Result<()> {
     assert_eq!(r["output"][1]["content"][0]["text"], json!(deltas));
     assert_eq!(r["output"], json!(done_items(&events)));
     let usage = &r["usage"];
-    let total =
-        usage["input_tokens"].as_u64().unwrap_or(0) + usage["output_tokens"].as_u64().unwrap_or(0);
+    let total = usage["input_tokens"].as_u64().unwrap_or(0) + usage["output_tokens"].as_u64().unwrap_or(0);
     assert_eq!(usage["total_tokens"], json!(total));
-    assert!(
-        usage["output_tokens_details"]["reasoning_tokens"]
-            .as_u64()
-            .unwrap_or(0)
-            > 0
-    );
+    assert!(usage["output_tokens_details"]["reasoning_tokens"].as_u64().unwrap_or(0) > 0);
 
     // Without include there is no encrypted_content; with effort none there is no reasoning.
     let mut body = codex_body(vec![user("plain")]);
@@ -523,9 +435,7 @@ async fn sse_sequence_is_complete_and_ordered() -> anyhow::Result<()> {
     assert_eq!(j.status, 200);
     assert_eq!(j.body["status"], "completed");
     assert_eq!(j.body["output"].as_array().map(Vec::len), Some(2));
-    assert!(j
-        .header("content-type")
-        .is_some_and(|c| c.starts_with("application/json")));
+    assert!(j.header("content-type").is_some_and(|c| c.starts_with("application/json")));
     Ok(())
 }
 
@@ -558,29 +468,14 @@ async fn error_faults_answer_with_openai_errors() -> anyhow::Result<()> {
     );
     assert_eq!(r.header("openai-organization"), Some("org-a"));
 
-    sim.inject(
-        "sk-a1",
-        Fault::Status503 {
-            retry_after_secs: Some(2),
-        },
-    );
-    sim.inject(
-        "sk-a1",
-        Fault::Status503 {
-            retry_after_secs: None,
-        },
-    );
+    sim.inject("sk-a1", Fault::Status503 { retry_after_secs: Some(2) });
+    sim.inject("sk-a1", Fault::Status503 { retry_after_secs: None });
     let r = post(&sim, "sk-a1", "/responses", &body).await?;
     assert_eq!((r.status, r.header("retry-after")), (503, Some("2")));
     let r = post(&sim, "sk-a1", "/responses", &body).await?;
     assert_eq!((r.status, r.header("retry-after")), (503, None));
 
-    sim.inject(
-        "sk-a1",
-        Fault::RateLimited {
-            retry_after_secs: 3,
-        },
-    );
+    sim.inject("sk-a1", Fault::RateLimited { retry_after_secs: 3 });
     let r = post(&sim, "sk-a1", "/responses", &body).await?;
     assert_eq!(r.status, 429);
     assert_eq!(r.header("retry-after"), Some("3"));
@@ -592,10 +487,7 @@ async fn error_faults_answer_with_openai_errors() -> anyhow::Result<()> {
     assert_eq!(r.status, 401);
     assert_eq!(r.body["error"]["code"], "invalid_api_key");
     let msg = r.body["error"]["message"].as_str().unwrap_or("");
-    assert!(
-        msg.starts_with("Incorrect API key provided: sk***."),
-        "{msg}"
-    );
+    assert!(msg.starts_with("Incorrect API key provided: sk***."), "{msg}");
 
     sim.inject("sk-a1", Fault::InsufficientQuota);
     let r = post(&sim, "sk-a1", "/responses", &body).await?;
@@ -603,20 +495,17 @@ async fn error_faults_answer_with_openai_errors() -> anyhow::Result<()> {
     assert_eq!(r.body["error"]["type"], "insufficient_quota");
     assert_eq!(r.body["error"]["code"], "insufficient_quota");
     assert!(r.header("retry-after").is_none());
-    assert!(r.body["error"]["message"]
-        .as_str()
-        .is_some_and(|m| m.starts_with(
-            "You exceeded your current quota, please check your plan and billing details."
-        )));
+    assert!(
+        r.body["error"]["message"].as_str().is_some_and(
+            |m| m.starts_with("You exceeded your current quota, please check your plan and billing details.")
+        )
+    );
 
     sim.inject("sk-a1", Fault::ModelNotFound);
     let r = post(&sim, "sk-a1", "/responses", &body).await?;
     assert_eq!(r.status, 404);
     assert_eq!(r.body["error"]["code"], "model_not_found");
-    assert_eq!(
-        r.body["error"]["message"],
-        "The model `gpt-5.5` does not exist or you do not have access to it."
-    );
+    assert_eq!(r.body["error"]["message"], "The model `gpt-5.5` does not exist or you do not have access to it.");
 
     // Faults are per key, and a queue drains: the next request is served.
     sim.inject("sk-a2", Fault::Status500);
@@ -658,13 +547,7 @@ async fn cut_after_events_ends_the_stream_abruptly() -> anyhow::Result<()> {
     assert!(resp.bytes().await.is_err());
 
     // The next request is whole again.
-    let events = stream(
-        &sim,
-        "sk-a1",
-        "/responses",
-        &codex_body(vec![user("whole")]),
-    )
-    .await?;
+    let events = stream(&sim, "sk-a1", "/responses", &codex_body(vec![user("whole")])).await?;
     assert!(completed(&events).is_ok());
     Ok(())
 }
@@ -680,11 +563,7 @@ async fn slow_first_byte_delays_the_headers() -> anyhow::Result<()> {
         .json(&codex_body(vec![user("slow start")]))
         .send()
         .await?;
-    assert!(
-        t.elapsed() >= Duration::from_millis(400),
-        "{:?}",
-        t.elapsed()
-    );
+    assert!(t.elapsed() >= Duration::from_millis(400), "{:?}", t.elapsed());
     let (events, clean) = read_sse(resp).await?;
     assert!(clean && completed(&events).is_ok());
     let t = Instant::now();
@@ -696,28 +575,14 @@ async fn slow_first_byte_delays_the_headers() -> anyhow::Result<()> {
 #[tokio::test]
 async fn every_answer_carries_the_openai_headers() -> anyhow::Result<()> {
     let sim = Sim::start(two_orgs()).await?;
-    let ok = post(
-        &sim,
-        "sk-a1",
-        "/responses",
-        &json!({"model": "gpt-5.5", "input": "hi"}),
-    )
-    .await?;
-    let bad = post(
-        &sim,
-        "sk-b1",
-        "/responses",
-        &json!({"model": "nope", "input": "hi"}),
-    )
-    .await?;
+    let ok = post(&sim, "sk-a1", "/responses", &json!({"model": "gpt-5.5", "input": "hi"})).await?;
+    let bad = post(&sim, "sk-b1", "/responses", &json!({"model": "nope", "input": "hi"})).await?;
     assert_eq!(bad.status, 404);
     assert_eq!(bad.body["error"]["code"], "model_not_found");
     for a in [&ok, &bad] {
         let rid = a.header("x-request-id").unwrap_or("");
         assert!(rid.starts_with("req_") && rid.len() == 36, "{rid}");
-        assert!(a
-            .header("openai-processing-ms")
-            .is_some_and(|v| v.parse::<u64>().is_ok()));
+        assert!(a.header("openai-processing-ms").is_some_and(|v| v.parse::<u64>().is_ok()));
         for h in [
             "x-ratelimit-limit-requests",
             "x-ratelimit-limit-tokens",
@@ -732,20 +597,11 @@ async fn every_answer_carries_the_openai_headers() -> anyhow::Result<()> {
     assert_eq!(ok.header("openai-organization"), Some("org-a"));
     assert_eq!(bad.header("openai-organization"), Some("org-b"));
 
-    let missing = send(
-        &sim,
-        reqwest::Method::POST,
-        None,
-        "/responses",
-        Some(&json!({})),
-    )
-    .await?;
+    let missing = send(&sim, reqwest::Method::POST, None, "/responses", Some(&json!({}))).await?;
     assert_eq!(missing.status, 401);
     assert!(missing.header("openai-organization").is_none());
     assert!(missing.header("x-ratelimit-limit-requests").is_some());
-    assert!(missing.body["error"]["message"]
-        .as_str()
-        .is_some_and(|m| m.starts_with("You didn't provide an API key.")));
+    assert!(missing.body["error"]["message"].as_str().is_some_and(|m| m.starts_with("You didn't provide an API key.")));
 
     let wrong = post(&sim, "sk-wrong-key-123", "/responses", &json!({})).await?;
     assert_eq!(wrong.status, 401);
@@ -766,31 +622,18 @@ async fn every_answer_carries_the_openai_headers() -> anyhow::Result<()> {
     assert_eq!(resp.status(), 400);
     let v: Value = resp.json().await?;
     assert_eq!(v["error"]["type"], "invalid_request_error");
-    assert!(v["error"]["message"]
-        .as_str()
-        .is_some_and(|m| m.contains("could not parse the JSON body")));
+    assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("could not parse the JSON body")));
 
     let log = sim.log();
     assert!(log.windows(2).all(|w| w[0].seq < w[1].seq));
     let first = &log[0];
     assert_eq!(first.transport, Transport::Http);
-    assert_eq!(
-        (first.method.as_str(), first.path.as_str()),
-        ("POST", "/v1/responses")
-    );
+    assert_eq!((first.method.as_str(), first.path.as_str()), ("POST", "/v1/responses"));
     assert_eq!(first.key.as_deref(), Some("sk-a1"));
     assert_eq!(first.model.as_deref(), Some("gpt-5.5"));
-    assert_eq!(
-        first.body.as_ref().map(|b| b["input"].clone()),
-        Some(json!("hi"))
-    );
-    assert!(first
-        .headers
-        .iter()
-        .any(|(k, v)| k == "authorization" && v == "<redacted>"));
-    assert!(log
-        .iter()
-        .all(|e| e.headers.iter().all(|(_, v)| !v.contains("sk-a1"))));
+    assert_eq!(first.body.as_ref().map(|b| b["input"].clone()), Some(json!("hi")));
+    assert!(first.headers.iter().any(|(k, v)| k == "authorization" && v == "<redacted>"));
+    assert!(log.iter().all(|e| e.headers.iter().all(|(_, v)| !v.contains("sk-a1"))));
     let unknown = log.iter().find(|e| e.status == 401).map(|e| e.key.clone());
     assert_eq!(unknown, Some(None));
     Ok(())

@@ -31,59 +31,33 @@ async fn chat_completions_stream_with_usage_and_cache() -> anyhow::Result<()> {
     assert_eq!(events.last().map(|e| e.data.clone()), Some(json!("[DONE]")));
     assert!(events.iter().all(|e| e.name.is_none()));
     let chunks: Vec<&Value> = events[..events.len() - 1].iter().map(|e| &e.data).collect();
-    assert!(chunks
-        .iter()
-        .all(|c| c["object"] == "chat.completion.chunk"));
+    assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk"));
     assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
-    let text: String = chunks
-        .iter()
-        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
-        .collect();
-    assert!(
-        text.starts_with("SIM-REPLY #1 from org-a: Say hello."),
-        "{text}"
-    );
-    let reasoning: String = chunks
-        .iter()
-        .filter_map(|c| c["choices"][0]["delta"]["reasoning_content"].as_str())
-        .collect();
+    let text: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    assert!(text.starts_with("SIM-REPLY #1 from org-a: Say hello."), "{text}");
+    let reasoning: String =
+        chunks.iter().filter_map(|c| c["choices"][0]["delta"]["reasoning_content"].as_str()).collect();
     assert!(!reasoning.is_empty());
-    let finish = chunks
-        .iter()
-        .find_map(|c| c["choices"][0]["finish_reason"].as_str());
+    let finish = chunks.iter().find_map(|c| c["choices"][0]["finish_reason"].as_str());
     assert_eq!(finish, Some("stop"));
     let usage_chunk = chunks[chunks.len() - 1];
     assert_eq!(usage_chunk["choices"], json!([]));
     let prompt_tokens = usage_chunk["usage"]["prompt_tokens"].as_u64().unwrap_or(0);
     assert!(prompt_tokens > 2900, "{prompt_tokens}");
-    assert_eq!(
-        usage_chunk["usage"]["prompt_tokens_details"]["cached_tokens"],
-        0
-    );
+    assert_eq!(usage_chunk["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
 
     // Turn 2 replays the assistant message with reasoning_content: the prefix is cached.
     let mut turn2 = body.clone();
     if let Some(messages) = turn2["messages"].as_array_mut() {
-        messages
-            .push(json!({"role": "assistant", "content": text, "reasoning_content": reasoning}));
-        messages.push(
-            json!({"role": "user", "content": [{"type": "text", "text": "Now say goodbye."}]}),
-        );
+        messages.push(json!({"role": "assistant", "content": text, "reasoning_content": reasoning}));
+        messages.push(json!({"role": "user", "content": [{"type": "text", "text": "Now say goodbye."}]}));
     }
     let events = stream(&sim, "sk-a2", "/chat/completions", &turn2).await?;
     let usage = &events[events.len() - 2].data["usage"];
-    let cached = usage["prompt_tokens_details"]["cached_tokens"]
-        .as_u64()
-        .unwrap_or(0);
-    assert!(
-        cached >= prompt_tokens / 128 * 128,
-        "{cached} vs {prompt_tokens}"
-    );
+    let cached = usage["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0);
+    assert!(cached >= prompt_tokens / 128 * 128, "{cached} vs {prompt_tokens}");
     let events = stream(&sim, "sk-b1", "/chat/completions", &turn2).await?;
-    assert_eq!(
-        events[events.len() - 2].data["usage"]["prompt_tokens_details"]["cached_tokens"],
-        0
-    );
+    assert_eq!(events[events.len() - 2].data["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
 
     // Without include_usage there is no usage chunk.
     let mut plain = body.clone();
@@ -99,45 +73,27 @@ async fn chat_completions_stream_with_usage_and_cache() -> anyhow::Result<()> {
     assert_eq!(r.body["object"], "chat.completion");
     let message = &r.body["choices"][0]["message"];
     assert_eq!(message["role"], "assistant");
-    assert!(message["content"]
-        .as_str()
-        .is_some_and(|c| c.starts_with("SIM-REPLY")));
+    assert!(message["content"].as_str().is_some_and(|c| c.starts_with("SIM-REPLY")));
     assert!(message["reasoning_content"].is_string());
-    assert!(
-        r.body["usage"]["prompt_tokens_details"]["cached_tokens"]
-            .as_u64()
-            .unwrap_or(0)
-            > 0
-    );
+    assert!(r.body["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0) > 0);
     Ok(())
 }
 
 #[tokio::test]
 async fn embeddings_are_deterministic() -> anyhow::Result<()> {
     let sim = Sim::start(two_orgs()).await?;
-    let one = post(
-        &sim,
-        "sk-a1",
-        "/embeddings",
-        &json!({"model": "text-embedding-3-small", "input": "hello world"}),
-    )
-    .await?;
+    let one =
+        post(&sim, "sk-a1", "/embeddings", &json!({"model": "text-embedding-3-small", "input": "hello world"})).await?;
     assert_eq!(one.status, 200);
     assert_eq!(one.body["object"], "list");
     assert_eq!(one.body["model"], "text-embedding-3-small");
-    let v = one.body["data"][0]["embedding"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
+    let v = one.body["data"][0]["embedding"].as_array().cloned().unwrap_or_default();
     assert_eq!(v.len(), 8);
     assert_eq!(one.body["data"][0]["object"], "embedding");
     let norm: f64 = v.iter().filter_map(Value::as_f64).map(|x| x * x).sum();
     assert!((norm - 1.0).abs() < 1e-3);
     assert!(one.body["usage"]["prompt_tokens"].as_u64().unwrap_or(0) > 0);
-    assert_eq!(
-        one.body["usage"]["prompt_tokens"],
-        one.body["usage"]["total_tokens"]
-    );
+    assert_eq!(one.body["usage"]["prompt_tokens"], one.body["usage"]["total_tokens"]);
 
     let many = post(
         &sim,
@@ -161,13 +117,7 @@ async fn embeddings_are_deterministic() -> anyhow::Result<()> {
     .await?;
     assert!(b64.body["data"][0]["embedding"].is_string());
 
-    let missing = post(
-        &sim,
-        "sk-a1",
-        "/embeddings",
-        &json!({"model": "text-embedding-3-small"}),
-    )
-    .await?;
+    let missing = post(&sim, "sk-a1", "/embeddings", &json!({"model": "text-embedding-3-small"})).await?;
     assert_eq!(missing.status, 400);
     assert_eq!(missing.body["error"]["code"], "missing_required_parameter");
     Ok(())
@@ -179,18 +129,13 @@ async fn models_and_unknown_paths() -> anyhow::Result<()> {
     let list = get(&sim, "sk-a1", "/models").await?;
     assert_eq!(list.status, 200);
     assert_eq!(list.body["object"], "list");
-    let ids: Vec<&str> = list.body["data"]
-        .as_array()
-        .map(|a| a.iter().filter_map(|m| m["id"].as_str()).collect())
-        .unwrap_or_default();
+    let ids: Vec<&str> =
+        list.body["data"].as_array().map(|a| a.iter().filter_map(|m| m["id"].as_str()).collect()).unwrap_or_default();
     for m in ["gpt-5.5", "gpt-5.5-mini", "text-embedding-3-small"] {
         assert!(ids.contains(&m), "{m} missing from {ids:?}");
     }
     let one = get(&sim, "sk-a1", "/models/gpt-5.5").await?;
-    assert_eq!(
-        (one.status, one.body["object"].clone()),
-        (200, json!("model"))
-    );
+    assert_eq!((one.status, one.body["object"].clone()), (200, json!("model")));
     let none = get(&sim, "sk-a1", "/models/gpt-0").await?;
     assert_eq!(none.status, 404);
     assert_eq!(none.body["error"]["code"], "model_not_found");
@@ -208,13 +153,7 @@ async fn models_and_unknown_paths() -> anyhow::Result<()> {
                              "type": "invalid_request_error", "param": null, "code": null}})
         );
     }
-    let r = post(
-        &sim,
-        "sk-a1",
-        "/responses",
-        &json!({"model": "gpt-9", "input": "x"}),
-    )
-    .await?;
+    let r = post(&sim, "sk-a1", "/responses", &json!({"model": "gpt-9", "input": "x"})).await?;
     assert_eq!(
         r.body,
         json!({"error": {"message": "The model `gpt-9` does not exist or you do not have access to it.",
@@ -222,10 +161,7 @@ async fn models_and_unknown_paths() -> anyhow::Result<()> {
     );
     assert_eq!(r.status, 404);
     let r = post(&sim, "sk-a1", "/responses", &json!({"input": "x"})).await?;
-    assert_eq!(
-        (r.status, r.body["error"]["param"].clone()),
-        (400, json!("model"))
-    );
+    assert_eq!((r.status, r.body["error"]["param"].clone()), (400, json!("model")));
     Ok(())
 }
 
@@ -242,11 +178,7 @@ async fn gzip_is_used_when_enabled_and_accepted() -> anyhow::Result<()> {
             .json(&body)
             .send()
             .await?;
-        let encoding = resp
-            .headers()
-            .get("content-encoding")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+        let encoding = resp.headers().get("content-encoding").and_then(|v| v.to_str().ok()).map(str::to_owned);
         let bytes = resp.bytes().await?;
         let text = if enabled {
             assert_eq!(encoding.as_deref(), Some("gzip"));
@@ -261,20 +193,11 @@ async fn gzip_is_used_when_enabled_and_accepted() -> anyhow::Result<()> {
         assert_eq!(v["status"], "completed");
 
         // Not accepted: plain body.
-        let resp = raw
-            .post(format!("{}/responses", sim.base_url()))
-            .bearer_auth("sk-a1")
-            .json(&body)
-            .send()
-            .await?;
+        let resp = raw.post(format!("{}/responses", sim.base_url())).bearer_auth("sk-a1").json(&body).send().await?;
         assert!(resp.headers().get("content-encoding").is_none());
         // A gzip-capable client decodes it transparently.
-        let decoded = client()
-            .post(format!("{}/responses", sim.base_url()))
-            .bearer_auth("sk-a1")
-            .json(&body)
-            .send()
-            .await?;
+        let decoded =
+            client().post(format!("{}/responses", sim.base_url())).bearer_auth("sk-a1").json(&body).send().await?;
         let v: Value = decoded.json().await?;
         assert_eq!(v["object"], "response");
     }
@@ -286,42 +209,19 @@ async fn azure_keys_use_the_api_key_header_only() -> anyhow::Result<()> {
     let sim = Sim::start(two_orgs().azure_org("org-c", &["azkey1"])).await?;
     let body = json!({"model": "gpt-5.5", "input": "hi"});
     let url = format!("{}/responses", sim.base_url());
-    let ok = client()
-        .post(&url)
-        .header("api-key", "azkey1")
-        .json(&body)
-        .send()
-        .await?;
+    let ok = client().post(&url).header("api-key", "azkey1").json(&body).send().await?;
     assert_eq!(ok.status(), 200);
-    assert_eq!(
-        ok.headers()
-            .get("openai-organization")
-            .and_then(|v| v.to_str().ok()),
-        Some("org-c")
-    );
-    let bearer_azure = client()
-        .post(&url)
-        .bearer_auth("azkey1")
-        .json(&body)
-        .send()
-        .await?;
+    assert_eq!(ok.headers().get("openai-organization").and_then(|v| v.to_str().ok()), Some("org-c"));
+    let bearer_azure = client().post(&url).bearer_auth("azkey1").json(&body).send().await?;
     assert_eq!(bearer_azure.status(), 401);
     let v: Value = bearer_azure.json().await?;
     assert_eq!(v["error"]["code"], "invalid_api_key");
-    let header_bearer = client()
-        .post(&url)
-        .header("api-key", "sk-a1")
-        .json(&body)
-        .send()
-        .await?;
+    let header_bearer = client().post(&url).header("api-key", "sk-a1").json(&body).send().await?;
     assert_eq!(header_bearer.status(), 401);
     let log = sim.log();
     assert_eq!(log[0].key.as_deref(), Some("azkey1"));
     assert_eq!(log[0].org.as_deref(), Some("org-c"));
-    assert!(log[0]
-        .headers
-        .iter()
-        .any(|(k, v)| k == "api-key" && v == "<redacted>"));
+    assert!(log[0].headers.iter().any(|(k, v)| k == "api-key" && v == "<redacted>"));
     assert_eq!(sim.count_by_key().get("azkey1"), Some(&1));
     assert_eq!(sim.count_by_key().get("sk-a1"), None);
     Ok(())
@@ -338,13 +238,7 @@ async fn control_surface_over_http() -> anyhow::Result<()> {
         .send()
         .await?;
     assert_eq!(r.status(), 200);
-    let a = post(
-        &sim,
-        "sk-a1",
-        "/responses",
-        &json!({"model": "gpt-5.5", "input": "x"}),
-    )
-    .await?;
+    let a = post(&sim, "sk-a1", "/responses", &json!({"model": "gpt-5.5", "input": "x"})).await?;
     assert_eq!((a.status, a.header("retry-after")), (503, Some("1")));
 
     c.post(format!("{root}/__sim/faults"))
@@ -352,28 +246,12 @@ async fn control_surface_over_http() -> anyhow::Result<()> {
         .send()
         .await?;
     c.post(format!("{root}/__sim/faults/clear")).send().await?;
-    let a = post(
-        &sim,
-        "sk-a1",
-        "/responses",
-        &json!({"model": "gpt-5.5", "input": "x"}),
-    )
-    .await?;
+    let a = post(&sim, "sk-a1", "/responses", &json!({"model": "gpt-5.5", "input": "x"})).await?;
     assert_eq!(a.status, 200);
 
-    let counts: Value = c
-        .get(format!("{root}/__sim/counts"))
-        .send()
-        .await?
-        .json()
-        .await?;
+    let counts: Value = c.get(format!("{root}/__sim/counts")).send().await?.json().await?;
     assert_eq!(counts, json!({"sk-a1": 2}));
-    let log: Value = c
-        .get(format!("{root}/__sim/log"))
-        .send()
-        .await?
-        .json()
-        .await?;
+    let log: Value = c.get(format!("{root}/__sim/log")).send().await?.json().await?;
     assert_eq!(log.as_array().map(Vec::len), Some(2));
     assert_eq!(log[0]["status"], 503);
     assert_eq!(log[0]["transport"], "Http");
@@ -416,13 +294,8 @@ fn binary_serves_until_killed() -> anyhow::Result<()> {
             .strip_prefix("keymux-sim listening on ")
             .with_context(|| format!("unexpected line {line:?}"))?
             .to_owned();
-        assert!(
-            base.starts_with("http://127.0.0.1:") && base.ends_with("/v1"),
-            "{base}"
-        );
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
+        assert!(base.starts_with("http://127.0.0.1:") && base.ends_with("/v1"), "{base}");
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         rt.block_on(async {
             let c = client();
             let r = c
@@ -432,19 +305,9 @@ fn binary_serves_until_killed() -> anyhow::Result<()> {
                 .send()
                 .await?;
             assert_eq!(r.status(), 200);
-            assert_eq!(
-                r.headers()
-                    .get("x-ratelimit-limit-requests")
-                    .and_then(|v| v.to_str().ok()),
-                Some("100")
-            );
+            assert_eq!(r.headers().get("x-ratelimit-limit-requests").and_then(|v| v.to_str().ok()), Some("100"));
             let root = base.trim_end_matches("/v1");
-            let counts: Value = c
-                .get(format!("{root}/__sim/counts"))
-                .send()
-                .await?
-                .json()
-                .await?;
+            let counts: Value = c.get(format!("{root}/__sim/counts")).send().await?.json().await?;
             assert_eq!(counts, json!({"azkey1": 1}));
             anyhow::Ok(())
         })

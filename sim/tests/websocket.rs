@@ -24,14 +24,9 @@ fn ws_url(sim: &Sim) -> String {
 
 async fn connect(sim: &Sim, header: &str, value: &str) -> anyhow::Result<Ws> {
     let mut req = ws_url(sim).into_client_request()?;
-    req.headers_mut().insert(
-        reqwest::header::HeaderName::from_bytes(header.as_bytes())?,
-        HeaderValue::from_str(value)?,
-    );
-    req.headers_mut().insert(
-        "openai-beta",
-        HeaderValue::from_static("responses_websockets=2026-02-06"),
-    );
+    req.headers_mut()
+        .insert(reqwest::header::HeaderName::from_bytes(header.as_bytes())?, HeaderValue::from_str(value)?);
+    req.headers_mut().insert("openai-beta", HeaderValue::from_static("responses_websockets=2026-02-06"));
     let (ws, resp) = connect_async(req).await?;
     assert_eq!(resp.status(), 101);
     assert!(resp.headers().get("x-request-id").is_some());
@@ -73,10 +68,7 @@ async fn exchange(ws: &mut Ws, body: &Value) -> anyhow::Result<Vec<Value>> {
 }
 
 fn last_response(frames: &[Value]) -> Value {
-    frames
-        .last()
-        .map(|f| f["response"].clone())
-        .unwrap_or_default()
+    frames.last().map(|f| f["response"].clone()).unwrap_or_default()
 }
 
 #[tokio::test]
@@ -97,10 +89,7 @@ async fn prewarm_then_incremental_input_over_one_connection() -> anyhow::Result<
     let warm_tokens = warm["usage"]["input_tokens"].as_u64().unwrap_or(0);
     let warm_id = warm["id"].as_str().unwrap_or_default().to_owned();
 
-    let mut turn = codex_body(vec![
-        user("<environment_context/>"),
-        user("Say hello. This is turn one."),
-    ]);
+    let mut turn = codex_body(vec![user("<environment_context/>"), user("Say hello. This is turn one.")]);
     turn["previous_response_id"] = json!(warm_id);
     let frames = exchange(&mut ws, &turn).await?;
     assert_eq!(frames.len(), 14, "{frames:?}");
@@ -110,19 +99,12 @@ async fn prewarm_then_incremental_input_over_one_connection() -> anyhow::Result<
     let r1 = last_response(&frames);
     assert_eq!(r1["status"], "completed");
     assert_eq!(r1["previous_response_id"], json!(warm_id));
-    let cached = r1["usage"]["input_tokens_details"]["cached_tokens"]
-        .as_u64()
-        .unwrap_or(0);
-    assert!(
-        cached >= warm_tokens / 128 * 128,
-        "{cached} vs {warm_tokens}"
-    );
+    let cached = r1["usage"]["input_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0);
+    assert!(cached >= warm_tokens / 128 * 128, "{cached} vs {warm_tokens}");
     assert!(r1["usage"]["input_tokens"].as_u64().unwrap_or(0) > warm_tokens);
 
     // Turn 2 on the same connection: only the new item, chained to turn 1 (store:false).
-    let mut turn2 = codex_body(vec![
-        json!({"type": "function_call_output", "call_id": "call_1", "output": "ok"}),
-    ]);
+    let mut turn2 = codex_body(vec![json!({"type": "function_call_output", "call_id": "call_1", "output": "ok"})]);
     turn2["previous_response_id"] = r1["id"].clone();
     let r2 = last_response(&exchange(&mut ws, &turn2).await?);
     assert_eq!(r2["status"], "completed");
@@ -141,23 +123,11 @@ async fn prewarm_then_incremental_input_over_one_connection() -> anyhow::Result<
     let r = post(&sim, "sk-a1", "/responses", &http).await?;
     assert_eq!(r.body["error"]["code"], "previous_response_not_found");
 
-    let ws_entries: Vec<_> = sim
-        .log()
-        .into_iter()
-        .filter(|e| e.transport == Transport::WebSocket)
-        .collect();
+    let ws_entries: Vec<_> = sim.log().into_iter().filter(|e| e.transport == Transport::WebSocket).collect();
     assert_eq!(ws_entries.len(), 4);
-    assert!(ws_entries
-        .iter()
-        .all(|e| e.key.as_deref() == Some("sk-a1") && e.method == "WS"));
-    assert_eq!(
-        ws_entries[1].previous_response_id.as_deref(),
-        Some(warm_id.as_str())
-    );
-    assert_eq!(
-        ws_entries[1].body.as_ref().map(|b| b["type"].clone()),
-        Some(json!("response.create"))
-    );
+    assert!(ws_entries.iter().all(|e| e.key.as_deref() == Some("sk-a1") && e.method == "WS"));
+    assert_eq!(ws_entries[1].previous_response_id.as_deref(), Some(warm_id.as_str()));
+    assert_eq!(ws_entries[1].body.as_ref().map(|b| b["type"].clone()), Some(json!("response.create")));
     assert_eq!(ws_entries[3].status, 400);
     ws.close(None).await?;
     Ok(())
@@ -167,13 +137,8 @@ async fn prewarm_then_incremental_input_over_one_connection() -> anyhow::Result<
 async fn unknown_previous_response_gives_an_error_frame() -> anyhow::Result<()> {
     let sim = Sim::start(two_orgs()).await?;
     // A stored response of org-a resolves on a connection of org-a only.
-    let stored = post(
-        &sim,
-        "sk-a2",
-        "/responses",
-        &json!({"model": "gpt-5.5", "input": "store me", "store": true}),
-    )
-    .await?;
+    let stored =
+        post(&sim, "sk-a2", "/responses", &json!({"model": "gpt-5.5", "input": "store me", "store": true})).await?;
     let stored_id = stored.body["id"].as_str().unwrap_or_default().to_owned();
 
     let mut ws = connect_key(&sim, "sk-a1").await?;
@@ -205,11 +170,8 @@ async fn encrypted_content_is_validated_over_websocket() -> anyhow::Result<()> {
     let sim = Sim::start(two_orgs()).await?;
     let mut a = connect_key(&sim, "sk-a1").await?;
     let frames = exchange(&mut a, &codex_body(vec![user("turn one")])).await?;
-    let items: Vec<Value> = frames
-        .iter()
-        .filter(|f| f["type"] == "response.output_item.done")
-        .map(|f| f["item"].clone())
-        .collect();
+    let items: Vec<Value> =
+        frames.iter().filter(|f| f["type"] == "response.output_item.done").map(|f| f["item"].clone()).collect();
     let mut input = vec![user("turn one")];
     input.extend(items.iter().map(codex_replay));
     input.push(user("turn two"));
@@ -258,10 +220,7 @@ async fn kill_drops_the_socket_without_a_close_frame() -> anyhow::Result<()> {
 async fn upgrade_requires_a_valid_key() -> anyhow::Result<()> {
     let sim = Sim::start(two_orgs()).await?;
     let mut req = ws_url(&sim).into_client_request()?;
-    req.headers_mut().insert(
-        "authorization",
-        HeaderValue::from_static("Bearer sk-nope-nope"),
-    );
+    req.headers_mut().insert("authorization", HeaderValue::from_static("Bearer sk-nope-nope"));
     match connect_async(req).await {
         Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
             assert_eq!(resp.status(), 401);
@@ -277,11 +236,7 @@ async fn upgrade_requires_a_valid_key() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn faults_and_rate_limits_become_error_frames() -> anyhow::Result<()> {
-    let limits = Limits {
-        requests: 3,
-        tokens: 1_000_000,
-        window: Duration::from_secs(30),
-    };
+    let limits = Limits { requests: 3, tokens: 1_000_000, window: Duration::from_secs(30) };
     let sim = Sim::start(two_orgs().limits(limits)).await?;
     let mut ws = connect_key(&sim, "sk-a1").await?;
     let body = codex_body(vec![user("hi")]);
@@ -291,12 +246,7 @@ async fn faults_and_rate_limits_become_error_frames() -> anyhow::Result<()> {
     assert_eq!(frames[0]["status"], 500);
     assert_eq!(frames[0]["error"]["type"], "server_error");
 
-    sim.inject(
-        "sk-a1",
-        Fault::RateLimited {
-            retry_after_secs: 2,
-        },
-    );
+    sim.inject("sk-a1", Fault::RateLimited { retry_after_secs: 2 });
     let frames = exchange(&mut ws, &body).await?;
     assert_eq!(frames[0]["status"], 429);
     assert_eq!(frames[0]["headers"]["retry-after"], "2");
@@ -314,10 +264,7 @@ async fn faults_and_rate_limits_become_error_frames() -> anyhow::Result<()> {
     assert_eq!(frames[0]["type"], "error");
     assert_eq!(frames[0]["status"], 429);
     assert_eq!(frames[0]["error"]["code"], "rate_limit_exceeded");
-    let retry: u64 = frames[0]["headers"]["retry-after"]
-        .as_str()
-        .unwrap_or("")
-        .parse()?;
+    let retry: u64 = frames[0]["headers"]["retry-after"].as_str().unwrap_or("").parse()?;
     assert!((1..=30).contains(&retry));
     assert_eq!(frames[0]["headers"]["x-ratelimit-remaining-requests"], "0");
 
@@ -342,10 +289,7 @@ async fn connection_limit_ends_the_connection() -> anyhow::Result<()> {
     assert_eq!(frame["status"], 400);
     assert_eq!(frame["error"]["code"], "websocket_connection_limit_reached");
     let next = tokio::time::timeout(Duration::from_secs(5), ws.next()).await?;
-    assert!(
-        matches!(next, Some(Ok(Message::Close(_))) | None),
-        "{next:?}"
-    );
+    assert!(matches!(next, Some(Ok(Message::Close(_))) | None), "{next:?}");
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(sim.open_ws_connections(), 0);
     Ok(())
@@ -355,11 +299,8 @@ async fn connection_limit_ends_the_connection() -> anyhow::Result<()> {
 async fn pings_are_answered() -> anyhow::Result<()> {
     let sim = Sim::start(two_orgs()).await?;
     let mut ws = connect_key(&sim, "sk-a1").await?;
-    ws.send(Message::Ping(b"are you there".to_vec().into()))
-        .await?;
-    let msg = tokio::time::timeout(Duration::from_secs(5), ws.next())
-        .await?
-        .context("ended")??;
+    ws.send(Message::Ping(b"are you there".to_vec().into())).await?;
+    let msg = tokio::time::timeout(Duration::from_secs(5), ws.next()).await?.context("ended")??;
     assert_eq!(msg, Message::Pong(b"are you there".to_vec().into()));
     Ok(())
 }
@@ -369,8 +310,6 @@ async fn azure_keys_upgrade_with_the_api_key_header() -> anyhow::Result<()> {
     let sim = Sim::start(two_orgs().azure_org("org-c", &["azkey1"])).await?;
     let mut ws = connect(&sim, "api-key", "azkey1").await?;
     let r = last_response(&exchange(&mut ws, &codex_body(vec![user("azure")])).await?);
-    assert!(r["output"][1]["content"][0]["text"]
-        .as_str()
-        .is_some_and(|t| t.contains("from org-c")));
+    assert!(r["output"][1]["content"][0]["text"].as_str().is_some_and(|t| t.contains("from org-c")));
     Ok(())
 }

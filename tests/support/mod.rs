@@ -1,14 +1,7 @@
 //! Shared black-box test support: the gateway on 127.0.0.1:0 (in-process or as the real binary) in front
 //! of the multi-organization simulator, plus request shapes taken from captured Codex and pi traffic.
-#![allow(
-    dead_code,
-    reason = "each test binary uses a different part of the support module"
-)]
-#![allow(
-    clippy::unwrap_used,
-    clippy::disallowed_methods,
-    reason = "test support"
-)]
+#![allow(dead_code, reason = "each test binary uses a different part of the support module")]
+#![allow(clippy::unwrap_used, clippy::disallowed_methods, reason = "test support")]
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -60,10 +53,7 @@ impl Harness {
         tweak: impl FnOnce(&mut Config),
     ) -> Self {
         let sim = Sim::start(sim_config).await.expect("simulator starts");
-        let mut config = Config {
-            upstream: sim.base_url(),
-            ..Config::default()
-        };
+        let mut config = Config { upstream: sim.base_url(), ..Config::default() };
         tweak(&mut config);
         let entries = keys
             .iter()
@@ -88,21 +78,13 @@ impl Harness {
         );
         // As `keymux serve` does at start: learn every key's organization.
         gateway.probe_keys().await;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(keymux::serve(listener, gateway.clone(), async move {
             let _ = rx.await;
         }));
-        Self {
-            sim,
-            gateway,
-            base: format!("http://{addr}/v1"),
-            root: format!("http://{addr}"),
-            shutdown: Some(tx),
-        }
+        Self { sim, gateway, base: format!("http://{addr}/v1"), root: format!("http://{addr}"), shutdown: Some(tx) }
     }
 }
 
@@ -128,18 +110,11 @@ pub fn client_counts(sim: &Sim) -> std::collections::BTreeMap<String, usize> {
 
 /// A test HTTP client that does not decode compressed bodies, so tests see exactly what Keymux sent.
 pub fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .no_gzip()
-        .no_zstd()
-        .pool_max_idle_per_host(32)
-        .build()
-        .expect("client")
+    reqwest::Client::builder().no_gzip().no_zstd().pool_max_idle_per_host(32).build().expect("client")
 }
 
 pub fn fixture(name: &str) -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
     serde_json::from_slice(&std::fs::read(&path).expect("fixture exists")).expect("fixture is JSON")
 }
 
@@ -154,17 +129,9 @@ pub fn captured_headers(name: &str) -> Vec<(String, String)> {
         .as_array()
         .expect("headers")
         .iter()
-        .map(|h| {
-            (
-                h[0].as_str().unwrap().to_owned(),
-                h[1].as_str().unwrap().to_owned(),
-            )
-        })
+        .map(|h| (h[0].as_str().unwrap().to_owned(), h[1].as_str().unwrap().to_owned()))
         .filter(|(k, _)| {
-            !matches!(
-                k.to_ascii_lowercase().as_str(),
-                "authorization" | "host" | "content-length" | "connection"
-            )
+            !matches!(k.to_ascii_lowercase().as_str(), "authorization" | "host" | "content-length" | "connection")
         })
         .collect()
 }
@@ -176,10 +143,7 @@ pub fn post(
     headers: &[(String, String)],
     body: &Value,
 ) -> reqwest::RequestBuilder {
-    let mut rb = client
-        .post(url)
-        .bearer_auth(TOKEN)
-        .header("content-type", "application/json");
+    let mut rb = client.post(url).bearer_auth(TOKEN).header("content-type", "application/json");
     for (k, v) in headers {
         if !k.eq_ignore_ascii_case("content-type") {
             rb = rb.header(k.as_str(), v.as_str());
@@ -209,15 +173,9 @@ pub async fn read_sse(response: reqwest::Response) -> Vec<SseEvent> {
                 if let Some(data) = line.strip_prefix("data:") {
                     let data = data.trim();
                     if data == "[DONE]" {
-                        events.push(SseEvent {
-                            at: Instant::now(),
-                            data: Value::String("[DONE]".into()),
-                        });
+                        events.push(SseEvent { at: Instant::now(), data: Value::String("[DONE]".into()) });
                     } else if let Ok(v) = serde_json::from_str(data) {
-                        events.push(SseEvent {
-                            at: Instant::now(),
-                            data: v,
-                        });
+                        events.push(SseEvent { at: Instant::now(), data: v });
                     }
                 }
             }
@@ -248,17 +206,10 @@ pub fn base_env(home: &Path) -> Vec<(String, String)> {
     let mut env = vec![
         ("PATH".to_owned(), std::env::var("PATH").unwrap_or_default()),
         ("HOME".to_owned(), home.display().to_string()),
-        (
-            "XDG_CONFIG_HOME".to_owned(),
-            home.join(".config").display().to_string(),
-        ),
+        ("XDG_CONFIG_HOME".to_owned(), home.join(".config").display().to_string()),
         ("KEYMUX_LOG".to_owned(), "debug".to_owned()),
     ];
-    for var in [
-        "DBUS_SESSION_BUS_ADDRESS",
-        "XDG_RUNTIME_DIR",
-        "XDG_DATA_HOME",
-    ] {
+    for var in ["DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR", "XDG_DATA_HOME"] {
         if let Ok(v) = std::env::var(var) {
             env.push((var.to_owned(), v));
         }
@@ -275,12 +226,8 @@ impl Keymux {
             cmd.arg("--listen").arg("127.0.0.1:0");
         }
         cmd.args(args);
-        cmd.env_clear()
-            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
+        cmd.env_clear().envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
         let mut child = cmd.spawn().expect("keymux starts");
         let output = Arc::new(Mutex::new(Vec::new()));
         let mut stderr = child.stderr.take().expect("stderr");
@@ -301,10 +248,7 @@ impl Keymux {
             .expect("stdout readable");
         let Some(line) = line else {
             let _ = child.wait().await;
-            panic!(
-                "keymux exited early: {}",
-                String::from_utf8_lossy(&output.lock().unwrap())
-            );
+            panic!("keymux exited early: {}", String::from_utf8_lossy(&output.lock().unwrap()));
         };
         output.lock().unwrap().extend_from_slice(line.as_bytes());
         let sink = output.clone();
@@ -319,12 +263,7 @@ impl Keymux {
             .expect("listening line names the base URL")
             .to_owned();
         let root = base.trim_end_matches("/v1").to_owned();
-        Self {
-            child,
-            base,
-            root,
-            output,
-        }
+        Self { child, base, root, output }
     }
 
     pub fn output_text(&self) -> String {
@@ -334,9 +273,7 @@ impl Keymux {
     pub async fn stop(mut self) -> String {
         if let Some(pid) = self.child.id() {
             // SIGTERM, so the graceful shutdown path runs.
-            let _ = std::process::Command::new("kill")
-                .arg(pid.to_string())
-                .status();
+            let _ = std::process::Command::new("kill").arg(pid.to_string()).status();
         }
         let _ = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -345,25 +282,14 @@ impl Keymux {
 }
 
 /// Runs `keymux ARGS` to completion with `stdin`; returns (success, stdout, stderr).
-pub async fn run_keymux(
-    args: &[&str],
-    env: &[(String, String)],
-    stdin: &str,
-) -> (bool, String, String) {
+pub async fn run_keymux(args: &[&str], env: &[(String, String)], stdin: &str) -> (bool, String, String) {
     use tokio::io::AsyncWriteExt as _;
     let mut cmd = tokio::process::Command::new(keymux_bin());
-    cmd.args(args)
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.args(args).env_clear().envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("keymux runs");
     let mut input = child.stdin.take().expect("stdin");
-    input
-        .write_all(stdin.as_bytes())
-        .await
-        .expect("write stdin");
+    input.write_all(stdin.as_bytes()).await.expect("write stdin");
     drop(input);
     let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
         .await
@@ -379,11 +305,7 @@ pub async fn run_keymux(
 /// Asserts that none of `secrets` occurs in `text`.
 pub fn assert_no_secrets(what: &str, text: &str, secrets: &[&str]) {
     for s in secrets {
-        assert!(
-            !text.contains(s),
-            "{what} contains a secret ({}…)",
-            &s[..s.len().min(5)]
-        );
+        assert!(!text.contains(s), "{what} contains a secret ({}…)", &s[..s.len().min(5)]);
     }
 }
 
@@ -426,13 +348,7 @@ impl Session {
             }
             Shape::Pi | Shape::NoIds => serde_json::json!({"role":"developer","content":system}),
         };
-        Self {
-            shape,
-            id,
-            history: vec![developer],
-            turn: 0,
-            stream,
-        }
+        Self { shape, id, history: vec![developer], turn: 0, stream }
     }
 
     fn user(&self, text: String) -> Value {
@@ -453,16 +369,14 @@ impl Session {
             // A tool call inside the turn: the model's call and the client's output are appended.
             let call_id = format!("call_{}_{}", self.turn, self.id.len());
             self.history.push(serde_json::json!({"type":"function_call","id":format!("fc_{}{}", self.turn, &self.id[24..]),"call_id":call_id,"name":"exec_command","arguments":"{\"cmd\":\"ls\"}","status":"completed"}));
-            let mut out = serde_json::json!({"type":"function_call_output","call_id":call_id,"output":"README.md\nsrc\n"});
+            let mut out =
+                serde_json::json!({"type":"function_call_output","call_id":call_id,"output":"README.md\nsrc\n"});
             if self.shape == Shape::Codex {
                 out["id"] = Value::String(format!("fco_{}-{}", self.id, self.turn));
             }
             self.history.push(out);
         } else {
-            let text = format!(
-                "Turn {} of session {}: please continue.",
-                self.turn, self.id
-            );
+            let text = format!("Turn {} of session {}: please continue.", self.turn, self.id);
             let user = self.user(text);
             self.history.push(user);
         }
@@ -479,8 +393,7 @@ impl Session {
                 body["reasoning"] = serde_json::json!({"effort":"medium"});
                 body["tool_choice"] = "auto".into();
                 body["parallel_tool_calls"] = true.into();
-                body["client_metadata"] =
-                    serde_json::json!({"thread_id": self.id, "turn_id": self.turn});
+                body["client_metadata"] = serde_json::json!({"thread_id": self.id, "turn_id": self.turn});
             }
             Shape::Pi | Shape::NoIds => {
                 body["reasoning"] = serde_json::json!({"effort":"medium","summary":"auto"});
@@ -509,40 +422,23 @@ impl Session {
     }
 
     /// Sends the next turn through `base` and absorbs its output.
-    pub async fn turn(
-        &mut self,
-        client: &reqwest::Client,
-        base: &str,
-        tool_call: bool,
-    ) -> TurnResult {
+    pub async fn turn(&mut self, client: &reqwest::Client, base: &str, tool_call: bool) -> TurnResult {
         let body = self.next_body(tool_call);
         let headers = match self.shape {
-            Shape::Codex => vec![
-                ("session-id".to_owned(), self.id.clone()),
-                ("originator".to_owned(), "codex_exec".to_owned()),
-            ],
+            Shape::Codex => {
+                vec![("session-id".to_owned(), self.id.clone()), ("originator".to_owned(), "codex_exec".to_owned())]
+            }
             Shape::Pi | Shape::NoIds => vec![("session_id".to_owned(), self.id.clone())],
         };
         let mut headers = headers;
-        headers.push((
-            "x-test-turn".to_owned(),
-            format!("{}:{}", self.id, self.turn),
-        ));
-        let response = post(client, &format!("{base}/responses"), &headers, &body)
-            .send()
-            .await
-            .expect("request sent");
+        headers.push(("x-test-turn".to_owned(), format!("{}:{}", self.id, self.turn)));
+        let response = post(client, &format!("{base}/responses"), &headers, &body).send().await.expect("request sent");
         let status = response.status().as_u16();
         if status != 200 {
             let text = response.text().await.unwrap_or_default();
-            let code = serde_json::from_str::<Value>(&text)
-                .ok()
-                .and_then(|v| v["error"]["code"].as_str().map(str::to_owned));
-            return TurnResult {
-                status,
-                error_code: code,
-                body: text,
-            };
+            let code =
+                serde_json::from_str::<Value>(&text).ok().and_then(|v| v["error"]["code"].as_str().map(str::to_owned));
+            return TurnResult { status, error_code: code, body: text };
         }
         let items: Vec<Value> = if self.stream {
             read_sse(response)
@@ -556,11 +452,7 @@ impl Session {
             v["output"].as_array().cloned().unwrap_or_default()
         };
         self.absorb(items);
-        TurnResult {
-            status,
-            error_code: None,
-            body: String::new(),
-        }
+        TurnResult { status, error_code: None, body: String::new() }
     }
 }
 
@@ -586,9 +478,7 @@ pub fn marker_like_values(value: &Value, out: &mut Vec<String>) {
 
 /// A Codex-like client of the Responses WebSocket.
 pub struct WsClient {
-    pub socket: tokio_tungstenite::WebSocketStream<
-        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
-    >,
+    pub socket: tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
 }
 
 /// The frames answering one `response.create`, up to `response.completed` or an error.
@@ -607,29 +497,18 @@ impl WsAnswer {
             .and_then(|e| e["response"]["id"].as_str().map(str::to_owned))
     }
     pub fn output_items(&self) -> Vec<Value> {
-        self.events
-            .iter()
-            .filter(|e| e["type"] == "response.output_item.done")
-            .map(|e| e["item"].clone())
-            .collect()
+        self.events.iter().filter(|e| e["type"] == "response.output_item.done").map(|e| e["item"].clone()).collect()
     }
 }
 
 impl WsClient {
     /// Opens `GET /v1/responses` as Codex does (bearer token, `openai-beta`, session headers).
-    pub async fn connect(
-        base: &str,
-        session: &str,
-    ) -> Result<Self, tokio_tungstenite::tungstenite::Error> {
+    pub async fn connect(base: &str, session: &str) -> Result<Self, tokio_tungstenite::tungstenite::Error> {
         use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
-        let mut request =
-            format!("{}/responses", base.replace("http://", "ws://")).into_client_request()?;
+        let mut request = format!("{}/responses", base.replace("http://", "ws://")).into_client_request()?;
         let h = request.headers_mut();
         h.insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
-        h.insert(
-            "openai-beta",
-            "responses_websockets=2026-02-06".parse().unwrap(),
-        );
+        h.insert("openai-beta", "responses_websockets=2026-02-06".parse().unwrap());
         h.insert("session-id", session.parse().unwrap());
         h.insert("originator", "codex_exec".parse().unwrap());
         let (socket, _) = tokio_tungstenite::connect_async(request).await?;
@@ -644,25 +523,13 @@ impl WsClient {
         for (k, v) in body.as_object().unwrap() {
             frame[k] = v.clone();
         }
-        let mut answer = WsAnswer {
-            events: Vec::new(),
-            error: None,
-            closed: false,
-        };
-        if self
-            .socket
-            .send(Message::Text(frame.to_string().into()))
-            .await
-            .is_err()
-        {
+        let mut answer = WsAnswer { events: Vec::new(), error: None, closed: false };
+        if self.socket.send(Message::Text(frame.to_string().into())).await.is_err() {
             answer.closed = true;
             return answer;
         }
         loop {
-            match tokio::time::timeout(Duration::from_secs(20), self.socket.next())
-                .await
-                .expect("an answer in time")
-            {
+            match tokio::time::timeout(Duration::from_secs(20), self.socket.next()).await.expect("an answer in time") {
                 Some(Ok(Message::Text(text))) => {
                     let v: Value = serde_json::from_str(&text).expect("JSON frame");
                     if v["type"] == "error" {

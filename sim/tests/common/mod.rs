@@ -12,9 +12,7 @@ use serde_json::{json, Value};
 
 /// Two organizations: org-a with two keys, org-b with one.
 pub fn two_orgs() -> SimConfig {
-    SimConfig::new()
-        .org("org-a", &["sk-a1", "sk-a2"])
-        .org("org-b", &["sk-b1"])
+    SimConfig::new().org("org-a", &["sk-a1", "sk-a2"]).org("org-b", &["sk-b1"])
 }
 
 pub fn client() -> reqwest::Client {
@@ -55,11 +53,7 @@ pub async fn send(
     let headers = resp.headers().clone();
     let text = resp.text().await?;
     let body = serde_json::from_str(&text).with_context(|| format!("not JSON: {text}"))?;
-    Ok(Answer {
-        status,
-        headers,
-        body,
-    })
+    Ok(Answer { status, headers, body })
 }
 
 pub async fn post(sim: &Sim, key: &str, path: &str, body: &Value) -> anyhow::Result<Answer> {
@@ -112,11 +106,7 @@ pub async fn read_sse(resp: reqwest::Response) -> anyhow::Result<(Vec<Event>, bo
                 }
             }
             let Some(data) = data else { continue };
-            let data = if data == "[DONE]" {
-                json!("[DONE]")
-            } else {
-                serde_json::from_str(&data)?
-            };
+            let data = if data == "[DONE]" { json!("[DONE]") } else { serde_json::from_str(&data)? };
             events.push(Event { name, data, at });
         }
     }
@@ -125,12 +115,7 @@ pub async fn read_sse(resp: reqwest::Response) -> anyhow::Result<(Vec<Event>, bo
 
 /// Posts a streaming request and reads all its events.
 pub async fn stream(sim: &Sim, key: &str, path: &str, body: &Value) -> anyhow::Result<Vec<Event>> {
-    let resp = client()
-        .post(format!("{}{}", sim.base_url(), path))
-        .bearer_auth(key)
-        .json(body)
-        .send()
-        .await?;
+    let resp = client().post(format!("{}{}", sim.base_url(), path)).bearer_auth(key).json(body).send().await?;
     if resp.status() != 200 {
         bail!("status {}: {}", resp.status(), resp.text().await?);
     }
@@ -152,11 +137,7 @@ pub fn completed(events: &[Event]) -> anyhow::Result<Value> {
 
 /// The items of every `response.output_item.done`, as clients keep them.
 pub fn done_items(events: &[Event]) -> Vec<Value> {
-    events
-        .iter()
-        .filter(|e| e.kind() == "response.output_item.done")
-        .map(|e| e.data["item"].clone())
-        .collect()
+    events.iter().filter(|e| e.kind() == "response.output_item.done").map(|e| e.data["item"].clone()).collect()
 }
 
 pub fn developer(text: &str) -> Value {
@@ -208,9 +189,7 @@ pub fn codex_replay(item: &Value) -> Value {
 
 /// About `bytes` bytes of developer prompt text.
 pub fn big_prompt(bytes: usize) -> String {
-    let words = [
-        "route", "plan", "file", "item", "build", "node", "cache", "token",
-    ];
+    let words = ["route", "plan", "file", "item", "build", "node", "cache", "token"];
     let mut s = String::with_capacity(bytes + 8);
     let mut i = 0usize;
     while s.len() < bytes {
