@@ -67,6 +67,12 @@ enum KeysCommand {
         /// The key's organization, if known (otherwise learned from the provider).
         #[arg(long)]
         org: Option<String>,
+        /// Priority tier: unpinned traffic uses the lowest tier with a usable key (e.g. work 0, personal 1).
+        #[arg(long, default_value_t = 0)]
+        priority: u8,
+        /// Soft daily token budget (input + output tokens per UTC day).
+        #[arg(long, value_name = "TOKENS")]
+        daily_token_budget: Option<u64>,
     },
     /// List keys: label, id, provider, org and a short fingerprint (never the secret).
     List,
@@ -258,7 +264,7 @@ fn read_secret() -> Result<Secret, StartError> {
 async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Result<(), StartError> {
     let Loaded { path, mut config, store } = load(config_path)?;
     match cmd {
-        KeysCommand::Add { label, provider, base_url, org } => {
+        KeysCommand::Add { label, provider, base_url, org, priority, daily_token_budget } => {
             validate_label(&label).map_err(StartError::Usage)?;
             let provider = Provider::parse(&provider)
                 .ok_or_else(|| StartError::Usage(format!("--provider {provider:?}: expected openai or azure")))?;
@@ -280,7 +286,17 @@ async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Result<(), Star
             let account = account::key(&id);
             let value = secret.clone();
             secrets::blocking(store.clone(), move |s| s.set(&account, &value)).await?;
-            config.keys.push(KeyConfig { id: id.clone(), label: label.clone(), provider, base_url, org });
+            config.keys.push(KeyConfig {
+                id: id.clone(),
+                label: label.clone(),
+                provider,
+                base_url,
+                org,
+                priority,
+                daily_token_budget,
+                models: Vec::new(),
+                exclude_models: Vec::new(),
+            });
             if let Err(e) = config.save(&path) {
                 // Keep the keychain and the config in step: no orphaned secret.
                 let account = account::key(&id);

@@ -110,6 +110,24 @@ pub struct KeyConfig {
     /// Organization set by the user.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub org: Option<String>,
+    /// Priority tier: unpinned traffic goes to the lowest tier with a usable key (work keys 0, personal
+    /// keys 1, say).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub priority: u8,
+    /// Soft daily token budget (input + output, UTC day). Over it, unpinned traffic avoids the key;
+    /// pinned requests still go (only this key's organization can read them) and the overrun is shown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daily_token_budget: Option<u64>,
+    /// If set, the only models this key is used for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<String>,
+    /// Models this key is never used for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude_models: Vec<String>,
+}
+
+fn is_zero(n: &u8) -> bool {
+    *n == 0
 }
 
 /// A local client token as listed in the config file. The token itself is in the keychain under
@@ -140,6 +158,9 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// Most upstream attempts for one request (one per key).
     pub max_attempts: usize,
+    /// After `insufficient_quota`, how long a key rests before it is tried again (its billing may have
+    /// been topped up); `keymux` also clears it on restart.
+    pub quota_recheck_secs: u64,
     /// Upstream timeouts.
     pub timeouts: Timeouts,
     /// Routing affinities.
@@ -158,6 +179,7 @@ impl Default for Config {
             keychain_service: "keymux".into(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             max_attempts: 3,
+            quota_recheck_secs: 3_600,
             timeouts: Timeouts::default(),
             affinity: AffinityConfig::default(),
             keys: Vec::new(),
@@ -253,6 +275,10 @@ pub struct EnvKey {
     pub base_url: Option<String>,
     /// Organization.
     pub org: Option<String>,
+    /// Priority tier (`_PRIORITY`).
+    pub priority: u8,
+    /// Daily token budget (`_BUDGET`).
+    pub daily_token_budget: Option<u64>,
 }
 
 /// What the environment supplies: ephemeral keys and a client token.
@@ -267,7 +293,7 @@ pub struct EnvSecrets {
 }
 
 const KEY_PREFIX: &str = "KEYMUX_KEY_";
-const ATTRS: [&str; 3] = ["_BASE_URL", "_ORG", "_PROVIDER"];
+const ATTRS: [&str; 5] = ["_BASE_URL", "_ORG", "_PROVIDER", "_PRIORITY", "_BUDGET"];
 
 impl EnvSecrets {
     /// Reads the variables from any list of (name, value) pairs, so tests pass their own.
@@ -316,6 +342,14 @@ impl EnvSecrets {
                 provider,
                 base_url: attr("_BASE_URL"),
                 org: attr("_ORG"),
+                priority: match attr("_PRIORITY") {
+                    None => 0,
+                    Some(p) => p.parse().map_err(|_| format!("{name}_PRIORITY={p:?}: expected 0 to 255"))?,
+                },
+                daily_token_budget: match attr("_BUDGET") {
+                    None => None,
+                    Some(b) => Some(b.parse().map_err(|_| format!("{name}_BUDGET={b:?}: expected a token count"))?),
+                },
             });
         }
         Ok(out)
@@ -350,6 +384,10 @@ mod tests {
             provider: Provider::Azure,
             base_url: Some("https://r.openai.azure.com/openai/v1".into()),
             org: Some("org-1".into()),
+            priority: 1,
+            daily_token_budget: Some(1_000_000),
+            models: vec!["gpt-5.5".into()],
+            exclude_models: Vec::new(),
         });
         config.save(&path).expect("save");
         assert_eq!(Config::load(&path).expect("load"), config);

@@ -20,18 +20,24 @@ pub const SUBSCRIBER_BACKLOG: usize = 256;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FailureKind {
-    /// 429 with a rate limit.
+    /// 429 with a rate limit: the key cools down.
     RateLimited,
+    /// 429 `insufficient_quota`: the account is out of credit.
+    QuotaExhausted,
     /// 401/403: the key was rejected.
     InvalidKey,
+    /// `model_not_found`: this key cannot use the model; it is skipped for it.
+    ModelUnavailable,
     /// 5xx from the provider.
     Upstream5xx,
-    /// No answer in time.
+    /// No answer headers within the first-byte timeout.
     Timeout,
-    /// The connection failed.
-    Connect,
-    /// Other transport failure.
-    Transport,
+    /// The connection could not be made or broke before an answer.
+    UpstreamUnreachable,
+    /// The answer ended before its first byte.
+    UpstreamCut,
+    /// The client's own request was refused (relayed as it was, never failed over).
+    ClientError,
 }
 
 /// One upstream attempt: small, fixed-size values only (the key id is a shared pointer).

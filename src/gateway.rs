@@ -42,6 +42,7 @@ pub struct Gateway {
     seq: AtomicU64,
     max_body_bytes: usize,
     policy: Policy,
+    quota_recheck: Duration,
 }
 
 /// What one request produced, for its record.
@@ -72,6 +73,7 @@ impl Gateway {
             events: Events::default(),
             seq: AtomicU64::new(0),
             max_body_bytes: config.max_body_bytes,
+            quota_recheck: Duration::from_secs(config.quota_recheck_secs),
             policy: Policy {
                 max_attempts: config.max_attempts.clamp(1, router::MAX_ATTEMPTS),
                 encrypted_affinity: config.affinity.encrypted_content,
@@ -213,7 +215,10 @@ impl Gateway {
         let mut body = extracted.body;
         let forward_path = extracted.path;
 
-        let decision = router::decide(&facts, &self.pool.view(), Instant::now(), &self.policy);
+        let est_tokens = crate::quota::estimate_tokens(body.len());
+        let now = Instant::now();
+        let decision =
+            router::decide(&facts, &self.pool.view_for(facts.model.as_deref(), est_tokens, now), now, &self.policy);
         if let Some(refusal) = decision.refusal.clone() {
             let err = self.refusal_error(refusal);
             return self.finish(&facts, decision, Vec::new(), at_unix_ms, started, None, notes, err.into_response());
@@ -247,7 +252,7 @@ impl Gateway {
         let pinned = decision.pin.is_some();
 
         for key in candidates {
-            let Some(guard) = self.pool.begin(&key) else {
+            let Some(guard) = self.pool.begin_spending(&key, est_tokens) else {
                 continue;
             };
             let attempt_started = Instant::now();
@@ -255,88 +260,86 @@ impl Gateway {
                 .upstream
                 .send(guard.entry(), parts.method.clone(), &path_and_query, headers.clone(), body.clone())
                 .await;
-            let duration_ms = elapsed_ms(attempt_started);
             let now = Instant::now();
-            match sent {
+            let response = match sent {
                 Err(err) => {
                     let failure = match &err {
-                        UpstreamError::Connect { .. } => FailureKind::Connect,
                         UpstreamError::FirstByteTimeout { .. } => FailureKind::Timeout,
-                        UpstreamError::Transport { .. } | UpstreamError::BadBaseUrl { .. } => FailureKind::Transport,
+                        UpstreamError::Connect { .. }
+                        | UpstreamError::Transport { .. }
+                        | UpstreamError::BadBaseUrl { .. } => FailureKind::UpstreamUnreachable,
                     };
                     self.pool.apply(&Outcome { key: key.clone(), at: now, kind: OutcomeKind::Failed, org: None });
-                    attempts.push(Attempt { key, status: None, failure: Some(failure), duration_ms });
+                    attempts.push(Attempt {
+                        key,
+                        status: None,
+                        failure: Some(failure),
+                        duration_ms: elapsed_ms(attempt_started),
+                    });
                     last_failure = Some(ApiError::from(err).into_response());
+                    continue;
                 }
-                Ok(response) => {
-                    let status = response.status();
-                    let org = header_text(response.headers(), "openai-organization");
-                    self.pool.note_status(&key, status.as_u16());
-                    let (kind, failure) = classify(status, response.headers());
-                    self.pool.apply(&Outcome { key: key.clone(), at: now, kind, org });
-                    attempts.push(Attempt { key: key.clone(), status: Some(status.as_u16()), failure, duration_ms });
-                    match failure {
-                        None if status == StatusCode::BAD_REQUEST && operation.has_json_body() => {
-                            let (relayed, code) = self.relay_error(response, guard).await;
-                            if code == Some("invalid_encrypted_content") && pinned {
-                                // Keymux routed this correctly; the provider could still not read it (it
-                                // has had incidents). Never the key's fault: counted, not cooled.
-                                self.pool.note_invalid_encrypted(&key);
-                            }
-                            notes.upstream_code = code;
-                            return self.finish(
-                                &facts,
-                                decision,
-                                attempts,
-                                at_unix_ms,
-                                started,
-                                Some(key),
-                                notes,
-                                relayed,
-                            );
+                Ok(response) => response,
+            };
+            let status = response.status();
+            let org = header_text(response.headers(), "openai-organization");
+            self.pool.note_status(&key, status.as_u16());
+            self.pool.observe_limits(&key, response.headers(), now);
+            let answer = self.classify_answer(response, guard, facts.model.as_deref()).await;
+            let duration_ms = elapsed_ms(attempt_started);
+            self.pool.apply(&Outcome { key: key.clone(), at: now, kind: answer.outcome, org });
+            attempts.push(Attempt {
+                key: key.clone(),
+                status: Some(status.as_u16()),
+                failure: answer.failure,
+                duration_ms,
+            });
+            match answer.body {
+                Classified::FailOver(response) => {
+                    if answer.failure == Some(FailureKind::ModelUnavailable) {
+                        if let Some(model) = facts.model.as_deref() {
+                            self.pool.note_model_missing(&key, model);
                         }
-                        None => {
-                            // The session's newest org-bound state now lives with this key's organization.
-                            if let (Some(session), true) =
-                                (facts.session, status.is_success() && operation == Operation::ResponsesCreate)
-                            {
-                                self.hints.insert(session, key.clone(), now);
-                            }
-                            let tagger = self.tagger_for(operation, status, &key);
-                            // Failed, cancelled, incomplete and hard-continuity requests never teach
-                            // the soft-affinity table; the relay fires this only on a successful end.
-                            let learn = status.is_success().then(|| Learn {
-                                key: key.clone(),
-                                signal: facts.signal.filter(|_| !decision.continuity_hit).map(|s| s.key),
-                            });
-                            let relayed = self.relay(response, guard, tagger, learn);
-                            return self.finish(
-                                &facts,
-                                decision,
-                                attempts,
-                                at_unix_ms,
-                                started,
-                                Some(key),
-                                notes,
-                                relayed,
-                            );
-                        }
-                        Some(FailureKind::InvalidKey) => {
-                            // The provider's own 401 body names a masked key; it is replaced, never relayed.
-                            let label = guard.entry().label.clone();
-                            tracing::warn!(key = %key, label = %label, status = status.as_u16(), "provider rejected key");
-                            last_failure =
-                                Some(ApiError::KeyRejected { label, status: status.as_u16() }.into_response());
-                        }
-                        Some(_) => last_failure = Some(self.relay(response, guard, None, None)),
                     }
+                    last_failure = Some(response);
+                }
+                Classified::Rejected(label) => {
+                    // The provider's own 401 body names a masked key; it is replaced, never relayed.
+                    tracing::warn!(key = %key, label = %label, status = status.as_u16(), "provider rejected key");
+                    last_failure = Some(ApiError::KeyRejected { label, status: status.as_u16() }.into_response());
+                }
+                Classified::Final(response, code) => {
+                    if code == Some("invalid_encrypted_content") && pinned {
+                        // Keymux routed this correctly; the provider could still not read it (it has had
+                        // incidents). Never the key's fault: counted, not cooled.
+                        self.pool.note_invalid_encrypted(&key);
+                    }
+                    notes.upstream_code = code;
+                    return self.finish(&facts, decision, attempts, at_unix_ms, started, Some(key), notes, response);
+                }
+                Classified::Success(stream, guard) => {
+                    // The session's newest org-bound state now lives with this key's organization.
+                    if let (Some(session), Operation::ResponsesCreate) = (facts.session, operation) {
+                        self.hints.insert(session, key.clone(), now);
+                    }
+                    let tagger = self.tagger_for(operation, status, &key);
+                    // Failed, cancelled, incomplete and hard-continuity requests never teach the
+                    // soft-affinity table; the relay fires this only on a successful end.
+                    let learn = Learn {
+                        key: key.clone(),
+                        signal: facts.signal.filter(|_| !decision.continuity_hit).map(|s| s.key),
+                    };
+                    let relayed = self.relay(stream, guard, tagger, Some(learn));
+                    return self.finish(&facts, decision, attempts, at_unix_ms, started, Some(key), notes, relayed);
                 }
             }
         }
 
         // Every candidate failed before anything reached the client.
         let retry_policy = Policy { max_attempts: 1, ..self.policy };
-        let response = match router::decide(&facts, &self.pool.view(), Instant::now(), &retry_policy).refusal {
+        let now = Instant::now();
+        let view = self.pool.view_for(facts.model.as_deref(), est_tokens, now);
+        let response = match router::decide(&facts, &view, now, &retry_policy).refusal {
             Some(refusal @ Refusal::AllCooling { .. }) => self.refusal_error(refusal).into_response(),
             _ => last_failure.unwrap_or_else(|| ApiError::NoUsableKey { unusable: 0 }.into_response()),
         };
@@ -382,33 +385,99 @@ impl Gateway {
         Some(Tagger::new(self.markers().clone(), key.clone(), org))
     }
 
-    /// Reads a small upstream error body to classify it, then relays it as it was.
-    async fn relay_error(
-        &self,
+    /// Reads as much of an answer as classifying it needs: the body of small error answers (to tell
+    /// `insufficient_quota` from a rate limit, `model_not_found`, `invalid_encrypted_content`), and the
+    /// first chunk of a success, so a stream cut before its first byte can still fail over.
+    async fn classify_answer(
+        self: &Arc<Self>,
         response: reqwest::Response,
         guard: InFlight,
-    ) -> (Response<Body>, Option<&'static str>) {
+        model: Option<&str>,
+    ) -> Answer {
         let status = response.status();
         let headers = upstream::forward_response_headers(response.headers());
-        let mut bytes = BytesMut::new();
-        let mut chunks = response.bytes_stream();
-        while let Ok(Some(Ok(chunk))) = tokio::time::timeout(self.upstream.idle_timeout(), chunks.next()).await {
-            bytes.extend_from_slice(&chunk);
-            if bytes.len() > MAX_ERROR_BODY {
-                break;
-            }
+        let label = guard.entry().label.clone();
+        let code = status.as_u16();
+        if status.is_success() {
+            let mut chunks: Chunks = Box::pin(response.bytes_stream());
+            // Headers came within the first-byte timeout; the first chunk gets the idle allowance.
+            return match tokio::time::timeout(self.upstream.idle_timeout(), chunks.next()).await {
+                Ok(Some(Ok(first))) => {
+                    let rest: Chunks = Box::pin(futures::stream::once(async move { Ok(first) }).chain(chunks));
+                    Answer {
+                        outcome: OutcomeKind::Served,
+                        failure: None,
+                        body: Classified::Success(Upstream2xx { status, headers, chunks: rest }, guard),
+                    }
+                }
+                Ok(None) | Ok(Some(Err(_))) | Err(_) => Answer {
+                    outcome: OutcomeKind::Failed,
+                    failure: Some(FailureKind::UpstreamCut),
+                    body: Classified::FailOver(
+                        ApiError::from(UpstreamError::Transport {
+                            base: label,
+                            detail: "the answer ended before its first byte".into(),
+                        })
+                        .into_response(),
+                    ),
+                },
+            };
         }
+        match code {
+            401 | 403 => {
+                return Answer {
+                    outcome: OutcomeKind::Rejected,
+                    failure: Some(FailureKind::InvalidKey),
+                    body: Classified::Rejected(label),
+                }
+            }
+            500..=599 => {
+                let chunks: Chunks = Box::pin(response.bytes_stream());
+                let relayed = self.relay(Upstream2xx { status, headers, chunks }, guard, None, None);
+                return Answer {
+                    outcome: OutcomeKind::Failed,
+                    failure: Some(FailureKind::Upstream5xx),
+                    body: Classified::FailOver(relayed),
+                };
+            }
+            _ => {}
+        }
+        let cooldown = upstream::cooldown_hint(response.headers());
+        let (bytes, error_code) = read_error(response, self.upstream.idle_timeout()).await;
         drop(guard);
-        let code =
-            serde_json::from_slice::<serde_json::Value>(&bytes).ok().and_then(|v| match v["error"]["code"].as_str() {
-                Some("invalid_encrypted_content") => Some("invalid_encrypted_content"),
-                Some("previous_response_not_found") => Some("previous_response_not_found"),
-                _ => None,
-            });
-        let mut out = Response::new(Body::from(bytes.freeze()));
+        let mut out = Response::new(Body::from(bytes));
         *out.status_mut() = status;
         *out.headers_mut() = headers;
-        (out, code)
+        match (code, error_code.as_deref()) {
+            (429, Some("insufficient_quota")) => Answer {
+                outcome: OutcomeKind::QuotaExhausted { recheck: self.quota_recheck },
+                failure: Some(FailureKind::QuotaExhausted),
+                body: Classified::FailOver(out),
+            },
+            (429, _) => Answer {
+                outcome: OutcomeKind::RateLimited { cooldown: cooldown.unwrap_or(DEFAULT_COOLDOWN) },
+                failure: Some(FailureKind::RateLimited),
+                body: Classified::FailOver(out),
+            },
+            (404, Some("model_not_found")) if model.is_some() => Answer {
+                outcome: OutcomeKind::ClientError,
+                failure: Some(FailureKind::ModelUnavailable),
+                body: Classified::FailOver(out),
+            },
+            (_, code) => {
+                let known = match code {
+                    Some("invalid_encrypted_content") => Some("invalid_encrypted_content"),
+                    Some("previous_response_not_found") => Some("previous_response_not_found"),
+                    Some("model_not_found") => Some("model_not_found"),
+                    _ => None,
+                };
+                Answer {
+                    outcome: OutcomeKind::ClientError,
+                    failure: Some(FailureKind::ClientError),
+                    body: Classified::Final(out, known),
+                }
+            }
+        }
     }
 
     /// Turns an upstream response into the client's response, streaming the body as it arrives and
@@ -416,13 +485,12 @@ impl Gateway {
     /// body ends or the client goes away (which drops the upstream request).
     fn relay(
         self: &Arc<Self>,
-        response: reqwest::Response,
+        answer: Upstream2xx,
         guard: InFlight,
         tagger: Option<Tagger>,
         learn: Option<Learn>,
     ) -> Response<Body> {
-        let status = response.status();
-        let headers = upstream::forward_response_headers(response.headers());
+        let Upstream2xx { status, headers, chunks } = answer;
         let content_type =
             headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
         let mode = match tagger {
@@ -431,7 +499,7 @@ impl Gateway {
             _ => Mode::Pass,
         };
         let state = RelayState {
-            chunks: Box::pin(response.bytes_stream()),
+            chunks,
             idle: self.upstream.idle_timeout(),
             mode,
             done: learn.map(|learn| (self.clone(), learn)),
@@ -532,6 +600,47 @@ impl Gateway {
         });
         response
     }
+}
+
+/// An answer being relayed: its status, the headers that go back, and its body chunks.
+struct Upstream2xx {
+    status: StatusCode,
+    headers: HeaderMap,
+    chunks: Chunks,
+}
+
+/// What one upstream answer means for the request.
+enum Classified {
+    /// Relay it: a success, with its first chunk already read.
+    Success(Upstream2xx, InFlight),
+    /// Relay it as the final answer (a client error, with a notable code if any).
+    Final(Response<Body>, Option<&'static str>),
+    /// Try the next candidate; this is the answer if none is left.
+    FailOver(Response<Body>),
+    /// The key was rejected (its label); the next candidate is tried.
+    Rejected(String),
+}
+
+struct Answer {
+    outcome: OutcomeKind,
+    failure: Option<FailureKind>,
+    body: Classified,
+}
+
+/// Reads a small error body and its `error.code`.
+async fn read_error(response: reqwest::Response, idle: Duration) -> (Bytes, Option<String>) {
+    let mut bytes = BytesMut::new();
+    let mut chunks = response.bytes_stream();
+    while let Ok(Some(Ok(chunk))) = tokio::time::timeout(idle, chunks.next()).await {
+        bytes.extend_from_slice(&chunk);
+        if bytes.len() > MAX_ERROR_BODY {
+            break;
+        }
+    }
+    let code = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .and_then(|v| v["error"]["code"].as_str().map(str::to_owned));
+    (bytes.freeze(), code)
 }
 
 enum Mode {

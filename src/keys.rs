@@ -112,6 +112,39 @@ pub struct KeyEntry {
     pub secret: Secret,
     /// Where it came from.
     pub source: KeySource,
+    /// Priority tier (lower first).
+    pub priority: u8,
+    /// Soft daily token budget.
+    pub daily_token_budget: Option<u64>,
+    /// If not empty, the only models this key serves.
+    pub models: Vec<String>,
+    /// Models this key never serves.
+    pub exclude_models: Vec<String>,
+}
+
+impl KeyEntry {
+    /// A key with default settings (tier 0, no budget, every model).
+    pub fn new(id: KeyId, label: impl Into<String>, provider: Provider, secret: Secret, source: KeySource) -> Self {
+        Self {
+            id,
+            label: label.into(),
+            provider,
+            base_url: None,
+            org: None,
+            secret,
+            source,
+            priority: 0,
+            daily_token_budget: None,
+            models: Vec::new(),
+            exclude_models: Vec::new(),
+        }
+    }
+
+    /// Whether the user allows this key for `model`.
+    pub fn allows(&self, model: &str) -> bool {
+        (self.models.is_empty() || self.models.iter().any(|m| m == model))
+            && !self.exclude_models.iter().any(|m| m == model)
+    }
 }
 
 /// A short keyed fingerprint of a secret: the first 8 hex digits of HMAC-SHA256 under the install secret.

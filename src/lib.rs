@@ -18,6 +18,7 @@
 //! * [`facts`]: classifies a request into an `Operation` and reads the few body facts routing needs.
 //! * [`router`]: the pure `decide(facts, pool view, now) -> Decision`.
 //! * [`pool`]: live per-key state (health, cooldowns, in-flight, learned org), changed only by `apply`.
+//! * [`quota`]: rate-limit windows from `x-ratelimit-*` headers, counted down between answers.
 //! * [`upstream`]: the one provider HTTP client, header policy, timeouts and rate-limit hints.
 //! * [`relay`]: tags org-bound values in relayed SSE events, JSON bodies and WebSocket frames.
 //! * [`gateway`]: one request end to end: body cap, decide, failover before the first byte, relay.
@@ -39,6 +40,7 @@ pub mod http;
 pub mod keys;
 pub mod markers;
 pub mod pool;
+pub mod quota;
 pub mod relay;
 pub mod router;
 pub mod secrets;

@@ -42,6 +42,11 @@ pub enum OutcomeKind {
     Rejected,
     /// The upstream failed (5xx, connection, timeout).
     Failed,
+    /// The account is out of quota: rest the key this long.
+    QuotaExhausted {
+        /// How long.
+        recheck: Duration,
+    },
 }
 
 /// Live state of one key (replaced whole on every change).
@@ -62,8 +67,18 @@ struct Slot {
     input_tokens: AtomicU64,
     cached_tokens: AtomicU64,
     output_tokens: AtomicU64,
+    // Small and short-held: updated when a request starts and when an answer arrives.
+    quota: std::sync::Mutex<crate::quota::Quota>,
+    // Models the provider said this key cannot use; bounded by MAX_MISSING_MODELS.
+    missing_models: std::sync::Mutex<Vec<String>>,
+    // Tokens used on `budget_day` (UTC day number).
+    budget_used: AtomicU64,
+    budget_day: AtomicU64,
     live: ArcSwap<Live>,
 }
+
+/// Most models remembered as unavailable per key.
+pub const MAX_MISSING_MODELS: usize = 32;
 
 /// The pool of keys.
 pub struct Pool {
@@ -126,6 +141,19 @@ pub struct KeyStatus {
     pub cached_tokens: u64,
     /// Output tokens since start.
     pub output_tokens: u64,
+    /// Priority tier.
+    pub priority: u8,
+    /// Share of the tighter rate-limit window left.
+    pub headroom: f32,
+    /// The rate-limit windows the provider reported.
+    #[serde(skip)]
+    pub limits: crate::quota::Quota,
+    /// Daily token budget, if any.
+    pub daily_token_budget: Option<u64>,
+    /// Tokens used today (UTC); above the budget is an overrun.
+    pub tokens_today: u64,
+    /// Models the provider said this key cannot use (it is skipped for them).
+    pub unavailable_models: Vec<String>,
 }
 
 impl Pool {
@@ -151,6 +179,10 @@ impl Pool {
             input_tokens: AtomicU64::new(0),
             cached_tokens: AtomicU64::new(0),
             output_tokens: AtomicU64::new(0),
+            quota: std::sync::Mutex::new(crate::quota::Quota::default()),
+            missing_models: std::sync::Mutex::new(Vec::new()),
+            budget_used: AtomicU64::new(0),
+            budget_day: AtomicU64::new(0),
             live: ArcSwap::from_pointee(Live { health: Health::Ready, learned_org: None, org_tag, last_status: None }),
         })
     }
@@ -204,6 +236,11 @@ impl Pool {
     /// Adds the token counts a successful answer reported.
     pub fn add_usage(&self, key: &KeyId, usage: crate::relay::Usage) {
         if let Some(slot) = self.slot(key) {
+            let today = utc_day();
+            if slot.budget_day.swap(today, Ordering::Relaxed) != today {
+                slot.budget_used.store(0, Ordering::Relaxed);
+            }
+            slot.budget_used.fetch_add(usage.input + usage.output, Ordering::Relaxed);
             slot.input_tokens.fetch_add(usage.input, Ordering::Relaxed);
             slot.cached_tokens.fetch_add(usage.cached, Ordering::Relaxed);
             slot.output_tokens.fetch_add(usage.output, Ordering::Relaxed);
@@ -232,19 +269,38 @@ impl Pool {
         self.len() == 0
     }
 
-    /// A snapshot for the router.
+    /// A snapshot for the router (any model).
     pub fn view(&self) -> PoolView {
+        self.view_for(None, 0, Instant::now())
+    }
+
+    /// A snapshot for a request for `model` of about `tokens` tokens.
+    pub fn view_for(&self, model: Option<&str>, tokens: u64, now: Instant) -> PoolView {
         let slots = self.slots.load();
+        let today = utc_day();
         PoolView {
             keys: slots
                 .iter()
                 .map(|s| {
                     let live = s.live.load();
+                    let quota = *lock(&s.quota);
+                    let model_ok =
+                        model.is_none_or(|m| s.entry.allows(m) && !lock(&s.missing_models).iter().any(|x| x == m));
+                    let used = if s.budget_day.load(Ordering::Relaxed) == today {
+                        s.budget_used.load(Ordering::Relaxed)
+                    } else {
+                        0
+                    };
                     KeyView {
                         id: s.entry.id.clone(),
                         org: s.entry.org.clone().or_else(|| live.learned_org.clone()),
                         org_tag: live.org_tag,
                         in_flight: s.in_flight.load(Ordering::Acquire),
+                        priority: s.entry.priority,
+                        headroom: quota.headroom(now),
+                        exhausted_until: quota.exhausted_until(now, tokens),
+                        over_budget: s.entry.daily_token_budget.is_some_and(|b| used >= b),
+                        model_ok,
                         health: live.health,
                     }
                 })
@@ -252,11 +308,37 @@ impl Pool {
         }
     }
 
-    /// Marks a key as serving one more request. `None` if the key left the pool.
+    /// Marks a key as serving one more request of about `tokens` tokens. `None` if the key left the pool.
     pub fn begin(&self, key: &KeyId) -> Option<InFlight> {
+        self.begin_spending(key, 0)
+    }
+
+    /// Like `begin`, and counts the request down from the key's rate-limit windows.
+    pub fn begin_spending(&self, key: &KeyId, tokens: u64) -> Option<InFlight> {
         let slot = self.slot(key)?;
         slot.in_flight.fetch_add(1, Ordering::AcqRel);
+        lock(&slot.quota).spend(tokens);
         Some(InFlight { slot })
+    }
+
+    /// Takes the rate-limit figures of an answer.
+    pub fn observe_limits(&self, key: &KeyId, headers: &axum::http::HeaderMap, now: Instant) {
+        if let Some(slot) = self.slot(key) {
+            lock(&slot.quota).observe(headers, now);
+        }
+    }
+
+    /// Remembers that the provider said this key cannot use `model`.
+    pub fn note_model_missing(&self, key: &KeyId, model: &str) {
+        if let Some(slot) = self.slot(key) {
+            let mut missing = lock(&slot.missing_models);
+            if !missing.iter().any(|m| m == model) {
+                if missing.len() == MAX_MISSING_MODELS {
+                    missing.remove(0);
+                }
+                missing.push(model.chars().take(128).collect());
+            }
+        }
     }
 
     fn slot(&self, key: &KeyId) -> Option<Arc<Slot>> {
@@ -272,7 +354,10 @@ impl Pool {
             OutcomeKind::Served | OutcomeKind::ClientError => {
                 slot.served.fetch_add(1, Ordering::Relaxed);
             }
-            OutcomeKind::RateLimited { .. } | OutcomeKind::Rejected | OutcomeKind::Failed => {
+            OutcomeKind::RateLimited { .. }
+            | OutcomeKind::Rejected
+            | OutcomeKind::Failed
+            | OutcomeKind::QuotaExhausted { .. } => {
                 slot.failed.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -302,6 +387,11 @@ impl Pool {
                     }
                 }
                 OutcomeKind::Failed => {}
+                OutcomeKind::QuotaExhausted { recheck } => {
+                    if next.health != Health::Disabled {
+                        next.health = Health::QuotaExhausted { until: outcome.at + recheck };
+                    }
+                }
             }
             if let Some(org) = &outcome.org {
                 if next.learned_org.as_deref() != Some(org) {
@@ -331,6 +421,17 @@ impl Pool {
                     }
                     Health::Invalid => ("invalid", 0),
                     Health::Disabled => ("disabled", 0),
+                    Health::QuotaExhausted { until } if until <= now => ("ready", 0),
+                    Health::QuotaExhausted { until } => {
+                        ("quota_exhausted", u64::try_from((until - now).as_millis()).unwrap_or(u64::MAX))
+                    }
+                };
+                let quota = *lock(&s.quota);
+                let today = utc_day();
+                let used = if s.budget_day.load(Ordering::Relaxed) == today {
+                    s.budget_used.load(Ordering::Relaxed)
+                } else {
+                    0
                 };
                 KeyStatus {
                     id: s.entry.id.clone(),
@@ -349,6 +450,12 @@ impl Pool {
                     input_tokens: s.input_tokens.load(Ordering::Relaxed),
                     cached_tokens: s.cached_tokens.load(Ordering::Relaxed),
                     output_tokens: s.output_tokens.load(Ordering::Relaxed),
+                    priority: s.entry.priority,
+                    headroom: quota.headroom(now),
+                    limits: quota,
+                    daily_token_budget: s.entry.daily_token_budget,
+                    tokens_today: used,
+                    unavailable_models: lock(&s.missing_models).clone(),
                 }
             })
             .collect()
@@ -364,6 +471,15 @@ impl Pool {
             });
         }
     }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The guarded values are plain counters: a panic elsewhere leaves them valid.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn utc_day() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() / 86_400)
 }
 
 /// `azure:<host>` for an Azure base URL.
@@ -383,15 +499,7 @@ mod tests {
     }
 
     fn entry(id: &str) -> KeyEntry {
-        KeyEntry {
-            id: KeyId::new(id),
-            label: id.into(),
-            provider: Provider::Openai,
-            base_url: None,
-            org: None,
-            secret: Secret::new(format!("sk-{id}")),
-            source: KeySource::Embedded,
-        }
+        KeyEntry::new(KeyId::new(id), id, Provider::Openai, Secret::new(format!("sk-{id}")), KeySource::Embedded)
     }
 
     fn outcome(key: &str, at: Instant, kind: OutcomeKind) -> Outcome {

@@ -26,6 +26,11 @@ pub enum Health {
     },
     /// The provider rejected the key (401/403).
     Invalid,
+    /// The account is out of quota (`insufficient_quota`) until then, or until re-enabled.
+    QuotaExhausted {
+        /// When to try it again.
+        until: Instant,
+    },
     /// Switched off by the user.
     Disabled,
 }
@@ -41,6 +46,16 @@ pub struct KeyView {
     pub org_tag: OrgTag,
     /// Requests currently being served by this key.
     pub in_flight: u32,
+    /// Priority tier (lower first).
+    pub priority: u8,
+    /// Share of the tighter rate-limit window left, 0 to 1 (1 when unknown).
+    pub headroom: f32,
+    /// A rate-limit window is used up until then: the key would answer 429.
+    pub exhausted_until: Option<Instant>,
+    /// Over its daily token budget.
+    pub over_budget: bool,
+    /// Allowed for the request's model, and not known to lack it.
+    pub model_ok: bool,
     /// Health.
     pub health: Health,
 }
@@ -95,19 +110,42 @@ pub enum SkipWhy {
     Invalid,
     /// Switched off by the user.
     Disabled,
+    /// Out of quota (`insufficient_quota`); tried again after that many milliseconds.
+    QuotaExhausted {
+        /// Milliseconds left.
+        remaining_ms: u64,
+    },
+    /// Not allowed for the request's model, or the provider said it lacks it.
+    ModelUnavailable,
+    /// A rate-limit window is used up; it refills in that many milliseconds.
+    NearExhaustion {
+        /// Milliseconds until the window refills.
+        reset_ms: u64,
+    },
+    /// Over its daily token budget.
+    OverBudget,
 }
 
 /// One line of a decision's explanation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "rule", rename_all = "snake_case")]
 pub enum Reason {
-    /// The chosen key had the fewest requests in flight.
-    LeastInFlight {
+    /// The chosen key had the most rate-limit headroom for its load (headroom / (1 + in flight)).
+    MostHeadroom {
+        /// Its headroom, in thousandths of its tighter window.
+        headroom_permille: u16,
         /// Its in-flight count.
         in_flight: u32,
         /// How many usable keys were compared.
         candidates: usize,
     },
+    /// Only the lowest priority tier with a usable key takes unpinned traffic first.
+    PriorityTier {
+        /// That tier.
+        tier: u8,
+    },
+    /// Every usable key is over its daily budget: budgets are soft, so they serve anyway.
+    BudgetOverrun,
     /// Several keys had the same load; a stable hash of the request picked one.
     TieBrokenByHash {
         /// How many keys were tied.
@@ -331,10 +369,15 @@ pub fn decide(facts: &RequestFacts, view: &PoolView, now: Instant, policy: &Poli
     decision
 }
 
-/// A remembered key that already carries `limit` requests while another candidate carries fewer is left
-/// alone for this request, so one hot session cannot melt one key.
+/// Below this share of its tighter rate-limit window, a remembered key yields to one with more room.
+pub const MIN_AFFINITY_HEADROOM: f32 = 0.1;
+
+/// A remembered key that already carries `limit` requests, or has less than `MIN_AFFINITY_HEADROOM` of
+/// its rate-limit window left, while another candidate is better off, is left alone for this request:
+/// one hot session must not melt one key.
 fn hot(key: &KeyView, candidates: &[&KeyView], limit: u32) -> bool {
-    key.in_flight >= limit && candidates.iter().any(|o| o.in_flight < key.in_flight)
+    (key.in_flight >= limit && candidates.iter().any(|o| o.in_flight < key.in_flight))
+        || (key.headroom < MIN_AFFINITY_HEADROOM && candidates.iter().any(|o| o.headroom > key.headroom))
 }
 
 fn decide_keys(
@@ -478,19 +521,47 @@ fn decide_keys(
             }
         }
     }
-    if usable.is_empty() {
+    // Soft limits: a used-up rate-limit window (it would answer 429) and a spent daily budget.
+    let (mut open, mut over_budget) = (Vec::new(), Vec::new());
+    for key in usable {
+        if let Some(until) = key.exhausted_until.filter(|u| *u > now) {
+            cooling += 1;
+            earliest_free = Some(earliest_free.map_or(until, |e| e.min(until)));
+            skipped.push(Reason::Skipped {
+                key: key.id.clone(),
+                why: SkipWhy::NearExhaustion { reset_ms: millis(until - now) },
+            });
+        } else if key.over_budget {
+            skipped.push(Reason::Skipped { key: key.id.clone(), why: SkipWhy::OverBudget });
+            over_budget.push(key);
+        } else {
+            open.push(key);
+        }
+    }
+    if open.is_empty() && !over_budget.is_empty() {
+        decision.reasons.push(Reason::BudgetOverrun);
+        open = over_budget;
+    }
+    if open.is_empty() {
         decision.refusal = Some(match (keys.is_empty(), earliest_free) {
             (true, _) => Refusal::NoKeys,
-            (false, Some(first)) => Refusal::AllCooling { retry_after_secs: whole_seconds_ceil(first - now), cooling },
+            (false, Some(first)) => Refusal::AllCooling {
+                retry_after_secs: whole_seconds_ceil(first.saturating_duration_since(now)),
+                cooling,
+            },
             (false, None) => Refusal::NoUsableKey { unusable },
         });
         decision.reasons.extend(skipped);
         return decision;
     }
-    let mut ranked = rank(usable, facts.seq, None);
-    let tied = ranked.iter().take_while(|k| k.in_flight == ranked[0].in_flight).count();
+    let mut ranked = rank_by_headroom(open, facts.seq);
+    let tied = ranked.iter().take_while(|k| score(k) == score(ranked[0]) && k.priority == ranked[0].priority).count();
     let candidates = ranked.len();
-    let best = ranked[0].in_flight;
+    let best = ranked[0];
+    let (best_in_flight, best_headroom, tier) = (best.in_flight, best.headroom, best.priority);
+    if ranked.iter().any(|k| k.priority != tier) {
+        decision.reasons.push(Reason::PriorityTier { tier });
+    }
     if let Some(t) = target {
         // Soft affinity: a preference inside the candidates, never a widening of them.
         let limit = policy.max_in_flight_per_key;
@@ -516,7 +587,11 @@ fn decide_keys(
         }
     }
     fill(&mut decision, ranked, max_attempts);
-    decision.reasons.push(Reason::LeastInFlight { in_flight: best, candidates });
+    decision.reasons.push(Reason::MostHeadroom {
+        headroom_permille: (best_headroom * 1000.0).round() as u16,
+        in_flight: best_in_flight,
+        candidates,
+    });
     if tied > 1 {
         decision.reasons.push(Reason::TieBrokenByHash { tied });
     }
@@ -556,13 +631,29 @@ fn bind_to_key(mut decision: Decision, facts: &RequestFacts, keys: &[KeyView], b
 }
 
 fn skip_reason(key: &KeyView, now: Instant) -> Option<SkipWhy> {
+    if !key.model_ok {
+        return Some(SkipWhy::ModelUnavailable);
+    }
     match key.health {
         Health::Ready => None,
-        Health::Cooling { until } if until <= now => None,
+        Health::Cooling { until } | Health::QuotaExhausted { until } if until <= now => None,
         Health::Cooling { until } => Some(SkipWhy::Cooling { remaining_ms: millis(until - now) }),
+        Health::QuotaExhausted { until } => Some(SkipWhy::QuotaExhausted { remaining_ms: millis(until - now) }),
         Health::Invalid => Some(SkipWhy::Invalid),
         Health::Disabled => Some(SkipWhy::Disabled),
     }
+}
+
+/// Headroom per request in flight, in thousandths (quantized so equal keys tie and the hash decides).
+fn score(key: &KeyView) -> u32 {
+    (key.headroom.clamp(0.0, 1.0) * 1_000_000.0 / (1.0 + key.in_flight as f32)).round() as u32 / 1_000
+}
+
+/// Orders unpinned candidates: lowest priority tier first, then most headroom per request in flight, then
+/// the stable hash.
+fn rank_by_headroom(mut keys: Vec<&KeyView>, seq: u64) -> Vec<&KeyView> {
+    keys.sort_by_key(|k| (k.priority, std::cmp::Reverse(score(k)), std::cmp::Reverse(tie_hash(seq, &k.id))));
+    keys
 }
 
 /// Orders candidates: fewest in flight, then the preferred key, then the stable hash.
@@ -631,13 +722,28 @@ mod tests {
 
     fn key(id: &str, in_flight: u32, health: Health) -> KeyView {
         let id = KeyId::new(id);
-        KeyView { org_tag: markers().org_tag(None, &id), id, org: None, in_flight, health }
+        KeyView {
+            org_tag: markers().org_tag(None, &id),
+            id,
+            org: None,
+            in_flight,
+            health,
+            priority: 0,
+            headroom: 1.0,
+            exhausted_until: None,
+            over_budget: false,
+            model_ok: true,
+        }
     }
 
     /// A key of organization `org`.
     fn org_key(id: &str, org: &str, in_flight: u32, health: Health) -> KeyView {
         let id = KeyId::new(id);
-        KeyView { org_tag: markers().org_tag(Some(org), &id), id, org: Some(org.into()), in_flight, health }
+        KeyView {
+            org_tag: markers().org_tag(Some(org), &id),
+            org: Some(org.into()),
+            ..key(id.as_str(), in_flight, health)
+        }
     }
 
     fn pinned(seq: u64, key: &str, org: &str) -> RequestFacts {

@@ -108,13 +108,13 @@ pub async fn prepare(options: StartOptions) -> Result<Prepared, StartError> {
         let account = account::key(&key.id);
         match secrets::blocking(store.clone(), move |s| s.get(&account)).await {
             Ok(Some(secret)) => entries.push(KeyEntry {
-                id: key.id.clone(),
-                label: key.label.clone(),
-                provider: key.provider,
                 base_url: key.base_url.clone(),
                 org: key.org.clone(),
-                secret,
-                source: KeySource::Keychain,
+                priority: key.priority,
+                daily_token_budget: key.daily_token_budget,
+                models: key.models.clone(),
+                exclude_models: key.exclude_models.clone(),
+                ..KeyEntry::new(key.id.clone(), key.label.clone(), key.provider, secret, KeySource::Keychain)
             }),
             Ok(None) => notices.push(format!(
                 "key '{}' ({}) has no secret in the {}; it is left out. Re-add it with `keymux keys remove {}` and `keymux keys add --label {}`.",
@@ -141,13 +141,17 @@ pub async fn prepare(options: StartOptions) -> Result<Prepared, StartError> {
             )));
         }
         entries.push(KeyEntry {
-            id: KeyId::new(format!("env-{}", env_key.label)),
-            label: env_key.label.clone(),
-            provider: env_key.provider,
             base_url: env_key.base_url.clone(),
             org: env_key.org.clone(),
-            secret: env_key.secret.clone(),
-            source: KeySource::Environment,
+            priority: env_key.priority,
+            daily_token_budget: env_key.daily_token_budget,
+            ..KeyEntry::new(
+                KeyId::new(format!("env-{}", env_key.label)),
+                env_key.label.clone(),
+                env_key.provider,
+                env_key.secret.clone(),
+                KeySource::Environment,
+            )
         });
     }
     if entries.len() > crate::router::MAX_KEYS {

@@ -181,14 +181,14 @@ async fn open_upstream(
             Err(HandshakeFailure { status, headers: upstream_headers }) => {
                 let (kind, failure) = match status {
                     Some(s) => crate::gateway::classify(s, &upstream_headers),
-                    None => (crate::pool::OutcomeKind::Failed, Some(FailureKind::Connect)),
+                    None => (crate::pool::OutcomeKind::Failed, Some(FailureKind::UpstreamUnreachable)),
                 };
                 let org = upstream_headers.get("openai-organization").and_then(|v| v.to_str().ok()).map(str::to_owned);
                 gateway.pool().apply(&Outcome { key: key.clone(), at: now, kind, org });
                 attempts.push(Attempt {
                     key,
                     status: status.map(|s| s.as_u16()),
-                    failure: failure.or(Some(FailureKind::Transport)),
+                    failure: failure.or(Some(FailureKind::UpstreamUnreachable)),
                     duration_ms,
                 });
             }

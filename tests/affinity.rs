@@ -17,7 +17,7 @@ fn three_orgs() -> SimConfig {
     SimConfig::new().org("org-a", &["sk-a1", "sk-a2"]).org("org-b", &["sk-b1", "sk-b2"]).org("org-c", &["sk-c1"])
 }
 
-fn five_keys() -> Vec<(String, String, keymux::keys::Provider)> {
+fn five_keys() -> Vec<TestKey> {
     vec![key("a1", "sk-a1"), key("a2", "sk-a2"), key("b1", "sk-b1"), key("b2", "sk-b2"), key("c1", "sk-c1")]
 }
 
@@ -335,13 +335,14 @@ async fn provider_rejecting_a_correctly_pinned_request_is_not_the_keys_fault() {
     assert_eq!(s.turn(&c, &h.base, false).await.status, 200);
     let org_a = h.gateway.pool().org_tag(&KeyId::new("k_a")).unwrap();
     let mut entry = keymux::keys::KeyEntry {
-        id: KeyId::new("k_b"),
-        label: "b".into(),
-        provider: keymux::keys::Provider::Openai,
-        base_url: None,
         org: Some("org-a".into()),
-        secret: keymux::secrets::Secret::new("sk-x1"),
-        source: keymux::keys::KeySource::Embedded,
+        ..keymux::keys::KeyEntry::new(
+            KeyId::new("k_b"),
+            "b",
+            keymux::keys::Provider::Openai,
+            keymux::secrets::Secret::new("sk-x1"),
+            keymux::keys::KeySource::Embedded,
+        )
     };
     assert!(h.gateway.pool().add(entry.clone()));
     // The configured org wins over the learned one, so `b` now looks like org-a.

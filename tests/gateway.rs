@@ -21,7 +21,7 @@ fn two_orgs() -> SimConfig {
     SimConfig::new().org("org-a", &["sk-a1", "sk-a2"]).org("org-b", &["sk-b1"])
 }
 
-fn three_keys() -> Vec<(String, String, keymux::keys::Provider)> {
+fn three_keys() -> Vec<TestKey> {
     vec![key("a1", "sk-a1"), key("a2", "sk-a2"), key("b1", "sk-b1")]
 }
 

@@ -15,7 +15,7 @@ fn three_orgs() -> SimConfig {
     SimConfig::new().org("org-a", &["sk-a1", "sk-a2"]).org("org-b", &["sk-b1", "sk-b2"]).org("org-c", &["sk-c1"])
 }
 
-fn five_keys() -> Vec<(String, String, keymux::keys::Provider)> {
+fn five_keys() -> Vec<TestKey> {
     vec![key("a1", "sk-a1"), key("a2", "sk-a2"), key("b1", "sk-b1"), key("b2", "sk-b2"), key("c1", "sk-c1")]
 }
 

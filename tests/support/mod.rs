@@ -33,38 +33,65 @@ pub struct Harness {
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
-/// A key for the harness: (label, secret, provider).
-pub fn key(label: &str, secret: &str) -> (String, String, Provider) {
-    (label.to_owned(), secret.to_owned(), Provider::Openai)
+/// A key for the harness.
+#[derive(Clone, Debug)]
+pub struct TestKey {
+    pub label: String,
+    pub secret: String,
+    pub provider: Provider,
+    pub priority: u8,
+    pub budget: Option<u64>,
 }
 
-pub fn azure_key(label: &str, secret: &str) -> (String, String, Provider) {
-    (label.to_owned(), secret.to_owned(), Provider::Azure)
+impl TestKey {
+    pub fn priority(mut self, tier: u8) -> Self {
+        self.priority = tier;
+        self
+    }
+
+    pub fn budget(mut self, tokens: u64) -> Self {
+        self.budget = Some(tokens);
+        self
+    }
+}
+
+/// An OpenAI key with id `k_<label>`.
+pub fn key(label: &str, secret: &str) -> TestKey {
+    TestKey {
+        label: label.to_owned(),
+        secret: secret.to_owned(),
+        provider: Provider::Openai,
+        priority: 0,
+        budget: None,
+    }
+}
+
+pub fn azure_key(label: &str, secret: &str) -> TestKey {
+    TestKey { provider: Provider::Azure, ..key(label, secret) }
 }
 
 impl Harness {
-    pub async fn start(sim_config: SimConfig, keys: &[(String, String, Provider)]) -> Self {
+    pub async fn start(sim_config: SimConfig, keys: &[TestKey]) -> Self {
         Self::start_with(sim_config, keys, |_| {}).await
     }
 
-    pub async fn start_with(
-        sim_config: SimConfig,
-        keys: &[(String, String, Provider)],
-        tweak: impl FnOnce(&mut Config),
-    ) -> Self {
+    pub async fn start_with(sim_config: SimConfig, keys: &[TestKey], tweak: impl FnOnce(&mut Config)) -> Self {
         let sim = Sim::start(sim_config).await.expect("simulator starts");
         let mut config = Config { upstream: sim.base_url(), ..Config::default() };
         tweak(&mut config);
         let entries = keys
             .iter()
-            .map(|(label, secret, provider)| KeyEntry {
-                id: KeyId::new(format!("k_{label}")),
-                label: label.clone(),
-                provider: *provider,
-                base_url: (*provider == Provider::Azure).then(|| sim.base_url()),
-                org: None,
-                secret: Secret::new(secret.as_str()),
-                source: KeySource::Embedded,
+            .map(|k| KeyEntry {
+                base_url: (k.provider == Provider::Azure).then(|| sim.base_url()),
+                priority: k.priority,
+                daily_token_budget: k.budget,
+                ..KeyEntry::new(
+                    KeyId::new(format!("k_{}", k.label)),
+                    k.label.clone(),
+                    k.provider,
+                    Secret::new(k.secret.as_str()),
+                    KeySource::Embedded,
+                )
             })
             .collect();
         let gateway = Arc::new(
