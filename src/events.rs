@@ -29,6 +29,7 @@ pub enum FailureKind {
     /// `model_not_found`: this key cannot use the model; it is skipped for it.
     ModelUnavailable,
     /// 5xx from the provider.
+    #[serde(rename = "upstream_5xx")]
     Upstream5xx,
     /// No answer headers within the first-byte timeout.
     Timeout,

@@ -1,0 +1,335 @@
+//! The quota-aware pool, black-box against the simulator's per-key rate limits and faults.
+#![allow(clippy::unwrap_used, clippy::print_stdout, reason = "tests print the figures they measure")]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use keymux::events::FailureKind;
+use keymux_sim::{Fault, Limits, SimConfig};
+use serde_json::{json, Value};
+use support::*;
+
+static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A small non-stream request of its own session (no affinity pulls it anywhere).
+async fn small(c: &reqwest::Client, base: &str) -> (u16, Value) {
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let body = json!({"model":"gpt-5.5","input":format!("request {n}"),"store":false,"reasoning":{"effort":"none"}});
+    let r = post(c, &format!("{base}/responses"), &[], &body).send().await.unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// A small streamed request; the status, and whether the stream reached `response.completed`.
+async fn small_stream(c: &reqwest::Client, base: &str) -> (u16, bool) {
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let body = json!({"model":"gpt-5.5","input":format!("request {n}"),"stream":true,"store":false,"reasoning":{"effort":"none"}});
+    let r = post(c, &format!("{base}/responses"), &[], &body).send().await.unwrap();
+    let status = r.status().as_u16();
+    let completed = read_sse(r).await.iter().any(|e| e.data["type"] == "response.completed");
+    (status, completed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sustained_load_above_one_key_stays_under_every_limit() {
+    // Each key: 6 requests per 2 s window (3/s). Load: about 6.5/s, above any one key, under the sum (9/s).
+    let window = Duration::from_secs(2);
+    let limits = Limits { requests: 6, tokens: 10_000_000, window };
+    let sim =
+        SimConfig::new().org("org-a", &["sk-a1"]).org("org-b", &["sk-b1"]).org("org-c", &["sk-c1"]).limits(limits);
+    let h = Harness::start(sim, &[key("a1", "sk-a1"), key("b1", "sk-b1"), key("c1", "sk-c1")]).await;
+    let c = client();
+    let started = tokio::time::Instant::now();
+    let mut ticker = tokio::time::interval(Duration::from_millis(150));
+    let mut pending = Vec::new();
+    while started.elapsed() < Duration::from_secs(6) {
+        ticker.tick().await;
+        let (c, base) = (c.clone(), h.base.clone());
+        pending.push(tokio::spawn(async move { small(&c, &base).await }));
+    }
+    let results: Vec<(u16, Value)> = futures::future::join_all(pending).await.into_iter().map(Result::unwrap).collect();
+    let elapsed = started.elapsed();
+    let errors: Vec<_> = results.iter().filter(|(s, _)| *s != 200).collect();
+    let log = h.sim.log();
+    let mut upstream_429: BTreeMap<String, usize> = BTreeMap::new();
+    let mut served: BTreeMap<String, usize> = BTreeMap::new();
+    for e in &log {
+        let key = e.key.clone().unwrap_or_default();
+        if e.status == 429 {
+            *upstream_429.entry(key).or_default() += 1;
+        } else if e.status == 200 && e.path == "/v1/responses" {
+            *served.entry(key).or_default() += 1;
+        }
+    }
+    let windows = (elapsed.as_secs_f64() / window.as_secs_f64()).ceil() as usize + 1;
+    println!(
+        "{} requests in {:.1}s (3 keys x 6 per 2 s): {} client errors; served per key {served:?}; upstream 429s per key {upstream_429:?} (allowed at most {windows} each)",
+        results.len(),
+        elapsed.as_secs_f64(),
+        errors.len()
+    );
+    assert!(errors.is_empty(), "{errors:?}");
+    for (key, n) in &upstream_429 {
+        assert!(*n <= windows, "{key} was sent past its limit {n} times in {windows} windows");
+    }
+    assert_eq!(served.len(), 3, "all keys carried the load");
+}
+
+#[tokio::test]
+async fn faults_are_absorbed_while_healthy_keys_remain() {
+    let keys = ["sk-f1", "sk-f2", "sk-f3", "sk-f4", "sk-f5", "sk-ok"];
+    let sim = keys.iter().enumerate().fold(SimConfig::new(), |s, (i, k)| s.org(&format!("org-{i}"), &[k]));
+    let test_keys: Vec<TestKey> = keys.iter().map(|k| key(&k[3..], k)).collect();
+    let h = Harness::start_with(sim, &test_keys, |c| {
+        c.timeouts.first_byte_ms = 400;
+        c.max_attempts = 4;
+    })
+    .await;
+    let c = client();
+    // One fault at a time, each on its own key, while the other keys are healthy: every request
+    // succeeds, and each fault is met (and absorbed) by failover.
+    let faults = [
+        ("sk-f1", Fault::Status500),
+        ("sk-f2", Fault::CutAfterEvents(0)),
+        ("sk-f3", Fault::SlowFirstByte(Duration::from_millis(1500))),
+        ("sk-f4", Fault::InvalidKey),
+        ("sk-f5", Fault::InsufficientQuota),
+    ];
+    let mut failures_seen: BTreeMap<String, FailureKind> = BTreeMap::new();
+    for (secret, fault) in faults {
+        h.sim.inject(secret, fault);
+        let key = format!("k_{}", &secret[3..]);
+        for _ in 0..30 {
+            let (status, completed) = small_stream(&c, &h.base).await;
+            assert_eq!(status, 200);
+            assert!(completed, "the client got a whole stream");
+            let record = h.gateway.events().recent(1).pop().unwrap();
+            for a in &record.attempts {
+                if let Some(f) = a.failure {
+                    failures_seen.insert(a.key.to_string(), f);
+                }
+            }
+            if failures_seen.contains_key(&key) {
+                break;
+            }
+        }
+    }
+    println!("failures absorbed: {failures_seen:?}");
+    let expect = [
+        ("k_f1", FailureKind::Upstream5xx),
+        ("k_f2", FailureKind::UpstreamCut),
+        ("k_f3", FailureKind::Timeout),
+        ("k_f4", FailureKind::InvalidKey),
+        ("k_f5", FailureKind::QuotaExhausted),
+    ];
+    for (key, kind) in expect {
+        assert_eq!(failures_seen.get(key), Some(&kind), "{failures_seen:?}");
+    }
+    let status = h.gateway.pool().status(tokio::time::Instant::now());
+    let health = |label: &str| status.iter().find(|k| k.label == label).unwrap().health;
+    assert_eq!(health("f4"), "invalid");
+    assert_eq!(health("f5"), "quota_exhausted");
+    assert_eq!(health("f1"), "ready", "one 500 does not sideline a key");
+    // Everything cooling at once: a 429 with an integer retry-after.
+    for k in ["sk-f1", "sk-f2", "sk-f3", "sk-ok"] {
+        h.sim.inject(k, Fault::RateLimited { retry_after_secs: 9 });
+    }
+    let mut last = 200;
+    for _ in 0..3 {
+        let r = post(&c, &format!("{}/responses", h.base), &[], &json!({"model":"gpt-5.5","input":"x"}))
+            .send()
+            .await
+            .unwrap();
+        last = r.status().as_u16();
+        if last == 429 {
+            let secs: u64 = r.headers()["retry-after"].to_str().unwrap().parse().expect("integer seconds");
+            assert!((1..=9).contains(&secs));
+            break;
+        }
+    }
+    assert_eq!(last, 429);
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("VmRSS:").map(|v| v.trim().trim_end_matches(" kB").trim().parse().unwrap_or(0))
+            })
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_triple_failovers_keep_attempt_records_small_and_memory_flat() {
+    let sim = keymux_sim::Sim::start(
+        SimConfig::new()
+            .org("org-a", &["sk-a"])
+            .org("org-b", &["sk-b"])
+            .org("org-c", &["sk-c"])
+            .org("org-d", &["sk-d"]),
+    )
+    .await
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join("config.toml");
+    std::fs::write(&config, "max_attempts = 4\n").unwrap();
+    let mut env = base_env(home.path());
+    env.retain(|(k, _)| k != "KEYMUX_LOG");
+    env.push(("KEYMUX_LOG".into(), "warn".into()));
+    // a, b and c (tier 0) are tried first and fail; d (tier 1) serves.
+    for (label, secret) in [("A", "sk-a"), ("B", "sk-b"), ("C", "sk-c"), ("D", "sk-d")] {
+        env.push((format!("KEYMUX_KEY_{label}"), secret.to_owned()));
+    }
+    env.push(("KEYMUX_KEY_D_PRIORITY".into(), "1".into()));
+    env.push(("KEYMUX_CLIENT_TOKEN".into(), TOKEN.into()));
+    let gateway =
+        Keymux::spawn(&["--ephemeral", "--config", config.to_str().unwrap(), "--upstream", &sim.base_url()], &env)
+            .await;
+    let pid = gateway.child.id().unwrap();
+    let c = client();
+    let round = |n: usize| {
+        for k in ["sk-a", "sk-b", "sk-c"] {
+            for _ in 0..n {
+                sim.inject(k, Fault::Status500);
+            }
+        }
+        let (c, base) = (c.clone(), gateway.base.clone());
+        async move {
+            futures::stream::iter(0..n)
+                .map(|_| {
+                    let (c, base) = (c.clone(), base.clone());
+                    async move { small(&c, &base).await.0 }
+                })
+                .buffer_unordered(16)
+                .collect::<Vec<u16>>()
+                .await
+        }
+    };
+    let before = rss_kib(pid);
+    let first = round(1000).await;
+    let after_first = rss_kib(pid);
+    let second = round(1000).await;
+    let after_second = rss_kib(pid);
+    assert!(first.iter().chain(&second).all(|s| *s == 200));
+
+    let decisions: Value = c
+        .get(format!("{}/keymux/api/decisions?limit=1000", gateway.root))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let records = decisions["data"].as_array().unwrap();
+    assert_eq!(records.len(), 1000, "the ring keeps the newest 1000");
+    let mut sizes = Vec::new();
+    for r in records {
+        let attempts = r["attempts"].as_array().unwrap();
+        assert_eq!(attempts.len(), 4, "three failovers each");
+        assert!(attempts[..3].iter().all(|a| a["failure"] == "upstream_5xx"), "{r}");
+        sizes.push(serde_json::to_vec(attempts).unwrap().len());
+    }
+    let (min, max) = (*sizes.iter().min().unwrap(), *sizes.iter().max().unwrap());
+    println!(
+        "2 x 1000 requests x 3 failovers: attempt record {min}..{max} bytes encoded ({} bytes in memory per attempt); keymux RSS {before} KiB -> {after_first} KiB after 1000 -> {after_second} KiB after 2000",
+        std::mem::size_of::<keymux::events::Attempt>()
+    );
+    let _ = gateway.stop().await;
+    // A fixed bound, whatever the retry count: at most MAX_ATTEMPTS entries of small values.
+    assert!(max <= 512, "{max}");
+    assert!(max - min <= 16, "no record grows with the history of others: {min}..{max}");
+    // The second thousand costs no more memory than the first left behind (rings and tables are bounded).
+    assert!(after_second <= after_first + 8 * 1024, "{after_first} KiB -> {after_second} KiB");
+}
+
+#[tokio::test]
+async fn priority_tiers_keep_personal_keys_idle_until_work_keys_cool() {
+    let sim = SimConfig::new().org("org-work", &["sk-w1", "sk-w2"]).org("org-home", &["sk-p1"]);
+    let keys = [key("w1", "sk-w1"), key("w2", "sk-w2"), key("p1", "sk-p1").priority(1)];
+    let h = Harness::start(sim, &keys).await;
+    let c = client();
+    for _ in 0..20 {
+        assert_eq!(small(&c, &h.base).await.0, 200);
+    }
+    let counts = client_counts(&h.sim);
+    assert_eq!(counts.get("sk-p1"), None, "personal key idle: {counts:?}");
+    assert!(counts.contains_key("sk-w1") && counts.contains_key("sk-w2"));
+    let record = h.gateway.events().recent(1).pop().unwrap();
+    assert!(record.decision.reasons.contains(&keymux::router::Reason::PriorityTier { tier: 0 }));
+
+    h.sim.inject("sk-w1", Fault::RateLimited { retry_after_secs: 30 });
+    h.sim.inject("sk-w2", Fault::RateLimited { retry_after_secs: 30 });
+    for _ in 0..10 {
+        assert_eq!(small(&c, &h.base).await.0, 200);
+    }
+    let after = client_counts(&h.sim);
+    assert!(after.get("sk-p1").copied().unwrap_or(0) >= 10, "personal key takes the load: {after:?}");
+}
+
+#[tokio::test]
+async fn budgets_are_soft_and_overruns_are_shown() {
+    let sim = SimConfig::new().org("org-a", &["sk-a1"]).org("org-b", &["sk-b1"]);
+    let keys = [key("a1", "sk-a1").budget(10), key("b1", "sk-b1")];
+    let h = Harness::start(sim, &keys).await;
+    let c = client();
+    // A session that starts on a1 (with reasoning, so its follow-ups are pinned there).
+    let mut session = loop {
+        let mut s = Session::new(Shape::Pi, NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as usize, false);
+        assert_eq!(s.turn(&c, &h.base, false).await.status, 200);
+        if h.sim.log().last().unwrap().key.as_deref() == Some("sk-a1") {
+            break s;
+        }
+    };
+    let over = |h: &Harness| {
+        let status = h.gateway.pool().status(tokio::time::Instant::now());
+        let a1 = status.iter().find(|k| k.label == "a1").unwrap().clone();
+        a1.tokens_today > a1.daily_token_budget.unwrap()
+    };
+    assert!(over(&h), "a1 spent more than its 10-token budget");
+    // Unpinned traffic avoids it now.
+    for _ in 0..6 {
+        assert_eq!(small(&c, &h.base).await.0, 200);
+        assert_eq!(h.sim.log().last().unwrap().key.as_deref(), Some("sk-b1"));
+    }
+    let record = h.gateway.events().recent(1).pop().unwrap();
+    assert!(record
+        .decision
+        .reasons
+        .iter()
+        .any(|r| matches!(r, keymux::router::Reason::Skipped { why: keymux::router::SkipWhy::OverBudget, .. })));
+    // The pinned session still goes to a1: only its organization can read it.
+    assert_eq!(session.turn(&c, &h.base, false).await.status, 200);
+    assert_eq!(h.sim.log().last().unwrap().key.as_deref(), Some("sk-a1"));
+}
+
+#[tokio::test]
+async fn a_key_without_the_model_is_skipped_for_that_model_only() {
+    let sim = SimConfig::new().org("org-a", &["sk-a1"]).org("org-b", &["sk-b1"]);
+    let h = Harness::start(sim, &[key("a1", "sk-a1"), key("b1", "sk-b1")]).await;
+    let c = client();
+    h.sim.inject("sk-a1", Fault::ModelNotFound);
+    h.sim.inject("sk-b1", Fault::ModelNotFound);
+    // Whichever key answers model_not_found first, the request fails over to the other... which also
+    // lacks it here: the client gets the provider's 404.
+    let (status, body) = small(&c, &h.base).await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"]["code"], "model_not_found");
+    // Both are now skipped for gpt-5.5, and the UI shows it; other models still use them.
+    let status = h.gateway.pool().status(tokio::time::Instant::now());
+    assert!(status.iter().all(|k| k.unavailable_models == ["gpt-5.5"]));
+    let (status, _) = small(&c, &h.base).await;
+    assert_eq!(status, 503, "no key serves gpt-5.5 any more");
+    let r = post(&c, &format!("{}/embeddings", h.base), &[], &json!({"model":"text-embedding-3-small","input":"x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let record = h.gateway.events().recent(1).pop().unwrap();
+    assert!(record.decision.refusal.is_none());
+}
