@@ -39,6 +39,8 @@ pub enum FailureKind {
     UpstreamCut,
     /// The client's own request was refused (relayed as it was, never failed over).
     ClientError,
+    /// The client went away before an answer reached it.
+    ClientCancelled,
 }
 
 /// One upstream attempt: small, fixed-size values only (the key id is a shared pointer).

@@ -125,6 +125,26 @@ pub enum Remembered {
     Key(crate::keys::KeyId),
 }
 
+impl RequestFacts {
+    /// The facts of a request about which nothing is known yet but its number and operation.
+    pub fn new(seq: u64, operation: Operation) -> Self {
+        Self {
+            seq,
+            operation,
+            model: None,
+            stream: false,
+            pins: Vec::new(),
+            foreign_markers: 0,
+            session: None,
+            session_hint: None,
+            continuity: None,
+            unmarked_response_id: false,
+            signal: None,
+            remembered: Remembered::NotAsked,
+        }
+    }
+}
+
 /// Most bytes of a `prompt_cache_key` Keymux uses.
 pub const MAX_CACHE_KEY_BYTES: usize = 256;
 
@@ -188,20 +208,7 @@ pub fn extract(
     body: &Bytes,
     markers: &Markers,
 ) -> Result<Extracted, FactsError> {
-    let mut facts = RequestFacts {
-        seq,
-        operation,
-        model: None,
-        stream: false,
-        pins: Vec::new(),
-        foreign_markers: 0,
-        session: None,
-        session_hint: None,
-        continuity: None,
-        unmarked_response_id: false,
-        signal: None,
-        remembered: Remembered::NotAsked,
-    };
+    let mut facts = RequestFacts::new(seq, operation);
     let path = match operation {
         Operation::ResponsesGet
         | Operation::ResponsesDelete

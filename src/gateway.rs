@@ -137,20 +137,7 @@ impl Gateway {
 
     /// Whether a new WebSocket could be served at all right now (some key is usable).
     pub fn can_open_socket(&self) -> Option<ApiError> {
-        let facts = RequestFacts {
-            seq: 0,
-            operation: Operation::ResponsesCreate,
-            model: None,
-            stream: true,
-            pins: Vec::new(),
-            foreign_markers: 0,
-            session: None,
-            session_hint: None,
-            continuity: None,
-            unmarked_response_id: false,
-            signal: None,
-            remembered: crate::facts::Remembered::NotAsked,
-        };
+        let facts = RequestFacts { stream: true, ..RequestFacts::new(0, Operation::ResponsesCreate) };
         router::decide(&facts, &self.pool.view(), Instant::now(), &self.policy).refusal.map(|r| self.refusal_error(r))
     }
 
@@ -185,10 +172,27 @@ impl Gateway {
 
     /// Proxies one authenticated `/v1/*` request.
     pub async fn forward(self: &Arc<Self>, parts: request::Parts, body: Body) -> Response<Body> {
-        let started = Instant::now();
-        let at_unix_ms = unix_ms();
-        let seq = self.next_seq();
-        let operation = Operation::classify(&parts.method, parts.uri.path());
+        let mut watch = Watch {
+            gateway: self,
+            seq: self.next_seq(),
+            operation: Operation::classify(&parts.method, parts.uri.path()),
+            at_unix_ms: unix_ms(),
+            started: Instant::now(),
+            trying: None,
+            answered: false,
+        };
+        let response = self.forward_watched(parts, body, &mut watch).await;
+        watch.answered = true;
+        response
+    }
+
+    async fn forward_watched(
+        self: &Arc<Self>,
+        parts: request::Parts,
+        body: Body,
+        watch: &mut Watch<'_>,
+    ) -> Response<Body> {
+        let (started, at_unix_ms, seq, operation) = (watch.started, watch.at_unix_ms, watch.seq, watch.operation);
         let mut notes = Notes::default();
         let client = parts.extensions.get::<crate::tokens::ClientScope>().cloned().unwrap_or_default();
 
@@ -256,6 +260,7 @@ impl Gateway {
                 continue;
             };
             let attempt_started = Instant::now();
+            watch.trying = Some((key.clone(), attempt_started));
             let sent = self
                 .upstream
                 .send(guard.entry(), parts.method.clone(), &path_and_query, headers.clone(), body.clone())
@@ -527,32 +532,8 @@ impl Gateway {
         started: Instant,
         err: ApiError,
     ) -> Response<Body> {
-        let facts = RequestFacts {
-            seq,
-            operation,
-            model: None,
-            stream: false,
-            pins: Vec::new(),
-            foreign_markers: 0,
-            session: None,
-            session_hint: None,
-            continuity: None,
-            unmarked_response_id: false,
-            signal: None,
-            remembered: crate::facts::Remembered::NotAsked,
-        };
-        let decision = Decision {
-            seq,
-            choice: None,
-            fallbacks: Vec::new(),
-            reasons: Vec::new(),
-            affinity_source: router::AffinitySource::None,
-            affinity_state: router::AffinityState::NoSignal,
-            continuity_hit: false,
-            pin: None,
-            rescued_orgs: Vec::new(),
-            refusal: None,
-        };
+        let facts = RequestFacts::new(seq, operation);
+        let decision = empty_decision(seq);
         self.finish(&facts, decision, Vec::new(), at_unix_ms, started, None, Notes::default(), err.into_response())
     }
 
@@ -607,6 +588,69 @@ struct Upstream2xx {
     status: StatusCode,
     headers: HeaderMap,
     chunks: Chunks,
+}
+
+/// Records a request whose client went away before Keymux answered: axum drops the handler's future,
+/// and this guard's `Drop` publishes what was happening (`client_cancelled`).
+struct Watch<'a> {
+    gateway: &'a Gateway,
+    seq: u64,
+    operation: Operation,
+    at_unix_ms: u64,
+    started: Instant,
+    /// The key being tried, and since when.
+    trying: Option<(KeyId, Instant)>,
+    answered: bool,
+}
+
+impl Drop for Watch<'_> {
+    fn drop(&mut self) {
+        if self.answered {
+            return;
+        }
+        let attempts = self
+            .trying
+            .take()
+            .map(|(key, since)| Attempt {
+                key,
+                status: None,
+                failure: Some(FailureKind::ClientCancelled),
+                duration_ms: elapsed_ms(since),
+            })
+            .into_iter()
+            .collect();
+        let facts = RequestFacts::new(self.seq, self.operation);
+        let mut response = Response::new(Body::empty());
+        // 499: the client closed the request (nginx's convention); nobody receives it.
+        *response.status_mut() = StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST);
+        response.extensions_mut().insert(crate::error::ErrorLabel("client_cancelled"));
+        let decision = empty_decision(self.seq);
+        self.gateway.finish(
+            &facts,
+            decision,
+            attempts,
+            self.at_unix_ms,
+            self.started,
+            None,
+            Notes::default(),
+            response,
+        );
+    }
+}
+
+fn empty_decision(seq: u64) -> Decision {
+    Decision {
+        seq,
+        choice: None,
+        fallbacks: Vec::new(),
+        reasons: Vec::new(),
+        affinity_source: router::AffinitySource::None,
+        affinity_state: router::AffinityState::NoSignal,
+        continuity_hit: false,
+        pin: None,
+        rescued_orgs: Vec::new(),
+        refusal: None,
+    }
 }
 
 /// What one upstream answer means for the request.

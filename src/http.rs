@@ -26,6 +26,7 @@ pub fn app(gateway: Arc<Gateway>) -> Router {
         .route("/keymux/health", get(health))
         .route("/keymux/api/status", get(status))
         .route("/keymux/api/decisions", get(decisions))
+        .route("/keymux/api/keys/{id}/{action}", axum::routing::post(key_action))
         .fallback(not_found)
         .with_state(gateway)
 }
@@ -104,6 +105,30 @@ async fn decisions(
     }
     let limit = q.limit.unwrap_or(100).min(crate::events::RECENT_CAPACITY);
     Json(serde_json::json!({ "data": gateway.events().recent(limit) })).into_response()
+}
+
+/// `POST /keymux/api/keys/{id}/enable` or `/disable`: switch a key off, or back on (which also clears a
+/// rejection or an exhausted quota, once the user has fixed the key).
+async fn key_action(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    axum::extract::Path((id, action)): axum::extract::Path<(String, String)>,
+) -> Response<Body> {
+    if let Err(err) = check_local(&gateway, &headers) {
+        return err.into_response();
+    }
+    let disabled = match action.as_str() {
+        "enable" => false,
+        "disable" => true,
+        _ => return ApiError::NotFound { path: format!("/keymux/api/keys/{{id}}/{action}") }.into_response(),
+    };
+    let key = crate::keys::KeyId::new(id.as_str());
+    if !gateway.pool().set_disabled(&key, disabled) {
+        return ApiError::NotFound { path: format!("/keymux/api/keys/{id}") }.into_response();
+    }
+    tracing::info!(key = %key, action = %action, "key switched");
+    let status = gateway.pool().status(Instant::now()).into_iter().find(|k| k.id == key);
+    Json(serde_json::json!({ "key": status })).into_response()
 }
 
 async fn not_found(request: Request) -> Response<Body> {

@@ -220,7 +220,9 @@ impl Pool {
             let mut next = Live::clone(live);
             next.health = match (disabled, next.health) {
                 (true, _) => Health::Disabled,
-                (false, Health::Disabled) => Health::Ready,
+                // Re-enabling is the user saying the key is fine again (replaced, topped up): it clears a
+                // rejection and an exhausted quota too, but not a rate-limit cooldown, which ends by itself.
+                (false, Health::Disabled | Health::Invalid | Health::QuotaExhausted { .. }) => Health::Ready,
                 (false, other) => other,
             };
             next

@@ -701,18 +701,9 @@ mod tests {
 
     fn facts(seq: u64) -> RequestFacts {
         RequestFacts {
-            seq,
-            operation: Operation::ResponsesCreate,
             model: Some("gpt-5.5".into()),
             stream: true,
-            pins: Vec::new(),
-            foreign_markers: 0,
-            session: None,
-            session_hint: None,
-            continuity: None,
-            unmarked_response_id: false,
-            signal: None,
-            remembered: crate::facts::Remembered::NotAsked,
+            ..RequestFacts::new(seq, Operation::ResponsesCreate)
         }
     }
 

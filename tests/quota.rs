@@ -333,3 +333,54 @@ async fn a_key_without_the_model_is_skipped_for_that_model_only() {
     let record = h.gateway.events().recent(1).pop().unwrap();
     assert!(record.decision.refusal.is_none());
 }
+
+#[tokio::test]
+async fn an_exhausted_key_comes_back_when_the_user_enables_it() {
+    let sim = SimConfig::new().org("org-a", &["sk-a1"]).org("org-b", &["sk-b1"]);
+    let h = Harness::start(sim, &[key("a1", "sk-a1"), key("b1", "sk-b1")]).await;
+    let c = client();
+    h.sim.inject("sk-a1", Fault::InsufficientQuota);
+    h.sim.inject("sk-b1", Fault::InsufficientQuota);
+    let (status, body) = small(&c, &h.base).await;
+    assert_eq!(status, 429, "both out of quota: {body}");
+    assert_eq!(
+        body["error"]["code"], "insufficient_quota",
+        "the provider's own answer, with no retry-after to wait on"
+    );
+    let (status, body) = small(&c, &h.base).await;
+    assert_eq!(status, 503, "{body}");
+    let url = |action: &str| format!("{}/keymux/api/keys/k_a1/{action}", h.root);
+    let r = c.post(url("enable")).send().await.unwrap();
+    assert_eq!(r.status(), 401, "the control API needs the local token");
+    let r = c.post(url("enable")).bearer_auth(TOKEN).header("origin", "https://evil.example").send().await.unwrap();
+    assert_eq!(r.status(), 403, "and no web page may call it");
+    let r: Value = c.post(url("enable")).bearer_auth(TOKEN).send().await.unwrap().json().await.unwrap();
+    assert_eq!(r["key"]["health"], "ready");
+    assert_eq!(small(&c, &h.base).await.0, 200);
+    assert_eq!(h.sim.log().last().unwrap().key.as_deref(), Some("sk-a1"));
+    let r: Value = c.post(url("disable")).bearer_auth(TOKEN).send().await.unwrap().json().await.unwrap();
+    assert_eq!(r["key"]["health"], "disabled");
+    let missing = c.post(format!("{}/keymux/api/keys/k_nope/enable", h.root)).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(missing.status(), 404);
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_early_is_recorded_as_cancelled() {
+    let h = Harness::start(SimConfig::new().org("org-a", &["sk-a1"]), &[key("a1", "sk-a1")]).await;
+    h.sim.inject("sk-a1", Fault::SlowFirstByte(Duration::from_millis(1500)));
+    let c = client();
+    let request = post(&c, &format!("{}/responses", h.base), &[], &json!({"model":"gpt-5.5","input":"slow"})).send();
+    assert!(tokio::time::timeout(Duration::from_millis(300), request).await.is_err(), "gave up before the answer");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    let record = loop {
+        if let Some(r) = h.gateway.events().recent(1).pop().filter(|r| r.error == Some("client_cancelled")) {
+            break r;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no client_cancelled record");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(record.status, 499);
+    assert_eq!(record.attempts.len(), 1);
+    assert_eq!(record.attempts[0].failure, Some(FailureKind::ClientCancelled));
+    assert_eq!(h.gateway.pool().status(tokio::time::Instant::now())[0].in_flight, 0, "the key was released");
+}
