@@ -96,14 +96,7 @@ async fn open_upstream(
     let started = Instant::now();
     let seq = gateway.next_seq();
     let raw = Bytes::copy_from_slice(first.as_bytes());
-    let extracted = match facts::extract(
-        seq,
-        Operation::ResponsesCreate,
-        &scope.0,
-        "/v1/responses",
-        &raw,
-        gateway.pool().markers(),
-    ) {
+    let extracted = match read_frame(gateway, seq, scope, &raw) {
         Ok(e) => e,
         Err(FactsError::Body(detail)) => {
             let _ = client
@@ -210,6 +203,16 @@ async fn open_upstream(
     None
 }
 
+/// Reads a `response.create` frame like a Responses create body: facts, markers stripped.
+fn read_frame(
+    gateway: &Gateway,
+    seq: u64,
+    scope: &crate::tokens::ClientScope,
+    raw: &Bytes,
+) -> Result<facts::Extracted, FactsError> {
+    facts::extract(seq, Operation::ResponsesCreate, &scope.0, "/v1/responses", raw, gateway.pool().markers())
+}
+
 /// A client socket's upstream side: the socket, the key it is bound to, and what to tag with.
 struct Bound {
     upstream: Upstream,
@@ -294,14 +297,7 @@ async fn relay(gateway: Arc<Gateway>, client: WebSocket, bound: Bound, scope: cr
                         let started = Instant::now();
                         let raw = Bytes::copy_from_slice(text.as_bytes());
                         let seq = gateway.next_seq();
-                        match facts::extract(
-                            seq,
-                            Operation::ResponsesCreate,
-                            &scope.0,
-                            "/v1/responses",
-                            &raw,
-                            gateway.pool().markers(),
-                        ) {
+                        match read_frame(&gateway, seq, &scope, &raw) {
                             Ok(extracted) => {
                                 // Bound to this socket: markers of another organization cannot be read
                                 // here. Remember where the session belongs and make the client reconnect

@@ -12,14 +12,6 @@ use keymux_sim::{Fault, SimConfig};
 use serde_json::{json, Value};
 use support::*;
 
-fn three_orgs() -> SimConfig {
-    SimConfig::new().org("org-a", &["sk-a1", "sk-a2"]).org("org-b", &["sk-b1", "sk-b2"]).org("org-c", &["sk-c1"])
-}
-
-fn five_keys() -> Vec<TestKey> {
-    vec![key("a1", "sk-a1"), key("a2", "sk-a2"), key("b1", "sk-b1"), key("b2", "sk-b2"), key("c1", "sk-c1")]
-}
-
 /// One `store:true` turn; returns (status, response id as the client saw it, error code).
 async fn stored_turn(
     c: &reqwest::Client,

@@ -168,15 +168,7 @@ async fn binary_serves_300_mixed_requests_fairly() {
     }
 
     // The decisions the gateway reports match what the upstream saw.
-    let decisions: Value = client
-        .get(format!("{}/keymux/api/decisions?limit=1000", keymux.root))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let decisions: Value = decisions_api(&client, &keymux.root).await;
     let mut by_key: BTreeMap<String, usize> = BTreeMap::new();
     for record in decisions["data"].as_array().unwrap() {
         assert_eq!(record["status"], 200);

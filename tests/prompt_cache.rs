@@ -6,17 +6,9 @@ mod support;
 use std::collections::BTreeMap;
 
 use futures::StreamExt as _;
-use keymux_sim::{Sim, SimConfig};
+use keymux_sim::Sim;
 use serde_json::{json, Value};
 use support::*;
-
-fn three_orgs() -> SimConfig {
-    SimConfig::new().org("org-a", &["sk-a1", "sk-a2"]).org("org-b", &["sk-b1", "sk-b2"]).org("org-c", &["sk-c1"])
-}
-
-fn five_keys() -> Vec<TestKey> {
-    vec![key("a1", "sk-a1"), key("a2", "sk-a2"), key("b1", "sk-b1"), key("b2", "sk-b2"), key("c1", "sk-c1")]
-}
 
 const SECRETS: [&str; 5] = ["sk-a1", "sk-a2", "sk-b1", "sk-b2", "sk-c1"];
 

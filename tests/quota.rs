@@ -217,15 +217,7 @@ async fn a_thousand_triple_failovers_keep_attempt_records_small_and_memory_flat(
     let after_second = rss_kib(pid);
     assert!(first.iter().chain(&second).all(|s| *s == 200));
 
-    let decisions: Value = c
-        .get(format!("{}/keymux/api/decisions?limit=1000", gateway.root))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let decisions: Value = decisions_api(&c, &gateway.root).await;
     let records = decisions["data"].as_array().unwrap();
     assert_eq!(records.len(), 1000, "the ring keeps the newest 1000");
     let mut sizes = Vec::new();

@@ -11,22 +11,6 @@ use keymux_sim::{Fault, SimConfig};
 use serde_json::{json, Value};
 use support::*;
 
-fn three_orgs() -> SimConfig {
-    SimConfig::new().org("org-a", &["sk-a1", "sk-a2"]).org("org-b", &["sk-b1", "sk-b2"]).org("org-c", &["sk-c1"])
-}
-
-fn five_keys() -> Vec<TestKey> {
-    vec![key("a1", "sk-a1"), key("a2", "sk-a2"), key("b1", "sk-b1"), key("b2", "sk-b2"), key("c1", "sk-c1")]
-}
-
-fn org_of(secret: &str) -> &'static str {
-    match &secret[3..4] {
-        "a" => "org-a",
-        "b" => "org-b",
-        _ => "org-c",
-    }
-}
-
 /// A Codex WebSocket session: the captured frame shapes (prewarm with `generate:false`, incremental input
 /// with `previous_response_id`, a tool-call follow-up, a second turn on the same socket), then a resume on
 /// a new socket that replays the whole history.

@@ -578,3 +578,35 @@ impl WsClient {
         }
     }
 }
+
+/// The simulator most affinity tests use: three organizations, five keys.
+pub fn three_orgs() -> SimConfig {
+    SimConfig::new().org("org-a", &["sk-a1", "sk-a2"]).org("org-b", &["sk-b1", "sk-b2"]).org("org-c", &["sk-c1"])
+}
+
+/// The five keys of `three_orgs`, with ids `k_a1` … `k_c1`.
+pub fn five_keys() -> Vec<TestKey> {
+    vec![key("a1", "sk-a1"), key("a2", "sk-a2"), key("b1", "sk-b1"), key("b2", "sk-b2"), key("c1", "sk-c1")]
+}
+
+/// The organization of a `three_orgs` key.
+pub fn org_of(secret: &str) -> &'static str {
+    match &secret[3..4] {
+        "a" => "org-a",
+        "b" => "org-b",
+        _ => "org-c",
+    }
+}
+
+/// The gateway's recent decisions, through its API.
+pub async fn decisions_api(client: &reqwest::Client, root: &str) -> Value {
+    client
+        .get(format!("{root}/keymux/api/decisions?limit=1000"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("decisions API answers")
+        .json()
+        .await
+        .expect("decisions are JSON")
+}
