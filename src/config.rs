@@ -163,6 +163,11 @@ pub struct Config {
     pub quota_recheck_secs: u64,
     /// Upstream timeouts.
     pub timeouts: Timeouts,
+    /// Where the hashed metrics are kept (default: the platform data directory, `keymux/metrics`;
+    /// an ephemeral run keeps them in memory unless this is set).
+    pub metrics_dir: Option<PathBuf>,
+    /// Days of metrics kept.
+    pub metrics_retention_days: u32,
     /// Routing affinities.
     pub affinity: AffinityConfig,
     /// Pooled keys.
@@ -181,6 +186,8 @@ impl Default for Config {
             max_attempts: 3,
             quota_recheck_secs: 3_600,
             timeouts: Timeouts::default(),
+            metrics_dir: None,
+            metrics_retention_days: 90,
             affinity: AffinityConfig::default(),
             keys: Vec::new(),
             tokens: Vec::new(),

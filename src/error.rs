@@ -74,6 +74,9 @@ pub enum ApiError {
     /// A browser-origin or foreign-host request to a local endpoint.
     #[error("forbidden origin or host")]
     ForbiddenOrigin,
+    /// Keymux itself failed (a task panicked); the process keeps serving.
+    #[error("internal error")]
+    Internal { detail: String },
     /// An unknown Keymux path.
     #[error("not found")]
     NotFound { path: String },
@@ -95,6 +98,7 @@ impl ApiError {
             Self::WebSocketUnavailable => StatusCode::UPGRADE_REQUIRED,
             Self::ForbiddenOrigin => StatusCode::FORBIDDEN,
             Self::NotFound { .. } => StatusCode::NOT_FOUND,
+            Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -117,6 +121,7 @@ impl ApiError {
             | Self::LostOrg { .. }
             | Self::ContinuityLost { .. } => Blame::Key,
             Self::Upstream(_) => Blame::Upstream,
+            Self::Internal { .. } => Blame::Keymux,
         }
     }
 
@@ -140,6 +145,7 @@ impl ApiError {
             Self::WebSocketUnavailable => "websocket_unavailable",
             Self::ForbiddenOrigin => "forbidden_origin",
             Self::NotFound { .. } => "not_found",
+            Self::Internal { .. } => "internal",
         }
     }
 
@@ -256,6 +262,11 @@ impl ApiError {
                     .into(),
                 "invalid_request_error",
                 Some("forbidden_origin"),
+            ),
+            Self::Internal { detail } => (
+                format!("Keymux failed internally ({detail}). It keeps serving; retry, and report this if it repeats."),
+                "server_error",
+                Some("keymux_internal"),
             ),
             Self::NotFound { path } => {
                 (format!("Keymux has no endpoint at {path}."), "invalid_request_error", Some("not_found"))

@@ -34,6 +34,7 @@ const MAX_ERROR_BODY: usize = 256 * 1024;
 /// The gateway: the pool, the upstream client, the accepted tokens and the event stream.
 pub struct Gateway {
     pool: Pool,
+    metrics: crate::metrics::Metrics,
     hints: crate::affinity::Table,
     soft: crate::affinity::Table,
     upstream: Upstream,
@@ -63,6 +64,7 @@ impl Gateway {
     ) -> Result<Self, UpstreamError> {
         Ok(Self {
             pool: Pool::new(keys, markers),
+            metrics: crate::metrics::Metrics::in_memory(),
             hints: crate::affinity::Table::new(crate::affinity::HINT_CAPACITY, crate::affinity::DEFAULT_TTL),
             soft: crate::affinity::Table::new(
                 config.affinity.table_capacity,
@@ -83,6 +85,17 @@ impl Gateway {
                 lost_org: config.affinity.lost_org,
             },
         })
+    }
+
+    /// Keeps metrics in `metrics` (by default they stay in memory).
+    pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.metrics
     }
 
     /// The pool.
@@ -332,6 +345,7 @@ impl Gateway {
                     // soft-affinity table; the relay fires this only on a successful end.
                     let learn = Learn {
                         key: key.clone(),
+                        operation,
                         signal: facts.signal.filter(|_| !decision.continuity_hit).map(|s| s.key),
                     };
                     let relayed = self.relay(stream, guard, tagger, Some(learn));
@@ -564,7 +578,7 @@ impl Gateway {
             ms = duration_ms,
             "request"
         );
-        self.events.publish(RequestRecord {
+        let record = RequestRecord {
             at_unix_ms,
             operation: facts.operation,
             transport: crate::events::Transport::Http,
@@ -578,7 +592,14 @@ impl Gateway {
             upstream_code: notes.upstream_code,
             rescued_items: notes.rescued_items,
             duration_ms,
-        });
+        };
+        let fingerprint = record
+            .served_by
+            .as_ref()
+            .or_else(|| record.attempts.last().map(|a| &a.key))
+            .and_then(|k| self.pool.fingerprint(k));
+        self.metrics.record(&record, fingerprint);
+        self.events.publish(record);
         response
     }
 }
@@ -698,6 +719,7 @@ type Chunks = std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<Bytes
 /// What a successful end of a relayed answer teaches.
 pub(crate) struct Learn {
     pub(crate) key: KeyId,
+    pub(crate) operation: Operation,
     /// The soft-affinity signal to remember, unless the request was a hard binding.
     pub(crate) signal: Option<crate::markers::SessionKey>,
 }
@@ -711,6 +733,7 @@ impl Gateway {
         }
         if let Some(usage) = usage {
             self.pool.add_usage(&learn.key, usage);
+            self.metrics.record_usage(self.pool.fingerprint(&learn.key), learn.operation, usage);
         }
     }
 }

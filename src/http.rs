@@ -26,6 +26,7 @@ pub fn app(gateway: Arc<Gateway>) -> Router {
         .route("/keymux/health", get(health))
         .route("/keymux/api/status", get(status))
         .route("/keymux/api/decisions", get(decisions))
+        .route("/keymux/api/metrics", get(metrics))
         .route("/keymux/api/keys/{id}/{action}", axum::routing::post(key_action))
         .fallback(not_found)
         .with_state(gateway)
@@ -38,8 +39,26 @@ pub async fn serve(
     gateway: Arc<Gateway>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, app(gateway)).with_graceful_shutdown(shutdown).await
+    // Counts reach disk every few seconds, and once more when serving stops.
+    let flusher = {
+        let gateway = gateway.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(METRICS_FLUSH);
+            loop {
+                every.tick().await;
+                let gateway = gateway.clone();
+                let _ = tokio::task::spawn_blocking(move || gateway.metrics().flush()).await;
+            }
+        })
+    };
+    let served = axum::serve(listener, app(gateway.clone())).with_graceful_shutdown(shutdown).await;
+    flusher.abort();
+    let _ = tokio::task::spawn_blocking(move || gateway.metrics().flush()).await;
+    served
 }
+
+/// How often pending metrics are merged into the store.
+pub const METRICS_FLUSH: std::time::Duration = std::time::Duration::from_secs(5);
 
 async fn proxy(State(gateway): State<Arc<Gateway>>, request: Request) -> Response<Body> {
     let (mut parts, body) = request.into_parts();
@@ -87,7 +106,11 @@ async fn status(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Resp
     if let Err(err) = check_local(&gateway, &headers) {
         return err.into_response();
     }
-    Json(serde_json::json!({ "keys": gateway.pool().status(Instant::now()) })).into_response()
+    Json(serde_json::json!({
+        "keys": gateway.pool().status(Instant::now()),
+        "metrics": gateway.metrics().status(),
+    }))
+    .into_response()
 }
 
 #[derive(Deserialize)]
@@ -129,6 +152,28 @@ async fn key_action(
     tracing::info!(key = %key, action = %action, "key switched");
     let status = gateway.pool().status(Instant::now()).into_iter().find(|k| k.id == key);
     Json(serde_json::json!({ "key": status })).into_response()
+}
+
+#[derive(Deserialize)]
+struct MetricsQuery {
+    days: Option<u32>,
+}
+
+/// `GET /keymux/api/metrics?days=N`: hashed per-day counters (keys appear as fingerprints only).
+async fn metrics(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Query(q): Query<MetricsQuery>,
+) -> Response<Body> {
+    if let Err(err) = check_local(&gateway, &headers) {
+        return err.into_response();
+    }
+    let days = q.days.unwrap_or(7).clamp(1, 366);
+    let read = tokio::task::spawn_blocking(move || (gateway.metrics().rows(days), gateway.metrics().status())).await;
+    match read {
+        Ok((rows, store)) => Json(serde_json::json!({ "store": store, "rows": rows })).into_response(),
+        Err(e) => ApiError::Internal { detail: format!("metrics could not be read: {e}") }.into_response(),
+    }
 }
 
 async fn not_found(request: Request) -> Response<Body> {

@@ -24,6 +24,7 @@
 //! * [`gateway`]: one request end to end: body cap, decide, failover before the first byte, relay.
 //! * [`ws`]: Responses over WebSocket: one client socket bound to one upstream socket and key.
 //! * [`events`]: bounded ring and live feed of finished requests with their decisions.
+//! * [`metrics`]: hashed per-day counters (key fingerprints only), aggregated in memory, kept in sled.
 //! * [`error`]: the OpenAI-shaped error every layer folds into.
 //! * [`http`]: the axum routes and the embeddable `serve(listener, gateway, shutdown)`.
 //! * [`startup`]: assembles a gateway from config, keychain and environment (used by the CLI and the tray).
@@ -39,6 +40,7 @@ pub mod gateway;
 pub mod http;
 pub mod keys;
 pub mod markers;
+pub mod metrics;
 pub mod pool;
 pub mod quota;
 pub mod relay;

@@ -265,6 +265,14 @@ impl Markers {
         SessionKey(out)
     }
 
+    /// A key's short fingerprint: the same value as `keys::fingerprint` under this install's secret.
+    pub fn key_fingerprint(&self, secret: &Secret) -> String {
+        let mut mac = self.keyed.clone();
+        mac.update(b"keymux/fingerprint/v1\0");
+        mac.update(secret.expose().as_bytes());
+        hex::encode(&mac.finalize().into_bytes()[..4])
+    }
+
     /// Wraps an `encrypted_content` value. A value that already carries a marker is returned as it is.
     pub fn wrap_content(&self, key: &KeyId, org: OrgTag, content: &str) -> Option<String> {
         if !KeyId::is_well_formed(key.as_str()) || content.as_bytes().starts_with(VERSION) {

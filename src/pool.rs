@@ -60,6 +60,7 @@ struct Live {
 
 struct Slot {
     entry: KeyEntry,
+    fingerprint: String,
     in_flight: AtomicU32,
     served: AtomicU64,
     failed: AtomicU64,
@@ -112,6 +113,8 @@ pub struct KeyStatus {
     pub id: KeyId,
     /// Label.
     pub label: String,
+    /// Short keyed fingerprint of the secret (as in `keymux keys list` and the metrics).
+    pub fingerprint: String,
     /// Provider.
     pub provider: Provider,
     /// Where the key came from.
@@ -171,6 +174,7 @@ impl Pool {
         }
         let org_tag = markers.org_tag(entry.org.as_deref(), &entry.id);
         Arc::new(Slot {
+            fingerprint: markers.key_fingerprint(&entry.secret),
             entry,
             in_flight: AtomicU32::new(0),
             served: AtomicU64::new(0),
@@ -228,6 +232,11 @@ impl Pool {
             next
         });
         true
+    }
+
+    /// A key's fingerprint (a keyed HMAC of its secret), the only way metrics name it.
+    pub fn fingerprint(&self, key: &KeyId) -> Option<String> {
+        self.slot(key).map(|s| s.fingerprint.clone())
     }
 
     /// The organization tag a key's markers carry now.
@@ -438,6 +447,7 @@ impl Pool {
                 KeyStatus {
                     id: s.entry.id.clone(),
                     label: s.entry.label.clone(),
+                    fingerprint: s.fingerprint.clone(),
                     provider: s.entry.provider,
                     source: s.entry.source,
                     org: s.entry.org.clone(),

@@ -216,7 +216,19 @@ pub async fn prepare(options: StartOptions) -> Result<Prepared, StartError> {
         }
     };
     let keys = entries.len();
-    let gateway = Gateway::new(&config, entries, TokenSet::new(&tokens), Markers::new(&install))?;
+    // Ephemeral runs write nothing unless a metrics directory is named explicitly.
+    let metrics_dir = config
+        .metrics_dir
+        .clone()
+        .or_else(|| (!options.ephemeral).then(|| dirs::data_dir().map(|d| d.join("keymux").join("metrics"))).flatten());
+    let metrics = match &metrics_dir {
+        Some(dir) => crate::metrics::Metrics::open(dir, config.metrics_retention_days),
+        None => crate::metrics::Metrics::in_memory(),
+    };
+    if let Some(error) = metrics.status().error {
+        notices.push(error);
+    }
+    let gateway = Gateway::new(&config, entries, TokenSet::new(&tokens), Markers::new(&install))?.with_metrics(metrics);
     Ok(Prepared { gateway: Arc::new(gateway), listen, config_path, notices, keys })
 }
 

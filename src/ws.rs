@@ -378,8 +378,11 @@ async fn relay(gateway: Arc<Gateway>, client: WebSocket, bound: Bound, scope: cr
                     if let Ok(event) = serde_json::from_str::<serde_json::Value>(&text) {
                         if event["type"] == "response.completed" {
                             let usage = crate::relay::Usage::from_json(&event["response"]["usage"]);
-                            let learn =
-                                crate::gateway::Learn { key: outbound_key.clone(), signal: first_signal.take() };
+                            let learn = crate::gateway::Learn {
+                                key: outbound_key.clone(),
+                                operation: Operation::ResponsesCreate,
+                                signal: first_signal.take(),
+                            };
                             outbound_gateway.completed(learn, usage);
                         }
                     }

@@ -534,3 +534,56 @@ async fn rate_limits_from_the_upstream_are_visible_to_the_client() {
     let secs: u64 = r.headers().get("retry-after").unwrap().to_str().unwrap().parse().unwrap();
     assert!(secs >= 1);
 }
+
+#[tokio::test]
+async fn metrics_count_by_key_fingerprint_and_survive_a_broken_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics_dir = dir.path().join("metrics");
+    let h = Harness::start_with(two_orgs(), &three_keys(), |c| c.metrics_dir = Some(metrics_dir.clone())).await;
+    let c = client();
+    for kind in [Kind::ResponsesSse, Kind::ResponsesJson, Kind::ChatSse, Kind::Embeddings] {
+        one_request(&c, &h.base, kind).await.unwrap();
+    }
+    h.gateway.metrics().flush();
+    let v: Value = c
+        .get(format!("{}/keymux/api/metrics?days=1", h.root))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["store"]["persisted"], true, "{v}");
+    let rows = v["rows"].as_array().unwrap();
+    let total: u64 = rows.iter().map(|r| r["counters"]["requests"].as_u64().unwrap()).sum();
+    assert_eq!(total, 4);
+    let tokens: u64 = rows.iter().map(|r| r["counters"]["input_tokens"].as_u64().unwrap()).sum();
+    assert!(tokens > 0, "usage is counted");
+    let status: Value =
+        c.get(format!("{}/keymux/api/status", h.root)).bearer_auth(TOKEN).send().await.unwrap().json().await.unwrap();
+    let fingerprints: Vec<&str> =
+        status["keys"].as_array().unwrap().iter().map(|k| k["fingerprint"].as_str().unwrap()).collect();
+    for r in rows {
+        assert!(
+            fingerprints.contains(&r["key_fingerprint"].as_str().unwrap()),
+            "keys appear only as fingerprints: {r}"
+        );
+    }
+    assert_no_secrets("metrics", &v.to_string(), &["sk-a1", "sk-a2", "sk-b1"]);
+    assert!(
+        !v.to_string().contains("k_a1") && !v.to_string().contains("\"label\""),
+        "no ids or labels, only fingerprints"
+    );
+
+    // A store that cannot be used: serving goes on, counts stay in memory, and the status says why.
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let h = Harness::start_with(two_orgs(), &three_keys(), |c| c.metrics_dir = Some(file.clone())).await;
+    one_request(&c, &h.base, Kind::ResponsesJson).await.expect("still serving");
+    let status: Value =
+        c.get(format!("{}/keymux/api/status", h.root)).bearer_auth(TOKEN).send().await.unwrap().json().await.unwrap();
+    assert_eq!(status["metrics"]["persisted"], false);
+    assert!(status["metrics"]["error"].as_str().unwrap().contains("could not be opened"));
+    assert_eq!(h.gateway.metrics().rows(1)[0].counters.requests, 1);
+}

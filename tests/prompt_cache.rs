@@ -144,7 +144,13 @@ async fn raw_cache_keys_never_appear_in_anything_keymux_writes() {
         env.push((format!("KEYMUX_KEY_{}", label.to_uppercase()), secret.to_owned()));
     }
     env.push(("KEYMUX_CLIENT_TOKEN".into(), TOKEN.into()));
-    let gateway = Keymux::spawn(&["--ephemeral", "--upstream", &sim.base_url()], &env).await;
+    // Metrics are written to disk here too, so the sled files are part of what is searched below.
+    let metrics_dir = home.path().join("metrics");
+    let config = home.path().join("config.toml");
+    std::fs::write(&config, format!("metrics_dir = \"{}\"\n", metrics_dir.display())).unwrap();
+    let gateway =
+        Keymux::spawn(&["--ephemeral", "--config", config.to_str().unwrap(), "--upstream", &sim.base_url()], &env)
+            .await;
     let c = client();
     let raw_keys: Vec<String> = (0..12).map(|n| format!("pck-secret-{n:04}-5d1f8a")).collect();
     for (n, raw) in raw_keys.iter().enumerate() {
@@ -176,17 +182,35 @@ async fn raw_cache_keys_never_appear_in_anything_keymux_writes() {
         .unwrap();
     let v: Value = serde_json::from_str(&decisions).unwrap();
     assert!(v["data"].as_array().unwrap().iter().any(|r| r["decision"]["affinity_state"] == "hit"));
+    let metrics = c
+        .get(format!("{}/keymux/api/metrics", gateway.root))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("prompt_cache_key/hit"), "metrics count the affinity states: {metrics}");
     let output = gateway.stop().await;
+    let files = walk(&metrics_dir);
+    assert!(!files.is_empty(), "the sled store was written");
+    let on_disk: usize = files.iter().map(|f| std::fs::metadata(f).map_or(0, |m| m.len() as usize)).sum();
+    assert!(on_disk > 0);
     for raw in &raw_keys {
-        for (what, text) in [("logs", &output), ("decisions API", &decisions), ("status API", &status)] {
+        for (what, text) in
+            [("logs", &output), ("decisions API", &decisions), ("status API", &status), ("metrics API", &metrics)]
+        {
             assert!(!text.contains(raw.as_str()), "{what} contains a raw prompt_cache_key");
         }
     }
-    // Nothing on disk either (the ephemeral run writes nothing; the home dir holds no trace).
+    // Nothing on disk either: the metrics store and everything else under the home dir hold no raw
+    // cache key, API key or token.
     for entry in walk(home.path()) {
         let bytes = std::fs::read(&entry).unwrap_or_default();
         let text = String::from_utf8_lossy(&bytes);
         assert!(raw_keys.iter().all(|raw| !text.contains(raw.as_str())), "{} contains a raw key", entry.display());
+        assert_no_secrets(&entry.display().to_string(), &text, &["sk-a1", "sk-b1", "sk-c1", TOKEN]);
     }
 }
 

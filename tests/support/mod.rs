@@ -101,7 +101,11 @@ impl Harness {
                 TokenSet::new(&[Secret::new(TOKEN)]),
                 Markers::new(&Secret::new("install-secret-of-the-test-harness")),
             )
-            .expect("gateway"),
+            .expect("gateway")
+            .with_metrics(match &config.metrics_dir {
+                Some(dir) => keymux::metrics::Metrics::open(dir, 90),
+                None => keymux::metrics::Metrics::in_memory(),
+            }),
         );
         // As `keymux serve` does at start: learn every key's organization.
         gateway.probe_keys().await;
