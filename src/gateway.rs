@@ -426,7 +426,7 @@ impl Gateway {
                     Answer {
                         outcome: OutcomeKind::Served,
                         failure: None,
-                        body: Classified::Success(Upstream2xx { status, headers, chunks: rest }, guard),
+                        body: Classified::Success(UpstreamAnswer { status, headers, chunks: rest }, guard),
                     }
                 }
                 Ok(None) | Ok(Some(Err(_))) | Err(_) => Answer {
@@ -452,7 +452,7 @@ impl Gateway {
             }
             500..=599 => {
                 let chunks: Chunks = Box::pin(response.bytes_stream());
-                let relayed = self.relay(Upstream2xx { status, headers, chunks }, guard, None, None);
+                let relayed = self.relay(UpstreamAnswer { status, headers, chunks }, guard, None, None);
                 return Answer {
                     outcome: OutcomeKind::Failed,
                     failure: Some(FailureKind::Upstream5xx),
@@ -504,12 +504,12 @@ impl Gateway {
     /// body ends or the client goes away (which drops the upstream request).
     fn relay(
         self: &Arc<Self>,
-        answer: Upstream2xx,
+        answer: UpstreamAnswer,
         guard: InFlight,
         tagger: Option<Tagger>,
         learn: Option<Learn>,
     ) -> Response<Body> {
-        let Upstream2xx { status, headers, chunks } = answer;
+        let UpstreamAnswer { status, headers, chunks } = answer;
         let content_type =
             headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
         let mode = match tagger {
@@ -605,7 +605,7 @@ impl Gateway {
 }
 
 /// An answer being relayed: its status, the headers that go back, and its body chunks.
-struct Upstream2xx {
+struct UpstreamAnswer {
     status: StatusCode,
     headers: HeaderMap,
     chunks: Chunks,
@@ -677,7 +677,7 @@ fn empty_decision(seq: u64) -> Decision {
 /// What one upstream answer means for the request.
 enum Classified {
     /// Relay it: a success, with its first chunk already read.
-    Success(Upstream2xx, InFlight),
+    Success(UpstreamAnswer, InFlight),
     /// Relay it as the final answer (a client error, with a notable code if any).
     Final(Response<Body>, Option<&'static str>),
     /// Try the next candidate; this is the answer if none is left.
