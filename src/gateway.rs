@@ -417,6 +417,17 @@ impl Gateway {
         let headers = upstream::forward_response_headers(response.headers());
         let label = guard.entry().label.clone();
         let code = status.as_u16();
+        let empty_by_design = status == StatusCode::NO_CONTENT
+            || status == StatusCode::RESET_CONTENT
+            || response.headers().get(header::CONTENT_LENGTH).is_some_and(|v| v.as_bytes() == b"0");
+        if status.is_success() && empty_by_design {
+            let chunks: Chunks = Box::pin(response.bytes_stream());
+            return Answer {
+                outcome: OutcomeKind::Served,
+                failure: None,
+                body: Classified::Success(UpstreamAnswer { status, headers, chunks }, guard),
+            };
+        }
         if status.is_success() {
             let mut chunks: Chunks = Box::pin(response.bytes_stream());
             // Headers came within the first-byte timeout; the first chunk gets the idle allowance.

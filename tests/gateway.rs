@@ -587,3 +587,38 @@ async fn metrics_count_by_key_fingerprint_and_survive_a_broken_store() {
     assert!(status["metrics"]["error"].as_str().unwrap().contains("could not be opened"));
     assert_eq!(h.gateway.metrics().rows(1)[0].counters.requests, 1);
 }
+
+#[tokio::test]
+async fn empty_answers_are_relayed_not_mistaken_for_cut_streams() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // A tiny upstream that answers 204 with no body (as some endpoints do).
+    let hits = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    let app = axum::Router::new()
+        .route("/v1/models", axum::routing::get(|| async { axum::Json(json!({"object":"list","data":[]})) }))
+        .route(
+            "/v1/things/1",
+            axum::routing::delete(move || {
+                let counter = counter.clone();
+                async move {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    axum::http::StatusCode::NO_CONTENT
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let h = Harness::start_with(
+        SimConfig::new().org("org-a", &["sk-a1"]),
+        &[key("a1", "sk-a1"), key("a2", "sk-a2")],
+        |c| c.upstream = upstream.clone(),
+    )
+    .await;
+    let r = client().delete(format!("{}/things/1", h.base)).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(r.status(), 204);
+    assert_eq!(hits.load(Ordering::SeqCst), 1, "served once, no failover");
+    let record = h.gateway.events().recent(1).pop().unwrap();
+    assert_eq!(record.attempts.len(), 1);
+    assert_eq!(record.attempts[0].failure, None);
+}
