@@ -100,6 +100,9 @@ pub struct RequestFacts {
     /// What the soft-affinity table remembers for the signal (set by the caller, never by `extract`).
     #[serde(skip)]
     pub remembered: Remembered,
+    /// The turn of equally loaded keys: a counter the caller advances for every request routed by load
+    /// alone (set by the caller, never by `extract`).
+    pub rotation: u64,
 }
 
 /// A soft-affinity signal. Only its source is ever shown; the digest never leaves the process.
@@ -141,6 +144,7 @@ impl RequestFacts {
             unmarked_response_id: false,
             signal: None,
             remembered: Remembered::NotAsked,
+            rotation: 0,
         }
     }
 }

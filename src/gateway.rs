@@ -41,6 +41,8 @@ pub struct Gateway {
     tokens: TokenSet,
     events: Events,
     seq: AtomicU64,
+    /// Turns of equally loaded keys for requests routed by load alone.
+    rotation: AtomicU64,
     max_body_bytes: usize,
     policy: Policy,
     quota_recheck: Duration,
@@ -74,6 +76,7 @@ impl Gateway {
             tokens,
             events: Events::default(),
             seq: AtomicU64::new(0),
+            rotation: AtomicU64::new(0),
             max_body_bytes: config.max_body_bytes,
             quota_recheck: Duration::from_secs(config.quota_recheck_secs),
             policy: Policy {
@@ -130,6 +133,16 @@ impl Gateway {
                 None => crate::facts::Remembered::Miss,
             },
             _ => crate::facts::Remembered::NotAsked,
+        }
+    }
+
+    /// Advances the turn of equally loaded keys, but only for requests that will be routed by load alone
+    /// (no pin, no continuity, nothing remembered), so new sessions take turns over the keys.
+    pub(crate) fn next_turn(&self, facts: &RequestFacts) -> u64 {
+        if routed_by_load(facts) {
+            self.rotation.fetch_add(1, Ordering::Relaxed)
+        } else {
+            self.rotation.load(Ordering::Relaxed)
         }
     }
 
@@ -229,6 +242,7 @@ impl Gateway {
         };
         let mut facts = extracted.facts;
         facts.remembered = self.remembered(&facts);
+        facts.rotation = self.next_turn(&facts);
         let mut body = extracted.body;
         let forward_path = extracted.path;
 
@@ -336,6 +350,9 @@ impl Gateway {
                     return self.finish(&facts, decision, attempts, at_unix_ms, started, Some(key), notes, response);
                 }
                 Classified::Success(stream, guard) => {
+                    if routed_by_load(&facts) {
+                        self.pool.note_start(&key);
+                    }
                     // The session's newest org-bound state now lives with this key's organization.
                     if let (Some(session), Operation::ResponsesCreate) = (facts.session, operation) {
                         self.hints.insert(session, key.clone(), now);
@@ -814,6 +831,15 @@ impl RelayState {
             }
         }
     }
+}
+
+/// Whether a request is placed by load alone (no pin, no continuity, no hint, nothing remembered): a new
+/// session, as far as Keymux can tell.
+pub(crate) fn routed_by_load(facts: &RequestFacts) -> bool {
+    facts.pins.is_empty()
+        && facts.continuity.is_none()
+        && facts.session_hint.is_none()
+        && !matches!(facts.remembered, crate::facts::Remembered::Key(_))
 }
 
 /// What an upstream status means for the key, and whether to fail over.

@@ -75,6 +75,7 @@ struct Slot {
     // Tokens used on `budget_day` (UTC day number).
     budget_used: AtomicU64,
     budget_day: AtomicU64,
+    starts: AtomicU64,
     live: ArcSwap<Live>,
 }
 
@@ -187,6 +188,7 @@ impl Pool {
             missing_models: std::sync::Mutex::new(Vec::new()),
             budget_used: AtomicU64::new(0),
             budget_day: AtomicU64::new(0),
+            starts: AtomicU64::new(0),
             live: ArcSwap::from_pointee(Live { health: Health::Ready, learned_org: None, org_tag, last_status: None }),
         })
     }
@@ -312,6 +314,7 @@ impl Pool {
                         exhausted_until: quota.exhausted_until(now, tokens),
                         over_budget: s.entry.daily_token_budget.is_some_and(|b| used >= b),
                         model_ok,
+                        starts: s.starts.load(Ordering::Relaxed),
                         health: live.health,
                     }
                 })
@@ -336,6 +339,13 @@ impl Pool {
     pub fn observe_limits(&self, key: &KeyId, headers: &axum::http::HeaderMap, now: Instant) {
         if let Some(slot) = self.slot(key) {
             lock(&slot.quota).observe(headers, now);
+        }
+    }
+
+    /// Counts a session started on this key by load alone.
+    pub fn note_start(&self, key: &KeyId) {
+        if let Some(slot) = self.slot(key) {
+            slot.starts.fetch_add(1, Ordering::Relaxed);
         }
     }
 

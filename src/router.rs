@@ -56,6 +56,8 @@ pub struct KeyView {
     pub over_budget: bool,
     /// Allowed for the request's model, and not known to lack it.
     pub model_ok: bool,
+    /// Sessions this key started among requests routed by load alone (settles near-ties).
+    pub starts: u64,
     /// Health.
     pub health: Health,
 }
@@ -146,8 +148,8 @@ pub enum Reason {
     },
     /// Every usable key is over its daily budget: budgets are soft, so they serve anyway.
     BudgetOverrun,
-    /// Several keys had the same load; a stable hash of the request picked one.
-    TieBrokenByHash {
+    /// Several keys had the same load; they take turns (round-robin over the requests routed by load).
+    TieBrokenByTurn {
         /// How many keys were tied.
         tied: usize,
     },
@@ -554,7 +556,7 @@ fn decide_keys(
         decision.reasons.extend(skipped);
         return decision;
     }
-    let mut ranked = rank_by_headroom(open, facts.seq);
+    let mut ranked = rank_by_headroom(open, keys, facts.rotation);
     let tied = ranked.iter().take_while(|k| score(k) == score(ranked[0]) && k.priority == ranked[0].priority).count();
     let candidates = ranked.len();
     let best = ranked[0];
@@ -593,7 +595,7 @@ fn decide_keys(
         candidates,
     });
     if tied > 1 {
-        decision.reasons.push(Reason::TieBrokenByHash { tied });
+        decision.reasons.push(Reason::TieBrokenByTurn { tied });
     }
     decision.reasons.extend(skipped);
     decision
@@ -644,15 +646,28 @@ fn skip_reason(key: &KeyView, now: Instant) -> Option<SkipWhy> {
     }
 }
 
-/// Headroom per request in flight, in thousandths (quantized so equal keys tie and the hash decides).
+/// Requests in flight that count as one step of load: keys within a step of each other are equally
+/// loaded and take turns. Momentary in-flight counts are noisy; with sticky sessions, where a session
+/// starts decides its load for its whole life, so starts should rotate rather than chase that noise.
+pub const LOAD_STEP: u32 = 2;
+
+/// Headroom per step of load, in thousandths (quantized so equal keys tie and take turns).
 fn score(key: &KeyView) -> u32 {
-    (key.headroom.clamp(0.0, 1.0) * 1_000_000.0 / (1.0 + key.in_flight as f32)).round() as u32 / 1_000
+    let steps = (key.in_flight / LOAD_STEP) as f32;
+    (key.headroom.clamp(0.0, 1.0) * 1_000_000.0 / (1.0 + steps)).round() as u32 / 1_000
 }
 
-/// Orders unpinned candidates: lowest priority tier first, then most headroom per request in flight, then
-/// the stable hash.
-fn rank_by_headroom(mut keys: Vec<&KeyView>, seq: u64) -> Vec<&KeyView> {
-    keys.sort_by_key(|k| (k.priority, std::cmp::Reverse(score(k)), std::cmp::Reverse(tie_hash(seq, &k.id))));
+/// Orders unpinned candidates: lowest priority tier first, then most headroom per step of load, then the
+/// key that started the fewest sessions (self-correcting, so new sessions spread evenly), then turns.
+fn rank_by_headroom<'a>(mut keys: Vec<&'a KeyView>, all: &[KeyView], rotation: u64) -> Vec<&'a KeyView> {
+    // Equal keys take turns: the key `rotation` places after the previous turn's comes first. Fairer than
+    // a hash when samples are few (a hash spreads only on average), and just as replayable.
+    let n = all.len().max(1) as u64;
+    let turn = |k: &KeyView| {
+        let position = all.iter().position(|o| o.id == k.id).unwrap_or(0) as u64;
+        (position + n - rotation % n) % n
+    };
+    keys.sort_by_key(|k| (k.priority, std::cmp::Reverse(score(k)), k.starts, turn(k)));
     keys
 }
 
@@ -724,6 +739,7 @@ mod tests {
             exhausted_until: None,
             over_budget: false,
             model_ok: true,
+            starts: 0,
         }
     }
 
@@ -841,13 +857,14 @@ mod tests {
         };
         let mut counts: BTreeMap<String, u32> = BTreeMap::new();
         for seq in 0..3000 {
-            let d = decide(&facts(seq), &view, now, &policy(3));
-            assert_eq!(d, decide(&facts(seq), &view, now, &policy(3)), "deterministic");
-            assert!(d.reasons.contains(&Reason::TieBrokenByHash { tied: 3 }));
+            let f = RequestFacts { rotation: seq * 7 + 3, ..facts(seq) };
+            let d = decide(&f, &view, now, &policy(3));
+            assert_eq!(d, decide(&f, &view, now, &policy(3)), "deterministic");
+            assert!(d.reasons.contains(&Reason::TieBrokenByTurn { tied: 3 }));
             *counts.entry(d.choice.expect("chosen").to_string()).or_default() += 1;
         }
         for (k, n) in &counts {
-            assert!((900..=1100).contains(n), "{k} got {n} of 3000");
+            assert_eq!(*n, 1000, "{k}: equal keys take exact turns");
         }
     }
 
@@ -921,7 +938,7 @@ mod tests {
 
         // Affinity switched off: markers are ignored for routing, and the decision says so.
         let off = Policy { encrypted_affinity: false, ..policy(3) };
-        let d = decide(&pinned(1, "a1", "org-a"), &two_orgs(1, 1, Health::Ready, Health::Ready), now, &off);
+        let d = decide(&pinned(1, "a1", "org-a"), &two_orgs(3, 3, Health::Ready, Health::Ready), now, &off);
         assert_eq!(d.choice.as_ref().map(KeyId::as_str), Some("b1"));
         assert!(d.reasons.contains(&Reason::AffinityOff));
     }

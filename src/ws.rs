@@ -115,6 +115,7 @@ async fn open_upstream(
         facts.session_hint = facts.session.and_then(|s| gateway.hints().get(&s, Instant::now()));
     }
     facts.remembered = gateway.remembered(&facts);
+    facts.rotation = gateway.next_turn(&facts);
     let decision = router::decide(&facts, &gateway.pool().view(), Instant::now(), gateway.policy());
     if let Some(refusal) = decision.refusal.clone() {
         let err = gateway.refusal_error(refusal);

@@ -120,6 +120,7 @@ async fn soft_affinity_keeps_sessions_on_a_warm_cache() {
             *first.entry(e.key.unwrap()).or_default() += 1;
         }
     }
+    println!("first turns per key: {first:?}");
     for secret in SECRETS {
         let n = first.get(secret).copied().unwrap_or(0) as f64;
         assert!((n - 20.0).abs() <= 6.0, "first turns unevenly spread: {first:?}");
