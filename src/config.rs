@@ -402,6 +402,17 @@ mod tests {
     }
 
     #[test]
+    fn the_readme_example_is_a_valid_config() {
+        let readme = include_str!("../README.md");
+        let start = readme.find("```toml\nlisten").expect("README has the config example") + "```toml\n".len();
+        let end = start + readme[start..].find("```").expect("closed");
+        let config = Config::parse(&readme[start..end], Path::new("README.md")).expect("the example parses");
+        assert_eq!(config.keys[0].label, "work");
+        assert_eq!(config.affinity.table_capacity, 50_000);
+        assert_eq!(config.tokens[0].name, "codex");
+    }
+
+    #[test]
     fn duplicate_labels_are_rejected() {
         let text = "[[keys]]\nid=\"k_1\"\nlabel=\"w\"\n[[keys]]\nid=\"k_2\"\nlabel=\"W\"\n";
         assert!(Config::parse(text, Path::new("c.toml")).is_err());
