@@ -11,6 +11,13 @@ use crate::facts::Operation;
 use crate::keys::KeyId;
 use crate::router::Decision;
 
+/// Wall-clock time in Unix milliseconds, as records and metrics carry it.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// How many finished requests are remembered (about 1 KiB each).
 pub const RECENT_CAPACITY: usize = 1_000;
 /// How many records a slow subscriber may lag before it skips ahead.

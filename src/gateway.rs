@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{header, request, HeaderMap, Response, StatusCode};
@@ -202,7 +202,7 @@ impl Gateway {
             gateway: self,
             seq: self.next_seq(),
             operation: Operation::classify(&parts.method, parts.uri.path()),
-            at_unix_ms: unix_ms(),
+            at_unix_ms: crate::events::unix_ms(),
             started: Instant::now(),
             trying: None,
             answered: false,
@@ -593,20 +593,7 @@ impl Gateway {
     ) -> Response<Body> {
         let status = response.status().as_u16();
         let error = response.extensions().get::<crate::error::ErrorLabel>().map(|l| l.0);
-        let duration_ms = elapsed_ms(started);
-        tracing::info!(
-            seq = facts.seq,
-            op = ?facts.operation,
-            model = facts.model.as_deref().unwrap_or("-"),
-            key = served_by.as_ref().map(KeyId::as_str).unwrap_or("-"),
-            pinned = decision.pin.is_some(),
-            attempts = attempts.len(),
-            status,
-            error = error.or(notes.upstream_code).unwrap_or("-"),
-            ms = duration_ms,
-            "request"
-        );
-        let record = RequestRecord {
+        self.publish(RequestRecord {
             at_unix_ms,
             operation: facts.operation,
             transport: crate::events::Transport::Http,
@@ -619,8 +606,29 @@ impl Gateway {
             error,
             upstream_code: notes.upstream_code,
             rescued_items: notes.rescued_items,
-            duration_ms,
-        };
+            duration_ms: elapsed_ms(started),
+        });
+        response
+    }
+}
+
+impl Gateway {
+    /// The one way a finished request (HTTP, or a WebSocket frame) is reported: a log line, the hashed
+    /// metrics under the key's fingerprint, and the event stream.
+    pub(crate) fn publish(&self, record: RequestRecord) {
+        tracing::info!(
+            seq = record.decision.seq,
+            op = ?record.operation,
+            transport = ?record.transport,
+            model = record.model.as_deref().unwrap_or("-"),
+            key = record.served_by.as_ref().map(KeyId::as_str).unwrap_or("-"),
+            pinned = record.decision.pin.is_some(),
+            attempts = record.attempts.len(),
+            status = record.status,
+            error = record.error.or(record.upstream_code).unwrap_or("-"),
+            ms = record.duration_ms,
+            "request"
+        );
         let fingerprint = record
             .served_by
             .as_ref()
@@ -628,7 +636,6 @@ impl Gateway {
             .and_then(|k| self.pool.fingerprint(k));
         self.metrics.record(&record, fingerprint);
         self.events.publish(record);
-        response
     }
 }
 
@@ -879,8 +886,4 @@ fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
 
 fn elapsed_ms(since: Instant) -> u32 {
     u32::try_from(since.elapsed().as_millis()).unwrap_or(u32::MAX)
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0)
 }

@@ -180,7 +180,7 @@ impl Metrics {
             output_tokens: usage.output,
             ..Counters::default()
         };
-        self.add(day_of(now_ms()), fingerprint, json_name(&operation), &c);
+        self.add(day_of(crate::events::unix_ms()), fingerprint, json_name(&operation), &c);
     }
 
     fn add(&self, day: u32, fingerprint: Option<String>, operation: String, c: &Counters) {
@@ -212,7 +212,7 @@ impl Metrics {
                 let bytes = serde_json::to_vec(&total).map_err(|e| e.to_string())?;
                 db.insert(key, bytes).map_err(|e| e.to_string())?;
             }
-            let oldest = day_of(now_ms()).saturating_sub(self.retention_days);
+            let oldest = day_of(crate::events::unix_ms()).saturating_sub(self.retention_days);
             for entry in db.range(..day_prefix(oldest)) {
                 let (key, _) = entry.map_err(|e| e.to_string())?;
                 db.remove(key).map_err(|e| e.to_string())?;
@@ -240,7 +240,7 @@ impl Metrics {
 
     /// Rows of the last `days` days (stored and pending together), newest day first.
     pub fn rows(&self, days: u32) -> Vec<Row> {
-        let since = day_of(now_ms()).saturating_sub(days.saturating_sub(1));
+        let since = day_of(crate::events::unix_ms()).saturating_sub(days.saturating_sub(1));
         let mut merged: BTreeMap<(u32, String, String), Counters> = BTreeMap::new();
         if let Some(db) = &self.db {
             for (key, value) in db.range(day_prefix(since)..).flatten() {
@@ -296,12 +296,6 @@ fn json_name<T: Serialize>(value: &T) -> String {
     }
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0))
-}
-
 fn day_of(unix_ms: u64) -> u32 {
     u32::try_from(unix_ms / 86_400_000).unwrap_or(u32::MAX)
 }
@@ -335,7 +329,7 @@ mod tests {
 
     fn record(status: u16, ms: u32) -> RequestRecord {
         RequestRecord {
-            at_unix_ms: now_ms(),
+            at_unix_ms: crate::events::unix_ms(),
             operation: Operation::ResponsesCreate,
             transport: Transport::Http,
             model: Some("gpt-5.5".into()),

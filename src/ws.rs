@@ -9,7 +9,6 @@
 //! (`previous_response_not_found`), on which Codex reconnects and resends the full history.
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use axum::extract::ws::{CloseFrame as AxumClose, Message as AxumMessage, Utf8Bytes, WebSocket};
 use bytes::Bytes;
@@ -465,10 +464,8 @@ fn publish(
     started: Instant,
     rescued_items: usize,
 ) {
-    gateway.events().publish(RequestRecord {
-        at_unix_ms: SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0)),
+    gateway.publish(RequestRecord {
+        at_unix_ms: crate::events::unix_ms(),
         operation: facts.operation,
         transport: Transport::WebSocket,
         model: facts.model.clone(),

@@ -190,6 +190,12 @@ async fn frames_are_tagged_for_the_client_and_untagged_for_the_upstream() {
         assert!(r["id"].as_str().unwrap().starts_with("rs_km1"));
     }
     s.resume(&h.base).await.unwrap();
+    // Every frame is reported like an HTTP request: in the event stream and in the metrics.
+    let frames =
+        h.gateway.events().recent(100).iter().filter(|r| r.transport == keymux::events::Transport::WebSocket).count();
+    assert_eq!(frames, 6, "prewarm and three frames, then a prewarm and a resend");
+    let counted: u64 = h.gateway.metrics().rows(1).iter().map(|r| r.counters.requests).sum();
+    assert_eq!(counted, 6);
     let last = h.sim.log().into_iter().rfind(|e| e.method == "WS").unwrap();
     let sent = last.body.unwrap();
     let upstream_reasoning: Vec<&Value> =
