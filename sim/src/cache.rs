@@ -92,6 +92,7 @@ impl PromptCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::Clock;
 
     fn hashes(n: usize, salt: u8) -> Vec<[u8; 32]> {
         (0..n)
@@ -107,7 +108,7 @@ mod tests {
     #[test]
     fn short_prefixes_are_never_cached() {
         let mut c = PromptCache::new(Duration::from_secs(60));
-        let now = Instant::now();
+        let now = Clock::default().now();
         let h = hashes(7, 1);
         c.insert(&h, now);
         assert_eq!(c.lookup(&h, now), 0);
@@ -119,7 +120,7 @@ mod tests {
     #[test]
     fn longest_match_and_expiry() {
         let mut c = PromptCache::new(Duration::from_secs(10));
-        let now = Instant::now();
+        let now = Clock::default().now();
         c.insert(&hashes(12, 1), now);
         assert_eq!(c.lookup(&hashes(20, 1), now), 12 * 128);
         assert_eq!(c.lookup(&hashes(20, 2), now), 0);
@@ -129,7 +130,7 @@ mod tests {
     #[test]
     fn capacity_evicts_least_recently_used() {
         let mut c = PromptCache::with_capacity(Duration::from_secs(60), 10);
-        let now = Instant::now();
+        let now = Clock::default().now();
         c.insert(&hashes(18, 1), now);
         assert!(c.len() <= 10);
         c.insert(&hashes(18, 2), now);

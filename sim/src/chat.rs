@@ -9,16 +9,13 @@
 //! decrypt under the serving organization or the request fails with
 //! `invalid_encrypted_content`.
 
-use std::time::Instant;
-
 use serde_json::{json, Map, Value};
 
 use crate::crypto::validate_input;
 use crate::error::ApiError;
 use crate::prompt::{header, message_line, tokens_of, Prompt, Transcript};
-use crate::responses::digest;
 use crate::state::{Caller, State};
-use crate::util::{lock, object_id, random_hex, truncate_chars, unix_now};
+use crate::util::{lock, object_id, random_hex, split_deltas, truncate_chars};
 
 const DELTAS: usize = 4;
 
@@ -75,13 +72,9 @@ fn check_reasoning_item_types(messages: &[Value]) -> Result<(), ApiError> {
     Ok(())
 }
 
-pub(crate) fn plan(
-    state: &State,
-    caller: &Caller,
-    model: &str,
-    body: &Map<String, Value>,
-) -> Result<ChatPlan, ApiError> {
-    let org = state.org(caller.org);
+/// The request's `messages`, checked: present, an array, and with encrypted content that
+/// decrypts under the serving organization.
+fn messages(state: &State, caller: &Caller, body: &Map<String, Value>) -> Result<Vec<Value>, ApiError> {
     let messages = match body.get("messages") {
         None | Some(Value::Null) => return Err(ApiError::missing_param("messages")),
         Some(Value::Array(m)) => m.clone(),
@@ -94,24 +87,54 @@ pub(crate) fn plan(
     };
     check_reasoning_item_types(&messages)?;
     if let Some(all) = body.get("messages") {
-        validate_input(&org.cipher, &state.other_ciphers(caller.org), all)?;
+        validate_input(&state.org(caller.org).cipher, &state.other_ciphers(caller.org), all)?;
     }
-    let lines: Vec<String> = messages.iter().map(message_line).collect();
-    let prompt = Prompt { header: header(body.get("tools"), None), conversation: Transcript::extend(None, lines) };
-    let cache_key = body.get("prompt_cache_key").and_then(Value::as_str).unwrap_or("");
-    let hashes = prompt.block_hashes(cache_key);
-    let prompt_tokens = prompt.tokens();
-    let cached_tokens = lock(&org.cache).lookup(&hashes, Instant::now());
+    Ok(messages)
+}
 
+/// What one completion says, shared by its JSON and SSE forms.
+struct Reply {
+    id: String,
+    created: u64,
+    text: String,
+    /// `reasoning_content`; empty when the effort is `none`.
+    reasoning: Option<String>,
+    /// The non-standard `reasoning_items`, when an effort was asked for.
+    reasoning_items: Option<Value>,
+    usage: Value,
+}
+
+fn reply(
+    state: &State,
+    caller: &Caller,
+    body: &Map<String, Value>,
+    messages: &[Value],
+    prompt: &Prompt,
+    cached_tokens: u64,
+) -> Reply {
+    let org = state.org(caller.org);
     let n = org.next_reply();
-    let text = format!("SIM-REPLY #{n} from {}: {}", org.id, truncate_chars(&last_user_text(&messages), 60));
+    let text = format!("SIM-REPLY #{n} from {}: {}", org.id, truncate_chars(&last_user_text(messages), 60));
     let effort = body.get("reasoning_effort").filter(|e| !e.is_null());
     let with_reasoning = effort.and_then(Value::as_str) != Some("none");
-    // Encrypted reasoning only when an effort is asked for, as bridges do.
-    let with_items = effort.is_some() && with_reasoning;
-    let reasoning = if with_reasoning { format!("SIM-REASONING #{n} from {}", org.id) } else { String::new() };
-    let reasoning_tokens = if with_reasoning { tokens_of(reasoning.len()).max(1) } else { 0 };
+    let reasoning = with_reasoning.then(|| format!("SIM-REASONING #{n} from {}", org.id));
+    let reasoning_tokens = reasoning.as_ref().map_or(0, |r| tokens_of(r.len()).max(1));
     let completion_tokens = tokens_of(text.len()).max(1) + reasoning_tokens;
+    let prompt_tokens = prompt.tokens();
+    let id = format!("chatcmpl-{}", random_hex(15));
+    // Encrypted reasoning only when an effort is asked for, as bridges do.
+    let reasoning_items = (effort.is_some() && with_reasoning).then(|| {
+        let rs_id = object_id("rs");
+        let sealed = org.cipher.seal(&json!({
+            "kind": "reasoning",
+            "organization_id": org.id,
+            "response_id": id,
+            "item_id": rs_id,
+            "input_items": messages.len(),
+            "input_digest": prompt.digest(),
+        }));
+        json!([{"type": "reasoning", "id": rs_id, "encrypted_content": sealed, "summary": []}])
+    });
     let usage = json!({
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
@@ -124,88 +147,101 @@ pub(crate) fn plan(
             "rejected_prediction_tokens": 0
         },
     });
-    let id = format!("chatcmpl-{}", random_hex(15));
-    let created = unix_now();
-    let reasoning_items = with_items.then(|| {
-        let rs_id = object_id("rs");
-        let sealed = org.cipher.seal(&json!({
-            "kind": "reasoning",
-            "organization_id": org.id,
-            "response_id": id,
-            "item_id": rs_id,
-            "input_items": messages.len(),
-            "input_digest": digest(&prompt),
-        }));
-        json!([{"type": "reasoning", "id": rs_id, "encrypted_content": sealed, "summary": []}])
-    });
+    Reply { id, created: state.clock.unix_secs(), text, reasoning, reasoning_items, usage }
+}
+
+/// The non-streaming body.
+fn completion(reply: &Reply, model: &str) -> Value {
     let mut message = json!({
         "role": "assistant",
-        "content": text,
+        "content": reply.text,
         "refusal": null,
         "annotations": [],
     });
-    if with_reasoning {
+    if let Some(reasoning) = &reply.reasoning {
         message["reasoning_content"] = json!(reasoning);
     }
-    if let Some(items) = &reasoning_items {
+    if let Some(items) = &reply.reasoning_items {
         message["reasoning_items"] = items.clone();
     }
-    let completion = json!({
-        "id": id,
+    json!({
+        "id": reply.id,
         "object": "chat.completion",
-        "created": created,
+        "created": reply.created,
         "model": model,
         "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": "stop"}],
-        "usage": usage,
+        "usage": reply.usage,
         "service_tier": "default",
         "system_fingerprint": null,
-    });
+    })
+}
 
+/// The streaming chunks, without the final `[DONE]`.
+fn chunks(reply: &Reply, model: &str, body: &Map<String, Value>) -> Vec<Value> {
     let include_usage =
         body.get("stream_options").and_then(|o| o.get("include_usage")).and_then(Value::as_bool).unwrap_or(false);
-    let chunk = |delta: Value, finish: Value| {
-        let mut c = json!({
-            "id": id,
+    let shell = |choices: Value| {
+        json!({
+            "id": reply.id,
             "object": "chat.completion.chunk",
-            "created": created,
+            "created": reply.created,
             "model": model,
             "service_tier": "default",
             "system_fingerprint": null,
-            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
-        });
+            "choices": choices,
+        })
+    };
+    let chunk = |delta: Value, finish: Value| {
+        let mut c = shell(json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]));
         if include_usage {
             c["usage"] = Value::Null;
         }
         c
     };
     let mut chunks = vec![chunk(json!({"role": "assistant", "content": "", "refusal": null}), Value::Null)];
-    if with_reasoning {
+    if let Some(reasoning) = &reply.reasoning {
         chunks.push(chunk(json!({"reasoning_content": reasoning}), Value::Null));
     }
-    for delta in crate::responses::split_deltas(&text, DELTAS) {
+    for delta in split_deltas(&reply.text, DELTAS) {
         chunks.push(chunk(json!({"content": delta}), Value::Null));
     }
     let mut last = json!({});
-    if let Some(items) = reasoning_items {
-        last["reasoning_items"] = items;
+    if let Some(items) = &reply.reasoning_items {
+        last["reasoning_items"] = items.clone();
     }
     chunks.push(chunk(last, json!("stop")));
     if include_usage {
-        chunks.push(json!({
-            "id": id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "service_tier": "default",
-            "system_fingerprint": null,
-            "choices": [],
-            "usage": usage,
-        }));
+        let mut c = shell(json!([]));
+        c["usage"] = reply.usage.clone();
+        chunks.push(c);
     }
-    Ok(ChatPlan { org: caller.org, hashes, prompt_tokens, cached_tokens, completion, chunks })
+    chunks
+}
+
+pub(crate) fn plan(
+    state: &State,
+    caller: &Caller,
+    model: &str,
+    body: &Map<String, Value>,
+) -> Result<ChatPlan, ApiError> {
+    let messages = messages(state, caller, body)?;
+    let lines: Vec<String> = messages.iter().map(message_line).collect();
+    let prompt = Prompt { header: header(body.get("tools"), None), conversation: Transcript::extend(None, lines) };
+    let cache_key = body.get("prompt_cache_key").and_then(Value::as_str).unwrap_or("");
+    let hashes = prompt.block_hashes(cache_key);
+    let cached_tokens = lock(&state.org(caller.org).cache).lookup(&hashes, state.clock.now());
+    let reply = reply(state, caller, body, &messages, &prompt, cached_tokens);
+    Ok(ChatPlan {
+        org: caller.org,
+        hashes,
+        prompt_tokens: prompt.tokens(),
+        cached_tokens,
+        completion: completion(&reply, model),
+        chunks: chunks(&reply, model, body),
+    })
 }
 
 /// Caches the prompt of a served completion.
 pub(crate) fn commit(state: &State, plan: &ChatPlan) {
-    lock(&state.org(plan.org).cache).insert(&plan.hashes, Instant::now());
+    lock(&state.org(plan.org).cache).insert(&plan.hashes, state.clock.now());
 }

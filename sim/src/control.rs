@@ -1,16 +1,24 @@
-//! The unauthenticated control surface under `/__sim/` used by the binary's callers:
-//! the log, per-key counts, fault injection and WebSocket kills.
+//! The unauthenticated control surface under `/__sim/` used by the binary's callers, one
+//! endpoint per [`crate::Sim`] method:
+//! - `GET /__sim/log`, `GET /__sim/counts`;
+//! - `POST /__sim/faults {"key","fault"}` queues a fault, `POST /__sim/faults/clear`;
+//! - `POST /__sim/standing {"key" or "org","fault","ms"?}` sets a standing fault (without
+//!   `ms`, until cleared), `POST /__sim/standing/clear {"key" or "org"}`;
+//! - `POST /__sim/advance {"ms"}` moves the clock forward;
+//! - `GET /__sim/ws` counts open WebSockets, `POST /__sim/ws/kill {"key"}` drops them.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::Request;
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::fault::Fault;
+use crate::fault::{Fault, Scope};
 use crate::state::State;
 
 /// Largest accepted control body.
@@ -27,6 +35,40 @@ struct KeyBody {
     key: String,
 }
 
+/// Names a key (`"key"`) or a whole organization (`"org"`), exactly one of them.
+#[derive(Deserialize)]
+struct ScopeBody {
+    #[serde(default)]
+    key: Option<String>,
+    #[serde(default)]
+    org: Option<String>,
+}
+
+impl ScopeBody {
+    fn scope(self) -> Result<Scope, String> {
+        match (self.key, self.org) {
+            (Some(key), None) => Ok(Scope::Key(key)),
+            (None, Some(org)) => Ok(Scope::Org(org)),
+            _ => Err("name exactly one of \"key\" and \"org\"".to_owned()),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct StandingBody {
+    #[serde(flatten)]
+    scope: ScopeBody,
+    fault: Fault,
+    /// How long the fault stands; absent, until cleared.
+    #[serde(default)]
+    ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct AdvanceBody {
+    ms: u64,
+}
+
 fn reply(status: StatusCode, v: &Value) -> Response {
     let mut resp = Response::new(Body::from(v.to_string()));
     *resp.status_mut() = status;
@@ -37,6 +79,14 @@ fn reply(status: StatusCode, v: &Value) -> Response {
 
 fn bad(message: String) -> Response {
     reply(StatusCode::BAD_REQUEST, &json!({"error": {"message": message}}))
+}
+
+/// Parses `body` and answers with what `act` returns, or 400.
+fn with_body<T: DeserializeOwned>(body: &Bytes, act: impl FnOnce(T) -> Result<Value, String>) -> Response {
+    match serde_json::from_slice::<T>(body).map_err(|e| e.to_string()).and_then(act) {
+        Ok(v) => reply(StatusCode::OK, &v),
+        Err(message) => bad(message),
+    }
 }
 
 pub(crate) async fn handle(state: &Arc<State>, req: Request) -> Response {
@@ -52,22 +102,29 @@ pub(crate) async fn handle(state: &Arc<State>, req: Request) -> Response {
             Err(e) => bad(e.to_string()),
         },
         (Method::GET, "/__sim/counts") => reply(StatusCode::OK, &json!(state.log.counts())),
-        (Method::POST, "/__sim/faults") => match serde_json::from_slice::<InjectBody>(&body) {
-            Ok(b) => {
-                state.faults.push(&b.key, b.fault);
-                reply(StatusCode::OK, &json!({"queued": true}))
-            }
-            Err(e) => bad(e.to_string()),
-        },
+        (Method::POST, "/__sim/faults") => with_body(&body, |b: InjectBody| {
+            state.faults.push(&b.key, b.fault);
+            Ok(json!({"queued": true}))
+        }),
         (Method::POST, "/__sim/faults/clear") => {
             state.faults.clear();
             reply(StatusCode::OK, &json!({"cleared": true}))
         }
+        (Method::POST, "/__sim/standing") => with_body(&body, |b: StandingBody| {
+            let until = b.ms.map(|ms| state.clock.now() + Duration::from_millis(ms));
+            state.faults.set_standing(b.scope.scope()?, b.fault, until);
+            Ok(json!({"standing": true}))
+        }),
+        (Method::POST, "/__sim/standing/clear") => with_body(&body, |b: ScopeBody| {
+            state.faults.clear_standing(&b.scope()?);
+            Ok(json!({"cleared": true}))
+        }),
+        (Method::POST, "/__sim/advance") => with_body(&body, |b: AdvanceBody| {
+            let skew = state.clock.advance(Duration::from_millis(b.ms));
+            Ok(json!({"skew_ms": u64::try_from(skew.as_millis()).unwrap_or(u64::MAX)}))
+        }),
         (Method::GET, "/__sim/ws") => reply(StatusCode::OK, &json!({"open": state.ws.count()})),
-        (Method::POST, "/__sim/ws/kill") => match serde_json::from_slice::<KeyBody>(&body) {
-            Ok(b) => reply(StatusCode::OK, &json!({"killed": state.ws.kill(&b.key)})),
-            Err(e) => bad(e.to_string()),
-        },
+        (Method::POST, "/__sim/ws/kill") => with_body(&body, |b: KeyBody| Ok(json!({"killed": state.ws.kill(&b.key)}))),
         (m, p) => {
             reply(StatusCode::NOT_FOUND, &json!({"error": {"message": format!("Unknown control path ({m} {p})")}}))
         }

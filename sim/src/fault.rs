@@ -1,14 +1,16 @@
-//! Faults that tests queue for a key, and the per-key FIFO queues that hold them.
+//! Faults that tests set for a key: per-key FIFO queues of one-shot faults, and standing
+//! faults of a key or a whole organization that last until cleared or until they expire.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use crate::util::lock;
 
-/// A misbehaviour the simulator shows on a key's next request instead of (or while) serving it.
+/// A misbehaviour the simulator shows on a key's request instead of (or while) serving it:
+/// on the next request when queued, on every request while standing.
 ///
 /// Over HTTP the control surface accepts the serde form, for example
 /// `{"type":"status503","retry_after_secs":1}`, `{"type":"cut_after_events","events":3}` or
@@ -104,18 +106,38 @@ impl From<Fault> for FaultRepr {
     }
 }
 
-/// Queued faults per key secret.
+/// Who a standing fault applies to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Scope {
+    /// One key, by its secret.
+    Key(String),
+    /// Every key of one organization, by its id.
+    Org(String),
+}
+
+#[derive(Debug, Clone)]
+struct Standing {
+    fault: Fault,
+    /// `None` lasts until cleared.
+    until: Option<Instant>,
+}
+
+/// The faults tests set: one-shot faults queued per key, and standing faults that every
+/// request of a key or organization shows for a while.
 #[derive(Debug, Default)]
-pub(crate) struct FaultQueues {
-    /// Bound: one queue per key that ever had a fault; each queue holds at most
-    /// [`MAX_QUEUED_PER_KEY`] faults (older ones are dropped first).
+pub(crate) struct FaultBook {
+    /// Bound: one queue per key with faults waiting (empty queues are removed); each queue
+    /// holds at most [`MAX_QUEUED_PER_KEY`] faults (older ones are dropped first).
     queues: Mutex<HashMap<String, VecDeque<Fault>>>,
+    /// Bound: one entry per key or organization a test named; cleared and expired entries
+    /// are removed.
+    standing: Mutex<HashMap<Scope, Standing>>,
 }
 
 /// Upper bound on faults waiting for one key.
 pub(crate) const MAX_QUEUED_PER_KEY: usize = 10_000;
 
-impl FaultQueues {
+impl FaultBook {
     pub(crate) fn push(&self, key: &str, fault: Fault) {
         let mut queues = lock(&self.queues);
         let q = queues.entry(key.to_owned()).or_default();
@@ -135,14 +157,41 @@ impl FaultQueues {
         fault
     }
 
+    /// Drops every queued fault (standing faults stay).
     pub(crate) fn clear(&self) {
         lock(&self.queues).clear();
+    }
+
+    /// Sets the standing fault of `scope`, replacing any; `until: None` lasts until cleared.
+    pub(crate) fn set_standing(&self, scope: Scope, fault: Fault, until: Option<Instant>) {
+        lock(&self.standing).insert(scope, Standing { fault, until });
+    }
+
+    pub(crate) fn clear_standing(&self, scope: &Scope) {
+        lock(&self.standing).remove(scope);
+    }
+
+    /// The standing fault a request of `key` (of organization `org`) shows at `now`: the
+    /// key's own, else its organization's.
+    pub(crate) fn standing(&self, key: &str, org: &str, now: Instant) -> Option<Fault> {
+        let mut standing = lock(&self.standing);
+        standing.retain(|_, s| s.until.is_none_or(|until| until > now));
+        standing
+            .get(&Scope::Key(key.to_owned()))
+            .or_else(|| standing.get(&Scope::Org(org.to_owned())))
+            .map(|s| s.fault.clone())
+    }
+
+    /// The fault the next request of `key` shows: a queued one first, then a standing one.
+    pub(crate) fn draw(&self, key: &str, org: &str, now: Instant) -> Option<Fault> {
+        self.pop(key).or_else(|| self.standing(key, org, now))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::Clock;
 
     #[test]
     fn serde_form_round_trips() -> Result<(), serde_json::Error> {
@@ -170,7 +219,7 @@ mod tests {
 
     #[test]
     fn queues_are_fifo_per_key() {
-        let q = FaultQueues::default();
+        let q = FaultBook::default();
         q.push("k1", Fault::Status500);
         q.push("k1", Fault::InvalidKey);
         q.push("k2", Fault::ModelNotFound);
@@ -178,5 +227,31 @@ mod tests {
         assert_eq!(q.pop("k2"), Some(Fault::ModelNotFound));
         assert_eq!(q.pop("k1"), Some(Fault::InvalidKey));
         assert_eq!(q.pop("k1"), None);
+    }
+
+    #[test]
+    fn standing_faults_last_until_cleared_or_expired() {
+        let book = FaultBook::default();
+        let t0 = Clock::default().now();
+        let minute = Duration::from_secs(60);
+        book.set_standing(Scope::Key("k1".into()), Fault::Status500, Some(t0 + minute));
+        book.set_standing(Scope::Org("org-a".into()), Fault::InvalidKey, None);
+        // A key's own standing fault wins over its organization's; queued faults win over both.
+        book.push("k1", Fault::ModelNotFound);
+        assert_eq!(book.draw("k1", "org-a", t0), Some(Fault::ModelNotFound));
+        assert_eq!(book.draw("k1", "org-a", t0), Some(Fault::Status500));
+        assert_eq!(book.draw("k1", "org-a", t0), Some(Fault::Status500));
+        assert_eq!(book.draw("k2", "org-a", t0), Some(Fault::InvalidKey));
+        assert_eq!(book.draw("k3", "org-b", t0), None);
+        // At its deadline the key's fault has expired, and the organization's shows again.
+        assert_eq!(book.draw("k1", "org-a", t0 + minute), Some(Fault::InvalidKey));
+        book.clear_standing(&Scope::Org("org-a".into()));
+        assert_eq!(book.draw("k1", "org-a", t0), None);
+        assert_eq!(book.draw("k2", "org-a", t0), None);
+        book.set_standing(Scope::Key("k1".into()), Fault::Status500, None);
+        book.clear();
+        assert_eq!(book.draw("k1", "org-a", t0), Some(Fault::Status500), "clear drops queued faults only");
+        book.clear_standing(&Scope::Key("k1".into()));
+        assert_eq!(book.draw("k1", "org-a", t0), None);
     }
 }

@@ -1,5 +1,8 @@
 //! Prompt rendering: a canonical, prefix-stable serialization of tools, instructions and input
 //! items, token estimates (≈ 4 bytes a token) and the chained block hashes the prompt cache uses.
+//!
+//! A compaction item stands in for the whole history before it: OpenAI documents that clients
+//! may drop what precedes the latest compaction item, so the model must not need it.
 
 use std::sync::Arc;
 
@@ -73,6 +76,20 @@ pub(crate) fn canonical_item(item: &Value) -> Value {
         }
     }
     canonical_value(&Value::Object(m))
+}
+
+/// Whether `item` is a compaction item (`{"type":"compaction","encrypted_content":…}`).
+pub(crate) fn is_compaction(item: &Value) -> bool {
+    item.get("type").and_then(Value::as_str) == Some("compaction")
+}
+
+/// The conversation after `items` follow `parent`. From the latest compaction item among
+/// `items` on, the history before it (the parent included) is no longer rendered.
+pub(crate) fn conversation(parent: Option<Arc<Transcript>>, items: &[Value]) -> Arc<Transcript> {
+    match items.iter().rposition(is_compaction) {
+        Some(at) => Transcript::extend(None, items[at..].iter().map(item_line).collect()),
+        None => Transcript::extend(parent, items.iter().map(item_line).collect()),
+    }
 }
 
 /// One rendered line per item.
@@ -195,6 +212,14 @@ impl Prompt {
         tokens_of(self.bytes())
     }
 
+    /// A short digest of the whole rendered prompt, sealed into encrypted items.
+    pub(crate) fn digest(&self) -> String {
+        let mut h = Sha256::new();
+        h.update(self.header.as_bytes());
+        self.conversation.for_each_line(|line| h.update(line.as_bytes()));
+        hex::encode(&h.finalize()[..8])
+    }
+
     /// Chained hashes of every whole 128-token block: element `k` identifies the prefix of
     /// `(k + 1) * 128` tokens under `cache_key`.
     pub(crate) fn block_hashes(&self, cache_key: &str) -> Vec<[u8; 32]> {
@@ -268,6 +293,36 @@ mod tests {
         assert_eq!(h1.len(), p1.bytes() / BLOCK_BYTES);
         assert_eq!(&h2[..h1.len()], &h1[..]);
         assert_ne!(p1.block_hashes("other")[0], h1[0]);
+    }
+
+    #[test]
+    fn a_compaction_item_stands_in_for_the_history_before_it() {
+        let history = conversation(None, &[json!({"role": "user", "content": "x".repeat(8000)})]);
+        let cmp = json!({"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAAAsealed"});
+        let after = json!({"role": "user", "content": "next"});
+        // Chained by previous_response_id, or replayed after the full history: the same prompt.
+        let chained = conversation(Some(history.clone()), &[cmp.clone(), after.clone()]);
+        let replayed = conversation(None, &[json!({"role": "developer", "content": "old"}), cmp.clone(), after]);
+        let expected = item_line(&cmp).len() + item_line(&json!({"role": "user", "content": "next"})).len();
+        assert_eq!(chained.total_bytes(), expected);
+        assert_eq!(replayed.total_bytes(), expected);
+        // Without an id it renders the same.
+        let bare = json!({"type": "compaction", "encrypted_content": "gAAAAAsealed"});
+        assert_eq!(item_line(&bare), item_line(&cmp));
+        // Only the latest compaction item counts; without one, the history stays.
+        let newer = json!({"type": "compaction", "encrypted_content": "gAAAAAnewer"});
+        let twice = conversation(None, &[cmp.clone(), json!({"role": "user", "content": "mid"}), newer.clone()]);
+        assert_eq!(twice.total_bytes(), item_line(&newer).len());
+        let kept = conversation(Some(history.clone()), &[json!({"role": "user", "content": "more"})]);
+        assert!(kept.total_bytes() > history.total_bytes());
+    }
+
+    #[test]
+    fn digests_cover_the_whole_prompt() {
+        let a = Prompt { header: String::new(), conversation: Transcript::extend(None, vec!["ab\n".into()]) };
+        let b = Prompt { header: String::new(), conversation: Transcript::extend(None, vec!["ba\n".into()]) };
+        assert_ne!(a.digest(), b.digest());
+        assert_eq!(a.digest().len(), 16);
     }
 
     #[test]

@@ -129,11 +129,12 @@ impl RateLimiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::Clock;
 
     #[test]
     fn requests_and_tokens_are_limited_per_window() {
         let rl = RateLimiter::new(Limits { requests: 2, tokens: 100, window: Duration::from_secs(1) });
-        let t0 = Instant::now();
+        let t0 = Clock::default().now();
         let s = rl.admit("k", 10, t0).ok();
         assert_eq!(s.map(|s| s.remaining_requests), Some(1));
         assert!(rl.admit("k", 10, t0).is_ok());

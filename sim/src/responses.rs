@@ -1,23 +1,27 @@
 //! The Responses API engine: turns a `response.create` body into a plan (ids, output items,
 //! usage, the full event sequence) and applies its effects on the store and the prompt cache.
+//!
+//! A request whose last input item is `{"type":"compaction_trigger"}` (Codex's remote
+//! compaction) is answered with exactly one organization-bound compaction item instead of a
+//! reply; `POST /v1/responses/compact` seals its compaction item the same way.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use serde_json::{json, Map, Value};
-use sha2::{Digest, Sha256};
 
 use crate::crypto::validate_input;
 use crate::error::ApiError;
-use crate::prompt::{header, input_items, item_line, tokens_of, Prompt, Transcript};
-use crate::state::{Caller, State};
+use crate::prompt::{conversation, header, input_items, tokens_of, Prompt, Transcript};
+use crate::state::{Caller, OrgState, State};
 use crate::store::Stored;
-use crate::util::{lock, object_id, truncate_chars, unix_now};
+use crate::util::{lock, object_id, split_deltas, truncate_chars};
 
 /// Reasoning tokens reported for a response with a reasoning item.
 const REASONING_TOKENS: u64 = 64;
 /// How many text deltas a reply is streamed in.
 const DELTAS: usize = 4;
+/// The `type` of the input item that asks for a remote compaction.
+const COMPACTION_TRIGGER: &str = "compaction_trigger";
 
 /// The last response of a WebSocket connection, which resolves as `previous_response_id`
 /// even when it was not stored.
@@ -55,10 +59,10 @@ fn resolve_previous(
     caller: &Caller,
     body: &Map<String, Value>,
     connection: Option<&ConnectionLast>,
-) -> Result<Option<(String, Arc<Transcript>)>, ApiError> {
+) -> Result<Option<Arc<Transcript>>, ApiError> {
     let id = match body.get("previous_response_id") {
         None | Some(Value::Null) => return Ok(None),
-        Some(Value::String(id)) => id.clone(),
+        Some(Value::String(id)) => id,
         Some(_) => {
             return Err(ApiError::invalid_type(
                 "previous_response_id",
@@ -66,13 +70,13 @@ fn resolve_previous(
             ))
         }
     };
-    if let Some(last) = connection.filter(|l| l.id == id) {
-        return Ok(Some((id, last.transcript.clone())));
+    if let Some(last) = connection.filter(|l| &l.id == id) {
+        return Ok(Some(last.transcript.clone()));
     }
-    let stored = lock(&state.org(caller.org).store).transcript(&id);
+    let stored = lock(&state.org(caller.org).store).transcript(id);
     match stored {
-        Some(t) => Ok(Some((id, t))),
-        None => Err(ApiError::previous_response_not_found(&id)),
+        Some(t) => Ok(Some(t)),
+        None => Err(ApiError::previous_response_not_found(id)),
     }
 }
 
@@ -104,20 +108,24 @@ pub(crate) fn reply_text(n: u64, org: &str, items: &[Value]) -> String {
     format!("SIM-REPLY #{n} from {org}: {}", truncate_chars(&echo, 60))
 }
 
-/// Splits `text` into `parts` pieces of nearly equal character counts (none empty unless
-/// the text is).
-pub(crate) fn split_deltas(text: &str, parts: usize) -> Vec<String> {
-    let chars: Vec<char> = text.chars().collect();
-    if chars.is_empty() {
-        return vec![String::new()];
-    }
-    let parts = parts.clamp(1, chars.len());
-    let size = chars.len().div_ceil(parts);
-    chars.chunks(size).map(|c| c.iter().collect()).collect()
-}
-
 fn text_tokens(text: &str) -> u64 {
     tokens_of(text.len()).max(1)
+}
+
+fn is_trigger(item: &Value) -> bool {
+    item.get("type").and_then(Value::as_str) == Some(COMPACTION_TRIGGER)
+}
+
+/// A compaction trigger anywhere but last is refused, as OpenAI does.
+fn check_trigger_is_last(items: &[Value]) -> Result<(), ApiError> {
+    let before_last = items.len().saturating_sub(1);
+    if items[..before_last].iter().any(is_trigger) {
+        return Err(ApiError::invalid_value(
+            "input",
+            "The 'compaction_trigger' item must be the final input item.".to_owned(),
+        ));
+    }
+    Ok(())
 }
 
 fn id_prefix_for(item: &Value) -> &'static str {
@@ -125,6 +133,7 @@ fn id_prefix_for(item: &Value) -> &'static str {
         Some("function_call_output") => "fco",
         Some("function_call") => "fc",
         Some("reasoning") => "rs",
+        Some("compaction") => "cmp",
         _ => "msg",
     }
 }
@@ -135,23 +144,15 @@ fn with_ids(items: &[Value]) -> Vec<Value> {
         .iter()
         .map(|item| {
             let mut item = item.clone();
+            let prefix = id_prefix_for(&item);
             if let Value::Object(map) = &mut item {
-                if !map.contains_key("id") || map["id"].is_null() {
-                    let id = object_id(id_prefix_for(&Value::Object(map.clone())));
-                    map.insert("id".into(), Value::String(id));
+                if map.get("id").is_none_or(Value::is_null) {
+                    map.insert("id".into(), Value::String(object_id(prefix)));
                 }
             }
             item
         })
         .collect()
-}
-
-/// A short digest of a prompt, sealed into encrypted items.
-pub(crate) fn digest(prompt: &Prompt) -> String {
-    let mut h = Sha256::new();
-    h.update(prompt.header.as_bytes());
-    h.update(prompt.conversation.total_bytes().to_le_bytes());
-    hex::encode(&h.finalize()[..8])
 }
 
 fn usage(input: u64, cached: u64, output: u64, reasoning: u64) -> Value {
@@ -164,67 +165,181 @@ fn usage(input: u64, cached: u64, output: u64, reasoning: u64) -> Value {
     })
 }
 
-struct Echo<'a> {
-    body: &'a Map<String, Value>,
+/// A request's input resolved into the prompt the model sees.
+struct Rendered {
+    items: Vec<Value>,
+    prompt: Prompt,
+    hashes: Vec<[u8; 32]>,
+    input_tokens: u64,
+    cached_tokens: u64,
 }
 
-impl Echo<'_> {
-    fn or(&self, key: &str, default: Value) -> Value {
+/// Checks the input (ids, the trigger's place, encrypted content) and renders the prompt,
+/// looking its prefix up in the organization's cache.
+fn render(
+    state: &State,
+    caller: &Caller,
+    body: &Map<String, Value>,
+    connection: Option<&ConnectionLast>,
+) -> Result<Rendered, ApiError> {
+    let org = state.org(caller.org);
+    let items = input_items(body.get("input"))?;
+    check_trigger_is_last(&items)?;
+    let previous = resolve_previous(state, caller, body, connection)?;
+    if let Some(input) = body.get("input") {
+        validate_input(&org.cipher, &state.other_ciphers(caller.org), input)?;
+    }
+    let prompt = Prompt {
+        header: header(body.get("tools"), body.get("instructions")),
+        conversation: conversation(previous, &items),
+    };
+    let cache_key = body.get("prompt_cache_key").and_then(Value::as_str).unwrap_or("");
+    let hashes = prompt.block_hashes(cache_key);
+    let input_tokens = prompt.tokens();
+    let cached_tokens = lock(&org.cache).lookup(&hashes, state.clock.now());
+    Ok(Rendered { items, prompt, hashes, input_tokens, cached_tokens })
+}
+
+/// Seals a compaction item's `encrypted_content`: a summary of the whole rendered prompt it
+/// stands in for, readable by its organization only.
+fn seal_compaction(org: &OrgState, response_id: &str, item_id: &str, rendered: &Rendered) -> String {
+    org.cipher.seal(&json!({
+        "kind": "compaction",
+        "organization_id": org.id,
+        "response_id": response_id,
+        "item_id": item_id,
+        "input_items": rendered.items.len(),
+        "input_digest": rendered.prompt.digest(),
+        "summarised_tokens": rendered.input_tokens,
+    }))
+}
+
+/// The output items of a response and what they cost.
+#[derive(Default)]
+struct Output {
+    /// Each item as `response.output_item.done` and `response.completed` show it.
+    items: Vec<Value>,
+    /// Each item as `response.output_item.added` shows it.
+    added: Vec<Value>,
+    output_tokens: u64,
+    reasoning_tokens: u64,
+}
+
+/// A reasoning item (unless `reasoning.effort` is `none`) and a message, or nothing at all
+/// for `generate: false`.
+fn reply_output(org: &OrgState, body: &Map<String, Value>, response_id: &str, rendered: &Rendered) -> Output {
+    let generate = body.get("generate").and_then(Value::as_bool).unwrap_or(true);
+    let effort = body.get("reasoning").and_then(|r| r.get("effort")).and_then(Value::as_str);
+    let include_encrypted = body
+        .get("include")
+        .and_then(Value::as_array)
+        .is_some_and(|a| a.iter().any(|v| v == "reasoning.encrypted_content"));
+    let mut out = Output::default();
+    if !generate {
+        return out;
+    }
+    if effort != Some("none") {
+        let rs_id = object_id("rs");
+        let added = json!({"id": rs_id, "type": "reasoning", "summary": []});
+        let mut done = added.clone();
+        if include_encrypted {
+            done["encrypted_content"] = json!(org.cipher.seal(&json!({
+                "kind": "reasoning",
+                "organization_id": org.id,
+                "response_id": response_id,
+                "item_id": rs_id,
+                "input_items": rendered.items.len(),
+                "input_digest": rendered.prompt.digest(),
+            })));
+        }
+        out.added.push(added);
+        out.items.push(done);
+        out.reasoning_tokens = REASONING_TOKENS;
+    }
+    let msg_id = object_id("msg");
+    let text = reply_text(org.next_reply(), &org.id, &rendered.items);
+    out.output_tokens = text_tokens(&text) + out.reasoning_tokens;
+    out.added
+        .push(json!({"id": msg_id, "type": "message", "status": "in_progress", "content": [], "role": "assistant"}));
+    out.items.push(json!({
+        "id": msg_id,
+        "type": "message",
+        "status": "completed",
+        "content": [{"type": "output_text", "annotations": [], "logprobs": [], "text": text}],
+        "role": "assistant",
+    }));
+    out
+}
+
+/// Exactly one compaction item: no reasoning, no message.
+fn compaction_output(org: &OrgState, response_id: &str, rendered: &Rendered) -> Output {
+    let cmp_id = object_id("cmp");
+    let sealed = seal_compaction(org, response_id, &cmp_id, rendered);
+    Output {
+        added: vec![json!({"id": cmp_id, "type": "compaction"})],
+        output_tokens: text_tokens(&sealed),
+        items: vec![json!({"id": cmp_id, "type": "compaction", "encrypted_content": sealed})],
+        reasoning_tokens: 0,
+    }
+}
+
+/// The fields every response object of one request shares.
+struct Shell<'a> {
+    body: &'a Map<String, Value>,
+    id: &'a str,
+    created_at: u64,
+    model: &'a str,
+    store: bool,
+}
+
+impl Shell<'_> {
+    /// The request's value of `key`, or `default` when absent or null.
+    fn echo(&self, key: &str, default: Value) -> Value {
         match self.body.get(key) {
             Some(v) if !v.is_null() => v.clone(),
             _ => default,
         }
     }
+
+    fn object(&self, status: &str, output: &[Value], usage: Value) -> Value {
+        let reasoning = self.body.get("reasoning").cloned().unwrap_or(Value::Null);
+        let effort = reasoning.get("effort").cloned().unwrap_or_else(|| json!("medium"));
+        let summary = reasoning.get("summary").cloned().unwrap_or(Value::Null);
+        json!({
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "background": false,
+            "error": null,
+            "incomplete_details": null,
+            "instructions": self.echo("instructions", Value::Null),
+            "max_output_tokens": self.echo("max_output_tokens", Value::Null),
+            "max_tool_calls": null,
+            "model": self.model,
+            "output": output,
+            "parallel_tool_calls": self.echo("parallel_tool_calls", json!(true)),
+            "previous_response_id": self.echo("previous_response_id", Value::Null),
+            "prompt_cache_key": self.echo("prompt_cache_key", Value::Null),
+            "reasoning": {"effort": effort, "summary": summary},
+            "safety_identifier": null,
+            "service_tier": self.echo("service_tier", json!("default")),
+            "store": self.store,
+            "temperature": self.echo("temperature", json!(1.0)),
+            "text": self.echo("text", json!({"format": {"type": "text"}, "verbosity": "medium"})),
+            "tool_choice": self.echo("tool_choice", json!("auto")),
+            "tools": self.echo("tools", json!([])),
+            "top_logprobs": 0,
+            "top_p": self.echo("top_p", json!(1.0)),
+            "truncation": self.echo("truncation", json!("disabled")),
+            "usage": usage,
+            "user": null,
+            "metadata": self.echo("metadata", json!({})),
+        })
+    }
 }
 
-#[expect(clippy::too_many_arguments, reason = "one place assembles the response object")]
-fn response_object(
-    body: &Map<String, Value>,
-    id: &str,
-    created_at: u64,
-    model: &str,
-    status: &str,
-    store: bool,
-    output: &[Value],
-    usage: Value,
-) -> Value {
-    let e = Echo { body };
-    let reasoning = body.get("reasoning").cloned().unwrap_or(Value::Null);
-    let effort = reasoning.get("effort").cloned().unwrap_or_else(|| json!("medium"));
-    let summary = reasoning.get("summary").cloned().unwrap_or(Value::Null);
-    json!({
-        "id": id,
-        "object": "response",
-        "created_at": created_at,
-        "status": status,
-        "background": false,
-        "error": null,
-        "incomplete_details": null,
-        "instructions": e.or("instructions", Value::Null),
-        "max_output_tokens": e.or("max_output_tokens", Value::Null),
-        "max_tool_calls": null,
-        "model": model,
-        "output": output,
-        "parallel_tool_calls": e.or("parallel_tool_calls", json!(true)),
-        "previous_response_id": e.or("previous_response_id", Value::Null),
-        "prompt_cache_key": e.or("prompt_cache_key", Value::Null),
-        "reasoning": {"effort": effort, "summary": summary},
-        "safety_identifier": null,
-        "service_tier": e.or("service_tier", json!("default")),
-        "store": store,
-        "temperature": e.or("temperature", json!(1.0)),
-        "text": e.or("text", json!({"format": {"type": "text"}, "verbosity": "medium"})),
-        "tool_choice": e.or("tool_choice", json!("auto")),
-        "tools": e.or("tools", json!([])),
-        "top_logprobs": 0,
-        "top_p": e.or("top_p", json!(1.0)),
-        "truncation": e.or("truncation", json!("disabled")),
-        "usage": usage,
-        "user": null,
-        "metadata": e.or("metadata", json!({})),
-    })
-}
-
+#[derive(Default)]
 struct Events {
     list: Vec<Value>,
 }
@@ -239,6 +354,47 @@ impl Events {
         }
         self.list.push(Value::Object(m));
     }
+
+    /// A message's events from `added` to `done`, with its text in deltas.
+    fn message(&mut self, index: usize, added: &Value, done: &Value) {
+        let text = done["content"][0]["text"].as_str().unwrap_or_default();
+        let msg_id = &done["id"];
+        self.push("response.output_item.added", json!({"output_index": index, "item": added}));
+        let at = |extra: Value| {
+            let mut m = json!({"item_id": msg_id, "output_index": index, "content_index": 0});
+            if let (Value::Object(m), Value::Object(x)) = (&mut m, extra) {
+                m.extend(x);
+            }
+            m
+        };
+        let part = |text: &str| json!({"type": "output_text", "annotations": [], "logprobs": [], "text": text});
+        self.push("response.content_part.added", at(json!({"part": part("")})));
+        for delta in split_deltas(text, DELTAS) {
+            self.push("response.output_text.delta", at(json!({"delta": delta, "logprobs": []})));
+        }
+        self.push("response.output_text.done", at(json!({"text": text, "logprobs": []})));
+        self.push("response.content_part.done", at(json!({"part": part(text)})));
+        self.push("response.output_item.done", json!({"output_index": index, "item": done}));
+    }
+
+    /// The whole sequence from `response.created` to `response.completed`.
+    fn sequence(in_progress: &Value, completed: &Value, out: &Output) -> Vec<Value> {
+        let mut ev = Events::default();
+        ev.push("response.created", json!({"response": in_progress}));
+        if !out.items.is_empty() {
+            ev.push("response.in_progress", json!({"response": in_progress}));
+        }
+        for (index, (added, done)) in out.added.iter().zip(&out.items).enumerate() {
+            if done["type"] == "message" {
+                ev.message(index, added, done);
+            } else {
+                ev.push("response.output_item.added", json!({"output_index": index, "item": added}));
+                ev.push("response.output_item.done", json!({"output_index": index, "item": done}));
+            }
+        }
+        ev.push("response.completed", json!({"response": completed}));
+        ev.list
+    }
 }
 
 /// Plans a `response.create`. `connection` is the WebSocket connection's last response.
@@ -250,126 +406,29 @@ pub(crate) fn plan(
     connection: Option<&ConnectionLast>,
 ) -> Result<Plan, ApiError> {
     let org = state.org(caller.org);
-    let items = input_items(body.get("input"))?;
-    let previous = resolve_previous(state, caller, body, connection)?;
-    if let Some(input) = body.get("input") {
-        validate_input(&org.cipher, &state.other_ciphers(caller.org), input)?;
-    }
-    let store = body.get("store").and_then(Value::as_bool).unwrap_or(true);
-    let generate = body.get("generate").and_then(Value::as_bool).unwrap_or(true);
-    let effort = body.get("reasoning").and_then(|r| r.get("effort")).and_then(Value::as_str);
-    let with_reasoning = generate && effort != Some("none");
-    let include_encrypted = body
-        .get("include")
-        .and_then(Value::as_array)
-        .is_some_and(|a| a.iter().any(|v| v == "reasoning.encrypted_content"));
-
-    let lines: Vec<String> = items.iter().map(item_line).collect();
-    let prompt = Prompt {
-        header: header(body.get("tools"), body.get("instructions")),
-        conversation: Transcript::extend(previous.as_ref().map(|(_, t)| t.clone()), lines),
-    };
-    let cache_key = body.get("prompt_cache_key").and_then(Value::as_str).unwrap_or("");
-    let hashes = prompt.block_hashes(cache_key);
-    let input_tokens = prompt.tokens();
-    let cached_tokens = lock(&org.cache).lookup(&hashes, Instant::now());
-
+    let rendered = render(state, caller, body, connection)?;
     let id = object_id("resp");
-    let created_at = unix_now();
-    let mut output: Vec<Value> = Vec::new();
-    let mut reasoning_added = None;
-    let mut message_id = None;
-    let mut text = String::new();
-    if with_reasoning {
-        let rs_id = object_id("rs");
-        let added = json!({"id": rs_id, "type": "reasoning", "summary": []});
-        let mut done = added.clone();
-        if include_encrypted {
-            let sealed = org.cipher.seal(&json!({
-                "kind": "reasoning",
-                "organization_id": org.id,
-                "response_id": id,
-                "item_id": rs_id,
-                "input_items": items.len(),
-                "input_digest": digest(&prompt),
-            }));
-            done["encrypted_content"] = json!(sealed);
-        }
-        reasoning_added = Some(added);
-        output.push(done);
-    }
-    if generate {
-        let msg_id = object_id("msg");
-        text = reply_text(org.next_reply(), &org.id, &items);
-        output.push(json!({
-            "id": msg_id,
-            "type": "message",
-            "status": "completed",
-            "content": [{"type": "output_text", "annotations": [], "logprobs": [], "text": text}],
-            "role": "assistant",
-        }));
-        message_id = Some(msg_id);
-    }
-    let reasoning_tokens = if with_reasoning { REASONING_TOKENS } else { 0 };
-    let output_tokens = if generate { text_tokens(&text) + reasoning_tokens } else { 0 };
-    let final_usage = usage(input_tokens, cached_tokens, output_tokens, reasoning_tokens);
-    let in_progress = response_object(body, &id, created_at, model, "in_progress", store, &[], Value::Null);
-    let completed = response_object(body, &id, created_at, model, "completed", store, &output, final_usage);
-
-    let mut ev = Events { list: Vec::new() };
-    ev.push("response.created", json!({"response": in_progress}));
-    if generate {
-        ev.push("response.in_progress", json!({"response": in_progress}));
-    }
-    let mut index = 0;
-    if let Some(added) = reasoning_added {
-        ev.push("response.output_item.added", json!({"output_index": index, "item": added}));
-        ev.push("response.output_item.done", json!({"output_index": index, "item": output[index]}));
-        index += 1;
-    }
-    if let Some(msg_id) = &message_id {
-        ev.push(
-            "response.output_item.added",
-            json!({"output_index": index, "item": {
-                "id": msg_id, "type": "message", "status": "in_progress", "content": [], "role": "assistant"
-            }}),
-        );
-        let at = json!({"item_id": msg_id, "output_index": index, "content_index": 0});
-        let with = |extra: Value| {
-            let mut m = at.clone();
-            if let (Value::Object(m), Value::Object(x)) = (&mut m, extra) {
-                m.extend(x);
-            }
-            m
-        };
-        ev.push(
-            "response.content_part.added",
-            with(json!({"part": {"type": "output_text", "annotations": [], "logprobs": [], "text": ""}})),
-        );
-        for delta in split_deltas(&text, DELTAS) {
-            ev.push("response.output_text.delta", with(json!({"delta": delta, "logprobs": []})));
-        }
-        ev.push("response.output_text.done", with(json!({"text": text, "logprobs": []})));
-        ev.push(
-            "response.content_part.done",
-            with(json!({"part": {"type": "output_text", "annotations": [], "logprobs": [], "text": text}})),
-        );
-        ev.push("response.output_item.done", json!({"output_index": index, "item": output[index]}));
-    }
-    ev.push("response.completed", json!({"response": completed}));
-
-    let out_lines: Vec<String> = output.iter().map(item_line).collect();
-    let transcript = Transcript::extend(Some(prompt.conversation.clone()), out_lines);
+    let out = if rendered.items.last().is_some_and(is_trigger) {
+        compaction_output(org, &id, &rendered)
+    } else {
+        reply_output(org, body, &id, &rendered)
+    };
+    let store = body.get("store").and_then(Value::as_bool).unwrap_or(true);
+    let shell = Shell { body, id: &id, created_at: state.clock.unix_secs(), model, store };
+    let final_usage = usage(rendered.input_tokens, rendered.cached_tokens, out.output_tokens, out.reasoning_tokens);
+    let in_progress = shell.object("in_progress", &[], Value::Null);
+    let completed = shell.object("completed", &out.items, final_usage);
+    let events = Events::sequence(&in_progress, &completed, &out);
     Ok(Plan {
+        transcript: conversation(Some(rendered.prompt.conversation.clone()), &out.items),
+        input_items: if store { with_ids(&rendered.items) } else { Vec::new() },
         id,
         org: caller.org,
         store,
-        input_items: if store { with_ids(&items) } else { Vec::new() },
-        transcript,
-        hashes,
-        input_tokens,
-        cached_tokens,
-        events: ev.list,
+        hashes: rendered.hashes,
+        input_tokens: rendered.input_tokens,
+        cached_tokens: rendered.cached_tokens,
+        events,
         in_progress,
         completed,
     })
@@ -392,7 +451,7 @@ pub(crate) fn begin(state: &State, plan: &Plan) {
 /// Applies a successful response: cache its prompt, store it as completed.
 pub(crate) fn commit(state: &State, plan: &Plan) {
     let org = state.org(plan.org);
-    lock(&org.cache).insert(&plan.hashes, Instant::now());
+    lock(&org.cache).insert(&plan.hashes, state.clock.now());
     if plan.store {
         let mut store = lock(&org.store);
         if store.get(&plan.id).is_some() {
@@ -432,62 +491,29 @@ pub(crate) fn compact(
     body: &Map<String, Value>,
 ) -> Result<(Value, u64, u64), ApiError> {
     let org = state.org(caller.org);
-    let items = input_items(body.get("input"))?;
-    let previous = resolve_previous(state, caller, body, None)?;
-    if let Some(input) = body.get("input") {
-        validate_input(&org.cipher, &state.other_ciphers(caller.org), input)?;
-    }
-    let lines: Vec<String> = items.iter().map(item_line).collect();
-    let prompt = Prompt {
-        header: header(body.get("tools"), body.get("instructions")),
-        conversation: Transcript::extend(previous.map(|(_, t)| t), lines),
-    };
-    let cache_key = body.get("prompt_cache_key").and_then(Value::as_str).unwrap_or("");
-    let hashes = prompt.block_hashes(cache_key);
-    let input_tokens = prompt.tokens();
-    let cached_tokens = {
-        let mut cache = lock(&org.cache);
-        let hit = cache.lookup(&hashes, Instant::now());
-        cache.insert(&hashes, Instant::now());
-        hit
-    };
+    let rendered = render(state, caller, body, None)?;
+    lock(&org.cache).insert(&rendered.hashes, state.clock.now());
     let id = object_id("resp");
     let cmp_id = object_id("cmp");
-    let sealed = org.cipher.seal(&json!({
-        "kind": "compaction",
-        "organization_id": org.id,
-        "response_id": id,
-        "item_id": cmp_id,
-        "input_items": items.len(),
-        "input_digest": digest(&prompt),
-    }));
+    let sealed = seal_compaction(org, &id, &cmp_id, &rendered);
     let mut output: Vec<Value> =
-        items.iter().filter(|i| i.get("role").and_then(Value::as_str) == Some("user")).cloned().collect();
+        rendered.items.iter().filter(|i| i.get("role").and_then(Value::as_str) == Some("user")).cloned().collect();
     let output_tokens = text_tokens(&sealed);
     output.push(json!({"type": "compaction", "id": cmp_id, "encrypted_content": sealed}));
     let body = json!({
         "id": id,
         "object": "response.compaction",
-        "created_at": unix_now(),
+        "created_at": state.clock.unix_secs(),
         "model": model,
         "output": output,
-        "usage": usage(input_tokens, cached_tokens, output_tokens, 0),
+        "usage": usage(rendered.input_tokens, rendered.cached_tokens, output_tokens, 0),
     });
-    Ok((body, input_tokens, cached_tokens))
+    Ok((body, rendered.input_tokens, rendered.cached_tokens))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn deltas_rebuild_the_text() {
-        let text = "SIM-REPLY #1 from org-a: hello";
-        let parts = split_deltas(text, 4);
-        assert_eq!(parts.len(), 4);
-        assert_eq!(parts.concat(), text);
-        assert_eq!(split_deltas("ab", 4).len(), 2);
-    }
 
     #[test]
     fn echo_uses_the_last_user_text() {

@@ -1,14 +1,16 @@
-//! The public handle: starting a simulator, inspecting its log and steering its faults.
+//! The public handle: starting a simulator, inspecting its log, steering its faults and
+//! advancing its clock.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::config::SimConfig;
-use crate::fault::Fault;
+use crate::fault::{Fault, Scope};
 use crate::log::LogEntry;
 use crate::server;
 use crate::state::State;
@@ -86,9 +88,46 @@ impl Sim {
         self.inner.state.faults.push(key_secret, fault);
     }
 
-    /// Drops every queued fault.
+    /// Drops every queued fault (standing faults stay until [`Sim::clear_standing`]).
     pub fn clear_faults(&self) {
         self.inner.state.faults.clear();
+    }
+
+    /// Makes every request of the key show `fault` for `for_` on the simulator's clock
+    /// (`None`: until cleared), replacing the key's previous standing fault: every HTTP
+    /// request, the WebSocket handshake (which an error fault refuses) and every
+    /// `response.create` on the key's open WebSockets. Queued faults still come first.
+    pub fn set_standing(&self, key_secret: &str, fault: Fault, for_: Option<Duration>) {
+        self.stand(Scope::Key(key_secret.to_owned()), fault, for_);
+    }
+
+    /// Ends the key's standing fault.
+    pub fn clear_standing(&self, key_secret: &str) {
+        self.inner.state.faults.clear_standing(&Scope::Key(key_secret.to_owned()));
+    }
+
+    /// Like [`Sim::set_standing`] for every key of an organization; a key's own standing
+    /// fault takes precedence over its organization's.
+    pub fn set_standing_org(&self, org_id: &str, fault: Fault, for_: Option<Duration>) {
+        self.stand(Scope::Org(org_id.to_owned()), fault, for_);
+    }
+
+    /// Ends the organization's standing fault.
+    pub fn clear_standing_org(&self, org_id: &str) {
+        self.inner.state.faults.clear_standing(&Scope::Org(org_id.to_owned()));
+    }
+
+    fn stand(&self, scope: Scope, fault: Fault, for_: Option<Duration>) {
+        let state = &self.inner.state;
+        let until = for_.map(|d| state.clock.now() + d);
+        state.faults.set_standing(scope, fault, until);
+    }
+
+    /// Moves the simulator's clock forward: rate-limit windows, their `x-ratelimit-reset-*`
+    /// and `retry-after` headers, prompt-cache entries, standing faults and WebSocket
+    /// connection ages all see the time pass at once.
+    pub fn advance(&self, by: Duration) {
+        self.inner.state.clock.advance(by);
     }
 
     /// Abruptly drops (no close frame) every open WebSocket of the key; returns how many.

@@ -1,5 +1,5 @@
-//! Shared server state: organizations (secret, store, cache), the key table, the log, the
-//! fault queues, the rate limiter and the open WebSocket connections.
+//! Shared server state: organizations (secret, store, cache), the key table, the clock, the
+//! log, the faults, the rate limiter and the open WebSocket connections.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,13 +9,14 @@ use std::time::Duration;
 use rand::RngCore;
 
 use crate::cache::PromptCache;
+use crate::clock::Clock;
 use crate::config::{KeyAuth, SimConfig};
+use crate::connections::WsRegistry;
 use crate::crypto::OrgCipher;
-use crate::fault::FaultQueues;
+use crate::fault::{Fault, FaultBook};
 use crate::log::LogBook;
 use crate::ratelimit::RateLimiter;
 use crate::store::ResponseStore;
-use crate::ws::WsRegistry;
 
 /// One organization's private state, shared by all its keys.
 #[derive(Debug)]
@@ -54,8 +55,9 @@ pub(crate) struct State {
     pub keys: HashMap<String, KeyInfo>,
     pub gzip_json: bool,
     pub ws_connection_limit: Duration,
+    pub clock: Clock,
     pub log: LogBook,
-    pub faults: FaultQueues,
+    pub faults: FaultBook,
     pub limiter: RateLimiter,
     pub ws: WsRegistry,
 }
@@ -92,8 +94,9 @@ impl State {
             keys,
             gzip_json: config.gzip_json,
             ws_connection_limit: config.ws_connection_limit,
+            clock: Clock::default(),
             log: LogBook::default(),
-            faults: FaultQueues::default(),
+            faults: FaultBook::default(),
             limiter: RateLimiter::new(config.limits),
             ws: WsRegistry::default(),
         })
@@ -101,6 +104,16 @@ impl State {
 
     pub(crate) fn org(&self, index: usize) -> &OrgState {
         &self.orgs[index]
+    }
+
+    /// The fault a request of `caller` shows now: a queued one first, then a standing one.
+    pub(crate) fn draw_fault(&self, caller: &Caller) -> Option<Fault> {
+        self.faults.draw(&caller.secret, &self.org(caller.org).id, self.clock.now())
+    }
+
+    /// The standing fault of `caller` now, leaving queued faults for later requests.
+    pub(crate) fn standing_fault(&self, caller: &Caller) -> Option<Fault> {
+        self.faults.standing(&caller.secret, &self.org(caller.org).id, self.clock.now())
     }
 
     /// The ciphers of every organization except `index`.

@@ -1,7 +1,8 @@
-//! Small helpers: poison-tolerant locking, id generation, clocks and duration formatting.
+//! Small helpers: poison-tolerant locking, id generation, text splitting and duration
+//! formatting.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use rand::RngCore;
 
@@ -25,11 +26,6 @@ pub(crate) fn object_id(prefix: &str) -> String {
 /// A request id as in `x-request-id`: `req_` and 32 hex digits.
 pub(crate) fn request_id() -> String {
     format!("req_{}", random_hex(16))
-}
-
-/// Seconds since the Unix epoch.
-pub(crate) fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
 /// Formats a duration the way OpenAI's rate-limit headers and messages do:
@@ -90,6 +86,18 @@ pub(crate) fn truncate_chars(s: &str, max: usize) -> String {
     s.chars().take(max).collect()
 }
 
+/// Splits `text` into `parts` pieces of nearly equal character counts (none empty unless
+/// the text is), as a reply is streamed in deltas.
+pub(crate) fn split_deltas(text: &str, parts: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.is_empty() {
+        return vec![String::new()];
+    }
+    let parts = parts.clamp(1, chars.len());
+    let size = chars.len().div_ceil(parts);
+    chars.chunks(size).map(|c| c.iter().collect()).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,6 +128,15 @@ mod tests {
         assert_eq!(ceil_secs(Duration::from_millis(1001)), 2);
         assert_eq!(ceil_secs(Duration::ZERO), 1);
         assert_eq!(ceil_millis(Duration::from_micros(1500)), 2);
+    }
+
+    #[test]
+    fn deltas_rebuild_the_text() {
+        let text = "SIM-REPLY #1 from org-a: hello";
+        let parts = split_deltas(text, 4);
+        assert_eq!(parts.len(), 4);
+        assert_eq!(parts.concat(), text);
+        assert_eq!(split_deltas("ab", 4).len(), 2);
     }
 
     #[test]

@@ -10,66 +10,10 @@ use common::*;
 use futures::{SinkExt, StreamExt};
 use keymux_sim::{Fault, Limits, Sim, Transport};
 use serde_json::{json, Value};
-use tokio::net::TcpStream;
+use tokio_tungstenite::connect_async;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::{connect_async, MaybeTlsStream, WebSocketStream};
-
-type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
-
-fn ws_url(sim: &Sim) -> String {
-    format!("ws://{}/v1/responses", sim.addr())
-}
-
-async fn connect(sim: &Sim, header: &str, value: &str) -> anyhow::Result<Ws> {
-    let mut req = ws_url(sim).into_client_request()?;
-    req.headers_mut()
-        .insert(reqwest::header::HeaderName::from_bytes(header.as_bytes())?, HeaderValue::from_str(value)?);
-    req.headers_mut().insert("openai-beta", HeaderValue::from_static("responses_websockets=2026-02-06"));
-    let (ws, resp) = connect_async(req).await?;
-    assert_eq!(resp.status(), 101);
-    assert!(resp.headers().get("x-request-id").is_some());
-    Ok(ws)
-}
-
-async fn connect_key(sim: &Sim, key: &str) -> anyhow::Result<Ws> {
-    connect(sim, "authorization", &format!("Bearer {key}")).await
-}
-
-async fn next_json(ws: &mut Ws) -> anyhow::Result<Value> {
-    loop {
-        let msg = tokio::time::timeout(Duration::from_secs(10), ws.next())
-            .await
-            .context("timed out")?
-            .context("connection ended")??;
-        match msg {
-            Message::Text(t) => return Ok(serde_json::from_str(t.as_str())?),
-            Message::Ping(_) | Message::Pong(_) => continue,
-            other => bail!("unexpected frame {other:?}"),
-        }
-    }
-}
-
-/// Sends one `response.create` and reads frames up to `response.completed` or an error.
-async fn exchange(ws: &mut Ws, body: &Value) -> anyhow::Result<Vec<Value>> {
-    let mut frame = body.clone();
-    frame["type"] = json!("response.create");
-    ws.send(Message::text(frame.to_string())).await?;
-    let mut frames = Vec::new();
-    loop {
-        let v = next_json(ws).await?;
-        let kind = v["type"].as_str().unwrap_or("").to_owned();
-        frames.push(v);
-        if kind == "response.completed" || kind == "error" {
-            return Ok(frames);
-        }
-    }
-}
-
-fn last_response(frames: &[Value]) -> Value {
-    frames.last().map(|f| f["response"].clone()).unwrap_or_default()
-}
 
 #[tokio::test]
 async fn prewarm_then_incremental_input_over_one_connection() -> anyhow::Result<()> {
@@ -208,8 +152,7 @@ async fn kill_drops_the_socket_without_a_close_frame() -> anyhow::Result<()> {
             Some(Ok(msg)) => bail!("expected an abrupt end, got {msg:?}"),
         }
     }
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(sim.open_ws_connections(), 1);
+    assert!(eventually(|| sim.open_ws_connections() == 1).await);
     assert_eq!(sim.kill_ws_connections("sk-a1"), 0);
     let r = last_response(&exchange(&mut b, &codex_body(vec![user("still here")])).await?);
     assert_eq!(r["status"], "completed");
@@ -235,6 +178,7 @@ async fn upgrade_requires_a_valid_key() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
+#[expect(clippy::disallowed_methods, reason = "slow deltas are slow in real time")]
 async fn faults_and_rate_limits_become_error_frames() -> anyhow::Result<()> {
     let limits = Limits { requests: 3, tokens: 1_000_000, window: Duration::from_secs(30) };
     let sim = Sim::start(two_orgs().limits(limits)).await?;
@@ -282,16 +226,22 @@ async fn faults_and_rate_limits_become_error_frames() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn connection_limit_ends_the_connection() -> anyhow::Result<()> {
-    let sim = Sim::start(two_orgs().ws_connection_limit(Duration::from_millis(400))).await?;
+    let sim = Sim::start(two_orgs().ws_connection_limit(Duration::from_secs(3600))).await?;
     let mut ws = connect_key(&sim, "sk-a1").await?;
+    let r = last_response(&exchange(&mut ws, &codex_body(vec![user("young")])).await?);
+    assert_eq!(r["status"], "completed");
+    // The age limit follows the simulator's clock.
+    sim.advance(Duration::from_secs(3590));
+    let r = last_response(&exchange(&mut ws, &codex_body(vec![user("old")])).await?);
+    assert_eq!(r["status"], "completed");
+    sim.advance(Duration::from_secs(10));
     let frame = next_json(&mut ws).await?;
     assert_eq!(frame["type"], "error");
     assert_eq!(frame["status"], 400);
     assert_eq!(frame["error"]["code"], "websocket_connection_limit_reached");
     let next = tokio::time::timeout(Duration::from_secs(5), ws.next()).await?;
     assert!(matches!(next, Some(Ok(Message::Close(_))) | None), "{next:?}");
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(sim.open_ws_connections(), 0);
+    assert!(eventually(|| sim.open_ws_connections() == 0).await);
     Ok(())
 }
 

@@ -1,14 +1,20 @@
 //! Helpers shared by the simulator's integration tests.
 
 #![allow(dead_code, reason = "each test binary uses a different subset")]
+#![expect(clippy::disallowed_methods, reason = "clients see real time: event arrival and polling bounds")]
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use futures::StreamExt;
+use futures::{SinkExt, StreamExt};
 use keymux_sim::{Sim, SimConfig};
 use reqwest::header::HeaderMap;
 use serde_json::{json, Value};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{connect_async, MaybeTlsStream, WebSocketStream};
 
 /// Two organizations: org-a with two keys, org-b with one.
 pub fn two_orgs() -> SimConfig {
@@ -198,4 +204,77 @@ pub fn big_prompt(bytes: usize) -> String {
         i = i.wrapping_mul(31).wrapping_add(7) % 1009;
     }
     s
+}
+
+/// A client WebSocket to the simulator.
+pub type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// `ws://…/v1/responses` of the simulator.
+pub fn ws_url(sim: &Sim) -> String {
+    format!("ws://{}/v1/responses", sim.addr())
+}
+
+/// Upgrades with `header: value` as the credential; the upgrade must succeed.
+pub async fn connect(sim: &Sim, header: &str, value: &str) -> anyhow::Result<Ws> {
+    let mut req = ws_url(sim).into_client_request()?;
+    req.headers_mut()
+        .insert(reqwest::header::HeaderName::from_bytes(header.as_bytes())?, HeaderValue::from_str(value)?);
+    req.headers_mut().insert("openai-beta", HeaderValue::from_static("responses_websockets=2026-02-06"));
+    let (ws, resp) = connect_async(req).await?;
+    assert_eq!(resp.status(), 101);
+    assert!(resp.headers().get("x-request-id").is_some());
+    Ok(ws)
+}
+
+/// Upgrades with a Bearer key.
+pub async fn connect_key(sim: &Sim, key: &str) -> anyhow::Result<Ws> {
+    connect(sim, "authorization", &format!("Bearer {key}")).await
+}
+
+/// The next text frame as JSON, skipping pings.
+pub async fn next_json(ws: &mut Ws) -> anyhow::Result<Value> {
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(10), ws.next())
+            .await
+            .context("timed out")?
+            .context("connection ended")??;
+        match msg {
+            Message::Text(t) => return Ok(serde_json::from_str(t.as_str())?),
+            Message::Ping(_) | Message::Pong(_) => continue,
+            other => bail!("unexpected frame {other:?}"),
+        }
+    }
+}
+
+/// Sends one `response.create` and reads frames up to `response.completed` or an error.
+pub async fn exchange(ws: &mut Ws, body: &Value) -> anyhow::Result<Vec<Value>> {
+    let mut frame = body.clone();
+    frame["type"] = json!("response.create");
+    ws.send(Message::text(frame.to_string())).await?;
+    let mut frames = Vec::new();
+    loop {
+        let v = next_json(ws).await?;
+        let kind = v["type"].as_str().unwrap_or("").to_owned();
+        frames.push(v);
+        if kind == "response.completed" || kind == "error" {
+            return Ok(frames);
+        }
+    }
+}
+
+/// The `response` of the last frame (`response.completed`).
+pub fn last_response(frames: &[Value]) -> Value {
+    frames.last().map(|f| f["response"].clone()).unwrap_or_default()
+}
+
+/// Polls `cond` until it holds, for at most ten seconds (a generous bound, not a timing).
+pub async fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        if Instant::now() > give_up {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    true
 }

@@ -1,0 +1,71 @@
+//! Server-sent event bodies: pumping a planned response or chat completion to the client event
+//! by event, with the stream-shaping faults applied and the plan's effects committed only when
+//! its last event goes out.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::chat::{self, ChatPlan};
+use crate::exchange::{cut_error, Chunk, Shaping, FLUSH_GRACE};
+use crate::responses::{self, Plan};
+use crate::state::State;
+
+/// One SSE event: `event: <type>` and `data: <json>`.
+pub(crate) fn sse_event(event: &Value) -> Bytes {
+    let kind = event.get("type").and_then(Value::as_str).unwrap_or("message");
+    Bytes::from(format!("event: {kind}\ndata: {event}\n\n"))
+}
+
+/// Streams a `response.create` plan.
+pub(crate) async fn pump_responses(state: Arc<State>, plan: Plan, shaping: Shaping, tx: mpsc::Sender<Chunk>) {
+    responses::begin(&state, &plan);
+    let frames = plan.events.iter().map(sse_event).collect();
+    pump(frames, shaping, &tx, || responses::commit(&state, &plan), || responses::fail(&state, &plan)).await;
+}
+
+/// Streams a chat completion plan, `data: {chunk}` … `data: [DONE]`.
+pub(crate) async fn pump_chat(state: Arc<State>, plan: ChatPlan, shaping: Shaping, tx: mpsc::Sender<Chunk>) {
+    let mut frames: Vec<Bytes> = plan.chunks.iter().map(|c| Bytes::from(format!("data: {c}\n\n"))).collect();
+    frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    pump(frames, shaping, &tx, || chat::commit(&state, &plan), || {}).await;
+}
+
+/// Sends `frames` in order. `commit` runs just before the last frame goes out and `fail`
+/// just before a `CutAfterEvents` fault breaks the stream off, so that a client that reacts
+/// to what it received already finds the effects. A client that goes away does not stop
+/// the plan: like OpenAI, the response still completes.
+async fn pump(
+    frames: Vec<Bytes>,
+    shaping: Shaping,
+    tx: &mpsc::Sender<Chunk>,
+    commit: impl FnOnce(),
+    fail: impl FnOnce(),
+) {
+    let total = frames.len();
+    let mut commit = Some(commit);
+    let mut open = true;
+    for (i, frame) in frames.into_iter().enumerate() {
+        if shaping.cut == Some(i) {
+            fail();
+            tokio::time::sleep(FLUSH_GRACE).await;
+            let _ = tx.send(Err(cut_error())).await;
+            return;
+        }
+        if i > 0 && open {
+            if let Some(d) = shaping.deltas {
+                tokio::time::sleep(d).await;
+            }
+        }
+        if i + 1 == total {
+            if let Some(commit) = commit.take() {
+                commit();
+            }
+        }
+        if open {
+            open = tx.send(Ok(frame)).await.is_ok();
+        }
+    }
+}
