@@ -87,31 +87,35 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::markers::Markers;
+
+    fn clock_now() -> Instant {
+        crate::clock::Clock::system().now()
+    }
+    use crate::digest::InstallKey;
     use crate::secrets::Secret;
 
     #[tokio::test(start_paused = true)]
     async fn entries_expire_and_the_table_stays_bounded() {
-        let m = Markers::new(&Secret::new("t"));
+        let m = InstallKey::new(&Secret::new("t"));
         let table = Table::new(HINT_CAPACITY, DEFAULT_TTL);
-        let s = m.session_digest("responses", "sess-1");
-        table.insert(s, KeyId::new("k_a"), Instant::now());
-        assert_eq!(table.get(&s, Instant::now()), Some(KeyId::new("k_a")));
+        let s = m.session("responses", "sess-1");
+        table.insert(s, KeyId::new("k_a"), clock_now());
+        assert_eq!(table.get(&s, clock_now()), Some(KeyId::new("k_a")));
         tokio::time::advance(DEFAULT_TTL + Duration::from_secs(1)).await;
-        assert_eq!(table.get(&s, Instant::now()), None);
+        assert_eq!(table.get(&s, clock_now()), None);
 
         for i in 0..(HINT_CAPACITY + 500) {
-            table.insert(m.session_digest("responses", &format!("s{i}")), KeyId::new("k_a"), Instant::now());
+            table.insert(m.session("responses", &format!("s{i}")), KeyId::new("k_a"), clock_now());
         }
         assert_eq!(table.len(), HINT_CAPACITY);
-        assert!(table.get(&m.session_digest("responses", "s0"), Instant::now()).is_none(), "oldest evicted");
-        let newest = m.session_digest("responses", &format!("s{}", HINT_CAPACITY + 499));
-        assert!(table.get(&newest, Instant::now()).is_some());
+        assert!(table.get(&m.session("responses", "s0"), clock_now()).is_none(), "oldest evicted");
+        let newest = m.session("responses", &format!("s{}", HINT_CAPACITY + 499));
+        assert!(table.get(&newest, clock_now()).is_some());
         // Refreshing an entry many times never grows the bookkeeping past its bound.
         for _ in 0..(3 * HINT_CAPACITY) {
-            table.insert(newest, KeyId::new("k_b"), Instant::now());
+            table.insert(newest, KeyId::new("k_b"), clock_now());
         }
-        assert_eq!(table.get(&newest, Instant::now()), Some(KeyId::new("k_b")));
+        assert_eq!(table.get(&newest, clock_now()), Some(KeyId::new("k_b")));
         assert!(table.inner.lock().expect("lock").order.len() <= 2 * HINT_CAPACITY);
     }
 }

@@ -9,9 +9,11 @@ use std::sync::Arc;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::{Config, EnvSecrets, KeyConfig};
-use crate::keys::{fingerprint, validate_label, validate_secret, KeyId, Provider};
+use crate::digest::InstallKey;
+use crate::keys::{validate_label, validate_secret, KeyId, Provider};
+use crate::runtime::Runtime;
 use crate::secrets::{self, account, Secret, SecretStore};
-use crate::startup::{self, StartError, StartOptions};
+use crate::startup::{self, ConfigSource, StartError, StartOptions};
 
 #[derive(Parser)]
 #[command(name = "keymux", version, about = "Pool your OpenAI API keys behind one local base URL")]
@@ -144,37 +146,50 @@ fn out(line: &str) {
 
 async fn serve(config_path: Option<PathBuf>, args: ServeArgs) -> Result<(), StartError> {
     init_logging();
-    let prepared = startup::prepare(StartOptions {
-        config_path,
+    let options = StartOptions {
+        config: ConfigSource::File(config_path),
         listen: args.listen,
         upstream: args.upstream,
         allow_remote: args.allow_remote,
         ephemeral: args.ephemeral,
         env: env_secrets()?,
-    })
-    .await?;
-    for notice in &prepared.notices {
+        ..StartOptions::default()
+    };
+    for done in startup::first_run(&options).await? {
+        tracing::info!("{done}");
+    }
+    let runtime = Runtime::start(options).await?;
+    for notice in runtime.notices() {
         tracing::warn!("{notice}");
     }
-    if !prepared.listen.ip().is_loopback() {
+    let addr = runtime.addr();
+    if !addr.ip().is_loopback() {
         tracing::warn!(
-            "LISTENING ON {} (NOT LOOPBACK): every machine that can reach it may use your keys with a local token",
-            prepared.listen
+            "LISTENING ON {addr} (NOT LOOPBACK): every machine that can reach it may use your keys with a local token"
         );
     }
-    let listener = tokio::net::TcpListener::bind(prepared.listen)
-        .await
-        .map_err(|e| StartError::Usage(format!("cannot listen on {}: {e}", prepared.listen)))?;
-    let addr = listener.local_addr().map_err(|e| StartError::Usage(format!("cannot read the bound address: {e}")))?;
     out(&format!(
-        "keymux listening on http://{addr}/v1 with {} key(s). Codex: base_url = \"http://{addr}/v1\", wire_api = \"responses\", env_key = \"KEYMUX_TOKEN\". pi: baseUrl \"http://{addr}/v1\", api \"openai-responses\", apiKey \"KEYMUX_TOKEN\". Token: `keymux token show default`.",
-        prepared.keys
+        "keymux listening on http://{addr}/v1 with {} key(s). Codex: base_url = \"http://{addr}/v1\", wire_api = \"responses\", env_key = \"KEYMUX_TOKEN\". pi: baseUrl \"http://{addr}/v1\", api \"openai-responses\", apiKey \"KEYMUX_TOKEN\". Token: {}.",
+        runtime.gateway().pool().len(),
+        runtime.token_hint()
     ));
-    let probing = prepared.gateway.clone();
-    tokio::spawn(async move { probing.probe_keys().await });
-    crate::http::serve(listener, prepared.gateway, shutdown_signal())
-        .await
-        .map_err(|e| StartError::Usage(format!("server stopped: {e}")))
+    let stopper = runtime.stopper();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        stopper.stop();
+    });
+    let stopped = runtime.wait().await;
+    if let Err(e) = &stopped.metrics {
+        tracing::warn!("the last metrics flush failed: {e}");
+    }
+    match (stopped.error, stopped.drained) {
+        (Some(e), _) => Err(StartError::Usage(format!("server stopped: {e}"))),
+        (None, Some(drained)) if !drained.clean => {
+            tracing::warn!(cut = drained.connections_cut, "some streams were still open at shutdown and were cut");
+            Ok(())
+        }
+        _ => Ok(()),
+    }
 }
 
 async fn shutdown_signal() {
@@ -202,8 +217,13 @@ async fn shutdown_signal() {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("KEYMUX_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ =
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+    // Colour only a terminal: logs written to a file or a pipe stay plain text.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .try_init();
 }
 
 struct Loaded {
@@ -262,118 +282,145 @@ fn read_secret() -> Result<Secret, StartError> {
 }
 
 async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Result<(), StartError> {
-    let Loaded { path, mut config, store } = load(config_path)?;
+    let loaded = load(config_path)?;
     match cmd {
         KeysCommand::Add { label, provider, base_url, org, priority, daily_token_budget } => {
-            validate_label(&label).map_err(StartError::Usage)?;
-            let provider = Provider::parse(&provider)
-                .ok_or_else(|| StartError::Usage(format!("--provider {provider:?}: expected openai or azure")))?;
-            if config.find_key(&label).is_some() {
-                return Err(StartError::Usage(format!("a key labelled '{label}' already exists; remove it first")));
-            }
-            if let Some(url) = &base_url {
-                if !(url.starts_with("https://") || url.starts_with("http://")) {
-                    return Err(StartError::Usage(format!("--base-url {url:?} must start with https://")));
-                }
-            }
-            if provider == Provider::Azure && base_url.is_none() {
-                return Err(StartError::Usage(
-                    "an Azure key needs --base-url https://RESOURCE.openai.azure.com/openai/v1".into(),
-                ));
-            }
-            let secret = read_secret()?;
-            let id = KeyId::generate();
-            let account = account::key(&id);
-            let value = secret.clone();
-            secrets::blocking(store.clone(), move |s| s.set(&account, &value)).await?;
-            config.keys.push(KeyConfig {
-                id: id.clone(),
-                label: label.clone(),
-                provider,
-                base_url,
-                org,
-                priority,
-                daily_token_budget,
-                models: Vec::new(),
-                exclude_models: Vec::new(),
-            });
-            if let Err(e) = config.save(&path) {
-                // Keep the keychain and the config in step: no orphaned secret.
-                let account = account::key(&id);
-                let _ = secrets::blocking(store.clone(), move |s| s.delete(&account)).await;
-                return Err(e.into());
-            }
-            let fp = fingerprint(&startup::install_secret(&store).await?, &secret);
-            out(&format!("added key '{label}' ({id}, fingerprint {fp}) to the {}", store.describe()));
+            add_key(loaded, NewKey { label, provider, base_url, org, priority, daily_token_budget }).await
         }
-        KeysCommand::List => {
-            let env = env_secrets()?;
-            if config.keys.is_empty() && env.keys.is_empty() {
-                out("no keys yet: add one with `keymux keys add --label work`");
-                return Ok(());
-            }
-            let install = if config.keys.is_empty() { None } else { Some(startup::install_secret(&store).await?) };
-            let live = live_status(&config, &store).await;
-            out(&format!("{:<16} {:<14} {:<8} {:<24} {:<11} STATUS", "LABEL", "ID", "PROVIDER", "ORG", "FINGERPRINT"));
-            let row = |label: &str, id: &str, provider: Provider, org: Option<&str>, fp: &str, stored: &str| {
-                let state = live.as_ref().and_then(|keys| keys.iter().find(|k| k["id"] == id));
-                let org = org
-                    .map(str::to_owned)
-                    .or_else(|| state.and_then(|s| s["learned_org"].as_str()).map(|o| format!("{o} (learned)")))
-                    .unwrap_or_else(|| "(learned on first use)".into());
-                let mut status = stored.to_owned();
-                if let Some(s) = state {
-                    status.push_str(&format!(", {}", s["health"].as_str().unwrap_or("?")));
-                    if s["health"] == "cooling" {
-                        status.push_str(&format!(" {}s", s["cooldown_ms"].as_u64().unwrap_or(0).div_ceil(1000)));
-                    }
-                    if s["health"] == "invalid" {
-                        status.push_str(" (rejected by the provider: replace this key)");
-                    }
-                    let odd = s["invalid_encrypted_content"].as_u64().unwrap_or(0);
-                    if odd > 0 {
-                        status.push_str(&format!(", {odd} invalid_encrypted_content from the provider"));
-                    }
-                }
-                out(&format!("{label:<16} {id:<14} {:<8} {org:<24} {fp:<11} {status}", provider.as_str()));
-            };
-            for key in &config.keys {
-                let account = account::key(&key.id);
-                let secret = secrets::blocking(store.clone(), move |s| s.get(&account)).await?;
-                let (fp, stored) = match (&secret, &install) {
-                    (Some(secret), Some(install)) => (fingerprint(install, secret), "in keychain"),
-                    _ => ("-".to_owned(), "MISSING from keychain"),
-                };
-                row(&key.label, key.id.as_str(), key.provider, key.org.as_deref(), &fp, stored);
-            }
-            for key in &env.keys {
-                row(
-                    &key.label,
-                    &format!("env-{}", key.label),
-                    key.provider,
-                    key.org.as_deref(),
-                    "-",
-                    "environment (ephemeral)",
-                );
-            }
-            if live.is_none() {
-                out(&format!(
-                    "(no gateway answering at {}: health and learned organizations appear while it runs)",
-                    config.listen
-                ));
-            }
-        }
-        KeysCommand::Remove { key } => {
-            let Some(found) = config.find_key(&key).cloned() else {
-                return Err(StartError::Usage(format!("no key labelled or with id '{key}'; see `keymux keys list`")));
-            };
-            let account = account::key(&found.id);
-            secrets::blocking(store.clone(), move |s| s.delete(&account)).await?;
-            config.keys.retain(|k| k.id != found.id);
-            config.save(&path)?;
-            out(&format!("removed key '{}' ({})", found.label, found.id));
+        KeysCommand::List => list_keys(loaded).await,
+        KeysCommand::Remove { key } => remove_key(loaded, &key).await,
+    }
+}
+
+/// What `keys add` was given.
+struct NewKey {
+    label: String,
+    provider: String,
+    base_url: Option<String>,
+    org: Option<String>,
+    priority: u8,
+    daily_token_budget: Option<u64>,
+}
+
+async fn add_key(loaded: Loaded, new: NewKey) -> Result<(), StartError> {
+    let Loaded { path, mut config, store } = loaded;
+    let NewKey { label, provider, base_url, org, priority, daily_token_budget } = new;
+    validate_label(&label).map_err(StartError::Usage)?;
+    let provider = Provider::parse(&provider)
+        .ok_or_else(|| StartError::Usage(format!("--provider {provider:?}: expected openai or azure")))?;
+    if config.find_key(&label).is_some() {
+        return Err(StartError::Usage(format!("a key labelled '{label}' already exists; remove it first")));
+    }
+    if let Some(url) = &base_url {
+        if !(url.starts_with("https://") || url.starts_with("http://")) {
+            return Err(StartError::Usage(format!("--base-url {url:?} must start with https://")));
         }
     }
+    if provider == Provider::Azure && base_url.is_none() {
+        return Err(StartError::Usage(
+            "an Azure key needs --base-url https://RESOURCE.openai.azure.com/openai/v1".into(),
+        ));
+    }
+    let secret = read_secret()?;
+    let id = KeyId::generate();
+    let account = account::key(id.as_str());
+    let value = secret.clone();
+    secrets::blocking(store.clone(), move |s| s.set(&account, &value)).await?;
+    config.keys.push(KeyConfig {
+        id: id.clone(),
+        label: label.clone(),
+        provider,
+        base_url,
+        org,
+        priority,
+        daily_token_budget,
+        models: Vec::new(),
+        exclude_models: Vec::new(),
+    });
+    if let Err(e) = config.save(&path) {
+        // Keep the keychain and the config in step: no orphaned secret.
+        let account = account::key(id.as_str());
+        let _ = secrets::blocking(store.clone(), move |s| s.delete(&account)).await;
+        return Err(e.into());
+    }
+    let fp = InstallKey::new(&startup::install_secret(&store).await?).fingerprint(&secret);
+    out(&format!("added key '{label}' ({id}, fingerprint {fp}) to the {}", store.describe()));
+    Ok(())
+}
+
+async fn list_keys(loaded: Loaded) -> Result<(), StartError> {
+    let Loaded { config, store, .. } = loaded;
+    let env = env_secrets()?;
+    if config.keys.is_empty() && env.keys.is_empty() {
+        out("no keys yet: add one with `keymux keys add --label work`");
+        return Ok(());
+    }
+    let install = match config.keys.is_empty() {
+        true => None,
+        false => Some(InstallKey::new(&startup::install_secret(&store).await?)),
+    };
+    let live = live_status(&config, &store).await;
+    out(&format!("{:<16} {:<14} {:<8} {:<24} {:<11} STATUS", "LABEL", "ID", "PROVIDER", "ORG", "FINGERPRINT"));
+    let row = |label: &str, id: &str, provider: Provider, org: Option<&str>, fp: &str, stored: &str| {
+        let state = live.as_ref().and_then(|keys| keys.iter().find(|k| k["id"] == id));
+        let org = org
+            .map(str::to_owned)
+            .or_else(|| state.and_then(|s| s["learned_org"].as_str()).map(|o| format!("{o} (learned)")))
+            .unwrap_or_else(|| "(learned on first use)".into());
+        let mut status = stored.to_owned();
+        if let Some(s) = state {
+            status.push_str(&format!(", {}", s["health"].as_str().unwrap_or("?")));
+            if s["health"] == "cooling" {
+                status.push_str(&format!(" {}s", s["cooldown_ms"].as_u64().unwrap_or(0).div_ceil(1000)));
+            }
+            if s["health"] == "invalid" {
+                status.push_str(" (rejected by the provider: replace this key)");
+            }
+            let odd = s["invalid_encrypted_content"].as_u64().unwrap_or(0);
+            if odd > 0 {
+                status.push_str(&format!(", {odd} invalid_encrypted_content from the provider"));
+            }
+        }
+        out(&format!("{label:<16} {id:<14} {:<8} {org:<24} {fp:<11} {status}", provider.as_str()));
+    };
+    for key in &config.keys {
+        let account = account::key(key.id.as_str());
+        let secret = secrets::blocking(store.clone(), move |s| s.get(&account)).await?;
+        let (fp, stored) = match (&secret, &install) {
+            (Some(secret), Some(install)) => (install.fingerprint(secret), "in keychain"),
+            _ => ("-".to_owned(), "MISSING from keychain"),
+        };
+        row(&key.label, key.id.as_str(), key.provider, key.org.as_deref(), &fp, stored);
+    }
+    for key in &env.keys {
+        row(
+            &key.label,
+            &format!("env-{}", key.label),
+            key.provider,
+            key.org.as_deref(),
+            "-",
+            "environment (ephemeral)",
+        );
+    }
+    if live.is_none() {
+        out(&format!(
+            "(no gateway answering at {}: health and learned organizations appear while it runs)",
+            config.listen
+        ));
+    }
+    Ok(())
+}
+
+async fn remove_key(loaded: Loaded, key: &str) -> Result<(), StartError> {
+    let Loaded { path, mut config, store } = loaded;
+    let Some(found) = config.find_key(key).cloned() else {
+        return Err(StartError::Usage(format!("no key labelled or with id '{key}'; see `keymux keys list`")));
+    };
+    let account = account::key(found.id.as_str());
+    secrets::blocking(store.clone(), move |s| s.delete(&account)).await?;
+    config.keys.retain(|k| k.id != found.id);
+    config.save(&path)?;
+    out(&format!("removed key '{}' ({})", found.label, found.id));
     Ok(())
 }
 

@@ -33,8 +33,14 @@ pub enum ApiError {
     /// The body could not be read from the client.
     #[error("could not read the request body: {detail}")]
     BodyRead { detail: String },
-    /// A JSON endpoint got something that is not JSON.
-    #[error("request body is not valid JSON: {detail}")]
+    /// The path has `.` or `..` segments.
+    #[error("dot segments in the path")]
+    BadPath,
+    /// The provider's answer was too large to relay whole.
+    #[error("upstream answer over {limit} bytes")]
+    UpstreamAnswerTooLarge { status: u16, limit: usize },
+    /// A JSON endpoint got a body it cannot use (not JSON, not an object, a field of the wrong type).
+    #[error("request body cannot be used: {detail}")]
     BadJson { detail: String },
     /// A marker in the body must not be used.
     #[error(transparent)]
@@ -88,8 +94,11 @@ impl ApiError {
         match self {
             Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::BodyRead { .. } | Self::BadJson { .. } | Self::Marker(_) | Self::MixedOrgs { .. } => {
+            Self::BodyRead { .. } | Self::BadJson { .. } | Self::Marker(_) | Self::MixedOrgs { .. } | Self::BadPath => {
                 StatusCode::BAD_REQUEST
+            }
+            Self::UpstreamAnswerTooLarge { status, .. } => {
+                StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY)
             }
             Self::LostOrg { .. } | Self::ContinuityLost { .. } => StatusCode::CONFLICT,
             Self::NoKeys | Self::NoUsableKey { .. } | Self::KeyRejected { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -109,6 +118,7 @@ impl ApiError {
             | Self::BodyTooLarge { .. }
             | Self::BodyRead { .. }
             | Self::BadJson { .. }
+            | Self::BadPath
             | Self::Marker(_)
             | Self::MixedOrgs { .. }
             | Self::ForbiddenOrigin
@@ -120,7 +130,7 @@ impl ApiError {
             | Self::KeyRejected { .. }
             | Self::LostOrg { .. }
             | Self::ContinuityLost { .. } => Blame::Key,
-            Self::Upstream(_) => Blame::Upstream,
+            Self::Upstream(_) | Self::UpstreamAnswerTooLarge { .. } => Blame::Upstream,
             Self::Internal { .. } => Blame::Keymux,
         }
     }
@@ -132,6 +142,8 @@ impl ApiError {
             Self::BodyTooLarge { .. } => "body_too_large",
             Self::BodyRead { .. } => "body_read",
             Self::BadJson { .. } => "bad_json",
+            Self::BadPath => "bad_path",
+            Self::UpstreamAnswerTooLarge { .. } => "upstream_answer_too_large",
             Self::Marker(crate::markers::MarkerError::Malformed { .. }) => "marker_malformed",
             Self::Marker(crate::markers::MarkerError::Forged { .. }) => "marker_forged",
             Self::MixedOrgs { .. } => "mixed_orgs",
@@ -149,134 +161,84 @@ impl ApiError {
         }
     }
 
-    fn body(&self) -> (String, &'static str, Option<&'static str>) {
+    /// OpenAI's error `type` and Keymux's `code` for this error.
+    fn kind_and_code(&self) -> (&'static str, Option<&'static str>) {
+        const REQUEST: &str = "invalid_request_error";
+        const SERVER: &str = "server_error";
         match self {
-            Self::Unauthorized { missing: true } => (
-                "Keymux needs a local client token: send `Authorization: Bearer <token>`. \
-                 Run `keymux token create` (or `keymux token show NAME`) and put the token in the \
-                 variable your client reads (Codex `env_key`, pi `apiKey`)."
-                    .into(),
-                "invalid_request_error",
-                Some("invalid_api_key"),
+            Self::Unauthorized { .. } => (REQUEST, Some("invalid_api_key")),
+            Self::BodyTooLarge { .. } => (REQUEST, Some("request_too_large")),
+            Self::BodyRead { .. } => (REQUEST, None),
+            Self::BadJson { .. } => (REQUEST, Some("invalid_json")),
+            Self::BadPath => (REQUEST, Some("invalid_path")),
+            Self::UpstreamAnswerTooLarge { .. } => (SERVER, Some("keymux_upstream_answer_too_large")),
+            Self::Marker(_) => (REQUEST, Some("keymux_invalid_marker")),
+            Self::MixedOrgs { .. } => (REQUEST, Some("keymux_mixed_organizations")),
+            Self::LostOrg { .. } => (REQUEST, Some("keymux_organization_unavailable")),
+            Self::ContinuityLost { .. } => (REQUEST, Some("keymux_continuity_unavailable")),
+            Self::NoKeys => (SERVER, Some("keymux_no_keys")),
+            Self::AllCooling { .. } => ("requests", Some("rate_limit_exceeded")),
+            Self::NoUsableKey { .. } => (SERVER, Some("keymux_no_usable_key")),
+            Self::KeyRejected { .. } => (SERVER, Some("keymux_key_rejected")),
+            Self::Upstream(e) => (SERVER, Some(e.label())),
+            Self::WebSocketUnavailable => (REQUEST, Some("websocket_not_supported")),
+            Self::ForbiddenOrigin => (REQUEST, Some("forbidden_origin")),
+            Self::Internal { .. } => (SERVER, Some("keymux_internal")),
+            Self::NotFound { .. } => (REQUEST, Some("not_found")),
+        }
+    }
+
+    /// What the client is told: what happened, and what to do next.
+    fn message(&self) -> String {
+        match self {
+            Self::Unauthorized { missing: true } => MISSING_TOKEN.into(),
+            Self::Unauthorized { missing: false } => UNKNOWN_TOKEN.into(),
+            Self::BodyTooLarge { limit } => format!(
+                "The request body is larger than Keymux's limit of {limit} bytes. Compact the conversation, \
+                 or raise `max_body_bytes` in the Keymux config."
             ),
-            Self::Unauthorized { missing: false } => (
-                "Keymux did not recognise this local client token. Send an OpenAI key to Keymux? \
-                 Use a Keymux token instead: `keymux token list` shows the valid ones."
-                    .into(),
-                "invalid_request_error",
-                Some("invalid_api_key"),
-            ),
-            Self::BodyTooLarge { limit } => (
-                format!(
-                    "The request body is larger than Keymux's limit of {limit} bytes. Compact the \
-                     conversation, or raise `max_body_bytes` in the Keymux config."
-                ),
-                "invalid_request_error",
-                Some("request_too_large"),
-            ),
-            Self::BodyRead { detail } => (
-                format!("Keymux could not read the request body ({detail}). Send the request again."),
-                "invalid_request_error",
-                None,
-            ),
-            Self::BadJson { detail } => (
-                format!(
-                    "The request body is not valid JSON ({detail}). Keymux forwards JSON bodies only on this endpoint."
-                ),
-                "invalid_request_error",
-                Some("invalid_json"),
-            ),
-            Self::Marker(e) => (format!("Keymux: {e}."), "invalid_request_error", Some("keymux_invalid_marker")),
-            Self::MixedOrgs { labels } => (
-                format!(
-                    "This request replays encrypted reasoning from more than one organization (Keymux keys {}), \
-                     and no single key can read all of it. Start a new session, or remove the items from \
-                     one of them.",
-                    labels.iter().map(|l| format!("'{l}'")).collect::<Vec<_>>().join(" and ")
-                ),
-                "invalid_request_error",
-                Some("keymux_mixed_organizations"),
-            ),
-            Self::LostOrg { label } => (
-                format!(
-                    "This session's encrypted reasoning can only be read by the organization of Keymux key \
-                     '{label}', which has no usable key now. Re-add or re-enable that key to continue the \
-                     session as it is, or set `[affinity] lost_org = \"rescue\"` to continue without the \
-                     unreadable reasoning."
-                ),
-                "invalid_request_error",
-                Some("keymux_organization_unavailable"),
-            ),
-            Self::ContinuityLost { label } => (
-                format!(
-                    "The stored response this request continues lives only with Keymux key '{label}', \
-                     which cannot serve now (removed, rejected by the provider, or disabled). Resend the \
-                     full conversation history without previous_response_id, or restore that key."
-                ),
-                "invalid_request_error",
-                Some("keymux_continuity_unavailable"),
-            ),
-            Self::NoKeys => (
-                "Keymux has no API keys to use. Add one with `keymux keys add --label NAME`, or set \
-                 KEYMUX_KEY_<LABEL>=sk-... for a headless run."
-                    .into(),
-                "server_error",
-                Some("keymux_no_keys"),
-            ),
-            Self::AllCooling { retry_after_secs, cooling } => (
-                format!(
-                    "All {cooling} Keymux key(s) are cooling down after rate limits; the first one \
-                     frees in {retry_after_secs}s. Retry after that, or add another key."
-                ),
-                "requests",
-                Some("rate_limit_exceeded"),
-            ),
-            Self::NoUsableKey { unusable } => (
-                format!(
-                    "None of Keymux's {unusable} key(s) is usable right now (rejected by the \
-                     provider or disabled). Check `keymux keys list` and replace the keys it flags."
-                ),
-                "server_error",
-                Some("keymux_no_usable_key"),
-            ),
-            Self::KeyRejected { label, status } => (
-                format!(
-                    "The provider rejected Keymux key '{label}' ({status}) and no other key could take \
-                     the request. Replace the key with `keymux keys remove {label}` and `keymux keys add`."
-                ),
-                "server_error",
-                Some("keymux_key_rejected"),
-            ),
-            Self::Upstream(e) => (e.client_message(), "server_error", Some(e.label())),
-            Self::WebSocketUnavailable => (
-                "Keymux cannot open a Responses WebSocket for this request now (only GET \
-                 /v1/responses upgrades, and only while some key is usable); use HTTP. Codex falls back \
-                 to HTTP by itself on this answer."
-                    .into(),
-                "invalid_request_error",
-                Some("websocket_not_supported"),
-            ),
-            Self::ForbiddenOrigin => (
-                "Keymux refuses requests from web pages and from non-local host names. Call it \
-                 from a local client at http://127.0.0.1."
-                    .into(),
-                "invalid_request_error",
-                Some("forbidden_origin"),
-            ),
-            Self::Internal { detail } => (
-                format!("Keymux failed internally ({detail}). It keeps serving; retry, and report this if it repeats."),
-                "server_error",
-                Some("keymux_internal"),
-            ),
-            Self::NotFound { path } => {
-                (format!("Keymux has no endpoint at {path}."), "invalid_request_error", Some("not_found"))
+            Self::BodyRead { detail } => {
+                format!("Keymux could not read the request body ({detail}). Send the request again.")
             }
+            Self::BadJson { detail } => {
+                format!("Keymux cannot use this request body: {detail}. This endpoint takes a JSON object.")
+            }
+            Self::BadPath => DOT_SEGMENTS.into(),
+            Self::UpstreamAnswerTooLarge { status, limit } => format!(
+                "The provider answered {status} with an error body larger than Keymux relays ({limit} bytes), so \
+                 it was left out. Retry; if it repeats, check the provider's status."
+            ),
+            Self::Marker(e) => format!("Keymux: {e}."),
+            Self::MixedOrgs { labels } => mixed_orgs(labels),
+            Self::LostOrg { label } => lost_org(label),
+            Self::ContinuityLost { label } => continuity_lost(label),
+            Self::NoKeys => NO_KEYS.into(),
+            Self::AllCooling { retry_after_secs, cooling } => format!(
+                "All {cooling} Keymux key(s) are cooling down after rate limits; the first one frees in \
+                 {retry_after_secs}s. Retry after that, or add another key."
+            ),
+            Self::NoUsableKey { unusable } => format!(
+                "None of Keymux's {unusable} key(s) is usable right now (rejected by the provider or disabled). \
+                 Check `keymux keys list` and replace the keys it flags."
+            ),
+            Self::KeyRejected { label, status } => format!(
+                "The provider rejected Keymux key '{label}' ({status}) and no other key could take the request. \
+                 Replace the key with `keymux keys remove {label}` and `keymux keys add`."
+            ),
+            Self::Upstream(e) => e.client_message(),
+            Self::WebSocketUnavailable => NO_WEBSOCKET.into(),
+            Self::ForbiddenOrigin => FORBIDDEN_ORIGIN.into(),
+            Self::Internal { detail } => {
+                format!("Keymux failed internally ({detail}). It keeps serving; retry, and report this if it repeats.")
+            }
+            Self::NotFound { path } => format!("Keymux has no endpoint at {path}."),
         }
     }
 
     /// The JSON body in OpenAI's error shape.
     pub fn to_json(&self) -> serde_json::Value {
-        let (message, kind, code) = self.body();
+        let (kind, code) = self.kind_and_code();
+        let message = self.message();
         json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
     }
 }
@@ -291,6 +253,44 @@ impl IntoResponse for ApiError {
         response.extensions_mut().insert(ErrorLabel(self.label()));
         response
     }
+}
+
+const MISSING_TOKEN: &str = "Keymux needs a local client token: send `Authorization: Bearer <token>`. Run \
+    `keymux token create` (or `keymux token show NAME`) and put the token in the variable your client reads \
+    (Codex `env_key`, pi `apiKey`).";
+const UNKNOWN_TOKEN: &str = "Keymux did not recognise this local client token. Send an OpenAI key to Keymux? Use a \
+    Keymux token instead: `keymux token list` shows the valid ones.";
+const DOT_SEGMENTS: &str = "The request path has `.` or `..` segments; Keymux forwards only paths that stay under \
+    the provider's /v1. Send the path without them.";
+const NO_KEYS: &str = "Keymux has no API keys to use. Add one with `keymux keys add --label NAME`, or set \
+    KEYMUX_KEY_<LABEL>=sk-... for a headless run.";
+const NO_WEBSOCKET: &str = "Keymux cannot open a Responses WebSocket for this request now (only GET /v1/responses \
+    upgrades, and only while some key is usable); use HTTP. Codex falls back to HTTP by itself on this answer.";
+const FORBIDDEN_ORIGIN: &str = "Keymux refuses requests from web pages and from non-local host names. Call it from \
+    a local client at http://127.0.0.1.";
+
+fn mixed_orgs(labels: &[String]) -> String {
+    format!(
+        "This request replays encrypted reasoning from more than one organization (Keymux keys {}), and no single \
+         key can read all of it. Start a new session, or remove the items from one of them.",
+        labels.iter().map(|l| format!("'{l}'")).collect::<Vec<_>>().join(" and ")
+    )
+}
+
+fn lost_org(label: &str) -> String {
+    format!(
+        "This session's encrypted reasoning can only be read by the organization of Keymux key '{label}', which \
+         has no usable key now. Re-add or re-enable that key to continue the session as it is, or set \
+         `[affinity] lost_org = \"rescue\"` to continue without the unreadable reasoning."
+    )
+}
+
+fn continuity_lost(label: &str) -> String {
+    format!(
+        "The stored response this request continues lives only with Keymux key '{label}', which cannot serve now \
+         (removed, rejected by the provider, or disabled). Resend the full conversation history without \
+         previous_response_id, or restore that key."
+    )
 }
 
 /// Marks a response produced from an `ApiError`, so the logging middleware can name it once.

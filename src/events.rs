@@ -7,16 +7,10 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use tokio::sync::broadcast;
 
-use crate::facts::Operation;
+use crate::facts::{ClientKind, Operation};
 use crate::keys::KeyId;
+use crate::relay::Usage;
 use crate::router::Decision;
-
-/// Wall-clock time in Unix milliseconds, as records and metrics carry it.
-pub fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
 
 /// How many finished requests are remembered (about 1 KiB each).
 pub const RECENT_CAPACITY: usize = 1_000;
@@ -82,6 +76,10 @@ pub struct RequestRecord {
     pub operation: Operation,
     /// HTTP or WebSocket.
     pub transport: Transport,
+    /// The client that sent it.
+    pub client: ClientKind,
+    /// A short keyed digest of its session (`prompt_cache_key`), never the raw value.
+    pub session: Option<String>,
     /// Model named in the body (capped).
     pub model: Option<String>,
     /// Whether the client asked for a stream.
@@ -100,8 +98,37 @@ pub struct RequestRecord {
     pub upstream_code: Option<&'static str>,
     /// Items dropped by rescue because no usable key could read them.
     pub rescued_items: usize,
-    /// Milliseconds from arrival to response headers.
+    /// Milliseconds from arrival to the answer's headers (for a WebSocket turn, its first frame).
+    pub ttfb_ms: u32,
+    /// Milliseconds from arrival to the end of the answer.
     pub duration_ms: u32,
+    /// The tokens the answer reported, when it reached a successful end.
+    pub usage: Option<Usage>,
+}
+
+impl RequestRecord {
+    /// A record of a request about which nothing is known yet but when and how it arrived.
+    pub fn new(at_unix_ms: u64, operation: Operation, transport: Transport, decision: Decision) -> Self {
+        Self {
+            at_unix_ms,
+            operation,
+            transport,
+            client: ClientKind::Other,
+            session: None,
+            model: None,
+            stream: false,
+            decision,
+            attempts: Vec::new(),
+            served_by: None,
+            status: 0,
+            error: None,
+            upstream_code: None,
+            rescued_items: 0,
+            ttfb_ms: 0,
+            duration_ms: 0,
+            usage: None,
+        }
+    }
 }
 
 /// The ring of recent records and the live feed.
@@ -151,35 +178,9 @@ impl Events {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::router::{AffinitySource, AffinityState};
 
     fn record(seq: u64) -> RequestRecord {
-        RequestRecord {
-            at_unix_ms: 0,
-            operation: Operation::ResponsesCreate,
-            transport: Transport::Http,
-            model: None,
-            stream: false,
-            decision: Decision {
-                seq,
-                choice: None,
-                fallbacks: vec![],
-                reasons: vec![],
-                affinity_source: AffinitySource::None,
-                affinity_state: AffinityState::NoSignal,
-                continuity_hit: false,
-                pin: None,
-                rescued_orgs: Vec::new(),
-                refusal: None,
-            },
-            attempts: vec![],
-            served_by: None,
-            status: 200,
-            error: None,
-            upstream_code: None,
-            rescued_items: 0,
-            duration_ms: 1,
-        }
+        RequestRecord::new(0, Operation::ResponsesCreate, Transport::Http, Decision::new(seq))
     }
 
     #[test]

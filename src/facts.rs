@@ -1,10 +1,69 @@
-//! What the router needs to know about a request, read once from its method, path and body.
-//! Bodies are never changed here: clients send fields no schema knows, and they are forwarded as they are.
+//! What the router needs to know about a request, read once from its method, path, headers and body,
+//! and the body to forward with Keymux's markers removed. Nothing here looks anything up: what Keymux
+//! remembers about a request (its session's key, a warm cache) is the router's separate input.
+//!
+//! Bodies are otherwise never changed here: clients send fields no schema knows, and they are forwarded
+//! as they are.
 
 use bytes::Bytes;
+use http::HeaderMap;
 use serde::{Deserialize, Serialize};
 
 use crate::markers::{Field, MarkerError, Markers, Pin, SessionKey};
+
+/// Where an affinity signal came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AffinitySource {
+    /// No affinity signal was used.
+    None,
+    /// The request's `prompt_cache_key`.
+    PromptCacheKey,
+    /// A digest of the prompt prefix.
+    PromptPrefix,
+}
+
+/// Which client sent a request, from its `originator` and `user-agent` headers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientKind {
+    /// `codex exec` (originator `codex_exec`).
+    CodexExec,
+    /// The Codex TUI (originator `codex-tui`).
+    CodexTui,
+    /// The Codex VS Code extension (originator `codex_vscode`).
+    CodexVscode,
+    /// The pi coding agent: the OpenAI JS SDK with pi's `session_id` header. pi on Chat Completions
+    /// sends no session header by default and is indistinguishable from any JS SDK user: it shows as
+    /// `other`.
+    Pi,
+    /// Anything else.
+    #[default]
+    Other,
+}
+
+impl ClientKind {
+    /// Reads the client from a request's (or a WebSocket upgrade's) headers.
+    pub fn from_headers(headers: &HeaderMap) -> Self {
+        let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("");
+        let originator = text("originator");
+        let user_agent = text("user-agent");
+        let codex = |name: &str| originator.eq_ignore_ascii_case(name) || user_agent.starts_with(name);
+        if codex("codex_exec") {
+            Self::CodexExec
+        } else if codex("codex-tui") || codex("codex_tui") || codex("codex_cli_rs") {
+            Self::CodexTui
+        } else if codex("codex_vscode") {
+            Self::CodexVscode
+        } else if user_agent.starts_with("OpenAI/JS")
+            && (headers.contains_key("session_id") || headers.contains_key("x-session-affinity"))
+        {
+            Self::Pi
+        } else {
+            Self::Other
+        }
+    }
+}
 
 /// The API operation a request performs. Routing rules and observability speak in these terms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -52,6 +111,19 @@ impl Operation {
         }
     }
 
+    /// Whether answers of this operation can carry org-bound values (and so get markers).
+    pub fn carries_org_state(self) -> bool {
+        match self {
+            Self::ResponsesCreate
+            | Self::ResponsesCompact
+            | Self::ResponsesGet
+            | Self::ResponsesCancel
+            | Self::ResponsesInputItems
+            | Self::ChatCompletions => true,
+            Self::ResponsesDelete | Self::Embeddings | Self::Models | Self::Other => false,
+        }
+    }
+
     /// Whether the body must be JSON (and is parsed for facts).
     pub fn has_json_body(self) -> bool {
         match self {
@@ -73,10 +145,14 @@ pub struct RequestFacts {
     pub seq: u64,
     /// The operation.
     pub operation: Operation,
+    /// The client that sent it.
+    pub client: ClientKind,
     /// `model`, if the body names one (capped at 128 bytes for display).
     pub model: Option<String>,
     /// Whether the client asked for a stream.
     pub stream: bool,
+    /// Estimated prompt tokens (about four bytes per token of the body).
+    pub prompt_tokens: u64,
     /// Keys named by valid encrypted-content and item-id markers in the body (distinct key and
     /// organization pairs).
     pub pins: Vec<Pin>,
@@ -91,41 +167,29 @@ pub struct RequestFacts {
     /// Keyed digest of a valid top-level `prompt_cache_key` (Codex and pi set it to the session id).
     #[serde(skip)]
     pub session: Option<SessionKey>,
-    /// For the first frame of a Responses WebSocket: the key that last served this session's pinned
-    /// requests (set by the caller from its session table, never by `extract`).
-    pub session_hint: Option<crate::keys::KeyId>,
     /// The soft-affinity signal: a keyed digest of the `prompt_cache_key`, or else of the prompt prefix.
     #[serde(skip)]
     pub signal: Option<Signal>,
-    /// What the soft-affinity table remembers for the signal (set by the caller, never by `extract`).
-    #[serde(skip)]
-    pub remembered: Remembered,
-    /// The turn of equally loaded keys: a counter the caller advances for every request routed by load
-    /// alone (set by the caller, never by `extract`).
-    pub rotation: u64,
+}
+
+/// OpenAI caches only prompts of at least this many tokens: a shorter prompt gains nothing from being
+/// kept on a warm key, so soft affinity leaves it to the balancer.
+pub const CACHE_MIN_TOKENS: u64 = 1024;
+
+impl RequestFacts {
+    /// Whether the prompt is long enough for the provider's prompt cache to matter.
+    pub fn cache_eligible(&self) -> bool {
+        self.prompt_tokens >= CACHE_MIN_TOKENS
+    }
 }
 
 /// A soft-affinity signal. Only its source is ever shown; the digest never leaves the process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Signal {
     /// Where it came from.
-    pub source: crate::router::AffinitySource,
+    pub source: AffinitySource,
     /// The keyed digest.
     pub key: SessionKey,
-}
-
-/// What the soft-affinity table said about a request's signal.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub enum Remembered {
-    /// Not looked up (no signal, or affinity off).
-    #[default]
-    NotAsked,
-    /// The table could not be consulted.
-    Unavailable,
-    /// Nothing remembered.
-    Miss,
-    /// The key that last served the signal successfully.
-    Key(crate::keys::KeyId),
 }
 
 impl RequestFacts {
@@ -134,17 +198,16 @@ impl RequestFacts {
         Self {
             seq,
             operation,
+            client: ClientKind::Other,
             model: None,
             stream: false,
+            prompt_tokens: 0,
             pins: Vec::new(),
             foreign_markers: 0,
             session: None,
-            session_hint: None,
             continuity: None,
             unmarked_response_id: false,
             signal: None,
-            remembered: Remembered::NotAsked,
-            rotation: 0,
         }
     }
 }
@@ -184,8 +247,8 @@ pub struct Extracted {
 
 #[derive(Deserialize)]
 struct Peek<'a> {
-    #[serde(borrow, default)]
-    model: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default)]
+    model: Option<serde_json::Value>,
     #[serde(default)]
     prompt_cache_key: Option<serde_json::Value>,
     #[serde(default)]
@@ -202,17 +265,30 @@ struct Peek<'a> {
 
 const MODEL_DISPLAY_CAP: usize = 128;
 
+/// A request as it arrived: what `extract` reads.
+#[derive(Clone, Copy, Debug)]
+pub struct Incoming<'a> {
+    /// Gateway-local request number.
+    pub seq: u64,
+    /// The operation.
+    pub operation: Operation,
+    /// Which local client token it came with (scopes the affinity digests).
+    pub scope: &'a str,
+    /// The request path (with `/v1`).
+    pub path: &'a str,
+    /// The request headers (a WebSocket frame carries its upgrade's).
+    pub headers: &'a HeaderMap,
+    /// The body as received.
+    pub body: &'a Bytes,
+}
+
 /// Reads the facts of a request and removes its markers. JSON endpoints must carry a JSON object;
 /// everything else passes as it is.
-pub fn extract(
-    seq: u64,
-    operation: Operation,
-    client: &str,
-    path: &str,
-    body: &Bytes,
-    markers: &Markers,
-) -> Result<Extracted, FactsError> {
+pub fn extract(incoming: &Incoming<'_>, markers: &Markers) -> Result<Extracted, FactsError> {
+    let Incoming { seq, operation, path, body, .. } = *incoming;
     let mut facts = RequestFacts::new(seq, operation);
+    facts.client = ClientKind::from_headers(incoming.headers);
+    facts.prompt_tokens = crate::quota::estimate_tokens(body.len());
     let path = match operation {
         Operation::ResponsesGet
         | Operation::ResponsesDelete
@@ -223,24 +299,13 @@ pub fn extract(
     if !operation.has_json_body() {
         return Ok(Extracted { facts, path, body: body.clone() });
     }
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Err(FactsError::Body("the body is empty; this endpoint takes a JSON object".into()));
-    }
-    let peek: Peek<'_> = serde_json::from_slice(body).map_err(|e| {
-        if e.is_data() {
-            FactsError::Body("the body must be a JSON object".into())
-        } else {
-            FactsError::Body(e.to_string())
-        }
-    })?;
-    facts.model = peek.model.as_ref().map(|m| truncate(m, MODEL_DISPLAY_CAP));
+    let peek = peek(body)?;
+    facts.model = model_of(&peek)?;
     facts.stream = matches!(peek.stream, Some(serde_json::Value::Bool(true)));
-    facts.session = peek
-        .prompt_cache_key
-        .as_ref()
-        .and_then(valid_cache_key)
-        .map(|k| markers.session_digest(operation_scope(operation), k));
-    facts.signal = signal(&peek, operation, client, facts.model.as_deref(), markers);
+    let digest = markers.digest();
+    facts.session =
+        peek.prompt_cache_key.as_ref().and_then(valid_cache_key).map(|k| digest.session(operation_scope(operation), k));
+    facts.signal = signal(&peek, operation, incoming.scope, facts.model.as_deref(), markers);
     let stripped = markers.strip(body)?;
     let (continuity, pins): (Vec<Pin>, Vec<Pin>) =
         stripped.pins.into_iter().partition(|p| p.field == Field::ResponseId);
@@ -254,6 +319,45 @@ pub fn extract(
         std::borrow::Cow::Owned(v) => Bytes::from(v),
     };
     Ok(Extracted { facts, path, body })
+}
+
+/// Reads the top-level fields routing needs, with an error that says what is wrong with the body.
+fn peek(body: &Bytes) -> Result<Peek<'_>, FactsError> {
+    match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        None => return Err(FactsError::Body("the body is empty; this endpoint takes a JSON object".into())),
+        // A struct would also take an array, by position.
+        Some(b) if *b != b'{' => return Err(FactsError::Body("the body must be a JSON object".into())),
+        Some(_) => {}
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        let text = e.to_string();
+        let message = if let Some(rest) = text.strip_prefix("duplicate field ") {
+            let name = rest.split('`').nth(1).unwrap_or("a field");
+            format!("the body names `{name}` more than once; send each field once")
+        } else if e.is_data() {
+            "the body must be a JSON object".to_owned()
+        } else {
+            text
+        };
+        FactsError::Body(message)
+    })
+}
+
+/// The `model`, which must be a string when present.
+fn model_of(peek: &Peek<'_>) -> Result<Option<String>, FactsError> {
+    match &peek.model {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::String(m)) => Ok(Some(truncate(m, MODEL_DISPLAY_CAP))),
+        Some(other) => Err(FactsError::Body(format!(
+            "`model` must be a string naming the model, not {}",
+            match other {
+                serde_json::Value::Bool(_) => "a boolean",
+                serde_json::Value::Number(_) => "a number",
+                serde_json::Value::Array(_) => "an array",
+                _ => "an object",
+            }
+        ))),
+    }
 }
 
 /// Restores the provider's id in `/v1/responses/{id}…` and records the key its marker names.
@@ -289,7 +393,6 @@ fn signal(
     model: Option<&str>,
     markers: &Markers,
 ) -> Option<Signal> {
-    use crate::router::AffinitySource;
     if !matches!(operation, Operation::ResponsesCreate | Operation::ChatCompletions) {
         return None;
     }
@@ -297,13 +400,13 @@ fn signal(
     if let Some(key) = peek.prompt_cache_key.as_ref().and_then(valid_cache_key) {
         return Some(Signal {
             source: AffinitySource::PromptCacheKey,
-            key: markers.affinity_digest("prompt_cache_key", &scope, key.as_bytes()),
+            key: markers.digest().affinity("prompt_cache_key", &scope, key.as_bytes()),
         });
     }
     let prefix = prompt_prefix(peek)?;
     Some(Signal {
         source: AffinitySource::PromptPrefix,
-        key: markers.affinity_digest("prompt_prefix", &scope, &prefix),
+        key: markers.digest().affinity("prompt_prefix", &scope, &prefix),
     })
 }
 
@@ -389,7 +492,51 @@ mod tests {
 
     fn extract(seq: u64, op: Operation, body: &[u8]) -> Result<RequestFacts, FactsError> {
         let markers = Markers::new(&Secret::new("s"));
-        super::extract(seq, op, "client", "/v1/x", &Bytes::copy_from_slice(body), &markers).map(|e| e.facts)
+        let headers = HeaderMap::new();
+        let body = Bytes::copy_from_slice(body);
+        let incoming = Incoming { seq, operation: op, scope: "client", path: "/v1/x", headers: &headers, body: &body };
+        super::extract(&incoming, &markers).map(|e| e.facts)
+    }
+
+    fn message(result: Result<RequestFacts, FactsError>) -> String {
+        result.expect_err("refused").to_string()
+    }
+
+    #[test]
+    fn bad_bodies_get_messages_that_say_what_is_wrong() {
+        let op = Operation::ResponsesCreate;
+        assert!(message(extract(1, op, br#"{"model":"a","model":"b"}"#)).contains("`model` more than once"));
+        assert!(message(extract(1, op, br#"{"model":5}"#)).contains("`model` must be a string"));
+        assert!(message(extract(1, op, br#"{"model":["a"]}"#)).contains("not an array"));
+        let m = message(extract(1, op, b"[1]"));
+        assert!(m.contains("must be a JSON object"), "{m}");
+        assert!(message(extract(1, op, b"  ")).contains("empty"));
+        assert!(message(extract(1, op, br#"{"model":"a""#)).contains("EOF"));
+    }
+
+    #[test]
+    fn clients_are_told_apart_by_their_headers() {
+        let kind = |pairs: &[(&'static str, &'static str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.insert(*k, http::HeaderValue::from_static(v));
+            }
+            ClientKind::from_headers(&h)
+        };
+        assert_eq!(kind(&[("originator", "codex_exec"), ("user-agent", "codex_exec/0.171.0")]), ClientKind::CodexExec);
+        assert_eq!(kind(&[("originator", "codex-tui")]), ClientKind::CodexTui);
+        assert_eq!(kind(&[("originator", "codex_vscode")]), ClientKind::CodexVscode);
+        assert_eq!(kind(&[("user-agent", "OpenAI/JS 6.26.0"), ("session_id", "x")]), ClientKind::Pi);
+        assert_eq!(kind(&[("user-agent", "OpenAI/JS 6.26.0")]), ClientKind::Other);
+        assert_eq!(kind(&[("user-agent", "curl/8")]), ClientKind::Other);
+    }
+
+    #[test]
+    fn only_long_prompts_are_cache_eligible() {
+        let short = extract(1, Operation::ResponsesCreate, br#"{"model":"m","input":"hi"}"#).expect("valid");
+        assert!(!short.cache_eligible());
+        let long = format!(r#"{{"model":"m","input":"{}"}}"#, "x".repeat(4 * CACHE_MIN_TOKENS as usize));
+        assert!(extract(2, Operation::ResponsesCreate, long.as_bytes()).expect("valid").cache_eligible());
     }
 
     #[test]
@@ -451,7 +598,6 @@ mod tests {
 
     #[test]
     fn signals_come_from_the_key_or_the_prompt_prefix_in_separate_namespaces() {
-        use crate::router::AffinitySource;
         let with_key = extract(1, Operation::ResponsesCreate, br#"{"model":"m","prompt_cache_key":"abc","input":[{"role":"developer","content":"sys"},{"role":"user","content":"hi"}]}"#).expect("valid");
         let signal = with_key.signal.expect("signal");
         assert_eq!(signal.source, AffinitySource::PromptCacheKey);

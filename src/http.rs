@@ -1,7 +1,6 @@
 //! The HTTP surface: `/v1/*` for clients (local token), `/keymux/api/*` for the dashboard and tools
-//! (local token, loopback host and origin only), and the embeddable `serve`.
+//! (local token, loopback host and origin only). Serving it on a socket is `server`'s job.
 
-use std::future::Future;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -11,8 +10,6 @@ use axum::response::IntoResponse;
 use axum::routing::{any, get};
 use axum::{Json, Router};
 use serde::Deserialize;
-use tokio::net::TcpListener;
-use tokio::time::Instant;
 
 use crate::error::ApiError;
 use crate::gateway::Gateway;
@@ -32,34 +29,6 @@ pub fn app(gateway: Arc<Gateway>) -> Router {
         .with_state(gateway)
 }
 
-/// Serves the gateway on a listener the caller bound, until `shutdown` completes. In-flight requests
-/// finish before it returns.
-pub async fn serve(
-    listener: TcpListener,
-    gateway: Arc<Gateway>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    // Counts reach disk every few seconds, and once more when serving stops.
-    let flusher = {
-        let gateway = gateway.clone();
-        tokio::spawn(async move {
-            let mut every = tokio::time::interval(METRICS_FLUSH);
-            loop {
-                every.tick().await;
-                let gateway = gateway.clone();
-                let _ = tokio::task::spawn_blocking(move || gateway.metrics().flush()).await;
-            }
-        })
-    };
-    let served = axum::serve(listener, app(gateway.clone())).with_graceful_shutdown(shutdown).await;
-    flusher.abort();
-    let _ = tokio::task::spawn_blocking(move || gateway.metrics().flush()).await;
-    served
-}
-
-/// How often pending metrics are merged into the store.
-pub const METRICS_FLUSH: std::time::Duration = std::time::Duration::from_secs(5);
-
 async fn proxy(State(gateway): State<Arc<Gateway>>, request: Request) -> Response<Body> {
     let (mut parts, body) = request.into_parts();
     let client = match check_origin(&parts.headers).and_then(|()| authenticate(&gateway, &parts.headers)) {
@@ -73,7 +42,7 @@ async fn proxy(State(gateway): State<Arc<Gateway>>, request: Request) -> Respons
     if is_websocket_upgrade(&parts.headers) {
         return upgrade(gateway, parts).await;
     }
-    gateway.forward(parts, body).await
+    crate::proxy::forward(&gateway, parts, body).await
 }
 
 /// Responses over WebSocket on `GET /v1/responses`. Anything else, or no usable key, gets a 426: Codex
@@ -83,8 +52,8 @@ async fn upgrade(gateway: Arc<Gateway>, mut parts: axum::http::request::Parts) -
     if parts.method != axum::http::Method::GET || parts.uri.path().trim_end_matches('/') != "/v1/responses" {
         return ApiError::WebSocketUnavailable.into_response();
     }
-    if let Some(err) = gateway.can_open_socket() {
-        tracing::warn!(error = err.label(), "websocket refused; the client falls back to HTTP");
+    if !gateway.can_open_socket() {
+        tracing::warn!("websocket refused, no key is usable; the client falls back to HTTP");
         return ApiError::WebSocketUnavailable.into_response();
     }
     let headers = parts.headers.clone();
@@ -93,7 +62,11 @@ async fn upgrade(gateway: Arc<Gateway>, mut parts: axum::http::request::Parts) -
         Ok(ws) => ws
             .max_message_size(crate::ws::MAX_FRAME_BYTES)
             .max_frame_size(crate::ws::MAX_FRAME_BYTES)
-            .on_upgrade(move |socket| crate::ws::serve_socket(gateway, socket, headers, client)),
+            .on_upgrade(move |socket| async move {
+                // Counted, so a shutdown can wait for open sockets to close.
+                let _open = gateway.sockets().token();
+                crate::ws::serve_socket(gateway, socket, headers, client).await;
+            }),
         Err(rejection) => rejection.into_response(),
     }
 }
@@ -107,7 +80,7 @@ async fn status(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Resp
         return err.into_response();
     }
     Json(serde_json::json!({
-        "keys": gateway.pool().status(Instant::now()),
+        "keys": gateway.pool().status(gateway.clock().now(), gateway.today()),
         "metrics": gateway.metrics().status(),
     }))
     .into_response()
@@ -150,7 +123,7 @@ async fn key_action(
         return ApiError::NotFound { path: format!("/keymux/api/keys/{id}") }.into_response();
     }
     tracing::info!(key = %key, action = %action, "key switched");
-    let status = gateway.pool().status(Instant::now()).into_iter().find(|k| k.id == key);
+    let status = gateway.pool().status(gateway.clock().now(), gateway.today()).into_iter().find(|k| k.id == key);
     Json(serde_json::json!({ "key": status })).into_response()
 }
 
@@ -169,7 +142,9 @@ async fn metrics(
         return err.into_response();
     }
     let days = q.days.unwrap_or(7).clamp(1, 366);
-    let read = tokio::task::spawn_blocking(move || (gateway.metrics().rows(days), gateway.metrics().status())).await;
+    let today = gateway.today();
+    let read =
+        tokio::task::spawn_blocking(move || (gateway.metrics().rows(days, today), gateway.metrics().status())).await;
     match read {
         Ok((rows, store)) => Json(serde_json::json!({ "store": store, "rows": rows })).into_response(),
         Err(e) => ApiError::Internal { detail: format!("metrics could not be read: {e}") }.into_response(),

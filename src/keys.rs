@@ -4,9 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
-use sha2::Sha256;
 
 use crate::secrets::Secret;
 
@@ -147,16 +145,6 @@ impl KeyEntry {
     }
 }
 
-/// A short keyed fingerprint of a secret: the first 8 hex digits of HMAC-SHA256 under the install secret.
-/// It identifies a key in listings and metrics without revealing anything about it.
-pub fn fingerprint(install_secret: &Secret, secret: &Secret) -> String {
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(install_secret.expose().as_bytes())
-        .expect("HMAC accepts keys of any length");
-    mac.update(b"keymux/fingerprint/v1\0");
-    mac.update(secret.expose().as_bytes());
-    hex::encode(&mac.finalize().into_bytes()[..4])
-}
-
 /// Checks that a label is short and printable: it appears in listings, logs and the UI.
 pub fn validate_label(label: &str) -> Result<(), String> {
     if label.is_empty() || label.len() > 40 {
@@ -189,18 +177,6 @@ pub fn validate_secret(secret: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn fingerprint_is_keyed_and_short() {
-        let a = Secret::new("install-a");
-        let b = Secret::new("install-b");
-        let key = Secret::new("sk-test-123");
-        let fa = fingerprint(&a, &key);
-        assert_eq!(fa.len(), 8);
-        assert_eq!(fa, fingerprint(&a, &key));
-        assert_ne!(fa, fingerprint(&b, &key));
-        assert!(!fa.contains("sk-"));
-    }
 
     #[test]
     fn labels_and_secrets_are_validated() {

@@ -18,7 +18,6 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::events::RequestRecord;
-use crate::relay::Usage;
 
 /// Upper bounds (milliseconds) of the latency histogram's buckets; the last bucket is everything above.
 pub const LATENCY_BUCKETS_MS: [u32; 7] = [50, 100, 250, 500, 1_000, 2_500, 10_000];
@@ -166,21 +165,14 @@ impl Metrics {
         for failure in record.attempts.iter().filter_map(|a| a.failure) {
             *c.failures.entry(json_name(&failure)).or_default() += 1;
         }
-        let bucket =
-            LATENCY_BUCKETS_MS.iter().position(|b| record.duration_ms < *b).unwrap_or(LATENCY_BUCKETS_MS.len());
+        let bucket = LATENCY_BUCKETS_MS.iter().position(|b| record.ttfb_ms < *b).unwrap_or(LATENCY_BUCKETS_MS.len());
         c.latency_ms[bucket] = 1;
+        if let Some(usage) = record.usage {
+            c.input_tokens = usage.input;
+            c.cached_tokens = usage.cached;
+            c.output_tokens = usage.output;
+        }
         self.add(day_of(record.at_unix_ms), fingerprint, json_name(&record.operation), &c);
-    }
-
-    /// Adds the tokens of a successful answer.
-    pub fn record_usage(&self, fingerprint: Option<String>, operation: crate::facts::Operation, usage: Usage) {
-        let c = Counters {
-            input_tokens: usage.input,
-            cached_tokens: usage.cached,
-            output_tokens: usage.output,
-            ..Counters::default()
-        };
-        self.add(day_of(crate::events::unix_ms()), fingerprint, json_name(&operation), &c);
     }
 
     fn add(&self, day: u32, fingerprint: Option<String>, operation: String, c: &Counters) {
@@ -193,13 +185,14 @@ impl Metrics {
         pending.rows.entry(key).or_default().add(c);
     }
 
-    /// Merges pending counts into the store and prunes days past the retention. Without a store, or when
-    /// the store fails, the counts stay pending (and the error is reported).
-    pub fn flush(&self) {
-        let Some(db) = &self.db else { return };
+    /// Merges pending counts into the store and prunes days past the retention (`today` is the UTC day
+    /// number). Without a store, or when the store fails, the counts stay pending (and the error is
+    /// reported).
+    pub fn flush(&self, today: u32) -> Result<(), String> {
+        let Some(db) = &self.db else { return Ok(()) };
         let rows = std::mem::take(&mut lock(&self.pending).rows);
         if rows.is_empty() {
-            return;
+            return Ok(());
         }
         let result = (|| -> Result<(), String> {
             for ((day, fp, op), counters) in &rows {
@@ -212,7 +205,7 @@ impl Metrics {
                 let bytes = serde_json::to_vec(&total).map_err(|e| e.to_string())?;
                 db.insert(key, bytes).map_err(|e| e.to_string())?;
             }
-            let oldest = day_of(crate::events::unix_ms()).saturating_sub(self.retention_days);
+            let oldest = today.saturating_sub(self.retention_days);
             for entry in db.range(..day_prefix(oldest)) {
                 let (key, _) = entry.map_err(|e| e.to_string())?;
                 db.remove(key).map_err(|e| e.to_string())?;
@@ -221,7 +214,10 @@ impl Metrics {
             Ok(())
         })();
         match result {
-            Ok(()) => *lock(&self.error) = None,
+            Ok(()) => {
+                *lock(&self.error) = None;
+                Ok(())
+            }
             Err(e) => {
                 // Put the counts back: nothing is lost while the process lives.
                 let mut pending = lock(&self.pending);
@@ -233,14 +229,15 @@ impl Metrics {
                 if error.as_deref() != Some(message.as_str()) {
                     tracing::warn!("{message}");
                 }
-                *error = Some(message);
+                *error = Some(message.clone());
+                Err(message)
             }
         }
     }
 
-    /// Rows of the last `days` days (stored and pending together), newest day first.
-    pub fn rows(&self, days: u32) -> Vec<Row> {
-        let since = day_of(crate::events::unix_ms()).saturating_sub(days.saturating_sub(1));
+    /// Rows of the last `days` days up to `today` (stored and pending together), newest day first.
+    pub fn rows(&self, days: u32, today: u32) -> Vec<Row> {
+        let since = today.saturating_sub(days.saturating_sub(1));
         let mut merged: BTreeMap<(u32, String, String), Counters> = BTreeMap::new();
         if let Some(db) = &self.db {
             for (key, value) in db.range(day_prefix(since)..).flatten() {
@@ -297,7 +294,7 @@ fn json_name<T: Serialize>(value: &T) -> String {
 }
 
 fn day_of(unix_ms: u64) -> u32 {
-    u32::try_from(unix_ms / 86_400_000).unwrap_or(u32::MAX)
+    crate::clock::utc_day(unix_ms)
 }
 
 /// `YYYY-MM-DD` for a day number since 1970-01-01 (civil-from-days, proleptic Gregorian).
@@ -323,42 +320,34 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 mod tests {
     use super::*;
     use crate::events::{Attempt, FailureKind, Transport};
+    use crate::facts::AffinitySource;
     use crate::facts::Operation;
     use crate::keys::KeyId;
-    use crate::router::{AffinitySource, AffinityState, Decision};
+    use crate::router::{AffinityState, Decision};
+
+    const NOW_MS: u64 = 1_780_000_000_000;
+
+    fn today() -> u32 {
+        day_of(NOW_MS)
+    }
 
     fn record(status: u16, ms: u32) -> RequestRecord {
-        RequestRecord {
-            at_unix_ms: crate::events::unix_ms(),
-            operation: Operation::ResponsesCreate,
-            transport: Transport::Http,
-            model: Some("gpt-5.5".into()),
-            stream: true,
-            decision: Decision {
-                seq: 1,
-                choice: None,
-                fallbacks: vec![],
-                reasons: vec![],
-                affinity_source: AffinitySource::PromptCacheKey,
-                affinity_state: AffinityState::Hit,
-                continuity_hit: false,
-                pin: None,
-                rescued_orgs: vec![],
-                refusal: None,
-            },
-            attempts: vec![Attempt {
-                key: KeyId::new("k_a"),
-                status: Some(500),
-                failure: Some(FailureKind::Upstream5xx),
-                duration_ms: 3,
-            }],
-            served_by: None,
-            status,
-            error: None,
-            upstream_code: None,
-            rescued_items: 0,
-            duration_ms: ms,
-        }
+        let mut decision = Decision::new(1);
+        decision.affinity_source = AffinitySource::PromptCacheKey;
+        decision.affinity_state = AffinityState::Hit;
+        let mut record = RequestRecord::new(NOW_MS, Operation::ResponsesCreate, Transport::Http, decision);
+        record.model = Some("gpt-5.5".into());
+        record.stream = true;
+        record.attempts = vec![Attempt {
+            key: KeyId::new("k_a"),
+            status: Some(500),
+            failure: Some(FailureKind::Upstream5xx),
+            duration_ms: 3,
+        }];
+        record.status = status;
+        record.ttfb_ms = ms;
+        record.duration_ms = ms;
+        record
     }
 
     #[test]
@@ -367,19 +356,16 @@ mod tests {
         {
             let m = Metrics::open(dir.path(), 90);
             m.record(&record(200, 30), Some("abcd1234".into()));
-            m.record(&record(200, 700), Some("abcd1234".into()));
-            m.record_usage(
-                Some("abcd1234".into()),
-                Operation::ResponsesCreate,
-                Usage { input: 100, cached: 60, output: 7 },
-            );
-            m.flush();
+            let mut with_usage = record(200, 700);
+            with_usage.usage = Some(crate::relay::Usage { input: 100, cached: 60, output: 7 });
+            m.record(&with_usage, Some("abcd1234".into()));
+            m.flush(today()).expect("flushed");
             assert!(m.status().persisted);
         }
         let m = Metrics::open(dir.path(), 90);
         assert!(m.status().persisted, "{:?}", m.status());
         m.record(&record(429, 5), Some("abcd1234".into()));
-        let rows = m.rows(1);
+        let rows = m.rows(1, today());
         assert_eq!(rows.len(), 1);
         let c = &rows[0].counters;
         assert_eq!(rows[0].key_fingerprint, "abcd1234");
@@ -403,8 +389,8 @@ mod tests {
         assert!(!status.persisted);
         assert!(status.error.as_deref().is_some_and(|e| e.contains("could not be opened")), "{status:?}");
         m.record(&record(200, 1), None);
-        m.flush();
-        assert_eq!(m.rows(1)[0].counters.requests, 1, "kept in memory");
+        assert!(m.flush(today()).is_ok(), "nothing to write to");
+        assert_eq!(m.rows(1, today())[0].counters.requests, 1, "kept in memory");
     }
 
     #[test]

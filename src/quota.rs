@@ -1,13 +1,14 @@
 //! A key's rate-limit windows as the provider reports them (`x-ratelimit-{limit,remaining,reset}-
 //! {requests,tokens}` on every response), counted down locally between responses so that a key near
-//! exhaustion is avoided before it answers 429.
+//! exhaustion is avoided before it answers 429; and the cooldown a 429 asks for (`retry-after-ms`,
+//! `retry-after`, the reset headers). Every figure an upstream sends is parsed defensively and clamped.
 
 use std::time::Duration;
 
 use axum::http::HeaderMap;
 use tokio::time::Instant;
 
-use crate::upstream::parse_reset;
+use crate::clock::later;
 
 /// A window whose reset the provider did not give is assumed to last this long.
 const DEFAULT_WINDOW: Duration = Duration::from_secs(60);
@@ -34,16 +35,32 @@ pub struct Quota {
     spent_tokens: u64,
 }
 
+/// The windows one answer's headers reported (either may be missing).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Reading {
+    /// The request window, if reported.
+    pub requests: Option<Window>,
+    /// The token window, if reported.
+    pub tokens: Option<Window>,
+}
+
+impl Reading {
+    /// Reads `x-ratelimit-*` headers. Headers a provider does not send, sends as `-1`/`0` limits (Azure
+    /// does), or fills with nonsense leave that window unknown; a reset past a day is clamped.
+    pub fn from_headers(headers: &HeaderMap, now: Instant) -> Self {
+        Self { requests: window(headers, "requests", now), tokens: window(headers, "tokens", now) }
+    }
+}
+
 impl Quota {
-    /// Takes the provider's latest figures. Headers it does not send, or sends as `-1`/`0` limits (Azure
-    /// does), leave that window unknown.
-    pub fn observe(&mut self, headers: &HeaderMap, now: Instant) {
+    /// Takes the provider's latest figures.
+    pub fn observe(&mut self, reading: Reading) {
         // Each window's local countdown restarts only when the provider reports that window.
-        if let Some(requests) = window(headers, "requests", now) {
+        if let Some(requests) = reading.requests {
             self.requests = Some(requests);
             self.spent_requests = 0;
         }
-        if let Some(tokens) = window(headers, "tokens", now) {
+        if let Some(tokens) = reading.tokens {
             self.tokens = Some(tokens);
             self.spent_tokens = 0;
         }
@@ -91,7 +108,7 @@ fn window(headers: &HeaderMap, kind: &str, now: Instant) -> Option<Window> {
         return None;
     }
     let reset = text(format!("x-ratelimit-reset-{kind}")).and_then(|r| parse_reset(&r)).unwrap_or(DEFAULT_WINDOW);
-    Some(Window { limit: limit as u64, remaining: (remaining as u64).min(limit as u64), resets_at: now + reset })
+    Some(Window { limit: limit as u64, remaining: (remaining as u64).min(limit as u64), resets_at: later(now, reset) })
 }
 
 /// A rough token estimate for a request body (about four bytes per token), used only to count windows
@@ -100,9 +117,72 @@ pub fn estimate_tokens(body_len: usize) -> u64 {
     (body_len as u64).div_ceil(4)
 }
 
+/// Reads a cooldown from a 429's headers: `retry-after-ms`, then `retry-after` (seconds), then the
+/// rate-limit reset headers. `None` when the upstream gave no hint.
+/// Values past a day are clamped to a day; negative, non-finite and unparsable ones are ignored.
+pub fn cooldown_hint(headers: &HeaderMap) -> Option<Duration> {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    if let Some(wait) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()).and_then(|ms| seconds(ms / 1000.0)) {
+        return Some(wait);
+    }
+    if let Some(wait) = text("retry-after").and_then(|v| v.parse::<f64>().ok()).and_then(seconds) {
+        return Some(wait);
+    }
+    ["x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"]
+        .iter()
+        .filter_map(|h| text(h).and_then(parse_reset))
+        .max()
+}
+
+/// A wait in seconds from an upstream header, clamped to `clock::MAX_WAIT`; `None` for negative or
+/// non-finite values (an upstream's nonsense must never panic a request).
+fn seconds(secs: f64) -> Option<Duration> {
+    if !secs.is_finite() || secs < 0.0 {
+        return None;
+    }
+    let max = crate::clock::MAX_WAIT;
+    Some(Duration::try_from_secs_f64(secs).map_or(max, |d| d.min(max)))
+}
+
+/// Parses OpenAI's reset durations: `6m0s`, `1s`, `12ms`, `1m30.5s`, `2h3m`.
+pub fn parse_reset(text: &str) -> Option<Duration> {
+    let mut total = 0f64;
+    let mut number = String::new();
+    let mut chars = text.trim().chars().peekable();
+    let mut any = false;
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() || c == '.' {
+            number.push(c);
+            continue;
+        }
+        let value: f64 = number.parse().ok()?;
+        number.clear();
+        let unit = match c {
+            'h' => 3600.0,
+            'm' if chars.peek() == Some(&'s') => {
+                chars.next();
+                0.001
+            }
+            'm' => 60.0,
+            's' => 1.0,
+            _ => return None,
+        };
+        total += value * unit;
+        any = true;
+    }
+    if !number.is_empty() || !any {
+        return None;
+    }
+    seconds(total)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn clock_now() -> Instant {
+        crate::clock::Clock::system().now()
+    }
     use axum::http::HeaderValue;
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
@@ -115,10 +195,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn counts_down_between_answers_and_refills_at_reset() {
-        let now = Instant::now();
+        let now = clock_now();
         let mut q = Quota::default();
         assert_eq!(q.headroom(now), 1.0, "nothing known: no limit assumed");
-        q.observe(
+        q.observe(Reading::from_headers(
             &headers(&[
                 ("x-ratelimit-limit-requests", "10"),
                 ("x-ratelimit-remaining-requests", "2"),
@@ -128,7 +208,7 @@ mod tests {
                 ("x-ratelimit-reset-tokens", "1m0s"),
             ]),
             now,
-        );
+        ));
         assert!((q.headroom(now) - 0.2).abs() < 1e-6);
         assert_eq!(q.exhausted_until(now, 10), None);
         q.spend(10);
@@ -136,20 +216,23 @@ mod tests {
         assert_eq!(q.headroom(now), 0.0);
         assert_eq!(q.exhausted_until(now, 10), Some(now + Duration::from_secs(6)));
         tokio::time::advance(Duration::from_secs(7)).await;
-        let later = Instant::now();
+        let later = clock_now();
         assert_eq!(q.exhausted_until(later, 10), None, "the request window refilled");
         assert!((q.headroom(later) - 0.88).abs() < 1e-3, "{}", q.headroom(later));
         // The next answer replaces the local estimate.
-        q.observe(&headers(&[("x-ratelimit-limit-requests", "10"), ("x-ratelimit-remaining-requests", "9")]), later);
+        let h = headers(&[("x-ratelimit-limit-requests", "10"), ("x-ratelimit-remaining-requests", "9")]);
+        q.observe(Reading::from_headers(&h, later));
         assert!((q.headroom(later) - 0.88).abs() < 1e-3, "tokens window kept");
     }
 
     #[test]
     fn azure_minus_one_and_zero_limits_are_unknown() {
-        let now = Instant::now();
+        let now = clock_now();
         let mut q = Quota::default();
-        q.observe(&headers(&[("x-ratelimit-limit-requests", "-1"), ("x-ratelimit-remaining-requests", "-1")]), now);
-        q.observe(&headers(&[("x-ratelimit-limit-tokens", "0"), ("x-ratelimit-remaining-tokens", "0")]), now);
+        let h = headers(&[("x-ratelimit-limit-requests", "-1"), ("x-ratelimit-remaining-requests", "-1")]);
+        q.observe(Reading::from_headers(&h, now));
+        let h = headers(&[("x-ratelimit-limit-tokens", "0"), ("x-ratelimit-remaining-tokens", "0")]);
+        q.observe(Reading::from_headers(&h, now));
         assert_eq!(q.requests, None);
         assert_eq!(q.tokens, None);
         assert_eq!(q.headroom(now), 1.0);
@@ -158,17 +241,82 @@ mod tests {
 
     #[test]
     fn token_window_too_small_for_the_next_request() {
-        let now = Instant::now();
+        let now = clock_now();
         let mut q = Quota::default();
-        q.observe(
+        q.observe(Reading::from_headers(
             &headers(&[
                 ("x-ratelimit-limit-tokens", "1000"),
                 ("x-ratelimit-remaining-tokens", "50"),
                 ("x-ratelimit-reset-tokens", "12ms"),
             ]),
             now,
-        );
+        ));
         assert_eq!(q.exhausted_until(now, 40), None);
         assert_eq!(q.exhausted_until(now, 60), Some(now + Duration::from_millis(12)));
+    }
+
+    #[test]
+    fn absurd_headers_are_clamped_never_a_panic() {
+        let now = clock_now();
+        let h = headers(&[
+            ("x-ratelimit-limit-tokens", "1000"),
+            ("x-ratelimit-remaining-tokens", "5"),
+            ("x-ratelimit-reset-tokens", "3000000000000000h"),
+            ("x-ratelimit-limit-requests", "99999999999999999999999"),
+            ("x-ratelimit-remaining-requests", "1"),
+        ]);
+        let r = Reading::from_headers(&h, now);
+        assert_eq!(r.requests, None, "a limit that does not fit is unknown");
+        assert_eq!(r.tokens.map(|w| w.resets_at), Some(now + crate::clock::MAX_WAIT));
+    }
+    #[test]
+    fn reset_durations() {
+        let cases = [
+            ("6m0s", Some(360_000)),
+            ("1s", Some(1_000)),
+            ("12ms", Some(12)),
+            ("1m30.5s", Some(90_500)),
+            ("2h3m", Some(7_380_000)),
+            ("0s", Some(0)),
+            ("", None),
+            ("-1", None),
+            ("5", None),
+            ("abc", None),
+        ];
+        for (text, want) in cases {
+            assert_eq!(parse_reset(text).map(|d| d.as_millis() as u64), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn absurd_hints_are_clamped_to_a_day() {
+        let day = crate::clock::MAX_WAIT;
+        for (name, value) in [
+            ("retry-after", "1e30"),
+            ("retry-after-ms", "1e300"),
+            ("x-ratelimit-reset-tokens", "3000000000000000h"),
+            ("retry-after", "18446744073709551616"),
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(name, HeaderValue::from_static(value));
+            assert_eq!(cooldown_hint(&h), Some(day), "{name}: {value}");
+        }
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", HeaderValue::from_static("-5"));
+        h.insert("retry-after-ms", HeaderValue::from_static("NaN"));
+        assert_eq!(cooldown_hint(&h), None);
+        assert_eq!(parse_reset("1e999s"), None, "not a number the parser takes");
+    }
+
+    #[test]
+    fn cooldown_prefers_ms_then_seconds_then_resets() {
+        let mut h = HeaderMap::new();
+        h.insert("x-ratelimit-reset-requests", HeaderValue::from_static("3s"));
+        assert_eq!(cooldown_hint(&h), Some(Duration::from_secs(3)));
+        h.insert("retry-after", HeaderValue::from_static("2"));
+        assert_eq!(cooldown_hint(&h), Some(Duration::from_secs(2)));
+        h.insert("retry-after-ms", HeaderValue::from_static("1500"));
+        assert_eq!(cooldown_hint(&h), Some(Duration::from_millis(1500)));
+        assert_eq!(cooldown_hint(&HeaderMap::new()), None);
     }
 }

@@ -53,7 +53,7 @@ impl Tagger {
 }
 
 /// Token counts a successful answer reported.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Usage {
     /// Prompt tokens (`input_tokens`, or `prompt_tokens` on Chat Completions).
     pub input: u64,

@@ -61,14 +61,12 @@ pub enum SecretsError {
 
 /// Account names used in the store. One place, so nothing else spells them.
 pub mod account {
-    use crate::keys::KeyId;
-
     /// The per-install secret that keys every HMAC (markers, fingerprints, affinity keys).
     pub const INSTALL_SECRET: &str = "install-secret";
 
-    /// The account holding an upstream API key.
-    pub fn key(id: &KeyId) -> String {
-        format!("key:{}", id.as_str())
+    /// The account holding an upstream API key (by the key's id).
+    pub fn key(id: &str) -> String {
+        format!("key:{id}")
     }
 
     /// The account holding a local client token.

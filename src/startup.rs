@@ -1,11 +1,15 @@
-//! Assembles a running gateway from the config file, the keychain and the environment. Used by
-//! `keymux serve` and by the tray app, so both start the same way and report the same problems.
+//! Assembles a gateway from the config, the keychain and the environment. Preparing has no side effects:
+//! it reads, and never writes. The steps of a first run (the install secret, a first client token, the
+//! saved config) are an explicit call, `first_run`, that the CLI and the tray make before they start.
+//!
+//! A keychain that cannot be reached is not fatal when the environment supplies what is needed (keys
+//! from `KEYMUX_KEY_*`, `KEYMUX_CLIENT_TOKEN`): Keymux serves with those and says what it is missing.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::config::{Config, ConfigError, EnvSecrets, TokenConfig};
+use crate::config::{Config, ConfigError, EnvKey, EnvSecrets, KeyConfig, TokenConfig};
 use crate::gateway::Gateway;
 use crate::keys::{KeyEntry, KeyId, KeySource};
 use crate::markers::Markers;
@@ -13,11 +17,28 @@ use crate::secrets::{self, account, KeychainStore, MemoryStore, Secret, SecretSt
 use crate::tokens::{TokenSet, TOKEN_PREFIX};
 use crate::upstream::UpstreamError;
 
+/// Where the config comes from.
+#[derive(Clone, Debug)]
+pub enum ConfigSource {
+    /// A file (`None`: the platform default path); changes are saved back to it.
+    File(Option<PathBuf>),
+    /// A value held in memory (tests, embedders); changes are not saved anywhere.
+    Value(Config),
+}
+
+impl Default for ConfigSource {
+    fn default() -> Self {
+        Self::File(None)
+    }
+}
+
 /// How to start.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct StartOptions {
-    /// Config file path (`None`: the platform default).
-    pub config_path: Option<PathBuf>,
+    /// The config.
+    pub config: ConfigSource,
+    /// The secret store (`None`: the OS keychain named by the config, or memory when ephemeral).
+    pub store: Option<Arc<dyn SecretStore>>,
     /// Listen address override.
     pub listen: Option<SocketAddr>,
     /// Default upstream base URL override.
@@ -42,6 +63,14 @@ pub enum StartError {
     /// The upstream client.
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
+    /// The listen address is taken or cannot be bound.
+    #[error("cannot listen on {addr}: {detail}. Stop the other program on that port, or pick another with --listen or `listen` in the config")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// What the OS said.
+        detail: String,
+    },
     /// Something the user must change.
     #[error("{0}")]
     Usage(String),
@@ -51,17 +80,21 @@ pub enum StartError {
 pub struct Prepared {
     /// The gateway.
     pub gateway: Arc<Gateway>,
+    /// The config it was built from.
+    pub config: Config,
     /// Where to listen.
     pub listen: SocketAddr,
-    /// The config file used.
-    pub config_path: PathBuf,
+    /// The config file, when there is one.
+    pub config_path: Option<PathBuf>,
+    /// The secret store.
+    pub store: Arc<dyn SecretStore>,
     /// Non-fatal problems to tell the user about.
     pub notices: Vec<String>,
-    /// How many keys are pooled.
-    pub keys: usize,
+    /// How clients get a token: the name of the first configured token, or the environment variable.
+    pub token_hint: String,
 }
 
-/// Opens the store a config names: the OS keychain, or memory when ephemeral.
+/// The store a config names: the OS keychain, or memory when ephemeral.
 pub fn open_store(config: &Config, ephemeral: bool) -> Arc<dyn SecretStore> {
     if ephemeral {
         Arc::new(MemoryStore::default())
@@ -70,19 +103,32 @@ pub fn open_store(config: &Config, ephemeral: bool) -> Arc<dyn SecretStore> {
     }
 }
 
-/// Loads everything and builds the gateway.
-pub async fn prepare(options: StartOptions) -> Result<Prepared, StartError> {
-    let config_path = match options.config_path.clone() {
-        Some(p) => p,
-        None => Config::default_path()?,
+/// Reads the config an option names, with the overrides applied.
+pub fn load_config(options: &StartOptions) -> Result<(Config, Option<PathBuf>), StartError> {
+    let (mut config, path) = match &options.config {
+        ConfigSource::Value(config) => (config.clone(), None),
+        ConfigSource::File(path) => {
+            let path = match path {
+                Some(p) => p.clone(),
+                None => Config::default_path()?,
+            };
+            (Config::load(&path)?, Some(path))
+        }
     };
-    let mut config = Config::load(&config_path)?;
     if let Some(upstream) = &options.upstream {
         if !(upstream.starts_with("http://") || upstream.starts_with("https://")) {
             return Err(StartError::Usage(format!("--upstream {upstream:?} must start with http:// or https://")));
         }
         config.upstream = upstream.trim_end_matches('/').to_owned();
     }
+    Ok((config, path))
+}
+
+fn store_for(options: &StartOptions, config: &Config) -> Arc<dyn SecretStore> {
+    options.store.clone().unwrap_or_else(|| open_store(config, options.ephemeral))
+}
+
+fn listen_address(options: &StartOptions, config: &Config) -> Result<SocketAddr, StartError> {
     let listen = match options.listen {
         Some(addr) => addr,
         None => config
@@ -96,64 +142,17 @@ pub async fn prepare(options: StartOptions) -> Result<Prepared, StartError> {
              leaked token. Pass --allow-remote if you really mean it."
         )));
     }
+    Ok(listen)
+}
 
+/// Loads everything and builds the gateway. Reads only: nothing is created or saved.
+pub async fn prepare(options: &StartOptions) -> Result<Prepared, StartError> {
+    let (config, config_path) = load_config(options)?;
+    let listen = listen_address(options, &config)?;
+    let store = store_for(options, &config);
     let mut notices = Vec::new();
-    let store = open_store(&config, options.ephemeral);
-    let needs_keychain = !options.ephemeral;
-
-    // Keys kept in the keychain.
-    let mut entries: Vec<KeyEntry> = Vec::new();
-    let mut keychain_ok = needs_keychain;
-    for key in &config.keys {
-        let account = account::key(&key.id);
-        match secrets::blocking(store.clone(), move |s| s.get(&account)).await {
-            Ok(Some(secret)) => entries.push(KeyEntry {
-                base_url: key.base_url.clone(),
-                org: key.org.clone(),
-                priority: key.priority,
-                daily_token_budget: key.daily_token_budget,
-                models: key.models.clone(),
-                exclude_models: key.exclude_models.clone(),
-                ..KeyEntry::new(key.id.clone(), key.label.clone(), key.provider, secret, KeySource::Keychain)
-            }),
-            Ok(None) => notices.push(format!(
-                "key '{}' ({}) has no secret in the {}; it is left out. Re-add it with `keymux keys remove {}` and `keymux keys add --label {}`.",
-                key.label, key.id, store.describe(), key.label, key.label
-            )),
-            Err(e) => {
-                if options.env.keys.is_empty() {
-                    return Err(e.into());
-                }
-                notices.push(format!("{e}; continuing with the keys from the environment only"));
-                keychain_ok = false;
-                break;
-            }
-        }
-    }
-
-    // Keys from the environment: ephemeral, never written anywhere.
-    for env_key in &options.env.keys {
-        if entries.iter().any(|e| e.label.eq_ignore_ascii_case(&env_key.label)) {
-            return Err(StartError::Usage(format!(
-                "KEYMUX_KEY_{} names label '{}', which the config already uses; pick another label",
-                env_key.label.to_ascii_uppercase(),
-                env_key.label
-            )));
-        }
-        entries.push(KeyEntry {
-            base_url: env_key.base_url.clone(),
-            org: env_key.org.clone(),
-            priority: env_key.priority,
-            daily_token_budget: env_key.daily_token_budget,
-            ..KeyEntry::new(
-                KeyId::new(format!("env-{}", env_key.label)),
-                env_key.label.clone(),
-                env_key.provider,
-                env_key.secret.clone(),
-                KeySource::Environment,
-            )
-        });
-    }
+    let (mut entries, keychain_ok) = keychain_keys(&config, &store, options, &mut notices).await?;
+    entries.extend(env_keys(&options.env, &entries)?);
     if entries.len() > crate::router::MAX_KEYS {
         return Err(StartError::Usage(format!(
             "{} keys configured; Keymux pools at most {}",
@@ -167,14 +166,120 @@ pub async fn prepare(options: StartOptions) -> Result<Prepared, StartError> {
                 .into(),
         );
     }
+    let (tokens, token_hint) = client_tokens(&config, &store, options, keychain_ok, &mut notices).await?;
+    let install = install_secret_for(&store, options, keychain_ok, &mut notices).await?;
+    let metrics = open_metrics(&config, options.ephemeral, &mut notices);
+    let gateway = Gateway::new(&config, entries, TokenSet::new(&tokens), Markers::new(&install))?.with_metrics(metrics);
+    Ok(Prepared { gateway: Arc::new(gateway), config, listen, config_path, store, notices, token_hint })
+}
 
-    // Local client tokens.
+/// The keys kept in the keychain; `false` when the keychain could not be reached (and the environment
+/// supplies keys, so serving goes on without it).
+async fn keychain_keys(
+    config: &Config,
+    store: &Arc<dyn SecretStore>,
+    options: &StartOptions,
+    notices: &mut Vec<String>,
+) -> Result<(Vec<KeyEntry>, bool), StartError> {
+    let mut entries = Vec::new();
+    if options.ephemeral && options.store.is_none() {
+        if !config.keys.is_empty() {
+            notices.push(format!(
+                "--ephemeral never reads the keychain: the {} key(s) in the config are left out",
+                config.keys.len()
+            ));
+        }
+        return Ok((entries, false));
+    }
+    for key in &config.keys {
+        let account = account::key(key.id.as_str());
+        match secrets::blocking(store.clone(), move |s| s.get(&account)).await {
+            Ok(Some(secret)) => entries.push(entry_of(key, secret)),
+            Ok(None) => notices.push(format!(
+                "key '{}' ({}) has no secret in the {}; it is left out. Re-add it with `keymux keys remove {}` and `keymux keys add --label {}`.",
+                key.label, key.id, store.describe(), key.label, key.label
+            )),
+            Err(e) if options.env.keys.is_empty() => return Err(e.into()),
+            Err(e) => {
+                notices.push(format!("{e}; continuing with the keys from the environment only"));
+                return Ok((Vec::new(), false));
+            }
+        }
+    }
+    if config.keys.is_empty() {
+        // Nothing read yet: find out whether the keychain answers at all.
+        let probe = secrets::blocking(store.clone(), |s| s.get(account::INSTALL_SECRET)).await;
+        if let Err(e) = probe {
+            if options.env.keys.is_empty() && options.env.client_token.is_none() {
+                return Err(e.into());
+            }
+            notices.push(format!("{e}; continuing with what the environment supplies"));
+            return Ok((entries, false));
+        }
+    }
+    Ok((entries, true))
+}
+
+/// A configured key with its secret.
+pub fn entry_of(key: &KeyConfig, secret: Secret) -> KeyEntry {
+    KeyEntry {
+        base_url: key.base_url.clone(),
+        org: key.org.clone(),
+        priority: key.priority,
+        daily_token_budget: key.daily_token_budget,
+        models: key.models.clone(),
+        exclude_models: key.exclude_models.clone(),
+        ..KeyEntry::new(key.id.clone(), key.label.clone(), key.provider, secret, KeySource::Keychain)
+    }
+}
+
+/// Keys from the environment: ephemeral, never written anywhere.
+fn env_keys(env: &EnvSecrets, existing: &[KeyEntry]) -> Result<Vec<KeyEntry>, StartError> {
+    env.keys
+        .iter()
+        .map(|env_key: &EnvKey| {
+            if existing.iter().any(|e| e.label.eq_ignore_ascii_case(&env_key.label)) {
+                return Err(StartError::Usage(format!(
+                    "KEYMUX_KEY_{} names label '{}', which the config already uses; pick another label",
+                    env_key.label.to_ascii_uppercase(),
+                    env_key.label
+                )));
+            }
+            Ok(KeyEntry {
+                base_url: env_key.base_url.clone(),
+                org: env_key.org.clone(),
+                priority: env_key.priority,
+                daily_token_budget: env_key.daily_token_budget,
+                ..KeyEntry::new(
+                    KeyId::new(format!("env-{}", env_key.label)),
+                    env_key.label.clone(),
+                    env_key.provider,
+                    env_key.secret.clone(),
+                    KeySource::Environment,
+                )
+            })
+        })
+        .collect()
+}
+
+/// The local client tokens, and how to tell a user which one to use.
+async fn client_tokens(
+    config: &Config,
+    store: &Arc<dyn SecretStore>,
+    options: &StartOptions,
+    keychain_ok: bool,
+    notices: &mut Vec<String>,
+) -> Result<(Vec<Secret>, String), StartError> {
     let mut tokens: Vec<Secret> = options.env.client_token.iter().cloned().collect();
+    let mut hint = options.env.client_token.as_ref().map(|_| "KEYMUX_CLIENT_TOKEN".to_owned());
     if keychain_ok {
         for token in &config.tokens {
             let account = account::token(&token.id);
             match secrets::blocking(store.clone(), move |s| s.get(&account)).await {
-                Ok(Some(secret)) => tokens.push(secret),
+                Ok(Some(secret)) => {
+                    tokens.push(secret);
+                    hint.get_or_insert_with(|| format!("`keymux token show {}`", token.name));
+                }
                 Ok(None) => notices.push(format!(
                     "local token '{}' is missing from the {}; create a new one with `keymux token create`",
                     token.name,
@@ -187,49 +292,83 @@ pub async fn prepare(options: StartOptions) -> Result<Prepared, StartError> {
                 Err(e) => return Err(e.into()),
             }
         }
-        if tokens.is_empty() {
-            let token = create_token(&store, &mut config, "default").await?;
-            config.save(&config_path)?;
-            tokens.push(token);
-            notices.push(
-                "created the local client token 'default'; print it with `keymux token show default` and give it to Codex or pi"
-                    .into(),
-            );
-        }
     }
-    if tokens.is_empty() {
-        return Err(StartError::Usage(
-            "no local client token: set KEYMUX_CLIENT_TOKEN (headless) or run `keymux token create` with a keychain available".into(),
-        ));
+    match hint {
+        Some(hint) if !tokens.is_empty() => Ok((tokens, hint)),
+        _ => Err(StartError::Usage(
+            "no local client token: run `keymux token create` (with a keychain available), or set \
+             KEYMUX_CLIENT_TOKEN for a headless run"
+                .into(),
+        )),
     }
+}
 
-    let install = match (&options.env.install_secret, keychain_ok) {
-        (Some(secret), _) => secret.clone(),
-        (None, true) => install_secret(&store).await?,
-        (None, false) => {
-            notices.push(
-                "markers are keyed by a secret that lives only in this process: sessions started now lose \
-                 their key pins when Keymux restarts (set KEYMUX_INSTALL_SECRET to keep them)"
-                    .into(),
-            );
-            secrets::generate("")
+/// The secret that keys every marker: from the environment, the keychain, or (with neither) this
+/// process only.
+async fn install_secret_for(
+    store: &Arc<dyn SecretStore>,
+    options: &StartOptions,
+    keychain_ok: bool,
+    notices: &mut Vec<String>,
+) -> Result<Secret, StartError> {
+    if let Some(secret) = &options.env.install_secret {
+        return Ok(secret.clone());
+    }
+    if keychain_ok {
+        if let Some(secret) = secrets::blocking(store.clone(), |s| s.get(account::INSTALL_SECRET)).await? {
+            return Ok(secret);
         }
-    };
-    let keys = entries.len();
-    // Ephemeral runs write nothing unless a metrics directory is named explicitly.
-    let metrics_dir = config
+    }
+    notices.push(
+        "markers are keyed by a secret that lives only in this process: sessions started now lose their key \
+         pins when Keymux restarts (set KEYMUX_INSTALL_SECRET to keep them)"
+            .into(),
+    );
+    Ok(secrets::generate(""))
+}
+
+/// The metrics store: the configured directory, the platform data directory, or memory for ephemeral
+/// runs (which write nothing unless a directory is named explicitly).
+fn open_metrics(config: &Config, ephemeral: bool, notices: &mut Vec<String>) -> crate::metrics::Metrics {
+    let dir = config
         .metrics_dir
         .clone()
-        .or_else(|| (!options.ephemeral).then(|| dirs::data_dir().map(|d| d.join("keymux").join("metrics"))).flatten());
-    let metrics = match &metrics_dir {
+        .or_else(|| (!ephemeral).then(|| dirs::data_dir().map(|d| d.join("keymux").join("metrics"))).flatten());
+    let metrics = match &dir {
         Some(dir) => crate::metrics::Metrics::open(dir, config.metrics_retention_days),
         None => crate::metrics::Metrics::in_memory(),
     };
     if let Some(error) = metrics.status().error {
         notices.push(error);
     }
-    let gateway = Gateway::new(&config, entries, TokenSet::new(&tokens), Markers::new(&install))?.with_metrics(metrics);
-    Ok(Prepared { gateway: Arc::new(gateway), listen, config_path, notices, keys })
+    metrics
+}
+
+/// The first run's writes, made explicitly before starting: the install secret, and a `default` client
+/// token saved in the config when there is none. Does nothing for ephemeral runs or when the keychain
+/// cannot be reached (then `prepare` says what is missing). Returns what it did, for the user.
+pub async fn first_run(options: &StartOptions) -> Result<Vec<String>, StartError> {
+    if options.ephemeral {
+        return Ok(Vec::new());
+    }
+    let (mut config, path) = load_config(options)?;
+    let store = store_for(options, &config);
+    if secrets::blocking(store.clone(), |s| s.get(account::INSTALL_SECRET)).await.is_err() {
+        return Ok(Vec::new());
+    }
+    install_secret(&store).await?;
+    let mut done = Vec::new();
+    if config.tokens.is_empty() && options.env.client_token.is_none() {
+        create_token(&store, &mut config, "default").await?;
+        if let Some(path) = &path {
+            config.save(path)?;
+        }
+        done.push(
+            "created the local client token 'default'; print it with `keymux token show default` and give it to Codex or pi"
+                .into(),
+        );
+    }
+    Ok(done)
 }
 
 /// Creates a local client token named `name`, stores it, and lists it in `config` (not saved here).
@@ -246,10 +385,7 @@ pub async fn create_token(store: &Arc<dyn SecretStore>, config: &mut Config, nam
     config.tokens.push(TokenConfig {
         id,
         name: name.to_owned(),
-        created_unix: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
+        created_unix: crate::clock::Clock::system().unix_ms() / 1000,
     });
     Ok(token)
 }

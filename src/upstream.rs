@@ -21,16 +21,21 @@ pub enum UpstreamError {
     /// The request failed after connecting.
     #[error("request to {base} failed: {detail}")]
     Transport { base: String, detail: String },
-    /// The key's base URL cannot be used.
+    /// The key's base URL cannot be used, or the request path would leave it.
     #[error("the base URL {base} is not valid: {detail}")]
     BadBaseUrl { base: String, detail: String },
+    /// The answer ended before its first byte (or, for a JSON answer, before its end).
+    #[error("the answer from {base} was cut: {detail}")]
+    Cut { base: String, detail: String },
 }
 
 impl UpstreamError {
     /// The HTTP status the client gets when this was the last attempt.
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::Connect { .. } | Self::Transport { .. } | Self::BadBaseUrl { .. } => StatusCode::BAD_GATEWAY,
+            Self::Connect { .. } | Self::Transport { .. } | Self::BadBaseUrl { .. } | Self::Cut { .. } => {
+                StatusCode::BAD_GATEWAY
+            }
             Self::FirstByteTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
         }
     }
@@ -38,7 +43,7 @@ impl UpstreamError {
     /// Whether another key may be tried.
     pub fn retryable(&self) -> bool {
         match self {
-            Self::Connect { .. } | Self::FirstByteTimeout { .. } | Self::Transport { .. } => true,
+            Self::Connect { .. } | Self::FirstByteTimeout { .. } | Self::Transport { .. } | Self::Cut { .. } => true,
             // Another key may have a good base URL.
             Self::BadBaseUrl { .. } => true,
         }
@@ -51,6 +56,7 @@ impl UpstreamError {
             Self::FirstByteTimeout { .. } => "timeout",
             Self::Transport { .. } => "upstream_transport",
             Self::BadBaseUrl { .. } => "bad_base_url",
+            Self::Cut { .. } => "upstream_cut",
         }
     }
 
@@ -235,92 +241,9 @@ fn short_error(e: &reqwest::Error) -> String {
     }
 }
 
-/// Reads a cooldown from a 429's headers: `retry-after-ms`, then `retry-after` (seconds), then the
-/// rate-limit reset headers. `None` when the upstream gave no hint.
-pub fn cooldown_hint(headers: &HeaderMap) -> Option<Duration> {
-    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
-    if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
-        if ms.is_finite() && ms >= 0.0 {
-            return Some(Duration::from_secs_f64(ms / 1000.0));
-        }
-    }
-    if let Some(secs) = text("retry-after").and_then(|v| v.parse::<f64>().ok()) {
-        if secs.is_finite() && secs >= 0.0 {
-            return Some(Duration::from_secs_f64(secs));
-        }
-    }
-    ["x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"]
-        .iter()
-        .filter_map(|h| text(h).and_then(parse_reset))
-        .max()
-}
-
-/// Parses OpenAI's reset durations: `6m0s`, `1s`, `12ms`, `1m30.5s`, `2h3m`.
-pub fn parse_reset(text: &str) -> Option<Duration> {
-    let mut total = 0f64;
-    let mut number = String::new();
-    let mut chars = text.trim().chars().peekable();
-    let mut any = false;
-    while let Some(c) = chars.next() {
-        if c.is_ascii_digit() || c == '.' {
-            number.push(c);
-            continue;
-        }
-        let value: f64 = number.parse().ok()?;
-        number.clear();
-        let unit = match c {
-            'h' => 3600.0,
-            'm' if chars.peek() == Some(&'s') => {
-                chars.next();
-                0.001
-            }
-            'm' => 60.0,
-            's' => 1.0,
-            _ => return None,
-        };
-        total += value * unit;
-        any = true;
-    }
-    if !number.is_empty() || !any || !total.is_finite() || total < 0.0 {
-        return None;
-    }
-    Some(Duration::from_secs_f64(total))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reset_durations() {
-        let cases = [
-            ("6m0s", Some(360_000)),
-            ("1s", Some(1_000)),
-            ("12ms", Some(12)),
-            ("1m30.5s", Some(90_500)),
-            ("2h3m", Some(7_380_000)),
-            ("0s", Some(0)),
-            ("", None),
-            ("-1", None),
-            ("5", None),
-            ("abc", None),
-        ];
-        for (text, want) in cases {
-            assert_eq!(parse_reset(text).map(|d| d.as_millis() as u64), want, "{text}");
-        }
-    }
-
-    #[test]
-    fn cooldown_prefers_ms_then_seconds_then_resets() {
-        let mut h = HeaderMap::new();
-        h.insert("x-ratelimit-reset-requests", HeaderValue::from_static("3s"));
-        assert_eq!(cooldown_hint(&h), Some(Duration::from_secs(3)));
-        h.insert("retry-after", HeaderValue::from_static("2"));
-        assert_eq!(cooldown_hint(&h), Some(Duration::from_secs(2)));
-        h.insert("retry-after-ms", HeaderValue::from_static("1500"));
-        assert_eq!(cooldown_hint(&h), Some(Duration::from_millis(1500)));
-        assert_eq!(cooldown_hint(&HeaderMap::new()), None);
-    }
 
     #[test]
     fn header_policy() {

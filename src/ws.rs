@@ -1,33 +1,39 @@
-//! Responses over WebSocket (Codex with `supports_websockets = true`). The upstream keeps connection-local
-//! state (`previous_response_id` with `store:false`), so a client socket is bound to one upstream socket,
-//! and so to one key, for its whole life.
+//! The WebSocket transport: Responses over WebSocket (Codex with `supports_websockets = true`). The
+//! upstream keeps connection-local state (`previous_response_id` with `store:false`), so a client socket
+//! is bound to one upstream socket, and so to one key, for its whole life.
 //!
-//! The first `response.create` frame picks the key (pinned by its markers, balanced otherwise). Then two
-//! pumps relay frames 1:1; each awaits the other side's send, so at most one frame per direction is in
-//! Keymux at a time. Frames are rewritten like SSE events: markers stripped on the way in, tagged on the
-//! way out. If the upstream socket is lost, the client gets the error frame OpenAI uses for lost state
-//! (`previous_response_not_found`), on which Codex reconnects and resends the full history.
+//! The first `response.create` frame goes through the shared pipeline (`pipeline`): facts, decision,
+//! rescue, one handshake attempt per candidate judged by the one classifier, and a record. What lives
+//! here is only what is particular to sockets: frames, the two pumps, close codes, and the per-turn
+//! records (a turn ends at its `response.completed`). Each pump awaits the other side's send, so at
+//! most one frame per direction is in Keymux at a time.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 
 use axum::extract::ws::{CloseFrame as AxumClose, Message as AxumMessage, Utf8Bytes, WebSocket};
 use bytes::Bytes;
 use futures::{SinkExt as _, StreamExt as _};
 use http::HeaderMap;
 use serde_json::json;
-use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame as UpClose;
 use tokio_tungstenite::tungstenite::Message as UpMessage;
 
-use crate::events::{Attempt, FailureKind, RequestRecord, Transport};
-use crate::facts::{self, FactsError, Operation};
+use crate::error::ApiError;
+use crate::events::Transport as Wire;
+use crate::facts::{self, Incoming, Operation};
 use crate::gateway::Gateway;
 use crate::keys::KeyId;
-use crate::pool::{InFlight, Outcome};
-use crate::relay::Tagger;
-use crate::router::{self, Decision, Reason};
+use crate::pipeline::classify::{error_code, Heard};
+use crate::pipeline::record::End;
+use crate::pipeline::{Admitted, Ending, Entry, Last, Learn, Reply, Trace, Transport};
+use crate::pool::InFlight;
+use crate::relay::{Tagger, Usage};
+use crate::router::Decision;
+use crate::tokens::ClientScope;
+use crate::upstream::UpstreamError;
 
 /// Request headers that belong to the client's own WebSocket handshake and are never forwarded.
 const HANDSHAKE_HEADERS: &[&str] = &[
@@ -38,8 +44,10 @@ const HANDSHAKE_HEADERS: &[&str] = &[
     "sec-websocket-accept",
 ];
 
-/// Largest client frame Keymux accepts (the same cap as HTTP bodies is applied by the caller's config).
+/// Largest client frame Keymux accepts.
 pub const MAX_FRAME_BYTES: usize = 64 * 1024 * 1024;
+/// Most turns sent on a socket and not yet answered (Codex sends one at a time).
+pub const MAX_PENDING_TURNS: usize = 8;
 
 type Upstream = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
@@ -56,214 +64,19 @@ fn error_frame(status: u16, code: &str, message: &str, retry_after: Option<u64>)
     AxumMessage::Text(Utf8Bytes::from(frame.to_string()))
 }
 
-/// Serves one client socket until either side closes.
-pub async fn serve_socket(
-    gateway: Arc<Gateway>,
-    mut client: WebSocket,
-    headers: HeaderMap,
-    scope: crate::tokens::ClientScope,
-) {
-    // The first frame decides the key.
-    let first = loop {
-        match client.recv().await {
-            Some(Ok(AxumMessage::Text(text))) => break text,
-            Some(Ok(AxumMessage::Binary(_))) => {
-                let _ =
-                    client.send(error_frame(400, "invalid_request", "Keymux expects JSON text frames.", None)).await;
-                return;
-            }
-            Some(Ok(AxumMessage::Ping(_) | AxumMessage::Pong(_))) => continue,
-            Some(Ok(AxumMessage::Close(_))) | Some(Err(_)) | None => return,
-        }
+/// Keymux's own error as a frame.
+fn api_error_frame(error: &ApiError) -> AxumMessage {
+    let retry_after = match error {
+        ApiError::AllCooling { retry_after_secs, .. } => Some(*retry_after_secs),
+        _ => None,
     };
-    let Some(bound) = open_upstream(&gateway, &mut client, &headers, first, &scope).await else {
-        let _ = client.send(AxumMessage::Close(None)).await;
-        return;
-    };
-    relay(gateway, client, bound, scope).await;
+    let json = error.to_json();
+    let message = json["error"]["message"].as_str().unwrap_or("refused");
+    let code = json["error"]["code"].as_str().unwrap_or("keymux_refused");
+    error_frame(error.status().as_u16(), code, message, retry_after)
 }
 
-/// Routes the first frame, opens the upstream socket on the chosen key (trying the next candidate when
-/// the handshake fails), and sends the frame. `None` when the client got an error frame instead.
-async fn open_upstream(
-    gateway: &Arc<Gateway>,
-    client: &mut WebSocket,
-    headers: &HeaderMap,
-    first: Utf8Bytes,
-    scope: &crate::tokens::ClientScope,
-) -> Option<Bound> {
-    let started = Instant::now();
-    let seq = gateway.next_seq();
-    let raw = Bytes::copy_from_slice(first.as_bytes());
-    let extracted = match read_frame(gateway, seq, scope, &raw) {
-        Ok(e) => e,
-        Err(FactsError::Body(detail)) => {
-            let _ = client
-                .send(error_frame(400, "invalid_json", &format!("The frame is not valid JSON ({detail})."), None))
-                .await;
-            return None;
-        }
-        Err(FactsError::Marker(e)) => {
-            let _ = client.send(error_frame(400, "keymux_invalid_marker", &format!("Keymux: {e}."), None)).await;
-            return None;
-        }
-    };
-    let mut facts = extracted.facts;
-    let mut body = extracted.body;
-    if facts.pins.is_empty() {
-        facts.session_hint = facts.session.and_then(|s| gateway.hints().get(&s, Instant::now()));
-    }
-    facts.remembered = gateway.remembered(&facts);
-    facts.rotation = gateway.next_turn(&facts);
-    let decision = router::decide(&facts, &gateway.pool().view(), Instant::now(), gateway.policy());
-    if let Some(refusal) = decision.refusal.clone() {
-        let err = gateway.refusal_error(refusal);
-        let retry_after = match &err {
-            crate::error::ApiError::AllCooling { retry_after_secs, .. } => Some(*retry_after_secs),
-            _ => None,
-        };
-        let json = err.to_json();
-        let message = json["error"]["message"].as_str().unwrap_or("refused");
-        let code = json["error"]["code"].as_str().unwrap_or("keymux_refused");
-        let _ = client.send(error_frame(err.status().as_u16(), code, message, retry_after)).await;
-        publish(gateway, &facts, decision, Vec::new(), None, err.status().as_u16(), started, 0);
-        return None;
-    }
-    let mut rescued_items = 0;
-    if !decision.rescued_orgs.is_empty() {
-        if let Some((rescued, dropped)) = gateway.pool().markers().drop_org_items(&raw, &decision.rescued_orgs) {
-            rescued_items = dropped;
-            if let Ok(stripped) = gateway.pool().markers().strip(&rescued) {
-                body = Bytes::from(stripped.body.into_owned());
-            }
-        }
-    }
-
-    let mut attempts = Vec::new();
-    for key in decision.candidates().cloned().collect::<Vec<_>>() {
-        let Some(guard) = gateway.pool().begin(&key) else {
-            continue;
-        };
-        let attempt_started = Instant::now();
-        let result = connect(gateway, &guard, headers).await;
-        let duration_ms = u32::try_from(attempt_started.elapsed().as_millis()).unwrap_or(u32::MAX);
-        let now = Instant::now();
-        match result {
-            Ok((mut upstream, org)) => {
-                gateway.pool().apply(&Outcome {
-                    key: key.clone(),
-                    at: now,
-                    kind: crate::pool::OutcomeKind::Served,
-                    org,
-                });
-                attempts.push(Attempt { key: key.clone(), status: Some(101), failure: None, duration_ms });
-                let text = String::from_utf8_lossy(&body).into_owned();
-                if upstream.send(UpMessage::Text(text.into())).await.is_err() {
-                    let _ = client.send(lost_state_frame()).await;
-                    return None;
-                }
-                if let Some(session) = facts.session {
-                    gateway.hints().insert(session, key.clone(), now);
-                }
-                let org = gateway.pool().org_tag(&key)?;
-                let tagger = Tagger::new(gateway.pool().markers().clone(), key.clone(), org);
-                let signal = facts.signal.filter(|_| !decision.continuity_hit).map(|s| s.key);
-                publish(gateway, &facts, decision, attempts, Some(key.clone()), 101, started, rescued_items);
-                return Some(Bound { upstream, guard, tagger, key, first_signal: signal });
-            }
-            Err(HandshakeFailure { status, headers: upstream_headers }) => {
-                let (kind, failure) = match status {
-                    Some(s) => crate::gateway::classify(s, &upstream_headers),
-                    None => (crate::pool::OutcomeKind::Failed, Some(FailureKind::UpstreamUnreachable)),
-                };
-                let org = upstream_headers.get("openai-organization").and_then(|v| v.to_str().ok()).map(str::to_owned);
-                gateway.pool().apply(&Outcome { key: key.clone(), at: now, kind, org });
-                attempts.push(Attempt {
-                    key,
-                    status: status.map(|s| s.as_u16()),
-                    failure: failure.or(Some(FailureKind::UpstreamUnreachable)),
-                    duration_ms,
-                });
-            }
-        }
-    }
-    // No candidate could open a socket: tell the client the way OpenAI would, so Codex retries.
-    let retry_policy = router::Policy { max_attempts: 1, ..*gateway.policy() };
-    let frame = match router::decide(&facts, &gateway.pool().view(), Instant::now(), &retry_policy).refusal {
-        Some(router::Refusal::AllCooling { retry_after_secs, cooling }) => error_frame(
-            429,
-            "rate_limit_exceeded",
-            &format!("All {cooling} Keymux key(s) are cooling down after rate limits; the first one frees in {retry_after_secs}s."),
-            Some(retry_after_secs),
-        ),
-        _ => error_frame(502, "keymux_upstream_unavailable", "Keymux could not open an upstream WebSocket with any usable key.", None),
-    };
-    let _ = client.send(frame).await;
-    publish(gateway, &facts, decision, attempts, None, 502, started, rescued_items);
-    None
-}
-
-/// Reads a `response.create` frame like a Responses create body: facts, markers stripped.
-fn read_frame(
-    gateway: &Gateway,
-    seq: u64,
-    scope: &crate::tokens::ClientScope,
-    raw: &Bytes,
-) -> Result<facts::Extracted, FactsError> {
-    facts::extract(seq, Operation::ResponsesCreate, &scope.0, "/v1/responses", raw, gateway.pool().markers())
-}
-
-/// A client socket's upstream side: the socket, the key it is bound to, and what to tag with.
-struct Bound {
-    upstream: Upstream,
-    /// The key stays in flight for the connection's life.
-    guard: InFlight,
-    tagger: Tagger,
-    key: KeyId,
-    /// The first frame's soft-affinity signal (later frames are bound and never teach).
-    first_signal: Option<crate::markers::SessionKey>,
-}
-
-struct HandshakeFailure {
-    status: Option<http::StatusCode>,
-    headers: HeaderMap,
-}
-
-async fn connect(
-    gateway: &Gateway,
-    guard: &InFlight,
-    client_headers: &HeaderMap,
-) -> Result<(Upstream, Option<String>), HandshakeFailure> {
-    let entry = guard.entry();
-    let base = gateway.upstream().base_for(entry);
-    let url = match base.split_once("://") {
-        Some(("https", rest)) => format!("wss://{rest}/responses"),
-        Some((_, rest)) => format!("ws://{rest}/responses"),
-        None => format!("ws://{base}/responses"),
-    };
-    let fail = || HandshakeFailure { status: None, headers: HeaderMap::new() };
-    let mut request = url.into_client_request().map_err(|_| fail())?;
-    for (name, value) in crate::upstream::forward_request_headers(client_headers).iter() {
-        if !HANDSHAKE_HEADERS.contains(&name.as_str()) {
-            request.headers_mut().append(name.clone(), value.clone());
-        }
-    }
-    let (name, value) = crate::upstream::auth_header(entry);
-    request.headers_mut().insert(name, value);
-    let connecting = tokio_tungstenite::connect_async(request);
-    match tokio::time::timeout(gateway.upstream().connect_timeout(), connecting).await {
-        Err(_) => Err(fail()),
-        Ok(Ok((socket, response))) => {
-            let org = response.headers().get("openai-organization").and_then(|v| v.to_str().ok()).map(str::to_owned);
-            Ok((socket, org))
-        }
-        Ok(Err(tokio_tungstenite::tungstenite::Error::Http(response))) => {
-            Err(HandshakeFailure { status: Some(response.status()), headers: response.headers().clone() })
-        }
-        Ok(Err(_)) => Err(fail()),
-    }
-}
-
+/// The frame OpenAI uses for lost connection state: Codex reconnects and resends the full history.
 fn lost_state_frame() -> AxumMessage {
     error_frame(
         400,
@@ -273,99 +86,361 @@ fn lost_state_frame() -> AxumMessage {
     )
 }
 
-/// The two pumps, until either side closes.
-async fn relay(gateway: Arc<Gateway>, client: WebSocket, bound: Bound, scope: crate::tokens::ClientScope) {
-    let Bound { upstream, guard, tagger, key, first_signal } = bound;
-    let (mut client_tx, mut client_rx) = client.split();
-    let (mut up_tx, mut up_rx) = upstream.split();
-    let org = gateway.pool().org_tag(&key);
+/// A handshake the upstream refused: its status and error, to tell the client.
+pub struct Refused {
+    status: u16,
+    code: String,
+    message: String,
+}
 
-    enum Stop {
-        Misbound(KeyId),
-        Refused(String),
+/// How a socket reaches the upstream: a handshake with the key.
+struct Handshake<'a> {
+    gateway: &'a Gateway,
+    headers: &'a HeaderMap,
+}
+
+impl Transport for Handshake<'_> {
+    type Accepted = Upstream;
+    type Refused = Refused;
+
+    async fn attempt(&mut self, guard: &InFlight, _admitted: &Admitted) -> Reply<Upstream, Refused> {
+        let now = || self.gateway.clock().now();
+        let request = match handshake_request(self.gateway, guard, self.headers) {
+            Ok(request) => request,
+            Err(error) => return Reply::Failed(error),
+        };
+        let base = self.gateway.upstream().base_for(guard.entry()).to_owned();
+        let connecting = tokio_tungstenite::connect_async(request);
+        match tokio::time::timeout(self.gateway.upstream().connect_timeout(), connecting).await {
+            Err(_) => Reply::Failed(UpstreamError::FirstByteTimeout {
+                base,
+                secs: self.gateway.upstream().connect_timeout().as_secs(),
+            }),
+            Ok(Ok((socket, response))) => Reply::Accepted(Heard::from_headers(101, response.headers(), now()), socket),
+            Ok(Err(tokio_tungstenite::tungstenite::Error::Http(response))) => {
+                let status = response.status().as_u16();
+                let body = response.body().clone().unwrap_or_default();
+                let heard = Heard::from_headers(status, response.headers(), now()).with_body(&body);
+                let code = error_code(&body).unwrap_or_else(|| "upstream_error".to_owned());
+                let message = serde_json::from_slice::<serde_json::Value>(&body)
+                    .ok()
+                    .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+                    .unwrap_or_else(|| format!("The provider refused the WebSocket with status {status}."));
+                Reply::Refused(heard, Refused { status, code, message })
+            }
+            Ok(Err(e)) => Reply::Failed(UpstreamError::Connect { base, detail: e.to_string() }),
+        }
     }
-    use Stop::{Misbound, Refused};
-    let (notice_tx, mut notice_rx) = tokio::sync::mpsc::channel::<AxumMessage>(1);
+}
 
-    let inbound = {
-        let gateway = gateway.clone();
-        let key = key.clone();
-        async move {
-            while let Some(message) = client_rx.next().await {
-                let forwarded = match message {
-                    Ok(AxumMessage::Text(text)) => {
-                        let started = Instant::now();
-                        let raw = Bytes::copy_from_slice(text.as_bytes());
-                        let seq = gateway.next_seq();
-                        match read_frame(&gateway, seq, &scope, &raw) {
-                            Ok(extracted) => {
-                                // Bound to this socket: markers of another organization cannot be read
-                                // here. Remember where the session belongs and make the client reconnect
-                                // (on `previous_response_not_found` Codex reconnects and resends all).
-                                if let Some(pin) = extracted
-                                    .facts
-                                    .pins
-                                    .iter()
-                                    .find(|p| Some(p.org) != org && p.key != key)
-                                    // A response made on another socket's key cannot be continued here.
-                                    .or(extracted.facts.continuity.as_ref().filter(|c| c.key != key))
-                                {
-                                    if let Some(session) = extracted.facts.session {
-                                        gateway.hints().insert(session, pin.key.clone(), Instant::now());
-                                    }
-                                    return Err(Misbound(pin.key.clone()));
-                                }
-                                if let Some(session) = extracted.facts.session {
-                                    gateway.hints().insert(session, key.clone(), Instant::now());
-                                }
-                                let decision = bound_decision(seq, &key);
-                                publish(
-                                    &gateway,
-                                    &extracted.facts,
-                                    decision,
-                                    Vec::new(),
-                                    Some(key.clone()),
-                                    101,
-                                    started,
-                                    0,
-                                );
-                                UpMessage::Text(String::from_utf8_lossy(&extracted.body).into_owned().into())
-                            }
-                            Err(e) => return Err(Refused(format!("Keymux: {e}."))),
-                        }
-                    }
-                    Ok(AxumMessage::Binary(bytes)) => UpMessage::Binary(bytes),
-                    Ok(AxumMessage::Ping(p)) => UpMessage::Ping(p),
-                    Ok(AxumMessage::Pong(p)) => UpMessage::Pong(p),
-                    Ok(AxumMessage::Close(frame)) => {
-                        let close =
-                            frame.map(|f| UpClose { code: CloseCode::from(f.code), reason: f.reason.as_str().into() });
-                        let _ = up_tx.send(UpMessage::Close(close)).await;
-                        return Ok(());
-                    }
-                    Err(_) => return Ok(()),
-                };
-                if up_tx.send(forwarded).await.is_err() {
+/// The upstream handshake request for a key: its URL, the client's headers that may go, its auth.
+fn handshake_request(
+    gateway: &Gateway,
+    guard: &InFlight,
+    client_headers: &HeaderMap,
+) -> Result<http::Request<()>, UpstreamError> {
+    let entry = guard.entry();
+    let base = gateway.upstream().base_for(entry);
+    let url = match base.split_once("://") {
+        Some(("https", rest)) => format!("wss://{rest}/responses"),
+        Some((_, rest)) => format!("ws://{rest}/responses"),
+        None => format!("ws://{base}/responses"),
+    };
+    let bad = |e: tokio_tungstenite::tungstenite::Error| UpstreamError::BadBaseUrl {
+        base: base.to_owned(),
+        detail: e.to_string(),
+    };
+    let mut request = url.into_client_request().map_err(bad)?;
+    for (name, value) in crate::upstream::forward_request_headers(client_headers).iter() {
+        if !HANDSHAKE_HEADERS.contains(&name.as_str()) {
+            request.headers_mut().append(name.clone(), value.clone());
+        }
+    }
+    let (name, value) = crate::upstream::auth_header(entry);
+    request.headers_mut().insert(name, value);
+    Ok(request)
+}
+
+/// Serves one client socket until either side closes (or the gateway shuts down).
+pub async fn serve_socket(gateway: Arc<Gateway>, mut client: WebSocket, headers: HeaderMap, scope: ClientScope) {
+    let Some(first) = first_frame(&mut client).await else { return };
+    let mut trace = Trace::new(&gateway, gateway.next_seq(), Operation::ResponsesCreate, Wire::WebSocket);
+    let raw = Bytes::copy_from_slice(first.as_bytes());
+    let incoming = Incoming {
+        seq: trace.seq(),
+        operation: Operation::ResponsesCreate,
+        scope: &scope.0,
+        path: "/v1/responses",
+        headers: &headers,
+        body: &raw,
+    };
+    let admitted = match gateway.admit(&incoming, Entry::SocketOpen, &mut trace) {
+        Ok(admitted) => admitted,
+        Err(error) => return refuse(client, trace, &error).await,
+    };
+    let mut handshake = Handshake { gateway: &gateway, headers: &headers };
+    match gateway.attempt_all(&admitted, &mut handshake, &mut trace).await {
+        Ending::Served { key, guard, accepted } => {
+            let learn = gateway.learn_for(&admitted, &key);
+            let Some(bound) = bind(&gateway, accepted, guard, key, &admitted, &mut client, learn, trace).await else {
+                return;
+            };
+            relay(gateway, client, bound, headers, scope).await;
+        }
+        Ending::Relayed { key, refused } => {
+            let end = End { served_by: Some(key), status: refused.status, ..End::default() };
+            let _ = client.send(error_frame(refused.status, &refused.code, &refused.message, None)).await;
+            trace.finish(end);
+            let _ = client.send(AxumMessage::Close(None)).await;
+        }
+        Ending::Failed(Last::Upstream(refused)) => {
+            let _ = client.send(error_frame(refused.status, &refused.code, &refused.message, None)).await;
+            trace.finish(End { status: refused.status, ..End::default() });
+            let _ = client.send(AxumMessage::Close(None)).await;
+        }
+        Ending::Failed(Last::Keymux(error)) => refuse(client, trace, &error).await,
+    }
+}
+
+/// The first text frame; `None` when the client closed or sent something else.
+async fn first_frame(client: &mut WebSocket) -> Option<Utf8Bytes> {
+    loop {
+        match client.recv().await {
+            Some(Ok(AxumMessage::Text(text))) => return Some(text),
+            Some(Ok(AxumMessage::Binary(_))) => {
+                let _ =
+                    client.send(error_frame(400, "invalid_request", "Keymux expects JSON text frames.", None)).await;
+                return None;
+            }
+            Some(Ok(AxumMessage::Ping(_) | AxumMessage::Pong(_))) => continue,
+            Some(Ok(AxumMessage::Close(_))) | Some(Err(_)) | None => return None,
+        }
+    }
+}
+
+/// Tells the client why its socket cannot be served, records it, and closes.
+async fn refuse(mut client: WebSocket, trace: Trace, error: &ApiError) {
+    let _ = client.send(api_error_frame(error)).await;
+    trace.finish(End { status: error.status().as_u16(), error: Some(error.label()), ..End::default() });
+    let _ = client.send(AxumMessage::Close(None)).await;
+}
+
+/// A turn sent upstream and not yet answered to its end.
+struct Turn {
+    trace: Trace,
+    learn: Learn,
+}
+
+/// A client socket's upstream side: the socket, the key it is bound to, what to tag with, and the turns
+/// waiting for their answers.
+struct Bound {
+    upstream: Upstream,
+    /// The key stays in flight for the connection's life.
+    guard: InFlight,
+    tagger: Option<Tagger>,
+    key: KeyId,
+    turns: Arc<Mutex<VecDeque<Turn>>>,
+}
+
+/// Sends the first frame on the freshly opened upstream socket; its answer finishes the first turn.
+#[expect(clippy::too_many_arguments, reason = "everything the first turn hands to the bound socket")]
+async fn bind(
+    gateway: &Gateway,
+    mut upstream: Upstream,
+    guard: InFlight,
+    key: KeyId,
+    admitted: &Admitted,
+    client: &mut WebSocket,
+    learn: Learn,
+    mut trace: Trace,
+) -> Option<Bound> {
+    trace.serving(&key);
+    let text = String::from_utf8_lossy(&admitted.body).into_owned();
+    if upstream.send(UpMessage::Text(text.into())).await.is_err() {
+        let _ = client.send(lost_state_frame()).await;
+        trace.finish(End { served_by: Some(key), status: 502, error: Some("upstream_cut"), usage: None });
+        return None;
+    }
+    let tagger = gateway.tagger_for(Operation::ResponsesCreate, &key);
+    let turns = Arc::new(Mutex::new(VecDeque::from([Turn { trace, learn }])));
+    Some(Bound { upstream, guard, tagger, key, turns })
+}
+
+/// Why the inbound pump stopped early.
+enum Stop {
+    /// The session's state lives with another organization (or socket): the client must reconnect.
+    Misbound(KeyId),
+    /// The frame carries a marker that must not be used.
+    Refused(String),
+}
+
+/// The two pumps, until either side closes or the gateway shuts down.
+async fn relay(gateway: Arc<Gateway>, client: WebSocket, bound: Bound, headers: HeaderMap, scope: ClientScope) {
+    let Bound { upstream, guard, tagger, key, turns } = bound;
+    let (client_tx, client_rx) = client.split();
+    let (up_tx, up_rx) = upstream.split();
+    let (notice_tx, notice_rx) = tokio::sync::mpsc::channel::<AxumMessage>(1);
+    let inbound = Inbound { gateway: gateway.clone(), key: key.clone(), turns: turns.clone(), headers, scope };
+    let outbound = Outbound { gateway: gateway.clone(), key: key.clone(), tagger, turns };
+    let inbound = inbound.pump(client_rx, up_tx);
+    let outbound = outbound.pump(up_rx, client_tx, notice_rx);
+    tokio::pin!(inbound);
+    tokio::pin!(outbound);
+    let closing = gateway.closing();
+    tokio::select! {
+        result = &mut inbound => {
+            let notice = match result {
+                Ok(()) => None,
+                Err(Stop::Misbound(other)) => {
+                    tracing::info!(key = %key, other = %other, "session belongs to another organization; asking the client to reconnect");
+                    Some(lost_state_frame())
+                }
+                Err(Stop::Refused(message)) => {
+                    tracing::warn!(key = %key, "closing websocket: {message}");
+                    Some(error_frame(400, "keymux_invalid_marker", &message, None))
+                }
+            };
+            if let Some(notice) = notice {
+                let _ = notice_tx.send(notice).await;
+            }
+            // Let the upstream's answer to a close (or the notice) reach the client, briefly.
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), outbound).await;
+        }
+        () = &mut outbound => {}
+        () = closing.cancelled() => {
+            let close = AxumClose { code: 1001, reason: "Keymux is shutting down".into() };
+            let _ = notice_tx.send(AxumMessage::Close(Some(close))).await;
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), outbound).await;
+        }
+    }
+    drop(guard);
+}
+
+type ClientRx = futures::stream::SplitStream<WebSocket>;
+type ClientTx = futures::stream::SplitSink<WebSocket, AxumMessage>;
+type UpRx = futures::stream::SplitStream<Upstream>;
+type UpTx = futures::stream::SplitSink<Upstream, UpMessage>;
+
+/// Client → upstream: markers stripped, each `response.create` a turn with its own record.
+struct Inbound {
+    gateway: Arc<Gateway>,
+    key: KeyId,
+    turns: Arc<Mutex<VecDeque<Turn>>>,
+    headers: HeaderMap,
+    scope: ClientScope,
+}
+
+impl Inbound {
+    async fn pump(self, mut client_rx: ClientRx, mut up_tx: UpTx) -> Result<(), Stop> {
+        while let Some(message) = client_rx.next().await {
+            let forwarded = match message {
+                Ok(AxumMessage::Text(text)) => self.turn(&text)?,
+                Ok(AxumMessage::Binary(bytes)) => UpMessage::Binary(bytes),
+                Ok(AxumMessage::Ping(p)) => UpMessage::Ping(p),
+                Ok(AxumMessage::Pong(p)) => UpMessage::Pong(p),
+                Ok(AxumMessage::Close(frame)) => {
+                    let close =
+                        frame.map(|f| UpClose { code: CloseCode::from(f.code), reason: f.reason.as_str().into() });
+                    let _ = up_tx.send(UpMessage::Close(close)).await;
                     return Ok(());
                 }
+                Err(_) => return Ok(()),
+            };
+            if up_tx.send(forwarded).await.is_err() {
+                return Ok(());
             }
-            let _ = up_tx.close().await;
-            Ok(())
         }
-    };
+        let _ = up_tx.close().await;
+        Ok(())
+    }
 
-    let outbound_gateway = gateway.clone();
-    let outbound_key = key.clone();
-    let outbound = async move {
-        // Only the first frame's answer teaches the soft-affinity table: later frames are bound.
-        let mut first_signal = first_signal;
+    /// One frame on the bound socket: its facts, a check that this socket's key can serve it, and its
+    /// record (finished when its answer ends).
+    fn turn(&self, text: &str) -> Result<UpMessage, Stop> {
+        let gateway = &self.gateway;
+        let raw = Bytes::copy_from_slice(text.as_bytes());
+        let mut trace = Trace::new(gateway, gateway.next_seq(), Operation::ResponsesCreate, Wire::WebSocket);
+        let incoming = Incoming {
+            seq: trace.seq(),
+            operation: Operation::ResponsesCreate,
+            scope: &self.scope.0,
+            path: "/v1/responses",
+            headers: &self.headers,
+            body: &raw,
+        };
+        let extracted =
+            facts::extract(&incoming, gateway.markers()).map_err(|e| Stop::Refused(format!("Keymux: {e}.")))?;
+        let facts = &extracted.facts;
+        let now = gateway.clock().now();
+        // Bound to this socket: markers of another organization cannot be read here, and a response made
+        // on another socket's key cannot be continued here. Remember where the session belongs and make
+        // the client reconnect (on `previous_response_not_found` Codex reconnects and resends all).
+        let org = gateway.pool().org_tag(&self.key);
+        let misbound = facts
+            .pins
+            .iter()
+            .find(|p| Some(p.org) != org && p.key != self.key)
+            .or(facts.continuity.as_ref().filter(|c| c.key != self.key));
+        if let Some(pin) = misbound {
+            if let Some(session) = facts.session {
+                gateway.hints().insert(session, pin.key.clone(), now);
+            }
+            return Err(Stop::Misbound(pin.key.clone()));
+        }
+        if let Some(session) = facts.session {
+            gateway.hints().insert(session, self.key.clone(), now);
+        }
+        trace.facts(facts);
+        trace.decided(Decision::bound_to_socket(trace.seq(), &self.key));
+        trace.serving(&self.key);
+        let learn = Learn { key: self.key.clone(), operation: Operation::ResponsesCreate, signal: None };
+        self.push(Turn { trace, learn });
+        Ok(UpMessage::Text(String::from_utf8_lossy(&extracted.body).into_owned().into()))
+    }
+
+    fn push(&self, turn: Turn) {
+        let mut turns = self.turns.lock().unwrap_or_else(|p| p.into_inner());
+        if turns.len() == MAX_PENDING_TURNS {
+            // A client that never waits for answers: the oldest turn's record closes unanswered.
+            if let Some(old) = turns.pop_front() {
+                old.trace.finish(End {
+                    served_by: Some(self.key.clone()),
+                    status: 200,
+                    error: Some("unanswered"),
+                    usage: None,
+                });
+            }
+        }
+        turns.push_back(turn);
+    }
+}
+
+/// Upstream → client: frames tagged with the key's markers; a turn's record finishes at its end.
+struct Outbound {
+    gateway: Arc<Gateway>,
+    key: KeyId,
+    tagger: Option<Tagger>,
+    turns: Arc<Mutex<VecDeque<Turn>>>,
+}
+
+impl Outbound {
+    async fn pump(
+        self,
+        mut up_rx: UpRx,
+        mut client_tx: ClientTx,
+        mut notice_rx: tokio::sync::mpsc::Receiver<AxumMessage>,
+    ) {
         loop {
             let message = tokio::select! {
                 notice = notice_rx.recv() => {
                     if let Some(notice) = notice {
+                        let closing = matches!(notice, AxumMessage::Close(_));
                         let _ = client_tx.send(notice).await;
-                        let _ = client_tx.send(AxumMessage::Close(None)).await;
+                        if !closing {
+                            let _ = client_tx.send(AxumMessage::Close(None)).await;
+                        }
                     }
+                    self.close_turns("client_gone");
                     return;
                 }
                 message = up_rx.next() => match message {
@@ -374,109 +449,87 @@ async fn relay(gateway: Arc<Gateway>, client: WebSocket, bound: Bound, scope: cr
                 },
             };
             let forwarded = match message {
-                Ok(UpMessage::Text(text)) if memchr::memmem::find(text.as_bytes(), b"response.completed").is_some() => {
-                    if let Ok(event) = serde_json::from_str::<serde_json::Value>(&text) {
-                        if event["type"] == "response.completed" {
-                            let usage = crate::relay::Usage::from_json(&event["response"]["usage"]);
-                            let learn = crate::gateway::Learn {
-                                key: outbound_key.clone(),
-                                operation: Operation::ResponsesCreate,
-                                signal: first_signal.take(),
-                            };
-                            outbound_gateway.completed(learn, usage);
-                        }
-                    }
-                    match tagger.tag_json(text.as_bytes()) {
-                        Some(tagged) => AxumMessage::Text(String::from_utf8_lossy(&tagged).into_owned().into()),
-                        None => AxumMessage::Text(text.as_str().into()),
-                    }
-                }
-                Ok(UpMessage::Text(text)) => match tagger.tag_json(text.as_bytes()) {
-                    Some(tagged) => AxumMessage::Text(String::from_utf8_lossy(&tagged).into_owned().into()),
-                    None => AxumMessage::Text(text.as_str().into()),
-                },
+                Ok(UpMessage::Text(text)) => AxumMessage::Text(self.frame(text.as_str()).into()),
                 Ok(UpMessage::Binary(bytes)) => AxumMessage::Binary(bytes),
                 Ok(UpMessage::Ping(p)) => AxumMessage::Ping(p),
                 Ok(UpMessage::Pong(p)) => AxumMessage::Pong(p),
                 Ok(UpMessage::Close(frame)) => {
                     let close = frame.map(|f| AxumClose { code: u16::from(f.code), reason: f.reason.as_str().into() });
                     let _ = client_tx.send(AxumMessage::Close(close)).await;
+                    self.close_turns("upstream_closed");
                     return;
                 }
                 Ok(UpMessage::Frame(_)) => continue,
                 Err(_) => break,
             };
             if client_tx.send(forwarded).await.is_err() {
+                self.close_turns("client_gone");
                 return;
             }
         }
         // The upstream went away without a close: its state is gone.
         let _ = client_tx.send(lost_state_frame()).await;
         let _ = client_tx.send(AxumMessage::Close(None)).await;
-    };
+        self.close_turns("upstream_cut");
+    }
 
-    tokio::pin!(inbound);
-    tokio::pin!(outbound);
-    tokio::select! {
-        result = &mut inbound => {
-            match result {
-                Ok(()) => {}
-                Err(Misbound(other)) => {
-                    tracing::info!(key = %key, other = %other, "session belongs to another organization; asking the client to reconnect");
-                    let _ = notice_tx.send(lost_state_frame()).await;
-                }
-                Err(Refused(message)) => {
-                    tracing::warn!(key = %key, "closing websocket: {message}");
-                    let _ = notice_tx.send(error_frame(400, "keymux_invalid_marker", &message, None)).await;
-                }
-            }
-            // Let the upstream's answer to a close (or the notice) reach the client, briefly.
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), outbound).await;
+    /// One upstream text frame: noted against the current turn, tagged for the client.
+    fn frame(&self, text: &str) -> String {
+        self.observe(text);
+        match self.tagger.as_ref().and_then(|t| t.tag_json(text.as_bytes())) {
+            Some(tagged) => String::from_utf8_lossy(&tagged).into_owned(),
+            None => text.to_owned(),
         }
-        () = &mut outbound => {}
     }
-    drop(guard);
+
+    /// The current turn's first frame is its time to first byte; `response.completed` ends it with its
+    /// usage, an `error` or `response.failed` ends it as failed.
+    fn observe(&self, text: &str) {
+        let mut turns = self.turns.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(turn) = turns.front_mut() else { return };
+        turn.trace.answered();
+        let kind = turn_end(text);
+        if kind == TurnEnd::Open {
+            return;
+        }
+        let Some(turn) = turns.pop_front() else { return };
+        drop(turns);
+        let (error, usage) = match kind {
+            TurnEnd::Completed(usage) => {
+                self.gateway.completed(&turn.learn, usage);
+                (None, usage)
+            }
+            _ => (Some("upstream_error"), None),
+        };
+        turn.trace.finish(End { served_by: Some(self.key.clone()), status: 200, error, usage });
+    }
+
+    /// Closes the records of turns that will get no answer now.
+    fn close_turns(&self, why: &'static str) {
+        let mut turns = self.turns.lock().unwrap_or_else(|p| p.into_inner());
+        for turn in turns.drain(..) {
+            turn.trace.finish(End { served_by: Some(self.key.clone()), status: 200, error: Some(why), usage: None });
+        }
+    }
 }
 
-fn bound_decision(seq: u64, key: &KeyId) -> Decision {
-    Decision {
-        seq,
-        choice: Some(key.clone()),
-        fallbacks: Vec::new(),
-        reasons: vec![Reason::WebSocketBound { key: key.clone() }],
-        affinity_source: router::AffinitySource::None,
-        affinity_state: router::AffinityState::NoSignal,
-        continuity_hit: true,
-        pin: None,
-        rescued_orgs: Vec::new(),
-        refusal: None,
-    }
+/// Whether a frame ends its turn.
+#[derive(Debug, PartialEq)]
+enum TurnEnd {
+    Open,
+    Completed(Option<Usage>),
+    Failed,
 }
 
-#[expect(clippy::too_many_arguments, reason = "one record is assembled from every part of the frame")]
-fn publish(
-    gateway: &Gateway,
-    facts: &facts::RequestFacts,
-    decision: Decision,
-    attempts: Vec<Attempt>,
-    served_by: Option<KeyId>,
-    status: u16,
-    started: Instant,
-    rescued_items: usize,
-) {
-    gateway.publish(RequestRecord {
-        at_unix_ms: crate::events::unix_ms(),
-        operation: facts.operation,
-        transport: Transport::WebSocket,
-        model: facts.model.clone(),
-        stream: true,
-        decision,
-        attempts,
-        served_by,
-        status,
-        error: None,
-        upstream_code: None,
-        rescued_items,
-        duration_ms: u32::try_from(started.elapsed().as_millis()).unwrap_or(u32::MAX),
-    });
+fn turn_end(text: &str) -> TurnEnd {
+    let has = |needle: &[u8]| memchr::memmem::find(text.as_bytes(), needle).is_some();
+    if !has(b"response.completed") && !has(b"\"error\"") && !has(b"response.failed") {
+        return TurnEnd::Open;
+    }
+    let Ok(event) = serde_json::from_str::<serde_json::Value>(text) else { return TurnEnd::Open };
+    match event["type"].as_str() {
+        Some("response.completed") => TurnEnd::Completed(Usage::from_json(&event["response"]["usage"])),
+        Some("error" | "response.failed") => TurnEnd::Failed,
+        _ => TurnEnd::Open,
+    }
 }

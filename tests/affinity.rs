@@ -334,7 +334,7 @@ async fn provider_rejecting_a_correctly_pinned_request_is_not_the_keys_fault() {
     let r = s.turn(&c, &h.base, false).await;
     assert_eq!(r.status, 400);
     assert_eq!(r.error_code.as_deref(), Some("invalid_encrypted_content"), "relayed as the provider said it");
-    let status = h.gateway.pool().status(tokio::time::Instant::now());
+    let status = h.status();
     let b = status.iter().find(|k| k.label == "b").unwrap();
     assert_eq!(b.invalid_encrypted_content, 1);
     assert_eq!(b.health, "ready", "not blamed");

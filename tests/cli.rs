@@ -60,3 +60,32 @@ async fn secrets_are_never_taken_from_argv() {
     assert!(!ok);
     assert!(err.contains("--secret"), "clap names the unknown flag: {err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn environment_keys_serve_when_the_keychain_is_unreachable() {
+    let sim = keymux_sim::Sim::start(keymux_sim::SimConfig::new().org("org-a", &["sk-env-a1"])).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    // Not --ephemeral, and a session bus address that leads nowhere: the keychain cannot answer.
+    let mut env: Vec<(String, String)> =
+        base_env(home.path()).into_iter().filter(|(k, _)| k != "DBUS_SESSION_BUS_ADDRESS").collect();
+    env.push(("DBUS_SESSION_BUS_ADDRESS".into(), format!("unix:path={}/no-bus", home.path().display())));
+    env.push(("KEYMUX_KEY_A1".into(), "sk-env-a1".into()));
+    env.push(("KEYMUX_CLIENT_TOKEN".into(), TOKEN.into()));
+    let keymux = Keymux::spawn(&["--upstream", &sim.base_url()], &env).await;
+    let r = post(
+        &client(),
+        &format!("{}/responses", keymux.base),
+        &[],
+        &serde_json::json!({"model":"gpt-5.5","input":"x"}),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200, "served with the environment's key");
+    let output = keymux.stop().await;
+    assert!(output.contains("keychain is not reachable"), "says what is missing: {output}");
+    assert!(output.contains("KEYMUX_INSTALL_SECRET"), "and how to keep pins across restarts: {output}");
+    assert!(output.contains("Token: KEYMUX_CLIENT_TOKEN"), "the banner names the token in use: {output}");
+    assert!(!output.contains('\u{1b}'), "no colour codes in logs written to a pipe");
+    assert_no_secrets("keymux output", &output, &["sk-env-a1", TOKEN]);
+}

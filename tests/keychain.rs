@@ -32,6 +32,7 @@ fn isolated_config(home: &std::path::Path, upstream: &str) -> std::path::PathBuf
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(clippy::too_many_lines, reason = "one scenario across four processes, checked at every step")]
 async fn keys_and_tokens_live_in_the_os_keychain_across_processes() {
     require_secret_service();
     let sim = keymux_sim::Sim::start(SimConfig::new().org("org-a", &["sk-kc-work-1"]).org("org-b", &["sk-kc-home-2"]))

@@ -12,6 +12,12 @@ use support::*;
 
 const SECRETS: [&str; 5] = ["sk-a1", "sk-a2", "sk-b1", "sk-b2", "sk-c1"];
 
+/// A system prompt long enough for the provider's prompt cache (1024 tokens and more): shorter prompts
+/// gain nothing from soft affinity, and Keymux balances them instead.
+fn long_system() -> String {
+    "You are a coding agent. Follow the repository's conventions. ".repeat(80)
+}
+
 fn session_id(n: usize) -> String {
     format!("01a227d7-ed08-7e52-9dfa-{n:012x}")
 }
@@ -129,9 +135,9 @@ async fn soft_affinity_keeps_sessions_on_a_warm_cache() {
     // Decisions say where the preference came from and what happened to it.
     let records = keymux.gateway.events().recent(1000);
     let hits = records.iter().filter(|r| r.decision.affinity_state == keymux::router::AffinityState::Hit).count();
-    assert!(records.iter().all(|r| r.decision.affinity_source == keymux::router::AffinitySource::PromptCacheKey));
+    assert!(records.iter().all(|r| r.decision.affinity_source == keymux::facts::AffinitySource::PromptCacheKey));
     assert!(hits >= 600, "follow-ups chose the remembered key: {hits} of {}", records.len());
-    let status = keymux.gateway.pool().status(tokio::time::Instant::now());
+    let status = keymux.status();
     let cached: u64 = status.iter().map(|k| k.cached_tokens).sum();
     assert!(cached > 0, "the provider's own cache result is reported separately");
 }
@@ -157,7 +163,7 @@ async fn raw_cache_keys_never_appear_in_anything_keymux_writes() {
     for (n, raw) in raw_keys.iter().enumerate() {
         for turn in 0..2 {
             let body = json!({"model":"gpt-5.5","stream":n % 2 == 0,"store":false,"prompt_cache_key":raw,
-                "input":[{"role":"developer","content":"sys"},{"role":"user","content":format!("t{turn}")}]});
+                "input":[{"role":"developer","content":long_system()},{"role":"user","content":format!("t{turn}")}]});
             let r = c.post(format!("{}/responses", gateway.base)).bearer_auth(TOKEN).json(&body).send().await.unwrap();
             assert_eq!(r.status(), 200);
             let _ = r.bytes().await.unwrap();
@@ -241,7 +247,7 @@ async fn invalid_cache_keys_are_ignored_and_the_prefix_stands_in() {
         let r = post(&c, &format!("{}/responses", h.base), &[], &body).send().await.unwrap();
         assert_eq!(r.status(), 200, "{bad}");
         let record = h.gateway.events().recent(1).pop().unwrap();
-        assert_eq!(record.decision.affinity_source, keymux::router::AffinitySource::PromptPrefix, "{bad}");
+        assert_eq!(record.decision.affinity_source, keymux::facts::AffinitySource::PromptPrefix, "{bad}");
         // Forwarded unchanged.
         assert_eq!(h.sim.log().last().unwrap().body.as_ref().unwrap()["prompt_cache_key"], *bad);
     }
@@ -250,10 +256,10 @@ async fn invalid_cache_keys_are_ignored_and_the_prefix_stands_in() {
         post(&c, &format!("{}/responses", h.base), &[], &json!({"model":"gpt-5.5","input":[]})).send().await.unwrap();
     assert_eq!(r.status(), 200);
     let record = h.gateway.events().recent(1).pop().unwrap();
-    assert_eq!(record.decision.affinity_source, keymux::router::AffinitySource::None);
+    assert_eq!(record.decision.affinity_source, keymux::facts::AffinitySource::None);
     assert_eq!(record.decision.affinity_state, keymux::router::AffinityState::NoSignal);
     // The prefix signal remembers too: the same prompt comes back to the same key.
-    let body = json!({"model":"gpt-5.5","stream":false,"input":[{"role":"developer","content":"a system prompt"},{"role":"user","content":"same question"}]});
+    let body = json!({"model":"gpt-5.5","stream":false,"input":[{"role":"developer","content":long_system()},{"role":"user","content":"same question"}]});
     let _ = post(&c, &format!("{}/responses", h.base), &[], &body).send().await.unwrap();
     let first = h.sim.log().last().unwrap().key.clone();
     let _ = post(&c, &format!("{}/responses", h.base), &[], &body).send().await.unwrap();
@@ -267,7 +273,7 @@ async fn a_cooling_target_moves_to_its_warm_organization_and_failures_never_teac
     let h = Harness::start(three_orgs(), &five_keys()).await;
     let c = client();
     let send = |t: usize| {
-        let body = json!({"model":"gpt-5.5","stream":true,"prompt_cache_key":"sess-warm","input":[{"role":"user","content":format!("t{t}")}]});
+        let body = json!({"model":"gpt-5.5","stream":true,"prompt_cache_key":"sess-warm","input":[{"role":"developer","content":long_system()},{"role":"user","content":format!("t{t}")}]});
         post(&c, &format!("{}/responses", h.base), &[], &body).send()
     };
     let _ = read_sse(send(0).await.unwrap()).await;
@@ -301,7 +307,55 @@ async fn a_cooling_target_moves_to_its_warm_organization_and_failures_never_teac
 
     // That success taught the table; the cut stream before it did not. Once the original key is back,
     // the session stays where it last succeeded.
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    h.advance(std::time::Duration::from_secs(2));
     let _ = read_sse(send(4).await.unwrap()).await;
     assert_eq!(h.sim.log().last().unwrap().key.as_deref(), Some(during.as_str()));
+}
+
+#[tokio::test]
+async fn short_prompts_are_balanced_not_concentrated() {
+    // 300 small identical requests ("hi"), Responses and Chat, JSON and SSE, at concurrency 16 over three
+    // keys of one upstream: OpenAI does not cache prompts this short, so nothing is gained by keeping
+    // them on one key; they are balanced by headroom and say why.
+    let h = Harness::start(
+        keymux_sim::SimConfig::new().org("org-a", &["sk-a1", "sk-a2", "sk-a3"]),
+        &[key("a1", "sk-a1"), key("a2", "sk-a2"), key("a3", "sk-a3")],
+    )
+    .await;
+    let c = client();
+    let results: Vec<u16> = futures::stream::iter(0..300)
+        .map(|i| {
+            let (c, base) = (c.clone(), h.base.clone());
+            async move {
+                let stream = i % 2 == 0;
+                let (path, body) = if i % 4 < 2 {
+                    (
+                        "responses",
+                        json!({"model":"gpt-5.5","stream":stream,"prompt_cache_key":"same-session","input":"hi"}),
+                    )
+                } else {
+                    (
+                        "chat/completions",
+                        json!({"model":"gpt-5.5","stream":stream,"messages":[{"role":"user","content":"hi"}]}),
+                    )
+                };
+                let r = post(&c, &format!("{base}/{path}"), &[], &body).send().await.unwrap();
+                let status = r.status().as_u16();
+                let _ = r.bytes().await;
+                status
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    assert!(results.iter().all(|s| *s == 200));
+    let counts = client_counts(&h.sim);
+    println!("300 short requests over three keys: {counts:?}");
+    for secret in ["sk-a1", "sk-a2", "sk-a3"] {
+        let n = counts.get(secret).copied().unwrap_or(0);
+        assert!((70..=130).contains(&n), "short prompts concentrated on some key: {counts:?}");
+    }
+    let records = h.gateway.events().recent(300);
+    assert!(records.iter().all(|r| r.decision.affinity_state == keymux::router::AffinityState::ShortPrompt));
+    assert!(records.iter().all(|r| r.decision.route == keymux::router::Route::Balanced));
 }

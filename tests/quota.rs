@@ -1,4 +1,5 @@
 //! The quota-aware pool, black-box against the simulator's per-key rate limits and faults.
+#![allow(clippy::disallowed_methods, reason = "tests")]
 #![allow(clippy::unwrap_used, clippy::print_stdout, reason = "tests print the figures they measure")]
 
 mod support;
@@ -35,28 +36,35 @@ async fn small_stream(c: &reqwest::Client, base: &str) -> (u16, bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sustained_load_above_one_key_stays_under_every_limit() {
-    // Each key: 6 requests per 2 s window (3/s). Load: about 6.5/s, above any one key, under the sum (9/s).
+    // Each key: 6 requests per 2 s window. Load: 13 requests per window, above any one key, under the sum
+    // (18). Time moves on by whole windows on both clocks, so the run does not depend on this machine's
+    // speed.
     let window = Duration::from_secs(2);
     let limits = Limits { requests: 6, tokens: 10_000_000, window };
     let sim =
         SimConfig::new().org("org-a", &["sk-a1"]).org("org-b", &["sk-b1"]).org("org-c", &["sk-c1"]).limits(limits);
     let h = Harness::start(sim, &[key("a1", "sk-a1"), key("b1", "sk-b1"), key("c1", "sk-c1")]).await;
+    // The start-up probes used one request of each window; start with fresh windows.
+    h.advance(window);
     let c = client();
-    let started = tokio::time::Instant::now();
-    let mut ticker = tokio::time::interval(Duration::from_millis(150));
-    let mut pending = Vec::new();
-    while started.elapsed() < Duration::from_secs(6) {
-        ticker.tick().await;
-        let (c, base) = (c.clone(), h.base.clone());
-        pending.push(tokio::spawn(async move { small(&c, &base).await }));
+    let windows = 4;
+    let mut results = Vec::new();
+    for _ in 0..windows {
+        let batch: Vec<(u16, Value)> = futures::stream::iter(0..13)
+            .map(|_| {
+                let (c, base) = (c.clone(), h.base.clone());
+                async move { small(&c, &base).await }
+            })
+            .buffer_unordered(4)
+            .collect()
+            .await;
+        results.extend(batch);
+        h.advance(window);
     }
-    let results: Vec<(u16, Value)> = futures::future::join_all(pending).await.into_iter().map(Result::unwrap).collect();
-    let elapsed = started.elapsed();
     let errors: Vec<_> = results.iter().filter(|(s, _)| *s != 200).collect();
-    let log = h.sim.log();
     let mut upstream_429: BTreeMap<String, usize> = BTreeMap::new();
     let mut served: BTreeMap<String, usize> = BTreeMap::new();
-    for e in &log {
+    for e in &h.sim.log() {
         let key = e.key.clone().unwrap_or_default();
         if e.status == 429 {
             *upstream_429.entry(key).or_default() += 1;
@@ -64,18 +72,15 @@ async fn sustained_load_above_one_key_stays_under_every_limit() {
             *served.entry(key).or_default() += 1;
         }
     }
-    let windows = (elapsed.as_secs_f64() / window.as_secs_f64()).ceil() as usize + 1;
     println!(
-        "{} requests in {:.1}s (3 keys x 6 per 2 s): {} client errors; served per key {served:?}; upstream 429s per key {upstream_429:?} (allowed at most {windows} each)",
+        "{} requests in {windows} windows (3 keys x 6 per window): {} client errors; served per key {served:?}; upstream 429s per key {upstream_429:?}",
         results.len(),
-        elapsed.as_secs_f64(),
         errors.len()
     );
     assert!(errors.is_empty(), "{errors:?}");
-    for (key, n) in &upstream_429 {
-        assert!(*n <= windows, "{key} was sent past its limit {n} times in {windows} windows");
-    }
+    assert!(upstream_429.is_empty(), "a key was sent past its limit: {upstream_429:?}");
     assert_eq!(served.len(), 3, "all keys carried the load");
+    assert!(served.values().all(|n| *n <= 6 * windows), "{served:?}");
 }
 
 #[tokio::test]
@@ -84,7 +89,7 @@ async fn faults_are_absorbed_while_healthy_keys_remain() {
     let sim = keys.iter().enumerate().fold(SimConfig::new(), |s, (i, k)| s.org(&format!("org-{i}"), &[k]));
     let test_keys: Vec<TestKey> = keys.iter().map(|k| key(&k[3..], k)).collect();
     let h = Harness::start_with(sim, &test_keys, |c| {
-        c.timeouts.first_byte_ms = 400;
+        c.timeouts.first_byte_ms = 3_000;
         c.max_attempts = 4;
     })
     .await;
@@ -94,7 +99,7 @@ async fn faults_are_absorbed_while_healthy_keys_remain() {
     let faults = [
         ("sk-f1", Fault::Status500),
         ("sk-f2", Fault::CutAfterEvents(0)),
-        ("sk-f3", Fault::SlowFirstByte(Duration::from_millis(1500))),
+        ("sk-f3", Fault::SlowFirstByte(Duration::from_secs(60))),
         ("sk-f4", Fault::InvalidKey),
         ("sk-f5", Fault::InsufficientQuota),
     ];
@@ -128,7 +133,7 @@ async fn faults_are_absorbed_while_healthy_keys_remain() {
     for (key, kind) in expect {
         assert_eq!(failures_seen.get(key), Some(&kind), "{failures_seen:?}");
     }
-    let status = h.gateway.pool().status(tokio::time::Instant::now());
+    let status = h.status();
     let health = |label: &str| status.iter().find(|k| k.label == label).unwrap().health;
     assert_eq!(health("f4"), "invalid");
     assert_eq!(health("f5"), "quota_exhausted");
@@ -153,19 +158,8 @@ async fn faults_are_absorbed_while_healthy_keys_remain() {
     assert_eq!(last, 429);
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines().find_map(|l| {
-                l.strip_prefix("VmRSS:").map(|v| v.trim().trim_end_matches(" kB").trim().parse().unwrap_or(0))
-            })
-        })
-        .unwrap_or(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_thousand_triple_failovers_keep_attempt_records_small_and_memory_flat() {
+async fn a_thousand_triple_failovers_keep_attempt_records_small() {
     let sim = keymux_sim::Sim::start(
         SimConfig::new()
             .org("org-a", &["sk-a"])
@@ -190,7 +184,6 @@ async fn a_thousand_triple_failovers_keep_attempt_records_small_and_memory_flat(
     let gateway =
         Keymux::spawn(&["--ephemeral", "--config", config.to_str().unwrap(), "--upstream", &sim.base_url()], &env)
             .await;
-    let pid = gateway.child.id().unwrap();
     let c = client();
     let round = |n: usize| {
         for k in ["sk-a", "sk-b", "sk-c"] {
@@ -210,11 +203,8 @@ async fn a_thousand_triple_failovers_keep_attempt_records_small_and_memory_flat(
                 .await
         }
     };
-    let before = rss_kib(pid);
     let first = round(1000).await;
-    let after_first = rss_kib(pid);
     let second = round(1000).await;
-    let after_second = rss_kib(pid);
     assert!(first.iter().chain(&second).all(|s| *s == 200));
 
     let decisions: Value = decisions_api(&c, &gateway.root).await;
@@ -228,16 +218,15 @@ async fn a_thousand_triple_failovers_keep_attempt_records_small_and_memory_flat(
         sizes.push(serde_json::to_vec(attempts).unwrap().len());
     }
     let (min, max) = (*sizes.iter().min().unwrap(), *sizes.iter().max().unwrap());
+    // Memory over time is a benchmark's figure (`cargo bench --bench gateway`), not a test's.
     println!(
-        "2 x 1000 requests x 3 failovers: attempt record {min}..{max} bytes encoded ({} bytes in memory per attempt); keymux RSS {before} KiB -> {after_first} KiB after 1000 -> {after_second} KiB after 2000",
+        "2 x 1000 requests x 3 failovers: attempt record {min}..{max} bytes encoded ({} bytes in memory per attempt)",
         std::mem::size_of::<keymux::events::Attempt>()
     );
     let _ = gateway.stop().await;
     // A fixed bound, whatever the retry count: at most MAX_ATTEMPTS entries of small values.
     assert!(max <= 512, "{max}");
     assert!(max - min <= 16, "no record grows with the history of others: {min}..{max}");
-    // The second thousand costs no more memory than the first left behind (rings and tables are bounded).
-    assert!(after_second <= after_first + 8 * 1024, "{after_first} KiB -> {after_second} KiB");
 }
 
 #[tokio::test]
@@ -279,7 +268,7 @@ async fn budgets_are_soft_and_overruns_are_shown() {
         }
     };
     let over = |h: &Harness| {
-        let status = h.gateway.pool().status(tokio::time::Instant::now());
+        let status = h.status();
         let a1 = status.iter().find(|k| k.label == "a1").unwrap().clone();
         a1.tokens_today > a1.daily_token_budget.unwrap()
     };
@@ -313,7 +302,7 @@ async fn a_key_without_the_model_is_skipped_for_that_model_only() {
     assert_eq!(status, 404, "{body}");
     assert_eq!(body["error"]["code"], "model_not_found");
     // Both are now skipped for gpt-5.5, and the UI shows it; other models still use them.
-    let status = h.gateway.pool().status(tokio::time::Instant::now());
+    let status = h.status();
     assert!(status.iter().all(|k| k.unavailable_models == ["gpt-5.5"]));
     let (status, _) = small(&c, &h.base).await;
     assert_eq!(status, 503, "no key serves gpt-5.5 any more");
@@ -361,18 +350,53 @@ async fn a_client_that_leaves_early_is_recorded_as_cancelled() {
     let h = Harness::start(SimConfig::new().org("org-a", &["sk-a1"]), &[key("a1", "sk-a1")]).await;
     h.sim.inject("sk-a1", Fault::SlowFirstByte(Duration::from_millis(1500)));
     let c = client();
+    let mut feed = h.gateway.events().subscribe();
     let request = post(&c, &format!("{}/responses", h.base), &[], &json!({"model":"gpt-5.5","input":"slow"})).send();
     assert!(tokio::time::timeout(Duration::from_millis(300), request).await.is_err(), "gave up before the answer");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
-    let record = loop {
-        if let Some(r) = h.gateway.events().recent(1).pop().filter(|r| r.error == Some("client_cancelled")) {
-            break r;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no client_cancelled record");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let record = tokio::time::timeout(Duration::from_secs(30), feed.recv()).await.expect("recorded").unwrap();
+    assert_eq!(record.error, Some("client_cancelled"));
     assert_eq!(record.status, 499);
     assert_eq!(record.attempts.len(), 1);
     assert_eq!(record.attempts[0].failure, Some(FailureKind::ClientCancelled));
-    assert_eq!(h.gateway.pool().status(tokio::time::Instant::now())[0].in_flight, 0, "the key was released");
+    assert_eq!(h.status()[0].in_flight, 0, "the key was released");
+}
+
+/// Sends `n` new sessions one after another; how many each key's first turn served.
+async fn sequential_sessions(h: &Harness, n: usize) -> BTreeMap<String, usize> {
+    let mut served = BTreeMap::new();
+    for _ in 0..n {
+        assert_eq!(small(&client(), &h.base).await.0, 200);
+        let record = h.gateway.events().recent(1).pop().unwrap();
+        let key = record.served_by.as_ref().unwrap().as_str().replacen("k_", "sk-", 1);
+        *served.entry(key).or_default() += 1;
+    }
+    served
+}
+
+#[tokio::test]
+async fn a_key_back_from_an_outage_gets_its_share_of_new_sessions_not_all_of_them() {
+    let sim = SimConfig::new().org("org-a", &["sk-a1"]).org("org-b", &["sk-b1"]).org("org-c", &["sk-c1"]);
+    let h = Harness::start(sim, &[key("a1", "sk-a1"), key("b1", "sk-b1"), key("c1", "sk-c1")]).await;
+    // A key that answers 500 for a while is still tried (and fails over), so it is not owed sessions later.
+    h.sim.set_standing("sk-a1", Fault::Status500, None);
+    let _ = sequential_sessions(&h, 30).await;
+    h.sim.clear_standing("sk-a1");
+    let after_errors = sequential_sessions(&h, 30).await;
+    println!("30 new sessions after a key's run of 500s: {after_errors:?}");
+    for secret in ["sk-a1", "sk-b1", "sk-c1"] {
+        let n = after_errors.get(secret).copied().unwrap_or(0);
+        assert!((6..=14).contains(&n), "uneven after errors: {after_errors:?}");
+    }
+    // A key rate limited for ten minutes is skipped meanwhile; when it is back, the others' starts have
+    // decayed, and it takes about a third of new sessions, not every one until it has caught up.
+    h.sim.inject("sk-a1", Fault::RateLimited { retry_after_secs: 600 });
+    let _ = sequential_sessions(&h, 31).await;
+    assert_eq!(h.status().iter().find(|k| k.label == "a1").unwrap().health, "cooling");
+    h.advance(Duration::from_secs(660));
+    let after_cooling = sequential_sessions(&h, 30).await;
+    println!("30 new sessions after a key's ten-minute cooldown: {after_cooling:?}");
+    for secret in ["sk-a1", "sk-b1", "sk-c1"] {
+        let n = after_cooling.get(secret).copied().unwrap_or(0);
+        assert!((6..=14).contains(&n), "uneven after a cooldown: {after_cooling:?}");
+    }
 }

@@ -194,7 +194,7 @@ async fn frames_are_tagged_for_the_client_and_untagged_for_the_upstream() {
     let frames =
         h.gateway.events().recent(100).iter().filter(|r| r.transport == keymux::events::Transport::WebSocket).count();
     assert_eq!(frames, 6, "prewarm and three frames, then a prewarm and a resend");
-    let counted: u64 = h.gateway.metrics().rows(1).iter().map(|r| r.counters.requests).sum();
+    let counted: u64 = h.gateway.metrics().rows(1, h.gateway.today()).iter().map(|r| r.counters.requests).sum();
     assert_eq!(counted, 6);
     let last = h.sim.log().into_iter().rfind(|e| e.method == "WS").unwrap();
     let sent = last.body.unwrap();
@@ -310,8 +310,8 @@ async fn a_socket_bound_to_the_wrong_organization_makes_the_client_reconnect_onc
     }
     let served = h.sim.log().last().unwrap().key.clone().unwrap();
     let wrong = if org_of(&served) == "org-c" { "k_a1" } else { "k_c1" };
-    let digest = h.gateway.pool().markers().session_digest("responses", &http.id);
-    h.gateway.hints().insert(digest, keymux::keys::KeyId::new(wrong), tokio::time::Instant::now());
+    let digest = h.gateway.markers().digest().session("responses", &http.id);
+    h.gateway.hints().insert(digest, keymux::keys::KeyId::new(wrong), h.gateway.clock().now());
     let mut ws = CodexWs::new(0);
     ws.id = http.id.clone();
     ws.history = http.history[1..].to_vec();

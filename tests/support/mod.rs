@@ -9,12 +9,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use keymux::config::Config;
-use keymux::keys::{KeyEntry, KeyId, KeySource, Provider};
-use keymux::markers::Markers;
-use keymux::secrets::Secret;
-use keymux::tokens::TokenSet;
-use keymux::Gateway;
+use keymux::config::{Config, KeyConfig, TokenConfig};
+use keymux::keys::{KeyId, Provider};
+use keymux::secrets::{MemoryStore, Secret, SecretStore as _};
+use keymux::startup::{ConfigSource, StartOptions};
+use keymux::{Gateway, Runtime};
 use keymux_sim::{Sim, SimConfig};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, BufReader};
@@ -23,14 +22,15 @@ use tokio::time::Instant;
 /// The local client token every test client sends.
 pub const TOKEN: &str = "km-test-local-token-4d2c7a91e0b35f68";
 
-/// A gateway served in-process on a loopback port, in front of a simulator.
+/// A gateway served in-process on a loopback port through the same runtime `keymux serve` uses, in
+/// front of a simulator.
 pub struct Harness {
     pub sim: Sim,
     pub gateway: Arc<Gateway>,
     /// `http://127.0.0.1:PORT/v1`
     pub base: String,
     pub root: String,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    runtime: Option<Runtime>,
 }
 
 /// A key for the harness.
@@ -70,6 +70,47 @@ pub fn azure_key(label: &str, secret: &str) -> TestKey {
     TestKey { provider: Provider::Azure, ..key(label, secret) }
 }
 
+/// The install secret every harness keys its markers with.
+pub const INSTALL_SECRET: &str = "install-secret-of-the-test-harness";
+
+/// A config naming `keys` (secrets go to the store), the harness token, and the simulator upstream.
+fn harness_config(sim: &Sim, keys: &[TestKey], store: &MemoryStore) -> Config {
+    let mut config = Config { upstream: sim.base_url(), ..Config::default() };
+    for k in keys {
+        let id = KeyId::new(format!("k_{}", k.label));
+        store.set(&keymux::secrets::account::key(id.as_str()), &Secret::new(k.secret.as_str())).unwrap();
+        config.keys.push(KeyConfig {
+            id,
+            label: k.label.clone(),
+            provider: k.provider,
+            base_url: (k.provider == Provider::Azure).then(|| sim.base_url()),
+            org: None,
+            priority: k.priority,
+            daily_token_budget: k.budget,
+            models: Vec::new(),
+            exclude_models: Vec::new(),
+        });
+    }
+    config.tokens.push(TokenConfig { id: "t_test".into(), name: "test".into(), created_unix: 0 });
+    store.set(&keymux::secrets::account::token("t_test"), &Secret::new(TOKEN)).unwrap();
+    store.set(keymux::secrets::account::INSTALL_SECRET, &Secret::new(INSTALL_SECRET)).unwrap();
+    config
+}
+
+/// Start options for a gateway on a free loopback port in front of `sim`, with `keys` and the harness
+/// token in a memory store.
+pub fn options_for(sim: &Sim, keys: &[TestKey], tweak: impl FnOnce(&mut Config)) -> StartOptions {
+    let store = MemoryStore::default();
+    let mut config = harness_config(sim, keys, &store);
+    tweak(&mut config);
+    StartOptions {
+        config: ConfigSource::Value(config),
+        store: Some(Arc::new(store)),
+        listen: Some("127.0.0.1:0".parse().unwrap()),
+        ..StartOptions::default()
+    }
+}
+
 impl Harness {
     pub async fn start(sim_config: SimConfig, keys: &[TestKey]) -> Self {
         Self::start_with(sim_config, keys, |_| {}).await
@@ -77,52 +118,40 @@ impl Harness {
 
     pub async fn start_with(sim_config: SimConfig, keys: &[TestKey], tweak: impl FnOnce(&mut Config)) -> Self {
         let sim = Sim::start(sim_config).await.expect("simulator starts");
-        let mut config = Config { upstream: sim.base_url(), ..Config::default() };
-        tweak(&mut config);
-        let entries = keys
-            .iter()
-            .map(|k| KeyEntry {
-                base_url: (k.provider == Provider::Azure).then(|| sim.base_url()),
-                priority: k.priority,
-                daily_token_budget: k.budget,
-                ..KeyEntry::new(
-                    KeyId::new(format!("k_{}", k.label)),
-                    k.label.clone(),
-                    k.provider,
-                    Secret::new(k.secret.as_str()),
-                    KeySource::Embedded,
-                )
-            })
-            .collect();
-        let gateway = Arc::new(
-            Gateway::new(
-                &config,
-                entries,
-                TokenSet::new(&[Secret::new(TOKEN)]),
-                Markers::new(&Secret::new("install-secret-of-the-test-harness")),
-            )
-            .expect("gateway")
-            .with_metrics(match &config.metrics_dir {
-                Some(dir) => keymux::metrics::Metrics::open(dir, 90),
-                None => keymux::metrics::Metrics::in_memory(),
-            }),
-        );
-        // As `keymux serve` does at start: learn every key's organization.
-        gateway.probe_keys().await;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(keymux::serve(listener, gateway.clone(), async move {
-            let _ = rx.await;
-        }));
-        Self { sim, gateway, base: format!("http://{addr}/v1"), root: format!("http://{addr}"), shutdown: Some(tx) }
+        let runtime = Runtime::start(options_for(&sim, keys, tweak)).await.expect("gateway starts");
+        // As with `keymux serve`, every key's organization is learned before clients arrive.
+        runtime.probed().await;
+        let addr = runtime.addr();
+        Self {
+            sim,
+            gateway: runtime.gateway().clone(),
+            base: format!("http://{addr}/v1"),
+            root: format!("http://{addr}"),
+            runtime: Some(runtime),
+        }
+    }
+
+    /// Moves the gateway's and the simulator's clocks on together.
+    pub fn advance(&self, by: Duration) {
+        self.gateway.clock().advance(by);
+        self.sim.advance(by);
+    }
+
+    /// Every key's status, as the status API shows it.
+    pub fn status(&self) -> Vec<keymux::pool::KeyStatus> {
+        self.gateway.pool().status(self.gateway.clock().now(), self.gateway.today())
+    }
+
+    /// Stops the gateway the way `keymux serve` does on SIGTERM.
+    pub async fn shutdown(mut self) -> keymux::runtime::Stopped {
+        self.runtime.take().expect("running").shutdown().await
     }
 }
 
 impl Drop for Harness {
     fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
+        if let Some(runtime) = &self.runtime {
+            runtime.stopper().stop();
         }
         self.sim.shutdown();
     }

@@ -1,0 +1,162 @@
+//! Outbound: giving every org-bound value in an answer the serving key's marker.
+
+use serde_json::Value;
+
+use super::scan::{json_string_bytes, string_end, value_start};
+use super::{id_field, is_bound_id, Field, Markers, OrgTag, VERSION};
+use crate::keys::KeyId;
+
+/// The result of `Markers::tag_raw`.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RawTag {
+    /// Markers were spliced in.
+    Tagged(Vec<u8>),
+    /// Nothing needed a marker.
+    Unchanged,
+    /// The text holds an encrypted item without an org-bound id: tag the parsed tree instead.
+    NeedsTree,
+}
+
+/// What a byte scan of an answer found to splice.
+#[derive(Default)]
+struct Splices {
+    /// (where, marker) pairs.
+    inserts: Vec<(usize, String)>,
+    /// `encrypted_content` string values seen.
+    contents: usize,
+    /// `id`s of org-bound items seen.
+    bound_ids: usize,
+}
+
+/// Whether an id (of an item that carries encrypted content, or not) gets a marker.
+type WantsTag = fn(&str, bool) -> bool;
+
+/// The id-like keys tagged in answers, and which type prefixes each carries a marker for.
+const ID_KEYS: [(&[u8], &[&[u8]]); 3] = [
+    (b"\"id\"", &[b"rs", b"cmp", b"resp"]),
+    (b"\"item_id\"", &[b"rs", b"cmp"]),
+    (b"\"previous_response_id\"", &[b"resp"]),
+];
+
+impl Markers {
+    /// Tags a JSON text by splicing markers into its bytes, without parsing it into a tree: every
+    /// `encrypted_content` string value, and every `id` / `item_id` whose value has an org-bound type
+    /// prefix (`rs_`, `cmp_`). Gives the same result as `tag_tree` whenever every item that carries
+    /// encrypted content has an org-bound id; otherwise it answers `NeedsTree` and the caller uses
+    /// `tag_tree` (future item types, items without ids).
+    pub fn tag_raw(&self, text: &[u8], key: &KeyId, org: OrgTag) -> RawTag {
+        if !KeyId::is_well_formed(key.as_str()) {
+            return RawTag::Unchanged;
+        }
+        let mut found = Splices::default();
+        if self.find_contents(text, key, org, &mut found).is_none()
+            || self.find_ids(text, key, org, &mut found).is_none()
+        {
+            return RawTag::NeedsTree;
+        }
+        if found.contents > found.bound_ids {
+            return RawTag::NeedsTree;
+        }
+        if found.inserts.is_empty() {
+            return RawTag::Unchanged;
+        }
+        found.inserts.sort_by_key(|(at, _)| *at);
+        let extra: usize = found.inserts.iter().map(|(_, m)| m.len()).sum();
+        let mut out = Vec::with_capacity(text.len() + extra);
+        let mut cursor = 0;
+        for (at, mark) in found.inserts {
+            out.extend_from_slice(&text[cursor..at]);
+            out.extend_from_slice(mark.as_bytes());
+            cursor = at;
+        }
+        out.extend_from_slice(&text[cursor..]);
+        RawTag::Tagged(out)
+    }
+
+    /// Every `encrypted_content` string value; `None` when one has no end (not valid JSON).
+    fn find_contents(&self, text: &[u8], key: &KeyId, org: OrgTag, found: &mut Splices) -> Option<()> {
+        for at in memchr::memmem::find_iter(text, b"\"encrypted_content\"") {
+            let Some(start) = value_start(text, at, b"encrypted_content".len()) else {
+                continue;
+            };
+            let end = string_end(text, start)?;
+            found.contents += 1;
+            let value = &text[start..end];
+            if !value.starts_with(VERSION) {
+                let mark = self.marked(Field::EncryptedContent, key, org, &json_string_bytes(value));
+                found.inserts.push((start, mark));
+            }
+        }
+        Some(())
+    }
+
+    /// Every id of an org-bound item or response; `None` when one has no end (not valid JSON).
+    fn find_ids(&self, text: &[u8], key: &KeyId, org: OrgTag, found: &mut Splices) -> Option<()> {
+        for (needle, prefixes) in ID_KEYS {
+            for at in memchr::memmem::find_iter(text, needle) {
+                let Some(start) = value_start(text, at, needle.len() - 2) else {
+                    continue;
+                };
+                let end = string_end(text, start)?;
+                let value = &text[start..end];
+                let Some(split) = value.iter().position(|b| *b == b'_') else {
+                    continue;
+                };
+                let prefix = &value[..split];
+                if !prefixes.contains(&prefix) {
+                    continue;
+                }
+                if needle == b"\"id\"" && prefix != b"resp" {
+                    found.bound_ids += 1;
+                }
+                if !value[split + 1..].starts_with(VERSION) {
+                    let mark = self.marked(id_field(prefix), key, org, &json_string_bytes(value));
+                    found.inserts.push((start + split + 1, mark));
+                }
+            }
+        }
+        Some(())
+    }
+
+    /// Tags every org-bound value in a response JSON tree for `key`: `encrypted_content` anywhere, the
+    /// `id` of any item that carries encrypted content or is of an org-bound kind (`rs_`, `cmp_`), and
+    /// `item_id` references to such items. Returns how many values were tagged.
+    pub fn tag_tree(&self, value: &mut Value, key: &KeyId, org: OrgTag) -> usize {
+        match value {
+            Value::Object(map) => {
+                let mut tagged = 0;
+                let mut bound = false;
+                if let Some(Value::String(content)) = map.get_mut("encrypted_content") {
+                    bound = true;
+                    if let Some(wrapped) = self.wrap_content(key, org, content) {
+                        *content = wrapped;
+                        tagged += 1;
+                    }
+                }
+                let wanted: [(&str, WantsTag); 3] = [
+                    ("id", |id, bound| bound || is_bound_id(id) || id.starts_with("resp_")),
+                    ("previous_response_id", |id, _| id.starts_with("resp_")),
+                    ("item_id", |id, _| is_bound_id(id)),
+                ];
+                for (name, wants) in wanted {
+                    if let Some(Value::String(id)) = map.get_mut(name) {
+                        if wants(id, bound) {
+                            if let Some(t) = self.tag_id(key, org, id) {
+                                *id = t;
+                                tagged += 1;
+                            }
+                        }
+                    }
+                }
+                for (name, child) in map.iter_mut() {
+                    if matches!(child, Value::Object(_) | Value::Array(_)) && name != "encrypted_content" {
+                        tagged += self.tag_tree(child, key, org);
+                    }
+                }
+                tagged
+            }
+            Value::Array(items) => items.iter_mut().map(|v| self.tag_tree(v, key, org)).sum(),
+            _ => 0,
+        }
+    }
+}

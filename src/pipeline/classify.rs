@@ -1,0 +1,261 @@
+//! The one answer classifier: what an upstream answer (or a failure to get one) means for the key and
+//! for the request. HTTP requests and WebSocket handshakes both come here, so a 429
+//! `insufficient_quota` rests a key the same way whichever transport met it.
+
+use std::time::Duration;
+
+use axum::http::HeaderMap;
+use tokio::time::Instant;
+
+use crate::events::FailureKind;
+use crate::pool::OutcomeKind;
+use crate::quota::cooldown_hint;
+use crate::quota::Reading;
+use crate::upstream::UpstreamError;
+
+/// Cooldown for a 429 that gave no hint at all.
+pub const DEFAULT_COOLDOWN: Duration = Duration::from_secs(5);
+
+/// The provider error codes Keymux acts on or reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Code {
+    /// The account is out of credit.
+    InsufficientQuota,
+    /// The key cannot use the model.
+    ModelNotFound,
+    /// Encrypted content the key's organization cannot read.
+    InvalidEncryptedContent,
+    /// A `previous_response_id` the key does not hold.
+    PreviousResponseNotFound,
+    /// Any other code.
+    Other,
+}
+
+impl Code {
+    /// Reads an `error.code`.
+    pub fn parse(code: &str) -> Self {
+        match code {
+            "insufficient_quota" => Self::InsufficientQuota,
+            "model_not_found" => Self::ModelNotFound,
+            "invalid_encrypted_content" => Self::InvalidEncryptedContent,
+            "previous_response_not_found" => Self::PreviousResponseNotFound,
+            _ => Self::Other,
+        }
+    }
+
+    /// The code's name, for records, when it is one users should see.
+    pub fn notable(self) -> Option<&'static str> {
+        match self {
+            Self::InsufficientQuota => Some("insufficient_quota"),
+            Self::ModelNotFound => Some("model_not_found"),
+            Self::InvalidEncryptedContent => Some("invalid_encrypted_content"),
+            Self::PreviousResponseNotFound => Some("previous_response_not_found"),
+            Self::Other => None,
+        }
+    }
+}
+
+/// What an answer's status, headers and (for errors) body said, read once.
+#[derive(Clone, Debug)]
+pub struct Heard {
+    /// The status.
+    pub status: u16,
+    /// `openai-organization`, if sent.
+    pub org: Option<String>,
+    /// The rate-limit windows reported.
+    pub limits: Reading,
+    /// `retry-after-ms`, `retry-after` or a reset header, clamped.
+    pub cooldown: Option<Duration>,
+    /// The error body's `error.code`, when there is one.
+    pub code: Option<Code>,
+}
+
+impl Heard {
+    /// Reads what a response's status line and headers say (the code is read from the body later).
+    pub fn from_headers(status: u16, headers: &HeaderMap, now: Instant) -> Self {
+        let org = headers
+            .get("openai-organization")
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty() && v.len() <= 128)
+            .map(str::to_owned);
+        Self { status, org, limits: Reading::from_headers(headers, now), cooldown: cooldown_hint(headers), code: None }
+    }
+
+    /// Reads `error.code` from an error body.
+    pub fn with_body(mut self, body: &[u8]) -> Self {
+        self.code = error_code(body).map(|c| Code::parse(&c));
+        self
+    }
+}
+
+/// The `error.code` of an OpenAI-shaped error body.
+pub fn error_code(body: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Body {
+        error: Error,
+    }
+    #[derive(serde::Deserialize)]
+    struct Error {
+        code: Option<String>,
+    }
+    serde_json::from_slice::<Body>(body).ok()?.error.code
+}
+
+/// What the pipeline does next with an answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Relay it: the request is served.
+    Relay,
+    /// Try the next candidate; this answer is relayed only if none is left.
+    FailOver,
+    /// The key was rejected: try the next candidate; if none is left, say so (the provider's own body
+    /// names a masked key and is never relayed).
+    Rejected,
+    /// Relay it as the final answer (the client's own request was refused).
+    Final,
+}
+
+/// The classification of one attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// Its effect on the key.
+    pub outcome: OutcomeKind,
+    /// Why it did not serve, if it did not.
+    pub failure: Option<FailureKind>,
+    /// What to do next.
+    pub next: Next,
+}
+
+/// What the classifier needs to know about the request.
+#[derive(Clone, Copy, Debug)]
+pub struct Context {
+    /// The request names a model (a `model_not_found` then means this key lacks it).
+    pub model_named: bool,
+    /// How long an out-of-quota key rests.
+    pub quota_recheck: Duration,
+}
+
+/// Classifies an answer.
+pub fn judge(heard: &Heard, ctx: Context) -> Verdict {
+    let verdict = |outcome, failure, next| Verdict { outcome, failure: Some(failure), next };
+    match (heard.status, heard.code) {
+        // 101: a WebSocket handshake that succeeded.
+        (101 | 200..=299, _) => Verdict { outcome: OutcomeKind::Served, failure: None, next: Next::Relay },
+        // A redirect is not the key's fault, and another key would get the same: relay it.
+        (300..=399, _) => Verdict { outcome: OutcomeKind::Served, failure: None, next: Next::Final },
+        (401 | 403, _) => verdict(OutcomeKind::Rejected, FailureKind::InvalidKey, Next::Rejected),
+        (429, Some(Code::InsufficientQuota)) => verdict(
+            OutcomeKind::QuotaExhausted { recheck: ctx.quota_recheck },
+            FailureKind::QuotaExhausted,
+            Next::FailOver,
+        ),
+        (429, _) => verdict(
+            OutcomeKind::RateLimited { cooldown: heard.cooldown.unwrap_or(DEFAULT_COOLDOWN) },
+            FailureKind::RateLimited,
+            Next::FailOver,
+        ),
+        (500..=599, _) => verdict(OutcomeKind::Failed, FailureKind::Upstream5xx, Next::FailOver),
+        (404, Some(Code::ModelNotFound)) if ctx.model_named => {
+            verdict(OutcomeKind::ClientError, FailureKind::ModelUnavailable, Next::FailOver)
+        }
+        _ => verdict(OutcomeKind::ClientError, FailureKind::ClientError, Next::FailOver).final_answer(),
+    }
+}
+
+impl Verdict {
+    fn final_answer(self) -> Self {
+        Self { next: Next::Final, ..self }
+    }
+}
+
+/// Classifies an attempt that got no answer.
+pub fn judge_failure(error: &UpstreamError) -> Verdict {
+    let failure = match error {
+        UpstreamError::FirstByteTimeout { .. } => FailureKind::Timeout,
+        UpstreamError::Cut { .. } => FailureKind::UpstreamCut,
+        UpstreamError::Connect { .. } | UpstreamError::Transport { .. } | UpstreamError::BadBaseUrl { .. } => {
+            FailureKind::UpstreamUnreachable
+        }
+    };
+    Verdict { outcome: OutcomeKind::Failed, failure: Some(failure), next: Next::FailOver }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn heard(status: u16, code: Option<&str>, cooldown: Option<u64>) -> Heard {
+        Heard {
+            status,
+            org: None,
+            limits: Reading::default(),
+            cooldown: cooldown.map(Duration::from_secs),
+            code: code.map(Code::parse),
+        }
+    }
+
+    #[test]
+    fn table_of_answers() {
+        let ctx = Context { model_named: true, quota_recheck: Duration::from_secs(3600) };
+        let cases = [
+            (heard(200, None, None), OutcomeKind::Served, None, Next::Relay),
+            (heard(101, None, None), OutcomeKind::Served, None, Next::Relay),
+            (heard(307, None, None), OutcomeKind::Served, None, Next::Final),
+            (
+                heard(401, Some("invalid_api_key"), None),
+                OutcomeKind::Rejected,
+                Some(FailureKind::InvalidKey),
+                Next::Rejected,
+            ),
+            (
+                heard(429, Some("insufficient_quota"), None),
+                OutcomeKind::QuotaExhausted { recheck: Duration::from_secs(3600) },
+                Some(FailureKind::QuotaExhausted),
+                Next::FailOver,
+            ),
+            (
+                heard(429, Some("rate_limit_exceeded"), Some(7)),
+                OutcomeKind::RateLimited { cooldown: Duration::from_secs(7) },
+                Some(FailureKind::RateLimited),
+                Next::FailOver,
+            ),
+            (
+                heard(429, None, None),
+                OutcomeKind::RateLimited { cooldown: DEFAULT_COOLDOWN },
+                Some(FailureKind::RateLimited),
+                Next::FailOver,
+            ),
+            (heard(503, None, None), OutcomeKind::Failed, Some(FailureKind::Upstream5xx), Next::FailOver),
+            (
+                heard(404, Some("model_not_found"), None),
+                OutcomeKind::ClientError,
+                Some(FailureKind::ModelUnavailable),
+                Next::FailOver,
+            ),
+            (
+                heard(400, Some("invalid_encrypted_content"), None),
+                OutcomeKind::ClientError,
+                Some(FailureKind::ClientError),
+                Next::Final,
+            ),
+        ];
+        for (heard, outcome, failure, next) in cases {
+            let v = judge(&heard, ctx);
+            assert_eq!((v.outcome, v.failure, v.next), (outcome, failure, next), "{heard:?}");
+        }
+        // Without a model in the request, a 404 is the client's own business.
+        let v = judge(&heard(404, Some("model_not_found"), None), Context { model_named: false, ..ctx });
+        assert_eq!(v.next, Next::Final);
+    }
+
+    #[test]
+    fn error_codes_are_read_from_openai_shaped_bodies_only() {
+        assert_eq!(
+            error_code(br#"{"error":{"code":"insufficient_quota","message":"x"}}"#).as_deref(),
+            Some("insufficient_quota")
+        );
+        assert_eq!(error_code(br#"{"error":{"code":null}}"#), None);
+        assert_eq!(error_code(b"<html>"), None);
+    }
+}

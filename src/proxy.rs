@@ -1,0 +1,434 @@
+//! The HTTP transport: one `/v1/*` request through the pipeline, and its answer relayed back.
+//!
+//! Only what is particular to HTTP lives here: reading the body under the cap, how an attempt is sent
+//! and read (a success is held until its first chunk, or whole for a JSON answer that needs markers, so
+//! a cut answer can still fail over), and how the answer goes back (streamed event by event, with
+//! markers spliced in, the record finished when the stream ends).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, request, HeaderMap, Method, Response, StatusCode};
+use axum::response::IntoResponse;
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt as _;
+
+use crate::error::ApiError;
+use crate::events::Transport as Wire;
+use crate::facts::{Incoming, Operation};
+use crate::gateway::Gateway;
+use crate::pipeline::classify::Heard;
+use crate::pipeline::record::End;
+use crate::pipeline::{Admitted, Ending, Entry, Last, Learn, Reply, Trace, Transport};
+use crate::pool::InFlight;
+use crate::relay::{SseRewriter, Tagger, Usage, MAX_EVENT_BYTES};
+use crate::tokens::ClientScope;
+use crate::upstream::{self, Upstream, UpstreamError};
+
+/// Largest upstream error body Keymux relays (error bodies are small JSON); a larger one is replaced
+/// by a well-formed error that says so.
+pub const MAX_ERROR_BODY: usize = 256 * 1024;
+
+type Chunks = std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<Bytes>> + Send>>;
+
+/// An accepted answer: held whole (a JSON answer to tag), or with its first chunk read (a stream).
+pub struct Accepted {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: AcceptedBody,
+}
+
+enum AcceptedBody {
+    Whole(Bytes),
+    Stream(Chunks),
+}
+
+/// An error answer, read whole (bounded), to relay if nothing better comes.
+pub struct Refused {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Refused {
+    fn into_response(self) -> Response<Body> {
+        let mut out = Response::new(Body::from(self.body));
+        *out.status_mut() = self.status;
+        *out.headers_mut() = self.headers;
+        out
+    }
+}
+
+/// How one request reaches the upstream.
+struct Http<'a> {
+    upstream: &'a Upstream,
+    method: Method,
+    path_and_query: String,
+    headers: HeaderMap,
+    /// The answer will get markers, so a JSON answer is read whole before it is accepted.
+    tagged: bool,
+    clock: &'a crate::clock::Clock,
+}
+
+impl Transport for Http<'_> {
+    type Accepted = Accepted;
+    type Refused = Refused;
+
+    async fn attempt(&mut self, guard: &InFlight, admitted: &Admitted) -> Reply<Accepted, Refused> {
+        let sent = self
+            .upstream
+            .send(guard.entry(), self.method.clone(), &self.path_and_query, self.headers.clone(), admitted.body.clone())
+            .await;
+        let response = match sent {
+            Ok(response) => response,
+            Err(error) => return Reply::Failed(error),
+        };
+        let status = response.status();
+        let heard = Heard::from_headers(status.as_u16(), response.headers(), self.clock.now());
+        let headers = upstream::forward_response_headers(response.headers());
+        let base = guard.entry().label.clone();
+        if !status.is_success() {
+            let body = read_error(response, self.upstream.idle_timeout()).await;
+            let heard = heard.with_body(&body);
+            return Reply::Refused(heard, Refused { status, headers, body });
+        }
+        let is_json = content_type(&headers).contains("json");
+        let body = if self.tagged && is_json {
+            read_whole(response, self.upstream.idle_timeout(), &base).await.map(AcceptedBody::Whole)
+        } else {
+            first_chunk(response, self.upstream.idle_timeout(), &base).await.map(AcceptedBody::Stream)
+        };
+        match body {
+            Ok(body) => Reply::Accepted(heard, Accepted { status, headers, body }),
+            Err(error) => Reply::Failed(error),
+        }
+    }
+}
+
+/// Proxies one authenticated `/v1/*` request.
+pub async fn forward(gateway: &Arc<Gateway>, parts: request::Parts, body: Body) -> Response<Body> {
+    let operation = Operation::classify(&parts.method, parts.uri.path());
+    let mut trace = Trace::new(gateway, gateway.next_seq(), operation, Wire::Http);
+    match admit(gateway, &parts, body, operation, &mut trace).await {
+        Ok(admitted) => attempt(gateway, &parts, admitted, trace).await,
+        Err(error) => refuse(trace, error),
+    }
+}
+
+/// Reads the body under the cap and admits the request.
+async fn admit(
+    gateway: &Gateway,
+    parts: &request::Parts,
+    body: Body,
+    operation: Operation,
+    trace: &mut Trace,
+) -> Result<Admitted, ApiError> {
+    if has_dot_segments(parts.uri.path()) {
+        return Err(ApiError::BadPath);
+    }
+    let raw = read_body(&parts.headers, body, gateway.max_body_bytes()).await?;
+    let scope = parts.extensions.get::<ClientScope>().cloned().unwrap_or_default();
+    let incoming = Incoming {
+        seq: trace.seq(),
+        operation,
+        scope: &scope.0,
+        path: parts.uri.path(),
+        headers: &parts.headers,
+        body: &raw,
+    };
+    gateway.admit(&incoming, Entry::Request, trace)
+}
+
+/// Walks the candidates and relays what came of it.
+async fn attempt(
+    gateway: &Arc<Gateway>,
+    parts: &request::Parts,
+    admitted: Admitted,
+    mut trace: Trace,
+) -> Response<Body> {
+    let operation = admitted.facts.operation;
+    let mut path_and_query = admitted.path.strip_prefix("/v1").unwrap_or("/").to_owned();
+    if let Some(query) = parts.uri.query() {
+        path_and_query.push('?');
+        path_and_query.push_str(query);
+    }
+    let mut http = Http {
+        upstream: gateway.upstream(),
+        method: parts.method.clone(),
+        path_and_query,
+        headers: upstream::forward_request_headers(&parts.headers),
+        tagged: operation.carries_org_state(),
+        clock: gateway.clock(),
+    };
+    match gateway.attempt_all(&admitted, &mut http, &mut trace).await {
+        Ending::Served { key, guard, accepted } => {
+            let learn = gateway.learn_for(&admitted, &key);
+            let tagger = gateway.tagger_for(operation, &key);
+            relay(gateway, accepted, guard, tagger, learn, trace)
+        }
+        Ending::Relayed { key, refused } => {
+            let status = refused.status.as_u16();
+            trace.finish(End { served_by: Some(key), status, error: None, usage: None });
+            refused.into_response()
+        }
+        Ending::Failed(Last::Upstream(refused)) => {
+            trace.finish(End { status: refused.status.as_u16(), ..End::default() });
+            refused.into_response()
+        }
+        Ending::Failed(Last::Keymux(error)) => refuse(trace, error),
+    }
+}
+
+/// Answers with Keymux's own error, and records it.
+fn refuse(trace: Trace, error: ApiError) -> Response<Body> {
+    trace.finish(End { status: error.status().as_u16(), error: Some(error.label()), ..End::default() });
+    error.into_response()
+}
+
+/// Relays an accepted answer: whole (tagged) at once, or as a stream whose record is finished when it
+/// ends.
+fn relay(
+    gateway: &Arc<Gateway>,
+    accepted: Accepted,
+    guard: InFlight,
+    tagger: Option<Tagger>,
+    learn: Learn,
+    mut trace: Trace,
+) -> Response<Body> {
+    let Accepted { status, headers, body } = accepted;
+    trace.serving(&learn.key);
+    trace.answered();
+    let body = match body {
+        AcceptedBody::Whole(bytes) => {
+            // A complete 2xx JSON answer is a successful terminal state.
+            let usage = Usage::from_body(&bytes);
+            gateway.completed(&learn, usage);
+            let tagged = tagger.and_then(|t| t.tag_json(&bytes)).map_or(bytes, Bytes::from);
+            drop(guard);
+            trace.finish(End { served_by: Some(learn.key), status: status.as_u16(), error: None, usage });
+            Body::from(tagged)
+        }
+        AcceptedBody::Stream(chunks) => {
+            let mode = match tagger {
+                Some(t) if content_type(&headers).starts_with("text/event-stream") => {
+                    Mode::Sse(Box::new(SseRewriter::new(t)))
+                }
+                _ => Mode::Pass,
+            };
+            let state = RelayState {
+                chunks,
+                idle: gateway.upstream().idle_timeout(),
+                mode,
+                gateway: gateway.clone(),
+                learn,
+                status: status.as_u16(),
+                trace: Some(trace),
+                usage: None,
+                over: false,
+                _guard: guard,
+            };
+            Body::from_stream(futures::stream::unfold(state, |mut state| async move {
+                let next = state.next().await?;
+                Some((next, state))
+            }))
+        }
+    };
+    let mut out = Response::new(body);
+    *out.status_mut() = status;
+    *out.headers_mut() = headers;
+    out
+}
+
+enum Mode {
+    Pass,
+    Sse(Box<SseRewriter>),
+}
+
+/// A streamed answer on its way to the client. The key stays in flight until the stream ends or the
+/// client goes away (which drops this, the upstream request with it, and publishes the record as
+/// cancelled).
+struct RelayState {
+    // Dropped first: the key's in-flight count falls before the record is published.
+    _guard: InFlight,
+    chunks: Chunks,
+    idle: Duration,
+    mode: Mode,
+    gateway: Arc<Gateway>,
+    learn: Learn,
+    status: u16,
+    /// Finished once, when the stream ends (successfully or not).
+    trace: Option<Trace>,
+    usage: Option<Usage>,
+    /// The stream has ended or broken: nothing more is read.
+    over: bool,
+}
+
+impl RelayState {
+    /// The next piece for the client: `None` at the end, an error to abort the response.
+    async fn next(&mut self) -> Option<Result<Bytes, std::io::Error>> {
+        if self.over {
+            return None;
+        }
+        loop {
+            let bytes = match tokio::time::timeout(self.idle, self.chunks.next()).await {
+                Err(_) => return self.broke("upstream_idle", "upstream stream went idle"),
+                Ok(Some(Err(e))) => return self.broke("upstream_cut", &format!("upstream stream failed: {e}")),
+                Ok(Some(Ok(bytes))) => bytes,
+                Ok(None) => return self.ended(),
+            };
+            let Mode::Sse(rw) = &mut self.mode else {
+                return Some(Ok(bytes));
+            };
+            let pushed = rw.push(&bytes);
+            let ending = rw.ending();
+            if ending.completed {
+                self.usage = ending.usage;
+                self.gateway.completed(&self.learn, ending.usage);
+                // Learn once: a stream has one terminal event.
+                self.learn.signal = None;
+            }
+            match pushed {
+                Ok(out) if out.is_empty() => continue,
+                Ok(out) => return Some(Ok(out)),
+                Err(e) => return self.broke("event_too_large", &e.to_string()),
+            }
+        }
+    }
+
+    /// The upstream stream ended: flush what is left and finish the record.
+    fn ended(&mut self) -> Option<Result<Bytes, std::io::Error>> {
+        self.over = true;
+        let tail = match &mut self.mode {
+            Mode::Sse(rw) => rw.finish(),
+            Mode::Pass => Bytes::new(),
+        };
+        self.mode = Mode::Pass;
+        if let Some(trace) = self.trace.take() {
+            let end =
+                End { served_by: Some(self.learn.key.clone()), status: self.status, error: None, usage: self.usage };
+            trace.finish(end);
+        }
+        (!tail.is_empty()).then_some(Ok(tail))
+    }
+
+    /// The stream broke after its start: nothing can be retried now, so the client's stream is aborted
+    /// and the record says why.
+    fn broke(&mut self, label: &'static str, detail: &str) -> Option<Result<Bytes, std::io::Error>> {
+        self.over = true;
+        let trace = self.trace.take()?;
+        let end = End { served_by: Some(self.learn.key.clone()), status: self.status, error: Some(label), usage: None };
+        trace.finish(end);
+        Some(Err(std::io::Error::other(detail.to_owned())))
+    }
+}
+
+/// Reads the request body under the cap. A `content-length` over the cap is refused at once, without
+/// reading the body; a chunked body is cut off at the cap.
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(ApiError::BodyTooLarge { limit });
+    }
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        if is_length_limit(&e) {
+            ApiError::BodyTooLarge { limit }
+        } else {
+            ApiError::BodyRead { detail: e.to_string() }
+        }
+    })
+}
+
+/// Whether a path has `.` or `..` segments, plain or percent-encoded. URL parsing would resolve them,
+/// and a key's credentials could then reach a path outside its base URL.
+pub fn has_dot_segments(path: &str) -> bool {
+    path.split('/').any(|segment| {
+        let decoded = segment.replace("%2e", ".").replace("%2E", ".");
+        decoded == "." || decoded == ".."
+    })
+}
+
+/// Reads a small error body. One over `MAX_ERROR_BODY` is replaced by a well-formed error that says
+/// so, so the client never gets JSON cut in half.
+async fn read_error(response: reqwest::Response, idle: Duration) -> Bytes {
+    let status = response.status().as_u16();
+    let mut bytes = BytesMut::new();
+    let mut chunks = response.bytes_stream();
+    while let Ok(Some(Ok(chunk))) = tokio::time::timeout(idle, chunks.next()).await {
+        bytes.extend_from_slice(&chunk);
+        if bytes.len() > MAX_ERROR_BODY {
+            let error = ApiError::UpstreamAnswerTooLarge { status, limit: MAX_ERROR_BODY };
+            return Bytes::from(error.to_json().to_string());
+        }
+    }
+    bytes.freeze()
+}
+
+/// Reads a JSON answer whole, so it can be tagged and, if it is cut, another key tried.
+async fn read_whole(response: reqwest::Response, idle: Duration, key: &str) -> Result<Bytes, UpstreamError> {
+    let cut = |detail: String| UpstreamError::Cut { base: format!("key '{key}'"), detail };
+    let mut bytes = BytesMut::new();
+    let mut chunks = response.bytes_stream();
+    loop {
+        match tokio::time::timeout(idle, chunks.next()).await {
+            Err(_) => return Err(cut("the answer went idle before its end".into())),
+            Ok(Some(Err(e))) => return Err(cut(format!("the answer broke off: {e}"))),
+            Ok(Some(Ok(chunk))) => bytes.extend_from_slice(&chunk),
+            Ok(None) => return Ok(bytes.freeze()),
+        }
+        if bytes.len() > MAX_EVENT_BYTES {
+            return Err(cut(format!("the answer is larger than {MAX_EVENT_BYTES} bytes")));
+        }
+    }
+}
+
+/// Reads a streamed answer's first chunk, so a stream cut before its first byte can still fail over.
+/// An answer that is empty by design (204, `content-length: 0`) has none to wait for.
+async fn first_chunk(response: reqwest::Response, idle: Duration, key: &str) -> Result<Chunks, UpstreamError> {
+    let empty = response.status() == StatusCode::NO_CONTENT
+        || response.status() == StatusCode::RESET_CONTENT
+        || response.content_length() == Some(0);
+    let mut chunks: Chunks = Box::pin(response.bytes_stream());
+    if empty {
+        return Ok(chunks);
+    }
+    match tokio::time::timeout(idle, chunks.next()).await {
+        Ok(Some(Ok(first))) => Ok(Box::pin(futures::stream::once(async move { Ok(first) }).chain(chunks))),
+        Ok(None) | Ok(Some(Err(_))) | Err(_) => Err(UpstreamError::Cut {
+            base: format!("key '{key}'"),
+            detail: "the answer ended before its first byte".into(),
+        }),
+    }
+}
+
+fn content_type(headers: &HeaderMap) -> String {
+    headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase()
+}
+
+fn is_length_limit(e: &axum::Error) -> bool {
+    use std::error::Error as _;
+    let mut source: Option<&(dyn std::error::Error + 'static)> = e.source();
+    while let Some(s) = source {
+        if s.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dot_segments_are_found_however_spelled() {
+        for bad in ["/v1/x/../other", "/v1/x/%2e%2e/%2e%2e/other/collect", "/v1/./models", "/v1/%2E%2e/x", "/v1/.."] {
+            assert!(has_dot_segments(bad), "{bad}");
+        }
+        for ok in ["/v1/responses", "/v1/files/file-1.jsonl", "/v1/x..y/z", "/v1/.well"] {
+            assert!(!has_dot_segments(ok), "{ok}");
+        }
+    }
+}

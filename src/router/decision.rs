@@ -1,0 +1,355 @@
+//! What a decision is made of and what it says: the pool snapshot it reads (`PoolView`), and the
+//! `Decision` with its reasons, exactly as the dashboard and the event stream show it.
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+use crate::facts::AffinitySource;
+use crate::keys::KeyId;
+use crate::markers::OrgTag;
+
+/// A key's health as the router sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Health {
+    /// Usable.
+    Ready,
+    /// Rate limited until then.
+    Cooling {
+        /// When the cooldown ends.
+        until: Instant,
+    },
+    /// The provider rejected the key (401/403).
+    Invalid,
+    /// The account is out of quota (`insufficient_quota`) until then, or until re-enabled.
+    QuotaExhausted {
+        /// When to try it again.
+        until: Instant,
+    },
+    /// Switched off by the user.
+    Disabled,
+}
+
+/// One key in a pool snapshot.
+#[derive(Clone, Debug)]
+pub struct KeyView {
+    /// Stable id.
+    pub id: KeyId,
+    /// Organization, set or learned.
+    pub org: Option<String>,
+    /// Tag of the organization (or of the key itself while its organization is unknown).
+    pub org_tag: OrgTag,
+    /// Requests currently being served by this key.
+    pub in_flight: u32,
+    /// Priority tier (lower first).
+    pub priority: u8,
+    /// Share of the tighter rate-limit window left, 0 to 1 (1 when unknown).
+    pub headroom: f32,
+    /// A rate-limit window is used up until then: the key would answer 429.
+    pub exhausted_until: Option<Instant>,
+    /// Over its daily token budget.
+    pub over_budget: bool,
+    /// Allowed for the request's model, and not known to lack it.
+    pub model_ok: bool,
+    /// Requests this key started among those routed by load alone, recently: a count that decays with
+    /// a half-life of minutes, so a key that was out for a while (or was just added) gets its fair share
+    /// of new sessions instead of all of them.
+    pub recent_starts: f32,
+    /// Health.
+    pub health: Health,
+}
+
+/// A snapshot of the pool, in the pool's stable key order.
+#[derive(Clone, Debug, Default)]
+pub struct PoolView {
+    /// The keys.
+    pub keys: Vec<KeyView>,
+}
+
+/// What became of the affinity signal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AffinityState {
+    /// The request carried no signal.
+    NoSignal,
+    /// A signal, but nothing remembered for it.
+    CacheMiss,
+    /// The remembered key was chosen.
+    Hit,
+    /// The remembered key could not take the request.
+    TargetUnavailable,
+    /// Affinity is switched off.
+    Disabled,
+    /// The affinity table could not be consulted.
+    CacheUnavailable,
+    /// The prompt is shorter than the provider's prompt cache takes (1024 tokens): nothing to keep warm,
+    /// so the request is balanced by headroom.
+    ShortPrompt,
+}
+
+/// Why a key was skipped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum SkipWhy {
+    /// Rate limited; frees in that many milliseconds.
+    Cooling {
+        /// Milliseconds left.
+        remaining_ms: u64,
+    },
+    /// Rejected by the provider.
+    Invalid,
+    /// Switched off by the user.
+    Disabled,
+    /// Out of quota (`insufficient_quota`); tried again after that many milliseconds.
+    QuotaExhausted {
+        /// Milliseconds left.
+        remaining_ms: u64,
+    },
+    /// Not allowed for the request's model, or the provider said it lacks it.
+    ModelUnavailable,
+    /// A rate-limit window is used up; it refills in that many milliseconds.
+    NearExhaustion {
+        /// Milliseconds until the window refills.
+        reset_ms: u64,
+    },
+    /// Over its daily token budget.
+    OverBudget,
+}
+
+/// One line of a decision's explanation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "rule", rename_all = "snake_case")]
+pub enum Reason {
+    /// The chosen key had the most rate-limit headroom for its load (headroom / (1 + in flight)).
+    MostHeadroom {
+        /// Its headroom, in thousandths of its tighter window.
+        headroom_permille: u16,
+        /// Its in-flight count.
+        in_flight: u32,
+        /// How many usable keys were compared.
+        candidates: usize,
+    },
+    /// Only the lowest priority tier with a usable key takes unpinned traffic first.
+    PriorityTier {
+        /// That tier.
+        tier: u8,
+    },
+    /// Every usable key is over its daily budget: budgets are soft, so they serve anyway.
+    BudgetOverrun,
+    /// Several keys had the same load: the one that recently started the fewest sessions was chosen
+    /// (exact ties by a stable hash of the request number), so new sessions spread evenly.
+    FewestRecentStarts {
+        /// How many keys were tied on load.
+        tied: usize,
+    },
+    /// The request continues a response stored with one key (`previous_response_id`, or a
+    /// `/v1/responses/{id}` call): only that key can serve it.
+    ContinuityBinding {
+        /// The key.
+        key: KeyId,
+    },
+    /// The request names a response id without a Keymux marker (made before Keymux or directly
+    /// upstream), so it is routed by the normal rules and may land on a key that does not hold it.
+    UnmarkedResponseId,
+    /// A frame on a Responses WebSocket goes to the upstream socket its connection is bound to.
+    WebSocketBound {
+        /// The key of that socket.
+        key: KeyId,
+    },
+    /// A new Responses WebSocket whose first frame carries no markers goes to the organization that served
+    /// this session's pinned requests before (Codex prewarms a resumed session without them).
+    SessionHint {
+        /// The key that served the session last.
+        key: KeyId,
+        /// Usable keys of its organization.
+        usable: usize,
+    },
+    /// The key that last served this request's `prompt_cache_key` (or prompt prefix) to a successful end
+    /// was preferred, to keep the session on a warm prompt cache.
+    SoftAffinity {
+        /// That key.
+        key: KeyId,
+    },
+    /// The remembered key could not take this request (cooling, rejected, gone, or too busy).
+    SoftTargetUnavailable {
+        /// That key.
+        key: KeyId,
+    },
+    /// Another key of the remembered key's organization was preferred (the prompt cache is per
+    /// organization).
+    WarmOrganization,
+    /// Encrypted content in the request can only be read by one organization's keys.
+    PinnedToOrg {
+        /// The key that produced the content.
+        key: KeyId,
+        /// Keys of that organization in the pool.
+        org_keys: usize,
+        /// Of those, usable now.
+        usable: usize,
+    },
+    /// The owning organization has no usable key: the unreadable items are dropped and the request is
+    /// routed as unpinned.
+    Rescued {
+        /// The key named by the marker.
+        key: KeyId,
+    },
+    /// Markers of another Keymux install were removed without routing on them.
+    ForeignMarkersStripped {
+        /// How many.
+        count: usize,
+    },
+    /// Encrypted-content affinity is switched off: markers were removed but not used.
+    AffinityOff,
+    /// A key was left out.
+    Skipped {
+        /// Which.
+        key: KeyId,
+        /// Why.
+        why: SkipWhy,
+    },
+}
+
+/// Why no key can take the request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Refusal {
+    /// The request replays encrypted content of two organizations; no key can read both.
+    MixedOrgs {
+        /// One key per organization named.
+        keys: Vec<KeyId>,
+    },
+    /// The key that holds the referenced response cannot serve (removed, rejected or disabled).
+    ContinuityLost {
+        /// That key.
+        key: KeyId,
+    },
+    /// The organization that can read the request has no usable key, and the policy is `fail`.
+    LostOrg {
+        /// The key named by the marker.
+        key: KeyId,
+    },
+    /// The pool is empty.
+    NoKeys,
+    /// Every usable key is cooling; the first frees after that many whole seconds (at least 1).
+    AllCooling {
+        /// Seconds until the first key frees.
+        retry_after_secs: u64,
+        /// Keys cooling.
+        cooling: usize,
+    },
+    /// No key is usable at all.
+    NoUsableKey {
+        /// Keys that are invalid or disabled.
+        unusable: usize,
+    },
+}
+
+/// The routing decision for one request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Decision {
+    /// The request's gateway-local number.
+    pub seq: u64,
+    /// The key to try first.
+    pub choice: Option<KeyId>,
+    /// Keys to try next, in order, if the choice fails before any byte reached the client.
+    pub fallbacks: Vec<KeyId>,
+    /// The explanation, one line per rule applied (bounded by `MAX_KEYS + 2`).
+    pub reasons: Vec<Reason>,
+    /// Where the affinity signal came from.
+    pub affinity_source: AffinitySource,
+    /// What became of it.
+    pub affinity_state: AffinityState,
+    /// Whether a hard binding (previous response, WebSocket) was found and used.
+    pub continuity_hit: bool,
+    /// The encrypted-content pin, when the request carried one.
+    pub pin: Option<PinDecision>,
+    /// Organizations whose items are dropped before the request goes upstream (rescue: no usable key of
+    /// theirs is left). Bounded by `markers::MAX_PINS`.
+    pub rescued_orgs: Vec<OrgTag>,
+    /// Set when no key can take the request.
+    pub refusal: Option<Refusal>,
+    /// How the request was placed, so no other module restates the router's rules to find out.
+    pub route: Route,
+}
+
+/// How a decision placed its request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Route {
+    /// No key can take it (the refusal says why).
+    Refused,
+    /// Bound to the key that holds the response it continues.
+    Continuity,
+    /// A frame on a Responses WebSocket, bound to its connection's key.
+    WebSocketBound,
+    /// Pinned to the organization that can read its encrypted content.
+    Pinned,
+    /// A new WebSocket sent to the organization its session used before.
+    SessionHint,
+    /// Placed on the remembered key (or its warm organization) to keep a prompt cache warm.
+    Affinity,
+    /// Placed by headroom and load alone: a new session, as far as Keymux can tell.
+    Balanced,
+}
+
+/// What the encrypted-content pin did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PinDecision {
+    /// The key named by the marker.
+    pub key: KeyId,
+    /// The organization tag the marker carries.
+    pub org: OrgTag,
+    /// Whether the choice is that very key (otherwise another key of its organization).
+    pub exact: bool,
+}
+
+impl Decision {
+    /// An empty decision for request `seq` (filled in by the router, or left empty for a request refused
+    /// before routing).
+    pub fn new(seq: u64) -> Self {
+        Self {
+            seq,
+            choice: None,
+            fallbacks: Vec::new(),
+            reasons: Vec::new(),
+            affinity_source: AffinitySource::None,
+            affinity_state: AffinityState::NoSignal,
+            continuity_hit: false,
+            pin: None,
+            rescued_orgs: Vec::new(),
+            refusal: None,
+            route: Route::Refused,
+        }
+    }
+
+    /// A frame on a Responses WebSocket bound to `key`.
+    pub fn bound_to_socket(seq: u64, key: &KeyId) -> Self {
+        Self {
+            choice: Some(key.clone()),
+            reasons: vec![Reason::WebSocketBound { key: key.clone() }],
+            continuity_hit: true,
+            route: Route::WebSocketBound,
+            ..Self::new(seq)
+        }
+    }
+
+    /// The choice followed by the fallbacks.
+    pub fn candidates(&self) -> impl Iterator<Item = &KeyId> {
+        self.choice.iter().chain(self.fallbacks.iter())
+    }
+
+    /// Whether the key it picked is there only by load (the spread counts it as a session start).
+    pub fn balanced(&self) -> bool {
+        self.route == Route::Balanced
+    }
+}
+
+/// What happens when the organization that can read a request has no usable key left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LostOrgPolicy {
+    /// Drop the unreadable encrypted items and route normally (the session continues, minus that state).
+    #[default]
+    Rescue,
+    /// Answer 409 naming the key, so the user decides.
+    Fail,
+}

@@ -1,0 +1,150 @@
+//! The hard rules: state the provider keeps with one key or one organization decides where a request
+//! may go, whatever the load.
+
+use super::{fill, skip_reason, tie_hash, whole_seconds_ceil, Ask};
+use super::{Decision, Health, KeyView, LostOrgPolicy, PinDecision, Reason, Refusal, Route, SkipWhy};
+use crate::keys::KeyId;
+use crate::markers::Pin;
+
+/// Continuity: exactly the key that holds the response, or a refusal that says why it cannot serve.
+pub(super) fn bind_to_key(ask: &Ask<'_>, decision: &mut Decision, bound: &Pin) -> Route {
+    let Some(key) = ask.keys.iter().find(|k| k.id == bound.key) else {
+        decision.refusal = Some(Refusal::ContinuityLost { key: bound.key.clone() });
+        return Route::Refused;
+    };
+    match (skip_reason(key, ask.now), key.health) {
+        (None, _) => {}
+        (Some(SkipWhy::Cooling { .. }), Health::Cooling { until }) => {
+            decision.refusal = Some(Refusal::AllCooling {
+                retry_after_secs: whole_seconds_ceil(until.saturating_duration_since(ask.now)),
+                cooling: 1,
+            });
+            return Route::Refused;
+        }
+        (Some(_), _) => {
+            decision.refusal = Some(Refusal::ContinuityLost { key: bound.key.clone() });
+            return Route::Refused;
+        }
+    }
+    // Replayed encrypted content must be readable by the bound key's organization.
+    if let Some(other) = ask.facts.pins.iter().find(|p| p.org != key.org_tag && p.key != key.id) {
+        decision.refusal = Some(Refusal::MixedOrgs { keys: vec![key.id.clone(), other.key.clone()] });
+        return Route::Refused;
+    }
+    decision.continuity_hit = true;
+    decision.choice = Some(key.id.clone());
+    decision.reasons.push(Reason::ContinuityBinding { key: key.id.clone() });
+    Route::Continuity
+}
+
+/// Encrypted content: only the producing organization's keys can read it. `None` when the request is
+/// not pinned (no markers, affinity off, or every organization it names was lost and rescued).
+pub(super) fn pin_to_org(ask: &Ask<'_>, decision: &mut Decision) -> Option<Route> {
+    if ask.facts.pins.is_empty() {
+        return None;
+    }
+    if !ask.policy.encrypted_affinity {
+        decision.reasons.push(Reason::AffinityOff);
+        return None;
+    }
+    let (live, lost) = split_live(ask);
+    if live.len() > 1 {
+        decision.refusal = Some(Refusal::MixedOrgs { keys: live.iter().map(|p| p.key.clone()).collect() });
+        return Some(Route::Refused);
+    }
+    if let Some(gone) = lost.first() {
+        match ask.policy.lost_org {
+            LostOrgPolicy::Fail => {
+                decision.refusal = Some(Refusal::LostOrg { key: gone.key.clone() });
+                return Some(Route::Refused);
+            }
+            LostOrgPolicy::Rescue => {
+                for pin in &lost {
+                    decision.rescued_orgs.push(pin.org);
+                    decision.reasons.push(Reason::Rescued { key: pin.key.clone() });
+                }
+            }
+        }
+    }
+    live.first().map(|first| place_in_org(ask, decision, first))
+}
+
+/// One pin per organization, split into organizations that still have a key that could ever serve
+/// (ready or cooling) and lost ones (every key removed, rejected or disabled).
+fn split_live<'a>(ask: &Ask<'a>) -> (Vec<&'a Pin>, Vec<&'a Pin>) {
+    let (mut live, mut lost): (Vec<&Pin>, Vec<&Pin>) = (Vec::new(), Vec::new());
+    for pin in &ask.facts.pins {
+        if live.iter().chain(lost.iter()).any(|p| p.org == pin.org) {
+            continue;
+        }
+        let alive = ask.keys.iter().any(|k| {
+            (k.org_tag == pin.org || k.id == pin.key) && matches!(k.health, Health::Ready | Health::Cooling { .. })
+        });
+        if alive {
+            live.push(pin);
+        } else {
+            lost.push(pin);
+        }
+    }
+    (live, lost)
+}
+
+/// Places a pinned request on its organization's usable keys, or refuses with the earliest cooldown.
+fn place_in_org(ask: &Ask<'_>, decision: &mut Decision, first: &Pin) -> Route {
+    let members: Vec<&KeyView> = ask.keys.iter().filter(|k| k.org_tag == first.org || k.id == first.key).collect();
+    let usable: Vec<&KeyView> = members.iter().copied().filter(|k| skip_reason(k, ask.now).is_none()).collect();
+    decision.reasons.push(Reason::PinnedToOrg {
+        key: first.key.clone(),
+        org_keys: members.len(),
+        usable: usable.len(),
+    });
+    let mut pin = PinDecision { key: first.key.clone(), org: first.org, exact: false };
+    if usable.is_empty() {
+        // Alive but all cooling: only they can read it, so the client waits for the first.
+        let first_free = members
+            .iter()
+            .filter_map(|k| match k.health {
+                Health::Cooling { until } if until > ask.now => Some(until),
+                _ => None,
+            })
+            .min()
+            .unwrap_or(ask.now);
+        decision.pin = Some(pin);
+        decision.refusal = Some(Refusal::AllCooling {
+            retry_after_secs: whole_seconds_ceil(first_free.saturating_duration_since(ask.now)),
+            cooling: members.len(),
+        });
+        return Route::Refused;
+    }
+    // Inside the organization, the remembered key (warm cache) first, else the producing key.
+    let limit = ask.policy.max_in_flight_per_key;
+    let prefer = ask.target.filter(|t| usable.iter().any(|k| &k.id == *t && !super::balance::hot(k, &usable, limit)));
+    let ranked = rank_in_org(usable, ask.facts.seq, prefer.unwrap_or(&first.key));
+    pin.exact = ranked.first().is_some_and(|k| k.id == first.key);
+    decision.pin = Some(pin);
+    fill(decision, ranked, ask.max_attempts);
+    Route::Pinned
+}
+
+/// A new WebSocket whose first frame carries no markers, for a session Keymux has served: the
+/// organization that holds its state. `None` when the hinted key is gone or its organization has no
+/// usable key (the request is then balanced).
+pub(super) fn follow_hint(ask: &Ask<'_>, decision: &mut Decision, hint: &KeyId) -> Option<Route> {
+    let hinted = ask.keys.iter().find(|k| &k.id == hint)?;
+    let usable: Vec<&KeyView> =
+        ask.keys.iter().filter(|k| k.org_tag == hinted.org_tag && skip_reason(k, ask.now).is_none()).collect();
+    if usable.is_empty() {
+        return None;
+    }
+    decision.reasons.push(Reason::SessionHint { key: hint.clone(), usable: usable.len() });
+    let prefer = ask.target.filter(|t| usable.iter().any(|k| &k.id == *t)).unwrap_or(hint);
+    let ranked = rank_in_org(usable, ask.facts.seq, prefer);
+    fill(decision, ranked, ask.max_attempts);
+    Some(Route::SessionHint)
+}
+
+/// Orders an organization's keys: fewest in flight, then the preferred key, then the stable hash.
+fn rank_in_org<'a>(mut keys: Vec<&'a KeyView>, seq: u64, prefer: &KeyId) -> Vec<&'a KeyView> {
+    keys.sort_by_key(|k| (k.in_flight, &k.id != prefer, std::cmp::Reverse(tie_hash(seq, &k.id))));
+    keys
+}

@@ -1,0 +1,183 @@
+//! The embeddable runtime: one way to run a gateway, used alike by `keymux serve`, the tests and the
+//! tray app. It owns binding the socket, probing the keys, flushing the metrics and shutting down.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), keymux::startup::StartError> {
+//! let runtime = keymux::runtime::Runtime::start(Default::default()).await?;
+//! println!("listening on {}", runtime.addr());
+//! let stopped = runtime.shutdown().await; // drains streams for a bounded time, flushes metrics
+//! # let _ = stopped; Ok(()) }
+//! ```
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::gateway::Gateway;
+use crate::server::{Drained, ServeOptions};
+use crate::startup::{self, StartError, StartOptions};
+
+/// How often pending metrics are merged into the store.
+pub const METRICS_FLUSH: Duration = Duration::from_secs(5);
+
+/// A running gateway.
+pub struct Runtime {
+    addr: SocketAddr,
+    gateway: Arc<Gateway>,
+    notices: Vec<String>,
+    token_hint: String,
+    stop: CancellationToken,
+    served: JoinHandle<std::io::Result<Drained>>,
+    background: Vec<JoinHandle<()>>,
+    probed: tokio::sync::watch::Receiver<bool>,
+}
+
+/// Stops a runtime from anywhere (a signal handler, a tray menu); cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Stopper(CancellationToken);
+
+impl Stopper {
+    /// Asks the runtime to shut down; `Runtime::wait` then returns.
+    pub fn stop(&self) {
+        self.0.cancel();
+    }
+}
+
+/// How a runtime ended.
+#[derive(Debug)]
+pub struct Stopped {
+    /// How the connections drained (`None` if the server failed before).
+    pub drained: Option<Drained>,
+    /// Whether the final metrics flush reached the store (`Err` says why not).
+    pub metrics: Result<(), String>,
+    /// The server's error, if it stopped by failing.
+    pub error: Option<String>,
+}
+
+impl Runtime {
+    /// Prepares a gateway from `options` (without side effects: see `startup::first_run`), binds its
+    /// address, and starts serving, probing the keys and flushing metrics.
+    pub async fn start(options: StartOptions) -> Result<Self, StartError> {
+        Self::start_with(options, ServeOptions::default()).await
+    }
+
+    /// Like `start`, with connection limits of the caller's choosing.
+    pub async fn start_with(options: StartOptions, serve: ServeOptions) -> Result<Self, StartError> {
+        let prepared = startup::prepare(&options).await?;
+        let listener = TcpListener::bind(prepared.listen)
+            .await
+            .map_err(|e| StartError::Bind { addr: prepared.listen, detail: e.to_string() })?;
+        let mut runtime = Self::serve(listener, prepared.gateway, serve)?;
+        runtime.notices = prepared.notices;
+        runtime.token_hint = prepared.token_hint;
+        Ok(runtime)
+    }
+
+    /// Serves a gateway already built on a listener the caller bound (port 0 in tests).
+    pub fn serve(listener: TcpListener, gateway: Arc<Gateway>, serve: ServeOptions) -> Result<Self, StartError> {
+        let addr =
+            listener.local_addr().map_err(|e| StartError::Usage(format!("cannot read the bound address: {e}")))?;
+        let stop = CancellationToken::new();
+        let served = {
+            let (gateway, stop) = (gateway.clone(), stop.clone());
+            tokio::spawn(
+                async move { crate::server::serve_with(listener, gateway, stop.cancelled_owned(), serve).await },
+            )
+        };
+        let (probe_done, probed) = tokio::sync::watch::channel(false);
+        let probing = {
+            let gateway = gateway.clone();
+            tokio::spawn(async move {
+                gateway.probe_keys().await;
+                let _ = probe_done.send(true);
+            })
+        };
+        let flushing = tokio::spawn(flush_every(gateway.clone(), METRICS_FLUSH));
+        Ok(Self {
+            addr,
+            gateway,
+            notices: Vec::new(),
+            token_hint: String::new(),
+            stop,
+            served,
+            background: vec![probing, flushing],
+            probed,
+        })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The gateway.
+    pub fn gateway(&self) -> &Arc<Gateway> {
+        &self.gateway
+    }
+
+    /// Problems found while starting that did not stop it.
+    pub fn notices(&self) -> &[String] {
+        &self.notices
+    }
+
+    /// How clients get a token (`keymux token show NAME`, or `KEYMUX_CLIENT_TOKEN`).
+    pub fn token_hint(&self) -> &str {
+        &self.token_hint
+    }
+
+    /// Waits until every key has been probed once (serving does not wait for it).
+    pub async fn probed(&self) {
+        let mut probed = self.probed.clone();
+        let _ = probed.wait_for(|done| *done).await;
+    }
+
+    /// A handle that stops this runtime.
+    pub fn stopper(&self) -> Stopper {
+        Stopper(self.stop.clone())
+    }
+
+    /// Stops accepting, lets requests and streams in flight finish (for the serve options' drain
+    /// allowance), closes WebSockets, and flushes the metrics.
+    pub async fn shutdown(self) -> Stopped {
+        self.stop.cancel();
+        self.wait().await
+    }
+
+    /// Waits until the runtime is stopped (by a `Stopper`), or the server fails; then finishes as
+    /// `shutdown` does.
+    pub async fn wait(self) -> Stopped {
+        let result = self.served.await;
+        for task in self.background {
+            task.abort();
+        }
+        let (drained, error) = match result {
+            Ok(Ok(drained)) => (Some(drained), None),
+            Ok(Err(e)) => (None, Some(e.to_string())),
+            Err(e) => (None, Some(format!("the server task failed: {e}"))),
+        };
+        let metrics = flush(&self.gateway).await;
+        Stopped { drained, metrics, error }
+    }
+}
+
+async fn flush_every(gateway: Arc<Gateway>, every: Duration) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        let _ = flush(&gateway).await;
+    }
+}
+
+/// Merges pending metrics into the store, off the async threads (sled writes block).
+async fn flush(gateway: &Arc<Gateway>) -> Result<(), String> {
+    let gateway = gateway.clone();
+    let today = gateway.today();
+    tokio::task::spawn_blocking(move || gateway.metrics().flush(today))
+        .await
+        .unwrap_or_else(|e| Err(format!("the flush did not finish: {e}")))
+}
