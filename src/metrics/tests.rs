@@ -1,0 +1,174 @@
+//! The metrics' counting, reading and store protocol.
+
+use super::*;
+use crate::events::{Attempt, FailureKind, Transport};
+use crate::facts::{AffinitySource, Operation};
+use crate::keys::KeyId;
+use crate::router::{AffinityState, Decision};
+
+const NOW_MS: u64 = 1_780_000_000_000;
+
+fn today() -> u32 {
+    crate::clock::utc_day(NOW_MS)
+}
+
+fn record(status: u16, ms: u32) -> RequestRecord {
+    let mut decision = Decision::new(1);
+    decision.affinity_source = AffinitySource::PromptCacheKey;
+    decision.affinity_state = AffinityState::Hit;
+    let mut record = RequestRecord::new(NOW_MS, Operation::ResponsesCreate, Transport::Http, decision);
+    record.model = Some("gpt-5.5".into());
+    record.stream = true;
+    record.attempts = vec![Attempt {
+        key: KeyId::new("k_a"),
+        status: Some(500),
+        failure: Some(FailureKind::Upstream5xx),
+        duration_ms: 3,
+    }];
+    record.status = status;
+    record.ttfb_ms = ms;
+    record.duration_ms = ms;
+    record
+}
+
+#[test]
+fn counts_survive_a_restart_through_sled() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let m = Metrics::open(dir.path(), 90);
+        m.record(&record(200, 30), Some("abcd1234".into()));
+        let mut with_usage = record(200, 700);
+        with_usage.usage = Some(crate::relay::Usage { input: 100, cached: 60, output: 7 });
+        m.record(&with_usage, Some("abcd1234".into()));
+        assert_eq!(m.flush(NOW_MS).0, Ok(()));
+        assert!(m.status().persisted);
+    }
+    let m = Metrics::open(dir.path(), 90);
+    assert!(m.status().persisted, "{:?}", m.status());
+    m.record(&record(429, 5), Some("abcd1234".into()));
+    let rows = m.rows(1, today());
+    assert_eq!(rows.len(), 1);
+    let c = &rows[0].counters;
+    assert_eq!(rows[0].key_fingerprint, "abcd1234");
+    assert_eq!(rows[0].operation, "responses_create");
+    assert_eq!(c.requests, 3, "two from before the restart, one pending");
+    assert_eq!(c.by_status.get("2xx"), Some(&2));
+    assert_eq!(c.by_status.get("429"), Some(&1));
+    assert_eq!(c.by_affinity.get("prompt_cache_key/hit"), Some(&3));
+    assert_eq!(c.failures.get("upstream_5xx"), Some(&3));
+    assert_eq!((c.input_tokens, c.cached_tokens, c.output_tokens), (100, 60, 7));
+    assert_eq!(c.latency_ms.iter().sum::<u64>(), 3);
+    // Flushing twice writes nothing twice.
+    assert_eq!(m.flush(NOW_MS).0, Ok(()));
+    assert_eq!(m.flush(NOW_MS).0, Ok(()));
+    assert_eq!(m.rows(1, today())[0].counters.requests, 3);
+}
+
+#[test]
+fn an_unusable_store_reports_and_keeps_counting() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("not-a-dir");
+    std::fs::write(&file, b"x").expect("file");
+    let m = Metrics::open(&file, 90);
+    let status = m.status();
+    assert!(!status.persisted);
+    assert!(status.error.as_deref().is_some_and(|e| e.contains("could not be opened")), "{status:?}");
+    m.record(&record(200, 1), None);
+    let (result, change) = m.flush(NOW_MS);
+    assert!(result.is_err());
+    assert_eq!(change, None, "it was failing already");
+    assert_eq!(m.rows(1, today())[0].counters.requests, 1, "kept in memory");
+    assert_eq!(m.status().pending, 1);
+}
+
+#[test]
+fn a_store_that_comes_back_gets_the_counts_kept_meanwhile() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("metrics");
+    // A file where the directory should be: the store cannot open.
+    std::fs::write(&path, b"x").expect("file");
+    let m = Metrics::open(&path, 90);
+    m.record(&record(200, 1), Some("fp".into()));
+    assert!(m.flush(NOW_MS).0.is_err());
+    // The user fixes it; the next flush reopens and writes, once.
+    std::fs::remove_file(&path).expect("rm");
+    m.record(&record(200, 1), Some("fp".into()));
+    let (result, change) = m.flush(NOW_MS);
+    assert_eq!(result, Ok(()));
+    assert_eq!(change, Some(Health::Recovered));
+    assert!(m.status().persisted);
+    drop(m);
+    let again = Metrics::open(&path, 90);
+    assert_eq!(again.rows(1, today())[0].counters.requests, 2);
+}
+
+#[test]
+fn a_batch_in_doubt_counts_once_whether_or_not_it_landed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let m = Metrics::open(dir.path(), 90);
+    m.record(&record(200, 1), Some("fp".into()));
+    assert_eq!(m.flush(NOW_MS).0, Ok(()));
+    let hour = hour_of(NOW_MS);
+    let one = |n: u64| Counters { requests: n, ..Counters::default() };
+    let store = m.store.as_ref().expect("store");
+    // A batch that did land (its generation is stored) is not written again.
+    {
+        let mut s = lock(store);
+        let landed = s_generation(&s);
+        set_in_doubt(&mut s, landed, [(key(hour, "fp"), one(5))].into());
+    }
+    assert_eq!(m.flush(NOW_MS).0, Ok(()));
+    assert_eq!(m.rows(1, today())[0].counters.requests, 1, "landed: not counted again");
+    // A batch that did not land is written at the next flush.
+    {
+        let mut s = lock(store);
+        let next = s_generation(&s) + 1;
+        set_in_doubt(&mut s, next, [(key(hour, "fp"), one(5))].into());
+    }
+    assert_eq!(m.rows(1, today())[0].counters.requests, 6, "shown while in doubt");
+    assert_eq!(m.flush(NOW_MS).0, Ok(()));
+    assert_eq!(m.rows(1, today())[0].counters.requests, 6, "written once");
+}
+
+fn s_generation(store: &Store) -> u64 {
+    store.generation_for_tests()
+}
+
+fn set_in_doubt(store: &mut Store, generation: u64, rows: Rows) {
+    store.set_in_doubt_for_tests(generation, rows);
+}
+
+#[test]
+fn the_pending_map_is_bounded() {
+    let m = Metrics::in_memory();
+    for n in 0..(MAX_PENDING + 10) {
+        m.record(&record(200, 1), Some(format!("fp{n}")));
+    }
+    let status = m.status();
+    assert_eq!(status.pending, MAX_PENDING);
+    assert_eq!(status.dropped, 10);
+}
+
+#[test]
+fn series_sum_hours_into_buckets_and_a_total() {
+    let m = Metrics::in_memory();
+    for (offset, fp) in [(0, "a"), (1, "a"), (HOUR_MS, "b"), (25 * HOUR_MS, "a")] {
+        let mut r = record(200, 1);
+        r.at_unix_ms = NOW_MS + offset;
+        m.record(&r, Some(fp.into()));
+    }
+    let hourly = m.series(NOW_MS, 1);
+    let total: Vec<u64> = hourly.iter().filter(|(_, k, _)| k == "total").map(|(_, _, c)| c.requests).collect();
+    assert_eq!(total, [2, 1, 1]);
+    let daily = m.series(NOW_MS - 2 * 24 * HOUR_MS, 24);
+    let total: u64 = daily.iter().filter(|(_, k, _)| k == "total").map(|(_, _, c)| c.requests).sum();
+    assert_eq!(total, 4);
+    assert!(daily.iter().all(|(start, _, _)| start % (24 * HOUR_MS) == 0));
+}
+
+#[test]
+fn day_names() {
+    assert_eq!(day_name(0), "1970-01-01");
+    assert_eq!(day_name(20_786), "2026-11-29");
+    assert_eq!(day_name(11_016), "2000-02-29");
+}
