@@ -8,7 +8,7 @@
 //!   opens a resumed session's WebSocket with a prewarm frame that carries no markers, and the hint sends
 //!   that socket to the organization that holds the session's state.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use crate::keys::KeyId;
 use crate::markers::SessionKey;
+use crate::recency::Recency;
 
 /// Default capacity of the session hints.
 pub const HINT_CAPACITY: usize = 10_000;
@@ -26,21 +27,15 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(60 * 60);
 struct Entry {
     key: KeyId,
     at: Instant,
-    generation: u64,
 }
 
-#[derive(Default)]
 struct Inner {
     map: HashMap<SessionKey, Entry>,
-    // Insertion order, for eviction: (session, generation). A refreshed session leaves a stale pair
-    // behind, skipped on eviction; bounded at twice the capacity.
-    order: VecDeque<(SessionKey, u64)>,
-    generation: u64,
+    recency: Recency<SessionKey>,
 }
 
 /// Session → key, bounded by `capacity` entries and `ttl`.
 pub struct Table {
-    capacity: usize,
     ttl: Duration,
     inner: Mutex<Inner>,
 }
@@ -48,7 +43,7 @@ pub struct Table {
 impl Table {
     /// A table of at most `capacity` entries, each forgotten `ttl` after its last refresh.
     pub fn new(capacity: usize, ttl: Duration) -> Self {
-        Self { capacity: capacity.max(1), ttl, inner: Mutex::new(Inner::default()) }
+        Self { ttl, inner: Mutex::new(Inner { map: HashMap::new(), recency: Recency::new(capacity) }) }
     }
 
     /// The key remembered for this session, if fresh.
@@ -60,16 +55,9 @@ impl Table {
     /// Remembers that `key` served this session.
     pub fn insert(&self, session: SessionKey, key: KeyId, now: Instant) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        inner.generation += 1;
-        let generation = inner.generation;
-        inner.map.insert(session, Entry { key, at: now, generation });
-        inner.order.push_back((session, generation));
-        while inner.map.len() > self.capacity || inner.order.len() > 2 * self.capacity {
-            let Some((oldest, generation)) = inner.order.pop_front() else { break };
-            // Drop it only if this is its latest insertion (otherwise a newer one is further back).
-            if inner.map.get(&oldest).is_some_and(|e| e.generation == generation) {
-                inner.map.remove(&oldest);
-            }
+        inner.map.insert(session, Entry { key, at: now });
+        for gone in inner.recency.touch(session) {
+            inner.map.remove(&gone);
         }
     }
 
@@ -116,6 +104,7 @@ mod tests {
             table.insert(newest, KeyId::new("k_b"), clock_now());
         }
         assert_eq!(table.get(&newest, clock_now()), Some(KeyId::new("k_b")));
-        assert!(table.inner.lock().expect("lock").order.len() <= 2 * HINT_CAPACITY);
+        assert!(table.inner.lock().expect("lock").recency.places() <= 2 * HINT_CAPACITY);
+        assert_eq!(table.len(), HINT_CAPACITY, "one hot session pushed out no other");
     }
 }

@@ -1,5 +1,6 @@
-//! The live record of routing: every finished request becomes a `RequestRecord` (the decision, the
-//! attempts, the result) kept in a bounded ring for the dashboard and published to subscribers.
+//! What happened, for the dashboard, the tray and the CLI: every finished request becomes a
+//! `RequestRecord` (the decision, the attempts, the result), and it, the routing of each request, and
+//! every change of a key's or the gateway's state are events on one bounded, lossy stream.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -14,11 +15,11 @@ use crate::router::Decision;
 
 /// How many finished requests are remembered (about 1 KiB each).
 pub const RECENT_CAPACITY: usize = 1_000;
-/// How many records a slow subscriber may lag before it skips ahead.
-pub const SUBSCRIBER_BACKLOG: usize = 256;
+/// How many events a slow subscriber may lag before it skips ahead (and is told how many it missed).
+pub const SUBSCRIBER_BACKLOG: usize = 1_024;
 
 /// Why an attempt did not serve the request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "snake_case")]
 pub enum FailureKind {
     /// 429 with a rate limit: the key cools down.
@@ -45,7 +46,7 @@ pub enum FailureKind {
 }
 
 /// One upstream attempt: small, fixed-size values only (the key id is a shared pointer).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct Attempt {
     /// The key tried.
     pub key: KeyId,
@@ -58,7 +59,7 @@ pub struct Attempt {
 }
 
 /// How a request arrived.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "snake_case")]
 pub enum Transport {
     /// An HTTP request.
@@ -68,7 +69,7 @@ pub enum Transport {
 }
 
 /// A finished request.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, ts_rs::TS)]
 pub struct RequestRecord {
     /// Wall-clock time of arrival, Unix milliseconds.
     pub at_unix_ms: u64,
@@ -131,47 +132,230 @@ impl RequestRecord {
     }
 }
 
-/// The ring of recent records and the live feed.
-pub struct Events {
+/// A key's state changed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ts_rs::TS)]
+pub struct KeyEvent {
+    /// The key.
+    pub key: KeyId,
+    /// Its label (when the event happened).
+    pub label: String,
+    /// What changed.
+    pub change: KeyChange,
+}
+
+/// What changed about a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ts_rs::TS)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum KeyChange {
+    /// Rate limited until then (Unix milliseconds).
+    CoolingStarted {
+        /// When it frees.
+        until_unix_ms: u64,
+    },
+    /// A cooldown ended: the key is usable again.
+    CoolingEnded,
+    /// The account is out of quota; it is tried again then (Unix milliseconds).
+    QuotaExhausted {
+        /// When it is tried again.
+        until_unix_ms: u64,
+    },
+    /// The provider rejected the key.
+    Rejected,
+    /// Usable again after a rejection or an exhausted quota.
+    Recovered,
+    /// Added to the pool.
+    Added,
+    /// Removed from the pool.
+    Removed,
+    /// Switched on by the user.
+    Enabled,
+    /// Switched off by the user.
+    Disabled,
+    /// Its settings changed (label, priority, budget, models).
+    Updated,
+}
+
+/// Something that happened to the gateway as a whole.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ts_rs::TS)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum GatewayEvent {
+    /// Routing paused: new requests get 503 with `retry-after`.
+    Paused,
+    /// Routing resumed.
+    Resumed,
+    /// The metrics store failed; counts are kept in memory.
+    StoreFailed {
+        /// What went wrong, and what to do.
+        message: String,
+    },
+    /// The metrics store works again.
+    StoreRecovered,
+    /// A client token was created.
+    TokenCreated {
+        /// Its name.
+        name: String,
+    },
+    /// A client token was revoked.
+    TokenRevoked {
+        /// Its name.
+        name: String,
+    },
+}
+
+/// A request was routed (before any attempt): the dashboard shows it at once.
+#[derive(Clone, Debug, Serialize, ts_rs::TS)]
+pub struct Routed {
+    /// Wall-clock time of arrival, Unix milliseconds.
+    pub at_unix_ms: u64,
+    /// The operation.
+    pub operation: Operation,
+    /// HTTP or WebSocket.
+    pub transport: Transport,
+    /// The client that sent it.
+    pub client: ClientKind,
+    /// A short keyed digest of its session.
+    pub session: Option<String>,
+    /// Model named in the body (capped).
+    pub model: Option<String>,
+    /// The decision.
+    pub decision: Decision,
+}
+
+/// One thing on the live event stream.
+#[derive(Clone, Debug, Serialize, ts_rs::TS)]
+#[serde(tag = "type", content = "data", rename_all = "snake_case")]
+pub enum Event {
+    /// A request was routed.
+    Routed(Box<Routed>),
+    /// A request finished.
+    Finished(Arc<RequestRecord>),
+    /// A key's state changed.
+    Key(KeyEvent),
+    /// Something happened to the gateway.
+    Gateway(GatewayEvent),
+    /// This subscriber was too slow, or resumed too late: it missed this many events.
+    Lagged {
+        /// Events it will never see.
+        missed: u64,
+    },
+}
+
+impl Event {
+    /// The event's name on the SSE stream.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Routed(_) => "routed",
+            Self::Finished(_) => "finished",
+            Self::Key(_) => "key",
+            Self::Gateway(_) => "gateway",
+            Self::Lagged { .. } => "lagged",
+        }
+    }
+}
+
+/// An event with its place in the stream.
+#[derive(Clone, Debug, Serialize, ts_rs::TS)]
+pub struct Envelope {
+    /// Increasing from 1; what `Last-Event-ID` and `?after=` name.
+    pub id: u64,
+    /// When it happened, Unix milliseconds.
+    pub at_unix_ms: u64,
+    /// The event.
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+/// How many events are kept for subscribers that resume (`Last-Event-ID`).
+pub const EVENT_CAPACITY: usize = 2_048;
+
+/// What a resuming subscriber gets from the ring.
+#[derive(Debug)]
+pub struct Replay {
+    /// Events after the one it named, oldest first.
+    pub events: Vec<Arc<Envelope>>,
+    /// Events it asked for that the ring no longer holds.
+    pub missed: u64,
+}
+
+#[derive(Default)]
+struct Rings {
+    // Bounded by EVENT_CAPACITY; oldest dropped first.
+    events: VecDeque<Arc<Envelope>>,
     // Bounded by RECENT_CAPACITY; oldest dropped first.
-    recent: Mutex<VecDeque<Arc<RequestRecord>>>,
-    feed: broadcast::Sender<Arc<RequestRecord>>,
+    records: VecDeque<Arc<RequestRecord>>,
+    next_id: u64,
+}
+
+/// The event stream: a bounded ring for resuming subscribers, the recent records for the decisions
+/// API, and a bounded broadcast for live ones. A slow subscriber loses events (and is told how many);
+/// it never slows a request.
+pub struct Events {
+    rings: Mutex<Rings>,
+    feed: broadcast::Sender<Arc<Envelope>>,
 }
 
 impl Default for Events {
     fn default() -> Self {
-        Self {
-            recent: Mutex::new(VecDeque::with_capacity(RECENT_CAPACITY)),
-            feed: broadcast::channel(SUBSCRIBER_BACKLOG).0,
-        }
+        Self { rings: Mutex::default(), feed: broadcast::channel(SUBSCRIBER_BACKLOG).0 }
     }
 }
 
 impl Events {
-    /// Publishes a finished request.
-    pub fn publish(&self, record: RequestRecord) {
-        let record = Arc::new(record);
-        {
-            let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
-            if recent.len() == RECENT_CAPACITY {
-                recent.pop_front();
+    fn lock(&self) -> std::sync::MutexGuard<'_, Rings> {
+        self.rings.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Publishes an event that happened at `at_unix_ms`.
+    pub fn publish(&self, at_unix_ms: u64, event: Event) {
+        let mut rings = self.lock();
+        if let Event::Finished(record) = &event {
+            if rings.records.len() == RECENT_CAPACITY {
+                rings.records.pop_front();
             }
-            recent.push_back(record.clone());
+            rings.records.push_back(record.clone());
         }
-        // No subscriber is fine.
-        let _ = self.feed.send(record);
+        rings.next_id += 1;
+        let envelope = Arc::new(Envelope { id: rings.next_id, at_unix_ms, event });
+        if rings.events.len() == EVENT_CAPACITY {
+            rings.events.pop_front();
+        }
+        rings.events.push_back(envelope.clone());
+        // Sent under the lock, so live order is ring order. No subscriber is fine.
+        let _ = self.feed.send(envelope);
+    }
+
+    /// Publishes a finished request.
+    pub fn publish_record(&self, record: RequestRecord) {
+        let at = record.at_unix_ms.saturating_add(u64::from(record.duration_ms));
+        self.publish(at, Event::Finished(Arc::new(record)));
     }
 
     /// The newest `limit` records, oldest first.
     pub fn recent(&self, limit: usize) -> Vec<Arc<RequestRecord>> {
-        let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
-        let skip = recent.len().saturating_sub(limit);
-        recent.iter().skip(skip).cloned().collect()
+        let rings = self.lock();
+        let skip = rings.records.len().saturating_sub(limit);
+        rings.records.iter().skip(skip).cloned().collect()
     }
 
-    /// A live feed of records published from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<RequestRecord>> {
+    /// A live feed from now on, and what the ring holds after event `after` (to resume without gaps:
+    /// subscribe first, then replay, then skip live events already replayed).
+    pub fn resume(&self, after: u64) -> (broadcast::Receiver<Arc<Envelope>>, Replay) {
+        let rings = self.lock();
+        let receiver = self.feed.subscribe();
+        let oldest = rings.events.front().map_or(rings.next_id + 1, |e| e.id);
+        let missed = oldest.saturating_sub(after.saturating_add(1)).min(rings.next_id.saturating_sub(after));
+        let events = rings.events.iter().filter(|e| e.id > after).cloned().collect();
+        (receiver, Replay { events, missed })
+    }
+
+    /// A live feed of events from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Envelope>> {
         self.feed.subscribe()
+    }
+
+    /// The id of the newest event.
+    pub fn last_id(&self) -> u64 {
+        self.lock().next_id
     }
 }
 
@@ -184,15 +368,52 @@ mod tests {
     }
 
     #[test]
-    fn ring_is_bounded_and_keeps_the_newest() {
+    fn rings_are_bounded_and_keep_the_newest() {
         let events = Events::default();
-        for seq in 0..(RECENT_CAPACITY as u64 + 50) {
-            events.publish(record(seq));
+        for seq in 0..(EVENT_CAPACITY as u64 + 50) {
+            events.publish_record(record(seq));
         }
         let all = events.recent(usize::MAX);
         assert_eq!(all.len(), RECENT_CAPACITY);
-        assert_eq!(all[0].decision.seq, 50);
-        assert_eq!(events.recent(2)[1].decision.seq, RECENT_CAPACITY as u64 + 49);
+        assert_eq!(all[0].decision.seq, EVENT_CAPACITY as u64 + 50 - RECENT_CAPACITY as u64);
+        assert_eq!(events.recent(2)[1].decision.seq, EVENT_CAPACITY as u64 + 49);
+        let (_, replay) = events.resume(0);
+        assert_eq!(replay.events.len(), EVENT_CAPACITY);
+        assert_eq!(replay.missed, 50, "the 50 oldest are gone, and the subscriber is told");
+        assert_eq!(replay.events[0].id, 51);
+    }
+
+    #[test]
+    fn resuming_replays_exactly_what_came_after() {
+        let events = Events::default();
+        for seq in 0..10 {
+            events.publish_record(record(seq));
+        }
+        let (mut live, replay) = events.resume(7);
+        assert_eq!(replay.missed, 0);
+        assert_eq!(replay.events.iter().map(|e| e.id).collect::<Vec<_>>(), [8, 9, 10]);
+        events.publish(1, Event::Gateway(GatewayEvent::Paused));
+        assert_eq!(live.try_recv().expect("live").id, 11);
+        let (_, none) = events.resume(11);
+        assert!(none.events.is_empty());
+        assert_eq!(none.missed, 0);
+        let json = serde_json::to_value(&*replay.events[0]).expect("json");
+        assert_eq!(json["type"], "finished");
+        assert_eq!(json["id"], 8);
+        assert!(json["data"]["decision"].is_object());
+    }
+
+    #[test]
+    fn a_subscriber_that_never_reads_is_left_behind_not_waited_for() {
+        let events = Events::default();
+        let mut stuck = events.subscribe();
+        for seq in 0..(SUBSCRIBER_BACKLOG as u64 * 3) {
+            events.publish_record(record(seq));
+        }
+        match stuck.try_recv() {
+            Err(broadcast::error::TryRecvError::Lagged(missed)) => assert_eq!(missed, 2 * SUBSCRIBER_BACKLOG as u64),
+            other => panic!("expected a lag, got {other:?}"),
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::markers::{Field, MarkerError, Markers, Pin, SessionKey};
 
 /// Where an affinity signal came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, ts_rs::TS)]
 #[serde(rename_all = "snake_case")]
 pub enum AffinitySource {
     /// No affinity signal was used.
@@ -24,7 +24,7 @@ pub enum AffinitySource {
 }
 
 /// Which client sent a request, from its `originator` and `user-agent` headers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Default, ts_rs::TS)]
 #[serde(rename_all = "snake_case")]
 pub enum ClientKind {
     /// `codex exec` (originator `codex_exec`).
@@ -66,7 +66,7 @@ impl ClientKind {
 }
 
 /// The API operation a request performs. Routing rules and observability speak in these terms.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, ts_rs::TS)]
 #[serde(rename_all = "snake_case")]
 pub enum Operation {
     /// `POST /v1/responses`.

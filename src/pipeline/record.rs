@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::events::{Attempt, FailureKind, RequestRecord, Transport};
+use crate::events::{Attempt, FailureKind, RequestRecord, Routed, Transport};
 use crate::facts::{Operation, RequestFacts};
 use crate::gateway::Gateway;
 use crate::keys::KeyId;
@@ -62,6 +62,16 @@ impl Trace {
 
     /// Takes the decision, and tells the event stream the request was routed.
     pub fn decided(&mut self, decision: Decision) {
+        let record = &self.record;
+        self.gateway.routed(Routed {
+            at_unix_ms: record.at_unix_ms,
+            operation: record.operation,
+            transport: record.transport,
+            client: record.client,
+            session: record.session.clone(),
+            model: record.model.clone(),
+            decision: decision.clone(),
+        });
         self.record.decision = decision;
     }
 

@@ -66,7 +66,7 @@ pub struct PoolView {
 }
 
 /// What became of the affinity signal.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "snake_case")]
 pub enum AffinityState {
     /// The request carried no signal.
@@ -87,7 +87,7 @@ pub enum AffinityState {
 }
 
 /// Why a key was skipped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum SkipWhy {
     /// Rate limited; frees in that many milliseconds.
@@ -116,7 +116,7 @@ pub enum SkipWhy {
 }
 
 /// One line of a decision's explanation.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(tag = "rule", rename_all = "snake_case")]
 pub enum Reason {
     /// The chosen key had the most rate-limit headroom for its load (headroom / (1 + in flight)).
@@ -209,7 +209,7 @@ pub enum Reason {
 }
 
 /// Why no key can take the request.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Refusal {
     /// The request replays encrypted content of two organizations; no key can read both.
@@ -244,7 +244,7 @@ pub enum Refusal {
 }
 
 /// The routing decision for one request.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct Decision {
     /// The request's gateway-local number.
     pub seq: u64,
@@ -264,6 +264,7 @@ pub struct Decision {
     pub pin: Option<PinDecision>,
     /// Organizations whose items are dropped before the request goes upstream (rescue: no usable key of
     /// theirs is left). Bounded by `markers::MAX_PINS`.
+    #[ts(type = "Array<string>")]
     pub rescued_orgs: Vec<OrgTag>,
     /// Set when no key can take the request.
     pub refusal: Option<Refusal>,
@@ -272,7 +273,7 @@ pub struct Decision {
 }
 
 /// How a decision placed its request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "snake_case")]
 pub enum Route {
     /// No key can take it (the refusal says why).
@@ -292,11 +293,12 @@ pub enum Route {
 }
 
 /// What the encrypted-content pin did.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct PinDecision {
     /// The key named by the marker.
     pub key: KeyId,
     /// The organization tag the marker carries.
+    #[ts(type = "string")]
     pub org: OrgTag,
     /// Whether the choice is that very key (otherwise another key of its organization).
     pub exact: bool,
