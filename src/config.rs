@@ -297,6 +297,8 @@ pub struct EnvSecrets {
     pub client_token: Option<crate::secrets::Secret>,
     /// `KEYMUX_INSTALL_SECRET`: keys the markers of an ephemeral run, so they survive restarts.
     pub install_secret: Option<crate::secrets::Secret>,
+    /// `KEYMUX_ADMIN_TOKEN`: the admin credential of an ephemeral run, for the CLI and tools.
+    pub admin_token: Option<crate::secrets::Secret>,
 }
 
 const KEY_PREFIX: &str = "KEYMUX_KEY_";
@@ -318,8 +320,17 @@ impl EnvSecrets {
                 .get("KEYMUX_INSTALL_SECRET")
                 .filter(|v| v.len() >= 16)
                 .map(|v| crate::secrets::Secret::new(v.as_str())),
+            admin_token: vars
+                .get("KEYMUX_ADMIN_TOKEN")
+                .filter(|v| !v.is_empty())
+                .map(|v| crate::secrets::Secret::new(v.as_str())),
             keys: Vec::new(),
         };
+        for name in ["KEYMUX_CLIENT_TOKEN", "KEYMUX_ADMIN_TOKEN"] {
+            if let Some(value) = vars.get(name).filter(|v| !v.is_empty()) {
+                crate::tokens::check_strength(value).map_err(|e| format!("{name}: {e}"))?;
+            }
+        }
         if vars.get("KEYMUX_INSTALL_SECRET").is_some_and(|v| v.len() < 16) {
             return Err("KEYMUX_INSTALL_SECRET must be at least 16 characters".into());
         }
@@ -331,7 +342,7 @@ impl EnvSecrets {
             let is_attr = ATTRS
                 .iter()
                 .any(|a| rest.strip_suffix(a).is_some_and(|base| vars.contains_key(&format!("{KEY_PREFIX}{base}"))));
-            if is_attr || rest.is_empty() || name == "KEYMUX_INSTALL_SECRET" {
+            if is_attr || rest.is_empty() {
                 continue;
             }
             let label = rest.to_ascii_lowercase();
@@ -426,7 +437,7 @@ mod tests {
             ("KEYMUX_KEY_AZ", "abc"),
             ("KEYMUX_KEY_AZ_PROVIDER", "azure"),
             ("KEYMUX_KEY_AZ_BASE_URL", "https://r.openai.azure.com/openai/v1"),
-            ("KEYMUX_CLIENT_TOKEN", "tok"),
+            ("KEYMUX_CLIENT_TOKEN", "km-test-local-token-4d2c7a91e0b35f68"),
             ("PATH", "/bin"),
         ]
         .map(|(a, b)| (a.to_owned(), b.to_owned()));
@@ -439,6 +450,13 @@ mod tests {
         assert_eq!(az.provider, Provider::Azure);
         assert!(az.base_url.is_some());
         assert!(env.client_token.is_some());
+    }
+
+    #[test]
+    fn a_weak_client_token_is_refused() {
+        let vars = [("KEYMUX_CLIENT_TOKEN".to_owned(), "x".to_owned())];
+        let err = EnvSecrets::from_vars(vars).expect_err("too short");
+        assert!(err.contains("KEYMUX_CLIENT_TOKEN") && err.contains("at least"), "{err}");
     }
 
     #[test]

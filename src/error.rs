@@ -77,6 +77,21 @@ pub enum ApiError {
     /// Responses-over-WebSocket is not relayed: the client should use HTTP.
     #[error("websocket transport not available")]
     WebSocketUnavailable,
+    /// No usable control credential.
+    #[error("control API credential refused")]
+    ControlDenied { reason: crate::access::Refused },
+    /// A dashboard change without its CSRF header.
+    #[error("CSRF header missing")]
+    CsrfMissing,
+    /// A control credential presented on `/v1`.
+    #[error("control credential on /v1")]
+    WrongCredential,
+    /// Routing is paused.
+    #[error("routing paused")]
+    Paused,
+    /// A change to the gateway could not be made.
+    #[error(transparent)]
+    Control(#[from] crate::control::ControlError),
     /// A browser-origin or foreign-host request to a local endpoint.
     #[error("forbidden origin or host")]
     ForbiddenOrigin,
@@ -92,7 +107,16 @@ impl ApiError {
     /// The HTTP status.
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            Self::Unauthorized { .. } | Self::ControlDenied { .. } | Self::WrongCredential => StatusCode::UNAUTHORIZED,
+            Self::CsrfMissing => StatusCode::FORBIDDEN,
+            Self::Paused => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Control(e) => match e {
+                crate::control::ControlError::NotFound(_) => StatusCode::NOT_FOUND,
+                crate::control::ControlError::Invalid(_) => StatusCode::BAD_REQUEST,
+                crate::control::ControlError::Secrets(_) | crate::control::ControlError::Config(_) => {
+                    StatusCode::SERVICE_UNAVAILABLE
+                }
+            },
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BodyRead { .. } | Self::BadJson { .. } | Self::Marker(_) | Self::MixedOrgs { .. } | Self::BadPath => {
                 StatusCode::BAD_REQUEST
@@ -115,6 +139,10 @@ impl ApiError {
     pub fn blame(&self) -> Blame {
         match self {
             Self::Unauthorized { .. }
+            | Self::ControlDenied { .. }
+            | Self::CsrfMissing
+            | Self::WrongCredential
+            | Self::Control(crate::control::ControlError::NotFound(_) | crate::control::ControlError::Invalid(_))
             | Self::BodyTooLarge { .. }
             | Self::BodyRead { .. }
             | Self::BadJson { .. }
@@ -131,6 +159,10 @@ impl ApiError {
             | Self::LostOrg { .. }
             | Self::ContinuityLost { .. } => Blame::Key,
             Self::Upstream(_) | Self::UpstreamAnswerTooLarge { .. } => Blame::Upstream,
+            Self::Paused
+            | Self::Control(crate::control::ControlError::Secrets(_) | crate::control::ControlError::Config(_)) => {
+                Blame::Keymux
+            }
             Self::Internal { .. } => Blame::Keymux,
         }
     }
@@ -139,6 +171,11 @@ impl ApiError {
     pub fn label(&self) -> &'static str {
         match self {
             Self::Unauthorized { .. } => "unauthorized",
+            Self::ControlDenied { .. } => "control_denied",
+            Self::CsrfMissing => "csrf_missing",
+            Self::WrongCredential => "wrong_credential",
+            Self::Paused => "paused",
+            Self::Control(_) => "control_failed",
             Self::BodyTooLarge { .. } => "body_too_large",
             Self::BodyRead { .. } => "body_read",
             Self::BadJson { .. } => "bad_json",
@@ -167,6 +204,13 @@ impl ApiError {
         const SERVER: &str = "server_error";
         match self {
             Self::Unauthorized { .. } => (REQUEST, Some("invalid_api_key")),
+            Self::ControlDenied { .. } => (REQUEST, Some("keymux_control_denied")),
+            Self::CsrfMissing => (REQUEST, Some("keymux_csrf_missing")),
+            Self::WrongCredential => (REQUEST, Some("invalid_api_key")),
+            Self::Paused => (SERVER, Some("keymux_paused")),
+            Self::Control(crate::control::ControlError::NotFound(_)) => (REQUEST, Some("not_found")),
+            Self::Control(crate::control::ControlError::Invalid(_)) => (REQUEST, Some("invalid_value")),
+            Self::Control(_) => (SERVER, Some("keymux_control_failed")),
             Self::BodyTooLarge { .. } => (REQUEST, Some("request_too_large")),
             Self::BodyRead { .. } => (REQUEST, None),
             Self::BadJson { .. } => (REQUEST, Some("invalid_json")),
@@ -193,6 +237,11 @@ impl ApiError {
         match self {
             Self::Unauthorized { missing: true } => MISSING_TOKEN.into(),
             Self::Unauthorized { missing: false } => UNKNOWN_TOKEN.into(),
+            Self::ControlDenied { reason } => control_denied(*reason).into(),
+            Self::CsrfMissing => CSRF_MISSING.into(),
+            Self::WrongCredential => WRONG_CREDENTIAL.into(),
+            Self::Paused => PAUSED.into(),
+            Self::Control(e) => format!("Keymux could not make that change: {e}."),
             Self::BodyTooLarge { limit } => format!(
                 "The request body is larger than Keymux's limit of {limit} bytes. Compact the conversation, \
                  or raise `max_body_bytes` in the Keymux config."
@@ -250,6 +299,9 @@ impl IntoResponse for ApiError {
             // Codex retries a 429 only when `retry-after` is present, in whole seconds.
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
         }
+        if let Self::Paused = &self {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(PAUSED_RETRY_AFTER_SECS));
+        }
         response.extensions_mut().insert(ErrorLabel(self.label()));
         response
     }
@@ -260,6 +312,31 @@ const MISSING_TOKEN: &str = "Keymux needs a local client token: send `Authorizat
     (Codex `env_key`, pi `apiKey`).";
 const UNKNOWN_TOKEN: &str = "Keymux did not recognise this local client token. Send an OpenAI key to Keymux? Use a \
     Keymux token instead: `keymux token list` shows the valid ones.";
+const CSRF_MISSING: &str = "Keymux refuses changes from the dashboard without its CSRF header \
+    (x-keymux-csrf). Reload the dashboard and try again.";
+const WRONG_CREDENTIAL: &str = "The Keymux admin credential and dashboard session work only on the control API \
+    (/keymux/api). Clients spend keys with a client token: `keymux token create`.";
+const PAUSED: &str = "Keymux routing is paused, so no request goes to the provider. Resume it from the dashboard, \
+    the tray or `keymux resume`; streams already running finish.";
+
+fn control_denied(reason: crate::access::Refused) -> &'static str {
+    use crate::access::Refused;
+    match reason {
+        Refused::NoCredential => {
+            "The Keymux control API needs the dashboard session (open the login link `keymux serve` printed, or \
+             run `keymux dashboard`) or the admin credential (the `keymux` CLI uses it by itself)."
+        }
+        Refused::ClientToken => {
+            "Client tokens spend keys on /v1 and cannot call the Keymux control API. Use the dashboard (`keymux \
+             dashboard` prints a login link) or the `keymux` CLI."
+        }
+        Refused::Invalid => {
+            "This Keymux control credential is not valid (expired, revoked, or from another install). Run \
+             `keymux dashboard` for a fresh login link."
+        }
+    }
+}
+
 const DOT_SEGMENTS: &str = "The request path has `.` or `..` segments; Keymux forwards only paths that stay under \
     the provider's /v1. Send the path without them.";
 const NO_KEYS: &str = "Keymux has no API keys to use. Add one with `keymux keys add --label NAME`, or set \
@@ -292,6 +369,9 @@ fn continuity_lost(label: &str) -> String {
          previous_response_id, or restore that key."
     )
 }
+
+/// The `retry-after` a paused gateway answers with.
+pub const PAUSED_RETRY_AFTER_SECS: u64 = 30;
 
 /// Marks a response produced from an `ApiError`, so the logging middleware can name it once.
 #[derive(Clone, Copy, Debug)]

@@ -1,24 +1,30 @@
 //! The gateway: the state every request shares (the pool, the affinity tables, the upstream client,
-//! the accepted tokens, the clock, the metrics and the event stream) and the few operations on it that
-//! are not part of one request's way through (`pipeline`): probing keys, publishing records, applying
-//! what the provider taught.
+//! the accepted tokens, the clock, the metrics, the sessions and the event stream) and the few
+//! operations on it that are not part of one request's way through (`pipeline`) or a change the user
+//! makes (`control`): probing keys, publishing records and events, applying what the provider taught.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use axum::http::HeaderMap;
 use bytes::Bytes;
 
+use crate::access::Access;
 use crate::affinity::Table;
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::events::{Events, RequestRecord};
+use crate::control::{KeyTest, Settings};
+use crate::events::{Event, Events, GatewayEvent, KeyChange, KeyEvent, RequestRecord, Routed};
 use crate::keys::{KeyEntry, KeyId};
 use crate::markers::Markers;
 use crate::metrics::Metrics;
 use crate::pipeline::classify::{self, Context, Heard};
-use crate::pool::{Begin, Learned, Outcome, Pool};
+use crate::pool::{Begin, HealthChange, Learned, Outcome, Pool};
 use crate::router::{self, Policy};
+use crate::sessions::Sessions;
 use crate::tokens::TokenSet;
 use crate::upstream::{Upstream, UpstreamError};
 use tokio_util::sync::CancellationToken;
@@ -33,8 +39,18 @@ pub struct Gateway {
     /// Per soft-affinity signal: the key that last served it to a successful end.
     soft: Table,
     upstream: Upstream,
-    tokens: TokenSet,
+    tokens: ArcSwap<TokenSet>,
     events: Events,
+    sessions: Sessions,
+    access: Access,
+    settings: Settings,
+    paused: AtomicBool,
+    /// Where the gateway listens, once it does.
+    addr: std::sync::OnceLock<std::net::SocketAddr>,
+    started_unix_ms: u64,
+    keychain_ok: AtomicBool,
+    /// The health state last announced per key (bounded by the pool), so a change is told once.
+    announced: Mutex<HashMap<KeyId, &'static str>>,
     clock: Clock,
     seq: AtomicU64,
     max_body_bytes: usize,
@@ -62,8 +78,16 @@ impl Gateway {
             hints: Table::new(crate::affinity::HINT_CAPACITY, crate::affinity::DEFAULT_TTL),
             soft: Table::new(affinity.table_capacity, Duration::from_secs(affinity.table_ttl_secs)),
             upstream: Upstream::new(&config.upstream, &config.timeouts)?,
-            tokens,
+            tokens: ArcSwap::from_pointee(tokens),
             events: Events::default(),
+            sessions: Sessions::default(),
+            access: Access::default(),
+            settings: Settings::new(Arc::new(crate::secrets::MemoryStore::default()), None, config.clone()),
+            paused: AtomicBool::new(false),
+            addr: std::sync::OnceLock::new(),
+            started_unix_ms: Clock::system().unix_ms(),
+            keychain_ok: AtomicBool::new(true),
+            announced: Mutex::default(),
             clock: Clock::system(),
             seq: AtomicU64::new(0),
             max_body_bytes: config.max_body_bytes,
@@ -84,6 +108,12 @@ impl Gateway {
     /// Keeps metrics in `metrics` (by default they stay in memory).
     pub fn with_metrics(mut self, metrics: Metrics) -> Self {
         self.metrics = metrics;
+        self
+    }
+
+    /// Keeps runtime changes (keys, tokens) in these settings.
+    pub fn with_settings(mut self, settings: Settings) -> Self {
+        self.settings = settings;
         self
     }
 
@@ -108,9 +138,72 @@ impl Gateway {
         &self.events
     }
 
-    /// The accepted local tokens.
-    pub fn tokens(&self) -> &TokenSet {
-        &self.tokens
+    /// The accepted local tokens (a snapshot).
+    pub fn tokens(&self) -> Arc<TokenSet> {
+        self.tokens.load_full()
+    }
+
+    /// Replaces the accepted tokens.
+    pub(crate) fn swap_tokens(&self, change: impl Fn(&TokenSet) -> TokenSet) {
+        self.tokens.rcu(|set| change(set));
+    }
+
+    /// The recent sessions.
+    pub fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+
+    /// Who may call the control API.
+    pub fn access(&self) -> &Access {
+        &self.access
+    }
+
+    /// Where runtime changes are kept.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Records where the gateway listens (the runtime does, once it has bound).
+    pub fn set_addr(&self, addr: std::net::SocketAddr) {
+        let _ = self.addr.set(addr);
+    }
+
+    /// The base URL clients use.
+    pub fn base_url(&self) -> String {
+        self.addr.get().map_or_else(|| "http://127.0.0.1:8787/v1".into(), |a| format!("http://{a}/v1"))
+    }
+
+    /// A fresh one-time link that logs a browser (or the tray window) into the dashboard.
+    pub fn login_link(&self) -> String {
+        let code = self.access.issue_login(self.clock.now());
+        let root = self.base_url();
+        let root = root.trim_end_matches("/v1");
+        format!("{root}/login?code={}", code.expose())
+    }
+
+    /// When the gateway started, Unix milliseconds.
+    pub fn started_unix_ms(&self) -> u64 {
+        self.started_unix_ms
+    }
+
+    /// Whether the secret store answered the last time it was asked.
+    pub fn keychain_ok(&self) -> bool {
+        self.keychain_ok.load(Ordering::Relaxed)
+    }
+
+    /// Records whether the secret store answers.
+    pub fn set_keychain_ok(&self, ok: bool) {
+        self.keychain_ok.store(ok, Ordering::Relaxed);
+    }
+
+    /// Whether routing is paused.
+    pub fn paused(&self) -> bool {
+        self.paused.load(Ordering::Relaxed)
+    }
+
+    /// Sets the pause; returns what it was.
+    pub(crate) fn set_paused(&self, paused: bool) -> bool {
+        self.paused.swap(paused, Ordering::Relaxed)
     }
 
     /// The clock every part of the gateway reads.
@@ -179,15 +272,104 @@ impl Gateway {
         self.seq.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    /// Applies what the provider taught to the pool, and logs a change of a key's health.
+    /// Applies what the provider taught to the pool, and tells the event stream when a key's health
+    /// changed.
     pub fn apply(&self, learned: Learned) {
         if let Some((key, change)) = self.pool.apply(&learned) {
-            tracing::info!(key = %key, change = ?change, "key health changed");
+            let now = self.clock.now();
+            let unix = |until: tokio::time::Instant| {
+                self.clock.unix_ms() + u64::try_from(until.saturating_duration_since(now).as_millis()).unwrap_or(0)
+            };
+            let change = match change {
+                HealthChange::Cooling { until } => KeyChange::CoolingStarted { until_unix_ms: unix(until) },
+                HealthChange::QuotaExhausted { until } => KeyChange::QuotaExhausted { until_unix_ms: unix(until) },
+                HealthChange::Rejected => KeyChange::Rejected,
+                HealthChange::Recovered => KeyChange::Recovered,
+            };
+            self.announce(&key, change);
         }
+    }
+
+    /// Tells the event stream that a key changed (once per change of its health state).
+    pub(crate) fn announce(&self, key: &KeyId, change: KeyChange) {
+        self.announce_as(key, self.pool.label(key), change);
+    }
+
+    /// Like `announce`, with the label given (a removed key's is no longer in the pool).
+    pub(crate) fn announce_as(&self, key: &KeyId, label: String, change: KeyChange) {
+        let state = match change {
+            KeyChange::CoolingStarted { .. } => Some("cooling"),
+            KeyChange::QuotaExhausted { .. } => Some("quota_exhausted"),
+            KeyChange::Rejected => Some("invalid"),
+            KeyChange::Disabled => Some("disabled"),
+            KeyChange::CoolingEnded | KeyChange::Recovered | KeyChange::Enabled | KeyChange::Added => Some("ready"),
+            KeyChange::Removed | KeyChange::Updated => None,
+        };
+        {
+            let mut announced = self.announced.lock().unwrap_or_else(|p| p.into_inner());
+            match (state, change) {
+                (_, KeyChange::Removed) => {
+                    announced.remove(key);
+                }
+                // A cooldown that grew is news; any other repeat is not.
+                (Some(state), _)
+                    if announced.get(key) == Some(&state) && !matches!(change, KeyChange::CoolingStarted { .. }) =>
+                {
+                    return
+                }
+                (Some(state), _) => {
+                    announced.insert(key.clone(), state);
+                }
+                (None, _) => {}
+            }
+        }
+        tracing::info!(key = %key, label = %label, change = ?change, "key changed");
+        self.events.publish(self.clock.unix_ms(), Event::Key(KeyEvent { key: key.clone(), label, change }));
+    }
+
+    /// Tells the event stream something about the gateway as a whole.
+    pub(crate) fn notify(&self, event: GatewayEvent) {
+        tracing::info!(event = ?event, "gateway");
+        self.events.publish(self.clock.unix_ms(), Event::Gateway(event));
+    }
+
+    /// Tells the event stream the metrics store failed (with why) or recovered.
+    pub(crate) fn notify_store(&self, failure: Option<String>) {
+        self.notify(match failure {
+            Some(message) => GatewayEvent::StoreFailed { message },
+            None => GatewayEvent::StoreRecovered,
+        });
+    }
+
+    /// Notices what time alone changed (cooldowns that ended, out-of-quota keys due to be tried again)
+    /// and tells the event stream. The runtime calls it every second.
+    pub fn tick(&self) {
+        let changes: Vec<(KeyId, &'static str)> = {
+            let announced = self.announced.lock().unwrap_or_else(|p| p.into_inner());
+            self.pool
+                .status(self.clock.now(), self.today())
+                .into_iter()
+                .filter(|k| k.health == "ready")
+                .filter_map(|k| {
+                    announced.get(&k.id).filter(|s| matches!(**s, "cooling" | "quota_exhausted")).map(|s| (k.id, *s))
+                })
+                .collect()
+        };
+        for (key, was) in changes {
+            self.announce(&key, if was == "cooling" { KeyChange::CoolingEnded } else { KeyChange::Recovered });
+        }
+    }
+
+    /// Tells the event stream that a request was routed.
+    pub(crate) fn routed(&self, routed: Routed) {
+        self.events.publish(routed.at_unix_ms, Event::Routed(Box::new(routed)));
     }
 
     /// Whether a new WebSocket could be served at all right now (some key is usable).
     pub fn can_open_socket(&self) -> bool {
+        if self.paused() {
+            return false;
+        }
         let facts = crate::facts::RequestFacts {
             stream: true,
             ..crate::facts::RequestFacts::new(0, crate::facts::Operation::ResponsesCreate)
@@ -205,43 +387,62 @@ impl Gateway {
         futures::future::join_all(probes).await;
     }
 
-    async fn probe(&self, key: KeyId) {
-        let Some(guard) = self.pool.begin(&key, Begin::default(), self.clock.now()) else { return };
+    /// Probes one key (`GET /models`, judged by the one classifier, applied to the pool); `None` when it
+    /// is not in the pool.
+    pub(crate) async fn probe(&self, key: KeyId) -> Option<KeyTest> {
+        let started = self.clock.now();
+        let guard = self.pool.begin(&key, Begin::default(), started)?;
         let sent =
             self.upstream.send(guard.entry(), http::Method::GET, "/models", HeaderMap::new(), Bytes::new()).await;
         let label = guard.entry().label.clone();
         drop(guard);
         let now = self.clock.now();
-        let (heard, verdict) = match sent {
+        let heard = match sent {
             Ok(response) => {
                 let heard = Heard::from_headers(response.status().as_u16(), response.headers(), now);
-                let heard = if response.status().is_success() {
+                if response.status().is_success() {
                     heard
                 } else {
-                    let body = response.bytes().await.unwrap_or_default();
-                    heard.with_body(&body)
-                };
-                let verdict =
-                    classify::judge(&heard, Context { model_named: false, quota_recheck: self.quota_recheck });
-                (Some(heard), verdict)
+                    heard.with_body(&response.bytes().await.unwrap_or_default())
+                }
             }
             Err(e) => {
                 tracing::warn!(key = %key, label = %label, error = %e, "could not probe key");
-                (None, classify::judge_failure(&e))
+                self.apply(Learned::Answer(Outcome::new(key, now, classify::judge_failure(&e).outcome)));
+                let message = format!("key '{label}' could not be tested: {e}");
+                return Some(KeyTest {
+                    ok: false,
+                    status: None,
+                    org: None,
+                    message,
+                    duration_ms: self.clock.elapsed_ms(started),
+                });
             }
         };
-        let mut outcome = Outcome::new(key.clone(), now, verdict.outcome);
-        if let Some(heard) = heard {
-            tracing::info!(key = %key, label = %label, status = heard.status, org = heard.org.as_deref().unwrap_or("-"), "probed key");
-            outcome.status = Some(heard.status);
-            outcome.org = heard.org;
-            outcome.limits = heard.limits;
-        }
+        let verdict = classify::judge(&heard, Context { model_named: false, quota_recheck: self.quota_recheck });
+        tracing::info!(key = %key, label = %label, status = heard.status, org = heard.org.as_deref().unwrap_or("-"), "probed key");
+        let ok = verdict.failure.is_none();
+        let message = match ok {
+            true => format!("the provider accepted key '{label}'"),
+            false => format!("the provider answered {} to key '{label}'", heard.status),
+        };
+        let test = KeyTest {
+            ok,
+            status: Some(heard.status),
+            org: heard.org.clone(),
+            message,
+            duration_ms: self.clock.elapsed_ms(started),
+        };
+        let mut outcome = Outcome::new(key, now, verdict.outcome);
+        outcome.status = Some(heard.status);
+        outcome.org = heard.org;
+        outcome.limits = heard.limits;
         self.apply(Learned::Answer(outcome));
+        Some(test)
     }
 
     /// The one way a finished request (HTTP, or a WebSocket turn) is reported: a log line, the hashed
-    /// metrics under the key's fingerprint, and the event stream.
+    /// metrics under the key's fingerprint, the sessions, and the event stream.
     pub fn publish(&self, record: RequestRecord) {
         tracing::info!(
             seq = record.decision.seq,
@@ -264,6 +465,8 @@ impl Gateway {
             .or_else(|| record.attempts.last().map(|a| &a.key))
             .and_then(|k| self.pool.fingerprint(k));
         self.metrics.record(&record, fingerprint);
-        self.events.publish(record);
+        let org = record.served_by.as_ref().and_then(|k| self.pool.org_of(k));
+        self.sessions.observe(&record, org);
+        self.events.publish_record(record);
     }
 }

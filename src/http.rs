@@ -21,17 +21,15 @@ pub fn app(gateway: Arc<Gateway>) -> Router {
         .route("/v1", any(proxy))
         .route("/v1/{*rest}", any(proxy))
         .route("/keymux/health", get(health))
-        .route("/keymux/api/status", get(status))
-        .route("/keymux/api/decisions", get(decisions))
-        .route("/keymux/api/metrics", get(metrics))
-        .route("/keymux/api/keys/{id}/{action}", axum::routing::post(key_action))
+        .route("/login", get(login))
+        .nest("/keymux/api", crate::api::routes())
         .fallback(not_found)
         .with_state(gateway)
 }
 
 async fn proxy(State(gateway): State<Arc<Gateway>>, request: Request) -> Response<Body> {
     let (mut parts, body) = request.into_parts();
-    let client = match check_origin(&parts.headers).and_then(|()| authenticate(&gateway, &parts.headers)) {
+    let client = match check_v1_origin(&parts.headers).and_then(|()| authenticate(&gateway, &parts.headers)) {
         Ok(client) => client,
         Err(err) => {
             tracing::warn!(path = parts.uri.path(), error = err.label(), "refused");
@@ -39,6 +37,9 @@ async fn proxy(State(gateway): State<Arc<Gateway>>, request: Request) -> Respons
         }
     };
     parts.extensions.insert(client);
+    if gateway.paused() && !is_websocket_upgrade(&parts.headers) {
+        return crate::proxy::refuse_paused(&gateway, &parts);
+    }
     if is_websocket_upgrade(&parts.headers) {
         return upgrade(gateway, parts).await;
     }
@@ -75,87 +76,59 @@ async fn health() -> Json<serde_json::Value> {
     Json(serde_json::json!({ "service": "keymux", "status": "ok", "version": env!("CARGO_PKG_VERSION") }))
 }
 
-async fn status(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response<Body> {
-    if let Err(err) = check_local(&gateway, &headers) {
-        return err.into_response();
+/// `GET /login?code=…`: exchanges a one-time login code for the dashboard session cookie (HttpOnly,
+/// SameSite=Strict) and goes on to the dashboard. A used or expired code gets a page that says how to
+/// get a fresh one.
+async fn login(State(gateway): State<Arc<Gateway>>, headers: HeaderMap, Query(q): Query<LoginQuery>) -> Response<Body> {
+    if !crate::access::host_ok(&headers) {
+        return ApiError::ForbiddenOrigin.into_response();
     }
-    Json(serde_json::json!({
-        "keys": gateway.pool().status(gateway.clock().now(), gateway.today()),
-        "metrics": gateway.metrics().status(),
-    }))
-    .into_response()
-}
-
-#[derive(Deserialize)]
-struct DecisionsQuery {
-    limit: Option<usize>,
-}
-
-async fn decisions(
-    State(gateway): State<Arc<Gateway>>,
-    headers: HeaderMap,
-    Query(q): Query<DecisionsQuery>,
-) -> Response<Body> {
-    if let Err(err) = check_local(&gateway, &headers) {
-        return err.into_response();
-    }
-    let limit = q.limit.unwrap_or(100).min(crate::events::RECENT_CAPACITY);
-    Json(serde_json::json!({ "data": gateway.events().recent(limit) })).into_response()
-}
-
-/// `POST /keymux/api/keys/{id}/enable` or `/disable`: switch a key off, or back on (which also clears a
-/// rejection or an exhausted quota, once the user has fixed the key).
-async fn key_action(
-    State(gateway): State<Arc<Gateway>>,
-    headers: HeaderMap,
-    axum::extract::Path((id, action)): axum::extract::Path<(String, String)>,
-) -> Response<Body> {
-    if let Err(err) = check_local(&gateway, &headers) {
-        return err.into_response();
-    }
-    let disabled = match action.as_str() {
-        "enable" => false,
-        "disable" => true,
-        _ => return ApiError::NotFound { path: format!("/keymux/api/keys/{{id}}/{action}") }.into_response(),
+    let login = q.code.as_deref().and_then(|code| gateway.access().redeem(code, gateway.clock().now()));
+    let Some(login) = login else {
+        let page = "<!doctype html><meta charset=utf-8><title>Keymux</title><p>This Keymux login link was already \
+            used, or it has expired. Run <code>keymux dashboard</code> (or choose Open dashboard in the tray) for a \
+            fresh one.</p>";
+        return (axum::http::StatusCode::FORBIDDEN, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], page)
+            .into_response();
     };
-    let key = crate::keys::KeyId::new(id.as_str());
-    if !gateway.pool().set_disabled(&key, disabled) {
-        return ApiError::NotFound { path: format!("/keymux/api/keys/{id}") }.into_response();
+    let cookie = format!(
+        "{}={}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+        crate::access::SESSION_COOKIE,
+        login.cookie.expose(),
+        crate::access::SESSION_IDLE.as_secs()
+    );
+    let mut response = axum::response::Redirect::to("/").into_response();
+    if let Ok(value) = header::HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
     }
-    tracing::info!(key = %key, action = %action, "key switched");
-    let status = gateway.pool().status(gateway.clock().now(), gateway.today()).into_iter().find(|k| k.id == key);
-    Json(serde_json::json!({ "key": status })).into_response()
+    response.headers_mut().insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-store"));
+    response.headers_mut().insert(header::REFERRER_POLICY, header::HeaderValue::from_static("no-referrer"));
+    response
 }
 
 #[derive(Deserialize)]
-struct MetricsQuery {
-    days: Option<u32>,
+struct LoginQuery {
+    code: Option<String>,
 }
 
-/// `GET /keymux/api/metrics?days=N`: hashed per-day counters (keys appear as fingerprints only).
-async fn metrics(
-    State(gateway): State<Arc<Gateway>>,
-    headers: HeaderMap,
-    Query(q): Query<MetricsQuery>,
-) -> Response<Body> {
-    if let Err(err) = check_local(&gateway, &headers) {
-        return err.into_response();
-    }
-    let days = q.days.unwrap_or(7).clamp(1, 366);
-    let today = gateway.today();
-    let read =
-        tokio::task::spawn_blocking(move || (gateway.metrics().rows(days, today), gateway.metrics().status())).await;
-    match read {
-        Ok((rows, store)) => Json(serde_json::json!({ "store": store, "rows": rows })).into_response(),
-        Err(e) => ApiError::Internal { detail: format!("metrics could not be read: {e}") }.into_response(),
-    }
-}
-
+/// Everything else: the dashboard's files (and its own routes) for `GET` from a loopback host, else
+/// a clear 404.
 async fn not_found(request: Request) -> Response<Body> {
+    let path = request.uri().path();
+    let dashboard = request.method() == axum::http::Method::GET
+        && !path.starts_with("/v1")
+        && !path.starts_with("/keymux/")
+        && crate::access::host_ok(request.headers());
+    if dashboard {
+        return crate::dashboard::serve(request.uri());
+    }
     ApiError::NotFound { path: request.uri().path().chars().take(200).collect() }.into_response()
 }
 
 fn authenticate(gateway: &Gateway, headers: &HeaderMap) -> Result<tokens::ClientScope, ApiError> {
+    if gateway.access().is_control_credential(headers) {
+        return Err(ApiError::WrongCredential);
+    }
     let presented = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(tokens::bearer);
     match presented {
         None => Err(ApiError::Unauthorized { missing: true }),
@@ -163,75 +136,16 @@ fn authenticate(gateway: &Gateway, headers: &HeaderMap) -> Result<tokens::Client
     }
 }
 
-fn check_local(gateway: &Gateway, headers: &HeaderMap) -> Result<(), ApiError> {
-    check_host(headers)?;
-    check_origin(headers)?;
-    authenticate(gateway, headers).map(|_| ())
-}
-
-/// The control API answers only to loopback host names, so a DNS-rebound page cannot reach it.
-fn check_host(headers: &HeaderMap) -> Result<(), ApiError> {
-    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
-    if is_loopback_authority(host) {
-        Ok(())
-    } else {
+/// A web page must never spend a key: a request from a browser (it carries an `Origin`) never reaches
+/// `/v1`, whatever page it comes from. Codex and pi send no `Origin`.
+fn check_v1_origin(headers: &HeaderMap) -> Result<(), ApiError> {
+    if headers.contains_key(header::ORIGIN) {
         Err(ApiError::ForbiddenOrigin)
-    }
-}
-
-/// A request that carries an `Origin` came from a browser; only loopback origins may call Keymux.
-/// Codex and pi send no `Origin`.
-fn check_origin(headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(origin) = headers.get(header::ORIGIN) else {
-        return Ok(());
-    };
-    let origin = origin.to_str().unwrap_or("");
-    let authority = origin
-        .strip_prefix("http://")
-        .or_else(|| origin.strip_prefix("https://"))
-        .or_else(|| origin.strip_prefix("tauri://"));
-    match authority {
-        Some(a) if is_loopback_authority(a) => Ok(()),
-        _ => Err(ApiError::ForbiddenOrigin),
-    }
-}
-
-fn is_loopback_authority(authority: &str) -> bool {
-    let host = if let Some(rest) = authority.strip_prefix('[') {
-        rest.split(']').next().unwrap_or("")
     } else {
-        authority.rsplit_once(':').map_or(authority, |(h, _)| h)
-    };
-    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+        Ok(())
+    }
 }
 
 fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
     headers.get(header::UPGRADE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn loopback_authorities() {
-        for ok in ["127.0.0.1:8787", "localhost:1", "[::1]:8787", "127.9.9.9", "LOCALHOST"] {
-            assert!(is_loopback_authority(ok), "{ok}");
-        }
-        for bad in ["evil.example:8787", "10.0.0.1:8787", "127.0.0.1.evil.example", "", "[::2]:1"] {
-            assert!(!is_loopback_authority(bad), "{bad}");
-        }
-    }
-
-    #[test]
-    fn browser_origins_are_refused() {
-        let mut h = HeaderMap::new();
-        assert!(check_origin(&h).is_ok());
-        h.insert(header::ORIGIN, "https://evil.example".parse().expect("header"));
-        assert!(check_origin(&h).is_err());
-        h.insert(header::ORIGIN, "http://127.0.0.1:8787".parse().expect("header"));
-        assert!(check_origin(&h).is_ok());
-        h.insert(header::ORIGIN, "null".parse().expect("header"));
-        assert!(check_origin(&h).is_err());
-    }
 }

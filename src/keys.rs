@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::secrets::Secret;
 
 /// The stable id of a pooled key. Never derived from the secret.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ts_rs::TS)]
 #[serde(transparent)]
 pub struct KeyId(Arc<str>);
 
@@ -52,7 +52,7 @@ impl fmt::Display for KeyId {
 }
 
 /// Which API dialect a key speaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default, ts_rs::TS)]
 #[serde(rename_all = "lowercase")]
 pub enum Provider {
     /// OpenAI: `Authorization: Bearer`, base URL `https://api.openai.com/v1` unless configured.
@@ -82,7 +82,7 @@ impl Provider {
 }
 
 /// Where a key came from: the keychain (persistent) or the environment (ephemeral).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "lowercase")]
 pub enum KeySource {
     /// Listed in the config file; the secret is in the OS keychain.

@@ -12,8 +12,12 @@
 //!   `first_run` makes the first run's writes explicitly.
 //! * [`server`]: serves the HTTP surface on a bound socket (no-delay, connection cap, header timeout,
 //!   bounded drain).
-//! * [`http`]: the axum routes: `/v1/*` for clients, `/keymux/api/*` for tools.
+//! * [`http`]: the axum routes: `/v1/*` for clients, `/login`, the dashboard, and the control API.
+//! * [`api`]: the control API under `/keymux/api` (typed bodies, the live event stream).
+//! * [`access`]: who may call what (client tokens, dashboard sessions, the admin credential).
+//! * [`dashboard`]: the dashboard's files, embedded at build time and served at `/`.
 //! * [`cli`]: the `keymux` command line.
+//! * [`remote`] and [`runfile`]: how the CLI finds a running gateway and makes sure it is Keymux.
 //!
 //! One request's way through:
 //! * [`proxy`] (HTTP) and [`ws`] (Responses over WebSocket): the two transports. Each reads what is
@@ -26,14 +30,22 @@
 //! * [`upstream`]: the one provider HTTP client, header policy, timeouts and rate-limit hints.
 //! * [`relay`]: tags org-bound values in relayed SSE events, JSON bodies and WebSocket frames.
 //!
+//! Changing it:
+//! * [`control`]: keys, tokens and routing changed at runtime (and offline, by the CLI).
+//! * [`config_file`]: edits to the config file that keep the user's comments.
+//!
 //! State:
-//! * [`gateway`]: the shared state of a running gateway, and publishing records.
+//! * [`gateway`]: the shared state of a running gateway, and publishing records and events.
 //! * [`pool`]: live per-key state (health, cooldowns, windows, in-flight, recent starts), changed
 //!   through three doors: `begin`, `apply`, and the user's changes.
 //! * [`quota`]: rate-limit windows from `x-ratelimit-*` headers, counted down between answers.
 //! * [`affinity`]: bounded in-memory session tables (soft affinity and WebSocket session hints).
-//! * [`events`]: the records of finished requests, in a bounded ring and a live feed.
-//! * [`metrics`]: hashed per-day counters (key fingerprints only), aggregated in memory, kept in sled.
+//! * [`sessions`]: the recent sessions the dashboard shows (bounded, in memory).
+//! * [`recency`]: the least-recently-used bookkeeping every bounded table shares.
+//! * [`events`]: records of finished requests and every other event, in bounded rings and one lossy live
+//!   stream.
+//! * [`metrics`]: hashed per-hour counters (key fingerprints only), aggregated in memory, kept in sled
+//!   (`metrics::store` owns its failures: idempotent flushes, reopen, corrupt stores moved aside).
 //!
 //! Identity and secrets:
 //! * [`markers`]: every marker format (format, byte scanner, strip, tag, rescue).
@@ -48,10 +60,15 @@
 //! * [`clock`]: the one place time is read (and advanced, in tests).
 //! * [`error`]: the OpenAI-shaped error every layer folds into.
 
+pub mod access;
 pub mod affinity;
+pub mod api;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod config_file;
+pub mod control;
+pub mod dashboard;
 pub mod digest;
 pub mod error;
 pub mod events;
@@ -65,11 +82,15 @@ pub mod pipeline;
 pub mod pool;
 pub mod proxy;
 pub mod quota;
+pub mod recency;
 pub mod relay;
+pub mod remote;
 pub mod router;
+pub mod runfile;
 pub mod runtime;
 pub mod secrets;
 pub mod server;
+pub mod sessions;
 pub mod startup;
 pub mod tokens;
 pub mod upstream;

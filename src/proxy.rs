@@ -22,7 +22,7 @@ use crate::pipeline::classify::Heard;
 use crate::pipeline::record::End;
 use crate::pipeline::{Admitted, Ending, Entry, Last, Learn, Reply, Trace, Transport};
 use crate::pool::InFlight;
-use crate::relay::{SseRewriter, Tagger, Usage, MAX_EVENT_BYTES};
+use crate::relay::{JsonTail, SseRewriter, Tagger, Usage, MAX_EVENT_BYTES};
 use crate::tokens::ClientScope;
 use crate::upstream::{self, Upstream, UpstreamError};
 
@@ -114,6 +114,13 @@ pub async fn forward(gateway: &Arc<Gateway>, parts: request::Parts, body: Body) 
         Ok(admitted) => attempt(gateway, &parts, admitted, trace).await,
         Err(error) => refuse(trace, error),
     }
+}
+
+/// Answers a request while routing is paused (503 with `retry-after`), and records it.
+pub fn refuse_paused(gateway: &Arc<Gateway>, parts: &request::Parts) -> Response<Body> {
+    let operation = Operation::classify(&parts.method, parts.uri.path());
+    let trace = Trace::new(gateway, gateway.next_seq(), operation, Wire::Http);
+    refuse(trace, ApiError::Paused)
 }
 
 /// Reads the body under the cap and admits the request.
@@ -214,6 +221,7 @@ fn relay(
                 Some(t) if content_type(&headers).starts_with("text/event-stream") => {
                     Mode::Sse(Box::new(SseRewriter::new(t)))
                 }
+                None if content_type(&headers).contains("json") => Mode::Json(Box::default()),
                 _ => Mode::Pass,
             };
             let state = RelayState {
@@ -242,6 +250,8 @@ fn relay(
 
 enum Mode {
     Pass,
+    /// A JSON answer passed through as it arrives; its tail is kept for the usage it ends with.
+    Json(Box<JsonTail>),
     Sse(Box<SseRewriter>),
 }
 
@@ -277,8 +287,13 @@ impl RelayState {
                 Ok(Some(Ok(bytes))) => bytes,
                 Ok(None) => return self.ended(),
             };
-            let Mode::Sse(rw) = &mut self.mode else {
-                return Some(Ok(bytes));
+            let rw = match &mut self.mode {
+                Mode::Sse(rw) => rw,
+                Mode::Json(tail) => {
+                    tail.push(&bytes);
+                    return Some(Ok(bytes));
+                }
+                Mode::Pass => return Some(Ok(bytes)),
             };
             let pushed = rw.push(&bytes);
             let ending = rw.ending();
@@ -301,6 +316,11 @@ impl RelayState {
         self.over = true;
         let tail = match &mut self.mode {
             Mode::Sse(rw) => rw.finish(),
+            Mode::Json(tail) => {
+                self.usage = tail.usage();
+                self.gateway.completed(&self.learn, self.usage);
+                Bytes::new()
+            }
             Mode::Pass => Bytes::new(),
         };
         self.mode = Mode::Pass;

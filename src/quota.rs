@@ -22,6 +22,32 @@ pub struct Window {
     pub remaining: u64,
     /// When the window refills.
     pub resets_at: Instant,
+    /// How long a whole window is (at least a minute: OpenAI's limits are per minute, and its reset
+    /// headers say when the window is full again, which is shorter while little was used).
+    pub span: Duration,
+}
+
+/// A window as it stands now: the provider's figures, counted down by what was sent since.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WindowState {
+    /// The limit per window.
+    pub limit: u64,
+    /// What is left now.
+    pub remaining: u64,
+    /// Until it refills fully.
+    pub resets_in: Duration,
+    /// How long a whole window is.
+    pub span: Duration,
+}
+
+impl WindowState {
+    /// Used share divided by elapsed share of the window: above 1, it runs out before it refills.
+    /// `None` early in a window, where the figure would only be noise.
+    pub fn pace(&self) -> Option<f32> {
+        let used = 1.0 - self.remaining as f32 / self.limit.max(1) as f32;
+        let elapsed = 1.0 - self.resets_in.as_secs_f32() / self.span.as_secs_f32().max(1e-3);
+        (elapsed > 0.05).then(|| used / elapsed)
+    }
 }
 
 /// Both windows of a key, and what was spent since the provider last reported them.
@@ -80,6 +106,22 @@ impl Quota {
         Some((w.remaining.saturating_sub(spent), w))
     }
 
+    /// The request and token windows as they stand now (`None`: unknown, or refilled since).
+    pub fn windows(&self, now: Instant) -> (Option<WindowState>, Option<WindowState>) {
+        let state = |left: Option<(u64, Window)>| {
+            left.map(|(remaining, w)| WindowState {
+                limit: w.limit,
+                remaining,
+                resets_in: w.resets_at.saturating_duration_since(now),
+                span: w.span,
+            })
+        };
+        (
+            state(Self::left(self.requests, self.spent_requests, now)),
+            state(Self::left(self.tokens, self.spent_tokens, now)),
+        )
+    }
+
     /// The share of the tighter window left, from 0 to 1 (1 when nothing is known or a window refilled).
     pub fn headroom(&self, now: Instant) -> f32 {
         let share = |left: Option<(u64, Window)>| left.map_or(1.0, |(left, w)| left as f32 / w.limit.max(1) as f32);
@@ -108,7 +150,13 @@ fn window(headers: &HeaderMap, kind: &str, now: Instant) -> Option<Window> {
         return None;
     }
     let reset = text(format!("x-ratelimit-reset-{kind}")).and_then(|r| parse_reset(&r)).unwrap_or(DEFAULT_WINDOW);
-    Some(Window { limit: limit as u64, remaining: (remaining as u64).min(limit as u64), resets_at: later(now, reset) })
+    let reset = reset.min(crate::clock::MAX_WAIT);
+    Some(Window {
+        limit: limit as u64,
+        remaining: (remaining as u64).min(limit as u64),
+        resets_at: later(now, reset),
+        span: reset.max(DEFAULT_WINDOW),
+    })
 }
 
 /// A rough token estimate for a request body (about four bytes per token), used only to count windows

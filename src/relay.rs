@@ -53,7 +53,7 @@ impl Tagger {
 }
 
 /// Token counts a successful answer reported.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, ts_rs::TS)]
 pub struct Usage {
     /// Prompt tokens (`input_tokens`, or `prompt_tokens` on Chat Completions).
     pub input: u64,
@@ -78,6 +78,39 @@ impl Usage {
     pub fn from_body(body: &[u8]) -> Option<Self> {
         let v: Value = serde_json::from_slice(body).ok()?;
         Self::from_json(&v["usage"])
+    }
+}
+
+/// How much of a passed-through JSON answer is kept to find its `usage`: it comes last in the answers
+/// that are not read whole (embeddings, moderations), after what may be megabytes of vectors.
+pub const JSON_TAIL_BYTES: usize = 2048;
+
+/// The last bytes of a JSON answer relayed as it arrives, kept to read its `usage` at the end.
+#[derive(Default)]
+pub struct JsonTail {
+    tail: Vec<u8>,
+}
+
+impl JsonTail {
+    /// Keeps the end of `chunk` (and of what came before) up to [`JSON_TAIL_BYTES`].
+    pub fn push(&mut self, chunk: &[u8]) {
+        if chunk.len() >= JSON_TAIL_BYTES {
+            self.tail.clear();
+            self.tail.extend_from_slice(&chunk[chunk.len() - JSON_TAIL_BYTES..]);
+            return;
+        }
+        let overflow = (self.tail.len() + chunk.len()).saturating_sub(JSON_TAIL_BYTES);
+        self.tail.drain(..overflow);
+        self.tail.extend_from_slice(chunk);
+    }
+
+    /// The usage object the answer ended with, if its last `"usage"` field is within the tail.
+    pub fn usage(&self) -> Option<Usage> {
+        let at = memchr::memmem::rfind(&self.tail, b"\"usage\"")?;
+        let rest = &self.tail[at + b"\"usage\"".len()..];
+        let open = rest.iter().position(|b| !matches!(b, b' ' | b'\n' | b'\r' | b'\t' | b':'))?;
+        let mut values = serde_json::Deserializer::from_slice(&rest[open..]).into_iter::<Value>();
+        Usage::from_json(&values.next()?.ok()?)
     }
 }
 
@@ -223,6 +256,23 @@ mod tests {
 
     fn event(kind: &str, data: &Value) -> String {
         format!("event: {kind}\ndata: {data}\n\n")
+    }
+
+    #[test]
+    fn a_passed_through_answer_yields_the_usage_it_ends_with_in_any_chunking() {
+        let vectors: Vec<f64> = (0..5000).map(|i| f64::from(i) * 0.001).collect();
+        let body =
+            serde_json::to_vec(&json!({"object":"list","data":[{"embedding":vectors,"usage":{"prompt_tokens":9}}],
+            "model":"text-embedding-3-small","usage":{"prompt_tokens":12,"total_tokens":12}}))
+            .expect("json");
+        for size in [1, 7, 100, 4096, body.len()] {
+            let mut tail = JsonTail::default();
+            body.chunks(size).for_each(|c| tail.push(c));
+            assert_eq!(tail.usage(), Some(Usage { input: 12, cached: 0, output: 0 }), "chunks of {size}");
+        }
+        let mut none = JsonTail::default();
+        none.push(br#"{"object":"list","data":[]}"#);
+        assert_eq!(none.usage(), None);
     }
 
     #[test]

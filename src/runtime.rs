@@ -23,6 +23,8 @@ use crate::startup::{self, StartError, StartOptions};
 
 /// How often pending metrics are merged into the store.
 pub const METRICS_FLUSH: Duration = Duration::from_secs(5);
+/// How often the gateway looks for what time alone changed (cooldowns that ended).
+pub const TICK: Duration = Duration::from_secs(1);
 
 /// A running gateway.
 pub struct Runtime {
@@ -34,6 +36,8 @@ pub struct Runtime {
     served: JoinHandle<std::io::Result<Drained>>,
     background: Vec<JoinHandle<()>>,
     probed: tokio::sync::watch::Receiver<bool>,
+    /// The config file whose run file this runtime wrote.
+    runfile: Option<std::path::PathBuf>,
 }
 
 /// Stops a runtime from anywhere (a signal handler, a tray menu); cheap to clone.
@@ -74,6 +78,13 @@ impl Runtime {
         let mut runtime = Self::serve(listener, prepared.gateway, serve)?;
         runtime.notices = prepared.notices;
         runtime.token_hint = prepared.token_hint;
+        if let Some(config) = prepared.config_path {
+            // The CLI finds this gateway by it, even on a port chosen at start.
+            match crate::runfile::write(&config, runtime.addr) {
+                Ok(_) => runtime.runfile = Some(config),
+                Err(e) => runtime.notices.push(format!("the CLI will not find this gateway by its run file ({e})")),
+            }
+        }
         Ok(runtime)
     }
 
@@ -81,6 +92,7 @@ impl Runtime {
     pub fn serve(listener: TcpListener, gateway: Arc<Gateway>, serve: ServeOptions) -> Result<Self, StartError> {
         let addr =
             listener.local_addr().map_err(|e| StartError::Usage(format!("cannot read the bound address: {e}")))?;
+        gateway.set_addr(addr);
         let stop = CancellationToken::new();
         let served = {
             let (gateway, stop) = (gateway.clone(), stop.clone());
@@ -96,7 +108,12 @@ impl Runtime {
                 let _ = probe_done.send(true);
             })
         };
+        // A store that could not be opened is announced like one that fails later.
+        if let Some(error) = gateway.metrics().status().error {
+            gateway.notify_store(Some(error));
+        }
         let flushing = tokio::spawn(flush_every(gateway.clone(), METRICS_FLUSH));
+        let ticking = tokio::spawn(tick_every(gateway.clone(), TICK));
         Ok(Self {
             addr,
             gateway,
@@ -104,8 +121,9 @@ impl Runtime {
             token_hint: String::new(),
             stop,
             served,
-            background: vec![probing, flushing],
+            background: vec![probing, flushing, ticking],
             probed,
+            runfile: None,
         })
     }
 
@@ -160,6 +178,9 @@ impl Runtime {
             Err(e) => (None, Some(format!("the server task failed: {e}"))),
         };
         let metrics = flush(&self.gateway).await;
+        if let Some(config) = &self.runfile {
+            crate::runfile::remove(config);
+        }
         Stopped { drained, metrics, error }
     }
 }
@@ -173,11 +194,26 @@ async fn flush_every(gateway: Arc<Gateway>, every: Duration) {
     }
 }
 
-/// Merges pending metrics into the store, off the async threads (sled writes block).
+async fn tick_every(gateway: Arc<Gateway>, every: Duration) {
+    let mut ticks = tokio::time::interval(every);
+    loop {
+        ticks.tick().await;
+        gateway.tick();
+    }
+}
+
+/// Merges pending metrics into the store, off the async threads (sled writes block), and tells the
+/// event stream when the store starts failing or recovers.
 async fn flush(gateway: &Arc<Gateway>) -> Result<(), String> {
-    let gateway = gateway.clone();
-    let today = gateway.today();
-    tokio::task::spawn_blocking(move || gateway.metrics().flush(today))
+    let flushing = gateway.clone();
+    let now = gateway.clock().unix_ms();
+    let (result, change) = tokio::task::spawn_blocking(move || flushing.metrics().flush(now))
         .await
-        .unwrap_or_else(|e| Err(format!("the flush did not finish: {e}")))
+        .unwrap_or_else(|e| (Err(format!("the flush did not finish: {e}")), None));
+    match change {
+        Some(crate::metrics::Health::Failed(message)) => gateway.notify_store(Some(message)),
+        Some(crate::metrics::Health::Recovered) => gateway.notify_store(None),
+        None => {}
+    }
+    result
 }

@@ -41,6 +41,13 @@ impl Serialize for Secret {
     }
 }
 
+/// A secret arrives once, in a request body (a key added from the dashboard); it is never sent back.
+impl<'de> serde::Deserialize<'de> for Secret {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(Secret::new)
+    }
+}
+
 /// Why a secret could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum SecretsError {
@@ -63,6 +70,9 @@ pub enum SecretsError {
 pub mod account {
     /// The per-install secret that keys every HMAC (markers, fingerprints, affinity keys).
     pub const INSTALL_SECRET: &str = "install-secret";
+
+    /// The admin credential with which the CLI talks to a running gateway.
+    pub const ADMIN_TOKEN: &str = "admin-token";
 
     /// The account holding an upstream API key (by the key's id).
     pub fn key(id: &str) -> String {

@@ -9,12 +9,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::config::{Config, ConfigError, EnvKey, EnvSecrets, KeyConfig, TokenConfig};
+use crate::config::{Config, ConfigError, EnvKey, EnvSecrets, KeyConfig};
 use crate::gateway::Gateway;
 use crate::keys::{KeyEntry, KeyId, KeySource};
 use crate::markers::Markers;
 use crate::secrets::{self, account, KeychainStore, MemoryStore, Secret, SecretStore, SecretsError};
-use crate::tokens::{TokenSet, TOKEN_PREFIX};
+use crate::tokens::TokenSet;
 use crate::upstream::UpstreamError;
 
 /// Where the config comes from.
@@ -168,8 +168,27 @@ pub async fn prepare(options: &StartOptions) -> Result<Prepared, StartError> {
     }
     let (tokens, token_hint) = client_tokens(&config, &store, options, keychain_ok, &mut notices).await?;
     let install = install_secret_for(&store, options, keychain_ok, &mut notices).await?;
-    let metrics = open_metrics(&config, options.ephemeral, &mut notices);
-    let gateway = Gateway::new(&config, entries, TokenSet::new(&tokens), Markers::new(&install))?.with_metrics(metrics);
+    let admin = admin_token_for(&store, options, keychain_ok).await;
+    let metrics = {
+        let (config, ephemeral) = (config.clone(), options.ephemeral);
+        tokio::task::spawn_blocking(move || {
+            let mut notices = Vec::new();
+            let metrics = open_metrics(&config, ephemeral, &mut notices);
+            (metrics, notices)
+        })
+        .await
+        .map_err(|e| StartError::Usage(format!("the metrics store could not be opened: {e}")))?
+    };
+    notices.extend(metrics.1);
+    let settings = crate::control::Settings::new(
+        store.clone(),
+        config_path.clone().map(crate::config_file::ConfigFile::new),
+        config.clone(),
+    );
+    let gateway =
+        Gateway::new(&config, entries, tokens, Markers::new(&install))?.with_metrics(metrics.0).with_settings(settings);
+    gateway.access().set_admin(admin.as_ref());
+    gateway.set_keychain_ok(keychain_ok || options.ephemeral);
     Ok(Prepared { gateway: Arc::new(gateway), config, listen, config_path, store, notices, token_hint })
 }
 
@@ -269,15 +288,18 @@ async fn client_tokens(
     options: &StartOptions,
     keychain_ok: bool,
     notices: &mut Vec<String>,
-) -> Result<(Vec<Secret>, String), StartError> {
-    let mut tokens: Vec<Secret> = options.env.client_token.iter().cloned().collect();
+) -> Result<(TokenSet, String), StartError> {
+    let mut tokens = TokenSet::default();
+    if let Some(token) = &options.env.client_token {
+        tokens = tokens.with("env", "", token);
+    }
     let mut hint = options.env.client_token.as_ref().map(|_| "KEYMUX_CLIENT_TOKEN".to_owned());
     if keychain_ok {
         for token in &config.tokens {
             let account = account::token(&token.id);
             match secrets::blocking(store.clone(), move |s| s.get(&account)).await {
                 Ok(Some(secret)) => {
-                    tokens.push(secret);
+                    tokens = tokens.with(&token.id, &token.name, &secret);
                     hint.get_or_insert_with(|| format!("`keymux token show {}`", token.name));
                 }
                 Ok(None) => notices.push(format!(
@@ -301,6 +323,17 @@ async fn client_tokens(
                 .into(),
         )),
     }
+}
+
+/// The admin credential: from the environment, or the keychain (where `first_run` put it).
+async fn admin_token_for(store: &Arc<dyn SecretStore>, options: &StartOptions, keychain_ok: bool) -> Option<Secret> {
+    if let Some(token) = &options.env.admin_token {
+        return Some(token.clone());
+    }
+    if !keychain_ok {
+        return None;
+    }
+    secrets::blocking(store.clone(), |s| s.get(account::ADMIN_TOKEN)).await.ok().flatten()
 }
 
 /// The secret that keys every marker: from the environment, the keychain, or (with neither) this
@@ -344,25 +377,28 @@ fn open_metrics(config: &Config, ephemeral: bool, notices: &mut Vec<String>) -> 
     metrics
 }
 
-/// The first run's writes, made explicitly before starting: the install secret, and a `default` client
-/// token saved in the config when there is none. Does nothing for ephemeral runs or when the keychain
-/// cannot be reached (then `prepare` says what is missing). Returns what it did, for the user.
+/// The first run's writes, made explicitly before starting: the install secret, the admin credential,
+/// and a `default` client token saved in the config when there is none. Does nothing for ephemeral runs
+/// or when the keychain cannot be reached (then `prepare` says what is missing). Returns what it did,
+/// for the user.
 pub async fn first_run(options: &StartOptions) -> Result<Vec<String>, StartError> {
     if options.ephemeral {
         return Ok(Vec::new());
     }
-    let (mut config, path) = load_config(options)?;
+    let (config, path) = load_config(options)?;
     let store = store_for(options, &config);
     if secrets::blocking(store.clone(), |s| s.get(account::INSTALL_SECRET)).await.is_err() {
         return Ok(Vec::new());
     }
     install_secret(&store).await?;
+    admin_token(&store).await?;
     let mut done = Vec::new();
     if config.tokens.is_empty() && options.env.client_token.is_none() {
-        create_token(&store, &mut config, "default").await?;
-        if let Some(path) = &path {
-            config.save(path)?;
-        }
+        let settings = crate::control::Settings::new(store, path.map(crate::config_file::ConfigFile::new), config);
+        let now = crate::clock::Clock::system().unix_ms() / 1000;
+        crate::control::store_new_token(&settings, "default", now)
+            .await
+            .map_err(|e| StartError::Usage(e.to_string()))?;
         done.push(
             "created the local client token 'default'; print it with `keymux token show default` and give it to Codex or pi"
                 .into(),
@@ -371,23 +407,17 @@ pub async fn first_run(options: &StartOptions) -> Result<Vec<String>, StartError
     Ok(done)
 }
 
-/// Creates a local client token named `name`, stores it, and lists it in `config` (not saved here).
-pub async fn create_token(store: &Arc<dyn SecretStore>, config: &mut Config, name: &str) -> Result<Secret, StartError> {
-    if config.tokens.iter().any(|t| t.name.eq_ignore_ascii_case(name)) {
-        return Err(StartError::Usage(format!("a token named '{name}' already exists")));
+/// The admin credential the CLI uses to reach a running gateway: read from the store, created on first
+/// use.
+pub async fn admin_token(store: &Arc<dyn SecretStore>) -> Result<Secret, StartError> {
+    let existing = secrets::blocking(store.clone(), |s| s.get(account::ADMIN_TOKEN)).await?;
+    if let Some(secret) = existing {
+        return Ok(secret);
     }
-    crate::keys::validate_label(name).map_err(StartError::Usage)?;
-    let token = secrets::generate(TOKEN_PREFIX);
-    let id = format!("t_{}", &KeyId::generate().as_str()[2..]);
-    let account = account::token(&id);
-    let value = token.clone();
-    secrets::blocking(store.clone(), move |s| s.set(&account, &value)).await?;
-    config.tokens.push(TokenConfig {
-        id,
-        name: name.to_owned(),
-        created_unix: crate::clock::Clock::system().unix_ms() / 1000,
-    });
-    Ok(token)
+    let fresh = secrets::generate(crate::access::ADMIN_PREFIX);
+    let value = fresh.clone();
+    secrets::blocking(store.clone(), move |s| s.set(account::ADMIN_TOKEN, &value)).await?;
+    Ok(fresh)
 }
 
 /// The per-install secret that keys every marker: read from the store, created on first use.

@@ -8,23 +8,71 @@ use crate::secrets::Secret;
 
 /// The prefix of every token Keymux generates, so a leaked one is recognisable.
 pub const TOKEN_PREFIX: &str = "km-";
+/// The shortest client token Keymux accepts: anything shorter could be guessed by any local process.
+pub const MIN_TOKEN_LEN: usize = 24;
 
-/// The set of accepted tokens.
+/// Checks a client token a user supplies (`KEYMUX_CLIENT_TOKEN`). The message never repeats it.
+pub fn check_strength(token: &str) -> Result<(), String> {
+    let distinct = token.chars().collect::<std::collections::BTreeSet<_>>().len();
+    if token.len() < MIN_TOKEN_LEN || distinct < 8 {
+        return Err(format!(
+            "a client token must be at least {MIN_TOKEN_LEN} characters of a random value (for example \
+             `openssl rand -hex 16`); any local process could guess a shorter one"
+        ));
+    }
+    if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("a client token must not contain spaces or control characters".into());
+    }
+    Ok(())
+}
+
+/// One accepted token: its id, its name, and its digest (the token itself is never kept).
+#[derive(Clone)]
+struct Entry {
+    id: String,
+    name: String,
+    digest: [u8; 32],
+}
+
+/// The set of accepted tokens. Replaced whole when a token is created or revoked.
 #[derive(Default, Clone)]
 pub struct TokenSet {
-    // One digest per configured token: bounded by what the user creates.
-    digests: Vec<[u8; 32]>,
+    // One entry per configured token: bounded by what the user creates.
+    entries: Vec<Entry>,
 }
 
 impl TokenSet {
-    /// Accepts these tokens.
+    /// Accepts these tokens (unnamed).
     pub fn new<'a>(tokens: impl IntoIterator<Item = &'a Secret>) -> Self {
-        Self { digests: tokens.into_iter().map(|t| digest(t.expose())).collect() }
+        let entries = tokens
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| Entry { id: format!("t{i}"), name: String::new(), digest: digest(t.expose()) })
+            .collect();
+        Self { entries }
+    }
+
+    /// This set, and `token` under `id` and `name`.
+    pub fn with(&self, id: &str, name: &str, token: &Secret) -> Self {
+        let mut entries = self.entries.clone();
+        entries.retain(|e| e.id != id);
+        entries.push(Entry { id: id.to_owned(), name: name.to_owned(), digest: digest(token.expose()) });
+        Self { entries }
+    }
+
+    /// This set without token `id`.
+    pub fn without(&self, id: &str) -> Self {
+        Self { entries: self.entries.iter().filter(|e| e.id != id).cloned().collect() }
+    }
+
+    /// The ids and names of the tokens (never the tokens).
+    pub fn names(&self) -> Vec<(String, String)> {
+        self.entries.iter().map(|e| (e.id.clone(), e.name.clone())).collect()
     }
 
     /// Whether no token is configured (then every request is refused).
     pub fn is_empty(&self) -> bool {
-        self.digests.is_empty()
+        self.entries.is_empty()
     }
 
     /// Checks a presented token and names the client it belongs to (a short digest, never the token),
@@ -37,7 +85,7 @@ impl TokenSet {
     pub fn accepts(&self, presented: &str) -> bool {
         let d = digest(presented);
         // Check every digest, so timing does not reveal which one matched.
-        self.digests.iter().fold(0u8, |hit, known| hit | known.ct_eq(&d).unwrap_u8()) == 1
+        self.entries.iter().fold(0u8, |hit, known| hit | known.digest.ct_eq(&d).unwrap_u8()) == 1
     }
 }
 
@@ -67,6 +115,26 @@ mod tests {
         assert!(!set.accepts("km-three"));
         assert!(!set.accepts(""));
         assert!(!TokenSet::default().accepts("km-one"));
+    }
+
+    #[test]
+    fn tokens_come_and_go_without_a_restart() {
+        let set = TokenSet::default().with("t_1", "codex", &Secret::new("km-one-aaaaaaaaaaaaaaaaaaaaaaaa"));
+        assert!(set.accepts("km-one-aaaaaaaaaaaaaaaaaaaaaaaa"));
+        let set = set.with("t_2", "pi", &Secret::new("km-two-bbbbbbbbbbbbbbbbbbbbbbbb"));
+        assert_eq!(set.names().len(), 2);
+        let set = set.without("t_1");
+        assert!(!set.accepts("km-one-aaaaaaaaaaaaaaaaaaaaaaaa"), "revoked at once");
+        assert!(set.accepts("km-two-bbbbbbbbbbbbbbbbbbbbbbbb"));
+    }
+
+    #[test]
+    fn weak_tokens_are_refused_without_being_repeated() {
+        for weak in ["q1", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "short-token-123"] {
+            let message = check_strength(weak).expect_err("weak");
+            assert!(!message.contains(weak), "{message}");
+        }
+        assert!(check_strength("km-test-local-token-4d2c7a91e0b35f68").is_ok());
     }
 
     #[test]

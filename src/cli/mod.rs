@@ -1,18 +1,18 @@
-//! The `keymux` command line: `serve` (the default), `keys` and `token`.
+//! The `keymux` command line: `serve` (the default), and the commands that manage keys, tokens and
+//! routing (`manage`): on the running gateway when there is one, in the keychain and the config
+//! otherwise.
 
-use std::io::{IsTerminal as _, Read as _, Write as _};
+mod manage;
+
+use std::io::{IsTerminal as _, Write as _};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{Config, EnvSecrets, KeyConfig};
-use crate::digest::InstallKey;
-use crate::keys::{validate_label, validate_secret, KeyId, Provider};
+use crate::config::EnvSecrets;
 use crate::runtime::Runtime;
-use crate::secrets::{self, account, Secret, SecretStore};
 use crate::startup::{self, ConfigSource, StartError, StartOptions};
 
 #[derive(Parser)]
@@ -35,6 +35,16 @@ enum Command {
     /// Manage the local client tokens that Codex and pi send.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Print a one-time login link for the dashboard of the running gateway.
+    Dashboard {
+        /// Also open it in the default browser.
+        #[arg(long)]
+        open: bool,
+    },
+    /// Pause routing on the running gateway: new requests get 503 with retry-after.
+    Pause,
+    /// Resume routing on the running gateway.
+    Resume,
 }
 
 #[derive(Args, Default)]
@@ -78,8 +88,46 @@ enum KeysCommand {
     },
     /// List keys: label, id, provider, org and a short fingerprint (never the secret).
     List,
-    /// Remove a key by label or id, from the config and the keychain.
+    /// Remove a key by label or id, from the config and the keychain (and the running gateway).
     Remove {
+        /// Label or id.
+        key: String,
+    },
+    /// Change a key's label, priority, budget or models (in the running gateway too).
+    Set {
+        /// Label or id.
+        key: String,
+        /// A new label.
+        #[arg(long)]
+        label: Option<String>,
+        /// A new priority tier.
+        #[arg(long)]
+        priority: Option<u8>,
+        /// A new soft daily token budget.
+        #[arg(long, value_name = "TOKENS", conflicts_with = "no_budget")]
+        daily_token_budget: Option<u64>,
+        /// Remove the daily token budget.
+        #[arg(long)]
+        no_budget: bool,
+        /// The only models this key serves, comma-separated ("" for all).
+        #[arg(long, value_name = "MODELS")]
+        models: Option<String>,
+        /// Models this key never serves, comma-separated ("" for none).
+        #[arg(long, value_name = "MODELS")]
+        exclude_models: Option<String>,
+    },
+    /// Switch a key on in the running gateway (also clears a rejection or an exhausted quota).
+    Enable {
+        /// Label or id.
+        key: String,
+    },
+    /// Switch a key off in the running gateway.
+    Disable {
+        /// Label or id.
+        key: String,
+    },
+    /// Test a key with one free call to the provider, from the running gateway.
+    Test {
         /// Label or id.
         key: String,
     },
@@ -120,8 +168,11 @@ pub fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command.unwrap_or(Command::Serve(ServeArgs::default())) {
             Command::Serve(args) => serve(cli.config, args).await,
-            Command::Keys(cmd) => keys(cli.config, cmd).await,
-            Command::Token(cmd) => token(cli.config, cmd).await,
+            Command::Keys(cmd) => manage::keys(cli.config, cmd).await,
+            Command::Token(cmd) => manage::token(cli.config, cmd).await,
+            Command::Dashboard { open } => manage::dashboard(cli.config, open).await,
+            Command::Pause => manage::pause(cli.config, true).await,
+            Command::Resume => manage::pause(cli.config, false).await,
         }
     });
     match result {
@@ -173,6 +224,7 @@ async fn serve(config_path: Option<PathBuf>, args: ServeArgs) -> Result<(), Star
         runtime.gateway().pool().len(),
         runtime.token_hint()
     ));
+    out(&format!("Dashboard (this link works once, for ten minutes): {}", runtime.gateway().login_link()));
     let stopper = runtime.stopper();
     tokio::spawn(async move {
         shutdown_signal().await;
@@ -224,252 +276,4 @@ fn init_logging() {
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .try_init();
-}
-
-struct Loaded {
-    path: PathBuf,
-    config: Config,
-    store: Arc<dyn SecretStore>,
-}
-
-fn load(config_path: Option<PathBuf>) -> Result<Loaded, StartError> {
-    let path = match config_path {
-        Some(p) => p,
-        None => Config::default_path()?,
-    };
-    let config = Config::load(&path)?;
-    let store = startup::open_store(&config, false);
-    Ok(Loaded { path, config, store })
-}
-
-/// Asks a gateway running with this config for its key status (health, learned organizations).
-async fn live_status(config: &Config, store: &Arc<dyn SecretStore>) -> Option<Vec<serde_json::Value>> {
-    let token_id = config.tokens.first()?.id.clone();
-    let account = account::token(&token_id);
-    let token = secrets::blocking(store.clone(), move |s| s.get(&account)).await.ok()??;
-    let mut addr: SocketAddr = config.listen.parse().ok()?;
-    if addr.ip().is_unspecified() {
-        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
-    }
-    let client = crate::upstream::local_client(std::time::Duration::from_secs(2))?;
-    // Only a Keymux gets the token: whatever else holds the port is not asked.
-    let health: serde_json::Value =
-        client.get(format!("http://{addr}/keymux/health")).send().await.ok()?.json().await.ok()?;
-    if health["service"] != "keymux" {
-        return None;
-    }
-    let response =
-        client.get(format!("http://{addr}/keymux/api/status")).bearer_auth(token.expose()).send().await.ok()?;
-    let body: serde_json::Value = response.json().await.ok()?;
-    body["keys"].as_array().cloned()
-}
-
-fn read_secret() -> Result<Secret, StartError> {
-    let raw = if std::io::stdin().is_terminal() {
-        rpassword::prompt_password("API key (input hidden): ")
-            .map_err(|e| StartError::Usage(format!("cannot read the key: {e}")))?
-    } else {
-        let mut buf = String::new();
-        std::io::stdin()
-            .take(4096)
-            .read_to_string(&mut buf)
-            .map_err(|e| StartError::Usage(format!("cannot read the key from stdin: {e}")))?;
-        buf
-    };
-    let value = raw.trim_end_matches(['\n', '\r']).trim();
-    validate_secret(value).map_err(StartError::Usage)?;
-    Ok(Secret::new(value))
-}
-
-async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Result<(), StartError> {
-    let loaded = load(config_path)?;
-    match cmd {
-        KeysCommand::Add { label, provider, base_url, org, priority, daily_token_budget } => {
-            add_key(loaded, NewKey { label, provider, base_url, org, priority, daily_token_budget }).await
-        }
-        KeysCommand::List => list_keys(loaded).await,
-        KeysCommand::Remove { key } => remove_key(loaded, &key).await,
-    }
-}
-
-/// What `keys add` was given.
-struct NewKey {
-    label: String,
-    provider: String,
-    base_url: Option<String>,
-    org: Option<String>,
-    priority: u8,
-    daily_token_budget: Option<u64>,
-}
-
-async fn add_key(loaded: Loaded, new: NewKey) -> Result<(), StartError> {
-    let Loaded { path, mut config, store } = loaded;
-    let NewKey { label, provider, base_url, org, priority, daily_token_budget } = new;
-    validate_label(&label).map_err(StartError::Usage)?;
-    let provider = Provider::parse(&provider)
-        .ok_or_else(|| StartError::Usage(format!("--provider {provider:?}: expected openai or azure")))?;
-    if config.find_key(&label).is_some() {
-        return Err(StartError::Usage(format!("a key labelled '{label}' already exists; remove it first")));
-    }
-    if let Some(url) = &base_url {
-        if !(url.starts_with("https://") || url.starts_with("http://")) {
-            return Err(StartError::Usage(format!("--base-url {url:?} must start with https://")));
-        }
-    }
-    if provider == Provider::Azure && base_url.is_none() {
-        return Err(StartError::Usage(
-            "an Azure key needs --base-url https://RESOURCE.openai.azure.com/openai/v1".into(),
-        ));
-    }
-    let secret = read_secret()?;
-    let id = KeyId::generate();
-    let account = account::key(id.as_str());
-    let value = secret.clone();
-    secrets::blocking(store.clone(), move |s| s.set(&account, &value)).await?;
-    config.keys.push(KeyConfig {
-        id: id.clone(),
-        label: label.clone(),
-        provider,
-        base_url,
-        org,
-        priority,
-        daily_token_budget,
-        models: Vec::new(),
-        exclude_models: Vec::new(),
-    });
-    if let Err(e) = config.save(&path) {
-        // Keep the keychain and the config in step: no orphaned secret.
-        let account = account::key(id.as_str());
-        let _ = secrets::blocking(store.clone(), move |s| s.delete(&account)).await;
-        return Err(e.into());
-    }
-    let fp = InstallKey::new(&startup::install_secret(&store).await?).fingerprint(&secret);
-    out(&format!("added key '{label}' ({id}, fingerprint {fp}) to the {}", store.describe()));
-    Ok(())
-}
-
-async fn list_keys(loaded: Loaded) -> Result<(), StartError> {
-    let Loaded { config, store, .. } = loaded;
-    let env = env_secrets()?;
-    if config.keys.is_empty() && env.keys.is_empty() {
-        out("no keys yet: add one with `keymux keys add --label work`");
-        return Ok(());
-    }
-    let install = match config.keys.is_empty() {
-        true => None,
-        false => Some(InstallKey::new(&startup::install_secret(&store).await?)),
-    };
-    let live = live_status(&config, &store).await;
-    out(&format!("{:<16} {:<14} {:<8} {:<24} {:<11} STATUS", "LABEL", "ID", "PROVIDER", "ORG", "FINGERPRINT"));
-    let row = |label: &str, id: &str, provider: Provider, org: Option<&str>, fp: &str, stored: &str| {
-        let state = live.as_ref().and_then(|keys| keys.iter().find(|k| k["id"] == id));
-        let org = org
-            .map(str::to_owned)
-            .or_else(|| state.and_then(|s| s["learned_org"].as_str()).map(|o| format!("{o} (learned)")))
-            .unwrap_or_else(|| "(learned on first use)".into());
-        let mut status = stored.to_owned();
-        if let Some(s) = state {
-            status.push_str(&format!(", {}", s["health"].as_str().unwrap_or("?")));
-            if s["health"] == "cooling" {
-                status.push_str(&format!(" {}s", s["cooldown_ms"].as_u64().unwrap_or(0).div_ceil(1000)));
-            }
-            if s["health"] == "invalid" {
-                status.push_str(" (rejected by the provider: replace this key)");
-            }
-            let odd = s["invalid_encrypted_content"].as_u64().unwrap_or(0);
-            if odd > 0 {
-                status.push_str(&format!(", {odd} invalid_encrypted_content from the provider"));
-            }
-        }
-        out(&format!("{label:<16} {id:<14} {:<8} {org:<24} {fp:<11} {status}", provider.as_str()));
-    };
-    for key in &config.keys {
-        let account = account::key(key.id.as_str());
-        let secret = secrets::blocking(store.clone(), move |s| s.get(&account)).await?;
-        let (fp, stored) = match (&secret, &install) {
-            (Some(secret), Some(install)) => (install.fingerprint(secret), "in keychain"),
-            _ => ("-".to_owned(), "MISSING from keychain"),
-        };
-        row(&key.label, key.id.as_str(), key.provider, key.org.as_deref(), &fp, stored);
-    }
-    for key in &env.keys {
-        row(
-            &key.label,
-            &format!("env-{}", key.label),
-            key.provider,
-            key.org.as_deref(),
-            "-",
-            "environment (ephemeral)",
-        );
-    }
-    if live.is_none() {
-        out(&format!(
-            "(no gateway answering at {}: health and learned organizations appear while it runs)",
-            config.listen
-        ));
-    }
-    Ok(())
-}
-
-async fn remove_key(loaded: Loaded, key: &str) -> Result<(), StartError> {
-    let Loaded { path, mut config, store } = loaded;
-    let Some(found) = config.find_key(key).cloned() else {
-        return Err(StartError::Usage(format!("no key labelled or with id '{key}'; see `keymux keys list`")));
-    };
-    let account = account::key(found.id.as_str());
-    secrets::blocking(store.clone(), move |s| s.delete(&account)).await?;
-    config.keys.retain(|k| k.id != found.id);
-    config.save(&path)?;
-    out(&format!("removed key '{}' ({})", found.label, found.id));
-    Ok(())
-}
-
-async fn token(config_path: Option<PathBuf>, cmd: TokenCommand) -> Result<(), StartError> {
-    let Loaded { path, mut config, store } = load(config_path)?;
-    let find = |config: &Config, name: &str| {
-        config
-            .tokens
-            .iter()
-            .find(|t| t.id == name || t.name.eq_ignore_ascii_case(name))
-            .cloned()
-            .ok_or_else(|| StartError::Usage(format!("no token named '{name}'; see `keymux token list`")))
-    };
-    match cmd {
-        TokenCommand::Create { name } => {
-            let token = startup::create_token(&store, &mut config, &name).await?;
-            config.save(&path)?;
-            out(token.expose());
-            eprintln!("created token '{name}'. Export it for your client, e.g. `export KEYMUX_TOKEN=$(keymux token show {name})`.");
-        }
-        TokenCommand::List => {
-            if config.tokens.is_empty() {
-                out("no tokens yet: `keymux token create --name codex`");
-            }
-            for t in &config.tokens {
-                out(&format!("{:<16} {}", t.name, t.id));
-            }
-        }
-        TokenCommand::Show { token } => {
-            let found = find(&config, &token)?;
-            let account = account::token(&found.id);
-            match secrets::blocking(store.clone(), move |s| s.get(&account)).await? {
-                Some(secret) => out(secret.expose()),
-                None => {
-                    return Err(StartError::Usage(format!(
-                        "token '{}' is missing from the keychain; revoke it and create a new one",
-                        found.name
-                    )))
-                }
-            }
-        }
-        TokenCommand::Revoke { token } => {
-            let found = find(&config, &token)?;
-            let account = account::token(&found.id);
-            secrets::blocking(store.clone(), move |s| s.delete(&account)).await?;
-            config.tokens.retain(|t| t.id != found.id);
-            config.save(&path)?;
-            out(&format!("revoked token '{}'; a running gateway stops accepting it on restart", found.name));
-        }
-    }
-    Ok(())
 }

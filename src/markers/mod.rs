@@ -53,7 +53,7 @@ const MAX_KEY_ID: usize = 64;
 pub const MAX_PINS: usize = 16;
 
 /// Which field a marker was found in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "snake_case")]
 pub enum Field {
     /// `encrypted_content`.

@@ -249,7 +249,7 @@ pub struct KeyStatus {
     pub learned_org: Option<String>,
     /// `ready`, `cooling`, `invalid`, `quota_exhausted` or `disabled`.
     pub health: &'static str,
-    /// Milliseconds of cooldown left.
+    /// Milliseconds of cooldown (or quota rest) left.
     pub cooldown_ms: u64,
     /// Requests in flight.
     pub in_flight: u32,
@@ -281,6 +281,18 @@ pub struct KeyStatus {
     pub tokens_today: u64,
     /// Models the provider said this key cannot use (it is skipped for them).
     pub unavailable_models: Vec<String>,
+    /// The request window as it stands now.
+    #[serde(skip)]
+    pub requests_window: Option<crate::quota::WindowState>,
+    /// The token window as it stands now.
+    #[serde(skip)]
+    pub tokens_window: Option<crate::quota::WindowState>,
+    /// If not empty, the only models it serves.
+    pub models: Vec<String>,
+    /// Models it never serves.
+    pub exclude_models: Vec<String>,
+    /// Its own base URL, if any.
+    pub base_url: Option<String>,
 }
 
 /// What a view is taken for: a request for `model` of about `tokens` tokens, at `now` on UTC day `day`.
@@ -347,6 +359,13 @@ impl Pool {
     /// The organization tag a key's markers carry now.
     pub fn org_tag(&self, key: &KeyId) -> Option<OrgTag> {
         self.slot(key).map(|s| s.live.load().org_tag)
+    }
+
+    /// A key's organization: configured, or learned from the provider.
+    pub fn org_of(&self, key: &KeyId) -> Option<String> {
+        let slot = self.slot(key)?;
+        let configured = slot.entry.load().org.clone();
+        configured.or_else(|| slot.live.load().learned_org.clone())
     }
 
     /// A key's label, or a placeholder naming a key no longer in the pool.
@@ -556,6 +575,11 @@ fn key_status(s: &Slot, now: Instant, day: u32) -> KeyStatus {
         daily_token_budget: entry.daily_token_budget,
         tokens_today: if state.budget_day == day { state.budget_used } else { 0 },
         unavailable_models: state.missing_models.clone(),
+        requests_window: state.quota.windows(now).0,
+        tokens_window: state.quota.windows(now).1,
+        models: entry.models.clone(),
+        exclude_models: entry.exclude_models.clone(),
+        base_url: entry.base_url.clone(),
     }
 }
 

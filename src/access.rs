@@ -1,0 +1,349 @@
+//! Who may call what. Three credentials, three jobs, none working in another's place:
+//!
+//! * a **client token** spends keys on `/v1` and nothing else (`tokens`);
+//! * a **dashboard session**: an HttpOnly, SameSite=Strict cookie, obtained once from a one-time login
+//!   link (`keymux serve` prints one, `keymux dashboard` asks a running gateway for another, the tray
+//!   opens one), plus a CSRF header on every change;
+//! * an **admin credential**, kept in the keychain, with which the CLI talks to a running gateway, after
+//!   it has made sure the gateway is Keymux: the gateway proves it knows the credential by answering a
+//!   challenge with a keyed MAC, before the credential itself is ever sent.
+//!
+//! The control API answers only to loopback `Host` names, and to no browser `Origin` but the gateway's
+//! own and the Tauri webview's. Every table here is bounded.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use axum::http::{header, HeaderMap};
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use tokio::time::Instant;
+
+use crate::secrets::Secret;
+
+/// How long a login link works.
+pub const LOGIN_CODE_TTL: Duration = Duration::from_secs(10 * 60);
+/// How long a dashboard session lasts without being used.
+pub const SESSION_IDLE: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Most login links not yet used.
+pub const MAX_LOGIN_CODES: usize = 16;
+/// Most dashboard sessions at once (one per browser or tray window).
+pub const MAX_SESSIONS: usize = 32;
+/// The dashboard session's cookie.
+pub const SESSION_COOKIE: &str = "keymux_session";
+/// The header that carries the CSRF token on changes.
+pub const CSRF_HEADER: &str = "x-keymux-csrf";
+/// The prefix of the admin credential.
+pub const ADMIN_PREFIX: &str = "kma-";
+
+/// Origins of the Tauri webview, which may call the control API like the gateway's own page.
+const TAURI_ORIGINS: [&str; 3] = ["tauri://localhost", "http://tauri.localhost", "https://tauri.localhost"];
+
+type Digest32 = [u8; 32];
+
+fn digest(value: &str) -> Digest32 {
+    Sha256::digest(value.as_bytes()).into()
+}
+
+struct Code {
+    digest: Digest32,
+    expires: Instant,
+}
+
+struct Session {
+    digest: Digest32,
+    csrf: String,
+    last_used: Instant,
+}
+
+/// A dashboard session, as the page learns it.
+#[derive(Clone, Debug)]
+pub struct DashboardLogin {
+    /// The cookie value (secret; sent once, in `Set-Cookie`).
+    pub cookie: Secret,
+    /// The CSRF token the page sends back on changes.
+    pub csrf: String,
+}
+
+/// Who a request came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Caller {
+    /// The CLI (or a tool) with the admin credential.
+    Admin,
+    /// A dashboard session; `csrf_ok` says whether the request carried its CSRF token.
+    Dashboard {
+        /// The CSRF header matched.
+        csrf_ok: bool,
+    },
+}
+
+/// Why a caller was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// No credential for the control API.
+    NoCredential,
+    /// A `/v1` client token was presented to the control API.
+    ClientToken,
+    /// The credential is not (or no longer) valid.
+    Invalid,
+}
+
+/// The gateway's access state.
+pub struct Access {
+    admin: ArcSwapOption<Digest32>,
+    /// Keys the challenge MAC.
+    admin_secret: ArcSwapOption<Secret>,
+    codes: Mutex<VecDeque<Code>>,
+    sessions: Mutex<VecDeque<Session>>,
+}
+
+impl Default for Access {
+    fn default() -> Self {
+        Self {
+            admin: ArcSwapOption::empty(),
+            admin_secret: ArcSwapOption::empty(),
+            codes: Mutex::default(),
+            sessions: Mutex::default(),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Access {
+    /// Accepts `admin` as the admin credential (none: the CLI cannot reach this gateway).
+    pub fn set_admin(&self, admin: Option<&Secret>) {
+        self.admin.store(admin.map(|a| std::sync::Arc::new(digest(a.expose()))));
+        self.admin_secret.store(admin.map(|a| std::sync::Arc::new(a.clone())));
+    }
+
+    /// Whether `presented` is the admin credential.
+    pub fn is_admin(&self, presented: &str) -> bool {
+        self.admin.load().as_deref().is_some_and(|known| known.ct_eq(&digest(presented)).into())
+    }
+
+    /// Answers a client's challenge: a MAC of both nonces under the admin credential, which only a
+    /// gateway that knows the credential can make. `None` when there is no admin credential.
+    pub fn answer_challenge(&self, client_nonce: &str) -> Option<(String, String)> {
+        let secret = self.admin_secret.load_full()?;
+        let server_nonce = crate::secrets::generate("").expose().to_owned();
+        let mac = challenge_mac(&secret, client_nonce, &server_nonce);
+        Some((server_nonce, mac))
+    }
+
+    /// A fresh one-time login code (the secret part of a login link).
+    pub fn issue_login(&self, now: Instant) -> Secret {
+        let code = crate::secrets::generate("");
+        let mut codes = lock(&self.codes);
+        codes.retain(|c| c.expires > now);
+        if codes.len() == MAX_LOGIN_CODES {
+            codes.pop_front();
+        }
+        codes.push_back(Code { digest: digest(code.expose()), expires: crate::clock::later(now, LOGIN_CODE_TTL) });
+        code
+    }
+
+    /// Exchanges a login code, once, for a dashboard session.
+    pub fn redeem(&self, code: &str, now: Instant) -> Option<DashboardLogin> {
+        let wanted = digest(code);
+        {
+            let mut codes = lock(&self.codes);
+            let at = codes.iter().position(|c| bool::from(c.digest.ct_eq(&wanted)))?;
+            let found = codes.remove(at)?;
+            if found.expires <= now {
+                return None;
+            }
+        }
+        let cookie = crate::secrets::generate("");
+        let csrf = crate::secrets::generate("").expose().to_owned();
+        let mut sessions = lock(&self.sessions);
+        sessions.retain(|s| now.saturating_duration_since(s.last_used) < SESSION_IDLE);
+        if sessions.len() == MAX_SESSIONS {
+            sessions.pop_front();
+        }
+        sessions.push_back(Session { digest: digest(cookie.expose()), csrf: csrf.clone(), last_used: now });
+        Some(DashboardLogin { cookie, csrf })
+    }
+
+    /// The CSRF token of the session a cookie names, refreshing its idle time.
+    fn session_csrf(&self, cookie: &str, now: Instant) -> Option<String> {
+        let wanted = digest(cookie);
+        let mut sessions = lock(&self.sessions);
+        let session = sessions.iter_mut().find(|s| {
+            bool::from(s.digest.ct_eq(&wanted)) && now.saturating_duration_since(s.last_used) < SESSION_IDLE
+        })?;
+        session.last_used = now;
+        Some(session.csrf.clone())
+    }
+
+    /// The session's CSRF token, for the page (which holds the cookie but cannot read it).
+    pub fn csrf_for(&self, headers: &HeaderMap, now: Instant) -> Option<String> {
+        self.session_csrf(&cookie(headers, SESSION_COOKIE)?, now)
+    }
+
+    /// Who is calling the control API, if anyone may.
+    pub fn caller(
+        &self,
+        headers: &HeaderMap,
+        tokens: &crate::tokens::TokenSet,
+        now: Instant,
+    ) -> Result<Caller, Refused> {
+        if let Some(bearer) = bearer(headers) {
+            if self.is_admin(bearer) {
+                return Ok(Caller::Admin);
+            }
+            return Err(if tokens.accepts(bearer) { Refused::ClientToken } else { Refused::Invalid });
+        }
+        let Some(value) = cookie(headers, SESSION_COOKIE) else {
+            return Err(Refused::NoCredential);
+        };
+        let csrf = self.session_csrf(&value, now).ok_or(Refused::Invalid)?;
+        let sent = headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
+        Ok(Caller::Dashboard { csrf_ok: bool::from(sent.as_bytes().ct_eq(csrf.as_bytes())) })
+    }
+
+    /// Whether a `/v1` request carries a control-API credential instead of a client token.
+    pub fn is_control_credential(&self, headers: &HeaderMap) -> bool {
+        bearer(headers).is_some_and(|b| self.is_admin(b))
+    }
+}
+
+/// The MAC a gateway answers a challenge with (the CLI computes the same to check it).
+pub fn challenge_mac(admin: &Secret, client_nonce: &str, server_nonce: &str) -> String {
+    let mut mac =
+        <Hmac<Sha256> as Mac>::new_from_slice(admin.expose().as_bytes()).expect("HMAC accepts any key length");
+    mac.update(b"keymux/challenge/v1\0");
+    mac.update(client_nonce.as_bytes());
+    mac.update(&[0]);
+    mac.update(server_nonce.as_bytes());
+    hex::encode(mac.finalize().into_bytes())
+}
+
+/// Checks a challenge's answer in constant time.
+pub fn challenge_ok(admin: &Secret, client_nonce: &str, server_nonce: &str, mac: &str) -> bool {
+    challenge_mac(admin, client_nonce, server_nonce).as_bytes().ct_eq(mac.as_bytes()).into()
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(crate::tokens::bearer)
+}
+
+/// The value of cookie `name`.
+pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.to_owned())
+}
+
+/// Whether a `Host` (or origin authority) names this machine by a loopback name.
+pub fn is_loopback_authority(authority: &str) -> bool {
+    let host = if let Some(rest) = authority.strip_prefix('[') {
+        rest.split(']').next().unwrap_or("")
+    } else {
+        authority.rsplit_once(':').map_or(authority, |(h, _)| h)
+    };
+    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The control API answers only to loopback host names, so a DNS-rebound page cannot reach it.
+pub fn host_ok(headers: &HeaderMap) -> bool {
+    headers.get(header::HOST).and_then(|v| v.to_str().ok()).is_some_and(is_loopback_authority)
+}
+
+/// A request with an `Origin` came from a browser: only the gateway's own page (same loopback host and
+/// port as the request) and the Tauri webview may call. Codex, pi and the CLI send no `Origin`.
+pub fn origin_ok(headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return true;
+    };
+    let origin = origin.to_str().unwrap_or("");
+    if TAURI_ORIGINS.contains(&origin) {
+        return true;
+    }
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
+    origin.strip_prefix("http://").is_some_and(|authority| authority == host && is_loopback_authority(authority))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokens::TokenSet;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, v.parse().expect("header"));
+        }
+        h
+    }
+
+    fn now() -> Instant {
+        crate::clock::Clock::system().now()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_login_code_works_once_and_expires() {
+        let access = Access::default();
+        let code = access.issue_login(now());
+        let login = access.redeem(code.expose(), now()).expect("redeemed");
+        assert!(access.redeem(code.expose(), now()).is_none(), "never twice");
+        let late = access.issue_login(now());
+        tokio::time::advance(LOGIN_CODE_TTL + Duration::from_secs(1)).await;
+        assert!(access.redeem(late.expose(), now()).is_none(), "expired");
+        let tokens = TokenSet::default();
+        let cookie = format!("{SESSION_COOKIE}={}", login.cookie.expose());
+        let with_csrf = headers(&[("cookie", &cookie), (CSRF_HEADER, &login.csrf)]);
+        assert_eq!(access.caller(&with_csrf, &tokens, now()), Ok(Caller::Dashboard { csrf_ok: true }));
+        let without = headers(&[("cookie", &cookie)]);
+        assert_eq!(access.caller(&without, &tokens, now()), Ok(Caller::Dashboard { csrf_ok: false }));
+        tokio::time::advance(SESSION_IDLE).await;
+        assert_eq!(access.caller(&with_csrf, &tokens, now()), Err(Refused::Invalid), "idle too long");
+    }
+
+    #[test]
+    fn credentials_do_not_stand_in_for_each_other() {
+        let access = Access::default();
+        let admin = Secret::new("kma-admin-credential-for-tests-1234567890");
+        access.set_admin(Some(&admin));
+        let tokens = TokenSet::new(&[Secret::new("km-client-token-for-tests-1234567890")]);
+        let bearer = |t: &str| headers(&[("authorization", &format!("Bearer {t}"))]);
+        assert_eq!(access.caller(&bearer(admin.expose()), &tokens, now()), Ok(Caller::Admin));
+        assert_eq!(
+            access.caller(&bearer("km-client-token-for-tests-1234567890"), &tokens, now()),
+            Err(Refused::ClientToken)
+        );
+        assert_eq!(access.caller(&bearer("nonsense"), &tokens, now()), Err(Refused::Invalid));
+        assert_eq!(access.caller(&HeaderMap::new(), &tokens, now()), Err(Refused::NoCredential));
+        assert!(access.is_control_credential(&bearer(admin.expose())));
+        let (server, mac) = access.answer_challenge("client-nonce").expect("answers");
+        assert!(challenge_ok(&admin, "client-nonce", &server, &mac));
+        assert!(!challenge_ok(&Secret::new("another"), "client-nonce", &server, &mac));
+    }
+
+    #[test]
+    fn hosts_and_origins() {
+        for ok in ["127.0.0.1:8787", "localhost:1", "[::1]:8787", "127.9.9.9", "LOCALHOST"] {
+            assert!(is_loopback_authority(ok), "{ok}");
+        }
+        for bad in ["evil.example:8787", "10.0.0.1:8787", "127.0.0.1.evil.example", "", "[::2]:1"] {
+            assert!(!is_loopback_authority(bad), "{bad}");
+        }
+        let page = |origin: &str| headers(&[("host", "127.0.0.1:8787"), ("origin", origin)]);
+        assert!(origin_ok(&headers(&[("host", "127.0.0.1:8787")])));
+        assert!(origin_ok(&page("http://127.0.0.1:8787")));
+        assert!(origin_ok(&page("tauri://localhost")));
+        for evil in ["https://evil.example", "http://127.0.0.1:3000", "null", "http://localhost:8787"] {
+            assert!(!origin_ok(&page(evil)), "{evil}");
+        }
+    }
+}

@@ -1,0 +1,322 @@
+//! The control API under `/keymux/api`: what the dashboard, the tray and the CLI read and change, all
+//! through named types (`types`) and one live event stream (`stream`).
+//!
+//! Every call passes one guard: a loopback `Host`, no foreign browser `Origin`, and a control
+//! credential (the dashboard session, with its CSRF header on changes, or the admin credential). A
+//! `/v1` client token is refused here, as a control credential is refused on `/v1`.
+
+pub mod stream;
+pub mod types;
+mod views;
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, Method, Response, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+
+use crate::access::{Caller, Refused};
+use crate::control::{ControlError, KeyChanges, NewKey};
+use crate::error::ApiError;
+use crate::gateway::Gateway;
+use crate::keys::KeyId;
+use types::{ChallengeAnswer, CreatedToken, DecisionsBody, KeyTestBody, LoginLink, SessionBody, SessionsBody};
+
+/// The control API's routes (mounted under `/keymux/api`).
+pub fn routes() -> Router<Arc<Gateway>> {
+    Router::new()
+        .route("/status", get(status))
+        .route("/keys", get(keys).post(add_key))
+        .route("/keys/{id}", axum::routing::patch(update_key).delete(remove_key))
+        .route("/keys/{id}/test", post(test_key))
+        .route("/keys/{id}/{action}", post(switch_key))
+        .route("/tokens", get(tokens).post(create_token))
+        .route("/tokens/{id}", axum::routing::delete(revoke_token))
+        .route("/pause", post(pause))
+        .route("/resume", post(resume))
+        .route("/decisions", get(decisions))
+        .route("/sessions", get(sessions))
+        .route("/usage", get(usage))
+        .route("/metrics", get(metrics))
+        .route("/events", get(stream::events))
+        .route("/session", get(session))
+        .route("/login-link", post(login_link))
+        .route("/challenge", post(challenge))
+}
+
+/// Lets a call through, or says why not. Changes made from a browser need the CSRF header.
+pub fn guard(gateway: &Gateway, method: &Method, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    if !crate::access::host_ok(headers) || !crate::access::origin_ok(headers) {
+        return Err(ApiError::ForbiddenOrigin);
+    }
+    let caller = gateway
+        .access()
+        .caller(headers, &gateway.tokens(), gateway.clock().now())
+        .map_err(|refused| ApiError::ControlDenied { reason: refused })?;
+    if let Caller::Dashboard { csrf_ok: false } = caller {
+        if method != Method::GET && method != Method::HEAD {
+            return Err(ApiError::CsrfMissing);
+        }
+    }
+    Ok(caller)
+}
+
+/// Runs `handler` if the guard lets the call through.
+fn guarded(
+    gateway: &Gateway,
+    method: Method,
+    headers: &HeaderMap,
+    handler: impl FnOnce() -> Response<Body>,
+) -> Response<Body> {
+    match guard(gateway, &method, headers) {
+        Ok(_) => handler(),
+        Err(e) => e.into_response(),
+    }
+}
+
+fn control_error(e: ControlError) -> Response<Body> {
+    ApiError::from(e).into_response()
+}
+
+async fn status(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response<Body> {
+    guarded(&gw, Method::GET, &headers, || Json(views::status(&gw)).into_response())
+}
+
+async fn keys(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response<Body> {
+    guarded(&gw, Method::GET, &headers, || Json(views::keys(&gw)).into_response())
+}
+
+async fn add_key(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: axum::body::Bytes) -> Response<Body> {
+    if let Err(e) = guard(&gw, &Method::POST, &headers) {
+        return e.into_response();
+    }
+    let new: NewKey = match serde_json::from_slice(&body) {
+        Ok(new) => new,
+        Err(e) => return ApiError::BadJson { detail: e.to_string() }.into_response(),
+    };
+    match gw.add_key(new).await {
+        Ok(id) => (StatusCode::CREATED, Json(views::key(&gw, &id))).into_response(),
+        Err(e) => control_error(e),
+    }
+}
+
+async fn update_key(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Response<Body> {
+    if let Err(e) = guard(&gw, &Method::PATCH, &headers) {
+        return e.into_response();
+    }
+    let changes: KeyChanges = match serde_json::from_slice(&body) {
+        Ok(changes) => changes,
+        Err(e) => return ApiError::BadJson { detail: e.to_string() }.into_response(),
+    };
+    let id = KeyId::new(id.as_str());
+    match gw.update_key(&id, changes) {
+        Ok(()) => Json(views::key(&gw, &id)).into_response(),
+        Err(e) => control_error(e),
+    }
+}
+
+async fn remove_key(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Path(id): Path<String>) -> Response<Body> {
+    if let Err(e) = guard(&gw, &Method::DELETE, &headers) {
+        return e.into_response();
+    }
+    match gw.remove_key(&KeyId::new(id.as_str())).await {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => control_error(e),
+    }
+}
+
+async fn test_key(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Path(id): Path<String>) -> Response<Body> {
+    if let Err(e) = guard(&gw, &Method::POST, &headers) {
+        return e.into_response();
+    }
+    match gw.test_key(&KeyId::new(id.as_str())).await {
+        Ok(test) => Json(KeyTestBody::from(test)).into_response(),
+        Err(e) => control_error(e),
+    }
+}
+
+/// `POST /keymux/api/keys/{id}/enable` or `/disable`.
+async fn switch_key(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Path((id, action)): Path<(String, String)>,
+) -> Response<Body> {
+    guarded(&gw, Method::POST, &headers, || {
+        let enabled = match action.as_str() {
+            "enable" => true,
+            "disable" => false,
+            _ => return ApiError::NotFound { path: format!("/keymux/api/keys/{{id}}/{action}") }.into_response(),
+        };
+        let id = KeyId::new(id.as_str());
+        match gw.set_enabled(&id, enabled) {
+            Ok(()) => Json(serde_json::json!({ "key": views::key(&gw, &id) })).into_response(),
+            Err(e) => control_error(e),
+        }
+    })
+}
+
+async fn tokens(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response<Body> {
+    guarded(&gw, Method::GET, &headers, || Json(views::tokens(&gw)).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewToken {
+    name: String,
+}
+
+async fn create_token(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: axum::body::Bytes) -> Response<Body> {
+    if let Err(e) = guard(&gw, &Method::POST, &headers) {
+        return e.into_response();
+    }
+    let new: NewToken = match serde_json::from_slice(&body) {
+        Ok(new) => new,
+        Err(e) => return ApiError::BadJson { detail: e.to_string() }.into_response(),
+    };
+    match gw.create_token(&new.name).await {
+        Ok((listed, secret)) => {
+            let token = types::TokenInfo { id: listed.id, name: listed.name, created_unix: listed.created_unix };
+            (StatusCode::CREATED, Json(CreatedToken { token, secret: secret.expose().to_owned() })).into_response()
+        }
+        Err(e) => control_error(e),
+    }
+}
+
+async fn revoke_token(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Path(id): Path<String>) -> Response<Body> {
+    if let Err(e) = guard(&gw, &Method::DELETE, &headers) {
+        return e.into_response();
+    }
+    match gw.revoke_token(&id).await {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => control_error(e),
+    }
+}
+
+async fn pause(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response<Body> {
+    guarded(&gw, Method::POST, &headers, || {
+        gw.pause();
+        Json(views::status(&gw).gateway).into_response()
+    })
+}
+
+async fn resume(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response<Body> {
+    guarded(&gw, Method::POST, &headers, || {
+        gw.resume();
+        Json(views::status(&gw).gateway).into_response()
+    })
+}
+
+#[derive(Deserialize)]
+struct Limit {
+    limit: Option<usize>,
+}
+
+async fn decisions(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Query(q): Query<Limit>) -> Response<Body> {
+    guarded(&gw, Method::GET, &headers, || {
+        let limit = q.limit.unwrap_or(100).min(crate::events::RECENT_CAPACITY);
+        let data = gw.events().recent(limit).into_iter().map(|r| (*r).clone()).collect();
+        Json(DecisionsBody { data }).into_response()
+    })
+}
+
+async fn sessions(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Query(q): Query<Limit>) -> Response<Body> {
+    guarded(&gw, Method::GET, &headers, || {
+        let limit = q.limit.unwrap_or(200).min(crate::sessions::SESSIONS_CAPACITY);
+        Json(SessionsBody { sessions: gw.sessions().recent(limit) }).into_response()
+    })
+}
+
+#[derive(Deserialize)]
+struct UsageQuery {
+    /// `hour` (default) or `day`.
+    bucket: Option<String>,
+    /// How far back, in days (default 2 for hours, 30 for days; at most 400).
+    days: Option<u32>,
+}
+
+async fn usage(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Query(q): Query<UsageQuery>) -> Response<Body> {
+    if let Err(e) = guard(&gw, &Method::GET, &headers) {
+        return e.into_response();
+    }
+    let hours = match q.bucket.as_deref() {
+        None | Some("hour") => 1,
+        Some("day") => 24,
+        Some(other) => {
+            return ApiError::BadJson { detail: format!("bucket {other:?}: expected hour or day") }.into_response()
+        }
+    };
+    let days = q.days.unwrap_or(if hours == 1 { 2 } else { 30 }).clamp(1, 400);
+    let since = gw.clock().unix_ms().saturating_sub(u64::from(days) * 86_400_000);
+    let read = tokio::task::spawn_blocking(move || views::usage(&gw, since, hours)).await;
+    match read {
+        Ok(body) => Json(body).into_response(),
+        Err(e) => ApiError::Internal { detail: format!("usage could not be read: {e}") }.into_response(),
+    }
+}
+
+#[derive(Deserialize)]
+struct Days {
+    days: Option<u32>,
+}
+
+/// `GET /keymux/api/metrics?days=N`: hashed per-day counters (keys appear as fingerprints only).
+async fn metrics(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Query(q): Query<Days>) -> Response<Body> {
+    if let Err(e) = guard(&gw, &Method::GET, &headers) {
+        return e.into_response();
+    }
+    let days = q.days.unwrap_or(7).clamp(1, 366);
+    let today = gw.today();
+    let read = tokio::task::spawn_blocking(move || (gw.metrics().rows(days, today), gw.metrics().status())).await;
+    match read {
+        Ok((rows, store)) => Json(serde_json::json!({ "store": store, "rows": rows })).into_response(),
+        Err(e) => ApiError::Internal { detail: format!("metrics could not be read: {e}") }.into_response(),
+    }
+}
+
+/// The dashboard session's CSRF token (the page holds the cookie but cannot read it).
+async fn session(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response<Body> {
+    if let Err(e) = guard(&gw, &Method::GET, &headers) {
+        return e.into_response();
+    }
+    match gw.access().csrf_for(&headers, gw.clock().now()) {
+        Some(csrf) => Json(SessionBody { csrf }).into_response(),
+        None => ApiError::ControlDenied { reason: Refused::NoCredential }.into_response(),
+    }
+}
+
+/// A fresh one-time login link (`keymux dashboard`, the tray).
+async fn login_link(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response<Body> {
+    guarded(&gw, Method::POST, &headers, || Json(LoginLink { url: gw.login_link() }).into_response())
+}
+
+#[derive(Deserialize)]
+struct Challenge {
+    nonce: String,
+}
+
+/// Proves to the CLI that this is the gateway that knows the admin credential, before the CLI sends
+/// it. Needs no credential; answers only to loopback hosts and no browser origin.
+async fn challenge(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: axum::body::Bytes) -> Response<Body> {
+    if !crate::access::host_ok(&headers) || headers.contains_key(axum::http::header::ORIGIN) {
+        return ApiError::ForbiddenOrigin.into_response();
+    }
+    let Ok(asked) = serde_json::from_slice::<Challenge>(&body) else {
+        return ApiError::BadJson { detail: "expected {\"nonce\": \"...\"}".into() }.into_response();
+    };
+    if asked.nonce.len() < 16 || asked.nonce.len() > 256 {
+        return ApiError::BadJson { detail: "the nonce must be 16 to 256 characters".into() }.into_response();
+    }
+    match gw.access().answer_challenge(&asked.nonce) {
+        Some((server_nonce, mac)) => Json(ChallengeAnswer { server_nonce, mac }).into_response(),
+        None => ApiError::ControlDenied { reason: Refused::NoCredential }.into_response(),
+    }
+}

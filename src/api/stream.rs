@@ -1,0 +1,98 @@
+//! `GET /keymux/api/events`: the live event stream as Server-Sent Events. A subscriber resumes with
+//! `Last-Event-ID` (or `?after=`) from the bounded ring; one that fell too far behind, or resumed too
+//! late, gets a `lagged` event saying how many events it missed. A heartbeat comment keeps an idle
+//! connection open through proxies, and the stream ends when the gateway shuts down.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, Response};
+use axum::response::IntoResponse;
+use bytes::Bytes;
+use serde::Deserialize;
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::events::{Envelope, Event};
+use crate::gateway::Gateway;
+
+/// How often an idle stream gets a heartbeat comment.
+pub const HEARTBEAT: Duration = Duration::from_secs(15);
+
+#[derive(Deserialize)]
+pub(super) struct After {
+    after: Option<u64>,
+}
+
+/// One SSE frame for an event.
+fn frame(envelope: &Envelope) -> Bytes {
+    let data = serde_json::to_string(envelope).unwrap_or_else(|_| "{}".into());
+    Bytes::from(format!("id: {}\nevent: {}\ndata: {data}\n\n", envelope.id, envelope.event.name()))
+}
+
+/// The `lagged` frame (it has no place in the stream, so no id).
+fn lagged(missed: u64, at_unix_ms: u64) -> Bytes {
+    let envelope = Envelope { id: 0, at_unix_ms, event: Event::Lagged { missed } };
+    let data = serde_json::to_string(&envelope).unwrap_or_else(|_| "{}".into());
+    Bytes::from(format!("event: lagged\ndata: {data}\n\n"))
+}
+
+pub(super) async fn events(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Query(q): Query<After>,
+) -> Response<Body> {
+    if let Err(e) = super::guard(&gw, &Method::GET, &headers) {
+        return e.into_response();
+    }
+    let resume = headers.get("last-event-id").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok());
+    // A subscriber that names no place starts from now.
+    let after = q.after.or(resume).unwrap_or_else(|| gw.events().last_id());
+    let (mut live, replay) = gw.events().resume(after);
+    let closing = gw.closing();
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
+    tokio::spawn(async move {
+        let mut last = after;
+        let send = |bytes: Bytes| tx.send(Ok(bytes));
+        if send(Bytes::from_static(b"retry: 2000\n\n")).await.is_err() {
+            return;
+        }
+        if replay.missed > 0 && send(lagged(replay.missed, gw.clock().unix_ms())).await.is_err() {
+            return;
+        }
+        for envelope in replay.events {
+            last = envelope.id;
+            if send(frame(&envelope)).await.is_err() {
+                return;
+            }
+        }
+        let mut beat = tokio::time::interval(HEARTBEAT);
+        beat.tick().await;
+        loop {
+            let bytes = tokio::select! {
+                () = closing.cancelled() => return,
+                _ = beat.tick() => Bytes::from_static(b": keepalive\n\n"),
+                received = live.recv() => match received {
+                    Ok(envelope) if envelope.id <= last => continue,
+                    Ok(envelope) => {
+                        last = envelope.id;
+                        frame(&envelope)
+                    }
+                    Err(RecvError::Lagged(missed)) => lagged(missed, gw.clock().unix_ms()),
+                    Err(RecvError::Closed) => return,
+                },
+            };
+            if send(bytes).await.is_err() {
+                return;
+            }
+        }
+    });
+    let stream = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) });
+    let mut response = Response::new(Body::from_stream(stream));
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}

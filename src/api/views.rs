@@ -1,0 +1,150 @@
+//! The API's bodies, read from the gateway's state: times as Unix milliseconds against the gateway's
+//! own clock, so the dashboard's countdowns agree with the gateway.
+
+use std::time::Duration;
+
+use super::types::{
+    GatewayInfo, HealthState, KeyInfo, KeychainInfo, StatusBody, TokenInfo, UsageBody, UsagePoint, WindowInfo,
+};
+use crate::gateway::Gateway;
+use crate::keys::KeyId;
+use crate::pool::KeyStatus;
+use crate::quota::WindowState;
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn window(state: Option<WindowState>, now_unix_ms: u64) -> Option<WindowInfo> {
+    state.map(|w| WindowInfo {
+        limit: w.limit,
+        remaining: w.remaining,
+        resets_at_unix_ms: now_unix_ms + millis(w.resets_in),
+        span_ms: millis(w.span),
+        pace: w.pace(),
+    })
+}
+
+fn info(k: KeyStatus, now_unix_ms: u64) -> KeyInfo {
+    let health = match k.health {
+        "cooling" => HealthState::Cooling,
+        "quota_exhausted" => HealthState::QuotaExhausted,
+        "invalid" => HealthState::Rejected,
+        "disabled" => HealthState::Disabled,
+        _ => HealthState::Ready,
+    };
+    let until_unix_ms = (k.cooldown_ms > 0).then(|| now_unix_ms + k.cooldown_ms);
+    let cached_ratio = if k.input_tokens == 0 { 0.0 } else { k.cached_tokens as f32 / k.input_tokens as f32 };
+    KeyInfo {
+        org_learned: k.org.is_none() && k.learned_org.is_some(),
+        org: k.org.or(k.learned_org),
+        id: k.id,
+        label: k.label,
+        fingerprint: k.fingerprint,
+        provider: k.provider,
+        source: k.source,
+        health,
+        until_unix_ms,
+        in_flight: k.in_flight,
+        priority: k.priority,
+        daily_token_budget: k.daily_token_budget,
+        tokens_today: k.tokens_today,
+        requests_window: window(k.requests_window, now_unix_ms),
+        tokens_window: window(k.tokens_window, now_unix_ms),
+        headroom: k.headroom,
+        served: k.served,
+        failed: k.failed,
+        last_status: k.last_status,
+        invalid_encrypted_content: k.invalid_encrypted_content,
+        input_tokens: k.input_tokens,
+        cached_tokens: k.cached_tokens,
+        output_tokens: k.output_tokens,
+        cached_ratio,
+        models: k.models,
+        exclude_models: k.exclude_models,
+        unavailable_models: k.unavailable_models,
+        base_url: k.base_url,
+    }
+}
+
+/// Every key.
+pub fn keys(gw: &Gateway) -> Vec<KeyInfo> {
+    let now_unix_ms = gw.clock().unix_ms();
+    gw.pool().status(gw.clock().now(), gw.today()).into_iter().map(|k| info(k, now_unix_ms)).collect()
+}
+
+/// One key.
+pub fn key(gw: &Gateway, id: &KeyId) -> Option<KeyInfo> {
+    keys(gw).into_iter().find(|k| &k.id == id)
+}
+
+/// The gateway and every key.
+pub fn status(gw: &Gateway) -> StatusBody {
+    let keys = keys(gw);
+    let now_unix_ms = gw.clock().unix_ms();
+    let minute_ago = now_unix_ms.saturating_sub(60_000);
+    let requests_last_minute =
+        gw.events().recent(crate::events::RECENT_CAPACITY).iter().filter(|r| r.at_unix_ms >= minute_ago).count() as u64;
+    let store = gw.settings().store();
+    let gateway = GatewayInfo {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        base_url: gw.base_url(),
+        paused: gw.paused(),
+        keys_total: keys.len(),
+        keys_healthy: keys.iter().filter(|k| k.health == HealthState::Ready).count(),
+        next_reset_unix_ms: keys
+            .iter()
+            .filter(|k| matches!(k.health, HealthState::Cooling | HealthState::QuotaExhausted))
+            .filter_map(|k| k.until_unix_ms)
+            .min(),
+        requests_last_minute,
+        store: gw.metrics().status(),
+        keychain: KeychainInfo { kind: store.describe().to_owned(), ok: gw.keychain_ok() },
+        started_unix_ms: gw.started_unix_ms(),
+        now_unix_ms,
+        last_event_id: gw.events().last_id(),
+    };
+    StatusBody { gateway, keys }
+}
+
+/// The client tokens (never their values).
+pub fn tokens(gw: &Gateway) -> Vec<TokenInfo> {
+    let listed = gw.settings().config().tokens;
+    gw.tokens()
+        .names()
+        .into_iter()
+        .map(|(id, name)| {
+            let created_unix = listed.iter().find(|t| t.id == id).map_or(0, |t| t.created_unix);
+            let name = if name.is_empty() { "KEYMUX_CLIENT_TOKEN".to_owned() } else { name };
+            TokenInfo { id, name, created_unix }
+        })
+        .collect()
+}
+
+/// Usage from `since_unix_ms` in buckets of `hours`. Blocks (it reads sled).
+pub fn usage(gw: &Gateway, since_unix_ms: u64, hours: u32) -> UsageBody {
+    let points = gw
+        .metrics()
+        .series(since_unix_ms, hours)
+        .into_iter()
+        .map(|(start_unix_ms, key, c)| UsagePoint {
+            start_unix_ms,
+            key,
+            requests: c.requests,
+            by_status: c.by_status.clone(),
+            by_affinity: c.by_affinity.clone(),
+            failures: c.failures.clone(),
+            pinned: c.pinned,
+            continuity: c.continuity_hits,
+            rescued: c.rescued,
+            input_tokens: c.input_tokens,
+            cached_tokens: c.cached_tokens,
+            output_tokens: c.output_tokens,
+            cached_ratio: c.cached_ratio() as f32,
+            latency_p50_ms: c.latency_quantile(0.5),
+            latency_p90_ms: c.latency_quantile(0.9),
+            latency_p99_ms: c.latency_quantile(0.99),
+        })
+        .collect();
+    UsageBody { bucket_ms: u64::from(hours) * 3_600_000, points }
+}

@@ -1,0 +1,387 @@
+//! `keymux keys …`, `keymux token …`, `keymux dashboard`, `keymux pause|resume`. Each acts on the
+//! gateway running with this config when there is one (through the control API, after the gateway has
+//! proved who it is), so the change takes effect at once; with no gateway running, keys and tokens are
+//! changed in the keychain and the config, and the next start picks them up.
+
+use std::io::{IsTerminal as _, Read as _};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use http::Method;
+use serde_json::{json, Value};
+
+use super::{env_secrets, out, KeysCommand, TokenCommand};
+use crate::config::Config;
+use crate::config_file::ConfigFile;
+use crate::control::{self, KeyChanges, NewKey, Settings};
+use crate::digest::InstallKey;
+use crate::keys::{validate_secret, KeyId, Provider};
+use crate::remote::{Found, Remote};
+use crate::secrets::{self, account, Secret, SecretStore};
+use crate::startup::{self, StartError};
+
+/// The config, its file and the secret store, as the CLI finds them.
+struct Loaded {
+    path: PathBuf,
+    config: Config,
+    store: Arc<dyn SecretStore>,
+}
+
+impl Loaded {
+    fn settings(&self) -> Settings {
+        Settings::new(self.store.clone(), Some(ConfigFile::new(&self.path)), self.config.clone())
+    }
+}
+
+fn load(config_path: Option<PathBuf>) -> Result<Loaded, StartError> {
+    let path = match config_path {
+        Some(p) => p,
+        None => Config::default_path()?,
+    };
+    let config = Config::load(&path)?;
+    let store = startup::open_store(&config, false);
+    Ok(Loaded { path, config, store })
+}
+
+/// The running gateway of this config, if one answers and proves who it is.
+async fn remote(loaded: &Loaded) -> Result<Option<Remote>, StartError> {
+    let admin = env_secrets()?.admin_token;
+    match Remote::find(&loaded.config, &loaded.path, &loaded.store, admin).await.map_err(StartError::Usage)? {
+        Found::Gateway(remote) => Ok(Some(remote)),
+        Found::Nobody => Ok(None),
+    }
+}
+
+async fn running(loaded: &Loaded) -> Result<Remote, StartError> {
+    remote(loaded).await?.ok_or_else(|| {
+        StartError::Usage(format!(
+            "no Keymux gateway is running with {}; start it with `keymux serve`",
+            loaded.path.display()
+        ))
+    })
+}
+
+fn usage(e: impl ToString) -> StartError {
+    StartError::Usage(e.to_string())
+}
+
+pub(super) async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Result<(), StartError> {
+    let loaded = load(config_path)?;
+    match cmd {
+        KeysCommand::Add { label, provider, base_url, org, priority, daily_token_budget } => {
+            let provider = Provider::parse(&provider)
+                .ok_or_else(|| usage(format!("--provider {provider:?}: expected openai or azure")))?;
+            let new = NewKey {
+                label,
+                provider,
+                base_url,
+                org,
+                priority,
+                daily_token_budget,
+                models: Vec::new(),
+                exclude_models: Vec::new(),
+                secret: Secret::new(""),
+            };
+            // Checked before the secret is asked for, so a typo in the label costs no paste.
+            control::check_new_key(
+                &loaded.config,
+                &[],
+                &NewKey { secret: Secret::new("sk-placeholder"), ..new.clone() },
+            )
+            .map_err(usage)?;
+            add_key(&loaded, NewKey { secret: read_secret()?, ..new }).await
+        }
+        KeysCommand::List => list_keys(&loaded).await,
+        KeysCommand::Remove { key } => remove_key(&loaded, &key).await,
+        KeysCommand::Set { key, label, priority, daily_token_budget, no_budget, models, exclude_models } => {
+            let list = |v: Option<String>| {
+                v.map(|v| v.split(',').map(str::trim).filter(|m| !m.is_empty()).map(str::to_owned).collect())
+            };
+            let budget = if no_budget { Some(None) } else { daily_token_budget.map(Some) };
+            let changes = KeyChanges {
+                label,
+                priority,
+                daily_token_budget: budget,
+                models: list(models),
+                exclude_models: list(exclude_models),
+            };
+            set_key(&loaded, &key, changes).await
+        }
+        KeysCommand::Enable { key } => switch_key(&loaded, &key, "enable").await,
+        KeysCommand::Disable { key } => switch_key(&loaded, &key, "disable").await,
+        KeysCommand::Test { key } => test_key(&loaded, &key).await,
+    }
+}
+
+async fn add_key(loaded: &Loaded, new: NewKey) -> Result<(), StartError> {
+    let label = new.label.clone();
+    if let Some(remote) = remote(loaded).await? {
+        let body = json!({
+            "label": new.label, "provider": new.provider, "base_url": new.base_url, "org": new.org,
+            "priority": new.priority, "daily_token_budget": new.daily_token_budget, "secret": new.secret.expose(),
+        });
+        let key = remote.call(Method::POST, "/keys", Some(body)).await.map_err(usage)?;
+        out(&format!(
+            "added key '{label}' ({}, fingerprint {}) to the running gateway and the {}; organization: {}",
+            key["id"].as_str().unwrap_or("?"),
+            key["fingerprint"].as_str().unwrap_or("?"),
+            loaded.store.describe(),
+            key["org"].as_str().unwrap_or("(learned on first use)"),
+        ));
+        return Ok(());
+    }
+    let key = control::store_new_key(&loaded.settings(), &[], &new).await.map_err(usage)?;
+    let fp = InstallKey::new(&startup::install_secret(&loaded.store).await?).fingerprint(&new.secret);
+    out(&format!("added key '{label}' ({}, fingerprint {fp}) to the {}", key.id, loaded.store.describe()));
+    Ok(())
+}
+
+/// A key's id from its label or id, in the running gateway's list or the config.
+fn key_id(keys: &[Value], config: &Config, label_or_id: &str) -> Result<String, StartError> {
+    let found = keys
+        .iter()
+        .find(|k| k["id"] == label_or_id || k["label"].as_str().is_some_and(|l| l.eq_ignore_ascii_case(label_or_id)))
+        .and_then(|k| k["id"].as_str().map(str::to_owned))
+        .or_else(|| config.find_key(label_or_id).map(|k| k.id.to_string()));
+    found.ok_or_else(|| usage(format!("no key labelled or with id '{label_or_id}'; see `keymux keys list`")))
+}
+
+async fn remove_key(loaded: &Loaded, label_or_id: &str) -> Result<(), StartError> {
+    if let Some(remote) = remote(loaded).await? {
+        let keys = remote.call(Method::GET, "/keys", None).await.map_err(usage)?;
+        let id = key_id(keys.as_array().map_or(&[][..], Vec::as_slice), &loaded.config, label_or_id)?;
+        remote.call(Method::DELETE, &format!("/keys/{id}"), None).await.map_err(usage)?;
+        out(&format!("removed key '{label_or_id}' ({id}) from the running gateway, the config and the keychain"));
+        return Ok(());
+    }
+    let id = KeyId::new(key_id(&[], &loaded.config, label_or_id)?);
+    let found = control::forget_key(&loaded.settings(), &id).await.map_err(usage)?;
+    let label = found.map_or_else(|| label_or_id.to_owned(), |k| k.label);
+    out(&format!("removed key '{label}' ({id})"));
+    Ok(())
+}
+
+async fn set_key(loaded: &Loaded, label_or_id: &str, changes: KeyChanges) -> Result<(), StartError> {
+    if let Some(remote) = remote(loaded).await? {
+        let keys = remote.call(Method::GET, "/keys", None).await.map_err(usage)?;
+        let id = key_id(keys.as_array().map_or(&[][..], Vec::as_slice), &loaded.config, label_or_id)?;
+        let body = serde_json::to_value(&changes).map_err(usage)?;
+        remote.call(Method::PATCH, &format!("/keys/{id}"), Some(body)).await.map_err(usage)?;
+        out(&format!("updated key '{label_or_id}' ({id}) in the running gateway and the config"));
+        return Ok(());
+    }
+    let id = KeyId::new(key_id(&[], &loaded.config, label_or_id)?);
+    control::edit_key(&loaded.settings(), &id, &changes).map_err(usage)?;
+    out(&format!("updated key '{label_or_id}' ({id}); the next start uses it"));
+    Ok(())
+}
+
+async fn switch_key(loaded: &Loaded, label_or_id: &str, action: &str) -> Result<(), StartError> {
+    let remote = running(loaded).await?;
+    let keys = remote.call(Method::GET, "/keys", None).await.map_err(usage)?;
+    let id = key_id(keys.as_array().map_or(&[][..], Vec::as_slice), &loaded.config, label_or_id)?;
+    let answer = remote.call(Method::POST, &format!("/keys/{id}/{action}"), None).await.map_err(usage)?;
+    out(&format!("key '{label_or_id}' is now {}", answer["key"]["health"].as_str().unwrap_or(action)));
+    Ok(())
+}
+
+async fn test_key(loaded: &Loaded, label_or_id: &str) -> Result<(), StartError> {
+    let remote = running(loaded).await?;
+    let keys = remote.call(Method::GET, "/keys", None).await.map_err(usage)?;
+    let id = key_id(keys.as_array().map_or(&[][..], Vec::as_slice), &loaded.config, label_or_id)?;
+    let test = remote.call(Method::POST, &format!("/keys/{id}/test"), None).await.map_err(usage)?;
+    out(&format!(
+        "{} ({} ms{})",
+        test["message"].as_str().unwrap_or("tested"),
+        test["duration_ms"].as_u64().unwrap_or(0),
+        test["org"].as_str().map(|o| format!(", organization {o}")).unwrap_or_default()
+    ));
+    if test["ok"] == true {
+        Ok(())
+    } else {
+        Err(usage("the key did not pass"))
+    }
+}
+
+async fn list_keys(loaded: &Loaded) -> Result<(), StartError> {
+    let env = env_secrets()?;
+    let live: Option<Vec<Value>> = match remote(loaded).await? {
+        Some(remote) => remote.call(Method::GET, "/keys", None).await.ok().and_then(|v| v.as_array().cloned()),
+        None => None,
+    };
+    if loaded.config.keys.is_empty() && env.keys.is_empty() && live.as_ref().is_none_or(Vec::is_empty) {
+        out("no keys yet: add one with `keymux keys add --label work`");
+        return Ok(());
+    }
+    let install = match loaded.config.keys.is_empty() {
+        true => None,
+        false => Some(InstallKey::new(&startup::install_secret(&loaded.store).await?)),
+    };
+    out(&format!("{:<16} {:<14} {:<8} {:<24} {:<11} STATUS", "LABEL", "ID", "PROVIDER", "ORG", "FINGERPRINT"));
+    for key in &loaded.config.keys {
+        let account = account::key(key.id.as_str());
+        let secret = secrets::blocking(loaded.store.clone(), move |s| s.get(&account)).await?;
+        let (fp, stored) = match (&secret, &install) {
+            (Some(secret), Some(install)) => (install.fingerprint(secret), "in keychain"),
+            _ => ("-".to_owned(), "MISSING from keychain"),
+        };
+        let state = live.as_ref().and_then(|keys| keys.iter().find(|k| k["id"] == key.id.as_str()));
+        row(&key.label, key.id.as_str(), key.provider, key.org.as_deref(), &fp, stored, state);
+    }
+    for key in &env.keys {
+        let id = format!("env-{}", key.label);
+        let state = live.as_ref().and_then(|keys| keys.iter().find(|k| k["id"] == id.as_str()));
+        row(&key.label, &id, key.provider, key.org.as_deref(), "-", "environment (ephemeral)", state);
+    }
+    if live.is_none() {
+        out(&format!(
+            "(no gateway running with {}: health and learned organizations appear while it runs)",
+            loaded.path.display()
+        ));
+    }
+    Ok(())
+}
+
+fn row(label: &str, id: &str, provider: Provider, org: Option<&str>, fp: &str, stored: &str, state: Option<&Value>) {
+    let org = org
+        .map(str::to_owned)
+        .or_else(|| state.and_then(|s| s["org"].as_str()).map(|o| format!("{o} (learned)")))
+        .unwrap_or_else(|| "(learned on first use)".into());
+    let mut status = stored.to_owned();
+    if let Some(s) = state {
+        let health = s["health"].as_str().unwrap_or("?");
+        status.push_str(&format!(", {health}"));
+        if let (Some(until), Some(now)) = (s["until_unix_ms"].as_u64(), Some(crate::clock::Clock::system().unix_ms())) {
+            status.push_str(&format!(" {}s", until.saturating_sub(now).div_ceil(1000)));
+        }
+        if health == "rejected" {
+            status.push_str(" (rejected by the provider: replace this key)");
+        }
+        let odd = s["invalid_encrypted_content"].as_u64().unwrap_or(0);
+        if odd > 0 {
+            status.push_str(&format!(", {odd} invalid_encrypted_content from the provider"));
+        }
+    }
+    out(&format!("{label:<16} {id:<14} {:<8} {org:<24} {fp:<11} {status}", provider.as_str()));
+}
+
+pub(super) async fn token(config_path: Option<PathBuf>, cmd: TokenCommand) -> Result<(), StartError> {
+    let loaded = load(config_path)?;
+    match cmd {
+        TokenCommand::Create { name } => create_token(&loaded, &name).await,
+        TokenCommand::List => {
+            if loaded.config.tokens.is_empty() {
+                out("no tokens yet: `keymux token create --name codex`");
+            }
+            for t in &loaded.config.tokens {
+                out(&format!("{:<16} {}", t.name, t.id));
+            }
+            Ok(())
+        }
+        TokenCommand::Show { token } => show_token(&loaded, &token).await,
+        TokenCommand::Revoke { token } => revoke_token(&loaded, &token).await,
+    }
+}
+
+async fn create_token(loaded: &Loaded, name: &str) -> Result<(), StartError> {
+    let secret = if let Some(remote) = remote(loaded).await? {
+        let created = remote.call(Method::POST, "/tokens", Some(json!({ "name": name }))).await.map_err(usage)?;
+        Secret::new(created["secret"].as_str().unwrap_or_default())
+    } else {
+        let now = crate::clock::Clock::system().unix_ms() / 1000;
+        control::store_new_token(&loaded.settings(), name, now).await.map_err(usage)?.1
+    };
+    out(secret.expose());
+    eprintln!(
+        "created token '{name}'. Export it for your client, e.g. `export KEYMUX_TOKEN=$(keymux token show {name})`."
+    );
+    Ok(())
+}
+
+async fn show_token(loaded: &Loaded, name: &str) -> Result<(), StartError> {
+    let found = loaded
+        .config
+        .tokens
+        .iter()
+        .find(|t| t.id == name || t.name.eq_ignore_ascii_case(name))
+        .ok_or_else(|| usage(format!("no token named '{name}'; see `keymux token list`")))?;
+    let account = account::token(&found.id);
+    match secrets::blocking(loaded.store.clone(), move |s| s.get(&account)).await? {
+        Some(secret) => {
+            out(secret.expose());
+            Ok(())
+        }
+        None => {
+            Err(usage(format!("token '{}' is missing from the keychain; revoke it and create a new one", found.name)))
+        }
+    }
+}
+
+async fn revoke_token(loaded: &Loaded, name: &str) -> Result<(), StartError> {
+    if let Some(remote) = remote(loaded).await? {
+        let id = loaded
+            .config
+            .tokens
+            .iter()
+            .find(|t| t.id == name || t.name.eq_ignore_ascii_case(name))
+            .map_or(name.to_owned(), |t| t.id.clone());
+        remote.call(Method::DELETE, &format!("/tokens/{id}"), None).await.map_err(usage)?;
+        out(&format!("revoked token '{name}'; the running gateway refuses it from now on"));
+        return Ok(());
+    }
+    let gone = control::forget_token(&loaded.settings(), name).await.map_err(usage)?;
+    out(&format!("revoked token '{}'", gone.name));
+    Ok(())
+}
+
+pub(super) async fn dashboard(config_path: Option<PathBuf>, open: bool) -> Result<(), StartError> {
+    let loaded = load(config_path)?;
+    let remote = running(&loaded).await?;
+    let link = remote.call(Method::POST, "/login-link", None).await.map_err(usage)?;
+    let url = link["url"].as_str().unwrap_or_default().to_owned();
+    out(&url);
+    if open {
+        open_browser(&url);
+    }
+    Ok(())
+}
+
+pub(super) async fn pause(config_path: Option<PathBuf>, paused: bool) -> Result<(), StartError> {
+    let loaded = load(config_path)?;
+    let remote = running(&loaded).await?;
+    let path = if paused { "/pause" } else { "/resume" };
+    remote.call(Method::POST, path, None).await.map_err(usage)?;
+    out(if paused { "routing paused: new requests get 503 until `keymux resume`" } else { "routing resumed" });
+    Ok(())
+}
+
+fn open_browser(url: &str) {
+    let opener = if cfg!(target_os = "macos") {
+        "open"
+    } else if cfg!(windows) {
+        "explorer"
+    } else {
+        "xdg-open"
+    };
+    if std::process::Command::new(opener).arg(url).spawn().is_err() {
+        eprintln!("could not start {opener}; open the link above by hand");
+    }
+}
+
+/// Reads an API key from a hidden prompt, or from stdin when it is not a terminal.
+fn read_secret() -> Result<Secret, StartError> {
+    let raw = if std::io::stdin().is_terminal() {
+        rpassword::prompt_password("API key (input hidden): ")
+            .map_err(|e| usage(format!("cannot read the key: {e}")))?
+    } else {
+        let mut buf = String::new();
+        std::io::stdin()
+            .take(4096)
+            .read_to_string(&mut buf)
+            .map_err(|e| usage(format!("cannot read the key from stdin: {e}")))?;
+        buf
+    };
+    let value = raw.trim_end_matches(['\n', '\r']).trim();
+    validate_secret(value).map_err(usage)?;
+    Ok(Secret::new(value))
+}

@@ -1,0 +1,222 @@
+//! Changes to the config file made while Keymux runs (keys and tokens added, renamed, removed), written
+//! so that the user's own comments and layout survive: the file is edited as a TOML document, checked
+//! to still be a valid config, and replaced atomically (a temporary file renamed over it).
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use toml_edit::{ArrayOfTables, DocumentMut, Item, Table};
+
+use crate::config::{Config, ConfigError, KeyConfig, TokenConfig};
+
+/// The config file, edited in place.
+#[derive(Clone, Debug)]
+pub struct ConfigFile {
+    path: PathBuf,
+}
+
+impl ConfigFile {
+    /// The file at `path` (it need not exist yet).
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self { path: path.into() }
+    }
+
+    /// Where it is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Applies `change` to the document, checks the result is a valid config, and writes it atomically.
+    /// Returns the config as it now is.
+    pub fn edit(&self, change: impl FnOnce(&mut DocumentMut) -> Result<(), String>) -> Result<Config, ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid { path: self.path.clone(), message };
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(source) => return Err(ConfigError::Io { path: self.path.clone(), source }),
+        };
+        let mut doc: DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| invalid(e.to_string()))?;
+        change(&mut doc).map_err(invalid)?;
+        let text = doc.to_string();
+        let config = Config::parse(&text, &self.path)?;
+        write_atomically(&self.path, text.as_bytes())
+            .map_err(|source| ConfigError::Io { path: self.path.clone(), source })?;
+        Ok(config)
+    }
+}
+
+/// Writes a file so that a reader sees the old or the new content, never half of either.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    let mut file = std::fs::File::create(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+fn table_of<T: Serialize>(value: &T) -> Result<Table, String> {
+    let text = toml::to_string(value).map_err(|e| e.to_string())?;
+    let doc: DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| e.to_string())?;
+    Ok(doc.as_table().clone())
+}
+
+/// The `[[name]]` tables of a document, created when missing (an empty inline `name = []`, as an
+/// earlier Keymux wrote, becomes tables).
+fn tables<'a>(doc: &'a mut DocumentMut, name: &str) -> Result<&'a mut ArrayOfTables, String> {
+    let empty_inline = doc.get(name).and_then(Item::as_array).is_some_and(|a| a.is_empty());
+    if empty_inline || doc.get(name).is_none() {
+        doc.insert(name, Item::ArrayOfTables(ArrayOfTables::new()));
+    }
+    doc.get_mut(name)
+        .and_then(Item::as_array_of_tables_mut)
+        .ok_or_else(|| format!("`{name}` must be a list of [[{name}]] tables"))
+}
+
+/// Appends a `[[keys]]` table.
+pub fn add_key(doc: &mut DocumentMut, key: &KeyConfig) -> Result<(), String> {
+    let table = table_of(key)?;
+    tables(doc, "keys")?.push(table);
+    Ok(())
+}
+
+/// Removes the `[[keys]]` table of `id`.
+pub fn remove_key(doc: &mut DocumentMut, id: &str) -> Result<(), String> {
+    tables(doc, "keys")?.retain(|t| t.get("id").and_then(Item::as_str) != Some(id));
+    Ok(())
+}
+
+/// Replaces the settings of key `id` with `key`'s, keeping the table's place, comments and any field
+/// order the user chose.
+pub fn update_key(doc: &mut DocumentMut, key: &KeyConfig) -> Result<(), String> {
+    let fresh = table_of(key)?;
+    let all = tables(doc, "keys")?;
+    let table = all
+        .iter_mut()
+        .find(|t| t.get("id").and_then(Item::as_str) == Some(key.id.as_str()))
+        .ok_or_else(|| format!("no key {} in the config", key.id))?;
+    // A field the new settings leave out is at its default: a number goes back to 0 and a list to empty
+    // (keeping the user's comment on it); an absent option is removed (TOML has no null).
+    let stale: Vec<String> = table.iter().map(|(k, _)| k.to_owned()).filter(|k| !fresh.contains_key(k)).collect();
+    for name in stale {
+        let default = match table.get(&name).and_then(Item::as_value) {
+            Some(toml_edit::Value::Integer(_)) => Some(toml_edit::Value::from(0)),
+            Some(toml_edit::Value::Array(_)) => Some(toml_edit::Value::Array(toml_edit::Array::new())),
+            _ => None,
+        };
+        match (default, table.get_mut(&name).and_then(Item::as_value_mut)) {
+            (Some(mut value), Some(old)) => {
+                *value.decor_mut() = old.decor().clone();
+                *old = value;
+            }
+            _ => {
+                table.remove(&name);
+            }
+        }
+    }
+    for (name, item) in fresh.iter() {
+        match table.get_mut(name) {
+            // Keep the value's decoration (its trailing comment) when only the value changes.
+            Some(Item::Value(old)) if item.as_value().is_some() => {
+                let decor = old.decor().clone();
+                if let Some(value) = item.as_value() {
+                    *old = value.clone();
+                    *old.decor_mut() = decor;
+                }
+            }
+            _ => {
+                table.insert(name, item.clone());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Appends a `[[tokens]]` table.
+pub fn add_token(doc: &mut DocumentMut, token: &TokenConfig) -> Result<(), String> {
+    let table = table_of(token)?;
+    tables(doc, "tokens")?.push(table);
+    Ok(())
+}
+
+/// Removes the `[[tokens]]` table of `id`.
+pub fn remove_token(doc: &mut DocumentMut, id: &str) -> Result<(), String> {
+    tables(doc, "tokens")?.retain(|t| t.get("id").and_then(Item::as_str) != Some(id));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::{KeyId, Provider};
+
+    const COMMENTED: &str = r#"# My Keymux setup
+listen = "127.0.0.1:8787"   # the usual port
+
+[affinity]
+lost_org = "rescue"  # keep sessions going
+
+# work keys first
+[[keys]]
+id = "k_work"
+label = "work"
+priority = 0 # tier 0
+"#;
+
+    fn key(id: &str, label: &str) -> KeyConfig {
+        KeyConfig {
+            id: KeyId::new(id),
+            label: label.into(),
+            provider: Provider::Openai,
+            base_url: None,
+            org: None,
+            priority: 1,
+            daily_token_budget: Some(5),
+            models: Vec::new(),
+            exclude_models: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn edits_keep_the_users_comments_and_are_valid_configs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = ConfigFile::new(dir.path().join("config.toml"));
+        std::fs::write(file.path(), COMMENTED).expect("write");
+        let config = file.edit(|doc| add_key(doc, &key("k_home", "home"))).expect("added");
+        assert_eq!(config.keys.len(), 2);
+        let mut renamed = key("k_work", "office");
+        renamed.priority = 0;
+        let config = file.edit(|doc| update_key(doc, &renamed)).expect("updated");
+        assert_eq!(config.keys[0].label, "office");
+        let config = file.edit(|doc| remove_key(doc, "k_home")).expect("removed");
+        assert_eq!(config.keys.len(), 1);
+        let text = std::fs::read_to_string(file.path()).expect("read");
+        for comment in
+            ["# My Keymux setup", "# the usual port", "# keep sessions going", "# work keys first", "# tier 0"]
+        {
+            assert!(text.contains(comment), "{comment} lost:\n{text}");
+        }
+        let token = TokenConfig { id: "t_1".into(), name: "codex".into(), created_unix: 7 };
+        let config = file.edit(|doc| add_token(doc, &token)).expect("token");
+        assert_eq!(config.tokens, [token]);
+        let config = file.edit(|doc| remove_token(doc, "t_1")).expect("revoked");
+        assert!(config.tokens.is_empty());
+    }
+
+    #[test]
+    fn an_edit_that_breaks_the_config_is_refused_and_nothing_is_written() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = ConfigFile::new(dir.path().join("config.toml"));
+        std::fs::write(file.path(), COMMENTED).expect("write");
+        let duplicate = key("k_other", "work");
+        assert!(file.edit(|doc| add_key(doc, &duplicate)).is_err(), "two keys labelled work");
+        assert_eq!(std::fs::read_to_string(file.path()).expect("read"), COMMENTED);
+        // A file an earlier Keymux wrote, with empty inline lists, takes tables.
+        std::fs::write(file.path(), "keys = []\ntokens = []\n").expect("write");
+        let config = file.edit(|doc| add_key(doc, &key("k_a", "a"))).expect("added");
+        assert_eq!(config.keys.len(), 1);
+    }
+}

@@ -1,0 +1,455 @@
+//! Changing a running gateway without a restart: keys added (the secret goes straight to the keychain,
+//! the key is probed and joins the pool), tested, changed, switched on and off, removed (its secret
+//! deleted; sessions pinned to it follow the `lost_org` policy); client tokens created (shown once) and
+//! revoked (refused at once); routing paused and resumed. The control API, the tray and the CLI all
+//! call these; the config file is edited in place, keeping the user's comments (`config_file`).
+//!
+//! The steps that need no running gateway (checking a new key, storing its secret, writing the config)
+//! are also used by the CLI when no gateway runs.
+
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use crate::config::{Config, ConfigError, KeyConfig, TokenConfig};
+use crate::config_file::{self, ConfigFile};
+use crate::events::{GatewayEvent, KeyChange};
+use crate::gateway::Gateway;
+use crate::keys::{validate_label, validate_secret, KeyEntry, KeyId, KeySource, Provider};
+use crate::secrets::{self, account, Secret, SecretStore, SecretsError};
+
+/// A key to add. The secret is read once and goes straight to the keychain.
+#[derive(Clone, Deserialize, ts_rs::TS)]
+#[serde(deny_unknown_fields)]
+pub struct NewKey {
+    /// A short name: work, personal, azure-eu…
+    pub label: String,
+    /// The API dialect (default OpenAI).
+    #[serde(default)]
+    pub provider: Provider,
+    /// Base URL (required for Azure).
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// The key's organization, if known (otherwise learned from the provider).
+    #[serde(default)]
+    pub org: Option<String>,
+    /// Priority tier (lower first).
+    #[serde(default)]
+    pub priority: u8,
+    /// Soft daily token budget.
+    #[serde(default)]
+    pub daily_token_budget: Option<u64>,
+    /// If not empty, the only models this key serves.
+    #[serde(default)]
+    pub models: Vec<String>,
+    /// Models this key never serves.
+    #[serde(default)]
+    pub exclude_models: Vec<String>,
+    /// The API key.
+    #[ts(type = "string")]
+    pub secret: Secret,
+}
+
+impl std::fmt::Debug for NewKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewKey").field("label", &self.label).field("provider", &self.provider).finish_non_exhaustive()
+    }
+}
+
+/// Changes to a key's settings; absent fields stay as they are.
+#[derive(Clone, Debug, Default, Deserialize, serde::Serialize, ts_rs::TS)]
+#[serde(deny_unknown_fields)]
+pub struct KeyChanges {
+    /// A new label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// A new priority tier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u8>,
+    /// A new daily budget (`null` removes it).
+    #[serde(default, with = "double_option", skip_serializing_if = "Option::is_none")]
+    #[ts(optional, type = "number | null")]
+    pub daily_token_budget: Option<Option<u64>>,
+    /// The only models this key serves (empty: all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub models: Option<Vec<String>>,
+    /// Models this key never serves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclude_models: Option<Vec<String>>,
+}
+
+/// Tells a missing field (keep) from an explicit `null` (clear).
+mod double_option {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer, T: Serialize>(v: &Option<Option<T>>, s: S) -> Result<S::Ok, S::Error> {
+        // Only called for `Some` (absent fields are skipped): `Some(None)` is an explicit `null`.
+        v.as_ref().and_then(Option::as_ref).serialize(s)
+    }
+
+    pub fn deserialize<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+    where
+        D: Deserializer<'de>,
+        T: Deserialize<'de>,
+    {
+        Option::<T>::deserialize(d).map(Some)
+    }
+}
+
+/// Why a change could not be made. Each says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// No such key or token.
+    #[error("{0}")]
+    NotFound(String),
+    /// The request is not acceptable as it is.
+    #[error("{0}")]
+    Invalid(String),
+    /// The keychain failed.
+    #[error(transparent)]
+    Secrets(#[from] SecretsError),
+    /// The config file could not be written.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+/// Where a gateway keeps what changes at runtime: the secret store, the config file (if any), and the
+/// config as it is now.
+pub struct Settings {
+    store: Arc<dyn SecretStore>,
+    file: Option<ConfigFile>,
+    config: std::sync::Mutex<Config>,
+}
+
+impl Settings {
+    /// Settings kept in `store` and `file` (none: changes live in memory only), starting from `config`.
+    pub fn new(store: Arc<dyn SecretStore>, file: Option<ConfigFile>, config: Config) -> Self {
+        Self { store, file, config: std::sync::Mutex::new(config) }
+    }
+
+    /// The secret store.
+    pub fn store(&self) -> &Arc<dyn SecretStore> {
+        &self.store
+    }
+
+    /// The config as it is now.
+    pub fn config(&self) -> Config {
+        self.config.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Edits the config file (or, without one, the config in memory) and keeps the result.
+    fn edit(
+        &self,
+        change: impl FnOnce(&mut toml_edit::DocumentMut) -> Result<(), String>,
+        in_memory: impl FnOnce(&mut Config),
+    ) -> Result<(), ControlError> {
+        let mut config = self.config.lock().unwrap_or_else(|p| p.into_inner());
+        match &self.file {
+            Some(file) => *config = file.edit(change)?,
+            None => in_memory(&mut config),
+        }
+        Ok(())
+    }
+}
+
+/// Checks a new key against the config, and its secret, before anything is stored. The messages never
+/// repeat the secret.
+pub fn check_new_key(config: &Config, labels_in_use: &[String], new: &NewKey) -> Result<(), ControlError> {
+    validate_label(&new.label).map_err(ControlError::Invalid)?;
+    if config.find_key(&new.label).is_some() || labels_in_use.iter().any(|l| l.eq_ignore_ascii_case(&new.label)) {
+        return Err(ControlError::Invalid(format!(
+            "a key labelled '{}' already exists; pick another label",
+            new.label
+        )));
+    }
+    if let Some(url) = &new.base_url {
+        if !(url.starts_with("https://") || url.starts_with("http://")) {
+            return Err(ControlError::Invalid(format!("the base URL {url:?} must start with https://")));
+        }
+    }
+    if new.provider == Provider::Azure && new.base_url.is_none() {
+        return Err(ControlError::Invalid(
+            "an Azure key needs a base URL: https://RESOURCE.openai.azure.com/openai/v1".into(),
+        ));
+    }
+    validate_secret(new.secret.expose()).map_err(ControlError::Invalid)
+}
+
+/// The config entry of a new key.
+pub fn key_config(id: KeyId, new: &NewKey) -> KeyConfig {
+    KeyConfig {
+        id,
+        label: new.label.clone(),
+        provider: new.provider,
+        base_url: new.base_url.clone(),
+        org: new.org.clone(),
+        priority: new.priority,
+        daily_token_budget: new.daily_token_budget,
+        models: new.models.clone(),
+        exclude_models: new.exclude_models.clone(),
+    }
+}
+
+/// Stores a new key's secret and lists it in the config, keeping the two in step (no orphaned secret
+/// when the config cannot be written). Used with and without a running gateway.
+pub async fn store_new_key(
+    settings: &Settings,
+    labels_in_use: &[String],
+    new: &NewKey,
+) -> Result<KeyConfig, ControlError> {
+    check_new_key(&settings.config(), labels_in_use, new)?;
+    let key = key_config(KeyId::generate(), new);
+    let account = account::key(key.id.as_str());
+    let value = new.secret.clone();
+    secrets::blocking(settings.store.clone(), move |s| s.set(&account, &value)).await?;
+    let listed = key.clone();
+    if let Err(e) = settings.edit(|doc| config_file::add_key(doc, &listed), |c| c.keys.push(listed.clone())) {
+        let account = account::key(key.id.as_str());
+        let _ = secrets::blocking(settings.store.clone(), move |s| s.delete(&account)).await;
+        return Err(e);
+    }
+    Ok(key)
+}
+
+/// Deletes a configured key's secret and its config entry. Used with and without a running gateway.
+pub async fn forget_key(settings: &Settings, id: &KeyId) -> Result<Option<KeyConfig>, ControlError> {
+    let found = settings.config().keys.into_iter().find(|k| &k.id == id);
+    let Some(found) = found else { return Ok(None) };
+    let account = account::key(id.as_str());
+    secrets::blocking(settings.store.clone(), move |s| s.delete(&account)).await?;
+    let gone = id.as_str().to_owned();
+    settings.edit(|doc| config_file::remove_key(doc, &gone), |c| c.keys.retain(|k| k.id.as_str() != gone))?;
+    Ok(Some(found))
+}
+
+/// Changes a configured key's settings in the config (a key from the environment has none: `Ok(None)`).
+/// Used with and without a running gateway.
+pub fn edit_key(settings: &Settings, id: &KeyId, changes: &KeyChanges) -> Result<Option<KeyConfig>, ControlError> {
+    let Some(mut key) = settings.config().keys.into_iter().find(|k| &k.id == id) else { return Ok(None) };
+    if let Some(label) = &changes.label {
+        validate_label(label).map_err(ControlError::Invalid)?;
+    }
+    apply_changes(&mut key, changes);
+    let updated = key.clone();
+    settings.edit(
+        |doc| config_file::update_key(doc, &updated),
+        |c| c.keys.iter_mut().filter(|k| k.id == updated.id).for_each(|k| *k = updated.clone()),
+    )?;
+    Ok(Some(key))
+}
+
+/// Creates a client token: stored in the keychain, listed in the config. Returns it (shown once).
+pub async fn store_new_token(
+    settings: &Settings,
+    name: &str,
+    created_unix: u64,
+) -> Result<(TokenConfig, Secret), ControlError> {
+    validate_label(name).map_err(ControlError::Invalid)?;
+    if settings.config().tokens.iter().any(|t| t.name.eq_ignore_ascii_case(name)) {
+        return Err(ControlError::Invalid(format!("a token named '{name}' already exists; pick another name")));
+    }
+    let token = secrets::generate(crate::tokens::TOKEN_PREFIX);
+    let listed =
+        TokenConfig { id: format!("t_{}", &KeyId::generate().as_str()[2..]), name: name.to_owned(), created_unix };
+    let account = account::token(&listed.id);
+    let value = token.clone();
+    secrets::blocking(settings.store.clone(), move |s| s.set(&account, &value)).await?;
+    let entry = listed.clone();
+    if let Err(e) = settings.edit(|doc| config_file::add_token(doc, &entry), |c| c.tokens.push(entry.clone())) {
+        let account = account::token(&listed.id);
+        let _ = secrets::blocking(settings.store.clone(), move |s| s.delete(&account)).await;
+        return Err(e);
+    }
+    Ok((listed, token))
+}
+
+/// Revokes a client token by id or name: its secret deleted, its config entry removed.
+pub async fn forget_token(settings: &Settings, id_or_name: &str) -> Result<TokenConfig, ControlError> {
+    let found = settings
+        .config()
+        .tokens
+        .into_iter()
+        .find(|t| t.id == id_or_name || t.name.eq_ignore_ascii_case(id_or_name))
+        .ok_or_else(|| ControlError::NotFound(format!("no token named '{id_or_name}'; see `keymux token list`")))?;
+    let account = account::token(&found.id);
+    secrets::blocking(settings.store.clone(), move |s| s.delete(&account)).await?;
+    let gone = found.id.clone();
+    settings.edit(|doc| config_file::remove_token(doc, &gone), |c| c.tokens.retain(|t| t.id != gone))?;
+    Ok(found)
+}
+
+/// What testing a key found.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct KeyTest {
+    /// The provider accepted the key.
+    pub ok: bool,
+    /// The status it answered, when it answered.
+    pub status: Option<u16>,
+    /// The organization it reported.
+    pub org: Option<String>,
+    /// What happened, in words.
+    pub message: String,
+    /// How long the call took.
+    pub duration_ms: u32,
+}
+
+impl Gateway {
+    /// Adds a key: its secret to the keychain, its entry to the config, the key to the pool (probed,
+    /// so its organization is known before the first request).
+    pub async fn add_key(&self, new: NewKey) -> Result<KeyId, ControlError> {
+        if self.pool().len() >= crate::router::MAX_KEYS {
+            return Err(ControlError::Invalid(format!(
+                "the pool already has {} keys, the most it takes",
+                crate::router::MAX_KEYS
+            )));
+        }
+        let labels: Vec<String> =
+            self.pool().status(self.clock().now(), self.today()).into_iter().map(|k| k.label).collect();
+        let key = store_new_key(self.settings(), &labels, &new).await?;
+        let mut entry = crate::startup::entry_of(&key, new.secret.clone());
+        entry.source = KeySource::Keychain;
+        self.join(entry);
+        let _ = self.test_key(&key.id).await;
+        Ok(key.id)
+    }
+
+    /// Puts a key into the pool and tells the event stream.
+    fn join(&self, entry: KeyEntry) {
+        let id = entry.id.clone();
+        if self.pool().add(entry) {
+            self.announce(&id, KeyChange::Added);
+        }
+    }
+
+    /// Removes a key: from the pool at once (requests it is serving finish), its secret from the
+    /// keychain and its entry from the config. A key from the environment leaves the pool until restart.
+    pub async fn remove_key(&self, id: &KeyId) -> Result<(), ControlError> {
+        let label = self.pool().label(id);
+        if !self.pool().ids().contains(id) {
+            return Err(ControlError::NotFound(format!("no key {id}; see `keymux keys list`")));
+        }
+        forget_key(self.settings(), id).await?;
+        self.pool().remove(id);
+        self.announce_as(id, label, KeyChange::Removed);
+        Ok(())
+    }
+
+    /// Changes a key's settings (label, priority, budget, models), in the pool and in the config.
+    pub fn update_key(&self, id: &KeyId, changes: KeyChanges) -> Result<(), ControlError> {
+        let in_pool = self.pool().ids().contains(id);
+        if !in_pool {
+            return Err(ControlError::NotFound(format!("no key {id}; see `keymux keys list`")));
+        }
+        if let Some(label) = &changes.label {
+            validate_label(label).map_err(ControlError::Invalid)?;
+            let taken = self
+                .pool()
+                .status(self.clock().now(), self.today())
+                .into_iter()
+                .any(|k| &k.id != id && k.label.eq_ignore_ascii_case(label));
+            if taken {
+                return Err(ControlError::Invalid(format!(
+                    "a key labelled '{label}' already exists; pick another label"
+                )));
+            }
+        }
+        edit_key(self.settings(), id, &changes)?;
+        self.pool().update(id, |entry| apply_entry_changes(entry, &changes));
+        self.announce(id, KeyChange::Updated);
+        Ok(())
+    }
+
+    /// Switches a key on or off.
+    pub fn set_enabled(&self, id: &KeyId, enabled: bool) -> Result<(), ControlError> {
+        if !self.pool().set_disabled(id, !enabled) {
+            return Err(ControlError::NotFound(format!("no key {id}; see `keymux keys list`")));
+        }
+        self.announce(id, if enabled { KeyChange::Enabled } else { KeyChange::Disabled });
+        Ok(())
+    }
+
+    /// Tests a key with one free call (`GET /models`); what it teaches goes to the pool as usual.
+    pub async fn test_key(&self, id: &KeyId) -> Result<KeyTest, ControlError> {
+        self.probe(id.clone())
+            .await
+            .ok_or_else(|| ControlError::NotFound(format!("no key {id}; see `keymux keys list`")))
+    }
+
+    /// Creates a client token, accepted at once. The token is returned once and never shown again.
+    pub async fn create_token(&self, name: &str) -> Result<(TokenConfig, Secret), ControlError> {
+        let (listed, token) = store_new_token(self.settings(), name, self.clock().unix_ms() / 1000).await?;
+        self.swap_tokens(|set| set.with(&listed.id, &listed.name, &token));
+        self.notify(GatewayEvent::TokenCreated { name: listed.name.clone() });
+        Ok((listed, token))
+    }
+
+    /// Revokes a client token: refused from the next request on.
+    pub async fn revoke_token(&self, id_or_name: &str) -> Result<TokenConfig, ControlError> {
+        let gone = forget_token(self.settings(), id_or_name).await?;
+        self.swap_tokens(|set| set.without(&gone.id));
+        self.notify(GatewayEvent::TokenRevoked { name: gone.name.clone() });
+        Ok(gone)
+    }
+
+    /// Pauses routing: new requests get 503 with `retry-after`; streams in flight finish.
+    pub fn pause(&self) {
+        if !self.set_paused(true) {
+            self.notify(GatewayEvent::Paused);
+        }
+    }
+
+    /// Resumes routing.
+    pub fn resume(&self) {
+        if self.set_paused(false) {
+            self.notify(GatewayEvent::Resumed);
+        }
+    }
+}
+
+impl KeyChanges {
+    /// Applies the changes to a key's settings, wherever they are kept (config entry or pool entry).
+    fn apply_to(
+        &self,
+        label: &mut String,
+        priority: &mut u8,
+        budget: &mut Option<u64>,
+        models: &mut Vec<String>,
+        exclude: &mut Vec<String>,
+    ) {
+        if let Some(new) = &self.label {
+            label.clone_from(new);
+        }
+        if let Some(new) = self.priority {
+            *priority = new;
+        }
+        if let Some(new) = self.daily_token_budget {
+            *budget = new;
+        }
+        if let Some(new) = &self.models {
+            models.clone_from(new);
+        }
+        if let Some(new) = &self.exclude_models {
+            exclude.clone_from(new);
+        }
+    }
+}
+
+fn apply_changes(key: &mut KeyConfig, changes: &KeyChanges) {
+    changes.apply_to(
+        &mut key.label,
+        &mut key.priority,
+        &mut key.daily_token_budget,
+        &mut key.models,
+        &mut key.exclude_models,
+    );
+}
+
+fn apply_entry_changes(entry: &mut KeyEntry, changes: &KeyChanges) {
+    changes.apply_to(
+        &mut entry.label,
+        &mut entry.priority,
+        &mut entry.daily_token_budget,
+        &mut entry.models,
+        &mut entry.exclude_models,
+    );
+}

@@ -1,0 +1,117 @@
+//! The CLI's side of the control API: finding the gateway that runs with this config, making sure it is
+//! that gateway (it must answer a challenge keyed by the admin credential before the credential is
+//! ever sent), and calling it. A process that squats the port while Keymux is down learns nothing.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::api::types::ChallengeAnswer;
+use crate::config::Config;
+use crate::secrets::{self, account, Secret, SecretStore};
+
+/// A running gateway, authenticated.
+pub struct Remote {
+    client: reqwest::Client,
+    root: String,
+    admin: Secret,
+}
+
+/// What reaching a gateway found.
+pub enum Found {
+    /// None answers at the address (or the answer is not Keymux's): act offline.
+    Nobody,
+    /// A Keymux gateway answered and proved who it is.
+    Gateway(Remote),
+}
+
+impl Remote {
+    /// Finds and authenticates the gateway of this config: at the address its run file names, else the
+    /// config's `listen`. `admin` overrides the keychain's admin credential (`KEYMUX_ADMIN_TOKEN`).
+    pub async fn find(
+        config: &Config,
+        config_path: &Path,
+        store: &Arc<dyn SecretStore>,
+        admin: Option<Secret>,
+    ) -> Result<Found, String> {
+        let addr = match crate::runfile::read(config_path) {
+            Some(running) => running.addr,
+            None => match config.listen.parse::<std::net::SocketAddr>() {
+                Ok(mut addr) => {
+                    if addr.ip().is_unspecified() {
+                        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+                    }
+                    addr
+                }
+                Err(_) => return Ok(Found::Nobody),
+            },
+        };
+        let root = format!("http://{addr}");
+        let client = crate::upstream::local_client(Duration::from_secs(30)).ok_or("no HTTP client")?;
+        let health = client.get(format!("{root}/keymux/health")).timeout(Duration::from_secs(2)).send().await;
+        let is_keymux = match health {
+            Ok(r) => r.json::<Value>().await.ok().is_some_and(|v| v["service"] == "keymux"),
+            Err(_) => false,
+        };
+        if !is_keymux {
+            return Ok(Found::Nobody);
+        }
+        let admin = match admin {
+            Some(admin) => admin,
+            None => match secrets::blocking(store.clone(), |s| s.get(account::ADMIN_TOKEN)).await {
+                Ok(Some(admin)) => admin,
+                Ok(None) => return Err(format!("a gateway runs at {addr}, but no admin credential is in the keychain to reach it; restart it with `keymux serve`")),
+                Err(e) => return Err(e.to_string()),
+            },
+        };
+        authenticate(&client, &root, &admin).await?;
+        Ok(Found::Gateway(Remote { client, root, admin }))
+    }
+
+    /// Calls the control API; the body of a 2xx answer, or the error's message.
+    pub async fn call(&self, method: http::Method, path: &str, body: Option<Value>) -> Result<Value, String> {
+        let mut request =
+            self.client.request(method, format!("{}/keymux/api{path}", self.root)).bearer_auth(self.admin.expose());
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.map_err(|e| format!("the gateway did not answer: {e}"))?;
+        let status = response.status();
+        let text = response.text().await.unwrap_or_default();
+        let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        if status.is_success() {
+            return Ok(value);
+        }
+        Err(value["error"]["message"].as_str().map_or_else(|| format!("the gateway answered {status}"), str::to_owned))
+    }
+
+    /// The gateway's address.
+    pub fn root(&self) -> &str {
+        &self.root
+    }
+}
+
+/// Asks the gateway to prove it knows the admin credential; only then is the credential sent.
+async fn authenticate(client: &reqwest::Client, root: &str, admin: &Secret) -> Result<(), String> {
+    let nonce = secrets::generate("").expose().to_owned();
+    let refused = || {
+        format!(
+            "something at {root} answers like Keymux but could not prove it is your gateway (it does not know your \
+             admin credential), so nothing was sent to it. Stop whatever holds that port, or check `listen` in the config"
+        )
+    };
+    let answer = client
+        .post(format!("{root}/keymux/api/challenge"))
+        .json(&serde_json::json!({ "nonce": nonce }))
+        .send()
+        .await
+        .map_err(|_| refused())?;
+    let answer: ChallengeAnswer = answer.json().await.map_err(|_| refused())?;
+    if crate::access::challenge_ok(admin, &nonce, &answer.server_nonce, &answer.mac) {
+        Ok(())
+    } else {
+        Err(refused())
+    }
+}

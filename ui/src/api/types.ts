@@ -1,0 +1,916 @@
+// Generated from Keymux's Rust types by `api::types::typescript()`; do not edit.
+// Regenerate: KEYMUX_WRITE_TYPES=1 cargo test -p keymux --lib typescript_types
+
+export type KeyId = string;
+
+export type Provider = "openai" | "azure";
+
+export type KeySource = "keychain" | "environment" | "embedded";
+
+export type Operation = "responses_create" | "responses_get" | "responses_delete" | "responses_cancel" | "responses_input_items" | "responses_compact" | "chat_completions" | "embeddings" | "models" | "other";
+
+export type ClientKind = "codex_exec" | "codex_tui" | "codex_vscode" | "pi" | "other";
+
+export type AffinitySource = "none" | "prompt_cache_key" | "prompt_prefix";
+
+export type AffinityState = "no_signal" | "cache_miss" | "hit" | "target_unavailable" | "disabled" | "cache_unavailable" | "short_prompt";
+
+export type Route = "refused" | "continuity" | "web_socket_bound" | "pinned" | "session_hint" | "affinity" | "balanced";
+
+export type SkipWhy = { "kind": "cooling", 
+/**
+ * Milliseconds left.
+ */
+remaining_ms: number, } | { "kind": "invalid" } | { "kind": "disabled" } | { "kind": "quota_exhausted", 
+/**
+ * Milliseconds left.
+ */
+remaining_ms: number, } | { "kind": "model_unavailable" } | { "kind": "near_exhaustion", 
+/**
+ * Milliseconds until the window refills.
+ */
+reset_ms: number, } | { "kind": "over_budget" };
+
+export type Reason = { "rule": "most_headroom", 
+/**
+ * Its headroom, in thousandths of its tighter window.
+ */
+headroom_permille: number, 
+/**
+ * Its in-flight count.
+ */
+in_flight: number, 
+/**
+ * How many usable keys were compared.
+ */
+candidates: number, } | { "rule": "priority_tier", 
+/**
+ * That tier.
+ */
+tier: number, } | { "rule": "budget_overrun" } | { "rule": "fewest_recent_starts", 
+/**
+ * How many keys were tied on load.
+ */
+tied: number, } | { "rule": "continuity_binding", 
+/**
+ * The key.
+ */
+key: KeyId, } | { "rule": "unmarked_response_id" } | { "rule": "web_socket_bound", 
+/**
+ * The key of that socket.
+ */
+key: KeyId, } | { "rule": "session_hint", 
+/**
+ * The key that served the session last.
+ */
+key: KeyId, 
+/**
+ * Usable keys of its organization.
+ */
+usable: number, } | { "rule": "soft_affinity", 
+/**
+ * That key.
+ */
+key: KeyId, } | { "rule": "soft_target_unavailable", 
+/**
+ * That key.
+ */
+key: KeyId, } | { "rule": "warm_organization" } | { "rule": "pinned_to_org", 
+/**
+ * The key that produced the content.
+ */
+key: KeyId, 
+/**
+ * Keys of that organization in the pool.
+ */
+org_keys: number, 
+/**
+ * Of those, usable now.
+ */
+usable: number, } | { "rule": "rescued", 
+/**
+ * The key named by the marker.
+ */
+key: KeyId, } | { "rule": "foreign_markers_stripped", 
+/**
+ * How many.
+ */
+count: number, } | { "rule": "affinity_off" } | { "rule": "skipped", 
+/**
+ * Which.
+ */
+key: KeyId, 
+/**
+ * Why.
+ */
+why: SkipWhy, };
+
+export type Refusal = { "kind": "mixed_orgs", 
+/**
+ * One key per organization named.
+ */
+keys: Array<KeyId>, } | { "kind": "continuity_lost", 
+/**
+ * That key.
+ */
+key: KeyId, } | { "kind": "lost_org", 
+/**
+ * The key named by the marker.
+ */
+key: KeyId, } | { "kind": "no_keys" } | { "kind": "all_cooling", 
+/**
+ * Seconds until the first key frees.
+ */
+retry_after_secs: number, 
+/**
+ * Keys cooling.
+ */
+cooling: number, } | { "kind": "no_usable_key", 
+/**
+ * Keys that are invalid or disabled.
+ */
+unusable: number, };
+
+export type PinDecision = { 
+/**
+ * The key named by the marker.
+ */
+key: KeyId, 
+/**
+ * The organization tag the marker carries.
+ */
+org: string, 
+/**
+ * Whether the choice is that very key (otherwise another key of its organization).
+ */
+exact: boolean, };
+
+export type Decision = { 
+/**
+ * The request's gateway-local number.
+ */
+seq: number, 
+/**
+ * The key to try first.
+ */
+choice: KeyId | null, 
+/**
+ * Keys to try next, in order, if the choice fails before any byte reached the client.
+ */
+fallbacks: Array<KeyId>, 
+/**
+ * The explanation, one line per rule applied (bounded by `MAX_KEYS + 2`).
+ */
+reasons: Array<Reason>, 
+/**
+ * Where the affinity signal came from.
+ */
+affinity_source: AffinitySource, 
+/**
+ * What became of it.
+ */
+affinity_state: AffinityState, 
+/**
+ * Whether a hard binding (previous response, WebSocket) was found and used.
+ */
+continuity_hit: boolean, 
+/**
+ * The encrypted-content pin, when the request carried one.
+ */
+pin: PinDecision | null, 
+/**
+ * Organizations whose items are dropped before the request goes upstream (rescue: no usable key of
+ * theirs is left). Bounded by `markers::MAX_PINS`.
+ */
+rescued_orgs: Array<string>, 
+/**
+ * Set when no key can take the request.
+ */
+refusal: Refusal | null, 
+/**
+ * How the request was placed, so no other module restates the router's rules to find out.
+ */
+route: Route, };
+
+export type FailureKind = "rate_limited" | "quota_exhausted" | "invalid_key" | "model_unavailable" | "upstream_5xx" | "timeout" | "upstream_unreachable" | "upstream_cut" | "client_error" | "client_cancelled";
+
+export type Attempt = { 
+/**
+ * The key tried.
+ */
+key: KeyId, 
+/**
+ * The upstream status, if a response came back.
+ */
+status: number | null, 
+/**
+ * Why it failed over, if it did.
+ */
+failure: FailureKind | null, 
+/**
+ * Milliseconds until response headers (or failure).
+ */
+duration_ms: number, };
+
+export type Transport = "http" | "web_socket";
+
+export type Usage = { 
+/**
+ * Prompt tokens (`input_tokens`, or `prompt_tokens` on Chat Completions).
+ */
+input: number, 
+/**
+ * Of those, served from the provider's prompt cache (`cached_tokens`).
+ */
+cached: number, 
+/**
+ * Output tokens.
+ */
+output: number, };
+
+export type RequestRecord = { 
+/**
+ * Wall-clock time of arrival, Unix milliseconds.
+ */
+at_unix_ms: number, 
+/**
+ * The operation.
+ */
+operation: Operation, 
+/**
+ * HTTP or WebSocket.
+ */
+transport: Transport, 
+/**
+ * The client that sent it.
+ */
+client: ClientKind, 
+/**
+ * A short keyed digest of its session (`prompt_cache_key`), never the raw value.
+ */
+session: string | null, 
+/**
+ * Model named in the body (capped).
+ */
+model: string | null, 
+/**
+ * Whether the client asked for a stream.
+ */
+stream: boolean, 
+/**
+ * The routing decision.
+ */
+decision: Decision, 
+/**
+ * Attempts made, in order (at most `router::MAX_ATTEMPTS`).
+ */
+attempts: Array<Attempt>, 
+/**
+ * The key whose answer went back to the client.
+ */
+served_by: KeyId | null, 
+/**
+ * The status the client got.
+ */
+status: number, 
+/**
+ * Keymux's error label when Keymux answered with an error.
+ */
+error: string | null, 
+/**
+ * A notable error code the provider answered with (`invalid_encrypted_content`…).
+ */
+upstream_code: string | null, 
+/**
+ * Items dropped by rescue because no usable key could read them.
+ */
+rescued_items: number, 
+/**
+ * Milliseconds from arrival to the answer's headers (for a WebSocket turn, its first frame).
+ */
+ttfb_ms: number, 
+/**
+ * Milliseconds from arrival to the end of the answer.
+ */
+duration_ms: number, 
+/**
+ * The tokens the answer reported, when it reached a successful end.
+ */
+usage: Usage | null, };
+
+export type Routed = { 
+/**
+ * Wall-clock time of arrival, Unix milliseconds.
+ */
+at_unix_ms: number, 
+/**
+ * The operation.
+ */
+operation: Operation, 
+/**
+ * HTTP or WebSocket.
+ */
+transport: Transport, 
+/**
+ * The client that sent it.
+ */
+client: ClientKind, 
+/**
+ * A short keyed digest of its session.
+ */
+session: string | null, 
+/**
+ * Model named in the body (capped).
+ */
+model: string | null, 
+/**
+ * The decision.
+ */
+decision: Decision, };
+
+export type KeyChange = { "kind": "cooling_started", 
+/**
+ * When it frees.
+ */
+until_unix_ms: number, } | { "kind": "cooling_ended" } | { "kind": "quota_exhausted", 
+/**
+ * When it is tried again.
+ */
+until_unix_ms: number, } | { "kind": "rejected" } | { "kind": "recovered" } | { "kind": "added" } | { "kind": "removed" } | { "kind": "enabled" } | { "kind": "disabled" } | { "kind": "updated" };
+
+export type KeyEvent = { 
+/**
+ * The key.
+ */
+key: KeyId, 
+/**
+ * Its label (when the event happened).
+ */
+label: string, 
+/**
+ * What changed.
+ */
+change: KeyChange, };
+
+export type GatewayEvent = { "kind": "paused" } | { "kind": "resumed" } | { "kind": "store_failed", 
+/**
+ * What went wrong, and what to do.
+ */
+message: string, } | { "kind": "store_recovered" } | { "kind": "token_created", 
+/**
+ * Its name.
+ */
+name: string, } | { "kind": "token_revoked", 
+/**
+ * Its name.
+ */
+name: string, };
+
+export type Event = { "type": "routed", "data": Routed } | { "type": "finished", "data": RequestRecord } | { "type": "key", "data": KeyEvent } | { "type": "gateway", "data": GatewayEvent } | { "type": "lagged", "data": { 
+/**
+ * Events it will never see.
+ */
+missed: number, } };
+
+export type Envelope = { 
+/**
+ * Increasing from 1; what `Last-Event-ID` and `?after=` name.
+ */
+id: number, 
+/**
+ * When it happened, Unix milliseconds.
+ */
+at_unix_ms: number, } & ({ "type": "routed", "data": Routed } | { "type": "finished", "data": RequestRecord } | { "type": "key", "data": KeyEvent } | { "type": "gateway", "data": GatewayEvent } | { "type": "lagged", "data": { 
+/**
+ * Events it will never see.
+ */
+missed: number, } });
+
+export type Binding = "encrypted_content" | "continuity" | "web_socket" | "none";
+
+export type SessionInfo = { 
+/**
+ * The short keyed digest that names it.
+ */
+session: string, 
+/**
+ * The client that drives it.
+ */
+client: ClientKind, 
+/**
+ * The key that served its last turn.
+ */
+key: KeyId | null, 
+/**
+ * That key's organization, when known.
+ */
+org: string | null, 
+/**
+ * What held its last turn.
+ */
+binding: Binding, 
+/**
+ * Turns seen (requests and WebSocket turns).
+ */
+turns: number, 
+/**
+ * First and last turn, Unix milliseconds.
+ */
+first_seen_unix_ms: number, 
+/**
+ * Last turn, Unix milliseconds.
+ */
+last_seen_unix_ms: number, 
+/**
+ * Prompt tokens of its successful turns.
+ */
+input_tokens: number, 
+/**
+ * Of those, served from the provider's prompt cache.
+ */
+cached_tokens: number, 
+/**
+ * Output tokens.
+ */
+output_tokens: number, 
+/**
+ * Items dropped over its life because their organization had no usable key left.
+ */
+rescued_items: number, 
+/**
+ * Turns refused (lost organization under `fail`, mixed organizations, continuity lost).
+ */
+refused: number, 
+/**
+ * The last refusal's kind, when there was one.
+ */
+last_refusal: string | null, 
+/**
+ * Turns that failed otherwise (errors, cut streams).
+ */
+failed: number, };
+
+export type StoreStatus = { 
+/**
+ * Whether counts reach disk.
+ */
+persisted: boolean, 
+/**
+ * The store's directory, if any.
+ */
+path: string | null, 
+/**
+ * The last problem, with what to do.
+ */
+error: string | null, 
+/**
+ * Something the user should know that is not a failure (a corrupt store moved aside).
+ */
+notice: string | null, 
+/**
+ * Combinations dropped because the store kept failing.
+ */
+dropped: number, 
+/**
+ * Rows waiting to be written.
+ */
+pending: number, };
+
+export type KeychainInfo = { 
+/**
+ * `OS keychain` or `memory`.
+ */
+kind: string, 
+/**
+ * Whether it answered the last time it was asked.
+ */
+ok: boolean, };
+
+export type GatewayInfo = { 
+/**
+ * Keymux's version.
+ */
+version: string, 
+/**
+ * The base URL clients use (`http://127.0.0.1:8787/v1`).
+ */
+base_url: string, 
+/**
+ * Routing is paused: new requests get 503.
+ */
+paused: boolean, 
+/**
+ * Keys in the pool.
+ */
+keys_total: number, 
+/**
+ * Of those, usable now.
+ */
+keys_healthy: number, 
+/**
+ * When the first cooling key frees, Unix milliseconds, if any key is cooling.
+ */
+next_reset_unix_ms: number | null, 
+/**
+ * Requests finished in the last minute.
+ */
+requests_last_minute: number, 
+/**
+ * Where the metrics live, and any problem.
+ */
+store: StoreStatus, 
+/**
+ * The secret store.
+ */
+keychain: KeychainInfo, 
+/**
+ * When the gateway started, Unix milliseconds.
+ */
+started_unix_ms: number, 
+/**
+ * The gateway's clock now, Unix milliseconds (countdowns are computed against it).
+ */
+now_unix_ms: number, 
+/**
+ * The newest event id: subscribe to `/keymux/api/events?after=` it to miss nothing.
+ */
+last_event_id: number, };
+
+export type HealthState = "ready" | "cooling" | "quota_exhausted" | "rejected" | "disabled";
+
+export type WindowInfo = { 
+/**
+ * The limit per window.
+ */
+limit: number, 
+/**
+ * What is left now.
+ */
+remaining: number, 
+/**
+ * When it refills fully, Unix milliseconds.
+ */
+resets_at_unix_ms: number, 
+/**
+ * How long the window is, milliseconds (for a pace figure: used share against elapsed share).
+ */
+span_ms: number, 
+/**
+ * Used share divided by elapsed share: above 1, the window runs out before it refills.
+ */
+pace: number | null, };
+
+export type KeyInfo = { 
+/**
+ * Stable id.
+ */
+id: KeyId, 
+/**
+ * Label.
+ */
+label: string, 
+/**
+ * Short keyed fingerprint of the secret.
+ */
+fingerprint: string, 
+/**
+ * Provider.
+ */
+provider: Provider, 
+/**
+ * Where the key came from.
+ */
+source: KeySource, 
+/**
+ * Its organization: configured, else learned.
+ */
+org: string | null, 
+/**
+ * Whether the organization was learned from the provider (not configured).
+ */
+org_learned: boolean, 
+/**
+ * Health.
+ */
+health: HealthState, 
+/**
+ * When a cooldown or quota rest ends, Unix milliseconds.
+ */
+until_unix_ms: number | null, 
+/**
+ * Requests in flight.
+ */
+in_flight: number, 
+/**
+ * Priority tier (lower first).
+ */
+priority: number, 
+/**
+ * Daily token budget, if any.
+ */
+daily_token_budget: number | null, 
+/**
+ * Tokens used today (UTC).
+ */
+tokens_today: number, 
+/**
+ * The request window.
+ */
+requests_window: WindowInfo | null, 
+/**
+ * The token window.
+ */
+tokens_window: WindowInfo | null, 
+/**
+ * Share of the tighter window left, 0 to 1.
+ */
+headroom: number, 
+/**
+ * Requests served since start.
+ */
+served: number, 
+/**
+ * Upstream failures since start.
+ */
+failed: number, 
+/**
+ * The last upstream status.
+ */
+last_status: number | null, 
+/**
+ * `invalid_encrypted_content` on requests Keymux pinned correctly (a provider incident).
+ */
+invalid_encrypted_content: number, 
+/**
+ * Prompt tokens since start.
+ */
+input_tokens: number, 
+/**
+ * Of those, from the provider's prompt cache.
+ */
+cached_tokens: number, 
+/**
+ * Output tokens since start.
+ */
+output_tokens: number, 
+/**
+ * Cached share of prompt tokens.
+ */
+cached_ratio: number, 
+/**
+ * If not empty, the only models it serves.
+ */
+models: Array<string>, 
+/**
+ * Models it never serves.
+ */
+exclude_models: Array<string>, 
+/**
+ * Models the provider said it cannot use.
+ */
+unavailable_models: Array<string>, 
+/**
+ * Its base URL, when it has its own.
+ */
+base_url: string | null, };
+
+export type StatusBody = { 
+/**
+ * The gateway.
+ */
+gateway: GatewayInfo, 
+/**
+ * Every key.
+ */
+keys: Array<KeyInfo>, };
+
+export type TokenInfo = { 
+/**
+ * Stable id.
+ */
+id: string, 
+/**
+ * Its name.
+ */
+name: string, 
+/**
+ * When it was created, Unix seconds (0 when not known).
+ */
+created_unix: number, };
+
+export type CreatedToken = { 
+/**
+ * The token as listed.
+ */
+token: TokenInfo, 
+/**
+ * The value to give the client (Codex `env_key`, pi `apiKey`).
+ */
+secret: string, };
+
+export type DecisionsBody = { 
+/**
+ * The records.
+ */
+data: Array<RequestRecord>, };
+
+export type SessionsBody = { 
+/**
+ * The sessions.
+ */
+sessions: Array<SessionInfo>, };
+
+export type UsagePoint = { 
+/**
+ * Start of the bucket, Unix milliseconds.
+ */
+start_unix_ms: number, 
+/**
+ * A key's fingerprint, `none` for requests no key served, or `total`.
+ */
+key: string, 
+/**
+ * Requests finished.
+ */
+requests: number, 
+/**
+ * Of those, by status class (`2xx`, `4xx`, `429`, `5xx`, `499`).
+ */
+by_status: { [key in string]?: number }, 
+/**
+ * By `affinity_source/affinity_state`.
+ */
+by_affinity: { [key in string]?: number }, 
+/**
+ * Failed attempts by category.
+ */
+failures: { [key in string]?: number }, 
+/**
+ * Requests pinned by encrypted content.
+ */
+pinned: number, 
+/**
+ * Requests bound by continuity.
+ */
+continuity: number, 
+/**
+ * Requests rescued.
+ */
+rescued: number, 
+/**
+ * Prompt tokens.
+ */
+input_tokens: number, 
+/**
+ * Of those, cached.
+ */
+cached_tokens: number, 
+/**
+ * Output tokens.
+ */
+output_tokens: number, 
+/**
+ * Cached share of prompt tokens.
+ */
+cached_ratio: number, 
+/**
+ * Median time to the first byte, milliseconds (the bucket's upper bound).
+ */
+latency_p50_ms: number | null, 
+/**
+ * 90th percentile.
+ */
+latency_p90_ms: number | null, 
+/**
+ * 99th percentile.
+ */
+latency_p99_ms: number | null, };
+
+export type UsageBody = { 
+/**
+ * The bucket length, milliseconds (an hour or a day).
+ */
+bucket_ms: number, 
+/**
+ * The points, oldest first.
+ */
+points: Array<UsagePoint>, };
+
+export type LoginLink = { 
+/**
+ * Open it in a browser (it works once, for ten minutes).
+ */
+url: string, };
+
+export type SessionBody = { 
+/**
+ * The token.
+ */
+csrf: string, };
+
+export type KeyTestBody = { 
+/**
+ * The provider accepted the key.
+ */
+ok: boolean, 
+/**
+ * The status it answered.
+ */
+status: number | null, 
+/**
+ * The organization it reported.
+ */
+org: string | null, 
+/**
+ * What happened.
+ */
+message: string, 
+/**
+ * How long it took.
+ */
+duration_ms: number, };
+
+export type ErrorDetail = { 
+/**
+ * What happened and what to do next.
+ */
+message: string, 
+/**
+ * OpenAI's error type.
+ */
+type: string, 
+/**
+ * A stable code.
+ */
+code: string | null, 
+/**
+ * Always null.
+ */
+param: string | null, };
+
+export type ErrorBody = { 
+/**
+ * The error.
+ */
+error: ErrorDetail, };
+
+export type NewKey = { 
+/**
+ * A short name: work, personal, azure-eu…
+ */
+label: string, 
+/**
+ * The API dialect (default OpenAI).
+ */
+provider: Provider, 
+/**
+ * Base URL (required for Azure).
+ */
+base_url: string | null, 
+/**
+ * The key's organization, if known (otherwise learned from the provider).
+ */
+org: string | null, 
+/**
+ * Priority tier (lower first).
+ */
+priority: number, 
+/**
+ * Soft daily token budget.
+ */
+daily_token_budget: number | null, 
+/**
+ * If not empty, the only models this key serves.
+ */
+models: Array<string>, 
+/**
+ * Models this key never serves.
+ */
+exclude_models: Array<string>, 
+/**
+ * The API key.
+ */
+secret: string, };
+
+export type KeyChanges = { 
+/**
+ * A new label.
+ */
+label?: string | null, 
+/**
+ * A new priority tier.
+ */
+priority?: number | null, 
+/**
+ * A new daily budget (`null` removes it).
+ */
+daily_token_budget?: number | null, 
+/**
+ * The only models this key serves (empty: all).
+ */
+models?: Array<string> | null, 
+/**
+ * Models this key never serves.
+ */
+exclude_models?: Array<string> | null, };
+
