@@ -1,7 +1,7 @@
 //! The keychain path against a real Secret Service (gnome-keyring in a D-Bus session, started by
 //! `scripts/test`): secrets persist across processes, never reach the config file or any output, and a
 //! gateway started from them serves requests.
-#![allow(clippy::unwrap_used, reason = "tests")]
+#![allow(clippy::unwrap_used, clippy::disallowed_methods, reason = "tests")]
 
 mod support;
 
@@ -21,11 +21,10 @@ fn require_secret_service() {
 fn isolated_config(home: &std::path::Path, upstream: &str) -> std::path::PathBuf {
     let path = home.join("config.toml");
     let service = format!("keymux-test-{}", std::process::id());
-    // A port of its own, so `keys list` can find this gateway (8787 may be taken on this machine).
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    // No `listen`: the gateway runs on a port chosen at start, and the CLI finds it by its run file.
     std::fs::write(
         &path,
-        format!("keychain_service = \"{service}\"\nupstream = \"{upstream}\"\nlisten = \"127.0.0.1:{port}\"\n"),
+        format!("# keymux test config\nkeychain_service = \"{service}\"\nupstream = \"{upstream}\"\n"),
     )
     .unwrap();
     path
@@ -35,13 +34,18 @@ fn isolated_config(home: &std::path::Path, upstream: &str) -> std::path::PathBuf
 #[expect(clippy::too_many_lines, reason = "one scenario across four processes, checked at every step")]
 async fn keys_and_tokens_live_in_the_os_keychain_across_processes() {
     require_secret_service();
-    let sim = keymux_sim::Sim::start(SimConfig::new().org("org-a", &["sk-kc-work-1"]).org("org-b", &["sk-kc-home-2"]))
-        .await
-        .unwrap();
+    let sim = keymux_sim::Sim::start(
+        SimConfig::new().org("org-a", &["sk-kc-work-1", "sk-kc-spare-3"]).org("org-b", &["sk-kc-home-2"]),
+    )
+    .await
+    .unwrap();
     let home = tempfile::tempdir().unwrap();
     let config = isolated_config(home.path(), &sim.base_url());
     let cfg = config.to_str().unwrap();
-    let env = base_env(home.path());
+    // The CLI reaches the running gateway with the admin credential the first `serve` put in the
+    // keychain, not one from the environment.
+    let mut env = base_env(home.path());
+    env.retain(|(k, _)| k != "KEYMUX_ADMIN_TOKEN");
     let mut produced = String::new();
 
     // Process 1 and 2: add two keys; the secrets come from stdin.
@@ -93,12 +97,7 @@ async fn keys_and_tokens_live_in_the_os_keychain_across_processes() {
     assert_no_secrets("config file", &std::fs::read_to_string(&config).unwrap(), &[&token]);
 
     // Process 5: the gateway reads everything from the keychain and serves with both keys.
-    let listen = std::fs::read_to_string(&config)
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("listen = ").map(|v| v.trim_matches('"').to_owned()))
-        .unwrap();
-    let keymux = Keymux::spawn(&["--config", cfg, "--listen", &listen], &env).await;
+    let keymux = Keymux::spawn(&["--config", cfg], &env).await;
     let c = client();
     for i in 0..6 {
         let body = json!({"model": "text-embedding-3-small", "input": format!("hello {i}")});
@@ -119,7 +118,20 @@ async fn keys_and_tokens_live_in_the_os_keychain_across_processes() {
     let counts = client_counts(&sim);
     assert!(counts.get("sk-kc-work-1").is_some_and(|n| *n > 0), "{counts:?}");
     assert!(counts.get("sk-kc-home-2").is_some_and(|n| *n > 0), "{counts:?}");
-    produced += &keymux.stop().await;
+    let (printed, shown_once) = changes_reach_the_running_gateway(&sim, cfg, &env, &keymux).await;
+    produced += &printed;
+    let gateway_output = keymux.stop().await;
+    let shown_once: Vec<&str> = shown_once.iter().map(String::as_str).collect();
+    assert_no_secrets("gateway output", &gateway_output, &shown_once);
+    produced += &gateway_output;
+
+    // With no gateway running, a change goes to the config for the next start, comments kept.
+    let (ok, out, err) = run_keymux(&["--config", cfg, "keys", "set", "home", "--priority", "2"], &env, "").await;
+    assert!(ok && out.contains("next start"), "{out}{err}");
+    let text = std::fs::read_to_string(&config).unwrap();
+    assert!(text.starts_with("# keymux test config") && text.contains("priority = 2"), "{text}");
+    let (ok, out, err) = run_keymux(&["--config", cfg, "keys", "remove", "spare"], &env, "").await;
+    assert!(ok, "{out}{err}");
 
     // Remove one key: gone from the config and the keychain.
     let (ok, out, err) = run_keymux(&["--config", cfg, "keys", "remove", "work"], &env, "").await;
@@ -142,4 +154,66 @@ async fn keys_and_tokens_live_in_the_os_keychain_across_processes() {
     let config_text = std::fs::read_to_string(&config).unwrap();
     assert!(!config_text.contains("[[keys]]") && !config_text.contains("[[tokens]]"), "{config_text}");
     assert_no_secrets("command output", &produced, &["sk-kc-work-1", "sk-kc-home-2", &token]);
+}
+
+/// Keys, tokens, the dashboard link and pausing, changed from other processes while the gateway runs:
+/// each takes effect at once. Returns what the commands printed (but the secrets they exist to print),
+/// and those secrets: the gateway must never log them.
+async fn changes_reach_the_running_gateway(
+    sim: &keymux_sim::Sim,
+    cfg: &str,
+    env: &[(String, String)],
+    keymux: &Keymux,
+) -> (String, Vec<String>) {
+    let mut produced = String::new();
+    let c = client();
+    let token = run_keymux(&["--config", cfg, "token", "show", "codex"], env, "").await.1.trim().to_owned();
+    let embed = |token: String| {
+        let c = c.clone();
+        let url = format!("{}/embeddings", keymux.base);
+        async move {
+            let body = json!({"model": "text-embedding-3-small", "input": "hi"});
+            c.post(url).bearer_auth(token).json(&body).send().await.unwrap().status().as_u16()
+        }
+    };
+
+    // A key added now joins the pool: the next unpinned requests reach it.
+    let (ok, out, err) =
+        run_keymux(&["--config", cfg, "keys", "add", "--label", "spare"], env, "sk-kc-spare-3\n").await;
+    assert!(ok && out.contains("running gateway"), "{out}{err}");
+    produced += &(out + &err);
+    for _ in 0..3 {
+        assert_eq!(embed(token.clone()).await, 200);
+    }
+    assert!(client_counts(sim).get("sk-kc-spare-3").is_some_and(|n| *n > 0), "the added key serves");
+    let (ok, out, err) = run_keymux(&["--config", cfg, "keys", "set", "spare", "--priority", "1"], env, "").await;
+    assert!(ok && out.contains("running gateway"), "{out}{err}");
+    produced += &(out + &err);
+
+    // A token made now is accepted at once, and refused at once when revoked.
+    let (ok, second, err) = run_keymux(&["--config", cfg, "token", "create", "--name", "second"], env, "").await;
+    assert!(ok, "{err}");
+    let second = second.trim().to_owned();
+    assert_eq!(embed(second.clone()).await, 200);
+    let (ok, out, err) = run_keymux(&["--config", cfg, "token", "revoke", "second"], env, "").await;
+    assert!(ok, "{out}{err}");
+    assert_eq!(embed(second.clone()).await, 401, "a revoked token is refused at once");
+
+    // A fresh one-time dashboard link, good once.
+    let (ok, link, err) = run_keymux(&["--config", cfg, "dashboard"], env, "").await;
+    assert!(ok && link.trim().starts_with(&format!("{}/login?code=", keymux.root)), "{link}{err}");
+    let no_redirects = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let first = no_redirects.get(link.trim()).send().await.unwrap();
+    assert_eq!(first.status(), 303);
+    assert!(first.headers().get("set-cookie").is_some_and(|v| v.to_str().unwrap().contains("HttpOnly")));
+    let again = no_redirects.get(link.trim()).send().await.unwrap();
+    assert!(again.headers().get("set-cookie").is_none(), "the link works once");
+
+    // Pause and resume from the CLI.
+    assert!(run_keymux(&["--config", cfg, "pause"], env, "").await.0);
+    assert_eq!(embed(token.clone()).await, 503);
+    assert!(run_keymux(&["--config", cfg, "resume"], env, "").await.0);
+    assert_eq!(embed(token.clone()).await, 200);
+    let code = link.trim().rsplit('=').next().unwrap_or_default().to_owned();
+    (produced, vec![second, code])
 }

@@ -171,7 +171,7 @@ async fn raw_cache_keys_never_appear_in_anything_keymux_writes() {
     }
     let decisions = c
         .get(format!("{}/keymux/api/decisions?limit=1000", gateway.root))
-        .bearer_auth(TOKEN)
+        .bearer_auth(ADMIN)
         .send()
         .await
         .unwrap()
@@ -180,7 +180,7 @@ async fn raw_cache_keys_never_appear_in_anything_keymux_writes() {
         .unwrap();
     let status = c
         .get(format!("{}/keymux/api/status", gateway.root))
-        .bearer_auth(TOKEN)
+        .bearer_auth(ADMIN)
         .send()
         .await
         .unwrap()
@@ -191,7 +191,7 @@ async fn raw_cache_keys_never_appear_in_anything_keymux_writes() {
     assert!(v["data"].as_array().unwrap().iter().any(|r| r["decision"]["affinity_state"] == "hit"));
     let metrics = c
         .get(format!("{}/keymux/api/metrics", gateway.root))
-        .bearer_auth(TOKEN)
+        .bearer_auth(ADMIN)
         .send()
         .await
         .unwrap()

@@ -21,6 +21,8 @@ use tokio::time::Instant;
 
 /// The local client token every test client sends.
 pub const TOKEN: &str = "km-test-local-token-4d2c7a91e0b35f68";
+/// The admin credential tests call the control API with (as the CLI does).
+pub const ADMIN: &str = "kma-test-admin-credential-7f3e9b2c5a1d8e46";
 
 /// A gateway served in-process on a loopback port through the same runtime `keymux serve` uses, in
 /// front of a simulator.
@@ -94,11 +96,13 @@ fn harness_config(sim: &Sim, keys: &[TestKey], store: &MemoryStore) -> Config {
     config.tokens.push(TokenConfig { id: "t_test".into(), name: "test".into(), created_unix: 0 });
     store.set(&keymux::secrets::account::token("t_test"), &Secret::new(TOKEN)).unwrap();
     store.set(keymux::secrets::account::INSTALL_SECRET, &Secret::new(INSTALL_SECRET)).unwrap();
+    store.set(keymux::secrets::account::ADMIN_TOKEN, &Secret::new(ADMIN)).unwrap();
     config
 }
 
 /// Start options for a gateway on a free loopback port in front of `sim`, with `keys` and the harness
-/// token in a memory store.
+/// token in a memory store. Ephemeral: metrics stay in memory unless the test names a `metrics_dir`, so
+/// no test ever writes to the user's data directory.
 pub fn options_for(sim: &Sim, keys: &[TestKey], tweak: impl FnOnce(&mut Config)) -> StartOptions {
     let store = MemoryStore::default();
     let mut config = harness_config(sim, keys, &store);
@@ -107,6 +111,7 @@ pub fn options_for(sim: &Sim, keys: &[TestKey], tweak: impl FnOnce(&mut Config))
         config: ConfigSource::Value(config),
         store: Some(Arc::new(store)),
         listen: Some("127.0.0.1:0".parse().unwrap()),
+        ephemeral: true,
         ..StartOptions::default()
     }
 }
@@ -268,6 +273,7 @@ pub fn base_env(home: &Path) -> Vec<(String, String)> {
         ("HOME".to_owned(), home.display().to_string()),
         ("XDG_CONFIG_HOME".to_owned(), home.join(".config").display().to_string()),
         ("KEYMUX_LOG".to_owned(), "debug".to_owned()),
+        ("KEYMUX_ADMIN_TOKEN".to_owned(), ADMIN.to_owned()),
     ];
     for var in ["DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR", "XDG_DATA_HOME"] {
         if let Ok(v) = std::env::var(var) {
@@ -635,11 +641,54 @@ pub fn org_of(secret: &str) -> &'static str {
 pub async fn decisions_api(client: &reqwest::Client, root: &str) -> Value {
     client
         .get(format!("{root}/keymux/api/decisions?limit=1000"))
-        .bearer_auth(TOKEN)
+        .bearer_auth(ADMIN)
         .send()
         .await
         .expect("decisions API answers")
         .json()
         .await
         .expect("decisions are JSON")
+}
+
+/// The next finished request on an event feed (skipping routing and key events), waiting at most a
+/// generous 30 s that only a hung gateway exceeds.
+pub async fn next_record(
+    feed: &mut tokio::sync::broadcast::Receiver<Arc<keymux::events::Envelope>>,
+) -> Arc<keymux::events::RequestRecord> {
+    let wait = async {
+        loop {
+            match feed.recv().await {
+                Ok(envelope) => {
+                    if let keymux::events::Event::Finished(record) = &envelope.event {
+                        return record.clone();
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(e) => panic!("event feed closed: {e}"),
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), wait).await.expect("a finished request within 30 s")
+}
+
+/// Collects SSE events into a shared list until the stream ends.
+pub fn collect_events(response: reqwest::Response) -> std::sync::Arc<std::sync::Mutex<Vec<Value>>> {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    tokio::spawn(async move {
+        let mut buf = String::new();
+        let mut stream = response.bytes_stream();
+        while let Some(Ok(chunk)) = futures::StreamExt::next(&mut stream).await {
+            buf.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = buf.find("\n\n") {
+                let frame: String = buf.drain(..end + 2).collect();
+                if let Some(data) = frame.lines().find_map(|l| l.strip_prefix("data: ")) {
+                    if let Ok(v) = serde_json::from_str::<Value>(data) {
+                        sink.lock().unwrap().push(v);
+                    }
+                }
+            }
+        }
+    });
+    seen
 }
