@@ -56,6 +56,9 @@ pub struct Attempt {
     pub failure: Option<FailureKind>,
     /// Milliseconds until response headers (or failure).
     pub duration_ms: u32,
+    /// What went wrong, when it did: the provider's error message (shortened, anything key-like
+    /// masked, at most `classify::MAX_MESSAGE_CHARS`) or Keymux's account of a connection failure.
+    pub message: Option<Box<str>>,
 }
 
 /// How a request arrived.
@@ -418,7 +421,7 @@ mod tests {
 
     #[test]
     fn attempt_records_stay_small() {
-        // An attempt is a pointer-sized key id plus a few scalars, never a copy of the request.
-        assert!(std::mem::size_of::<Attempt>() <= 40, "{}", std::mem::size_of::<Attempt>());
+        // An attempt is a key id, a few scalars and at most a short message, never a copy of the request.
+        assert!(std::mem::size_of::<Attempt>() <= 48, "{}", std::mem::size_of::<Attempt>());
     }
 }

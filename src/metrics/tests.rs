@@ -24,6 +24,7 @@ fn record(status: u16, ms: u32) -> RequestRecord {
         status: Some(500),
         failure: Some(FailureKind::Upstream5xx),
         duration_ms: 3,
+        message: None,
     }];
     record.status = status;
     record.ttfb_ms = ms;

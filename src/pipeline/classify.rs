@@ -68,6 +68,8 @@ pub struct Heard {
     pub cooldown: Option<Duration>,
     /// The error body's `error.code`, when there is one.
     pub code: Option<Code>,
+    /// The error body's `error.message`, shortened and with anything key-like masked.
+    pub message: Option<String>,
 }
 
 impl Heard {
@@ -79,18 +81,20 @@ impl Heard {
             .map(str::trim)
             .filter(|v| !v.is_empty() && v.len() <= 128)
             .map(str::to_owned);
-        Self { status, org, limits: Reading::from_headers(headers, now), cooldown: cooldown_hint(headers), code: None }
+        Self { status, org, limits: Reading::from_headers(headers, now), cooldown: cooldown_hint(headers), code: None, message: None }
     }
 
-    /// Reads `error.code` from an error body.
+    /// Reads `error.code` and `error.message` from an error body.
     pub fn with_body(mut self, body: &[u8]) -> Self {
-        self.code = error_code(body).map(|c| Code::parse(&c));
+        let (code, message) = error_detail(body);
+        self.code = code.map(|c| Code::parse(&c));
+        self.message = message.map(|m| safe_message(&m));
         self
     }
 }
 
-/// The `error.code` of an OpenAI-shaped error body.
-pub fn error_code(body: &[u8]) -> Option<String> {
+/// The `error.code` and `error.message` of an OpenAI-shaped error body.
+pub fn error_detail(body: &[u8]) -> (Option<String>, Option<String>) {
     #[derive(serde::Deserialize)]
     struct Body {
         error: Error,
@@ -98,8 +102,47 @@ pub fn error_code(body: &[u8]) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Error {
         code: Option<String>,
+        message: Option<String>,
     }
-    serde_json::from_slice::<Body>(body).ok()?.error.code
+    match serde_json::from_slice::<Body>(body) {
+        Ok(b) => (b.error.code, b.error.message),
+        Err(_) => (None, None),
+    }
+}
+
+/// The `error.code` of an OpenAI-shaped error body.
+pub fn error_code(body: &[u8]) -> Option<String> {
+    error_detail(body).0
+}
+
+/// Longest upstream error message kept in a record.
+pub const MAX_MESSAGE_CHARS: usize = 240;
+
+/// An upstream error message fit to keep and show: at most [`MAX_MESSAGE_CHARS`], and with every
+/// key-like word masked (OpenAI's 401 message quotes part of the key it refused).
+pub fn safe_message(message: &str) -> String {
+    let masked: Vec<String> = message
+        .split(' ')
+        .map(|word| {
+            let bare = word.trim_start_matches(|c: char| !c.is_ascii_alphanumeric());
+            let key_like = bare.starts_with("sk-") || bare.starts_with("km-") || bare.starts_with("kma-") || long_token(bare);
+            if key_like { "[key masked]".to_owned() } else { word.to_owned() }
+        })
+        .collect();
+    let text = masked.join(" ");
+    match text.char_indices().nth(MAX_MESSAGE_CHARS) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    }
+}
+
+/// A word that looks like a credential: 24 or more characters of letters, digits, `-`, `_` or `*`
+/// with digits in it (Azure keys are 32 hex characters).
+fn long_token(word: &str) -> bool {
+    let word = word.trim_end_matches(['.', ',', ';', ')', '"', '\'']);
+    word.len() >= 24
+        && word.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '*'))
+        && word.chars().any(|c| c.is_ascii_digit() || c == '*')
 }
 
 /// What the pipeline does next with an answer.
@@ -192,7 +235,26 @@ mod tests {
             limits: Reading::default(),
             cooldown: cooldown.map(Duration::from_secs),
             code: code.map(Code::parse),
+            message: None,
         }
+    }
+
+    #[test]
+    fn upstream_messages_are_kept_short_and_never_carry_a_key() {
+        let openai = "Incorrect API key provided: sk-proj-abc***************************wxyz. You can find your API key at \
+                      https://platform.openai.com/account/api-keys.";
+        let azure = "Access denied: key 0123456789abcdef0123456789abcdef is not valid.";
+        for (text, secret) in [(openai, "sk-proj"), (azure, "0123456789abcdef")] {
+            let safe = safe_message(text);
+            assert!(!safe.contains(secret), "{safe}");
+            assert!(safe.contains("[key masked]"), "{safe}");
+        }
+        assert_eq!(safe_message("Rate limit reached for gpt-5.5"), "Rate limit reached for gpt-5.5");
+        let long = safe_message(&"word ".repeat(200));
+        assert_eq!(long.chars().count(), MAX_MESSAGE_CHARS + 1);
+        let body = br#"{"error":{"message":"The server had an error","type":"server_error","code":null}}"#;
+        let h = Heard::from_headers(500, &HeaderMap::new(), crate::clock::Clock::system().now()).with_body(body);
+        assert_eq!(h.message.as_deref(), Some("The server had an error"));
     }
 
     #[test]

@@ -192,11 +192,17 @@ impl Gateway {
             let reply = transport.attempt(&guard, admitted).await;
             let (heard, verdict, body) = self.judge(&admitted.facts, reply);
             self.learn_answer(key, heard.as_ref(), verdict, admitted);
+            let message = match (&heard, &body) {
+                (Some(h), _) => h.message.as_deref().map(Box::from),
+                (None, Answer::Failed(error)) => Some(classify::safe_message(&error.to_string()).into()),
+                (None, _) => None,
+            };
             trace.attempted(Attempt {
                 key: key.clone(),
                 status: heard.as_ref().map(|h| h.status),
                 failure: verdict.failure,
                 duration_ms: self.clock().elapsed_ms(started),
+                message,
             });
             let code = heard.as_ref().and_then(|h| h.code);
             match (verdict.next, body) {

@@ -210,7 +210,12 @@ failure: FailureKind | null,
 /**
  * Milliseconds until response headers (or failure).
  */
-duration_ms: number, };
+duration_ms: number, 
+/**
+ * What went wrong, when it did: the provider's error message (shortened, anything key-like
+ * masked, at most `classify::MAX_MESSAGE_CHARS`) or Keymux's account of a connection failure.
+ */
+message: string | null, };
 
 export type Transport = "http" | "web_socket";
 
