@@ -444,7 +444,8 @@ impl Gateway {
     /// The one way a finished request (HTTP, or a WebSocket turn) is reported: a log line, the hashed
     /// metrics under the key's fingerprint, the sessions, and the event stream.
     pub fn publish(&self, record: RequestRecord) {
-        tracing::info!(
+        // Per request, so `debug`: see `logging`.
+        tracing::debug!(
             seq = record.decision.seq,
             op = ?record.operation,
             transport = ?record.transport,

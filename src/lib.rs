@@ -17,6 +17,7 @@
 //! * [`access`]: who may call what (client tokens, dashboard sessions, the admin credential).
 //! * [`dashboard`]: the dashboard's files, embedded at build time and served at `/`.
 //! * [`cli`]: the `keymux` command line.
+//! * [`logging`]: the one logging setup (`KEYMUX_LOG`; other crates capped at `warn`).
 //! * [`remote`] and [`runfile`]: how the CLI finds a running gateway and makes sure it is Keymux.
 //!
 //! One request's way through:
@@ -76,6 +77,7 @@ pub mod facts;
 pub mod gateway;
 pub mod http;
 pub mod keys;
+pub mod logging;
 pub mod markers;
 pub mod metrics;
 pub mod pipeline;

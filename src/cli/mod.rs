@@ -4,7 +4,7 @@
 
 mod manage;
 
-use std::io::{IsTerminal as _, Write as _};
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -267,13 +267,5 @@ async fn shutdown_signal() {
 }
 
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("KEYMUX_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Colour only a terminal: logs written to a file or a pipe stay plain text.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
-        .try_init();
+    crate::logging::init();
 }
