@@ -53,6 +53,14 @@ impl Clock {
     }
 }
 
+/// A deadline `by` from now for tokio's timers: tokio's own clock, without a `Clock`'s skew (timers run
+/// on tokio's time, which tests pause and advance).
+pub fn timer_deadline(by: Duration) -> Instant {
+    #[expect(clippy::disallowed_methods, reason = "the clock module is the one place time is read")]
+    let real = Instant::now();
+    later(real, by)
+}
+
 /// `at + by`, or the latest representable instant not far past it: an absurd duration from an upstream
 /// header must never panic (`Instant + Duration` overflows on some platforms).
 pub fn later(at: Instant, by: Duration) -> Instant {

@@ -234,6 +234,7 @@ fn relay(
                 trace: Some(trace),
                 usage: None,
                 over: false,
+                idle_timer: Box::pin(tokio::time::sleep(gateway.upstream().idle_timeout())),
                 _guard: guard,
             };
             Body::from_stream(futures::stream::unfold(state, |mut state| async move {
@@ -272,6 +273,8 @@ struct RelayState {
     usage: Option<Usage>,
     /// The stream has ended or broken: nothing more is read.
     over: bool,
+    /// The idle timer, moved on at every chunk rather than made anew (one timer per stream).
+    idle_timer: std::pin::Pin<Box<tokio::time::Sleep>>,
 }
 
 impl RelayState {
@@ -281,11 +284,16 @@ impl RelayState {
             return None;
         }
         loop {
-            let bytes = match tokio::time::timeout(self.idle, self.chunks.next()).await {
-                Err(_) => return self.broke("upstream_idle", "upstream stream went idle"),
-                Ok(Some(Err(e))) => return self.broke("upstream_cut", &format!("upstream stream failed: {e}")),
-                Ok(Some(Ok(bytes))) => bytes,
-                Ok(None) => return self.ended(),
+            self.idle_timer.as_mut().reset(crate::clock::timer_deadline(self.idle));
+            let next = tokio::select! {
+                biased;
+                next = self.chunks.next() => next,
+                () = self.idle_timer.as_mut() => return self.broke("upstream_idle", "upstream stream went idle"),
+            };
+            let bytes = match next {
+                Some(Err(e)) => return self.broke("upstream_cut", &format!("upstream stream failed: {e}")),
+                Some(Ok(bytes)) => bytes,
+                None => return self.ended(),
             };
             let rw = match &mut self.mode {
                 Mode::Sse(rw) => rw,

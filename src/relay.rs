@@ -2,7 +2,10 @@
 //! serving key's markers on every org-bound value. Events that cannot carry one pass through untouched
 //! and unparsed; nothing is ever buffered beyond one event (or one JSON body).
 
+use std::sync::LazyLock;
+
 use bytes::{Bytes, BytesMut};
+use memchr::memmem::Finder;
 use serde_json::Value;
 
 use crate::keys::KeyId;
@@ -74,10 +77,15 @@ impl Usage {
         Some(Self { input, cached, output })
     }
 
-    /// The usage of a complete JSON answer (a Responses object or a chat completion).
+    /// The usage of a complete JSON answer (a Responses object or a chat completion). Only the
+    /// top-level `usage` is built; everything else is skipped over without building a tree.
     pub fn from_body(body: &[u8]) -> Option<Self> {
-        let v: Value = serde_json::from_slice(body).ok()?;
-        Self::from_json(&v["usage"])
+        #[derive(serde::Deserialize)]
+        struct Top {
+            #[serde(default)]
+            usage: Option<Value>,
+        }
+        Self::from_json(&serde_json::from_slice::<Top>(body).ok()?.usage?)
     }
 }
 
@@ -143,35 +151,31 @@ impl SseRewriter {
     }
 
     fn observe(&mut self, frame: &[u8]) {
-        let has = |needle: &[u8]| memchr::memmem::find(frame, needle).is_some();
-        if has(b"data: [DONE]") || has(b"data:[DONE]") {
+        if DONE.find(frame).is_some() {
             self.ending.completed = true;
             return;
         }
-        let completed = has(b"response.completed");
-        if !completed && !has(b"\"usage\":{") {
+        let completed = COMPLETED.find(frame).is_some();
+        if !completed && USAGE.find(frame).is_none() {
             return;
         }
-        let data: String = String::from_utf8_lossy(frame)
-            .lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .map(|d| d.strip_prefix(' ').unwrap_or(d))
-            .collect::<Vec<_>>()
-            .join("\n");
-        let Ok(event) = serde_json::from_str::<Value>(&data) else { return };
-        if completed && event["type"] == "response.completed" {
+        let Some(event) = event_data(frame).and_then(|data| EndEvent::read(&data)) else {
+            return;
+        };
+        if completed && event.kind() == Some("response.completed") {
             self.ending.completed = true;
-            self.ending.usage = Usage::from_json(&event["response"]["usage"]).or(self.ending.usage);
-        } else if let Some(usage) = Usage::from_json(&event["usage"]) {
+            self.ending.usage = event.response_usage().or(self.ending.usage);
+        } else if let Some(usage) = event.usage() {
             // Chat Completions: the usage chunk comes before `[DONE]`.
             self.ending.usage = Some(usage);
         }
     }
 
-    /// Feeds a chunk; returns the complete events it finished, rewritten where needed.
+    /// Feeds a chunk; returns the complete events it finished, rewritten where needed. Events that need
+    /// no marker are passed on as the very bytes that arrived (a chunk holding one event is not copied).
     pub fn push(&mut self, chunk: &[u8]) -> Result<Bytes, RelayError> {
         self.buf.extend_from_slice(chunk);
-        let mut out = BytesMut::new();
+        let mut pieces: Vec<Bytes> = Vec::new();
         loop {
             let Some((end, sep)) = frame_end(&self.buf, self.scanned) else {
                 // Resume the search a few bytes back, in case a separator straddles two chunks.
@@ -184,9 +188,13 @@ impl SseRewriter {
             let frame = self.buf.split_to(end + sep).freeze();
             self.scanned = 0;
             self.observe(&frame);
-            out.extend_from_slice(&self.rewrite(&frame, sep));
+            pieces.push(self.rewrite(frame, sep));
         }
-        Ok(out.freeze())
+        Ok(match pieces.len() {
+            0 => Bytes::new(),
+            1 => pieces.pop().unwrap_or_default(),
+            _ => Bytes::from(pieces.concat()),
+        })
     }
 
     /// Flushes what is left when the stream ends (an unterminated last event passes as it is).
@@ -195,9 +203,9 @@ impl SseRewriter {
         std::mem::take(&mut self.buf).freeze()
     }
 
-    fn rewrite(&self, frame: &Bytes, sep: usize) -> Bytes {
-        if !Markers::may_need_tagging(frame) {
-            return frame.clone();
+    fn rewrite(&self, frame: Bytes, sep: usize) -> Bytes {
+        if !Markers::may_need_tagging(&frame) {
+            return frame;
         }
         let body = &frame[..frame.len() - sep];
         let text = String::from_utf8_lossy(body);
@@ -215,7 +223,7 @@ impl SseRewriter {
             }
         }
         let Some(tagged) = self.tagger.tag_json(data.as_bytes()) else {
-            return frame.clone();
+            return frame;
         };
         let mut out = BytesMut::with_capacity(tagged.len() + 64);
         for line in other {
@@ -226,6 +234,71 @@ impl SseRewriter {
         out.extend_from_slice(&tagged);
         out.extend_from_slice(b"\n\n");
         out.freeze()
+    }
+}
+
+static DONE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"[DONE]"));
+static COMPLETED: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"response.completed"));
+static USAGE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\":{"));
+
+/// The few fields of an event that say how a stream (or a WebSocket turn) ended; the rest is skipped
+/// over, never built into a tree.
+#[derive(serde::Deserialize)]
+pub struct EndEvent {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    #[serde(default)]
+    response: Option<UsageHolder>,
+    #[serde(default)]
+    usage: Option<Value>,
+}
+
+#[derive(serde::Deserialize)]
+struct UsageHolder {
+    #[serde(default)]
+    usage: Option<Value>,
+}
+
+impl EndEvent {
+    /// Reads an event's JSON; `None` if it is not a JSON object.
+    pub fn read(json: &[u8]) -> Option<Self> {
+        serde_json::from_slice(json).ok()
+    }
+
+    /// Its `type`.
+    pub fn kind(&self) -> Option<&str> {
+        self.kind.as_deref()
+    }
+
+    /// The usage of a `response.*` event's response.
+    pub fn response_usage(&self) -> Option<Usage> {
+        self.response.as_ref().and_then(|r| r.usage.as_ref()).and_then(Usage::from_json)
+    }
+
+    /// A top-level `usage` (a Chat Completions chunk).
+    pub fn usage(&self) -> Option<Usage> {
+        self.usage.as_ref().and_then(Usage::from_json)
+    }
+}
+
+/// The `data` of one SSE event (its `data:` lines joined with newlines), borrowed when it is one line.
+fn event_data(frame: &[u8]) -> Option<std::borrow::Cow<'_, [u8]>> {
+    let mut lines = frame
+        .split(|b| *b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+        .filter_map(|l| l.strip_prefix(b"data:"))
+        .map(|d| d.strip_prefix(b" ").unwrap_or(d));
+    let first = lines.next()?;
+    match lines.next() {
+        None => Some(std::borrow::Cow::Borrowed(first)),
+        Some(second) => {
+            let mut joined = [first, second].join(&b'\n');
+            for more in lines {
+                joined.push(b'\n');
+                joined.extend_from_slice(more);
+            }
+            Some(std::borrow::Cow::Owned(joined))
+        }
     }
 }
 
@@ -256,6 +329,17 @@ mod tests {
 
     fn event(kind: &str, data: &Value) -> String {
         format!("event: {kind}\ndata: {data}\n\n")
+    }
+
+    #[test]
+    fn a_whole_answer_yields_its_top_level_usage_only() {
+        let body =
+            br#"{"id":"resp_1","output":[{"type":"message","content":[{"text":"\"usage\": {\"input_tokens\": 9}"}]}],
+            "usage":{"input_tokens":120,"input_tokens_details":{"cached_tokens":64},"output_tokens":7},
+            "metadata":{"usage":"not this one"}}"#;
+        assert_eq!(Usage::from_body(body), Some(Usage { input: 120, cached: 64, output: 7 }));
+        assert_eq!(Usage::from_body(br#"{"id":"resp_1","usage":null}"#), None);
+        assert_eq!(Usage::from_body(b"not json"), None);
     }
 
     #[test]

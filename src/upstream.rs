@@ -134,6 +134,8 @@ pub struct Upstream {
     client: reqwest::Client,
     connect: Duration,
     default_base: String,
+    /// `default_base` parsed once: most keys use it, and parsing a URL per request is measurable.
+    default_url: Option<reqwest::Url>,
     first_byte: Duration,
     idle: Duration,
 }
@@ -157,6 +159,7 @@ impl Upstream {
             client,
             connect: Duration::from_millis(timeouts.connect_ms),
             default_base: default_base.trim_end_matches('/').to_owned(),
+            default_url: reqwest::Url::parse(default_base.trim_end_matches('/')).ok(),
             first_byte: Duration::from_millis(timeouts.first_byte_ms),
             idle: Duration::from_millis(timeouts.idle_ms),
         })
@@ -177,6 +180,16 @@ impl Upstream {
         key.base_url.as_deref().map(|b| b.trim_end_matches('/')).unwrap_or(&self.default_base)
     }
 
+    /// The upstream URL of a request: the key's base URL followed by `path_and_query`.
+    fn url_for(&self, key: &KeyEntry, path_and_query: &str) -> Result<reqwest::Url, UpstreamError> {
+        if let (None, Some(base)) = (&key.base_url, &self.default_url) {
+            return Ok(extend(base, path_and_query));
+        }
+        let base = self.base_for(key);
+        reqwest::Url::parse(&format!("{base}{path_and_query}"))
+            .map_err(|e| UpstreamError::BadBaseUrl { base: base.to_owned(), detail: e.to_string() })
+    }
+
     /// Sends one attempt with `key`. `path_and_query` is what follows `/v1` in the client's URL.
     pub async fn send(
         &self,
@@ -187,9 +200,7 @@ impl Upstream {
         body: Bytes,
     ) -> Result<reqwest::Response, UpstreamError> {
         let base = self.base_for(key);
-        let url = format!("{base}{path_and_query}");
-        let url = reqwest::Url::parse(&url)
-            .map_err(|e| UpstreamError::BadBaseUrl { base: base.to_owned(), detail: e.to_string() })?;
+        let url = self.url_for(key, path_and_query)?;
         let mut headers = headers;
         let (name, value) = auth_header(key);
         headers.insert(name, value);
@@ -203,6 +214,20 @@ impl Upstream {
             Ok(Err(e)) => Err(UpstreamError::Transport { base: base.to_owned(), detail: short_error(&e) }),
         }
     }
+}
+
+/// `base` (which has no query) with `path_and_query` appended to its path: the same URL as parsing
+/// `base + path_and_query`, without parsing the scheme and host again.
+fn extend(base: &reqwest::Url, path_and_query: &str) -> reqwest::Url {
+    let (path, query) = match path_and_query.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (path_and_query, None),
+    };
+    let mut url = base.clone();
+    let joined = format!("{}{path}", base.path().trim_end_matches('/'));
+    url.set_path(&joined);
+    url.set_query(query);
+    url
 }
 
 /// A small client for Keymux's own local API (the CLI asking a running gateway for its status).
@@ -244,6 +269,27 @@ fn short_error(e: &reqwest::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn extending_the_parsed_base_gives_the_url_parsing_would() {
+        let paths = [
+            "/responses",
+            "/responses/resp_km1abc/input_items?limit=20&order=asc",
+            "/models",
+            "/responses/a%2Fb",
+            "/files/x y?q=a b",
+            "/chat/completions?",
+            "/a\\b",
+            "/emoji/\u{1f600}",
+        ];
+        for base in ["https://api.openai.com/v1", "http://127.0.0.1:8080/v1/", "https://r.openai.azure.com/openai/v1"] {
+            let parsed = reqwest::Url::parse(base.trim_end_matches('/')).expect("base");
+            for path in paths {
+                let expected = reqwest::Url::parse(&format!("{}{path}", base.trim_end_matches('/'))).expect("url");
+                assert_eq!(extend(&parsed, path), expected, "{base} + {path}");
+            }
+        }
+    }
 
     #[test]
     fn header_policy() {

@@ -291,8 +291,10 @@ impl Markers {
     /// Whether a JSON text may hold something to tag: the cheap test that lets most streaming events
     /// pass through without being parsed.
     pub fn may_need_tagging(text: &[u8]) -> bool {
-        const NEEDLES: [&[u8]; 4] = [b"encrypted_content", b"\"rs_", b"\"cmp_", b"\"resp_"];
-        NEEDLES.iter().any(|n| memchr::memmem::find(text, n).is_some())
+        static NEEDLES: std::sync::LazyLock<[memchr::memmem::Finder<'static>; 4]> = std::sync::LazyLock::new(|| {
+            [b"encrypted_content".as_slice(), b"\"rs_", b"\"cmp_", b"\"resp_"].map(memchr::memmem::Finder::new)
+        });
+        NEEDLES.iter().any(|n| n.find(text).is_some())
     }
 }
 
