@@ -61,6 +61,8 @@ async fn upgrade(gateway: Arc<Gateway>, mut parts: axum::http::request::Parts) -
     let client = parts.extensions.get::<tokens::ClientScope>().cloned().unwrap_or_default();
     match axum::extract::ws::WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
         Ok(ws) => ws
+            .read_buffer_size(crate::ws::SOCKET_BUFFER_BYTES)
+            .write_buffer_size(crate::ws::SOCKET_BUFFER_BYTES)
             .max_message_size(crate::ws::MAX_FRAME_BYTES)
             .max_frame_size(crate::ws::MAX_FRAME_BYTES)
             .on_upgrade(move |socket| async move {

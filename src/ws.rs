@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use axum::extract::ws::{CloseFrame as AxumClose, Message as AxumMessage, Utf8Bytes, WebSocket};
 use bytes::Bytes;
-use futures::{SinkExt as _, StreamExt as _};
+use futures::{FutureExt as _, SinkExt as _, StreamExt as _};
 use http::HeaderMap;
 use serde_json::json;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
@@ -46,6 +46,20 @@ const HANDSHAKE_HEADERS: &[&str] = &[
 
 /// Largest client frame Keymux accepts.
 pub const MAX_FRAME_BYTES: usize = 64 * 1024 * 1024;
+
+/// Read and write buffers of each WebSocket (client and upstream side). tungstenite's default of
+/// 128 KiB each made a relayed connection cost half a megabyte; frames larger than this still pass,
+/// read in more than one go. Writes are flushed per batch of ready frames anyway.
+pub const SOCKET_BUFFER_BYTES: usize = 16 * 1024;
+
+/// The upstream socket's settings: the same limits the client side has.
+fn upstream_config() -> tokio_tungstenite::tungstenite::protocol::WebSocketConfig {
+    tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+        .read_buffer_size(SOCKET_BUFFER_BYTES)
+        .write_buffer_size(SOCKET_BUFFER_BYTES)
+        .max_message_size(Some(MAX_FRAME_BYTES))
+        .max_frame_size(Some(MAX_FRAME_BYTES))
+}
 /// Most turns sent on a socket and not yet answered (Codex sends one at a time).
 pub const MAX_PENDING_TURNS: usize = 8;
 
@@ -110,7 +124,7 @@ impl Transport for Handshake<'_> {
             Err(error) => return Reply::Failed(error),
         };
         let base = self.gateway.upstream().base_for(guard.entry()).to_owned();
-        let connecting = tokio_tungstenite::connect_async(request);
+        let connecting = tokio_tungstenite::connect_async_with_config(request, Some(upstream_config()), false);
         match tokio::time::timeout(self.gateway.upstream().connect_timeout(), connecting).await {
             Err(_) => Reply::Failed(UpstreamError::FirstByteTimeout {
                 base,
@@ -448,29 +462,57 @@ impl Outbound {
                     None => break,
                 },
             };
-            let forwarded = match message {
-                Ok(UpMessage::Text(text)) => AxumMessage::Text(self.frame(text.as_str()).into()),
-                Ok(UpMessage::Binary(bytes)) => AxumMessage::Binary(bytes),
-                Ok(UpMessage::Ping(p)) => AxumMessage::Ping(p),
-                Ok(UpMessage::Pong(p)) => AxumMessage::Pong(p),
-                Ok(UpMessage::Close(frame)) => {
-                    let close = frame.map(|f| AxumClose { code: u16::from(f.code), reason: f.reason.as_str().into() });
-                    let _ = client_tx.send(AxumMessage::Close(close)).await;
-                    self.close_turns("upstream_closed");
-                    return;
+            // Frames that are already here go out in one write: feed them all, flush once.
+            let mut lost = false;
+            let mut next = Some(message);
+            while let Some(message) = next.take() {
+                match self.forward(message) {
+                    Forward::Frame(frame) => {
+                        if client_tx.feed(frame).await.is_err() {
+                            self.close_turns("client_gone");
+                            return;
+                        }
+                    }
+                    Forward::Skip => {}
+                    Forward::Closed(close) => {
+                        let _ = client_tx.send(AxumMessage::Close(close)).await;
+                        self.close_turns("upstream_closed");
+                        return;
+                    }
+                    Forward::Lost => {
+                        lost = true;
+                        break;
+                    }
                 }
-                Ok(UpMessage::Frame(_)) => continue,
-                Err(_) => break,
-            };
-            if client_tx.send(forwarded).await.is_err() {
+                next = up_rx.next().now_or_never().flatten();
+            }
+            if client_tx.flush().await.is_err() {
                 self.close_turns("client_gone");
                 return;
+            }
+            if lost {
+                break;
             }
         }
         // The upstream went away without a close: its state is gone.
         let _ = client_tx.send(lost_state_frame()).await;
         let _ = client_tx.send(AxumMessage::Close(None)).await;
         self.close_turns("upstream_cut");
+    }
+
+    /// What one upstream message becomes for the client.
+    fn forward(&self, message: Result<UpMessage, tokio_tungstenite::tungstenite::Error>) -> Forward {
+        match message {
+            Ok(UpMessage::Text(text)) => Forward::Frame(AxumMessage::Text(self.frame(text.as_str()).into())),
+            Ok(UpMessage::Binary(bytes)) => Forward::Frame(AxumMessage::Binary(bytes)),
+            Ok(UpMessage::Ping(p)) => Forward::Frame(AxumMessage::Ping(p)),
+            Ok(UpMessage::Pong(p)) => Forward::Frame(AxumMessage::Pong(p)),
+            Ok(UpMessage::Close(frame)) => {
+                Forward::Closed(frame.map(|f| AxumClose { code: u16::from(f.code), reason: f.reason.as_str().into() }))
+            }
+            Ok(UpMessage::Frame(_)) => Forward::Skip,
+            Err(_) => Forward::Lost,
+        }
     }
 
     /// One upstream text frame: noted against the current turn, tagged for the client.
@@ -513,6 +555,18 @@ impl Outbound {
     }
 }
 
+/// What an upstream message becomes.
+enum Forward {
+    /// A frame for the client.
+    Frame(AxumMessage),
+    /// Nothing (a raw frame tungstenite hands up only when asked to).
+    Skip,
+    /// The upstream closed the socket.
+    Closed(Option<AxumClose>),
+    /// The upstream socket failed: its state is gone.
+    Lost,
+}
+
 /// Whether a frame ends its turn.
 #[derive(Debug, PartialEq)]
 enum TurnEnd {
@@ -526,9 +580,9 @@ fn turn_end(text: &str) -> TurnEnd {
     if !has(b"response.completed") && !has(b"\"error\"") && !has(b"response.failed") {
         return TurnEnd::Open;
     }
-    let Ok(event) = serde_json::from_str::<serde_json::Value>(text) else { return TurnEnd::Open };
-    match event["type"].as_str() {
-        Some("response.completed") => TurnEnd::Completed(Usage::from_json(&event["response"]["usage"])),
+    let Some(event) = crate::relay::EndEvent::read(text.as_bytes()) else { return TurnEnd::Open };
+    match event.kind() {
+        Some("response.completed") => TurnEnd::Completed(event.response_usage()),
         Some("error" | "response.failed") => TurnEnd::Failed,
         _ => TurnEnd::Open,
     }
