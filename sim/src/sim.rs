@@ -53,6 +53,10 @@ impl Sim {
             let shutdown = async move {
                 let _ = stopped.wait_for(|s| *s).await;
             };
+            // Like OpenAI's edge, events go out as they are written (no Nagle delay on small writes).
+            let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
                 tracing::warn!(error = %e, "keymux-sim server stopped with an error");
             }
@@ -68,6 +72,11 @@ impl Sim {
     /// The bound address.
     pub fn addr(&self) -> SocketAddr {
         self.inner.addr
+    }
+
+    /// When the last event of the latest streamed Responses answer was handed to its connection.
+    pub fn last_stream_end(&self) -> Option<std::time::Instant> {
+        *self.inner.state.last_stream_end.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Every logged request and WebSocket frame, in arrival order (the newest

@@ -23,7 +23,11 @@ pub(crate) fn sse_event(event: &Value) -> Bytes {
 pub(crate) async fn pump_responses(state: Arc<State>, plan: Plan, shaping: Shaping, tx: mpsc::Sender<Chunk>) {
     responses::begin(&state, &plan);
     let frames = plan.events.iter().map(sse_event).collect();
-    pump(frames, shaping, &tx, || responses::commit(&state, &plan), || responses::fail(&state, &plan)).await;
+    let commit = || {
+        responses::commit(&state, &plan);
+        state.stream_ends_now();
+    };
+    pump(frames, shaping, &tx, commit, || responses::fail(&state, &plan)).await;
 }
 
 /// Streams a chat completion plan, `data: {chunk}` … `data: [DONE]`.
@@ -67,5 +71,10 @@ async fn pump(
         if open {
             open = tx.send(Ok(frame)).await.is_ok();
         }
+    }
+    // A slow stream also ends a moment after its last event, as a real one may: the end of the body
+    // is then a write of its own.
+    if let (true, Some(d)) = (open, shaping.deltas) {
+        tokio::time::sleep(d).await;
     }
 }

@@ -60,9 +60,19 @@ pub(crate) struct State {
     pub faults: FaultBook,
     pub limiter: RateLimiter,
     pub ws: WsRegistry,
+    /// When the last event of the latest streamed response was handed to the connection (real time,
+    /// not the advanceable clock): what a latency test compares a client's arrival time with.
+    pub last_stream_end: Mutex<Option<std::time::Instant>>,
 }
 
 impl State {
+    /// Notes that a stream's last event goes out now.
+    pub(crate) fn stream_ends_now(&self) {
+        #[expect(clippy::disallowed_methods, reason = "a real-time stamp for latency tests, not simulated time")]
+        let now = std::time::Instant::now();
+        *self.last_stream_end.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
+    }
+
     pub(crate) fn new(config: &SimConfig) -> std::io::Result<Self> {
         let mut orgs = Vec::with_capacity(config.orgs.len());
         let mut keys = HashMap::new();
@@ -99,6 +109,7 @@ impl State {
             faults: FaultBook::default(),
             limiter: RateLimiter::new(config.limits),
             ws: WsRegistry::default(),
+            last_stream_end: Mutex::new(None),
         })
     }
 
