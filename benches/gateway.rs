@@ -136,9 +136,18 @@ async fn start_targets(args: &Args, upstream: &Upstream, pinning: &Pinning, toke
     for &target in &args.targets {
         match target {
             Target::Direct => {}
-            Target::Keymux => {
-                let gateway = gateways::start_keymux(&args.keymux, upstream.addr, pinning.gateway_cpu, token).await?;
-                wait_for_probes(upstream, &mut lineup.notes).await;
+            Target::Keymux | Target::Baseline => {
+                let binary = match (target, &args.baseline) {
+                    (Target::Baseline, Some(path)) => path,
+                    (Target::Baseline, None) => {
+                        lineup.notes.push("baseline: no --baseline PATH given, so it was skipped".into());
+                        continue;
+                    }
+                    _ => &args.keymux,
+                };
+                let gateway = gateways::start_keymux(target, binary, upstream.addr, pinning.gateway_cpu, token).await?;
+                let started = lineup.gateways.iter().filter(|g| g.target != Target::Nginx).count() + 1;
+                wait_for_probes(upstream, started, &mut lineup.notes).await;
                 lineup.gateways.push(gateway);
             }
             Target::Nginx if !std::path::Path::new(gateways::NGINX).exists() => {
@@ -154,9 +163,9 @@ async fn start_targets(args: &Args, upstream: &Upstream, pinning: &Pinning, toke
 
 /// Keymux asks `GET /v1/models` once per key right after it starts listening; measuring before those
 /// answers are in would mix start-up work into the first window.
-async fn wait_for_probes(upstream: &Upstream, notes: &mut Vec<String>) {
+async fn wait_for_probes(upstream: &Upstream, gateways_started: usize, notes: &mut Vec<String>) {
     let started = now();
-    while upstream.models_seen.load(Ordering::Relaxed) < gateways::KEYS as u64 {
+    while upstream.models_seen.load(Ordering::Relaxed) < (gateways::KEYS * gateways_started) as u64 {
         if since(started) > Duration::from_secs(5) {
             notes.push(format!("keymux: did not probe all {} keys within 5 s of starting", gateways::KEYS));
             return;
@@ -319,6 +328,9 @@ fn print_header(args: &Args, machine: &Machine, pinning: &Pinning, lineup: &Line
         "* keymux: `{keymux}` ({built}), `serve --ephemeral`, {} keys from the environment, `KEYMUX_LOG=info`",
         gateways::KEYS
     );
+    if let (true, Some(baseline)) = (lineup.targets.contains(&Target::Baseline), &args.baseline) {
+        println!("* baseline: `{}`, another keymux build run the same way", baseline.display());
+    }
     for note in &lineup.notes {
         println!("* {note}");
     }

@@ -49,10 +49,13 @@ pub enum Target {
     Keymux,
     /// Through nginx as a plain reverse proxy, a reference for what "just proxying" costs.
     Nginx,
+    /// Through another `keymux` build (`--baseline PATH`), to measure a change before and after in one
+    /// run.
+    Baseline,
 }
 
 impl Target {
-    const ALL: [Target; 3] = [Target::Direct, Target::Keymux, Target::Nginx];
+    const ALL: [Target; 4] = [Target::Direct, Target::Keymux, Target::Nginx, Target::Baseline];
 
     /// The name used on the command line and in the table.
     pub fn name(self) -> &'static str {
@@ -60,6 +63,7 @@ impl Target {
             Target::Direct => "direct",
             Target::Keymux => "keymux",
             Target::Nginx => "nginx",
+            Target::Baseline => "baseline",
         }
     }
 }
@@ -90,6 +94,8 @@ pub struct Args {
     /// The `keymux` binary to measure (default: the one this bench was built with), so another build
     /// (an earlier commit, say) can be measured against the same upstream and generator.
     pub keymux: PathBuf,
+    /// Another `keymux` binary, measured as the `baseline` target.
+    pub baseline: Option<PathBuf>,
 }
 
 impl Default for Args {
@@ -100,15 +106,16 @@ impl Default for Args {
             reps: 3,
             modes: Mode::ALL.to_vec(),
             conc: vec![1, 16, 64],
-            targets: Target::ALL.to_vec(),
+            targets: vec![Target::Direct, Target::Keymux, Target::Nginx],
             json: None,
             keymux: PathBuf::from(env!("CARGO_BIN_EXE_keymux")),
+            baseline: None,
         }
     }
 }
 
 pub const USAGE: &str = "usage: cargo bench --bench gateway -- [--secs N] [--warmup N] [--reps N] \
-[--modes json,sse,ws,chat] [--conc 1,16,64] [--targets direct,keymux,nginx] [--json PATH] [--keymux PATH]";
+[--modes json,sse,ws,chat] [--conc 1,16,64] [--targets direct,keymux,nginx] [--json PATH] [--keymux PATH] [--baseline PATH]";
 
 impl Args {
     /// Parses the arguments after the program name. `--bench`, which `cargo bench` adds, is ignored.
@@ -154,6 +161,12 @@ impl Args {
             }
             "--json" => self.json = Some(PathBuf::from(value)),
             "--keymux" => self.keymux = PathBuf::from(value),
+            "--baseline" => {
+                self.baseline = Some(PathBuf::from(value));
+                if !self.targets.contains(&Target::Baseline) {
+                    self.targets.push(Target::Baseline);
+                }
+            }
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
         Ok(())

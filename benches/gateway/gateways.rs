@@ -55,6 +55,7 @@ pub fn random(len: usize) -> String {
 
 /// Starts `keymux serve` against the fake upstream and waits for its "listening on" line.
 pub async fn start_keymux(
+    target: Target,
     binary: &Path,
     upstream: SocketAddr,
     cpu: Option<usize>,
@@ -81,7 +82,7 @@ pub async fn start_keymux(
     loop {
         if let Ok(addr) = listening.try_recv() {
             let pid = child_pid(&child);
-            return Ok(Gateway { target: Target::Keymux, addr, pid, child: Some(child), output, _dir: dir });
+            return Ok(Gateway { target, addr, pid, child: Some(child), output, _dir: dir });
         }
         if let Ok(Some(status)) = child.try_wait() {
             return Err(format!("keymux exited at start ({status}); its output:\n{}", lock(&output).text()));
