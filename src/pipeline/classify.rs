@@ -81,7 +81,14 @@ impl Heard {
             .map(str::trim)
             .filter(|v| !v.is_empty() && v.len() <= 128)
             .map(str::to_owned);
-        Self { status, org, limits: Reading::from_headers(headers, now), cooldown: cooldown_hint(headers), code: None, message: None }
+        Self {
+            status,
+            org,
+            limits: Reading::from_headers(headers, now),
+            cooldown: cooldown_hint(headers),
+            code: None,
+            message: None,
+        }
     }
 
     /// Reads `error.code` and `error.message` from an error body.
@@ -125,8 +132,13 @@ pub fn safe_message(message: &str) -> String {
         .split(' ')
         .map(|word| {
             let bare = word.trim_start_matches(|c: char| !c.is_ascii_alphanumeric());
-            let key_like = bare.starts_with("sk-") || bare.starts_with("km-") || bare.starts_with("kma-") || long_token(bare);
-            if key_like { "[key masked]".to_owned() } else { word.to_owned() }
+            let key_like =
+                bare.starts_with("sk-") || bare.starts_with("km-") || bare.starts_with("kma-") || long_token(bare);
+            if key_like {
+                "[key masked]".to_owned()
+            } else {
+                word.to_owned()
+            }
         })
         .collect();
     let text = masked.join(" ");
@@ -241,7 +253,8 @@ mod tests {
 
     #[test]
     fn upstream_messages_are_kept_short_and_never_carry_a_key() {
-        let openai = "Incorrect API key provided: sk-proj-abc***************************wxyz. You can find your API key at \
+        let openai =
+            "Incorrect API key provided: sk-proj-abc***************************wxyz. You can find your API key at \
                       https://platform.openai.com/account/api-keys.";
         let azure = "Access denied: key 0123456789abcdef0123456789abcdef is not valid.";
         for (text, secret) in [(openai, "sk-proj"), (azure, "0123456789abcdef")] {

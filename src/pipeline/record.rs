@@ -143,7 +143,13 @@ impl Drop for Trace {
         }
         if let Some((key, since)) = self.trying.take() {
             let duration_ms = self.gateway.clock().elapsed_ms(since);
-            self.attempted(Attempt { key, status: None, failure: Some(FailureKind::ClientCancelled), duration_ms, message: None });
+            self.attempted(Attempt {
+                key,
+                status: None,
+                failure: Some(FailureKind::ClientCancelled),
+                duration_ms,
+                message: None,
+            });
         }
         let served_by = self.record.served_by.clone();
         self.close(End { served_by, status: CLIENT_CLOSED, error: Some("client_cancelled"), usage: None });
