@@ -94,8 +94,11 @@ function Details({ row }: { row: LiveRow }) {
         <section>
           <h3>Pin</h3>
           <p>
-            Encrypted content made by <strong>{keyName(d.pin.key)}</strong>, organization <code>{d.pin.org}</code>;{" "}
-            {d.pin.exact ? "served by that very key." : "any usable key of that organization may serve it."}
+            Encrypted content made by <strong>{keyName(d.pin.key)}</strong>;{" "}
+            {d.pin.exact ? "sent to that very key." : "sent to another key of its organization, which can read it too."}
+          </p>
+          <p class="muted small">
+            Marker organization tag <code>{d.pin.org}</code>
           </p>
         </section>
       )}

@@ -122,8 +122,8 @@ export function KeyCard({ info, spark }: Props) {
           <span class="muted small">Served</span>
           <span class="num">
             {compact(info.served)}
-            {info.failed > 0 && <span class="muted"> · {compact(info.failed)} failed</span>}
           </span>
+          {info.failed > 0 && <span class="muted small">{compact(info.failed)} failed</span>}
         </div>
       </div>
 

@@ -55,16 +55,16 @@ export function StatusBar() {
       </div>
       <div class="stat" title={g.store.error ?? g.store.notice ?? (g.store.path ? `Metrics in ${g.store.path}` : "Metrics in memory")}>
         <span class={`dot ${g.store.error ? "dot-bad" : "dot-ok"}`} />
-        <span class="label">{g.store.error ? "store failing" : g.store.persisted ? "store ok" : "store in memory"}</span>
+        <span class="label">{g.store.error ? "metrics store failing" : g.store.persisted ? "metrics stored" : "metrics in memory"}</span>
       </div>
       <div class="stat" title={`Secrets: ${g.keychain.kind}`}>
         <span class={`dot ${g.keychain.ok ? "dot-ok" : "dot-bad"}`} />
-        <span class="label">{g.keychain.ok ? g.keychain.kind : `${g.keychain.kind} unreachable`}</span>
+        <span class="label">{g.keychain.ok ? `secrets: ${g.keychain.kind}` : `secrets: ${g.keychain.kind} unreachable`}</span>
       </div>
       <div class="stat stat-pause">
         {g.paused && <span class="paused-flag">Paused: new requests get 503</span>}
         <button type="button" class={`button small${g.paused ? " primary" : ""}`} onClick={toggle} disabled={busy} data-testid="pause-toggle">
-          {g.paused ? "Resume" : "Pause"}
+          {g.paused ? "Resume gateway" : "Pause gateway"}
         </button>
       </div>
       {(g.store.error || error) && (

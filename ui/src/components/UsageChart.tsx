@@ -16,11 +16,16 @@ interface Props {
   bucketMs: number;
   series: Series[];
   format?: (v: number) => string;
+  /** Counts: ticks on whole numbers only. */
+  integer?: boolean;
   testid?: string;
 }
 
+/** Tick steps for counts: never a fraction of a request. */
+const WHOLE = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 2e6, 5e6, 1e7, 1e8, 1e9];
+
 /** One usage chart: a line per series over the buckets, with a legend that doubles as a tooltip. */
-export function UsageChart({ title, times, bucketMs, series, format = compact, testid }: Props) {
+export function UsageChart({ title, times, bucketMs, series, format = compact, integer = true, testid }: Props) {
   const shape = `${title}|${bucketMs}|${series.map((s) => s.label).join(",")}`;
   const options = (width: number): uPlot.Options => {
     const colors = seriesColors();
@@ -47,11 +52,12 @@ export function UsageChart({ title, times, bucketMs, series, format = compact, t
           ticks: { show: false },
           font,
           size: 48,
+          ...(integer ? { incrs: WHOLE } : {}),
           values: (_u, splits) => splits.map((v) => format(v)),
         },
       ],
       series: [
-        { value: (_u, v) => (v == null ? "" : bucketLabel(v * 1000, bucketMs)) },
+        { label: bucketMs >= 86_400_000 ? "Day" : "Hour", value: (_u, v) => (v == null ? "" : bucketLabel(v * 1000, bucketMs)) },
         ...series.map((s, i) => ({
           label: s.label,
           stroke: s.strong ? cssVar("--text") : colors[i % colors.length],

@@ -138,6 +138,8 @@ describe("sentences", () => {
 
   it("says which organization a pinned request went to", () => {
     const s = routeSentence(decision({ route: "pinned", pin: { key: "k_a1", org: "org-a", exact: false } }), name);
-    expect(s).toContain("made by work (org-a) (organization org-a)");
+    expect(s).toBe(
+      "Pinned to organization: It replays encrypted reasoning that only the organization that produced it can read. The content was made by work (org-a).",
+    );
   });
 });

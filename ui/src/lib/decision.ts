@@ -143,7 +143,7 @@ export function refusalSentence(refusal: Refusal, name: KeyNamer = plain): strin
 export function routeSentence(d: Decision, name: KeyNamer = plain): string {
   const route = ROUTE[d.route] ?? { name: d.route, why: "" };
   if (d.route === "pinned" && d.pin) {
-    return `${route.name}: ${route.why} The content was made by ${name(d.pin.key)} (organization ${d.pin.org}).`;
+    return `${route.name}: ${route.why} The content was made by ${name(d.pin.key)}.`;
   }
   return `${route.name}: ${route.why}`;
 }

@@ -18,6 +18,13 @@ describe("numbers", () => {
     expect(compact(-1500)).toBe("-1.5k");
   });
 
+  it("rounds up into the larger unit instead of showing 1000M", () => {
+    expect(compact(999_999_999)).toBe("1B");
+    expect(compact(1e12)).toBe("1T");
+    expect(compact(999_700)).toBe("1M");
+    expect(compact(999.7)).toBe("1k");
+  });
+
   it("shows small shares with a decimal so 0.4 % does not read as zero", () => {
     expect(percent(0.865)).toBe("87%");
     expect(percent(0.004)).toBe("0.4%");

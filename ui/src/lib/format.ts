@@ -15,18 +15,23 @@ export function compact(n: number | null | undefined): string {
   const sign = n < 0 ? "-" : "";
   const a = Math.abs(n);
   const units: [number, string][] = [
+    [1e12, "T"],
     [1e9, "B"],
     [1e6, "M"],
     [1e3, "k"],
   ];
-  for (const [size, unit] of units) {
+  for (let i = 0; i < units.length; i++) {
+    const [size, unit] = units[i]!;
     if (a >= size) {
       const v = a / size;
+      // 999,999,999 is "1B", not "1000M": round up into the larger unit.
+      if (Math.round(v) >= 1000 && i > 0) return `${sign}1${units[i - 1]![1]}`;
       // One decimal below 10 (1.2k), none above (12k); never "10.0k".
       const text = v < 9.95 ? v.toFixed(1).replace(/\.0$/, "") : Math.round(v).toString();
       return `${sign}${text}${unit}`;
     }
   }
+  if (Math.round(a) >= 1000) return `${sign}1k`;
   return `${sign}${Math.round(a)}`;
 }
 

@@ -73,6 +73,7 @@ export function KeysView() {
           </button>
         </div>
       </header>
+      <div class="org-groups">
       {groups.map(([org, list]) => (
         <section class="org-group" key={org} data-testid="org-group" data-org={org}>
           <h2 class="org-title">
@@ -90,6 +91,7 @@ export function KeysView() {
           </div>
         </section>
       ))}
+      </div>
       <Dialog open={adding} onClose={() => setAdding(false)} title="Add a key" testid="add-key-dialog">
         <AddKeyForm />
       </Dialog>

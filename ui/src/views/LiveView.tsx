@@ -69,7 +69,7 @@ export function LiveView() {
             data-testid="live-pause"
             aria-pressed={frozen !== null}
           >
-            {frozen ? `Resume${newer ? ` (${newer} new)` : ""}` : "Pause"}
+            {frozen ? `Show new requests${newer ? ` (${newer})` : ""}` : "Hold the list"}
           </button>
         </div>
       </header>

@@ -166,6 +166,7 @@ export function UsageView() {
               bucketMs={model.step}
               testid="chart-cached"
               format={(v) => percent(v)}
+              integer={false}
               series={[{ label: "cached", values: pick((p) => (p.input_tokens > 0 ? p.cached_tokens / p.input_tokens : null)) }]}
             />
             <UsageChart title="Failed attempts by category" times={model.times} bucketMs={model.step} series={mapSeries((p) => p.failures)} testid="chart-errors" />
