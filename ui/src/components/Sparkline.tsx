@@ -1,3 +1,4 @@
+import { useMemo } from "preact/hooks";
 import type uPlot from "uplot";
 import { cssVar } from "../lib/theme";
 import { UPlot } from "./UPlot";
@@ -23,5 +24,6 @@ export function Sparkline({ times, values, label }: { times: number[]; values: n
     ],
     padding: [2, 0, 2, 0],
   });
-  return <UPlot options={options} data={[times, values]} shape="spark" class="sparkline" label={label} />;
+  const data = useMemo<uPlot.AlignedData>(() => [times, values], [times, values]);
+  return <UPlot options={options} data={data} shape="spark" class="sparkline" label={label} />;
 }

@@ -26,10 +26,10 @@ export function ConnectView() {
         </div>
         <p class="muted small">
           Clients send a Keymux client token, never an OpenAI key. Put one in the environment of the shell that runs
-          them:
+          them (or paste a token you create below):
         </p>
         <pre class="code small">
-          <code>export KEYMUX_TOKEN=…   # a token from the list below, or: keymux token show default</code>
+          <code>export KEYMUX_TOKEN=$(keymux token show default)</code>
         </pre>
       </div>
 

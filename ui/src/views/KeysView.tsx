@@ -1,3 +1,4 @@
+import { computed } from "@preact/signals";
 import { useEffect, useMemo, useState } from "preact/hooks";
 import { get } from "../api/client";
 import type { KeyInfo, UsageBody } from "../api/types";
@@ -8,6 +9,8 @@ import { KeyCard } from "../components/KeyCard";
 import { keys, now, status } from "../state/store";
 
 const HOUR = 3_600_000;
+/** The current hour: the sparklines move on once an hour, not with every tick of the clock. */
+const hourNow = computed(() => Math.floor(now.value / HOUR));
 
 /** Hourly requests per key fingerprint over the last 24 hours, zeros filled in. */
 function sparks(usage: UsageBody | null, nowMs: number): Map<string, { times: number[]; values: number[] }> {
@@ -50,7 +53,7 @@ export function KeysView() {
       clearInterval(timer);
     };
   }, []);
-  const hour = Math.floor(now.value / HOUR);
+  const hour = hourNow.value;
   const lines = useMemo(() => sparks(usage, hour * HOUR), [usage, hour]);
   const groups = useMemo(() => {
     const by = new Map<string, KeyInfo[]>();

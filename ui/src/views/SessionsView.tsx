@@ -94,12 +94,22 @@ export function SessionsView() {
                     <td data-label="Last seen" class="num">
                       {ago(s.last_seen_unix_ms, now.value)}
                     </td>
-                    <td data-label="Flags">
-                      <span class="badges">
-                        {s.rescued_items > 0 && <Tag tone="warn" title="Items dropped because their organization had no usable key">rescued {s.rescued_items}</Tag>}
-                        {s.refused > 0 && <Tag tone="bad" title={s.last_refusal ?? undefined}>refused {s.refused}</Tag>}
-                        {s.failed > 0 && <Tag tone="bad">failed {s.failed}</Tag>}
-                      </span>
+                    <td data-label="Flags" class="flags">
+                      {(s.rescued_items > 0 || s.refused > 0 || s.failed > 0) && (
+                        <span class="badges">
+                          {s.rescued_items > 0 && (
+                            <Tag tone="warn" title="Items dropped because their organization had no usable key">
+                              rescued {s.rescued_items}
+                            </Tag>
+                          )}
+                          {s.refused > 0 && (
+                            <Tag tone="bad" title={s.last_refusal ?? undefined}>
+                              refused {s.refused}
+                            </Tag>
+                          )}
+                          {s.failed > 0 && <Tag tone="bad">failed {s.failed}</Tag>}
+                        </span>
+                      )}
                     </td>
                   </tr>
                 );
