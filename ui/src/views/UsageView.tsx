@@ -4,6 +4,7 @@ import type { UsageBody, UsagePoint } from "../api/types";
 import { Notice } from "../components/Notice";
 import { UsageChart, type Series } from "../components/UsageChart";
 import { compact, count, percent } from "../lib/format";
+import { AFFINITY_SOURCE, AFFINITY_STATE, FAILURE } from "../lib/words";
 import { keysByFingerprint } from "../state/store";
 
 type Bucket = "hour" | "day";
@@ -13,6 +14,16 @@ const RANGE: Record<Bucket, { days: number; buckets: number; ms: number; label: 
 };
 
 type Counts = { [key in string]?: number };
+/** `prompt_cache_key/hit` → "cache key: hit", through the one table of words. */
+function affinityLabel(key: string): string {
+  const [source, state] = key.split("/");
+  const s = AFFINITY_SOURCE[source as keyof typeof AFFINITY_SOURCE] ?? source;
+  const t = AFFINITY_STATE[state as keyof typeof AFFINITY_STATE]?.name ?? state;
+  return source === "none" ? `${t}` : `${s}: ${t}`;
+}
+
+const failureLabel = (key: string) => FAILURE[key as keyof typeof FAILURE] ?? key;
+
 const sum = (m: Counts) => Object.values(m).reduce<number>((a, b) => a + (b ?? 0), 0);
 
 /** Requests, tokens, cache share, errors and affinity states, per hour or day, per key and in total. */
@@ -66,13 +77,14 @@ export function UsageView() {
     return { times, perKey, step };
   }, [usage, bucket]);
 
-  const scopes = model ? [...model.perKey.keys()].filter((k) => k !== "total") : [];
+  // In label order, so each key keeps its colour from one refresh to the next.
+  const scopes = model ? [...model.perKey.keys()].filter((k) => k !== "total").sort((a, b) => name(a).localeCompare(name(b))) : [];
   const rows = model?.perKey.get(scope) ?? null;
   const pick = (f: (p: UsagePoint) => number | null) => (rows ?? []).map((p) => (p ? f(p) : 0));
-  const mapSeries = (f: (p: UsagePoint) => Counts): Series[] => {
+  const mapSeries = (f: (p: UsagePoint) => Counts, label: (key: string) => string = (k) => k): Series[] => {
     const names = new Set<string>();
     for (const p of rows ?? []) if (p) for (const [k, v] of Object.entries(f(p))) if ((v ?? 0) > 0) names.add(k);
-    return [...names].sort().map((n) => ({ label: n, values: pick((p) => f(p)[n] ?? 0) }));
+    return [...names].sort().map((n) => ({ label: label(n), values: pick((p) => f(p)[n] ?? 0) }));
   };
 
   const totals = (rows ?? []).reduce(
@@ -169,8 +181,8 @@ export function UsageView() {
               integer={false}
               series={[{ label: "cached", values: pick((p) => (p.input_tokens > 0 ? p.cached_tokens / p.input_tokens : null)) }]}
             />
-            <UsageChart title="Failed attempts by category" times={model.times} bucketMs={model.step} series={mapSeries((p) => p.failures)} testid="chart-errors" />
-            <UsageChart title="Affinity states" times={model.times} bucketMs={model.step} series={mapSeries((p) => p.by_affinity)} testid="chart-affinity" />
+            <UsageChart title="Failed attempts by category" times={model.times} bucketMs={model.step} series={mapSeries((p) => p.failures, failureLabel)} testid="chart-errors" />
+            <UsageChart title="Affinity states" times={model.times} bucketMs={model.step} series={mapSeries((p) => p.by_affinity, affinityLabel)} testid="chart-affinity" />
             <UsageChart title="Answers by status" times={model.times} bucketMs={model.step} series={mapSeries((p) => p.by_status)} testid="chart-status" />
           </div>
         </>
