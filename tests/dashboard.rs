@@ -10,6 +10,7 @@
 
 mod support;
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -159,7 +160,13 @@ async fn the_dashboard_shows_what_the_gateway_does() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     println!("{stdout}");
-    println!("browser test took {:.1} s; screenshots in {}", started.elapsed().as_secs_f64(), shots.display());
+    // Straight to stderr, past the test harness's capture: a person looks at these screenshots.
+    let _ = writeln!(
+        std::io::stderr(),
+        "dashboard browser test took {:.1} s; screenshots in {}",
+        started.elapsed().as_secs_f64(),
+        shots.display()
+    );
     if !out.status.success() {
         let tail: String = {
             let log = served.log.lock().unwrap();
