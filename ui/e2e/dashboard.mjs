@@ -378,6 +378,28 @@ async function run() {
   await page.getByRole("button", { name: "I have copied it" }).click();
   if ((await page.locator("body").innerText()).includes(secret)) throw new Error("the token is still on the page");
 
+  step("Pause gateway: clients get 503 and every card says so; Resume brings them back");
+  await page.getByTestId("pause-toggle").click();
+  await page.getByText("Paused: new requests get 503").waitFor({ timeout: WAIT });
+  const pausedAnswer = await fetch(`${BASE}/responses`, {
+    method: "POST",
+    headers: { "content-type": "application/json", authorization: `Bearer ${TOKEN}` },
+    body: JSON.stringify({ model: "gpt-5.5", input: "while paused", store: false }),
+  });
+  await pausedAnswer.text();
+  if (pausedAnswer.status !== 503) throw new Error(`a request while paused got ${pausedAnswer.status}`);
+  await page.getByTestId("nav-keys").click();
+  await page.locator('[data-testid=key-card][data-label="c1"] [data-testid=key-health]', { hasText: "gateway paused" }).waitFor({ timeout: WAIT });
+  await page.getByTestId("pause-toggle").click();
+  await page.getByText("Paused: new requests get 503").waitFor({ state: "detached", timeout: WAIT });
+
+  step("Disable and Enable c1");
+  const c1 = page.locator('[data-testid=key-card][data-label="c1"]');
+  await c1.getByRole("button", { name: "Disable" }).click();
+  await c1.getByTestId("key-health").filter({ hasText: "disabled" }).waitFor({ timeout: WAIT });
+  await c1.getByRole("button", { name: "Enable" }).click();
+  await c1.getByTestId("key-health").filter({ hasText: "ready" }).waitFor({ timeout: WAIT });
+
   step("a flood of 600 requests: the live list stays bounded and the page keeps up");
   await page.getByTestId("nav-live").click();
   await page.getByTestId("live-table").waitFor({ timeout: WAIT });
@@ -465,6 +487,20 @@ async function run() {
       await shot("connect");
     }
   }
+  step("Remove d1: the dialog names it and what becomes of its pinned sessions");
+  await page.emulateMedia({ colorScheme: "light" });
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await page.getByTestId("nav-keys").click();
+  const d1Card = page.locator('[data-testid=key-card][data-label="d1"]');
+  await d1Card.getByRole("button", { name: "Remove" }).click();
+  const confirm = page.getByTestId("confirm-dialog").filter({ hasText: "Remove d1?" });
+  await confirm.waitFor({ timeout: WAIT });
+  const warning = await confirm.innerText();
+  if (!warning.includes("last key of org-d")) throw new Error(`the remove dialog says: ${warning}`);
+  await page.screenshot({ path: join(SHOTS, "light-1280x800-keys-remove.png") });
+  await confirm.getByRole("button", { name: "Remove key" }).click();
+  await d1Card.waitFor({ state: "detached", timeout: WAIT });
+
   stopWatching();
   await context.close();
 }
