@@ -30,6 +30,9 @@ const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-
 pub fn serve(uri: &Uri) -> Response<Body> {
     let path = uri.path();
     let (bytes, name): (Option<Cow<'static, [u8]>>, &str) = match find(path) {
+        // `/` is the page itself: its type comes from `index.html`, not from the bare path (which has
+        // no extension and would go out as a download).
+        Some(found) if path == "/" => (Some(found), "/index.html"),
         Some(found) => (Some(found), path),
         // The app routes on the client (`/keys`, `/usage`…): they all get the page.
         None if !path.starts_with("/assets/") => (find("/index.html"), "/index.html"),
@@ -109,5 +112,20 @@ impl Plain for (StatusCode, &'static str) {
         let mut response = Response::new(Body::from(self.1));
         *response.status_mut() = self.0;
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The login link redirects to `/`: it must be a page, whether the dashboard was built or not.
+    #[test]
+    fn the_root_is_served_as_html() {
+        for path in ["/", "/keys", "/index.html"] {
+            let response = serve(&Uri::from_static(path));
+            let kind = response.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+            assert!(kind.starts_with("text/html"), "{path} went out as {kind:?}");
+        }
     }
 }

@@ -1,0 +1,128 @@
+import { useRef, useState } from "preact/hooks";
+import { messageOf, post } from "../api/client";
+import type { KeyInfo, NewKey, Provider } from "../api/types";
+import { PROVIDER } from "../lib/words";
+import { refreshStatus } from "../state/store";
+import { Notice } from "./Notice";
+
+/**
+ * Adds a key. The secret is read from its field when the form is sent, goes to the gateway once and is
+ * cleared at once: it is never held in the page's state.
+ */
+export function AddKeyForm({ onDone }: { onDone?: () => void }) {
+  const secretRef = useRef<HTMLInputElement>(null);
+  const [label, setLabel] = useState("");
+  const [provider, setProvider] = useState<Provider>("openai");
+  const [baseUrl, setBaseUrl] = useState("");
+  const [org, setOrg] = useState("");
+  const [priority, setPriority] = useState("0");
+  const [budget, setBudget] = useState("");
+  const [busy, setBusy] = useState(false);
+  const [result, setResult] = useState<{ ok: boolean; text: string } | null>(null);
+
+  const submit = async (e: Event) => {
+    e.preventDefault();
+    const field = secretRef.current;
+    if (!field) return;
+    const body: NewKey = {
+      label: label.trim(),
+      provider,
+      base_url: baseUrl.trim() || null,
+      org: org.trim() || null,
+      priority: Number(priority) || 0,
+      daily_token_budget: budget.trim() ? Number(budget) : null,
+      models: [],
+      exclude_models: [],
+      secret: field.value,
+    };
+    field.value = "";
+    setBusy(true);
+    setResult(null);
+    try {
+      const added = await post<KeyInfo | null>("keys", body);
+      const where = added?.org ? ` Organization ${added.org}.` : "";
+      const health = added && added.health !== "ready" ? ` It is ${added.health.replace("_", " ")}.` : "";
+      setResult({ ok: true, text: `Key “${body.label}” added and probed.${where}${health}` });
+      setLabel("");
+      setBaseUrl("");
+      setOrg("");
+      setBudget("");
+      setPriority("0");
+      await refreshStatus();
+      onDone?.();
+    } catch (err) {
+      setResult({ ok: false, text: messageOf(err) });
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  return (
+    <form class="form add-key" onSubmit={submit} data-testid="add-key-form">
+      <div class="grid-2">
+        <label>
+          <span>Label</span>
+          <input name="label" required maxLength={64} placeholder="work" value={label} onInput={(e) => setLabel(e.currentTarget.value)} />
+        </label>
+        <label>
+          <span>Provider</span>
+          <select name="provider" value={provider} onChange={(e) => setProvider(e.currentTarget.value as Provider)}>
+            {(Object.keys(PROVIDER) as Provider[]).map((p) => (
+              <option key={p} value={p}>
+                {PROVIDER[p]}
+              </option>
+            ))}
+          </select>
+        </label>
+      </div>
+      <label>
+        <span>API key</span>
+        <input
+          ref={secretRef}
+          name="secret"
+          type="password"
+          required
+          autoComplete="off"
+          spellcheck={false}
+          placeholder={provider === "azure" ? "Azure resource key" : "sk-…"}
+        />
+        <small class="muted">Sent once to Keymux, which keeps it in the keychain. It is never shown again.</small>
+      </label>
+      <label>
+        <span>Base URL {provider === "azure" ? "(required for Azure)" : "(optional)"}</span>
+        <input
+          name="base_url"
+          type="url"
+          required={provider === "azure"}
+          placeholder={provider === "azure" ? "https://RESOURCE.openai.azure.com/openai/v1" : "default upstream"}
+          value={baseUrl}
+          onInput={(e) => setBaseUrl(e.currentTarget.value)}
+        />
+      </label>
+      <div class="grid-3">
+        <label>
+          <span>Organization</span>
+          <input name="org" placeholder="learned" value={org} onInput={(e) => setOrg(e.currentTarget.value)} />
+        </label>
+        <label>
+          <span>Priority</span>
+          <input name="priority" type="number" min={0} max={255} value={priority} onInput={(e) => setPriority(e.currentTarget.value)} />
+        </label>
+        <label>
+          <span>Daily tokens</span>
+          <input name="budget" type="number" min={1} placeholder="no budget" value={budget} onInput={(e) => setBudget(e.currentTarget.value)} />
+        </label>
+      </div>
+      <div class="actions">
+        <button type="submit" class="button primary" disabled={busy} data-testid="add-key-submit">
+          {busy ? "Adding and probing…" : "Add key"}
+        </button>
+      </div>
+      {result && (
+        <Notice kind={result.ok ? "ok" : "error"}>
+          <span data-testid="add-key-result">{result.text}</span>
+        </Notice>
+      )}
+    </form>
+  );
+}

@@ -1,0 +1,75 @@
+import { memo } from "preact/compat";
+import type { LiveRow } from "../lib/live";
+import { clock, compact, duration, percent } from "../lib/format";
+import { CLIENT } from "../lib/words";
+import { Badge } from "./Badge";
+
+interface Props {
+  row: LiveRow;
+  keyLabel: string;
+  keyOrg: string | null;
+  onOpen: (seq: number) => void;
+}
+
+function statusTone(status: number): string {
+  if (status >= 500) return "bad";
+  if (status === 429) return "warn";
+  if (status >= 400) return "bad";
+  return "ok";
+}
+
+/** One request in the Live table: click or Enter opens its decision. */
+export const DecisionRow = memo(function DecisionRow({ row, keyLabel, keyOrg, onOpen }: Props) {
+  const r = row.record;
+  const source = r ?? row.routed;
+  const usage = r?.usage;
+  const cached = usage && usage.input > 0 ? usage.cached / usage.input : null;
+  return (
+    <tr
+      class={`decision-row${r && r.status >= 400 ? " is-error" : ""}${r ? "" : " is-pending"}`}
+      tabIndex={0}
+      data-testid="decision-row"
+      data-seq={row.seq}
+      aria-label={`Request ${row.seq}: open its decision`}
+      onClick={() => onOpen(row.seq)}
+      onKeyDown={(e) => {
+        if (e.key === "Enter" || e.key === " ") {
+          e.preventDefault();
+          onOpen(row.seq);
+        }
+      }}
+    >
+      <td class="c-time num">{clock(row.at_unix_ms)}</td>
+      <td class="c-client">{source ? CLIENT[source.client] ?? source.client : "—"}</td>
+      <td class="c-model">
+        <code>{source?.model ?? "—"}</code>
+      </td>
+      <td class="c-key" data-testid="row-key">
+        <span class="key-label">{keyLabel}</span>
+        {keyOrg && <span class="org">{keyOrg}</span>}
+      </td>
+      <td class="c-badges">
+        <span class="badges">
+          {row.badges.map((b) => (
+            <Badge key={b} name={b} />
+          ))}
+        </span>
+      </td>
+      <td class="c-status num">
+        {r ? <span class={`status tone-${statusTone(r.status)}`}>{r.status}</span> : <span class="status tone-muted">…</span>}
+      </td>
+      <td class="c-ttfb num" title="Time to first byte">
+        {r ? duration(r.ttfb_ms) : ""}
+      </td>
+      <td class="c-dur num" title="Duration">
+        {r ? duration(r.duration_ms) : "in flight"}
+      </td>
+      <td class="c-tokens num" title="Tokens in and out">
+        {usage ? `${compact(usage.input)} → ${compact(usage.output)}` : ""}
+      </td>
+      <td class="c-cached num" title="Share of prompt tokens from the provider's cache">
+        {cached !== null ? percent(cached) : ""}
+      </td>
+    </tr>
+  );
+});

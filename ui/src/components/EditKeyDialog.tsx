@@ -1,0 +1,66 @@
+import { useState } from "preact/hooks";
+import { messageOf, patch } from "../api/client";
+import type { KeyChanges, KeyInfo } from "../api/types";
+import { refreshStatus } from "../state/store";
+import { Dialog } from "./Dialog";
+import { Notice } from "./Notice";
+
+/** Renames a key and changes its priority and daily budget. */
+export function EditKeyDialog({ info, onClose }: { info: KeyInfo; onClose: () => void }) {
+  const [label, setLabel] = useState(info.label);
+  const [priority, setPriority] = useState(String(info.priority));
+  const [budget, setBudget] = useState(info.daily_token_budget === null ? "" : String(info.daily_token_budget));
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<string | null>(null);
+
+  const submit = async (e: Event) => {
+    e.preventDefault();
+    const changes: KeyChanges = {};
+    if (label.trim() !== info.label) changes.label = label.trim();
+    if (Number(priority) !== info.priority) changes.priority = Number(priority);
+    const newBudget = budget.trim() ? Number(budget) : null;
+    if (newBudget !== info.daily_token_budget) changes.daily_token_budget = newBudget;
+    if (Object.keys(changes).length === 0) return onClose();
+    setBusy(true);
+    setError(null);
+    try {
+      await patch(`keys/${encodeURIComponent(info.id)}`, changes);
+      await refreshStatus();
+      onClose();
+    } catch (err) {
+      setError(messageOf(err));
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  return (
+    <Dialog open onClose={onClose} title={`Edit ${info.label}`} testid="edit-key-dialog">
+      <form class="form" onSubmit={submit}>
+        <label>
+          <span>Label</span>
+          <input required maxLength={64} value={label} onInput={(e) => setLabel(e.currentTarget.value)} />
+        </label>
+        <div class="grid-2">
+          <label>
+            <span>Priority (lower first)</span>
+            <input type="number" min={0} max={255} value={priority} onInput={(e) => setPriority(e.currentTarget.value)} />
+          </label>
+          <label>
+            <span>Daily token budget</span>
+            <input type="number" min={1} placeholder="no budget" value={budget} onInput={(e) => setBudget(e.currentTarget.value)} />
+          </label>
+        </div>
+        {error && <Notice kind="error">{error}</Notice>}
+        <div class="actions">
+          <button type="button" class="button" onClick={onClose}>
+            Cancel
+          </button>
+          <button type="submit" class="button primary" disabled={busy}>
+            {busy ? "Saving…" : "Save"}
+          </button>
+        </div>
+      </form>
+    </Dialog>
+  );
+}

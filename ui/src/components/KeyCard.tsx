@@ -1,0 +1,183 @@
+import { useState } from "preact/hooks";
+import { del, messageOf, post } from "../api/client";
+import type { KeyInfo, KeyTestBody } from "../api/types";
+import { compact, duration, percent } from "../lib/format";
+import { HEALTH, PROVIDER } from "../lib/words";
+import { keys, refreshStatus, status } from "../state/store";
+import { Tag } from "./Badge";
+import { ConfirmDialog } from "./ConfirmDialog";
+import { Countdown } from "./Countdown";
+import { EditKeyDialog } from "./EditKeyDialog";
+import { Bar, WindowGauge } from "./Gauge";
+import { Notice } from "./Notice";
+import { Sparkline } from "./Sparkline";
+
+interface Props {
+  info: KeyInfo;
+  spark: { times: number[]; values: number[] } | null;
+}
+
+/** One key: health, headroom, today's tokens, cache share, last day's requests, and what to do with it. */
+export function KeyCard({ info, spark }: Props) {
+  const [busy, setBusy] = useState<string | null>(null);
+  const [message, setMessage] = useState<{ ok: boolean; text: string } | null>(null);
+  const [editing, setEditing] = useState(false);
+  const [removing, setRemoving] = useState(false);
+  const paused = status.value?.gateway.paused ?? false;
+  const health = HEALTH[info.health] ?? { name: info.health, tone: "muted" as const };
+
+  const act = async (what: string, run: () => Promise<string>) => {
+    setBusy(what);
+    setMessage(null);
+    try {
+      setMessage({ ok: true, text: await run() });
+      await refreshStatus();
+    } catch (e) {
+      setMessage({ ok: false, text: messageOf(e) });
+    } finally {
+      setBusy(null);
+    }
+  };
+  const path = `keys/${encodeURIComponent(info.id)}`;
+  const test = () =>
+    act("test", async () => {
+      const t = await post<KeyTestBody>(`${path}/test`);
+      const head = t.ok ? "Works" : "Failed";
+      const org = t.org ? `, organization ${t.org}` : "";
+      return `${head}${t.status ? ` (${t.status}${org})` : org} in ${duration(t.duration_ms)}: ${t.message}`;
+    }).then(() => undefined);
+  const toggle = () =>
+    act("toggle", async () => {
+      const on = info.health === "disabled";
+      await post(`${path}/${on ? "enable" : "disable"}`);
+      return on ? "Enabled: it takes requests again." : "Disabled: it takes no new requests.";
+    });
+  const remove = async () => {
+    setBusy("remove");
+    try {
+      await del(path);
+      setRemoving(false);
+      await refreshStatus();
+    } catch (e) {
+      setRemoving(false);
+      setMessage({ ok: false, text: messageOf(e) });
+    } finally {
+      setBusy(null);
+    }
+  };
+
+  // A test result says whether it worked; a failed test is not an error of the page.
+  const testFailed = message?.ok && message.text.startsWith("Failed");
+  const sameOrg = keys.value.filter((k) => k.id !== info.id && k.org && k.org === info.org);
+  const budget = info.daily_token_budget;
+
+  return (
+    <article class={`key-card health-${info.health}`} data-testid="key-card" data-key-id={info.id} data-label={info.label}>
+      <header class="key-head">
+        <div class="key-title">
+          <h3>{info.label}</h3>
+          {info.provider !== "openai" && <Tag tone="muted">{PROVIDER[info.provider]}</Tag>}
+        </div>
+        <div class="key-health" data-testid="key-health">
+          <Tag tone={health.tone}>
+            {health.name}
+            {info.until_unix_ms !== null && (info.health === "cooling" || info.health === "quota_exhausted") && (
+              <>
+                {" "}
+                <span data-testid="key-countdown">
+                  <Countdown until={info.until_unix_ms} />
+                </span>
+              </>
+            )}
+          </Tag>
+          {paused && <Tag tone="warn">gateway paused</Tag>}
+        </div>
+      </header>
+      <p class="key-meta">
+        <code title="Short keyed fingerprint of the secret (never the key)">{info.fingerprint}</code>
+        <span>priority {info.priority}</span>
+        {info.in_flight > 0 && <span class="num">{info.in_flight} in flight</span>}
+        {info.source !== "keychain" && <span>from {info.source}</span>}
+      </p>
+
+      <div class="gauges">
+        <WindowGauge title="Requests" window={info.requests_window} />
+        <WindowGauge title="Tokens" window={info.tokens_window} />
+      </div>
+
+      <div class="key-stats">
+        <div class="key-stat">
+          <span class="muted small">Today</span>
+          <span class="num">
+            {compact(info.tokens_today)}
+            {budget !== null ? <span class="muted"> / {compact(budget)}</span> : <span class="muted"> tokens</span>}
+          </span>
+          {budget !== null && <Bar left={1 - info.tokens_today / Math.max(1, budget)} label="Daily budget left" />}
+        </div>
+        <div class="key-stat">
+          <span class="muted small">Cached</span>
+          <span class="num">{percent(info.cached_ratio)}</span>
+        </div>
+        <div class="key-stat">
+          <span class="muted small">Served</span>
+          <span class="num">
+            {compact(info.served)}
+          </span>
+          {info.failed > 0 && <span class="muted small">{compact(info.failed)} failed</span>}
+        </div>
+      </div>
+
+      <div class="spark-wrap" title="Requests per hour, last 24 hours">
+        {spark ? <Sparkline times={spark.times} values={spark.values} label={`${info.label}: requests per hour, last 24 hours`} /> : <div class="sparkline" />}
+      </div>
+
+      {info.unavailable_models.length > 0 && (
+        <p class="small muted">Provider lacks: {info.unavailable_models.join(", ")}</p>
+      )}
+
+      <footer class="key-actions">
+        <button type="button" class="button small" onClick={test} disabled={busy !== null} data-testid="key-test">
+          {busy === "test" ? "Testing…" : "Test"}
+        </button>
+        <button type="button" class="button small" onClick={() => setEditing(true)} disabled={busy !== null}>
+          Edit
+        </button>
+        <button type="button" class="button small" onClick={toggle} disabled={busy !== null}>
+          {info.health === "disabled" ? "Enable" : "Disable"}
+        </button>
+        <button type="button" class="button small danger-ghost" onClick={() => setRemoving(true)} disabled={busy !== null}>
+          Remove
+        </button>
+      </footer>
+      {message && (
+        <Notice kind={!message.ok || testFailed ? "error" : "ok"}>
+          <span data-testid="key-message">{message.text}</span>
+        </Notice>
+      )}
+
+      {editing && <EditKeyDialog info={info} onClose={() => setEditing(false)} />}
+      <ConfirmDialog
+        open={removing}
+        title={`Remove ${info.label}?`}
+        confirm="Remove key"
+        busy={busy === "remove"}
+        onConfirm={remove}
+        onCancel={() => setRemoving(false)}
+      >
+        <p>
+          <strong>{info.label}</strong>
+          {info.org ? ` (${info.org})` : ""} leaves the pool now; requests it is serving finish.{" "}
+          {info.source === "environment"
+            ? "It came from the environment, so it is back at the next start."
+            : "Its secret is deleted from the keychain."}
+        </p>
+        <p>
+          {sameOrg.length > 0
+            ? `Sessions pinned to ${info.org} go on with its other key${sameOrg.length === 1 ? "" : "s"} (${sameOrg.map((k) => k.label).join(", ")}).`
+            : `It is the last key of ${info.org ?? "its organization"}: sessions pinned to it lose the encrypted reasoning only that organization can read. Keymux drops those items and the conversations go on, or refuses them if the lost-organization policy says fail.`}{" "}
+          Conversations continuing a stored response on this key cannot continue.
+        </p>
+      </ConfirmDialog>
+    </article>
+  );
+}

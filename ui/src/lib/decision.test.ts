@@ -1,0 +1,145 @@
+import { describe, expect, it } from "vitest";
+import type { Decision, RequestRecord } from "../api/types";
+import { badges, reasonSentence, refusalSentence, routeSentence } from "./decision";
+
+function decision(over: Partial<Decision> = {}): Decision {
+  return {
+    seq: 1,
+    choice: "k_a1",
+    fallbacks: [],
+    reasons: [],
+    affinity_source: "none",
+    affinity_state: "no_signal",
+    continuity_hit: false,
+    pin: null,
+    rescued_orgs: [],
+    refusal: null,
+    route: "balanced",
+    ...over,
+  };
+}
+
+function record(d: Partial<Decision>, over: Partial<RequestRecord> = {}): RequestRecord {
+  return {
+    at_unix_ms: 0,
+    operation: "responses_create",
+    transport: "http",
+    client: "codex_exec",
+    session: null,
+    model: "gpt-5.5",
+    stream: true,
+    decision: decision(d),
+    attempts: [{ key: "k_a1", status: 200, failure: null, duration_ms: 40, message: null }],
+    served_by: "k_a1",
+    status: 200,
+    error: null,
+    upstream_code: null,
+    rescued_items: 0,
+    ttfb_ms: 40,
+    duration_ms: 90,
+    usage: { input: 100, cached: 0, output: 10 },
+    ...over,
+  };
+}
+
+const names: Record<string, string> = { k_a1: "work (org-a)", k_b1: "personal (org-b)" };
+const name = (id: string) => names[id] ?? id;
+
+describe("badges", () => {
+  it("marks a request that replays encrypted reasoning as pinned", () => {
+    const r = record({ route: "pinned", pin: { key: "k_a1", org: "org-a", exact: true } });
+    expect(badges(r)).toEqual(["ENCRYPTED PIN"]);
+  });
+
+  it("marks a previous_response_id request as continuity", () => {
+    expect(badges(record({ route: "continuity", continuity_hit: true }))).toEqual(["CONTINUITY"]);
+  });
+
+  it("tells a cache-key hit from a prefix hit", () => {
+    const viaKey = record({ route: "affinity", affinity_source: "prompt_cache_key", affinity_state: "hit" });
+    const viaPrefix = record({ route: "affinity", affinity_source: "prompt_prefix", affinity_state: "hit" });
+    expect(badges(viaKey)).toEqual(["CACHE HIT"]);
+    expect(badges(viaPrefix)).toEqual(["PREFIX HIT"]);
+  });
+
+  it("marks a new session as a cache miss and balanced", () => {
+    const r = record({ affinity_source: "prompt_cache_key", affinity_state: "cache_miss" });
+    expect(badges(r)).toEqual(["CACHE MISS", "BALANCED"]);
+  });
+
+  it("marks a rescue from either the decision or the dropped items", () => {
+    expect(badges(record({ rescued_orgs: ["org-c"] }))).toContain("RESCUED");
+    expect(badges(record({}, { rescued_items: 2 }))).toContain("RESCUED");
+  });
+
+  it("marks failover only when more than one key was tried", () => {
+    const one = record({});
+    const two = record(
+      {},
+      {
+        attempts: [
+          { key: "k_a1", status: 429, failure: "rate_limited", duration_ms: 5, message: "slow down" },
+          { key: "k_b1", status: 200, failure: null, duration_ms: 30, message: null },
+        ],
+      },
+    );
+    expect(badges(one)).not.toContain("FAILOVER");
+    expect(badges(two)).toContain("FAILOVER");
+  });
+
+  it("marks cooling from a skipped cooling key or an all-cooling refusal", () => {
+    const skipped = record({
+      reasons: [{ rule: "skipped", key: "k_b1", why: { kind: "cooling", remaining_ms: 3000 } }],
+    });
+    const refused = record({
+      route: "refused",
+      choice: null,
+      refusal: { kind: "all_cooling", retry_after_secs: 4, cooling: 2 },
+    });
+    const disabled = record({ reasons: [{ rule: "skipped", key: "k_b1", why: { kind: "disabled" } }] });
+    expect(badges(skipped)).toContain("COOLING");
+    expect(badges(refused)).toEqual(["COOLING", "REFUSED"]);
+    expect(badges(disabled)).not.toContain("COOLING");
+  });
+
+  it("reads a decision still in flight (no attempts yet)", () => {
+    expect(badges({ decision: decision() })).toEqual(["BALANCED"]);
+  });
+});
+
+describe("sentences", () => {
+  it("names keys by label and organization in every reason", () => {
+    expect(
+      reasonSentence({ rule: "skipped", key: "k_b1", why: { kind: "cooling", remaining_ms: 61_000 } }, name),
+    ).toBe("personal (org-b) was skipped: it is rate limited for another 1m 01s.");
+    expect(reasonSentence({ rule: "pinned_to_org", key: "k_a1", org_keys: 2, usable: 1 }, name)).toBe(
+      "Its encrypted reasoning was made by work (org-a); only its organization can read it (1 of 2 keys usable).",
+    );
+    expect(reasonSentence({ rule: "continuity_binding", key: "k_a1" }, name)).toContain("work (org-a)");
+  });
+
+  it("names the chosen key in the headroom reason", () => {
+    const s = reasonSentence({ rule: "most_headroom", headroom_permille: 875, in_flight: 2, candidates: 3 }, name, "k_a1");
+    expect(s).toBe(
+      "work (org-a) had the most headroom for its load (87.5% of its tighter window left, 2 in flight), of 3 usable keys.",
+    );
+  });
+
+  it("shows an unknown reason as its JSON rather than blank", () => {
+    const future = { rule: "something_new", detail: 3 } as unknown as Parameters<typeof reasonSentence>[0];
+    expect(reasonSentence(future)).toBe('({"rule":"something_new","detail":3})');
+  });
+
+  it("says when the first cooling key frees", () => {
+    expect(refusalSentence({ kind: "all_cooling", retry_after_secs: 90, cooling: 3 })).toBe(
+      "All 3 usable keys are rate limited; the first frees in 1m 30s.",
+    );
+  });
+
+  it("says which organization a pinned request went to", () => {
+    const s = routeSentence(decision({ route: "pinned", pin: { key: "k_a1", org: "org-a", exact: false } }), name);
+    expect(s).toBe(
+      "Pinned to organization: It replays encrypted reasoning that only the organization that produced it can read. The content was made by work (org-a).",
+    );
+  });
+});

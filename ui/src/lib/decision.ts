@@ -1,0 +1,161 @@
+// What a routing decision says, in badges for a row and in sentences for the drawer.
+
+import type { Decision, Reason, Refusal, RequestRecord, SkipWhy } from "../api/types";
+import { countdown } from "./format";
+import { AFFINITY_SOURCE, AFFINITY_STATE, ROUTE, type Tone } from "./words";
+
+/** Every badge a row can show, in the order it shows them. */
+export const BADGES = {
+  "ENCRYPTED PIN": { tone: "violet", title: "Pinned to the organization that can read its encrypted reasoning" },
+  CONTINUITY: { tone: "accent", title: "Bound to the key that holds the response it continues" },
+  "CACHE HIT": { tone: "ok", title: "Sent to the key whose prompt cache is warm for this session (prompt_cache_key)" },
+  "PREFIX HIT": { tone: "teal", title: "Sent to the key whose prompt cache is warm for this prompt prefix" },
+  "CACHE MISS": { tone: "muted", title: "A cache signal, but nothing remembered for it yet" },
+  BALANCED: { tone: "muted", title: "Placed by headroom and load alone" },
+  RESCUED: { tone: "warn", title: "Items its organization could read were dropped: no key of that organization was usable" },
+  FAILOVER: { tone: "warn", title: "The first key failed before any byte reached the client; another key answered" },
+  COOLING: { tone: "info", title: "A rate-limited key was skipped" },
+  REFUSED: { tone: "bad", title: "No key could take it" },
+} as const satisfies Record<string, { tone: Tone; title: string }>;
+
+export type BadgeName = keyof typeof BADGES;
+
+export const BADGE_NAMES = Object.keys(BADGES) as BadgeName[];
+
+/** The part of a record badges are read from: a finished record, or a decision still in flight. */
+export interface BadgeInput {
+  decision: Decision;
+  attempts?: RequestRecord["attempts"];
+  rescued_items?: number;
+}
+
+/** The badges of a request, from its decision and (once finished) its attempts. */
+export function badges(r: BadgeInput): BadgeName[] {
+  const d = r.decision;
+  const out: BadgeName[] = [];
+  if (d.route === "pinned" || d.pin !== null) out.push("ENCRYPTED PIN");
+  if (d.continuity_hit) out.push("CONTINUITY");
+  if (d.affinity_state === "hit") {
+    if (d.affinity_source === "prompt_cache_key") out.push("CACHE HIT");
+    else if (d.affinity_source === "prompt_prefix") out.push("PREFIX HIT");
+  }
+  if (d.affinity_state === "cache_miss") out.push("CACHE MISS");
+  if (d.route === "balanced") out.push("BALANCED");
+  if (d.rescued_orgs.length > 0 || (r.rescued_items ?? 0) > 0) out.push("RESCUED");
+  if ((r.attempts?.length ?? 0) > 1) out.push("FAILOVER");
+  const skippedCooling = d.reasons.some((x) => x.rule === "skipped" && x.why.kind === "cooling");
+  if (skippedCooling || d.refusal?.kind === "all_cooling") out.push("COOLING");
+  if (d.route === "refused") out.push("REFUSED");
+  return out;
+}
+
+/** Names a key for a sentence: its label and organization, or its id when it is gone. */
+export type KeyNamer = (id: string) => string;
+
+const plain: KeyNamer = (id) => id;
+
+function skipWhy(why: SkipWhy): string {
+  switch (why.kind) {
+    case "cooling":
+      return `it is rate limited for another ${countdown(why.remaining_ms)}`;
+    case "invalid":
+      return "the provider rejected it";
+    case "disabled":
+      return "it is switched off";
+    case "quota_exhausted":
+      return `it is out of quota, tried again in ${countdown(why.remaining_ms)}`;
+    case "model_unavailable":
+      return "it does not serve this model";
+    case "near_exhaustion":
+      return `a rate-limit window is used up until it refills in ${countdown(why.reset_ms)}`;
+    case "over_budget":
+      return "it is over its daily token budget";
+    default:
+      return unknown(why);
+  }
+}
+
+/** One reason, as a sentence. */
+export function reasonSentence(reason: Reason, name: KeyNamer = plain, choice?: string | null): string {
+  switch (reason.rule) {
+    case "most_headroom": {
+      const who = choice ? name(choice) : "The chosen key";
+      const share = `${(reason.headroom_permille / 10).toFixed(reason.headroom_permille % 10 ? 1 : 0)}%`;
+      const among = reason.candidates === 1 ? "the only usable key" : `of ${reason.candidates} usable keys`;
+      return `${who} had the most headroom for its load (${share} of its tighter window left, ${reason.in_flight} in flight), ${among}.`;
+    }
+    case "priority_tier":
+      return `Only priority tier ${reason.tier} was used: the lowest tier with a usable key takes unpinned traffic.`;
+    case "budget_overrun":
+      return "Every usable key is over its daily budget; budgets are soft, so they serve anyway.";
+    case "fewest_recent_starts":
+      return `${reason.tied} keys were tied on load; the one that recently started the fewest sessions was chosen.`;
+    case "continuity_binding":
+      return `It continues a response stored with ${name(reason.key)}, so only that key can serve it.`;
+    case "unmarked_response_id":
+      return "It names a response id Keymux did not mark, so it was routed normally and may miss the key that holds it.";
+    case "web_socket_bound":
+      return `Its WebSocket is bound to ${name(reason.key)}.`;
+    case "session_hint":
+      return `Its session was last served by ${name(reason.key)}; ${reason.usable} key${reason.usable === 1 ? "" : "s"} of that organization ${reason.usable === 1 ? "is" : "are"} usable.`;
+    case "soft_affinity":
+      return `${name(reason.key)} served this prompt last, so it was preferred to keep the prompt cache warm.`;
+    case "soft_target_unavailable":
+      return `${name(reason.key)} served this prompt last but could not take it now.`;
+    case "warm_organization":
+      return "Another key of the remembered key's organization was used: the prompt cache is shared per organization.";
+    case "pinned_to_org":
+      return `Its encrypted reasoning was made by ${name(reason.key)}; only its organization can read it (${reason.usable} of ${reason.org_keys} key${reason.org_keys === 1 ? "" : "s"} usable).`;
+    case "rescued":
+      return `No key of ${name(reason.key)}'s organization was usable, so the items only it can read were dropped.`;
+    case "foreign_markers_stripped":
+      return `${reason.count} marker${reason.count === 1 ? "" : "s"} from another Keymux install ${reason.count === 1 ? "was" : "were"} removed without routing on ${reason.count === 1 ? "it" : "them"}.`;
+    case "affinity_off":
+      return "Encrypted-content pinning is switched off: markers were removed but not used.";
+    case "skipped":
+      return `${name(reason.key)} was skipped: ${skipWhy(reason.why)}.`;
+    default:
+      return unknown(reason);
+  }
+}
+
+/** Why a request was refused, as a sentence. */
+export function refusalSentence(refusal: Refusal, name: KeyNamer = plain): string {
+  switch (refusal.kind) {
+    case "mixed_orgs":
+      return `It replays encrypted content of ${refusal.keys.length} organizations (${refusal.keys.map(name).join(", ")}); no key can read them all.`;
+    case "continuity_lost":
+      return `The key that holds the response it continues, ${name(refusal.key)}, cannot serve (removed, rejected or disabled).`;
+    case "lost_org":
+      return `The organization of ${name(refusal.key)} has no usable key, and the policy is to fail rather than drop its items.`;
+    case "no_keys":
+      return "The pool has no keys. Add one on the Keys page.";
+    case "all_cooling":
+      return `All ${refusal.cooling} usable key${refusal.cooling === 1 ? " is" : "s are"} rate limited; the first frees in ${countdown(refusal.retry_after_secs * 1000)}.`;
+    case "no_usable_key":
+      return `No key is usable: ${refusal.unusable} ${refusal.unusable === 1 ? "is" : "are"} rejected or switched off.`;
+    default:
+      return unknown(refusal);
+  }
+}
+
+/** The route and why, in words. */
+export function routeSentence(d: Decision, name: KeyNamer = plain): string {
+  const route = ROUTE[d.route] ?? { name: d.route, why: "" };
+  if (d.route === "pinned" && d.pin) {
+    return `${route.name}: ${route.why} The content was made by ${name(d.pin.key)}.`;
+  }
+  return `${route.name}: ${route.why}`;
+}
+
+/** What became of the prompt-cache signal, in words. */
+export function affinitySentence(d: Decision): string {
+  const state = AFFINITY_STATE[d.affinity_state] ?? { name: d.affinity_state, why: "" };
+  if (d.affinity_source === "none") return state.why;
+  return `Signal from ${AFFINITY_SOURCE[d.affinity_source]}: ${state.name}. ${state.why}`;
+}
+
+/** A value the generated types did not know about when this was built: shown, never blank. */
+function unknown(value: unknown): string {
+  return `(${JSON.stringify(value)})`;
+}

@@ -1,0 +1,185 @@
+// The dashboard's state: what the gateway said last (status), the live requests from the event stream,
+// and a clock corrected for the gateway's. Everything is a signal; every collection is bounded.
+
+import { batch, computed, signal } from "@preact/signals";
+import { get, loggedOut, messageOf, startSession } from "../api/client";
+import type { DecisionsBody, Envelope, KeyInfo, StatusBody } from "../api/types";
+import { EventCursor, LIVE_CAPACITY, LiveRows, type LiveRow } from "../lib/live";
+
+/** The gateway and its keys, as last read. */
+export const status = signal<StatusBody | null>(null);
+/** Why the status could not be read, if it could not. */
+export const statusError = signal<string | null>(null);
+/** The latest requests, newest first (at most `LIVE_CAPACITY`). */
+export const live = signal<LiveRow[]>([]);
+/** The event stream's state. */
+export const stream = signal<"connecting" | "open" | "retrying">("connecting");
+/** Events the stream lost (the Live view says so), or null. */
+export const lagged = signal<number | null>(null);
+/** Bumped when client tokens change, so the Connect view reloads its list. */
+export const tokensVersion = signal(0);
+/** Bumped when any request finishes (views that poll may refresh sooner). */
+export const finishedCount = signal(0);
+
+/** The gateway's clock minus ours, so countdowns agree with the gateway. */
+let skewMs = 0;
+/** Now on the gateway's clock, ticking once a second (only for countdowns). */
+export const now = signal(Date.now());
+
+export const keys = computed<KeyInfo[]>(() => status.value?.keys ?? []);
+export const keysById = computed(() => new Map(keys.value.map((k) => [k.id, k])));
+export const keysByFingerprint = computed(() => new Map(keys.value.map((k) => [k.fingerprint, k])));
+
+/** "label · org" for a key id, or the id itself when the key is gone. */
+export function keyName(id: string | null | undefined): string {
+  if (!id) return "—";
+  const k = keysById.value.get(id);
+  if (!k) return id;
+  return k.org ? `${k.label} (${k.org})` : k.label;
+}
+
+const rows = new LiveRows(LIVE_CAPACITY);
+let cursor = new EventCursor();
+let source: EventSource | null = null;
+let frame = 0;
+let statusTimer: ReturnType<typeof setTimeout> | null = null;
+let retryTimer: ReturnType<typeof setTimeout> | null = null;
+let retryDelay = 1000;
+
+/** Publishes the rows at most once per frame, however many events arrived. */
+function publish(): void {
+  if (frame) return;
+  frame = requestAnimationFrame(() => {
+    frame = 0;
+    live.value = rows.list();
+  });
+}
+
+export async function refreshStatus(): Promise<void> {
+  try {
+    const body = await get<StatusBody>("status");
+    skewMs = body.gateway.now_unix_ms - Date.now();
+    batch(() => {
+      status.value = body;
+      statusError.value = null;
+      now.value = Date.now() + skewMs;
+    });
+  } catch (e) {
+    statusError.value = messageOf(e);
+  }
+}
+
+/** Reads the status soon, once, however many events asked for it. */
+export function scheduleStatus(delayMs = 150): void {
+  if (statusTimer) return;
+  statusTimer = setTimeout(() => {
+    statusTimer = null;
+    void refreshStatus();
+  }, delayMs);
+}
+
+async function loadRecent(): Promise<void> {
+  try {
+    const body = await get<DecisionsBody>(`decisions?limit=${LIVE_CAPACITY}`);
+    for (const record of body.data) rows.finished(record);
+    publish();
+  } catch (e) {
+    statusError.value = messageOf(e);
+  }
+}
+
+function onEvent(envelope: Envelope): void {
+  if (!cursor.accept(envelope)) return;
+  switch (envelope.type) {
+    case "routed":
+    case "finished":
+      rows.apply(envelope);
+      if (envelope.type === "finished") finishedCount.value++;
+      publish();
+      break;
+    case "key":
+      scheduleStatus();
+      break;
+    case "gateway":
+      if (envelope.data.kind === "token_created" || envelope.data.kind === "token_revoked") tokensVersion.value++;
+      scheduleStatus();
+      break;
+    case "lagged":
+      // The stream dropped events for us: say so, and read again what they would have told.
+      lagged.value = (lagged.value ?? 0) + envelope.data.missed;
+      scheduleStatus(0);
+      void loadRecent();
+      break;
+  }
+}
+
+const EVENT_TYPES = ["routed", "finished", "key", "gateway", "lagged"] as const;
+
+function connect(): void {
+  source?.close();
+  const es = new EventSource(cursor.url());
+  source = es;
+  stream.value = "connecting";
+  es.onopen = () => {
+    stream.value = "open";
+    retryDelay = 1000;
+  };
+  const handler = (e: MessageEvent<string>) => {
+    try {
+      onEvent(JSON.parse(e.data) as Envelope);
+    } catch {
+      // A frame that is not an envelope: nothing to show.
+    }
+  };
+  for (const type of EVENT_TYPES) es.addEventListener(type, handler as EventListener);
+  es.onerror = () => {
+    // Reconnect ourselves, resuming after the last event seen (the browser's own retry would resume
+    // from the first URL's `after`).
+    es.close();
+    if (source !== es) return;
+    source = null;
+    stream.value = "retrying";
+    if (retryTimer) clearTimeout(retryTimer);
+    retryTimer = setTimeout(async () => {
+      retryTimer = null;
+      try {
+        if (!(await startSession())) return; // logged out: the login screen takes over
+      } catch {
+        // Gateway unreachable: try again later.
+      }
+      if (!loggedOut.value) connect();
+    }, retryDelay);
+    retryDelay = Math.min(retryDelay * 2, 15_000);
+  };
+}
+
+let started = false;
+
+/** Logs the page in (reads the CSRF token), loads the state and opens the event stream. */
+export async function start(): Promise<boolean> {
+  if (started) return true;
+  let ok: boolean;
+  try {
+    ok = await startSession();
+  } catch (e) {
+    statusError.value = messageOf(e);
+    return false;
+  }
+  if (!ok) return false;
+  started = true;
+  await refreshStatus();
+  // Resume the stream from the status's event id, so nothing between the two reads is missed; the
+  // recent records and any replayed events are merged by request number.
+  const after = status.value?.gateway.last_event_id ?? 0;
+  cursor = new EventCursor(after);
+  connect();
+  await loadRecent();
+  setInterval(() => {
+    now.value = Date.now() + skewMs;
+  }, 1000);
+  setInterval(() => {
+    if (document.visibilityState === "visible") void refreshStatus();
+  }, 10_000);
+  addEventListener("pagehide", () => source?.close());
+  return true;
+}

@@ -1,0 +1,70 @@
+import { useState } from "preact/hooks";
+import { CopyButton } from "../components/CopyButton";
+import { TokenList } from "../components/TokenList";
+import { codexConfig, piModels } from "../lib/snippets";
+import { status } from "../state/store";
+
+/** What to paste into Codex and pi, and the client tokens they use. */
+export function ConnectView() {
+  const [websockets, setWebsockets] = useState(false);
+  const base = status.value?.gateway.base_url ?? "http://127.0.0.1:8787/v1";
+  const codex = codexConfig(base, websockets);
+  const pi = piModels(base);
+  return (
+    <section class="view connect" aria-labelledby="connect-title">
+      <header class="view-head">
+        <h1 id="connect-title">Connect</h1>
+      </header>
+
+      <div class="card">
+        <h2>Base URL</h2>
+        <div class="secret-row">
+          <code class="base-url" data-testid="base-url">
+            {base}
+          </code>
+          <CopyButton text={base} />
+        </div>
+        <p class="muted small">
+          Clients send a Keymux client token, never an OpenAI key. Put one in the environment of the shell that runs
+          them (or paste a token you create below):
+        </p>
+        <pre class="code small">
+          <code>export KEYMUX_TOKEN=$(keymux token show default)</code>
+        </pre>
+      </div>
+
+      <div class="card">
+        <div class="card-head">
+          <h2>
+            Codex CLI <span class="muted small">~/.codex/config.toml</span>
+          </h2>
+          <CopyButton text={codex} />
+        </div>
+        <pre class="code" data-testid="codex-snippet">
+          {codex}
+        </pre>
+        <label class="check">
+          <input type="checkbox" checked={websockets} onChange={(e) => setWebsockets(e.currentTarget.checked)} data-testid="ws-toggle" />
+          <span>Use the Responses WebSocket (supports_websockets = true)</span>
+        </label>
+      </div>
+
+      <div class="card">
+        <div class="card-head">
+          <h2>
+            pi <span class="muted small">$PI_CODING_AGENT_DIR/models.json</span>
+          </h2>
+          <CopyButton text={pi} />
+        </div>
+        <pre class="code" data-testid="pi-snippet">
+          {pi}
+        </pre>
+      </div>
+
+      <div class="card">
+        <h2>Client tokens</h2>
+        <TokenList />
+      </div>
+    </section>
+  );
+}

@@ -1,0 +1,196 @@
+import { useCallback, useMemo, useState } from "preact/hooks";
+import type { ClientKind } from "../api/types";
+import { BADGE_NAMES, type BadgeName } from "../lib/decision";
+import type { LiveRow } from "../lib/live";
+import { CLIENT } from "../lib/words";
+import { DecisionDrawer } from "../components/DecisionDrawer";
+import { DecisionRow } from "../components/DecisionRow";
+import { FirstKey } from "../components/FirstKey";
+import { keys, keysById, lagged, live, status } from "../state/store";
+
+/** The most rows drawn at once; the store keeps more for filtering. */
+const DRAWN = 200;
+
+interface Filters {
+  client: ClientKind | "";
+  key: string;
+  org: string;
+  state: BadgeName | "";
+  errors: boolean;
+}
+
+const NONE: Filters = { client: "", key: "", org: "", state: "", errors: false };
+
+function keyOf(row: LiveRow): string | null {
+  return row.record?.served_by ?? row.record?.decision.choice ?? row.routed?.decision.choice ?? null;
+}
+
+/** Every request as it is routed and finished, newest first; pausable and filterable. */
+export function LiveView() {
+  const [filters, setFilters] = useState<Filters>(NONE);
+  const [frozen, setFrozen] = useState<LiveRow[] | null>(null);
+  const [openSeq, setOpenSeq] = useState<number | null>(null);
+  const byId = keysById.value;
+  const all = frozen ?? live.value;
+  const orgs = useMemo(() => [...new Set(keys.value.map((k) => k.org).filter((o): o is string => !!o))].sort(), [keys.value]);
+
+  const shown = useMemo(() => {
+    const f = filters;
+    if (!f.client && !f.key && !f.org && !f.state && !f.errors) return all;
+    return all.filter((row) => {
+      const source = row.record ?? row.routed;
+      if (f.client && source?.client !== f.client) return false;
+      const k = keyOf(row);
+      if (f.key && k !== f.key) return false;
+      if (f.org && (k ? byId.get(k)?.org : null) !== f.org) return false;
+      if (f.state && !row.badges.includes(f.state)) return false;
+      if (f.errors && !(row.record && (row.record.status >= 400 || row.record.attempts.some((a) => a.failure)))) return false;
+      return true;
+    });
+  }, [all, filters, byId]);
+
+  const open = useCallback((seq: number) => setOpenSeq(seq), []);
+  // The drawer follows the row: a request still in flight fills in when it finishes.
+  const openRow = openSeq === null ? null : ((frozen ?? live.value).find((r) => r.seq === openSeq) ?? null);
+  const set = (patch: Partial<Filters>) => setFilters({ ...filters, ...patch });
+  const newer = frozen ? live.value.filter((r) => r.seq > (frozen[0]?.seq ?? 0)).length : 0;
+
+  if (status.value && status.value.keys.length === 0) return <FirstKey />;
+
+  return (
+    <section class="view" aria-labelledby="live-title">
+      <header class="view-head">
+        <h1 id="live-title">Live</h1>
+        <div class="view-tools">
+          <button
+            type="button"
+            class={`button small${frozen ? " primary" : ""}`}
+            onClick={() => setFrozen(frozen ? null : live.value)}
+            data-testid="live-pause"
+            aria-pressed={frozen !== null}
+          >
+            {frozen ? `Show new requests${newer ? ` (${newer})` : ""}` : "Hold the list"}
+          </button>
+        </div>
+      </header>
+
+      <form class="filters" onSubmit={(e) => e.preventDefault()} aria-label="Filters">
+        <label>
+          <span>Client</span>
+          <select value={filters.client} onChange={(e) => set({ client: e.currentTarget.value as ClientKind | "" })}>
+            <option value="">All</option>
+            {(Object.keys(CLIENT) as ClientKind[]).map((c) => (
+              <option key={c} value={c}>
+                {CLIENT[c]}
+              </option>
+            ))}
+          </select>
+        </label>
+        <label>
+          <span>Key</span>
+          <select value={filters.key} onChange={(e) => set({ key: e.currentTarget.value })}>
+            <option value="">All</option>
+            {keys.value.map((k) => (
+              <option key={k.id} value={k.id}>
+                {k.label}
+              </option>
+            ))}
+          </select>
+        </label>
+        <label>
+          <span>Org</span>
+          <select value={filters.org} onChange={(e) => set({ org: e.currentTarget.value })}>
+            <option value="">All</option>
+            {orgs.map((o) => (
+              <option key={o} value={o}>
+                {o}
+              </option>
+            ))}
+          </select>
+        </label>
+        <label>
+          <span>State</span>
+          <select value={filters.state} onChange={(e) => set({ state: e.currentTarget.value as BadgeName | "" })}>
+            <option value="">All</option>
+            {BADGE_NAMES.map((b) => (
+              <option key={b} value={b}>
+                {b.toLowerCase()}
+              </option>
+            ))}
+          </select>
+        </label>
+        <label class="check">
+          <input type="checkbox" checked={filters.errors} onChange={(e) => set({ errors: e.currentTarget.checked })} />
+          <span>Errors only</span>
+        </label>
+        {(filters !== NONE) && (
+          <button type="button" class="button small ghost" onClick={() => setFilters(NONE)}>
+            Clear
+          </button>
+        )}
+      </form>
+
+      {lagged.value !== null && (
+        <p class="notice notice-info" role="status">
+          The live stream skipped {lagged.value} event{lagged.value === 1 ? "" : "s"} while this page fell behind; the list was
+          reloaded.{" "}
+          <button type="button" class="linkish" onClick={() => (lagged.value = null)}>
+            Dismiss
+          </button>
+        </p>
+      )}
+
+      {shown.length === 0 ? (
+        <div class="empty" data-testid="live-empty">
+          {all.length === 0 ? (
+            <>
+              <p>No requests yet.</p>
+              <p class="muted">
+                Point Codex or pi at <code>{status.value?.gateway.base_url ?? "the base URL"}</code>; the{" "}
+                <a href="#/connect">Connect</a> page has the settings to paste.
+              </p>
+            </>
+          ) : (
+            <p>No request matches these filters.</p>
+          )}
+        </div>
+      ) : (
+        <div class="table-wrap">
+          <table class="live-table" data-testid="live-table">
+            <thead>
+              <tr>
+                <th class="c-time">Time</th>
+                <th class="c-client">Client</th>
+                <th class="c-model">Model</th>
+                <th class="c-key">Key</th>
+                <th class="c-badges">Decision</th>
+                <th class="c-status">Status</th>
+                <th class="c-ttfb">TTFB</th>
+                <th class="c-dur">Duration</th>
+                <th class="c-tokens">Tokens</th>
+                <th class="c-cached">Cached</th>
+              </tr>
+            </thead>
+            <tbody>
+              {shown.slice(0, DRAWN).map((row) => {
+                const k = keyOf(row);
+                const info = k ? byId.get(k) : undefined;
+                return (
+                  <DecisionRow
+                    key={row.seq}
+                    row={row}
+                    keyLabel={info?.label ?? k ?? "—"}
+                    keyOrg={info?.org ?? null}
+                    onOpen={open}
+                  />
+                );
+              })}
+            </tbody>
+          </table>
+          {shown.length > DRAWN && <p class="muted small">Showing the newest {DRAWN} of {shown.length}.</p>}
+        </div>
+      )}
+      <DecisionDrawer row={openRow} onClose={() => setOpenSeq(null)} />
+    </section>
+  );
+}
