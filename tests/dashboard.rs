@@ -16,7 +16,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use keymux_sim::{Sim, SimConfig};
-use support::{base_env, keymux_bin, TOKEN};
+use support::{base_env, keymux_bin, run_codex, EXISTING_CODEX_CONFIG_HEAD, EXISTING_CODEX_CONFIG_TAIL, TOKEN};
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, BufReader};
 
 /// The whole browser run, including Chromium's start on a slow, shared machine.
@@ -174,6 +174,22 @@ async fn the_dashboard_shows_what_the_gateway_does() {
         };
         panic!("the browser test failed:\n{stdout}\n{stderr}\n--- keymux's last log lines ---\n{tail}");
     }
+    codex_accepts_the_connect_snippet(&shots.join("codex-snippet.toml"), home.path(), &sim).await;
     let _ = served.child.start_kill();
     sim.shutdown();
+}
+
+/// The Codex block the Connect view showed, pasted into a config a user already has (its first line at
+/// the top, its section at the end, as the view says), is accepted by real Codex, which then talks to
+/// the provider through Keymux.
+async fn codex_accepts_the_connect_snippet(snippet: &Path, home: &Path, sim: &Sim) {
+    let snippet = std::fs::read_to_string(snippet).expect("the browser test saved the Codex snippet");
+    let (top, section) = snippet.split_once("\n\n").expect("a top line, then the provider section");
+    let config = format!("{top}\n{EXISTING_CODEX_CONFIG_HEAD}{EXISTING_CODEX_CONFIG_TAIL}\n{section}");
+    let before = sim.log().last().map_or(0, |e| e.seq);
+    let (ok, output) = run_codex(&home.join("codex"), &config, TOKEN, "Say hi").await;
+    assert!(ok, "Codex refused the pasted config or failed:\n{config}\n---\n{output}");
+    let reached = sim.log().iter().any(|e| e.seq > before && e.method == "POST" && e.path == "/v1/responses");
+    assert!(reached, "Codex's request reached the provider through Keymux:\n{output}");
+    assert!(output.contains("SIM-REPLY"), "Codex printed the provider's answer:\n{output}");
 }

@@ -692,3 +692,40 @@ pub fn collect_events(response: reqwest::Response) -> std::sync::Arc<std::sync::
     });
     seen
 }
+
+/// The real Codex CLI the tests run (`tests/clients`, installed by `scripts/test`).
+pub fn codex_bin() -> PathBuf {
+    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/node_modules/.bin/codex");
+    assert!(
+        bin.exists(),
+        "real Codex is not installed for the tests: run `npm ci --prefix tests/clients` (scripts/test does)"
+    );
+    bin
+}
+
+/// Runs `codex exec` once with `CODEX_HOME` holding `config` and the client token in `KEYMUX_TOKEN`:
+/// (succeeded, everything it printed).
+pub async fn run_codex(codex_home: &Path, config: &str, token: &str, prompt: &str) -> (bool, String) {
+    std::fs::create_dir_all(codex_home).unwrap();
+    std::fs::write(codex_home.join("config.toml"), config).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let out = tokio::process::Command::new(codex_bin())
+        .args(["exec", "--skip-git-repo-check", prompt])
+        .current_dir(work.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", codex_home)
+        .env("CODEX_HOME", codex_home)
+        .env("KEYMUX_TOKEN", token)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(180), out).await.expect("codex finished").expect("codex runs");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+/// A Codex config a user already has: settings, another provider, comments. Keymux's settings are
+/// pasted into it the way the Connect view says.
+pub const EXISTING_CODEX_CONFIG_HEAD: &str = "# my Codex settings\nmodel = \"gpt-5.5\"\napproval_policy = \"never\"\nsandbox_mode = \"read-only\"\ncheck_for_update_on_startup = false\n";
+pub const EXISTING_CODEX_CONFIG_TAIL: &str = "\n[analytics]\nenabled = false\n\n# a provider I use elsewhere\n[model_providers.other]\nname = \"Other\"\nbase_url = \"http://127.0.0.1:9/v1\"\nwire_api = \"responses\"\n";

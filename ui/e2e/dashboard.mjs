@@ -8,7 +8,7 @@
 // root), KEYMUX_TOKEN (a client token), KEYMUX_FIXTURES (tests/fixtures), KEYMUX_SHOTS (where the
 // screenshots go), optionally CHROMIUM (default /usr/bin/chromium).
 
-import { mkdirSync, readFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
 
@@ -366,6 +366,8 @@ async function run() {
   ].join("\n");
   const got = await snippet.textContent();
   if (got !== expected) throw new Error(`the Codex snippet reads:\n${got}\nexpected:\n${expected}`);
+  // The Rust side pastes it into a real config.toml and runs real Codex with it.
+  writeFileSync(join(SHOTS, "codex-snippet.toml"), got);
   await page.getByTestId("ws-toggle").check();
   if (!(await snippet.textContent()).includes('\nsupports_websockets = true\n')) throw new Error("the WebSocket toggle did nothing");
   await page.getByTestId("ws-toggle").uncheck();

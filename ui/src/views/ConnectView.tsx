@@ -40,6 +40,10 @@ export function ConnectView() {
           </h2>
           <CopyButton text={codex} />
         </div>
+        <p class="muted small">
+          A new file takes all of it. In an existing file, the first line goes at the top, before any{" "}
+          <code>[section]</code>; the <code>[model_providers.keymux]</code> section can go anywhere below it.
+        </p>
         <pre class="code" data-testid="codex-snippet">
           {codex}
         </pre>
