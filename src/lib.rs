@@ -16,6 +16,7 @@
 //! * [`api`]: the control API under `/keymux/api` (typed bodies, the live event stream).
 //! * [`access`]: who may call what (client tokens, dashboard sessions, the admin credential).
 //! * [`dashboard`]: the dashboard's files, embedded at build time and served at `/`.
+//! * [`desktop`]: what the tray app shows (menu, icon, notifications) as pure functions of the state.
 //! * [`cli`]: the `keymux` command line.
 //! * [`logging`]: the one logging setup (`KEYMUX_LOG`; other crates capped at `warn`).
 //! * [`remote`] and [`runfile`]: how the CLI finds a running gateway and makes sure it is Keymux.
@@ -70,6 +71,7 @@ pub mod config;
 pub mod config_file;
 pub mod control;
 pub mod dashboard;
+pub mod desktop;
 pub mod digest;
 pub mod error;
 pub mod events;

@@ -1,0 +1,281 @@
+//! The tray menu as a pure function of the gateway's state: labels, checks and the icon. The tray shell
+//! renders a `Menu` and applies the `Change`s between two of them; nothing here touches a window.
+//!
+//! Linux tray icons get no click events and no tooltip, so the first line of the menu is a status line,
+//! updated in place: routing or paused, keys ready of total, and when the next cooling key frees.
+
+use crate::api::types::{HealthState, KeyInfo, StatusBody};
+use crate::keys::KeyId;
+
+/// What the icon shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IconState {
+    /// Every key usable.
+    Healthy,
+    /// Some keys cooling, out of quota, rejected or off; at least one usable.
+    Degraded,
+    /// No key usable: every key cooling, out of quota, rejected or off (or no keys at all).
+    Blocked,
+    /// Routing paused by the user.
+    Paused,
+    /// The gateway is not running (the port is taken, the keychain cannot be reached…).
+    Down,
+}
+
+impl IconState {
+    /// Every state, in the order the icon files are listed.
+    pub const ALL: [IconState; 5] = [Self::Healthy, Self::Degraded, Self::Blocked, Self::Paused, Self::Down];
+
+    /// The icon file's stem (`icons/tray-<name>.png`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Healthy => "healthy",
+            Self::Degraded => "degraded",
+            Self::Blocked => "blocked",
+            Self::Paused => "paused",
+            Self::Down => "down",
+        }
+    }
+}
+
+/// What a menu item does when chosen.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// The status line (does nothing).
+    Status,
+    /// Pause or resume routing.
+    TogglePause,
+    /// Switch a key on or off.
+    ToggleKey(KeyId),
+    /// Show the dashboard window.
+    OpenDashboard,
+    /// Open the dashboard in the default browser.
+    OpenInBrowser,
+    /// Copy the base URL.
+    CopyBaseUrl,
+    /// Set up Codex (shows the change first).
+    SetUpCodex,
+    /// Undo the Codex setup.
+    UndoCodex,
+    /// Set up pi.
+    SetUpPi,
+    /// Undo the pi setup.
+    UndoPi,
+    /// Desktop notifications on or off.
+    ToggleNotifications,
+    /// Start at login on or off.
+    ToggleAutostart,
+    /// Shut the gateway down gracefully and exit.
+    Quit,
+}
+
+impl Action {
+    /// A stable id for the shell's menu item (`key:<id>` for keys).
+    pub fn id(&self) -> String {
+        match self {
+            Self::ToggleKey(key) => format!("key:{key}"),
+            other => format!("{other:?}").to_lowercase(),
+        }
+    }
+}
+
+/// One line of the menu.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Item {
+    /// A choice.
+    Entry {
+        /// What it does.
+        action: Action,
+        /// Its text.
+        label: String,
+        /// `Some` for a check item.
+        checked: Option<bool>,
+        /// Whether it can be chosen.
+        enabled: bool,
+    },
+    /// A separator.
+    Separator,
+}
+
+/// The whole tray: icon, tooltip and menu.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Menu {
+    /// The icon.
+    pub icon: IconState,
+    /// The tooltip (macOS and Windows), the same words as the status line.
+    pub tooltip: String,
+    /// The items, top to bottom.
+    pub items: Vec<Item>,
+}
+
+/// Everything the menu depends on.
+#[derive(Clone, Debug, Default)]
+pub struct MenuInput<'a> {
+    /// The gateway's status, or `None` when it is not running.
+    pub status: Option<&'a StatusBody>,
+    /// Why the gateway is not running (shown instead of the status).
+    pub problem: Option<&'a str>,
+    /// Desktop notifications are on.
+    pub notifications: bool,
+    /// Start at login is on.
+    pub autostart: bool,
+    /// A Codex setup can be undone.
+    pub codex_undo: bool,
+    /// A pi setup can be undone.
+    pub pi_undo: bool,
+}
+
+/// How the shell brings its menu up to date.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// The items changed shape (a key added or removed, an undo appeared): build the menu anew.
+    Rebuild,
+    /// An item's text changed.
+    Label(Action, String),
+    /// An item's check changed.
+    Checked(Action, bool),
+    /// An item became choosable or not.
+    Enabled(Action, bool),
+    /// The icon changed.
+    Icon(IconState),
+    /// The tooltip changed.
+    Tooltip(String),
+}
+
+/// The icon for a gateway state.
+pub fn icon(input: &MenuInput<'_>) -> IconState {
+    let Some(status) = input.status else { return IconState::Down };
+    if status.gateway.paused {
+        return IconState::Paused;
+    }
+    let ready = status.keys.iter().filter(|k| k.health == HealthState::Ready).count();
+    match ready {
+        0 => IconState::Blocked,
+        n if n == status.keys.len() => IconState::Healthy,
+        _ => IconState::Degraded,
+    }
+}
+
+/// The status line: routing or paused, keys ready of total, and when the next cooling key frees.
+pub fn status_line(input: &MenuInput<'_>) -> String {
+    let Some(status) = input.status else {
+        return format!("Keymux is not running: {}", input.problem.unwrap_or("starting…"));
+    };
+    let g = &status.gateway;
+    let state = if g.paused { "Paused" } else { "Routing" };
+    let mut line = format!("{state} · {} of {} keys ready", g.keys_healthy, g.keys_total);
+    if g.keys_total == 0 {
+        line = format!("{state} · no keys yet: add one in the dashboard");
+    }
+    if let Some(reset) = g.next_reset_unix_ms {
+        line.push_str(&format!(" · next frees in {}", countdown(reset.saturating_sub(g.now_unix_ms))));
+    }
+    line
+}
+
+/// A key's menu text: its label, organization and state (headroom when it is usable).
+pub fn key_label(key: &KeyInfo, now_unix_ms: u64) -> String {
+    let org = key.org.as_deref().map(|o| format!(" ({o})")).unwrap_or_default();
+    let until = key.until_unix_ms.map(|u| countdown(u.saturating_sub(now_unix_ms))).unwrap_or_default();
+    let state = match key.health {
+        HealthState::Ready => format!("{:.0}% headroom", key.headroom * 100.0),
+        HealthState::Cooling => format!("cooling, frees in {until}"),
+        HealthState::QuotaExhausted => format!("out of quota, retried in {until}"),
+        HealthState::Rejected => "rejected by the provider".to_owned(),
+        HealthState::Disabled => "off".to_owned(),
+    };
+    format!("{}{org} · {state}", key.label)
+}
+
+/// A duration in words: `45s`, `4m 30s`, `2h 5m`.
+pub fn countdown(ms: u64) -> String {
+    let secs = ms.div_ceil(1000);
+    match secs {
+        0..=59 => format!("{secs}s"),
+        60..=3599 => format!("{}m {}s", secs / 60, secs % 60),
+        _ => format!("{}h {}m", secs / 3600, (secs % 3600) / 60),
+    }
+}
+
+fn entry(action: Action, label: impl Into<String>, checked: Option<bool>, enabled: bool) -> Item {
+    Item::Entry { action, label: label.into(), checked, enabled }
+}
+
+/// The menu for a state.
+pub fn menu(input: &MenuInput<'_>) -> Menu {
+    let line = status_line(input);
+    let up = input.status.is_some();
+    let mut items = vec![entry(Action::Status, line.clone(), None, false), Item::Separator];
+    let paused = input.status.is_some_and(|s| s.gateway.paused);
+    items.push(entry(Action::TogglePause, "Pause routing", Some(paused), up));
+    if let Some(status) = input.status {
+        for key in &status.keys {
+            let on = key.health != HealthState::Disabled;
+            let label = key_label(key, status.gateway.now_unix_ms);
+            items.push(entry(Action::ToggleKey(key.id.clone()), label, Some(on), true));
+        }
+    }
+    items.push(Item::Separator);
+    items.push(entry(Action::OpenDashboard, "Open dashboard", None, up));
+    items.push(entry(Action::OpenInBrowser, "Open in browser", None, up));
+    items.push(entry(Action::CopyBaseUrl, "Copy base URL", None, up));
+    items.push(Item::Separator);
+    items.push(entry(Action::SetUpCodex, "Set up Codex…", None, up));
+    if input.codex_undo {
+        items.push(entry(Action::UndoCodex, "Undo Codex setup", None, true));
+    }
+    items.push(entry(Action::SetUpPi, "Set up pi…", None, up));
+    if input.pi_undo {
+        items.push(entry(Action::UndoPi, "Undo pi setup", None, true));
+    }
+    items.push(Item::Separator);
+    items.push(entry(Action::ToggleNotifications, "Notifications", Some(input.notifications), true));
+    items.push(entry(Action::ToggleAutostart, "Start at login", Some(input.autostart), true));
+    items.push(Item::Separator);
+    items.push(entry(Action::Quit, "Quit Keymux", None, true));
+    Menu { icon: icon(input), tooltip: format!("Keymux — {line}"), items }
+}
+
+/// What turns menu `old` into `new`: the few in-place updates, or a rebuild when the shape changed.
+pub fn changes(old: &Menu, new: &Menu) -> Vec<Change> {
+    let shape = |m: &Menu| -> Vec<Option<Action>> {
+        m.items
+            .iter()
+            .map(|i| match i {
+                Item::Entry { action, .. } => Some(action.clone()),
+                Item::Separator => None,
+            })
+            .collect()
+    };
+    if shape(old) != shape(new) {
+        return vec![Change::Rebuild];
+    }
+    let mut out = Vec::new();
+    for (a, b) in old.items.iter().zip(&new.items) {
+        let (
+            Item::Entry { label: la, checked: ca, enabled: ea, .. },
+            Item::Entry { action, label: lb, checked: cb, enabled: eb },
+        ) = (a, b)
+        else {
+            continue;
+        };
+        if la != lb {
+            out.push(Change::Label(action.clone(), lb.clone()));
+        }
+        if let (Some(x), Some(y)) = (ca, cb) {
+            if x != y {
+                out.push(Change::Checked(action.clone(), *y));
+            }
+        }
+        if ea != eb {
+            out.push(Change::Enabled(action.clone(), *eb));
+        }
+    }
+    if old.icon != new.icon {
+        out.push(Change::Icon(new.icon));
+    }
+    if old.tooltip != new.tooltip {
+        out.push(Change::Tooltip(new.tooltip.clone()));
+    }
+    out
+}

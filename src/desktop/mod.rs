@@ -1,0 +1,12 @@
+//! What the tray app shows, computed from the gateway's state: the menu, the icon and the desktop
+//! notifications, as pure functions. The tray shell (`src-tauri/`) only renders them and calls the
+//! gateway; the state stays here, in the library, where it is tested without a display.
+//!
+//! * `menu`: the tray menu, its status line and icon, and the in-place changes between two menus.
+//! * `notices`: which events become notifications, worded for a person, switchable and throttled.
+
+pub mod menu;
+pub mod notices;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,181 @@
+//! Which events deserve a desktop notification, worded for a person, and how often: a pure policy the
+//! tray shell feeds with the event stream. Each kind can be switched off, and each is throttled so a
+//! flapping key or a busy session cannot flood the desktop.
+
+use std::collections::HashMap;
+
+use crate::api::types::{HealthState, StatusBody};
+use crate::events::{Envelope, Event, KeyChange};
+use crate::router::decision::Refusal;
+
+use super::menu::countdown;
+
+/// The kinds of notification, each switchable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NoticeKind {
+    /// No key is usable: every key cooling, out of quota, rejected or off.
+    AllKeysBlocked,
+    /// The provider rejected a key (revoked or mistyped).
+    KeyRejected,
+    /// A session was refused, or rescued by dropping what it replayed, because its organization has no
+    /// usable key left.
+    SessionLost,
+}
+
+impl NoticeKind {
+    /// Every kind.
+    pub const ALL: [NoticeKind; 3] = [Self::AllKeysBlocked, Self::KeyRejected, Self::SessionLost];
+
+    /// The least time between two notifications of this kind about the same thing.
+    pub fn quiet_ms(self) -> u64 {
+        match self {
+            Self::AllKeysBlocked => 5 * 60_000,
+            Self::KeyRejected => 30 * 60_000,
+            Self::SessionLost => 10 * 60_000,
+        }
+    }
+}
+
+/// A notification to show.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Notice {
+    /// Its kind.
+    pub kind: NoticeKind,
+    /// The title.
+    pub title: String,
+    /// The body: what happened and what to do.
+    pub body: String,
+}
+
+/// The policy, with what it has already said.
+#[derive(Debug)]
+pub struct Notifier {
+    /// Kinds switched off.
+    off: Vec<NoticeKind>,
+    /// When each (kind, subject) was last notified, Unix milliseconds.
+    last: HashMap<(NoticeKind, String), u64>,
+    /// "Every key blocked" was said and no key has been usable since.
+    blocked_said: bool,
+}
+
+/// Most (kind, subject) pairs remembered; the oldest are forgotten past it.
+const MAX_REMEMBERED: usize = 256;
+
+impl Default for Notifier {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Notifier {
+    /// Every kind on.
+    pub fn new() -> Self {
+        Self { off: Vec::new(), last: HashMap::new(), blocked_said: false }
+    }
+
+    /// Switches one kind on or off.
+    pub fn set(&mut self, kind: NoticeKind, on: bool) {
+        self.off.retain(|k| *k != kind);
+        if !on {
+            self.off.push(kind);
+        }
+    }
+
+    /// Whether a kind is on.
+    pub fn is_on(&self, kind: NoticeKind) -> bool {
+        !self.off.contains(&kind)
+    }
+
+    /// What to show for `event`, given the gateway's status just after it, if anything.
+    pub fn consider(&mut self, event: &Envelope, status: &StatusBody, now_unix_ms: u64) -> Option<Notice> {
+        let usable = status.keys.iter().any(|k| k.health == HealthState::Ready);
+        if usable {
+            self.blocked_said = false;
+        }
+        let notice = match &event.event {
+            Event::Key(k) => match k.change {
+                KeyChange::Rejected => Some(rejected(&k.label)),
+                KeyChange::CoolingStarted { .. }
+                | KeyChange::QuotaExhausted { .. }
+                | KeyChange::Disabled
+                | KeyChange::Removed
+                    if !usable && !status.keys.is_empty() && !self.blocked_said =>
+                {
+                    Some(blocked(status))
+                }
+                _ => None,
+            },
+            Event::Finished(record) => session_lost(&record.decision.refusal, !record.decision.rescued_orgs.is_empty()),
+            _ => None,
+        }?;
+        let subject = match &event.event {
+            Event::Key(k) if notice.kind == NoticeKind::KeyRejected => k.key.to_string(),
+            _ => String::new(),
+        };
+        self.allow(notice, subject, now_unix_ms)
+    }
+
+    fn allow(&mut self, notice: Notice, subject: String, now_unix_ms: u64) -> Option<Notice> {
+        if !self.is_on(notice.kind) {
+            return None;
+        }
+        let key = (notice.kind, subject);
+        if self.last.get(&key).is_some_and(|at| now_unix_ms.saturating_sub(*at) < notice.kind.quiet_ms()) {
+            return None;
+        }
+        if self.last.len() >= MAX_REMEMBERED {
+            if let Some(oldest) = self.last.iter().min_by_key(|(_, at)| **at).map(|(k, _)| k.clone()) {
+                self.last.remove(&oldest);
+            }
+        }
+        self.last.insert(key, now_unix_ms);
+        if notice.kind == NoticeKind::AllKeysBlocked {
+            self.blocked_said = true;
+        }
+        Some(notice)
+    }
+}
+
+fn rejected(label: &str) -> Notice {
+    Notice {
+        kind: NoticeKind::KeyRejected,
+        title: format!("Key '{label}' was rejected"),
+        body: "The provider refused it (revoked or mistyped). Keymux no longer sends requests to it; replace \
+               or remove it in the dashboard."
+            .to_owned(),
+    }
+}
+
+fn blocked(status: &StatusBody) -> Notice {
+    let g = &status.gateway;
+    let body = match g.next_reset_unix_ms {
+        Some(at) => format!(
+            "Every key is cooling or out of quota. Requests get 429 until the first one frees in {}.",
+            countdown(at.saturating_sub(g.now_unix_ms))
+        ),
+        None => "No key can serve: each is rejected or switched off. Fix one in the dashboard.".to_owned(),
+    };
+    Notice { kind: NoticeKind::AllKeysBlocked, title: "No key can serve requests".to_owned(), body }
+}
+
+fn session_lost(refusal: &Option<Refusal>, rescued: bool) -> Option<Notice> {
+    let (title, body) = match refusal {
+        Some(Refusal::LostOrg { .. }) => (
+            "A session was refused",
+            "It replays encrypted reasoning that only an organization with no usable key left can read. \
+             Re-enable or re-add one of its keys, or start a new session.",
+        ),
+        Some(Refusal::ContinuityLost { .. }) => (
+            "A session was refused",
+            "It continues a stored response held by a key that is gone. Resend the full history or start a \
+             new session.",
+        ),
+        _ if rescued => (
+            "A session was rescued",
+            "Its encrypted reasoning came from an organization with no usable key left, so Keymux dropped \
+             those items and sent it on; the session goes on without them.",
+        ),
+        _ => return None,
+    };
+    Some(Notice { kind: NoticeKind::SessionLost, title: title.to_owned(), body: body.to_owned() })
+}

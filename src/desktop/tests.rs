@@ -1,0 +1,297 @@
+//! The tray's menu, icon and notifications in every state, and across the transitions between them.
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+use std::sync::Arc;
+
+use super::menu::{changes, icon, menu, status_line, Action, Change, IconState, Item, MenuInput};
+use super::notices::{NoticeKind, Notifier};
+use crate::api::types::{GatewayInfo, HealthState, KeyInfo, KeychainInfo, StatusBody};
+use crate::events::{Envelope, Event, KeyChange, KeyEvent, RequestRecord, Transport};
+use crate::facts::Operation;
+use crate::keys::{KeyId, KeySource, Provider};
+use crate::metrics::StoreStatus;
+use crate::router::decision::{Decision, Refusal};
+
+const NOW: u64 = 1_800_000_000_000;
+
+fn key(label: &str, org: &str, health: HealthState, until: Option<u64>) -> KeyInfo {
+    KeyInfo {
+        id: KeyId::new(format!("k_{label}")),
+        label: label.to_owned(),
+        fingerprint: "0a1b2c3d".into(),
+        provider: Provider::Openai,
+        source: KeySource::Keychain,
+        org: Some(org.to_owned()),
+        org_learned: true,
+        health,
+        until_unix_ms: until,
+        in_flight: 0,
+        priority: 0,
+        daily_token_budget: None,
+        tokens_today: 0,
+        requests_window: None,
+        tokens_window: None,
+        headroom: 0.82,
+        served: 0,
+        failed: 0,
+        last_status: None,
+        invalid_encrypted_content: 0,
+        input_tokens: 0,
+        cached_tokens: 0,
+        output_tokens: 0,
+        cached_ratio: 0.0,
+        models: Vec::new(),
+        exclude_models: Vec::new(),
+        unavailable_models: Vec::new(),
+        base_url: None,
+    }
+}
+
+fn status(keys: Vec<KeyInfo>, paused: bool) -> StatusBody {
+    let next_reset_unix_ms = keys
+        .iter()
+        .filter(|k| matches!(k.health, HealthState::Cooling | HealthState::QuotaExhausted))
+        .filter_map(|k| k.until_unix_ms)
+        .min();
+    let gateway = GatewayInfo {
+        version: "0".into(),
+        base_url: "http://127.0.0.1:8787/v1".into(),
+        paused,
+        keys_total: keys.len(),
+        keys_healthy: keys.iter().filter(|k| k.health == HealthState::Ready).count(),
+        next_reset_unix_ms,
+        requests_last_minute: 0,
+        store: StoreStatus { persisted: true, path: None, error: None, notice: None, dropped: 0, pending: 0 },
+        keychain: KeychainInfo { kind: "OS keychain".into(), ok: true },
+        started_unix_ms: NOW,
+        now_unix_ms: NOW,
+        last_event_id: 0,
+    };
+    StatusBody { gateway, keys }
+}
+
+fn input(status: &StatusBody) -> MenuInput<'_> {
+    MenuInput { status: Some(status), notifications: true, ..MenuInput::default() }
+}
+
+fn two(a: HealthState, b: HealthState) -> StatusBody {
+    let until = |h| matches!(h, HealthState::Cooling | HealthState::QuotaExhausted).then_some(NOW + 270_000);
+    status(vec![key("work", "org-a", a, until(a)), key("home", "org-b", b, until(b))], false)
+}
+
+fn label_of(m: &super::menu::Menu, action: &Action) -> String {
+    m.items
+        .iter()
+        .find_map(|i| match i {
+            Item::Entry { action: a, label, .. } if a == action => Some(label.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn each_state_has_its_icon() {
+    use HealthState::*;
+    assert_eq!(icon(&input(&two(Ready, Ready))), IconState::Healthy);
+    assert_eq!(icon(&input(&two(Ready, Cooling))), IconState::Degraded);
+    assert_eq!(icon(&input(&two(Rejected, Ready))), IconState::Degraded);
+    assert_eq!(icon(&input(&two(Cooling, QuotaExhausted))), IconState::Blocked);
+    assert_eq!(icon(&input(&two(Disabled, Rejected))), IconState::Blocked);
+    assert_eq!(icon(&input(&status(Vec::new(), false))), IconState::Blocked, "no keys: nothing can serve");
+    let mut paused = two(Ready, Ready);
+    paused.gateway.paused = true;
+    assert_eq!(icon(&input(&paused)), IconState::Paused);
+    assert_eq!(icon(&MenuInput { problem: Some("port 8787 is taken"), ..MenuInput::default() }), IconState::Down);
+}
+
+#[test]
+fn the_status_line_says_routing_keys_and_the_next_reset() {
+    use HealthState::*;
+    assert_eq!(status_line(&input(&two(Ready, Ready))), "Routing · 2 of 2 keys ready");
+    assert_eq!(status_line(&input(&two(Ready, Cooling))), "Routing · 1 of 2 keys ready · next frees in 4m 30s");
+    let mut paused = two(Ready, Ready);
+    paused.gateway.paused = true;
+    assert_eq!(status_line(&input(&paused)), "Paused · 2 of 2 keys ready");
+    let down = MenuInput { problem: Some("port 8787 is taken by another program"), ..MenuInput::default() };
+    assert_eq!(status_line(&down), "Keymux is not running: port 8787 is taken by another program");
+    assert!(status_line(&input(&status(Vec::new(), false))).contains("no keys yet"));
+}
+
+#[test]
+fn the_menu_has_every_item_in_order_with_keys_checked_when_on() {
+    use HealthState::*;
+    let s = two(Ready, Disabled);
+    let m = menu(&MenuInput { autostart: true, codex_undo: true, ..input(&s) });
+    let entries: Vec<(String, Option<bool>)> = m
+        .items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Entry { label, checked, .. } => Some((label.clone(), *checked)),
+            Item::Separator => None,
+        })
+        .collect();
+    let labels: Vec<&str> = entries.iter().map(|(l, _)| l.as_str()).collect();
+    assert_eq!(
+        labels,
+        [
+            "Routing · 1 of 2 keys ready",
+            "Pause routing",
+            "work (org-a) · 82% headroom",
+            "home (org-b) · off",
+            "Open dashboard",
+            "Open in browser",
+            "Copy base URL",
+            "Set up Codex…",
+            "Undo Codex setup",
+            "Set up pi…",
+            "Notifications",
+            "Start at login",
+            "Quit Keymux"
+        ]
+    );
+    assert_eq!(entries[2].1, Some(true));
+    assert_eq!(entries[3].1, Some(false), "a disabled key is unchecked");
+    assert_eq!(entries[10].1, Some(true));
+    assert_eq!(entries[11].1, Some(true));
+    assert_eq!(m.tooltip, "Keymux — Routing · 1 of 2 keys ready");
+}
+
+#[test]
+fn a_down_gateway_offers_only_what_still_works() {
+    let m = menu(&MenuInput { problem: Some("the keychain cannot be reached"), ..MenuInput::default() });
+    for item in &m.items {
+        if let Item::Entry { action, enabled, .. } = item {
+            let works = matches!(
+                action,
+                Action::ToggleNotifications | Action::ToggleAutostart | Action::Quit | Action::UndoCodex
+            );
+            assert_eq!(*enabled, works, "{action:?}");
+        }
+    }
+}
+
+#[test]
+fn a_countdown_ticking_changes_labels_in_place() {
+    use HealthState::*;
+    let before = menu(&input(&two(Ready, Cooling)));
+    let mut later = two(Ready, Cooling);
+    later.gateway.now_unix_ms += 30_000;
+    let after = menu(&input(&later));
+    let expected_line = "Routing · 1 of 2 keys ready · next frees in 4m 0s".to_owned();
+    assert_eq!(
+        changes(&before, &after),
+        vec![
+            Change::Label(Action::Status, expected_line.clone()),
+            Change::Label(Action::ToggleKey(KeyId::new("k_home")), "home (org-b) · cooling, frees in 4m 0s".into()),
+            Change::Tooltip(format!("Keymux — {expected_line}")),
+        ]
+    );
+    assert!(changes(&after, &after).is_empty());
+}
+
+#[test]
+fn transitions_update_checks_and_the_icon_or_rebuild() {
+    use HealthState::*;
+    let healthy = menu(&input(&two(Ready, Ready)));
+    // Cooling, then everything blocked, then back.
+    let cooling = menu(&input(&two(Ready, Cooling)));
+    assert!(changes(&healthy, &cooling).contains(&Change::Icon(IconState::Degraded)));
+    let blocked = menu(&input(&two(Cooling, Cooling)));
+    assert!(changes(&cooling, &blocked).contains(&Change::Icon(IconState::Blocked)));
+    assert!(changes(&blocked, &healthy).contains(&Change::Icon(IconState::Healthy)));
+    // Paused: the check and the icon.
+    let mut p = two(Ready, Ready);
+    p.gateway.paused = true;
+    let paused = menu(&input(&p));
+    let c = changes(&healthy, &paused);
+    assert!(c.contains(&Change::Checked(Action::TogglePause, true)) && c.contains(&Change::Icon(IconState::Paused)));
+    // A key switched off: its check.
+    let off = menu(&input(&two(Ready, Disabled)));
+    assert!(changes(&healthy, &off).contains(&Change::Checked(Action::ToggleKey(KeyId::new("k_home")), false)));
+    // Keys added or removed, an undo appearing, the gateway going down: the shape changes.
+    let three = status(
+        vec![key("work", "org-a", Ready, None), key("home", "org-b", Ready, None), key("spare", "org-a", Ready, None)],
+        false,
+    );
+    assert_eq!(changes(&healthy, &menu(&input(&three))), vec![Change::Rebuild]);
+    let s = two(Ready, Ready);
+    assert_eq!(changes(&healthy, &menu(&MenuInput { pi_undo: true, ..input(&s) })), vec![Change::Rebuild]);
+    let down = menu(&MenuInput { problem: Some("stopped"), ..MenuInput::default() });
+    assert_eq!(changes(&healthy, &down), vec![Change::Rebuild]);
+    // Notifications toggled.
+    let quiet = menu(&MenuInput { notifications: false, ..input(&s) });
+    assert_eq!(changes(&healthy, &quiet), vec![Change::Checked(Action::ToggleNotifications, false)]);
+    assert_eq!(label_of(&quiet, &Action::Quit), "Quit Keymux");
+}
+
+fn key_event(id: u64, label: &str, change: KeyChange) -> Envelope {
+    let event = Event::Key(KeyEvent { key: KeyId::new(format!("k_{label}")), label: label.into(), change });
+    Envelope { id, at_unix_ms: NOW, event }
+}
+
+fn finished(id: u64, refusal: Option<Refusal>, rescued: bool) -> Envelope {
+    let mut decision = Decision::new(id);
+    decision.refusal = refusal;
+    if rescued {
+        decision.rescued_orgs.push(crate::digest::OrgTag(*b"org_tag1"));
+    }
+    let record = RequestRecord::new(NOW, Operation::ResponsesCreate, Transport::Http, decision);
+    Envelope { id, at_unix_ms: NOW, event: Event::Finished(Arc::new(record)) }
+}
+
+#[test]
+fn every_key_blocked_is_said_once_until_a_key_frees() {
+    use HealthState::*;
+    let mut n = Notifier::new();
+    let cooling = KeyChange::CoolingStarted { until_unix_ms: NOW + 270_000 };
+    assert_eq!(n.consider(&key_event(1, "work", cooling), &two(Cooling, Ready), NOW), None, "one key still serves");
+    let notice = n.consider(&key_event(2, "home", cooling), &two(Cooling, Cooling), NOW).expect("all blocked");
+    assert_eq!(notice.kind, NoticeKind::AllKeysBlocked);
+    assert!(notice.body.contains("frees in 4m 30s"), "{}", notice.body);
+    // Still blocked: no repeat, even after the quiet time.
+    let later = NOW + 3_600_000;
+    assert_eq!(n.consider(&key_event(3, "work", cooling), &two(Cooling, Cooling), later), None);
+    // A key frees, then all block again after the quiet time: said again.
+    assert_eq!(n.consider(&key_event(4, "work", KeyChange::CoolingEnded), &two(Ready, Cooling), later), None);
+    assert!(n.consider(&key_event(5, "work", cooling), &two(Cooling, Cooling), later).is_some());
+}
+
+#[test]
+fn a_rejected_key_is_said_once_per_quiet_time_per_key() {
+    use HealthState::*;
+    let mut n = Notifier::new();
+    let first = n.consider(&key_event(1, "work", KeyChange::Rejected), &two(Rejected, Ready), NOW).unwrap();
+    assert_eq!(first.kind, NoticeKind::KeyRejected);
+    assert!(first.title.contains("'work'"));
+    assert_eq!(n.consider(&key_event(2, "work", KeyChange::Rejected), &two(Rejected, Ready), NOW + 60_000), None);
+    assert!(n.consider(&key_event(3, "home", KeyChange::Rejected), &two(Rejected, Rejected), NOW + 60_000).is_some());
+    let after_quiet = NOW + NoticeKind::KeyRejected.quiet_ms();
+    assert!(n.consider(&key_event(4, "work", KeyChange::Rejected), &two(Rejected, Ready), after_quiet).is_some());
+}
+
+#[test]
+fn refused_and_rescued_sessions_are_said_and_ordinary_requests_are_not() {
+    use HealthState::*;
+    let s = two(Ready, Ready);
+    let mut n = Notifier::new();
+    assert_eq!(n.consider(&finished(1, None, false), &s, NOW), None);
+    let refused = Some(Refusal::LostOrg { key: KeyId::new("k_work") });
+    let notice = n.consider(&finished(2, refused, false), &s, NOW).unwrap();
+    assert_eq!((notice.kind, notice.title.as_str()), (NoticeKind::SessionLost, "A session was refused"));
+    assert_eq!(n.consider(&finished(3, None, true), &s, NOW + 1_000), None, "throttled");
+    let rescued = n.consider(&finished(4, None, true), &s, NOW + NoticeKind::SessionLost.quiet_ms() + 1_000).unwrap();
+    assert_eq!(rescued.title, "A session was rescued");
+    let cooling = Some(Refusal::AllCooling { retry_after_secs: 5, cooling: 2 });
+    assert_eq!(n.consider(&finished(5, cooling, false), &s, NOW + 99_000_000), None, "not a lost session");
+}
+
+#[test]
+fn a_kind_switched_off_is_never_said() {
+    use HealthState::*;
+    let mut n = Notifier::new();
+    n.set(NoticeKind::KeyRejected, false);
+    assert!(!n.is_on(NoticeKind::KeyRejected));
+    assert_eq!(n.consider(&key_event(1, "work", KeyChange::Rejected), &two(Rejected, Ready), NOW), None);
+    n.set(NoticeKind::KeyRejected, true);
+    assert!(n.consider(&key_event(2, "work", KeyChange::Rejected), &two(Rejected, Ready), NOW).is_some());
+}
