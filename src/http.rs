@@ -99,6 +99,8 @@ async fn login(State(gateway): State<Arc<Gateway>>, headers: HeaderMap, Query(q)
         login.cookie.expose(),
         crate::access::SESSION_IDLE.as_secs()
     );
+    // Worth a line at info: a new dashboard session is rare, and the user may want to know of one.
+    tracing::info!("a dashboard session began (one-time login link used)");
     let mut response = axum::response::Redirect::to("/").into_response();
     if let Ok(value) = header::HeaderValue::from_str(&cookie) {
         response.headers_mut().insert(header::SET_COOKIE, value);

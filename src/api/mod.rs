@@ -7,7 +7,7 @@
 
 pub mod stream;
 pub mod types;
-mod views;
+pub mod views;
 
 use std::sync::Arc;
 

@@ -4,6 +4,7 @@
 //! Linux tray icons get no click events and no tooltip, so the first line of the menu is a status line,
 //! updated in place: routing or paused, keys ready of total, and when the next cooling key frees.
 
+use super::notices::NoticeKind;
 use crate::api::types::{HealthState, KeyInfo, StatusBody};
 use crate::keys::KeyId;
 
@@ -61,8 +62,10 @@ pub enum Action {
     SetUpPi,
     /// Undo the pi setup.
     UndoPi,
-    /// Desktop notifications on or off.
+    /// Desktop notifications on or off (all kinds).
     ToggleNotifications,
+    /// One kind of notification on or off.
+    ToggleNotice(NoticeKind),
     /// Start at login on or off.
     ToggleAutostart,
     /// Shut the gateway down gracefully and exit.
@@ -74,6 +77,7 @@ impl Action {
     pub fn id(&self) -> String {
         match self {
             Self::ToggleKey(key) => format!("key:{key}"),
+            Self::ToggleNotice(kind) => format!("notice:{kind:?}").to_lowercase(),
             other => format!("{other:?}").to_lowercase(),
         }
     }
@@ -92,6 +96,13 @@ pub enum Item {
         checked: Option<bool>,
         /// Whether it can be chosen.
         enabled: bool,
+    },
+    /// A submenu.
+    Submenu {
+        /// Its text.
+        label: String,
+        /// Its items.
+        items: Vec<Item>,
     },
     /// A separator.
     Separator,
@@ -117,6 +128,8 @@ pub struct MenuInput<'a> {
     pub problem: Option<&'a str>,
     /// Desktop notifications are on.
     pub notifications: bool,
+    /// The kinds of notification switched off.
+    pub notices_off: Vec<NoticeKind>,
     /// Start at login is on.
     pub autostart: bool,
     /// A Codex setup can be undone.
@@ -229,29 +242,54 @@ pub fn menu(input: &MenuInput<'_>) -> Menu {
         items.push(entry(Action::UndoPi, "Undo pi setup", None, true));
     }
     items.push(Item::Separator);
-    items.push(entry(Action::ToggleNotifications, "Notifications", Some(input.notifications), true));
+    items.push(notifications(input));
     items.push(entry(Action::ToggleAutostart, "Start at login", Some(input.autostart), true));
     items.push(Item::Separator);
     items.push(entry(Action::Quit, "Quit Keymux", None, true));
     Menu { icon: icon(input), tooltip: format!("Keymux — {line}"), items }
 }
 
+/// The notifications submenu: all on or off, and each kind.
+fn notifications(input: &MenuInput<'_>) -> Item {
+    let mut items = vec![entry(Action::ToggleNotifications, "Show notifications", Some(input.notifications), true)];
+    items.push(Item::Separator);
+    for kind in NoticeKind::ALL {
+        let on = !input.notices_off.contains(&kind);
+        items.push(entry(Action::ToggleNotice(kind), kind.describe(), Some(on), input.notifications));
+    }
+    Item::Submenu { label: "Notifications".into(), items }
+}
+
+/// Every entry, submenus flattened, in order.
+pub fn entries(items: &[Item]) -> Vec<&Item> {
+    let mut out = Vec::new();
+    for item in items {
+        match item {
+            Item::Entry { .. } => out.push(item),
+            Item::Submenu { items, .. } => out.extend(entries(items)),
+            Item::Separator => {}
+        }
+    }
+    out
+}
+
 /// What turns menu `old` into `new`: the few in-place updates, or a rebuild when the shape changed.
 pub fn changes(old: &Menu, new: &Menu) -> Vec<Change> {
-    let shape = |m: &Menu| -> Vec<Option<Action>> {
-        m.items
+    fn shape(items: &[Item]) -> Vec<String> {
+        items
             .iter()
             .map(|i| match i {
-                Item::Entry { action, .. } => Some(action.clone()),
-                Item::Separator => None,
+                Item::Entry { action, .. } => action.id(),
+                Item::Submenu { label, items } => format!("{label}[{}]", shape(items).join(",")),
+                Item::Separator => "-".to_owned(),
             })
             .collect()
-    };
-    if shape(old) != shape(new) {
+    }
+    if shape(&old.items) != shape(&new.items) {
         return vec![Change::Rebuild];
     }
     let mut out = Vec::new();
-    for (a, b) in old.items.iter().zip(&new.items) {
+    for (a, b) in entries(&old.items).into_iter().zip(entries(&new.items)) {
         let (
             Item::Entry { label: la, checked: ca, enabled: ea, .. },
             Item::Entry { action, label: lb, checked: cb, enabled: eb },

@@ -4,9 +4,11 @@
 //!
 //! * `menu`: the tray menu, its status line and icon, and the in-place changes between two menus.
 //! * `notices`: which events become notifications, worded for a person, switchable and throttled.
+//! * `settings`: the tray's own preferences (which notifications), in a small JSON file.
 
 pub mod menu;
 pub mod notices;
+pub mod settings;
 
 #[cfg(test)]
 mod tests;

@@ -11,7 +11,8 @@ use crate::router::decision::Refusal;
 use super::menu::countdown;
 
 /// The kinds of notification, each switchable.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum NoticeKind {
     /// No key is usable: every key cooling, out of quota, rejected or off.
     AllKeysBlocked,
@@ -25,6 +26,15 @@ pub enum NoticeKind {
 impl NoticeKind {
     /// Every kind.
     pub const ALL: [NoticeKind; 3] = [Self::AllKeysBlocked, Self::KeyRejected, Self::SessionLost];
+
+    /// The kind in words, as the menu lists it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::AllKeysBlocked => "No key can serve",
+            Self::KeyRejected => "A key is rejected",
+            Self::SessionLost => "A session is refused or rescued",
+        }
+    }
 
     /// The least time between two notifications of this kind about the same thing.
     pub fn quiet_ms(self) -> u64 {
@@ -86,25 +96,23 @@ impl Notifier {
         !self.off.contains(&kind)
     }
 
-    /// What to show for `event`, given the gateway's status just after it, if anything.
-    pub fn consider(&mut self, event: &Envelope, status: &StatusBody, now_unix_ms: u64) -> Option<Notice> {
-        let usable = status.keys.iter().any(|k| k.health == HealthState::Ready);
-        if usable {
-            self.blocked_said = false;
-        }
+    /// What to show for `event`, if anything. `status` gives the gateway's status just after it; it is
+    /// only asked for key events, so the many finished requests cost nothing to look at.
+    pub fn consider(
+        &mut self,
+        event: &Envelope,
+        status: impl FnOnce() -> StatusBody,
+        now_unix_ms: u64,
+    ) -> Option<Notice> {
         let notice = match &event.event {
-            Event::Key(k) => match k.change {
-                KeyChange::Rejected => Some(rejected(&k.label)),
-                KeyChange::CoolingStarted { .. }
-                | KeyChange::QuotaExhausted { .. }
-                | KeyChange::Disabled
-                | KeyChange::Removed
-                    if !usable && !status.keys.is_empty() && !self.blocked_said =>
-                {
-                    Some(blocked(status))
+            Event::Key(k) => {
+                let status = status();
+                let usable = status.keys.iter().any(|k| k.health == HealthState::Ready);
+                if usable {
+                    self.blocked_said = false;
                 }
-                _ => None,
-            },
+                self.key_notice(k, &status, usable)
+            }
             Event::Finished(record) => session_lost(&record.decision.refusal, !record.decision.rescued_orgs.is_empty()),
             _ => None,
         }?;
@@ -113,6 +121,21 @@ impl Notifier {
             _ => String::new(),
         };
         self.allow(notice, subject, now_unix_ms)
+    }
+
+    fn key_notice(&self, k: &crate::events::KeyEvent, status: &StatusBody, usable: bool) -> Option<Notice> {
+        match k.change {
+            KeyChange::Rejected => Some(rejected(&k.label)),
+            KeyChange::CoolingStarted { .. }
+            | KeyChange::QuotaExhausted { .. }
+            | KeyChange::Disabled
+            | KeyChange::Removed
+                if !usable && !status.keys.is_empty() && !self.blocked_said =>
+            {
+                Some(blocked(status))
+            }
+            _ => None,
+        }
     }
 
     fn allow(&mut self, notice: Notice, subject: String, now_unix_ms: u64) -> Option<Notice> {

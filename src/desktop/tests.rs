@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::menu::{changes, icon, menu, status_line, Action, Change, IconState, Item, MenuInput};
+use super::menu::{changes, entries, icon, menu, status_line, Action, Change, IconState, Item, MenuInput};
 use super::notices::{NoticeKind, Notifier};
 use crate::api::types::{GatewayInfo, HealthState, KeyInfo, KeychainInfo, StatusBody};
 use crate::events::{Envelope, Event, KeyChange, KeyEvent, RequestRecord, Transport};
@@ -122,12 +122,11 @@ fn the_menu_has_every_item_in_order_with_keys_checked_when_on() {
     use HealthState::*;
     let s = two(Ready, Disabled);
     let m = menu(&MenuInput { autostart: true, codex_undo: true, ..input(&s) });
-    let entries: Vec<(String, Option<bool>)> = m
-        .items
-        .iter()
+    let entries: Vec<(String, Option<bool>)> = entries(&m.items)
+        .into_iter()
         .filter_map(|i| match i {
             Item::Entry { label, checked, .. } => Some((label.clone(), *checked)),
-            Item::Separator => None,
+            _ => None,
         })
         .collect();
     let labels: Vec<&str> = entries.iter().map(|(l, _)| l.as_str()).collect();
@@ -144,22 +143,26 @@ fn the_menu_has_every_item_in_order_with_keys_checked_when_on() {
             "Set up Codex…",
             "Undo Codex setup",
             "Set up pi…",
-            "Notifications",
+            "Show notifications",
+            "No key can serve",
+            "A key is rejected",
+            "A session is refused or rescued",
             "Start at login",
             "Quit Keymux"
         ]
     );
     assert_eq!(entries[2].1, Some(true));
     assert_eq!(entries[3].1, Some(false), "a disabled key is unchecked");
-    assert_eq!(entries[10].1, Some(true));
-    assert_eq!(entries[11].1, Some(true));
+    assert_eq!(entries[10].1, Some(true), "notifications on");
+    assert_eq!(entries[14].1, Some(true), "start at login on");
+    assert!(m.items.iter().any(|i| matches!(i, Item::Submenu { label, .. } if label == "Notifications")));
     assert_eq!(m.tooltip, "Keymux — Routing · 1 of 2 keys ready");
 }
 
 #[test]
 fn a_down_gateway_offers_only_what_still_works() {
     let m = menu(&MenuInput { problem: Some("the keychain cannot be reached"), ..MenuInput::default() });
-    for item in &m.items {
+    for item in entries(&m.items) {
         if let Item::Entry { action, enabled, .. } = item {
             let works = matches!(
                 action,
@@ -218,9 +221,17 @@ fn transitions_update_checks_and_the_icon_or_rebuild() {
     assert_eq!(changes(&healthy, &menu(&MenuInput { pi_undo: true, ..input(&s) })), vec![Change::Rebuild]);
     let down = menu(&MenuInput { problem: Some("stopped"), ..MenuInput::default() });
     assert_eq!(changes(&healthy, &down), vec![Change::Rebuild]);
-    // Notifications toggled.
+    // Notifications off: the master check, and the kinds can no longer be chosen.
     let quiet = menu(&MenuInput { notifications: false, ..input(&s) });
-    assert_eq!(changes(&healthy, &quiet), vec![Change::Checked(Action::ToggleNotifications, false)]);
+    let mut expected = vec![Change::Checked(Action::ToggleNotifications, false)];
+    expected.extend(NoticeKind::ALL.map(|k| Change::Enabled(Action::ToggleNotice(k), false)));
+    assert_eq!(changes(&healthy, &quiet), expected);
+    // One kind off: its check only.
+    let no_rejects = menu(&MenuInput { notices_off: vec![NoticeKind::KeyRejected], ..input(&s) });
+    assert_eq!(
+        changes(&healthy, &no_rejects),
+        vec![Change::Checked(Action::ToggleNotice(NoticeKind::KeyRejected), false)]
+    );
     assert_eq!(label_of(&quiet, &Action::Quit), "Quit Keymux");
 }
 
@@ -244,29 +255,29 @@ fn every_key_blocked_is_said_once_until_a_key_frees() {
     use HealthState::*;
     let mut n = Notifier::new();
     let cooling = KeyChange::CoolingStarted { until_unix_ms: NOW + 270_000 };
-    assert_eq!(n.consider(&key_event(1, "work", cooling), &two(Cooling, Ready), NOW), None, "one key still serves");
-    let notice = n.consider(&key_event(2, "home", cooling), &two(Cooling, Cooling), NOW).expect("all blocked");
+    assert_eq!(n.consider(&key_event(1, "work", cooling), || two(Cooling, Ready), NOW), None, "one key still serves");
+    let notice = n.consider(&key_event(2, "home", cooling), || two(Cooling, Cooling), NOW).expect("all blocked");
     assert_eq!(notice.kind, NoticeKind::AllKeysBlocked);
     assert!(notice.body.contains("frees in 4m 30s"), "{}", notice.body);
     // Still blocked: no repeat, even after the quiet time.
     let later = NOW + 3_600_000;
-    assert_eq!(n.consider(&key_event(3, "work", cooling), &two(Cooling, Cooling), later), None);
+    assert_eq!(n.consider(&key_event(3, "work", cooling), || two(Cooling, Cooling), later), None);
     // A key frees, then all block again after the quiet time: said again.
-    assert_eq!(n.consider(&key_event(4, "work", KeyChange::CoolingEnded), &two(Ready, Cooling), later), None);
-    assert!(n.consider(&key_event(5, "work", cooling), &two(Cooling, Cooling), later).is_some());
+    assert_eq!(n.consider(&key_event(4, "work", KeyChange::CoolingEnded), || two(Ready, Cooling), later), None);
+    assert!(n.consider(&key_event(5, "work", cooling), || two(Cooling, Cooling), later).is_some());
 }
 
 #[test]
 fn a_rejected_key_is_said_once_per_quiet_time_per_key() {
     use HealthState::*;
     let mut n = Notifier::new();
-    let first = n.consider(&key_event(1, "work", KeyChange::Rejected), &two(Rejected, Ready), NOW).unwrap();
+    let first = n.consider(&key_event(1, "work", KeyChange::Rejected), || two(Rejected, Ready), NOW).unwrap();
     assert_eq!(first.kind, NoticeKind::KeyRejected);
     assert!(first.title.contains("'work'"));
-    assert_eq!(n.consider(&key_event(2, "work", KeyChange::Rejected), &two(Rejected, Ready), NOW + 60_000), None);
-    assert!(n.consider(&key_event(3, "home", KeyChange::Rejected), &two(Rejected, Rejected), NOW + 60_000).is_some());
+    assert_eq!(n.consider(&key_event(2, "work", KeyChange::Rejected), || two(Rejected, Ready), NOW + 60_000), None);
+    assert!(n.consider(&key_event(3, "home", KeyChange::Rejected), || two(Rejected, Rejected), NOW + 60_000).is_some());
     let after_quiet = NOW + NoticeKind::KeyRejected.quiet_ms();
-    assert!(n.consider(&key_event(4, "work", KeyChange::Rejected), &two(Rejected, Ready), after_quiet).is_some());
+    assert!(n.consider(&key_event(4, "work", KeyChange::Rejected), || two(Rejected, Ready), after_quiet).is_some());
 }
 
 #[test]
@@ -274,15 +285,15 @@ fn refused_and_rescued_sessions_are_said_and_ordinary_requests_are_not() {
     use HealthState::*;
     let s = two(Ready, Ready);
     let mut n = Notifier::new();
-    assert_eq!(n.consider(&finished(1, None, false), &s, NOW), None);
+    assert_eq!(n.consider(&finished(1, None, false), || s.clone(), NOW), None);
     let refused = Some(Refusal::LostOrg { key: KeyId::new("k_work") });
-    let notice = n.consider(&finished(2, refused, false), &s, NOW).unwrap();
+    let notice = n.consider(&finished(2, refused, false), || s.clone(), NOW).unwrap();
     assert_eq!((notice.kind, notice.title.as_str()), (NoticeKind::SessionLost, "A session was refused"));
-    assert_eq!(n.consider(&finished(3, None, true), &s, NOW + 1_000), None, "throttled");
-    let rescued = n.consider(&finished(4, None, true), &s, NOW + NoticeKind::SessionLost.quiet_ms() + 1_000).unwrap();
+    assert_eq!(n.consider(&finished(3, None, true), || s.clone(), NOW + 1_000), None, "throttled");
+    let rescued = n.consider(&finished(4, None, true), || s.clone(), NOW + NoticeKind::SessionLost.quiet_ms() + 1_000).unwrap();
     assert_eq!(rescued.title, "A session was rescued");
     let cooling = Some(Refusal::AllCooling { retry_after_secs: 5, cooling: 2 });
-    assert_eq!(n.consider(&finished(5, cooling, false), &s, NOW + 99_000_000), None, "not a lost session");
+    assert_eq!(n.consider(&finished(5, cooling, false), || s.clone(), NOW + 99_000_000), None, "not a lost session");
 }
 
 #[test]
@@ -291,7 +302,7 @@ fn a_kind_switched_off_is_never_said() {
     let mut n = Notifier::new();
     n.set(NoticeKind::KeyRejected, false);
     assert!(!n.is_on(NoticeKind::KeyRejected));
-    assert_eq!(n.consider(&key_event(1, "work", KeyChange::Rejected), &two(Rejected, Ready), NOW), None);
+    assert_eq!(n.consider(&key_event(1, "work", KeyChange::Rejected), || two(Rejected, Ready), NOW), None);
     n.set(NoticeKind::KeyRejected, true);
-    assert!(n.consider(&key_event(2, "work", KeyChange::Rejected), &two(Rejected, Ready), NOW).is_some());
+    assert!(n.consider(&key_event(2, "work", KeyChange::Rejected), || two(Rejected, Ready), NOW).is_some());
 }
