@@ -357,17 +357,13 @@ impl Secrets {
     fn of(client: Client, old: &str, new: &str, token: &str) -> Self {
         let mut found = vec![token.to_owned()];
         for text in [old, new] {
-            match client {
-                Client::Codex => {
-                    if let Ok(value) = toml::from_str::<toml::Value>(text) {
-                        toml_secrets("", &value, &mut found);
-                    }
-                }
-                Client::Pi => {
-                    if let Ok(value) = serde_json::from_str::<serde_json::Value>(text) {
-                        json_secrets("", &value, &mut found);
-                    }
-                }
+            // Both formats read into one tree, so one walk finds the credentials.
+            let tree = match client {
+                Client::Codex => toml::from_str::<serde_json::Value>(text).ok(),
+                Client::Pi => serde_json::from_str::<serde_json::Value>(text).ok(),
+            };
+            if let Some(tree) = tree {
+                collect_secrets("", &tree, &mut found);
             }
         }
         // Longer first, so a secret that contains another is masked whole.
@@ -405,20 +401,11 @@ fn is_secret(key: &str, value: &str) -> bool {
         || ["key", "token", "secret", "auth", "password"].iter().any(|word| key.contains(word))
 }
 
-fn toml_secrets(key: &str, value: &toml::Value, out: &mut Vec<String>) {
-    match value {
-        toml::Value::String(s) if is_secret(key, s) => out.push(s.clone()),
-        toml::Value::Table(table) => table.iter().for_each(|(k, v)| toml_secrets(k, v, out)),
-        toml::Value::Array(items) => items.iter().for_each(|v| toml_secrets(key, v, out)),
-        _ => {}
-    }
-}
-
-fn json_secrets(key: &str, value: &serde_json::Value, out: &mut Vec<String>) {
+fn collect_secrets(key: &str, value: &serde_json::Value, out: &mut Vec<String>) {
     match value {
         serde_json::Value::String(s) if is_secret(key, s) => out.push(s.clone()),
-        serde_json::Value::Object(map) => map.iter().for_each(|(k, v)| json_secrets(k, v, out)),
-        serde_json::Value::Array(items) => items.iter().for_each(|v| json_secrets(key, v, out)),
+        serde_json::Value::Object(map) => map.iter().for_each(|(k, v)| collect_secrets(k, v, out)),
+        serde_json::Value::Array(items) => items.iter().for_each(|v| collect_secrets(key, v, out)),
         _ => {}
     }
 }
