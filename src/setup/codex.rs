@@ -105,7 +105,7 @@ fn profile_note(doc: &DocumentMut) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, reason = "tests")]
+    #![expect(clippy::unwrap_used, reason = "tests")]
     use super::*;
 
     const BASE: &str = "http://127.0.0.1:8787/v1";

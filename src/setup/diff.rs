@@ -133,7 +133,6 @@ fn range(start: usize, count: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, reason = "tests")]
     use super::*;
 
     fn keep(line: &str) -> String {

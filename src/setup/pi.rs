@@ -68,7 +68,7 @@ pub(super) fn edit(text: &str, base_url: &str, token: &str) -> Result<Edited, Re
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, reason = "tests")]
+    #![expect(clippy::unwrap_used, reason = "tests")]
     use super::*;
 
     const BASE: &str = "http://127.0.0.1:8787/v1";

@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used, reason = "tests")]
+#![expect(clippy::unwrap_used, reason = "tests")]
 
 use super::*;
 
