@@ -47,15 +47,41 @@ impl ConfigFile {
 
 /// Writes a file so that a reader sees the old or the new content, never half of either.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_atomically_with_mode(path, bytes, None)
+}
+
+/// Writes a file atomically with the Unix permissions `mode` (ignored elsewhere), set on the temporary
+/// file before any byte is written: a file that holds a token is never readable by others, not even
+/// for a moment.
+pub fn write_atomically_with_mode(path: &Path, bytes: &[u8], mode: Option<u32>) -> std::io::Result<()> {
     use std::io::Write as _;
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
     let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-    let mut file = std::fs::File::create(&tmp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path)
+    let written = (|| {
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        if let Some(mode) = mode {
+            std::os::unix::fs::OpenOptionsExt::mode(&mut options, mode);
+        }
+        let mut file = options.open(&tmp)?;
+        #[cfg(unix)]
+        if let Some(mode) = mode {
+            // The mode given at creation is narrowed by the umask, and a file left by a crash keeps its own.
+            file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))?;
+        }
+        #[cfg(not(unix))]
+        let _ = mode;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 fn table_of<T: Serialize>(value: &T) -> Result<Table, String> {
@@ -204,6 +230,25 @@ priority = 0 # tier 0
         assert_eq!(config.tokens, [token]);
         let config = file.edit(|doc| remove_token(doc, "t_1")).expect("revoked");
         assert!(config.tokens.is_empty());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_file_written_with_a_mode_is_never_readable_by_others() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("models.json");
+        std::fs::write(&path, "old").expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        // A temporary file a crash left behind, readable by everyone.
+        let stale = path.with_extension(format!("tmp-{}", std::process::id()));
+        std::fs::write(&stale, "stale").expect("write");
+        std::fs::set_permissions(&stale, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+        write_atomically_with_mode(&path, b"new", Some(0o600)).expect("written");
+        assert_eq!(std::fs::read(&path).expect("read"), b"new");
+        let mode = std::fs::metadata(&path).expect("metadata").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{mode:o}");
+        assert!(!stale.exists(), "the temporary file became the file");
     }
 
     #[test]

@@ -263,6 +263,23 @@ pub async fn store_new_token(
     Ok((listed, token))
 }
 
+/// A name for a new client token: `base` when no token has it yet, else `base-2`, `base-3`… (names
+/// compare without case, as `store_new_token` does).
+pub fn free_token_name(base: &str, taken: &[String]) -> String {
+    let free = |name: &str| !taken.iter().any(|t| t.eq_ignore_ascii_case(name));
+    if free(base) {
+        return base.to_owned();
+    }
+    let mut n = 2;
+    loop {
+        let name = format!("{base}-{n}");
+        if free(&name) {
+            return name;
+        }
+        n += 1;
+    }
+}
+
 /// Revokes a client token by id or name: its secret deleted, its config entry removed.
 pub async fn forget_token(settings: &Settings, id_or_name: &str) -> Result<TokenConfig, ControlError> {
     let found = settings
@@ -452,4 +469,17 @@ fn apply_entry_changes(entry: &mut KeyEntry, changes: &KeyChanges) {
         &mut entry.models,
         &mut entry.exclude_models,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_token_takes_the_first_free_name() {
+        let taken = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+        assert_eq!(free_token_name("codex", &taken(&["default", "pi"])), "codex");
+        assert_eq!(free_token_name("codex", &taken(&["Codex"])), "codex-2");
+        assert_eq!(free_token_name("codex", &taken(&["codex", "codex-2", "codex-4"])), "codex-3");
+    }
 }

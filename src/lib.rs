@@ -35,6 +35,8 @@
 //! Changing it:
 //! * [`control`]: keys, tokens and routing changed at runtime (and offline, by the CLI).
 //! * [`config_file`]: edits to the config file that keep the user's comments.
+//! * [`setup`]: points Codex and pi at Keymux in their own config files: a preview first, a backup,
+//!   and an Undo that restores the file byte for byte.
 //!
 //! State:
 //! * [`gateway`]: the shared state of a running gateway, and publishing records and events.
@@ -95,6 +97,7 @@ pub mod runtime;
 pub mod secrets;
 pub mod server;
 pub mod sessions;
+pub mod setup;
 pub mod startup;
 pub mod tokens;
 pub mod upstream;

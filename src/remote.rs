@@ -38,14 +38,9 @@ impl Remote {
     ) -> Result<Found, String> {
         let addr = match crate::runfile::read(config_path) {
             Some(running) => running.addr,
-            None => match config.listen.parse::<std::net::SocketAddr>() {
-                Ok(mut addr) => {
-                    if addr.ip().is_unspecified() {
-                        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
-                    }
-                    addr
-                }
-                Err(_) => return Ok(Found::Nobody),
+            None => match local_addr(&config.listen) {
+                Some(addr) => addr,
+                None => return Ok(Found::Nobody),
             },
         };
         let root = format!("http://{addr}");
@@ -91,6 +86,16 @@ impl Remote {
     pub fn root(&self) -> &str {
         &self.root
     }
+}
+
+/// The address a local client reaches a gateway at that listens on `listen` (an unspecified address,
+/// such as `0.0.0.0`, is reached on loopback).
+pub fn local_addr(listen: &str) -> Option<std::net::SocketAddr> {
+    let mut addr = listen.parse::<std::net::SocketAddr>().ok()?;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    Some(addr)
 }
 
 /// Asks the gateway to prove it knows the admin credential; only then is the credential sent.

@@ -33,12 +33,8 @@ pub fn write(config: &Path, addr: SocketAddr) -> Result<PathBuf, String> {
     let path = path_for(config).ok_or("no runtime directory")?;
     let running = Running { addr, pid: std::process::id() };
     let text = serde_json::to_vec(&running).map_err(|e| e.to_string())?;
-    crate::config_file::write_atomically(&path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt as _;
-        let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
-    }
+    crate::config_file::write_atomically_with_mode(&path, &text, Some(0o600))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(path)
 }
 

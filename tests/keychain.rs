@@ -217,3 +217,48 @@ async fn changes_reach_the_running_gateway(
     let code = link.trim().rsplit('=').next().unwrap_or_default().to_owned();
     (produced, vec![second, code])
 }
+
+/// `keymux setup` with no gateway running: the client token is made in the keychain (and listed in the
+/// config), the base URL comes from the config's `listen`, and a second run reuses the token, so it
+/// finds nothing to change instead of minting `codex-2`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_without_a_gateway_makes_the_token_in_the_keychain_and_reuses_it() {
+    require_secret_service();
+    let home = tempfile::tempdir().unwrap();
+    let config = isolated_config(home.path(), "http://127.0.0.1:9/v1");
+    // Nothing listens on port 1: the CLI works offline.
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("listen = \"127.0.0.1:1\"\n{text}")).unwrap();
+    let cfg = config.to_str().unwrap();
+    let mut env: Vec<(String, String)> =
+        base_env(home.path()).into_iter().filter(|(k, _)| k != "XDG_DATA_HOME").collect();
+    env.push(("XDG_DATA_HOME".into(), home.path().join("data").display().to_string()));
+    let file = home.path().join("codex/config.toml");
+    let original = format!("{EXISTING_CODEX_CONFIG_HEAD}{EXISTING_CODEX_CONFIG_TAIL}");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, &original).unwrap();
+    let setup = ["--config", cfg, "setup", "codex", "--file", file.to_str().unwrap(), "--yes"];
+
+    let (ok, out, err) = run_keymux(&setup, &env, "").await;
+    assert!(ok && out.contains("client token 'codex'"), "{out}{err}");
+    let mut produced = out + &err;
+    let written: toml::Value = toml::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let provider = &written["model_providers"]["keymux"];
+    assert_eq!(provider["base_url"].as_str(), Some("http://127.0.0.1:1/v1"), "the config's listen address");
+    let token = provider["experimental_bearer_token"].as_str().unwrap().to_owned();
+    let (ok, shown, err) = run_keymux(&["--config", cfg, "token", "show", "codex"], &env, "").await;
+    assert!(ok && shown.trim() == token, "the file holds the keychain's token 'codex': {err}");
+
+    let (ok, out, err) = run_keymux(&setup, &env, "").await;
+    assert!(ok && out.contains("nothing to change"), "{out}{err}");
+    produced += &(out + &err);
+    assert!(!std::fs::read_to_string(&config).unwrap().contains("codex-2"), "no second token");
+
+    let undo = ["--config", cfg, "setup", "codex", "--undo"];
+    let (ok, out, err) = run_keymux(&undo, &env, "").await;
+    assert!(ok, "{out}{err}");
+    produced += &(out + &err);
+    assert_eq!(std::fs::read(&file).unwrap(), original.as_bytes());
+    assert!(run_keymux(&["--config", cfg, "token", "revoke", "codex"], &env, "").await.0);
+    assert_no_secrets("keymux setup's output", &produced, &[&token]);
+}

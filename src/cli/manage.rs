@@ -21,10 +21,10 @@ use crate::secrets::{self, account, Secret, SecretStore};
 use crate::startup::{self, StartError};
 
 /// The config, its file and the secret store, as the CLI finds them.
-struct Loaded {
-    path: PathBuf,
-    config: Config,
-    store: Arc<dyn SecretStore>,
+pub(super) struct Loaded {
+    pub(super) path: PathBuf,
+    pub(super) config: Config,
+    pub(super) store: Arc<dyn SecretStore>,
 }
 
 impl Loaded {
@@ -33,7 +33,7 @@ impl Loaded {
     }
 }
 
-fn load(config_path: Option<PathBuf>) -> Result<Loaded, StartError> {
+pub(super) fn load(config_path: Option<PathBuf>) -> Result<Loaded, StartError> {
     let path = match config_path {
         Some(p) => p,
         None => Config::default_path()?,
@@ -44,7 +44,7 @@ fn load(config_path: Option<PathBuf>) -> Result<Loaded, StartError> {
 }
 
 /// The running gateway of this config, if one answers and proves who it is.
-async fn remote(loaded: &Loaded) -> Result<Option<Remote>, StartError> {
+pub(super) async fn remote(loaded: &Loaded) -> Result<Option<Remote>, StartError> {
     let admin = env_secrets()?.admin_token;
     match Remote::find(&loaded.config, &loaded.path, &loaded.store, admin).await.map_err(StartError::Usage)? {
         Found::Gateway(remote) => Ok(Some(remote)),
@@ -61,7 +61,7 @@ async fn running(loaded: &Loaded) -> Result<Remote, StartError> {
     })
 }
 
-fn usage(e: impl ToString) -> StartError {
+pub(super) fn usage(e: impl ToString) -> StartError {
     StartError::Usage(e.to_string())
 }
 
@@ -284,18 +284,23 @@ pub(super) async fn token(config_path: Option<PathBuf>, cmd: TokenCommand) -> Re
 }
 
 async fn create_token(loaded: &Loaded, name: &str) -> Result<(), StartError> {
-    let secret = if let Some(remote) = remote(loaded).await? {
-        let created = remote.call(Method::POST, "/tokens", Some(json!({ "name": name }))).await.map_err(usage)?;
-        Secret::new(created["secret"].as_str().unwrap_or_default())
-    } else {
-        let now = crate::clock::Clock::system().unix_ms() / 1000;
-        control::store_new_token(&loaded.settings(), name, now).await.map_err(usage)?.1
-    };
+    let secret = new_token(loaded, remote(loaded).await?.as_ref(), name).await?;
     out(secret.expose());
     eprintln!(
         "created token '{name}'. Export it for your client, e.g. `export KEYMUX_TOKEN=$(keymux token show {name})`."
     );
     Ok(())
+}
+
+/// Creates a client token: through the running gateway when there is one (accepted at once), else in
+/// the keychain and the config (accepted from the next start).
+pub(super) async fn new_token(loaded: &Loaded, remote: Option<&Remote>, name: &str) -> Result<Secret, StartError> {
+    if let Some(remote) = remote {
+        let created = remote.call(Method::POST, "/tokens", Some(json!({ "name": name }))).await.map_err(usage)?;
+        return Ok(Secret::new(created["secret"].as_str().unwrap_or_default()));
+    }
+    let now = crate::clock::Clock::system().unix_ms() / 1000;
+    Ok(control::store_new_token(&loaded.settings(), name, now).await.map_err(usage)?.1)
 }
 
 async fn show_token(loaded: &Loaded, name: &str) -> Result<(), StartError> {

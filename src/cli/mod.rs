@@ -1,15 +1,16 @@
-//! The `keymux` command line: `serve` (the default), and the commands that manage keys, tokens and
+//! The `keymux` command line: `serve` (the default), the commands that manage keys, tokens and
 //! routing (`manage`): on the running gateway when there is one, in the keychain and the config
-//! otherwise.
+//! otherwise, and `setup`, which points Codex or pi at the gateway.
 
 mod manage;
+mod setup;
 
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::EnvSecrets;
 use crate::runtime::Runtime;
@@ -41,6 +42,8 @@ enum Command {
         #[arg(long)]
         open: bool,
     },
+    /// Point Codex or pi at this gateway in its own config file: shows the change, asks, keeps a backup.
+    Setup(SetupArgs),
     /// Pause routing on the running gateway: new requests get 503 with retry-after.
     Pause,
     /// Resume routing on the running gateway.
@@ -61,6 +64,42 @@ struct ServeArgs {
     /// Do not use the keychain: keys from KEYMUX_KEY_<LABEL>, token from KEYMUX_CLIENT_TOKEN.
     #[arg(long)]
     ephemeral: bool,
+}
+
+#[derive(Args)]
+struct SetupArgs {
+    /// The client to set up.
+    client: ClientArg,
+    /// The client's file (default: where the client reads it: $CODEX_HOME/config.toml or
+    /// ~/.codex/config.toml; $PI_CODING_AGENT_DIR/models.json or ~/.pi/agent/models.json).
+    #[arg(long, value_name = "PATH")]
+    file: Option<PathBuf>,
+    /// Apply without asking (needed when stdin is not a terminal).
+    #[arg(long, conflicts_with = "undo")]
+    yes: bool,
+    /// Take Keymux's setup of this client back: the file as it was before is restored.
+    #[arg(long)]
+    undo: bool,
+    /// With --undo: restore even though the file was changed since (your version is kept next to it).
+    #[arg(long, requires = "undo")]
+    force: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ClientArg {
+    /// Codex CLI.
+    Codex,
+    /// The pi coding agent.
+    Pi,
+}
+
+impl From<ClientArg> for crate::setup::Client {
+    fn from(client: ClientArg) -> Self {
+        match client {
+            ClientArg::Codex => Self::Codex,
+            ClientArg::Pi => Self::Pi,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -171,6 +210,7 @@ pub fn main() -> ExitCode {
             Command::Keys(cmd) => manage::keys(cli.config, cmd).await,
             Command::Token(cmd) => manage::token(cli.config, cmd).await,
             Command::Dashboard { open } => manage::dashboard(cli.config, open).await,
+            Command::Setup(args) => setup::setup(cli.config, args).await,
             Command::Pause => manage::pause(cli.config, true).await,
             Command::Resume => manage::pause(cli.config, false).await,
         }

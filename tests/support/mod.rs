@@ -708,6 +708,12 @@ pub fn codex_bin() -> PathBuf {
 pub async fn run_codex(codex_home: &Path, config: &str, token: &str, prompt: &str) -> (bool, String) {
     std::fs::create_dir_all(codex_home).unwrap();
     std::fs::write(codex_home.join("config.toml"), config).unwrap();
+    run_codex_in(codex_home, &[("KEYMUX_TOKEN", token)], prompt).await
+}
+
+/// Runs `codex exec` once with `CODEX_HOME` as it is (its `config.toml` already there) and nothing in
+/// its environment but PATH, HOME, CODEX_HOME and `env`: (succeeded, everything it printed).
+pub async fn run_codex_in(codex_home: &Path, env: &[(&str, &str)], prompt: &str) -> (bool, String) {
     let work = tempfile::tempdir().unwrap();
     let out = tokio::process::Command::new(codex_bin())
         .args(["exec", "--skip-git-repo-check", prompt])
@@ -716,7 +722,7 @@ pub async fn run_codex(codex_home: &Path, config: &str, token: &str, prompt: &st
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("HOME", codex_home)
         .env("CODEX_HOME", codex_home)
-        .env("KEYMUX_TOKEN", token)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .output();

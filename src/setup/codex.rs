@@ -1,0 +1,224 @@
+//! Codex's `config.toml`: the top-level `model_provider = "keymux"` and a `[model_providers.keymux]`
+//! table with the base URL and the client token (`experimental_bearer_token`, which Codex sends as
+//! `Authorization: Bearer`, so no environment variable is needed). Edited with `toml_edit`, so every
+//! other key, table, comment and blank line stays byte for byte as it was.
+
+use toml_edit::{DocumentMut, InlineTable, Item, Table, TableLike, Value};
+
+use super::{Edited, Refusal, PROVIDER};
+
+/// Keys of a provider that say where its credential comes from. Keymux's own provider takes the token
+/// from this file, so any other source is removed rather than left to compete with it.
+const OTHER_CREDENTIALS: [&str; 3] = ["env_key", "auth", "requires_openai_auth"];
+
+/// The file with Codex pointed at Keymux.
+pub(super) fn edit(text: &str, base_url: &str, token: &str) -> Result<Edited, Refusal> {
+    let mut doc: DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| Refusal::Syntax(e.to_string()))?;
+    let mut notes = Vec::new();
+    let previous = doc.get("model_provider").map(|item| item.as_str().map_or_else(|| item.to_string(), str::to_owned));
+    if let Some(previous) = previous.filter(|p| p != PROVIDER) {
+        notes.push(format!(
+            "model_provider was \"{previous}\"; Codex now uses Keymux instead (Undo puts \"{previous}\" back)"
+        ));
+    }
+    // A root key is always written before the first table, wherever the tables are.
+    set_str(doc.as_table_mut(), "model_provider", PROVIDER);
+    notes.extend(profile_note(&doc));
+    let table = keymux_table(&mut doc)?;
+    for (key, value) in
+        [("name", "Keymux"), ("base_url", base_url), ("wire_api", "responses"), ("experimental_bearer_token", token)]
+    {
+        set_str(table, key, value);
+    }
+    for key in OTHER_CREDENTIALS {
+        if table.remove(key).is_some() {
+            notes.push(format!("removed `{key}` from [model_providers.keymux]: the token is now in this file"));
+        }
+    }
+    Ok(Edited { text: doc.to_string(), notes })
+}
+
+/// Sets `key` to the string `value`, leaving it untouched when it already is (so an unchanged file
+/// stays byte-identical) and keeping the comment after a replaced value.
+fn set_str(table: &mut dyn TableLike, key: &str, value: &str) {
+    match table.get_mut(key) {
+        Some(item) if item.as_str() == Some(value) => {}
+        Some(Item::Value(old)) => {
+            let decor = old.decor().clone();
+            *old = Value::from(value);
+            *old.decor_mut() = decor;
+        }
+        _ => {
+            table.insert(key, toml_edit::value(value));
+        }
+    }
+}
+
+/// The `[model_providers.keymux]` table (or inline table), created after the other providers when
+/// missing.
+fn keymux_table(doc: &mut DocumentMut) -> Result<&mut dyn TableLike, Refusal> {
+    let root = doc.as_table_mut();
+    if !root.contains_key("model_providers") {
+        let mut providers = Table::new();
+        providers.set_implicit(true);
+        root.insert("model_providers", Item::Table(providers));
+    }
+    let not_a_table = || Refusal::Shape("`model_providers` must be a table of providers".into());
+    let providers = root.get_mut("model_providers").ok_or_else(not_a_table)?;
+    let fresh = match providers {
+        Item::Table(_) => {
+            let mut table = Table::new();
+            table.decor_mut().set_prefix("\n");
+            Item::Table(table)
+        }
+        Item::Value(Value::InlineTable(_)) => Item::Value(Value::InlineTable(InlineTable::new())),
+        _ => return Err(not_a_table()),
+    };
+    let providers = providers.as_table_like_mut().ok_or_else(not_a_table)?;
+    if !providers.contains_key(PROVIDER) {
+        providers.insert(PROVIDER, fresh);
+    }
+    providers
+        .get_mut(PROVIDER)
+        .and_then(Item::as_table_like_mut)
+        .ok_or_else(|| Refusal::Shape("`model_providers.keymux` must be a table".into()))
+}
+
+/// A warning when the active profile names another provider: a profile's settings win over the top
+/// level, so Codex would not use Keymux while it is active. Keymux does not change profiles.
+fn profile_note(doc: &DocumentMut) -> Option<String> {
+    let profile = doc.get("profile")?.as_str()?;
+    let theirs = doc
+        .get("profiles")
+        .and_then(Item::as_table_like)
+        .and_then(|profiles| profiles.get(profile))
+        .and_then(Item::as_table_like)
+        .and_then(|p| p.get("model_provider"))
+        .and_then(Item::as_str)?;
+    (theirs != PROVIDER).then(|| {
+        format!(
+            "the active profile \"{profile}\" sets model_provider = \"{theirs}\", which wins over the top level: \
+             Codex uses Keymux only without that profile (or once you change that line)"
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![expect(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+
+    const BASE: &str = "http://127.0.0.1:8787/v1";
+    const TOKEN: &str = "km-unit-test-token-5c1e0a97d3b2";
+
+    /// A config a user already has: comments everywhere, settings, another provider, a profile.
+    const SAMPLE: &str = r#"# my Codex settings
+model = "gpt-5.5"            # the default model
+approval_policy = "never"
+
+# keep it quiet
+check_for_update_on_startup = false
+
+[analytics]
+enabled = false
+
+# a provider I use elsewhere
+[model_providers.other]
+name = "Other"
+base_url = "http://127.0.0.1:9/v1"   # local
+wire_api = "responses"
+
+[profiles.fast]
+model = "gpt-5.5-mini"
+"#;
+
+    /// The lines of `old` missing from `new`, and the lines of `new` not in `old`, each with its line
+    /// ending, so a changed comment or space would show.
+    fn line_changes(old: &str, new: &str) -> (Vec<String>, Vec<String>) {
+        let (a, b): (Vec<&str>, Vec<&str>) = (old.split_inclusive('\n').collect(), new.split_inclusive('\n').collect());
+        super::super::diff::changed_lines(&a, &b)
+    }
+
+    #[test]
+    fn every_other_line_stays_byte_identical_and_the_provider_comes_before_the_tables() {
+        let edited = edit(SAMPLE, BASE, TOKEN).unwrap();
+        let (removed, added) = line_changes(SAMPLE, &edited.text);
+        assert!(removed.is_empty(), "no line of the user's was changed or dropped: {removed:?}");
+        assert_eq!(
+            added,
+            [
+                "model_provider = \"keymux\"\n",
+                "\n",
+                "[model_providers.keymux]\n",
+                "name = \"Keymux\"\n",
+                "base_url = \"http://127.0.0.1:8787/v1\"\n",
+                "wire_api = \"responses\"\n",
+                &format!("experimental_bearer_token = \"{TOKEN}\"\n"),
+            ]
+        );
+        let provider_at = edited.text.find("model_provider =").unwrap();
+        assert!(provider_at < edited.text.find("\n[").unwrap(), "a root key, before every table:\n{}", edited.text);
+        assert!(edited.notes.is_empty(), "nothing to warn about: {:?}", edited.notes);
+        let parsed: toml::Value = toml::from_str(&edited.text).unwrap();
+        assert_eq!(parsed["model_provider"].as_str(), Some("keymux"));
+        assert_eq!(parsed["model_providers"]["keymux"]["experimental_bearer_token"].as_str(), Some(TOKEN));
+        assert_eq!(parsed["model_providers"]["other"]["name"].as_str(), Some("Other"));
+        assert!(parsed["model_providers"]["keymux"].get("supports_websockets").is_none());
+    }
+
+    #[test]
+    fn another_model_provider_is_replaced_in_place_and_named_in_a_note() {
+        let text = SAMPLE.replace("approval_policy", "model_provider = \"openai\" # usual\napproval_policy");
+        let edited = edit(&text, BASE, TOKEN).unwrap();
+        let (removed, added) = line_changes(&text, &edited.text);
+        assert_eq!(removed, ["model_provider = \"openai\" # usual\n"]);
+        assert_eq!(added[0], "model_provider = \"keymux\" # usual\n", "same place, same comment");
+        assert!(edited.notes.iter().any(|n| n.contains("was \"openai\"")), "{:?}", edited.notes);
+    }
+
+    #[test]
+    fn an_existing_keymux_provider_gets_the_new_values_and_loses_other_credentials() {
+        let text = format!(
+            "{SAMPLE}\n[model_providers.keymux]\nname = \"Keymux\"\nbase_url = \"http://127.0.0.1:1/v1\"\n\
+             wire_api = \"responses\"\nenv_key = \"KEYMUX_TOKEN\" # exported\nsupports_websockets = true\n"
+        );
+        let edited = edit(&text, BASE, TOKEN).unwrap();
+        let (removed, added) = line_changes(&text, &edited.text);
+        assert_eq!(removed, ["base_url = \"http://127.0.0.1:1/v1\"\n", "env_key = \"KEYMUX_TOKEN\" # exported\n"]);
+        assert!(added.iter().any(|l| l.starts_with("experimental_bearer_token")), "{added:?}");
+        assert!(edited.text.contains("supports_websockets = true"), "the user's own choice stays");
+        assert!(edited.notes.iter().any(|n| n.contains("env_key")), "{:?}", edited.notes);
+    }
+
+    #[test]
+    fn editing_again_changes_nothing() {
+        let once = edit(SAMPLE, BASE, TOKEN).unwrap().text;
+        assert_eq!(edit(&once, BASE, TOKEN).unwrap().text, once);
+    }
+
+    #[test]
+    fn an_empty_file_and_an_inline_provider_table_are_set_up() {
+        let edited = edit("", BASE, TOKEN).unwrap();
+        assert!(edited.text.starts_with("model_provider = \"keymux\"\n"), "{}", edited.text);
+        let inline = "model_providers = { other = { name = \"x\" } }\n";
+        let parsed: toml::Value = toml::from_str(&edit(inline, BASE, TOKEN).unwrap().text).unwrap();
+        assert_eq!(parsed["model_providers"]["keymux"]["base_url"].as_str(), Some(BASE));
+        assert_eq!(parsed["model_providers"]["other"]["name"].as_str(), Some("x"));
+    }
+
+    #[test]
+    fn files_keymux_cannot_read_are_refused() {
+        assert!(matches!(edit("model = \"gpt-5.5\n[oops", BASE, TOKEN), Err(Refusal::Syntax(_))));
+        assert!(matches!(edit("model_providers = \"x\"\n", BASE, TOKEN), Err(Refusal::Shape(_))));
+        assert!(matches!(edit("[model_providers]\nkeymux = 3\n", BASE, TOKEN), Err(Refusal::Shape(_))));
+    }
+
+    #[test]
+    fn a_profile_that_names_another_provider_is_pointed_out() {
+        let text = format!("profile = \"work\"\n{SAMPLE}\n[profiles.work]\nmodel_provider = \"openai\"\n");
+        let notes = edit(&text, BASE, TOKEN).unwrap().notes;
+        assert!(notes.iter().any(|n| n.contains("profile \"work\"")), "{notes:?}");
+        let notes = edit(&text.replace("\"work\"\n", "\"fast\"\n"), BASE, TOKEN).unwrap().notes;
+        assert!(notes.is_empty(), "the fast profile keeps the top-level provider: {notes:?}");
+    }
+}

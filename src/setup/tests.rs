@@ -1,0 +1,280 @@
+#![expect(clippy::unwrap_used, reason = "tests")]
+
+use super::*;
+
+const BASE: &str = "http://127.0.0.1:8787/v1";
+const TOKEN: &str = "km-unit-test-token-5c1e0a97d3b2";
+
+fn token() -> Secret {
+    Secret::new(TOKEN)
+}
+
+/// A Codex config a user already has: comments, settings, the built-in provider chosen, and another
+/// provider whose own bearer token sits right where Keymux's table will follow it.
+const CODEX: &str = r#"# my Codex settings
+model = "gpt-5.5"
+model_provider = "openai"   # the usual
+approval_policy = "never"
+
+[analytics]
+enabled = false
+
+# a provider I use elsewhere
+[model_providers.other]
+name = "Other"
+base_url = "http://127.0.0.1:9/v1"
+experimental_bearer_token = "sk-proj-other-provider-key-0123456789"
+"#;
+
+/// A state directory and a client file in a temporary directory.
+struct Place {
+    dir: tempfile::TempDir,
+}
+
+impl Place {
+    fn new() -> Self {
+        Self { dir: tempfile::tempdir().unwrap() }
+    }
+    fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join("client").join(name)
+    }
+    fn state(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.file(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+}
+
+#[cfg(unix)]
+fn mode(path: &Path) -> u32 {
+    mode_of(path).unwrap() & 0o777
+}
+
+#[cfg(unix)]
+fn set_mode(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[test]
+fn the_codex_preview_shows_the_change_names_the_old_provider_and_masks_every_secret() {
+    let place = Place::new();
+    let path = place.write("config.toml", CODEX);
+    let plan = plan(Client::Codex, &path, BASE, &token()).unwrap();
+    let preview = plan.preview();
+    assert!(preview.contains("-model_provider = \"openai\"   # the usual\n"), "{preview}");
+    assert!(preview.contains("+model_provider = \"keymux\"   # the usual\n"), "{preview}");
+    assert!(preview.contains("+[model_providers.keymux]\n"), "{preview}");
+    assert!(preview.contains("note: model_provider was \"openai\""), "the old provider is named: {preview}");
+    assert!(preview.contains("+experimental_bearer_token = \"km-…d3b2\""), "the token, masked: {preview}");
+    assert!(!preview.contains(TOKEN) && !preview.contains(&TOKEN[..20]), "{preview}");
+    assert!(preview.contains(" experimental_bearer_token = \"sk-…6789\""), "the other key, as context: {preview}");
+    assert!(!preview.contains("sk-proj-other-provider"), "{preview}");
+    assert!(format!("{plan:?}").find(TOKEN).is_none(), "Debug never shows the text");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), CODEX, "planning writes nothing");
+    assert!(!place.state().exists());
+}
+
+#[test]
+fn applying_and_planning_again_says_there_is_nothing_to_do() {
+    let place = Place::new();
+    let path = place.write("config.toml", CODEX);
+    apply(&plan(Client::Codex, &path, BASE, &token()).unwrap(), &place.state()).unwrap();
+    let again = plan(Client::Codex, &path, BASE, &token()).unwrap();
+    assert!(!again.changes_anything());
+    assert!(again.preview().contains("nothing to change"), "{}", again.preview());
+    assert!(matches!(apply(&again, &place.state()), Err(SetupError::NothingToDo { .. })));
+    let other_port = plan(Client::Codex, &path, "http://127.0.0.1:9999/v1/", &token()).unwrap();
+    assert!(other_port.changes_anything(), "another base URL is a change");
+    assert!(other_port.text().contains("base_url = \"http://127.0.0.1:9999/v1\""), "no trailing slash");
+}
+
+#[test]
+fn undo_restores_the_file_byte_for_byte_with_its_permissions_and_keeps_the_backup() {
+    let place = Place::new();
+    // No final newline and a CRLF line: bytes a careless rewrite would change.
+    let original =
+        CODEX.replace("approval_policy = \"never\"\n", "approval_policy = \"never\"\r\n").trim_end().to_owned();
+    let path = place.write("config.toml", &original);
+    #[cfg(unix)]
+    set_mode(&path, 0o640);
+    let applied = apply(&plan(Client::Codex, &path, BASE, &token()).unwrap(), &place.state()).unwrap();
+    let Restore::Backup(backup) = &applied.restore else { panic!("a backup: {applied:?}") };
+    assert!(applied.backed_up);
+    assert!(backup.file_name().unwrap().to_string_lossy().starts_with("config.toml.keymux-backup-"), "{backup:?}");
+    assert_eq!(std::fs::read(backup).unwrap(), original.as_bytes());
+    #[cfg(unix)]
+    {
+        assert_eq!(mode(backup), 0o640, "the backup has the file's permissions");
+        assert_eq!(mode(&path), 0o600, "the file holds a token now");
+    }
+    let record = std::fs::read_to_string(record_path(&place.state(), Client::Codex)).unwrap();
+    assert!(!record.contains(&TOKEN[3..]), "the record holds nothing secret: {record}");
+    assert!(status(Client::Codex, &place.state()).unwrap().is_some_and(|s| !s.edited_since));
+
+    let undone = undo(Client::Codex, &place.state(), false).unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), original.as_bytes(), "byte for byte");
+    #[cfg(unix)]
+    assert_eq!(mode(&path), 0o640);
+    assert_eq!(undone.restored, applied.restore);
+    assert!(backup.exists(), "the backup is never deleted");
+    assert!(status(Client::Codex, &place.state()).unwrap().is_none());
+    assert!(matches!(undo(Client::Codex, &place.state(), false), Err(SetupError::NothingToUndo { .. })));
+}
+
+#[test]
+fn a_file_keymux_created_is_deleted_by_undo() {
+    let place = Place::new();
+    let path = place.file("models.json");
+    let plan = plan(Client::Pi, &path, BASE, &token()).unwrap();
+    assert!(plan.preview().starts_with("--- /dev/null\n"), "{}", plan.preview());
+    let applied = apply(&plan, &place.state()).unwrap();
+    assert_eq!(applied.restore, Restore::Delete);
+    assert!(path.exists());
+    undo(Client::Pi, &place.state(), false).unwrap();
+    assert!(!path.exists());
+    assert!(path.parent().unwrap().exists(), "the directory stays");
+}
+
+#[test]
+fn a_file_changed_since_is_refused_by_undo_and_kept_when_forced() {
+    let place = Place::new();
+    let path = place.write("config.toml", CODEX);
+    apply(&plan(Client::Codex, &path, BASE, &token()).unwrap(), &place.state()).unwrap();
+    let edited = format!("{}model_reasoning_effort = \"high\"\n", std::fs::read_to_string(&path).unwrap());
+    std::fs::write(&path, &edited).unwrap();
+    assert!(status(Client::Codex, &place.state()).unwrap().is_some_and(|s| s.edited_since));
+    let refused = undo(Client::Codex, &place.state(), false).unwrap_err();
+    assert!(matches!(refused, SetupError::EditedSince { .. }), "{refused}");
+    assert!(refused.to_string().contains("--force"), "{refused}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), edited, "nothing touched");
+
+    let undone = undo(Client::Codex, &place.state(), true).unwrap();
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), CODEX);
+    let kept = undone.kept.unwrap();
+    assert_eq!(std::fs::read_to_string(kept).unwrap(), edited, "the user's version is kept");
+}
+
+#[test]
+fn a_file_changed_between_preview_and_apply_is_not_written() {
+    let place = Place::new();
+    let path = place.write("config.toml", CODEX);
+    let plan = plan(Client::Codex, &path, BASE, &token()).unwrap();
+    std::fs::write(&path, format!("{CODEX}# added meanwhile\n")).unwrap();
+    assert!(matches!(apply(&plan, &place.state()), Err(SetupError::ChangedSincePreview { .. })));
+    assert!(std::fs::read_to_string(&path).unwrap().ends_with("# added meanwhile\n"));
+}
+
+#[test]
+fn setting_up_again_with_a_new_token_still_undoes_to_the_file_from_before_keymux() {
+    let place = Place::new();
+    let path = place.write("config.toml", CODEX);
+    let first = apply(&plan(Client::Codex, &path, BASE, &token()).unwrap(), &place.state()).unwrap();
+    let new_token = Secret::new("km-the-next-token-8a7b6c5d4e3f");
+    let second = apply(&plan(Client::Codex, &path, BASE, &new_token).unwrap(), &place.state()).unwrap();
+    assert!(!second.backed_up, "Keymux's own text needs no backup");
+    assert_eq!(second.restore, first.restore);
+    assert!(std::fs::read_to_string(&path).unwrap().contains("km-the-next-token"));
+    undo(Client::Codex, &place.state(), false).unwrap();
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), CODEX);
+}
+
+#[test]
+fn a_setup_elsewhere_that_can_still_be_undone_is_not_forgotten() {
+    let place = Place::new();
+    let first = place.write("config.toml", CODEX);
+    let second = place.write("other.toml", CODEX);
+    apply(&plan(Client::Codex, &first, BASE, &token()).unwrap(), &place.state()).unwrap();
+    let refused = apply(&plan(Client::Codex, &second, BASE, &token()).unwrap(), &place.state()).unwrap_err();
+    assert!(matches!(refused, SetupError::OtherSetup { .. }), "{refused}");
+    undo(Client::Codex, &place.state(), false).unwrap();
+    apply(&plan(Client::Codex, &second, BASE, &token()).unwrap(), &place.state()).unwrap();
+}
+
+#[test]
+fn files_keymux_cannot_read_are_refused_with_what_to_do() {
+    let place = Place::new();
+    let broken = place.write("config.toml", "model = \"gpt-5.5\n[oops");
+    let refused = plan(Client::Codex, &broken, BASE, &token()).unwrap_err();
+    assert!(matches!(refused, SetupError::Unreadable { .. }), "{refused}");
+    assert!(refused.to_string().contains("not valid TOML") && refused.to_string().contains("Fix or move it"));
+    let json = place.write("models.json", "{\"providers\": {\"x\": }");
+    assert!(plan(Client::Pi, &json, BASE, &token()).unwrap_err().to_string().contains("not valid JSON"));
+    let shape = place.write("shape.json", "[1, 2]");
+    assert!(matches!(plan(Client::Pi, &shape, BASE, &token()), Err(SetupError::Unexpected { .. })));
+    let latin1 = place.file("latin1.toml");
+    std::fs::write(&latin1, b"name = \"caf\xe9\"\n").unwrap();
+    assert!(plan(Client::Codex, &latin1, BASE, &token()).unwrap_err().to_string().contains("UTF-8"));
+    let huge = place.write("huge.toml", &format!("# {}\n", "x".repeat(MAX_FILE_BYTES as usize)));
+    assert!(matches!(plan(Client::Codex, &huge, BASE, &token()), Err(SetupError::TooLarge { .. })));
+}
+
+#[test]
+fn only_a_client_token_is_ever_written() {
+    let place = Place::new();
+    let path = place.file("config.toml");
+    for bad in ["sk-proj-an-openai-api-key-0123456789", "km-2little", "km-has a space in it 0123456789"] {
+        let refused = plan(Client::Codex, &path, BASE, &Secret::new(bad)).unwrap_err();
+        assert!(matches!(refused, SetupError::Invalid(_)), "{bad}: {refused}");
+        assert!(!refused.to_string().contains(bad), "the message never repeats it");
+    }
+    assert!(plan(Client::Codex, &path, "127.0.0.1:8787/v1", &token()).is_err(), "a URL needs its scheme");
+}
+
+#[test]
+fn the_pi_plan_keeps_other_providers_in_order_and_masks_their_keys() {
+    let place = Place::new();
+    // Compact, so every line is rewritten and the other provider's literal key is in the diff.
+    let mine = r#"{"providers":{"work":{"baseUrl":"https://example.test/v1","api":"openai-responses","apiKey":"sk-work-literal-key-abcdefgh1234","models":[{"id":"m"}]},"local":{"baseUrl":"http://127.0.0.1:11434/v1","api":"openai-completions","apiKey":"OLLAMA_KEY","models":[]}}}"#;
+    let path = place.write("models.json", mine);
+    let plan = plan(Client::Pi, &path, BASE, &token()).unwrap();
+    let after: serde_json::Value = serde_json::from_str(plan.text()).unwrap();
+    let names: Vec<&String> = after["providers"].as_object().unwrap().keys().collect();
+    assert_eq!(names, ["work", "local", "keymux"]);
+    assert_eq!(after["providers"]["work"]["apiKey"], "sk-work-literal-key-abcdefgh1234");
+    let preview = plan.preview();
+    assert!(!preview.contains("sk-work-literal-key") && preview.contains("\"sk-…1234\""), "{preview}");
+    assert!(!preview.contains(TOKEN) && preview.contains("\"apiKey\": \"km-…d3b2\""), "{preview}");
+    assert!(preview.contains("\"OLLAMA_KEY\""), "a variable's name is not a secret: {preview}");
+}
+
+#[cfg(unix)]
+#[test]
+fn a_linked_config_stays_a_link() {
+    let place = Place::new();
+    let target = place.write("dotfiles-config.toml", CODEX);
+    let link = place.file("config.toml");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let applied = apply(&plan(Client::Codex, &link, BASE, &token()).unwrap(), &place.state()).unwrap();
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert!(std::fs::read_to_string(&target).unwrap().contains("[model_providers.keymux]"));
+    assert_eq!(applied.path, std::fs::canonicalize(&target).unwrap());
+    undo(Client::Codex, &place.state(), false).unwrap();
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), CODEX);
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+}
+
+#[test]
+fn each_client_file_is_where_the_client_looks() {
+    let home = Some(PathBuf::from("/home/u"));
+    let at = |client: Client, dir: Option<&str>| client.path_in(dir.map(PathBuf::from), home.clone()).unwrap();
+    assert_eq!(at(Client::Codex, None), Path::new("/home/u/.codex/config.toml"));
+    assert_eq!(at(Client::Codex, Some("/etc/codex")), Path::new("/etc/codex/config.toml"));
+    assert_eq!(at(Client::Codex, Some("")), Path::new("/home/u/.codex/config.toml"), "empty is unset");
+    assert_eq!(at(Client::Pi, None), Path::new("/home/u/.pi/agent/models.json"));
+    assert_eq!(at(Client::Pi, Some("/srv/pi")), Path::new("/srv/pi/models.json"));
+    assert_eq!(at(Client::Pi, Some("~/agents/pi")), Path::new("/home/u/agents/pi/models.json"), "pi expands ~");
+    assert!(Client::Codex.path_in(None, None).is_none());
+}
+
+#[test]
+fn masks_keep_only_a_prefix_and_four_characters() {
+    assert_eq!(mask(TOKEN), "km-…d3b2");
+    assert_eq!(mask("sk-proj-abcdefghijklmnop"), "sk-…mnop");
+    assert_eq!(mask("abcdefghijklmnopqrst"), "…qrst");
+    assert_eq!(mask("short-secret"), "…");
+}
