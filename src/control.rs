@@ -400,6 +400,24 @@ impl Gateway {
         Ok((listed, token))
     }
 
+    /// The secret of the client token named `name`, when this gateway lists one and can read it (so a
+    /// client set up again keeps the token it has).
+    pub async fn token_secret(&self, name: &str) -> Option<Secret> {
+        let listed = self.settings().config().tokens.into_iter().find(|t| t.name.eq_ignore_ascii_case(name))?;
+        let account = account::token(&listed.id);
+        secrets::blocking(self.settings().store.clone(), move |s| s.get(&account)).await.ok().flatten()
+    }
+
+    /// A client token for a client named `base` (`codex`, `pi`): its existing one if there is one,
+    /// else a new one under the first free name (`codex`, `codex-2`…).
+    pub async fn token_for_client(&self, base: &str) -> Result<Secret, ControlError> {
+        if let Some(secret) = self.token_secret(base).await {
+            return Ok(secret);
+        }
+        let taken: Vec<String> = self.settings().config().tokens.into_iter().map(|t| t.name).collect();
+        Ok(self.create_token(&free_token_name(base, &taken)).await?.1)
+    }
+
     /// Revokes a client token: refused from the next request on.
     pub async fn revoke_token(&self, id_or_name: &str) -> Result<TokenConfig, ControlError> {
         let gone = forget_token(self.settings(), id_or_name).await?;

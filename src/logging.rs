@@ -20,10 +20,14 @@ use tracing_subscriber::Layer as _;
 /// The variable that sets the filter.
 pub const ENV: &str = "KEYMUX_LOG";
 
+/// Keymux's own crates: the gateway library and binary, and the tray app.
+const OWN: [&str; 2] = ["keymux", "keymux_tray"];
+
 /// Whether an event may be logged at all, before the user's filter: Keymux's own at any level, other
 /// crates' only at `warn` and `error`.
 pub fn allowed(target: &str, level: Level) -> bool {
-    target == "keymux" || target.starts_with("keymux::") || level <= Level::WARN
+    let own = OWN.iter().any(|c| target == *c || target.strip_prefix(c).is_some_and(|rest| rest.starts_with("::")));
+    own || level <= Level::WARN
 }
 
 /// Logs to stderr, filtered by `KEYMUX_LOG` (default `info`). Colour only on a terminal. Does nothing
@@ -52,6 +56,7 @@ mod tests {
             assert!(allowed(target, Level::WARN), "{target}");
         }
         assert!(allowed("keymux::ws", Level::TRACE));
+        assert!(allowed("keymux_tray::shell", Level::INFO));
         assert!(allowed("keymux", Level::DEBUG));
         assert!(!allowed("keymuxevil", Level::DEBUG));
     }

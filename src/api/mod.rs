@@ -223,6 +223,7 @@ struct Limit {
 async fn decisions(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Query(q): Query<Limit>) -> Response<Body> {
     guarded(&gw, Method::GET, &headers, || {
         let limit = q.limit.unwrap_or(100).min(crate::events::RECENT_CAPACITY);
+        tracing::debug!(limit, "the recent decisions were read");
         let data = gw.events().recent(limit).into_iter().map(|r| (*r).clone()).collect();
         Json(DecisionsBody { data }).into_response()
     })

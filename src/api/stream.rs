@@ -50,6 +50,7 @@ pub(super) async fn events(
     // A subscriber that names no place starts from now.
     let after = q.after.or(resume).unwrap_or_else(|| gw.events().last_id());
     let (mut live, replay) = gw.events().resume(after);
+    tracing::debug!(after, "an event stream subscriber connected");
     let closing = gw.closing();
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
     tokio::spawn(async move {

@@ -37,7 +37,9 @@ impl DesktopSettings {
                 Err(e) => (Self::default(), Some(format!("{} is not valid ({e}); using the defaults", path.display()))),
             },
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Self::default(), None),
-            Err(e) => (Self::default(), Some(format!("{} could not be read ({e}); using the defaults", path.display()))),
+            Err(e) => {
+                (Self::default(), Some(format!("{} could not be read ({e}); using the defaults", path.display())))
+            }
         }
     }
 

@@ -290,7 +290,8 @@ fn refused_and_rescued_sessions_are_said_and_ordinary_requests_are_not() {
     let notice = n.consider(&finished(2, refused, false), || s.clone(), NOW).unwrap();
     assert_eq!((notice.kind, notice.title.as_str()), (NoticeKind::SessionLost, "A session was refused"));
     assert_eq!(n.consider(&finished(3, None, true), || s.clone(), NOW + 1_000), None, "throttled");
-    let rescued = n.consider(&finished(4, None, true), || s.clone(), NOW + NoticeKind::SessionLost.quiet_ms() + 1_000).unwrap();
+    let rescued =
+        n.consider(&finished(4, None, true), || s.clone(), NOW + NoticeKind::SessionLost.quiet_ms() + 1_000).unwrap();
     assert_eq!(rescued.title, "A session was rescued");
     let cooling = Some(Refusal::AllCooling { retry_after_secs: 5, cooling: 2 });
     assert_eq!(n.consider(&finished(5, cooling, false), || s.clone(), NOW + 99_000_000), None, "not a lost session");
