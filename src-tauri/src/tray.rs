@@ -1,0 +1,238 @@
+//! Renders `keymux::desktop::menu::Menu` into the system tray and acts on its items. The model decides
+//! every label, check and icon; this file only maps it onto Tauri's menu and tray objects.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use keymux::api::types::HealthState;
+use keymux::api::views;
+use keymux::desktop::menu::{self, changes, Action, Change, IconState, Item, Menu, MenuInput};
+use tauri::image::Image;
+use tauri::menu::{CheckMenuItem, IsMenuItem, Menu as TauriMenu, MenuItem, MenuItemKind, PredefinedMenuItem, Submenu};
+use tauri::tray::{MouseButton, MouseButtonState, TrayIconBuilder, TrayIconEvent};
+use tauri::{AppHandle, Manager, Wry};
+use tauri_plugin_autostart::ManagerExt as _;
+use tauri_plugin_clipboard_manager::ClipboardExt as _;
+use tauri_plugin_opener::OpenerExt as _;
+
+use crate::shell::{lock, quit, Shell};
+use crate::{clients, window};
+
+const TRAY_ID: &str = "keymux";
+
+/// What the tray shows now: the model it was built from, and the items by id for in-place updates.
+struct Rendered {
+    model: Menu,
+    items: ById,
+}
+
+/// Menu items by id.
+type ById = HashMap<String, MenuItemKind<Wry>>;
+
+/// The rendered menu, kept between refreshes.
+#[derive(Default)]
+struct Tray(Mutex<Option<Rendered>>);
+
+/// The icon of a state (the 64 px files; the tray scales them down).
+fn icon(state: IconState) -> Option<Image<'static>> {
+    let bytes: &'static [u8] = match state {
+        IconState::Healthy => include_bytes!("../../icons/tray-healthy@2x.png"),
+        IconState::Degraded => include_bytes!("../../icons/tray-degraded@2x.png"),
+        IconState::Blocked => include_bytes!("../../icons/tray-blocked@2x.png"),
+        IconState::Paused => include_bytes!("../../icons/tray-paused@2x.png"),
+        IconState::Down => include_bytes!("../../icons/tray-down@2x.png"),
+    };
+    Image::from_bytes(bytes).ok()
+}
+
+/// The menu model for the app's state now.
+fn model(app: &AppHandle) -> Menu {
+    let shell = app.state::<Arc<Shell>>();
+    let status = shell.gateway().map(|g| views::status(&g));
+    let problem = shell.problem();
+    let settings = lock(&shell.settings).clone();
+    let (codex_undo, pi_undo) = clients::undo_available();
+    menu::menu(&MenuInput {
+        status: status.as_ref(),
+        problem: problem.as_deref(),
+        notifications: settings.notifications,
+        notices_off: settings.notices_off,
+        autostart: shell.autostart.load(Ordering::Relaxed),
+        codex_undo,
+        pi_undo,
+    })
+}
+
+/// Builds Tauri menu items for `items`, noting each entry by id.
+fn build_items(app: &AppHandle, items: &[Item], by_id: &mut ById) -> tauri::Result<Vec<Box<dyn IsMenuItem<Wry>>>> {
+    let mut out: Vec<Box<dyn IsMenuItem<Wry>>> = Vec::new();
+    for item in items {
+        match item {
+            Item::Entry { action, label, checked: Some(checked), enabled } => {
+                let entry = CheckMenuItem::with_id(app, action.id(), label, *enabled, *checked, None::<&str>)?;
+                by_id.insert(action.id(), MenuItemKind::Check(entry.clone()));
+                out.push(Box::new(entry));
+            }
+            Item::Entry { action, label, checked: None, enabled } => {
+                let entry = MenuItem::with_id(app, action.id(), label, *enabled, None::<&str>)?;
+                by_id.insert(action.id(), MenuItemKind::MenuItem(entry.clone()));
+                out.push(Box::new(entry));
+            }
+            Item::Submenu { label, items } => {
+                let children = build_items(app, items, by_id)?;
+                let refs: Vec<&dyn IsMenuItem<Wry>> = children.iter().map(AsRef::as_ref).collect();
+                out.push(Box::new(Submenu::with_items(app, label, true, &refs)?));
+            }
+            Item::Separator => out.push(Box::new(PredefinedMenuItem::separator(app)?)),
+        }
+    }
+    Ok(out)
+}
+
+fn build(app: &AppHandle, model: &Menu) -> tauri::Result<(TauriMenu<Wry>, ById)> {
+    let mut by_id = HashMap::new();
+    let items = build_items(app, &model.items, &mut by_id)?;
+    let refs: Vec<&dyn IsMenuItem<Wry>> = items.iter().map(AsRef::as_ref).collect();
+    Ok((TauriMenu::with_items(app, &refs)?, by_id))
+}
+
+/// Puts the tray icon up with the menu for the state now.
+pub fn create(app: &AppHandle) -> tauri::Result<()> {
+    let model = model(app);
+    let (menu, items) = build(app, &model)?;
+    let mut builder = TrayIconBuilder::with_id(TRAY_ID)
+        .menu(&menu)
+        .tooltip(&model.tooltip)
+        .show_menu_on_left_click(false)
+        .on_menu_event(|app, event| act(app, event.id().as_ref()))
+        .on_tray_icon_event(|tray, event| {
+            // macOS and Windows: a left click opens the window (Linux trays send no clicks).
+            if let TrayIconEvent::Click { button: MouseButton::Left, button_state: MouseButtonState::Up, .. } = event {
+                window::open_dashboard(tray.app_handle());
+            }
+        });
+    if let Some(image) = icon(model.icon) {
+        builder = builder.icon(image);
+    }
+    builder.build(app)?;
+    app.manage(Tray(Mutex::new(Some(Rendered { model, items }))));
+    Ok(())
+}
+
+/// Brings the tray up to date with the state: in place when only labels, checks or the icon changed.
+pub fn refresh(app: &AppHandle) {
+    let new = model(app);
+    let Some(tray_state) = app.try_state::<Tray>() else { return };
+    let mut rendered = lock(&tray_state.0);
+    let Some(current) = rendered.as_mut() else { return };
+    let Some(tray) = app.tray_by_id(TRAY_ID) else { return };
+    for change in changes(&current.model, &new) {
+        let applied = match change {
+            Change::Rebuild => match build(app, &new) {
+                Ok((menu, items)) => {
+                    current.items = items;
+                    tray.set_menu(Some(menu))
+                }
+                Err(e) => Err(e),
+            },
+            Change::Label(action, text) => {
+                with_item(&current.items, &action, |i| i.set_text(&text), |c| c.set_text(&text))
+            }
+            Change::Checked(action, on) => match current.items.get(&action.id()) {
+                Some(MenuItemKind::Check(c)) => c.set_checked(on),
+                _ => Ok(()),
+            },
+            Change::Enabled(action, on) => {
+                with_item(&current.items, &action, |i| i.set_enabled(on), |c| c.set_enabled(on))
+            }
+            Change::Icon(state) => tray.set_icon(icon(state)),
+            Change::Tooltip(text) => tray.set_tooltip(Some(text)),
+        };
+        if let Err(e) = applied {
+            tracing::debug!("the tray could not be updated: {e}");
+        }
+    }
+    current.model = new;
+}
+
+fn with_item(
+    items: &ById,
+    action: &Action,
+    plain: impl FnOnce(&MenuItem<Wry>) -> tauri::Result<()>,
+    check: impl FnOnce(&CheckMenuItem<Wry>) -> tauri::Result<()>,
+) -> tauri::Result<()> {
+    match items.get(&action.id()) {
+        Some(MenuItemKind::MenuItem(i)) => plain(i),
+        Some(MenuItemKind::Check(c)) => check(c),
+        _ => Ok(()),
+    }
+}
+
+/// The action behind a menu item id, from the menu on display.
+fn action_of(app: &AppHandle, id: &str) -> Option<Action> {
+    let tray_state = app.try_state::<Tray>()?;
+    let rendered = lock(&tray_state.0);
+    menu::entries(&rendered.as_ref()?.model.items).into_iter().find_map(|item| match item {
+        Item::Entry { action, .. } if action.id() == id => Some(action.clone()),
+        _ => None,
+    })
+}
+
+/// Does what a menu item says.
+fn act(app: &AppHandle, id: &str) {
+    let Some(action) = action_of(app, id) else { return };
+    let shell = app.state::<Arc<Shell>>().inner().clone();
+    let gateway = shell.gateway();
+    match (action, gateway) {
+        (Action::Quit, _) => quit(app),
+        (Action::OpenDashboard, _) => window::open_dashboard(app),
+        (Action::TogglePause, Some(g)) => {
+            if g.paused() {
+                g.resume();
+            } else {
+                g.pause();
+            }
+        }
+        (Action::ToggleKey(key), Some(g)) => {
+            let on = views::key(&g, &key).is_some_and(|k| k.health != HealthState::Disabled);
+            if let Err(e) = g.set_enabled(&key, !on) {
+                tracing::warn!("{e}");
+            }
+        }
+        (Action::OpenInBrowser, Some(g)) => {
+            if let Err(e) = app.opener().open_url(g.login_link(), None::<&str>) {
+                tracing::warn!("the browser could not be opened: {e}");
+            }
+        }
+        (Action::CopyBaseUrl, Some(g)) => {
+            if let Err(e) = app.clipboard().write_text(g.base_url()) {
+                tracing::warn!("the base URL could not be copied: {e}");
+            }
+        }
+        (Action::SetUpCodex, Some(g)) => clients::set_up(app, &g, keymux::setup::Client::Codex),
+        (Action::SetUpPi, Some(g)) => clients::set_up(app, &g, keymux::setup::Client::Pi),
+        (Action::UndoCodex, _) => clients::undo(app, keymux::setup::Client::Codex),
+        (Action::UndoPi, _) => clients::undo(app, keymux::setup::Client::Pi),
+        (Action::ToggleNotifications, _) => shell.change_settings(|s| s.notifications = !s.notifications),
+        (Action::ToggleNotice(kind), _) => {
+            shell.change_settings(|s| {
+                let on = s.notices_off.contains(&kind);
+                s.set_notice(kind, on);
+            });
+        }
+        (Action::ToggleAutostart, _) => toggle_autostart(app, &shell),
+        (Action::Status, _) | (_, None) => {}
+    }
+    refresh(app);
+}
+
+fn toggle_autostart(app: &AppHandle, shell: &Shell) {
+    let launcher = app.autolaunch();
+    let on = shell.autostart.load(Ordering::Relaxed);
+    let done = if on { launcher.disable() } else { launcher.enable() };
+    match done {
+        Ok(()) => shell.autostart.store(!on, Ordering::Relaxed),
+        Err(e) => tracing::warn!("start at login could not be changed: {e}"),
+    }
+}

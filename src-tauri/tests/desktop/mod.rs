@@ -1,0 +1,315 @@
+//! The real desktop pieces the tray test runs against: an X server (Xvfb, whose framebuffer is read
+//! back for screenshots), a notification server on the D-Bus session bus, and the app as a process.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt as _, AsyncRead, BufReader};
+
+/// An Xvfb server of this test's own, with its framebuffer in a file.
+pub struct Xvfb {
+    child: std::process::Child,
+    pub display: String,
+    fb: tempfile::TempDir,
+}
+
+impl Xvfb {
+    /// Starts Xvfb on the first free display from :90; `None` if Xvfb is not installed.
+    pub async fn start() -> Option<Self> {
+        let fb = tempfile::tempdir().ok()?;
+        for n in 90..200 {
+            if Path::new(&format!("/tmp/.X{n}-lock")).exists() {
+                continue;
+            }
+            let child = std::process::Command::new("Xvfb")
+                .arg(format!(":{n}"))
+                .args(["-screen", "0", "1280x800x24", "-nolisten", "tcp", "-noreset", "-fbdir"])
+                .arg(fb.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn();
+            let mut child = child.ok()?;
+            let socket = PathBuf::from(format!("/tmp/.X11-unix/X{n}"));
+            let started = Instant::now();
+            while started.elapsed() < Duration::from_secs(20) {
+                if socket.exists() && fb.path().join("Xvfb_screen0").exists() {
+                    return Some(Self { child, display: format!(":{n}"), fb });
+                }
+                if let Ok(Some(_)) = child.try_wait() {
+                    break; // lost the race for this display: try the next
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let _ = child.kill();
+        }
+        None
+    }
+
+    /// Waits until the screen shows a drawn page (a blank root window is one colour, a page of text
+    /// and badges hundreds) and has stopped changing for a second, then writes it as a PNG; returns
+    /// how many colours it has.
+    pub async fn screenshot_when_drawn(&self, png: &Path, within: Duration) -> usize {
+        let started = Instant::now();
+        let mut last: Option<Vec<u8>> = None;
+        loop {
+            let shot = xwd::read(&self.fb.path().join("Xvfb_screen0"));
+            let colours = shot.as_ref().map_or(0, xwd::Image::colours);
+            let settled = shot.as_ref().is_some_and(|s| last.as_deref() == Some(s.pixels()));
+            last = shot.as_ref().map(|s| s.pixels().to_vec());
+            if (colours > 64 && settled) || started.elapsed() > within {
+                let shot = shot.expect("the framebuffer is readable");
+                shot.write_png(png);
+                assert!(colours > 64, "the window never drew the dashboard ({colours} colours on screen)");
+                return colours;
+            }
+            tokio::time::sleep(Duration::from_millis(1000)).await;
+        }
+    }
+}
+
+impl Drop for Xvfb {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Reading Xvfb's framebuffer file (X Window Dump format, version 7).
+mod xwd {
+    use std::path::Path;
+
+    pub struct Image {
+        width: usize,
+        height: usize,
+        rgb: Vec<u8>,
+    }
+
+    fn u32_at(b: &[u8], field: usize) -> Option<u32> {
+        let at = field * 4;
+        Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
+    }
+
+    /// Reads a 24/32-bit true-colour dump; `None` for anything else.
+    pub fn read(path: &Path) -> Option<Image> {
+        let b = std::fs::read(path).ok()?;
+        let header = u32_at(&b, 0)? as usize;
+        let (width, height) = (u32_at(&b, 4)? as usize, u32_at(&b, 5)? as usize);
+        let lsb_first = u32_at(&b, 7)? == 0;
+        let (bpp, line) = (u32_at(&b, 11)? as usize, u32_at(&b, 12)? as usize);
+        let masks = [u32_at(&b, 14)?, u32_at(&b, 15)?, u32_at(&b, 16)?];
+        let ncolours = u32_at(&b, 19)? as usize;
+        if bpp != 32 {
+            return None;
+        }
+        let data = b.get(header + ncolours * 12..)?;
+        let mut rgb = Vec::with_capacity(width * height * 3);
+        for y in 0..height {
+            for x in 0..width {
+                let px = data.get(y * line + x * 4..y * line + x * 4 + 4)?;
+                let px: [u8; 4] = px.try_into().ok()?;
+                let v = if lsb_first { u32::from_le_bytes(px) } else { u32::from_be_bytes(px) };
+                for mask in masks {
+                    rgb.push(((v & mask) >> mask.trailing_zeros()) as u8);
+                }
+            }
+        }
+        Some(Image { width, height, rgb })
+    }
+
+    impl Image {
+        pub fn pixels(&self) -> &[u8] {
+            &self.rgb
+        }
+
+        /// Distinct colours (capped at a few hundred: enough to tell a drawn page from a blank one).
+        pub fn colours(&self) -> usize {
+            let mut seen = std::collections::HashSet::new();
+            for px in self.rgb.chunks(3).step_by(7) {
+                seen.insert([px[0], px[1], px[2]]);
+                if seen.len() > 500 {
+                    break;
+                }
+            }
+            seen.len()
+        }
+
+        pub fn write_png(&self, path: &Path) {
+            let file = std::fs::File::create(path).expect("screenshot file");
+            let mut encoder = png::Encoder::new(std::io::BufWriter::new(file), self.width as u32, self.height as u32);
+            encoder.set_color(png::ColorType::Rgb);
+            encoder.set_depth(png::BitDepth::Eight);
+            encoder.write_header().and_then(|mut w| w.write_image_data(&self.rgb)).expect("PNG written");
+        }
+    }
+}
+
+/// A desktop notification server (`org.freedesktop.Notifications`) on the session bus, recording what
+/// it is asked to show.
+pub struct Notifications {
+    seen: Arc<Mutex<Vec<String>>>,
+    _connection: zbus::Connection,
+}
+
+struct Server {
+    seen: Arc<Mutex<Vec<String>>>,
+}
+
+#[zbus::interface(name = "org.freedesktop.Notifications")]
+impl Server {
+    #[allow(clippy::too_many_arguments)]
+    fn notify(
+        &self,
+        _app_name: &str,
+        _replaces_id: u32,
+        _app_icon: &str,
+        summary: &str,
+        body: &str,
+        _actions: Vec<&str>,
+        _hints: HashMap<&str, zbus::zvariant::Value<'_>>,
+        _expire_timeout: i32,
+    ) -> u32 {
+        let mut seen = self.seen.lock().unwrap();
+        seen.push(format!("{summary}: {body}"));
+        seen.len() as u32
+    }
+
+    fn get_capabilities(&self) -> Vec<&str> {
+        vec!["body"]
+    }
+
+    fn get_server_information(&self) -> (&str, &str, &str, &str) {
+        ("keymux-test", "keymux", "1", "1.2")
+    }
+
+    fn close_notification(&self, _id: u32) {}
+}
+
+impl Notifications {
+    pub async fn serve() -> Self {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let connection = zbus::connection::Builder::session()
+            .and_then(|b| b.name("org.freedesktop.Notifications"))
+            .and_then(|b| b.serve_at("/org/freedesktop/Notifications", Server { seen: seen.clone() }))
+            .expect("a notification server on the session bus")
+            .build()
+            .await
+            .expect("the session bus takes the notification server");
+        Self { seen, _connection: connection }
+    }
+
+    pub fn received(&self) -> Vec<String> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    pub async fn wait_for(&self, needle: &str, within: Duration) -> String {
+        let started = Instant::now();
+        loop {
+            if let Some(found) = self.received().into_iter().find(|n| n.contains(needle)) {
+                return found;
+            }
+            assert!(started.elapsed() < within, "no notification with {needle:?}; got {:?}", self.received());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// The environment for the app: nothing of the test process's but PATH, the bus, the display.
+pub fn env(home: &Path, xvfb: &Xvfb, keys: &[(&str, &str)], token: &str, admin: &str) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = vec![
+        ("PATH".into(), std::env::var("PATH").unwrap_or_default()),
+        ("HOME".into(), home.display().to_string()),
+        ("XDG_CONFIG_HOME".into(), home.join(".config").display().to_string()),
+        ("XDG_DATA_HOME".into(), home.join(".local/share").display().to_string()),
+        ("XDG_CACHE_HOME".into(), home.join(".cache").display().to_string()),
+        ("DISPLAY".into(), xvfb.display.clone()),
+        // Info, as users run it, and the control API's debug lines the test waits on.
+        ("KEYMUX_LOG".into(), "info,keymux::api=debug".into()),
+        ("KEYMUX_CLIENT_TOKEN".into(), token.into()),
+        ("KEYMUX_ADMIN_TOKEN".into(), admin.into()),
+        // No GPU under Xvfb: WebKit draws in software.
+        ("WEBKIT_DISABLE_COMPOSITING_MODE".into(), "1".into()),
+        ("LIBGL_ALWAYS_SOFTWARE".into(), "1".into()),
+    ];
+    for var in ["DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR"] {
+        if let Ok(v) = std::env::var(var) {
+            env.push((var.into(), v));
+        }
+    }
+    env.extend(keys.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+    env
+}
+
+/// The tray app as a child process, with everything it printed.
+pub struct App {
+    child: tokio::process::Child,
+    output: Arc<Mutex<String>>,
+}
+
+fn collect(stream: impl AsyncRead + Unpin + Send + 'static, sink: Arc<Mutex<String>>) {
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stream).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let mut out = sink.lock().unwrap();
+            out.push_str(&line);
+            out.push('\n');
+        }
+    });
+}
+
+fn command(args: &[String], env: &[(String, String)]) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_keymux-tray"));
+    cmd.args(args).env_clear().envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+    cmd
+}
+
+impl App {
+    pub async fn spawn(args: &[String], env: &[(String, String)]) -> Self {
+        let mut child = command(args, env).spawn().expect("keymux-tray starts");
+        let output = Arc::new(Mutex::new(String::new()));
+        collect(child.stdout.take().unwrap(), output.clone());
+        collect(child.stderr.take().unwrap(), output.clone());
+        Self { child, output }
+    }
+
+    /// Runs another launch to its end.
+    pub async fn run_to_end(args: &[String], env: &[(String, String)], within: Duration) -> std::process::Output {
+        let out = command(args, env).output();
+        tokio::time::timeout(within, out).await.expect("the second launch ended").expect("it ran")
+    }
+
+    pub fn output(&self) -> String {
+        self.output.lock().unwrap().clone()
+    }
+
+    pub async fn wait_for_line(&mut self, needle: &str, within: Duration) -> String {
+        let started = Instant::now();
+        loop {
+            let out = self.output();
+            if let Some(line) = out.lines().find(|l| l.contains(needle)) {
+                return line.to_owned();
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("keymux-tray exited ({status}) before {needle:?}:\n{out}");
+            }
+            assert!(started.elapsed() < within, "no {needle:?} within {within:?}:\n{out}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The gateway's base URL, from the app's first line.
+    pub async fn base_url(&mut self, within: Duration) -> String {
+        let line = self.wait_for_line("keymux listening on", within).await;
+        line.split_whitespace().find(|w| w.starts_with("http://")).expect("a URL").to_owned()
+    }
+
+    /// Sends SIGTERM and waits for the exit.
+    pub async fn terminate(&mut self, within: Duration) -> ExitStatus {
+        let pid = self.child.id().expect("running");
+        let _ = std::process::Command::new("kill").arg(pid.to_string()).status();
+        tokio::time::timeout(within, self.child.wait()).await.expect("exited in time").expect("waited")
+    }
+}

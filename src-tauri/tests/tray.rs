@@ -1,0 +1,138 @@
+//! The real tray app under Xvfb: it starts the gateway, serves Codex-shaped traffic to the simulator,
+//! shows the dashboard in its window (screenshot), sends a desktop notification over D-Bus, hands a
+//! second launch over to itself, and on SIGTERM (the menu's Quit path) exits 0 with the metrics flushed.
+//!
+//! Needs `Xvfb` (apt: xvfb) and a D-Bus session bus (`scripts/test` runs the tests inside one). The
+//! desktop notifications are received by a small notification server this test puts on that bus.
+#![allow(clippy::unwrap_used, clippy::print_stdout, clippy::disallowed_methods, reason = "tests")]
+
+mod desktop;
+
+use std::path::Path;
+use std::time::Duration;
+
+use desktop::{App, Notifications, Xvfb};
+use keymux_sim::{Fault, Sim, SimConfig};
+use serde_json::Value;
+
+const TOKEN: &str = "km-tray-test-token-0123456789abcdef";
+const ADMIN: &str = "kma-tray-test-admin-0123456789abcdef";
+/// Generous: the machines are shared and slow; these only catch real breakage.
+const WAIT: Duration = Duration::from_secs(120);
+
+fn fixture_body(name: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures").join(name);
+    let v: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    v["body"].clone()
+}
+
+/// Codex-shaped streamed turns through the gateway (the captured first turn, replayed with its
+/// session's own key); returns how many were served.
+async fn codex_traffic(base: &str, turns: usize) -> u64 {
+    let client = reqwest::Client::new();
+    let mut served = 0;
+    for n in 0..turns {
+        let mut body = fixture_body("codex/http-turn1.json");
+        body["prompt_cache_key"] = Value::String(format!("01a227d7-0000-7000-8000-{n:012}"));
+        let response = client
+            .post(format!("{base}/responses"))
+            .bearer_auth(TOKEN)
+            .header("originator", "codex_exec")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let ok = response.status() == 200;
+        let text = response.text().await.unwrap();
+        if ok && text.contains("response.completed") {
+            served += 1;
+        }
+    }
+    served
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tray_app_runs_the_gateway_shows_it_and_quits_cleanly() {
+    let Some(xvfb) = Xvfb::start().await else {
+        panic!("the tray test needs Xvfb: apt-get install xvfb xauth (scripts/test and .ci/run expect it)");
+    };
+    assert!(
+        std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_some(),
+        "the tray test needs a D-Bus session bus: run it through scripts/test"
+    );
+    let notifications = Notifications::serve().await;
+    let sim = Sim::start(SimConfig::new().org("org-a", &["sk-a1"]).org("org-b", &["sk-b1"])).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let metrics_dir = home.path().join("metrics");
+    let config = home.path().join("config.toml");
+    std::fs::write(&config, format!("metrics_dir = \"{}\"\n", metrics_dir.display())).unwrap();
+    let env = desktop::env(home.path(), &xvfb, &[("KEYMUX_KEY_A1", "sk-a1"), ("KEYMUX_KEY_B1", "sk-b1")], TOKEN, ADMIN);
+    let args = ["--ephemeral", "--config", config.to_str().unwrap(), "--listen", "127.0.0.1:0", "--upstream"];
+    let mut args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+    args.push(sim.base_url());
+
+    let mut app = App::spawn(&args, &env).await;
+    let base = app.base_url(WAIT).await;
+    let health = reqwest::get(format!("{}/keymux/health", base.trim_end_matches("/v1"))).await.unwrap();
+    assert_eq!(health.status(), 200, "the gateway answers");
+
+    // Traffic, and the dashboard in the window.
+    assert_eq!(codex_traffic(&base, 6).await, 6, "every Codex-shaped turn was served");
+    app.wait_for_line("a dashboard session began", WAIT).await;
+    if std::env::var_os("KEYMUX_SKIP_UI").is_none() {
+        // The dashboard's script ran in the window: it subscribed to the event stream and read the
+        // recent decisions for its Live view.
+        app.wait_for_line("an event stream subscriber connected", WAIT).await;
+        app.wait_for_line("the recent decisions were read", WAIT).await;
+    }
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("tray-shots");
+    std::fs::create_dir_all(&shot).unwrap();
+    let png = shot.join("window.png");
+    let colours = xvfb.screenshot_when_drawn(&png, WAIT).await;
+    println!("screenshot of the tray app's window: {} ({colours} colours)", png.display());
+
+    // A key the provider rejects: a desktop notification reaches the session bus.
+    sim.inject("sk-b1", Fault::InvalidKey);
+    for _ in 0..8 {
+        codex_traffic(&base, 1).await;
+        if notifications.received().iter().any(|n| n.contains("rejected")) {
+            break;
+        }
+    }
+    let shown = notifications.wait_for("rejected", WAIT).await;
+    println!("desktop notification: {shown}");
+    assert!(shown.contains("'b1'"), "{shown}");
+
+    // A second launch hands over to the first and exits.
+    let second = App::run_to_end(&args, &env, WAIT).await;
+    assert!(second.status.success(), "the second launch exits cleanly: {second:?}");
+    app.wait_for_line("another launch of Keymux asked for the window", WAIT).await;
+
+    // SIGTERM takes the menu's Quit path: drained, metrics flushed, exit 0.
+    let status = app.terminate(WAIT).await;
+    let output = app.output();
+    assert!(status.success(), "exit status {status:?}\n{output}");
+    assert!(output.contains("metrics flushed"), "{output}");
+    let today = keymux::clock::utc_day(keymux::clock::Clock::system().unix_ms());
+    let stored: u64 =
+        keymux::metrics::Metrics::open(&metrics_dir, 90).rows(2, today).iter().map(|r| r.counters.requests).sum();
+    assert!(stored >= 7, "the requests were counted and flushed to the store: {stored}");
+    for secret in ["sk-a1", "sk-b1", TOKEN, ADMIN] {
+        assert!(!output.contains(secret), "the app's output shows a secret");
+    }
+}
+
+#[tokio::test]
+async fn without_a_display_it_says_to_use_keymux_serve() {
+    let home = tempfile::tempdir().unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_keymux-tray"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home.path())
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("keymux serve") && text.contains("no display"), "{text}");
+}
