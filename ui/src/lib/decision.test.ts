@@ -1,23 +1,8 @@
 import { describe, expect, it } from "vitest";
 import type { Decision, RequestRecord } from "../api/types";
 import { badges, reasonSentence, refusalSentence, routeSentence } from "./decision";
+import { decision } from "./testing";
 
-function decision(over: Partial<Decision> = {}): Decision {
-  return {
-    seq: 1,
-    choice: "k_a1",
-    fallbacks: [],
-    reasons: [],
-    affinity_source: "none",
-    affinity_state: "no_signal",
-    continuity_hit: false,
-    pin: null,
-    rescued_orgs: [],
-    refusal: null,
-    route: "balanced",
-    ...over,
-  };
-}
 
 function record(d: Partial<Decision>, over: Partial<RequestRecord> = {}): RequestRecord {
   return {

@@ -1,22 +1,10 @@
 import { describe, expect, it } from "vitest";
-import type { Decision, Envelope, RequestRecord, Routed } from "../api/types";
+import type { Envelope, RequestRecord, Routed } from "../api/types";
 import { EventCursor, LiveRows } from "./live";
+import { decision as decisionWith } from "./testing";
 
-function decision(seq: number): Decision {
-  return {
-    seq,
-    choice: "k_a1",
-    fallbacks: [],
-    reasons: [],
-    affinity_source: "none",
-    affinity_state: "no_signal",
-    continuity_hit: false,
-    pin: null,
-    rescued_orgs: [],
-    refusal: null,
-    route: "balanced",
-  };
-}
+const decision = (seq: number) => decisionWith({ seq });
+
 
 function routed(seq: number): Routed {
   return {
