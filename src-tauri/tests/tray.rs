@@ -120,6 +120,21 @@ async fn the_tray_app_runs_the_gateway_shows_it_and_quits_cleanly() {
     for secret in ["sk-a1", "sk-b1", TOKEN, ADMIN] {
         assert!(!output.contains(secret), "the app's output shows a secret");
     }
+
+    // The port is taken: the app stays up, says why in its log and its window, and still quits cleanly.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let mut down_args = args.clone();
+    let listen = down_args.iter().position(|a| a == "--listen").unwrap() + 1;
+    down_args[listen] = format!("127.0.0.1:{port}");
+    let mut down = App::spawn(&down_args, &env).await;
+    let why = down.wait_for_line("the gateway did not start", WAIT).await;
+    assert!(why.contains(&port), "the reason names the port: {why}");
+    let png = shot.join("window-down.png");
+    xvfb.screenshot_when_drawn(&png, WAIT).await;
+    println!("screenshot of the window when the gateway cannot start: {}", png.display());
+    let status = down.terminate(WAIT).await;
+    assert!(status.success(), "exit status {status:?}\n{}", down.output());
 }
 
 #[tokio::test]
