@@ -33,6 +33,9 @@ pub enum ApiError {
     /// The body could not be read from the client.
     #[error("could not read the request body: {detail}")]
     BodyRead { detail: String },
+    /// The request body did not arrive in time.
+    #[error("request body not received within {secs} s")]
+    BodyTimeout { secs: u64 },
     /// The path has `.` or `..` segments.
     #[error("dot segments in the path")]
     BadPath,
@@ -77,6 +80,9 @@ pub enum ApiError {
     /// Responses-over-WebSocket is not relayed: the client should use HTTP.
     #[error("websocket transport not available")]
     WebSocketUnavailable,
+    /// As many WebSockets are open as Keymux allows: the client should use HTTP for this one.
+    #[error("too many open websockets")]
+    TooManySockets { max: usize },
     /// No usable control credential.
     #[error("control API credential refused")]
     ControlDenied { reason: crate::access::Refused },
@@ -118,6 +124,7 @@ impl ApiError {
                 }
             },
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::BodyRead { .. } | Self::BadJson { .. } | Self::Marker(_) | Self::MixedOrgs { .. } | Self::BadPath => {
                 StatusCode::BAD_REQUEST
             }
@@ -128,7 +135,7 @@ impl ApiError {
             Self::NoKeys | Self::NoUsableKey { .. } | Self::KeyRejected { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::AllCooling { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Upstream(e) => e.status(),
-            Self::WebSocketUnavailable => StatusCode::UPGRADE_REQUIRED,
+            Self::WebSocketUnavailable | Self::TooManySockets { .. } => StatusCode::UPGRADE_REQUIRED,
             Self::ForbiddenOrigin => StatusCode::FORBIDDEN,
             Self::NotFound { .. } => StatusCode::NOT_FOUND,
             Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
@@ -145,13 +152,15 @@ impl ApiError {
             | Self::Control(crate::control::ControlError::NotFound(_) | crate::control::ControlError::Invalid(_))
             | Self::BodyTooLarge { .. }
             | Self::BodyRead { .. }
+            | Self::BodyTimeout { .. }
             | Self::BadJson { .. }
             | Self::BadPath
             | Self::Marker(_)
             | Self::MixedOrgs { .. }
             | Self::ForbiddenOrigin
             | Self::NotFound { .. }
-            | Self::WebSocketUnavailable => Blame::Client,
+            | Self::WebSocketUnavailable
+            | Self::TooManySockets { .. } => Blame::Client,
             Self::NoKeys
             | Self::NoUsableKey { .. }
             | Self::AllCooling { .. }
@@ -178,6 +187,7 @@ impl ApiError {
             Self::Control(_) => "control_failed",
             Self::BodyTooLarge { .. } => "body_too_large",
             Self::BodyRead { .. } => "body_read",
+            Self::BodyTimeout { .. } => "body_timeout",
             Self::BadJson { .. } => "bad_json",
             Self::BadPath => "bad_path",
             Self::UpstreamAnswerTooLarge { .. } => "upstream_answer_too_large",
@@ -192,6 +202,7 @@ impl ApiError {
             Self::KeyRejected { .. } => "key_rejected",
             Self::Upstream(e) => e.label(),
             Self::WebSocketUnavailable => "websocket_unavailable",
+            Self::TooManySockets { .. } => "too_many_websockets",
             Self::ForbiddenOrigin => "forbidden_origin",
             Self::NotFound { .. } => "not_found",
             Self::Internal { .. } => "internal",
@@ -213,6 +224,7 @@ impl ApiError {
             Self::Control(_) => (SERVER, Some("keymux_control_failed")),
             Self::BodyTooLarge { .. } => (REQUEST, Some("request_too_large")),
             Self::BodyRead { .. } => (REQUEST, None),
+            Self::BodyTimeout { .. } => (REQUEST, Some("request_timeout")),
             Self::BadJson { .. } => (REQUEST, Some("invalid_json")),
             Self::BadPath => (REQUEST, Some("invalid_path")),
             Self::UpstreamAnswerTooLarge { .. } => (SERVER, Some("keymux_upstream_answer_too_large")),
@@ -226,6 +238,7 @@ impl ApiError {
             Self::KeyRejected { .. } => (SERVER, Some("keymux_key_rejected")),
             Self::Upstream(e) => (SERVER, Some(e.label())),
             Self::WebSocketUnavailable => (REQUEST, Some("websocket_not_supported")),
+            Self::TooManySockets { .. } => (REQUEST, Some("websocket_connection_limit_reached")),
             Self::ForbiddenOrigin => (REQUEST, Some("forbidden_origin")),
             Self::Internal { .. } => (SERVER, Some("keymux_internal")),
             Self::NotFound { .. } => (REQUEST, Some("not_found")),
@@ -245,6 +258,10 @@ impl ApiError {
             Self::BodyTooLarge { limit } => format!(
                 "The request body is larger than Keymux's limit of {limit} bytes. Compact the conversation, \
                  or raise `max_body_bytes` in the Keymux config."
+            ),
+            Self::BodyTimeout { secs } => format!(
+                "The request body did not arrive within {secs} s, so Keymux stopped waiting for it. Send the \
+                 request again."
             ),
             Self::BodyRead { detail } => {
                 format!("Keymux could not read the request body ({detail}). Send the request again.")
@@ -276,6 +293,10 @@ impl ApiError {
             ),
             Self::Upstream(e) => e.client_message(),
             Self::WebSocketUnavailable => NO_WEBSOCKET.into(),
+            Self::TooManySockets { max } => format!(
+                "Keymux already has {max} WebSockets open, its limit; use HTTP for this session (Codex falls back \
+                 to it on its own). Close idle sessions to free one."
+            ),
             Self::ForbiddenOrigin => FORBIDDEN_ORIGIN.into(),
             Self::Internal { detail } => {
                 format!("Keymux failed internally ({detail}). It keeps serving; retry, and report this if it repeats.")

@@ -57,6 +57,14 @@ async fn upgrade(gateway: Arc<Gateway>, mut parts: axum::http::request::Parts) -
         tracing::warn!("websocket refused, no key is usable; the client falls back to HTTP");
         return ApiError::WebSocketUnavailable.into_response();
     }
+    let limits = parts.extensions.get::<crate::server::RequestLimits>().copied().unwrap_or_default();
+    if gateway.sockets().len() >= limits.max_websockets {
+        tracing::warn!(
+            max = limits.max_websockets,
+            "websocket refused, as many are open as allowed; the client falls back to HTTP"
+        );
+        return ApiError::TooManySockets { max: limits.max_websockets }.into_response();
+    }
     let headers = parts.headers.clone();
     let client = parts.extensions.get::<tokens::ClientScope>().cloned().unwrap_or_default();
     match axum::extract::ws::WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
@@ -68,7 +76,7 @@ async fn upgrade(gateway: Arc<Gateway>, mut parts: axum::http::request::Parts) -
             .on_upgrade(move |socket| async move {
                 // Counted, so a shutdown can wait for open sockets to close.
                 let _open = gateway.sockets().token();
-                crate::ws::serve_socket(gateway, socket, headers, client).await;
+                crate::ws::serve_socket(gateway, socket, headers, client, limits.first_frame_timeout).await;
             }),
         Err(rejection) => rejection.into_response(),
     }

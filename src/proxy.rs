@@ -23,6 +23,7 @@ use crate::pipeline::record::End;
 use crate::pipeline::{Admitted, Ending, Entry, Last, Learn, Reply, Trace, Transport};
 use crate::pool::InFlight;
 use crate::relay::{JsonTail, SseRewriter, Tagger, Usage, MAX_EVENT_BYTES};
+use crate::server::RequestLimits;
 use crate::tokens::ClientScope;
 use crate::upstream::{self, Upstream, UpstreamError};
 
@@ -134,7 +135,8 @@ async fn admit(
     if has_dot_segments(parts.uri.path()) {
         return Err(ApiError::BadPath);
     }
-    let raw = read_body(&parts.headers, body, gateway.max_body_bytes()).await?;
+    let deadline = parts.extensions.get::<RequestLimits>().copied().unwrap_or_default().body_read_timeout;
+    let raw = read_body(&parts.headers, body, gateway.max_body_bytes(), deadline).await?;
     let scope = parts.extensions.get::<ClientScope>().cloned().unwrap_or_default();
     let incoming = Incoming {
         seq: trace.seq(),
@@ -351,15 +353,19 @@ impl RelayState {
     }
 }
 
-/// Reads the request body under the cap. A `content-length` over the cap is refused at once, without
-/// reading the body; a chunked body is cut off at the cap.
-async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+/// Reads the request body under the cap and within `deadline`. A `content-length` over the cap is
+/// refused at once, without reading the body; a chunked body is cut off at the cap.
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize, deadline: Duration) -> Result<Bytes, ApiError> {
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(ApiError::BodyTooLarge { limit });
     }
-    axum::body::to_bytes(body, limit).await.map_err(|e| {
+    let read = tokio::time::timeout(deadline, axum::body::to_bytes(body, limit));
+    let Ok(read) = read.await else {
+        return Err(ApiError::BodyTimeout { secs: deadline.as_secs().max(1) });
+    };
+    read.map_err(|e| {
         if is_length_limit(&e) {
             ApiError::BodyTooLarge { limit }
         } else {

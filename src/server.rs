@@ -2,24 +2,41 @@
 //! `server::run(listener, shutdown)`.
 //!
 //! Every accepted connection gets `TCP_NODELAY` (the last small writes of a stream must not wait for a
-//! delayed ACK), the number of open connections is capped (past the cap a connection is closed at
-//! once, so a flood of idle sockets cannot use up the process's descriptors), and request headers must
-//! arrive within a time limit. On shutdown, Keymux stops accepting, asks open connections and
-//! WebSockets to finish, and waits for them for a bounded time before cutting the rest.
+//! delayed ACK). Connections have limits, because any local process can open them, token or not:
+//! * request headers must arrive within `header_read_timeout` of a connection opening or of its last
+//!   answer, so a silent socket, a slowloris and an idle keep-alive connection are all closed then;
+//! * a request body must arrive whole within `body_read_timeout` (408 otherwise), and one declared over
+//!   the cap gets its 413 at once (`proxy`);
+//! * at most `max_connections` are open. At the cap, a new connection is not refused: the oldest
+//!   connection that is not serving a request (idle, or still sending its headers) is closed for it,
+//!   so a flood of idle or slow sockets never locks a real client out. Only when every connection is
+//!   busy serving is a new one closed at once;
+//! * at most `max_websockets` WebSockets are open (past it the upgrade gets a 426 and Codex goes on over
+//!   HTTP), and a WebSocket must send its first frame within `first_frame_timeout` (Codex sends its
+//!   prewarm at once). An open WebSocket has no idle limit: Codex keeps one between a user's turns.
+//!
+//! At start, the soft limit on open descriptors is raised to the hard limit, and the caps are lowered
+//! if the descriptors still cannot hold them. On shutdown, Keymux stops accepting, asks open
+//! connections and WebSockets to finish, and waits for them for a bounded time before cutting the rest.
 
+use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::future::Future;
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
-use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto::Builder;
-use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
+use axum::extract::Request;
+use axum::response::Response;
+use hyper::body::{Frame, Incoming, SizeHint};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::Notify;
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
 
 use crate::gateway::Gateway;
@@ -27,17 +44,69 @@ use crate::gateway::Gateway;
 /// Connection limits and the shutdown allowance.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ServeOptions {
-    /// Most connections open at once (WebSockets included).
+    /// Most connections open at once, not counting WebSockets.
     pub max_connections: usize,
-    /// Longest wait for a request's headers once a connection is open.
+    /// Most WebSockets open at once.
+    pub max_websockets: usize,
+    /// Longest wait for a request's headers, from a connection's opening or its last answer (so also
+    /// how long an idle keep-alive connection stays open).
     pub header_read_timeout: Duration,
+    /// Longest wait for a whole request body once its headers are in.
+    pub body_read_timeout: Duration,
+    /// Longest wait for a new WebSocket's first frame.
+    pub first_frame_timeout: Duration,
     /// Longest wait, at shutdown, for requests and streams in flight to finish.
     pub drain: Duration,
 }
 
 impl Default for ServeOptions {
     fn default() -> Self {
-        Self { max_connections: 512, header_read_timeout: Duration::from_secs(30), drain: Duration::from_secs(10) }
+        Self {
+            max_connections: 512,
+            max_websockets: 256,
+            header_read_timeout: Duration::from_secs(30),
+            body_read_timeout: Duration::from_secs(60),
+            first_frame_timeout: Duration::from_secs(30),
+            drain: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The limits a request handler applies, handed to it in the request's extensions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestLimits {
+    /// See `ServeOptions::body_read_timeout`.
+    pub body_read_timeout: Duration,
+    /// See `ServeOptions::max_websockets`.
+    pub max_websockets: usize,
+    /// See `ServeOptions::first_frame_timeout`.
+    pub first_frame_timeout: Duration,
+}
+
+impl Default for RequestLimits {
+    fn default() -> Self {
+        ServeOptions::default().request_limits()
+    }
+}
+
+impl ServeOptions {
+    /// What request handlers need to know of these options.
+    pub fn request_limits(&self) -> RequestLimits {
+        RequestLimits {
+            body_read_timeout: self.body_read_timeout,
+            max_websockets: self.max_websockets,
+            first_frame_timeout: self.first_frame_timeout,
+        }
+    }
+
+    /// These options with the caps lowered to what `descriptors` open files can hold: each connection
+    /// takes one, each WebSocket two (client and upstream), and a margin stays for the upstream pool,
+    /// the store and the logs.
+    pub fn fitted_to(mut self, descriptors: u64) -> Self {
+        let usable = usize::try_from(descriptors.saturating_sub(128)).unwrap_or(usize::MAX).max(16);
+        self.max_connections = self.max_connections.min(usable / 2).max(4);
+        self.max_websockets = self.max_websockets.min(usable / 8).max(2);
+        self
     }
 }
 
@@ -67,10 +136,13 @@ pub async fn serve_with(
     shutdown: impl Future<Output = ()> + Send,
     options: ServeOptions,
 ) -> std::io::Result<Drained> {
-    let app = crate::http::app(gateway.clone());
-    let graceful = GracefulShutdown::new();
-    let permits = Arc::new(Semaphore::new(options.max_connections.max(1)));
+    let options = options.fitted_to(raise_descriptor_limit());
+    let app = crate::http::app(gateway.clone()).layer(axum::Extension(options.request_limits()));
+    let slots = Arc::new(Slots::new(options.max_connections));
+    let stopping = CancellationToken::new();
     let mut connections = JoinSet::new();
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(options.header_read_timeout);
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -87,45 +159,222 @@ pub async fn serve_with(
                 continue;
             }
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            tracing::warn!(max = options.max_connections, "connection refused: too many open connections");
+        let Some(slot) = slots.admit() else {
+            tracing::warn!(max = options.max_connections, "connection refused: every open connection is serving");
             continue;
         };
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "could not set TCP_NODELAY");
         }
-        let service = TowerToHyperService::new(app.clone().map_request(|r: http::Request<Incoming>| r.map(Body::new)));
-        let mut builder = Builder::new(TokioExecutor::new());
-        builder.http1().timer(TokioTimer::new()).header_read_timeout(options.header_read_timeout);
-        let connection = builder.serve_connection_with_upgrades(TokioIo::new(tcp), service).into_owned();
-        let connection = graceful.watch(connection);
+        let service = Tracked { app: app.clone(), slot: slot.clone() };
+        let connection = builder.serve_connection(TokioIo::new(tcp), service).with_upgrades();
+        let (slots, stopping) = (slots.clone(), stopping.clone());
         connections.spawn(async move {
-            if let Err(e) = connection.await {
+            tokio::pin!(connection);
+            let ended = tokio::select! {
+                ended = connection.as_mut() => Some(ended),
+                () = slot.evicted.notified() => None,
+                () = stopping.cancelled() => None,
+            };
+            let ended = match ended {
+                Some(ended) => ended,
+                None => {
+                    connection.as_mut().graceful_shutdown();
+                    connection.await
+                }
+            };
+            if let Err(e) = ended {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
-            drop(permit);
+            slots.remove(slot.id);
         });
     }
     drop(listener);
-    Ok(drain(&gateway, graceful, connections, options.drain).await)
+    Ok(drain(&gateway, &stopping, connections, options.drain).await)
+}
+
+/// Raises the soft limit on open descriptors to the hard limit (once is enough; raising it again
+/// changes nothing), and returns the soft limit in force.
+pub fn raise_descriptor_limit() -> u64 {
+    #[cfg(unix)]
+    {
+        use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+        let limit = getrlimit(Resource::Nofile);
+        let current = limit.current.unwrap_or(u64::MAX);
+        if limit.current.is_none() || limit.current == limit.maximum {
+            return current;
+        }
+        // macOS refuses more than its `OPEN_MAX` (10,240) when the hard limit is unlimited.
+        let wanted = [limit.maximum.unwrap_or(u64::MAX), limit.maximum.unwrap_or(u64::MAX).min(10_240)];
+        for to in wanted.into_iter().filter(|to| *to > current) {
+            let raised = Rlimit { current: Some(to), maximum: limit.maximum };
+            if setrlimit(Resource::Nofile, raised).is_ok() {
+                tracing::debug!(from = current, to, "raised the open-file limit");
+                return to;
+            }
+        }
+        current
+    }
+    #[cfg(not(unix))]
+    {
+        u64::MAX
+    }
+}
+
+/// One open connection, as the cap sees it.
+struct Slot {
+    id: u64,
+    /// Requests this connection is serving (from their headers to the end of their answers).
+    busy: AtomicUsize,
+    /// Notified when the connection is closed to make room for a new one.
+    evicted: Notify,
+}
+
+/// The open connections, oldest first.
+struct Slots {
+    open: Mutex<BTreeMap<u64, Arc<Slot>>>,
+    next: AtomicU64,
+    max: usize,
+}
+
+impl Slots {
+    fn new(max: usize) -> Self {
+        Self { open: Mutex::new(BTreeMap::new()), next: AtomicU64::new(0), max: max.max(1) }
+    }
+
+    /// A slot for a new connection. At the cap, the oldest connection that is not serving a request is
+    /// closed to make room; `None` when every one is serving.
+    fn admit(&self) -> Option<Arc<Slot>> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        if open.len() >= self.max {
+            let victim = open.values().find(|s| s.busy.load(Ordering::Acquire) == 0).map(|s| s.id)?;
+            if let Some(slot) = open.remove(&victim) {
+                slot.evicted.notify_one();
+                tracing::debug!("closed the oldest idle connection to make room for a new one");
+            }
+        }
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let slot = Arc::new(Slot { id, busy: AtomicUsize::new(0), evicted: Notify::new() });
+        open.insert(id, slot.clone());
+        Some(slot)
+    }
+
+    fn remove(&self, id: u64) {
+        self.open.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+    }
+}
+
+/// The app, as served on one connection: it counts the requests the connection is serving.
+#[derive(Clone)]
+struct Tracked {
+    app: axum::Router,
+    slot: Arc<Slot>,
+}
+
+impl hyper::service::Service<http::Request<Incoming>> for Tracked {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+    fn call(&self, request: http::Request<Incoming>) -> Self::Future {
+        let serving = Serving::new(self.slot.clone());
+        let answer = self.app.clone().oneshot(Request::from(request.map(Body::new)));
+        Box::pin(async move {
+            let response = answer.await?;
+            Ok(response.map(|body| Body::new(Counted { body, _serving: serving })))
+        })
+    }
+}
+
+/// A request being served on a slot's connection; dropped with the end of its answer.
+struct Serving(Arc<Slot>);
+
+impl Serving {
+    fn new(slot: Arc<Slot>) -> Self {
+        slot.busy.fetch_add(1, Ordering::AcqRel);
+        Self(slot)
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.0.busy.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// An answer's body that keeps its request counted until it has been sent (or dropped).
+struct Counted {
+    body: Body,
+    _serving: Serving,
+}
+
+impl hyper::body::Body for Counted {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        hyper::body::Body::poll_frame(Pin::new(&mut self.body), cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        hyper::body::Body::is_end_stream(&self.body)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        hyper::body::Body::size_hint(&self.body)
+    }
 }
 
 /// Asks every connection and WebSocket to finish, waits up to `allowance`, then cuts what is left.
 async fn drain(
     gateway: &Gateway,
-    graceful: GracefulShutdown,
+    stopping: &CancellationToken,
     mut connections: JoinSet<()>,
     allowance: Duration,
 ) -> Drained {
+    stopping.cancel();
     gateway.close_sockets();
     let finished = async {
-        graceful.shutdown().await;
+        while connections.join_next().await.is_some() {}
         gateway.sockets().wait().await;
     };
     let clean = tokio::time::timeout(allowance, finished).await.is_ok();
-    while connections.try_join_next().is_some() {}
     let connections_cut = connections.len();
     connections.abort_all();
     while connections.join_next().await.is_some() {}
     Drained { clean, connections_cut }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, reason = "tests")]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn at_the_cap_the_oldest_idle_connection_makes_room_and_busy_ones_are_kept() {
+        let slots = Slots::new(3);
+        let [a, b, c] = [slots.admit().unwrap(), slots.admit().unwrap(), slots.admit().unwrap()];
+        let _serving_a = Serving::new(a.clone());
+        let d = slots.admit().expect("b is idle, so it makes room");
+        let open: Vec<u64> = slots.open.lock().unwrap().keys().copied().collect();
+        assert_eq!(open, vec![a.id, c.id, d.id], "the oldest idle one, b, was closed; busy a was kept");
+        // b was told to close: its notification is waiting for it.
+        assert!(futures::FutureExt::now_or_never(b.evicted.notified()).is_some());
+        let (_serving_c, _serving_d) = (Serving::new(c.clone()), Serving::new(d.clone()));
+        assert!(slots.admit().is_none(), "every connection is serving: the new one is closed");
+        drop(_serving_c);
+        assert!(slots.admit().is_some(), "c finished its answer, so it is idle again and makes room");
+    }
+
+    #[test]
+    fn the_caps_fit_the_descriptors_there_are() {
+        let options = ServeOptions::default();
+        assert_eq!(options.fitted_to(20_000), options, "plenty of room: the defaults stand");
+        let tight = options.fitted_to(1024);
+        assert_eq!((tight.max_connections, tight.max_websockets), (448, 112));
+        assert!(tight.max_connections + 2 * tight.max_websockets + 128 <= 1024);
+    }
 }

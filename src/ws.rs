@@ -10,6 +10,7 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame as AxumClose, Message as AxumMessage, Utf8Bytes, WebSocket};
 use bytes::Bytes;
@@ -176,8 +177,19 @@ fn handshake_request(
 }
 
 /// Serves one client socket until either side closes (or the gateway shuts down).
-pub async fn serve_socket(gateway: Arc<Gateway>, mut client: WebSocket, headers: HeaderMap, scope: ClientScope) {
-    let Some(first) = first_frame(&mut client).await else { return };
+pub async fn serve_socket(
+    gateway: Arc<Gateway>,
+    mut client: WebSocket,
+    headers: HeaderMap,
+    scope: ClientScope,
+    first_frame_timeout: Duration,
+) {
+    let Ok(first) = tokio::time::timeout(first_frame_timeout, first_frame(&mut client)).await else {
+        tracing::debug!("a websocket sent no frame in time and was closed");
+        let _ = client.send(AxumMessage::Close(None)).await;
+        return;
+    };
+    let Some(first) = first else { return };
     let mut trace = Trace::new(&gateway, gateway.next_seq(), Operation::ResponsesCreate, Wire::WebSocket);
     let raw = Bytes::copy_from_slice(first.as_bytes());
     let incoming = Incoming {
