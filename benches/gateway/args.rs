@@ -200,6 +200,9 @@ impl Args {
         if self.keymux != std::path::Path::new(env!("CARGO_BIN_EXE_keymux")) {
             line.push_str(&format!(" --keymux {}", self.keymux.display()));
         }
+        if let Some(path) = &self.baseline {
+            line.push_str(&format!(" --baseline {}", path.display()));
+        }
         line
     }
 }
