@@ -1,179 +1,394 @@
-//! Hostile and odd input, from clients and from upstreams: each gets a clear, well-formed answer, and
-//! the gateway keeps serving.
+//! Hostile and odd requests, each with the clear error it must get, and none may crash Keymux or keep
+//! it from serving: after every case a real request still goes through.
 #![allow(clippy::unwrap_used, clippy::disallowed_methods, reason = "tests")]
 
 mod support;
 
-use std::sync::Arc;
+use std::net::SocketAddr;
+use std::time::Duration;
 
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use keymux_sim::SimConfig;
+use futures::{SinkExt as _, StreamExt as _};
+use keymux_sim::{Fault, SimConfig};
 use serde_json::{json, Value};
 use support::*;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
 
-/// A tiny upstream that answers each key its own way (by the bearer it is sent).
-async fn upstream(answer: impl Fn(&str) -> Response + Send + Sync + 'static) -> String {
-    let answer = Arc::new(answer);
-    let app = axum::Router::new()
-        .route("/v1/models", axum::routing::get(|| async { axum::Json(json!({"object":"list","data":[]})) }))
-        .fallback(move |headers: HeaderMap| {
-            let answer = answer.clone();
-            async move {
-                let bearer = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
-                answer(bearer.trim_start_matches("Bearer "))
-            }
-        });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}/v1", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    base
+const CAP: usize = 4 << 20;
+const MIB: usize = 1 << 20;
+
+/// How a case's body is sent.
+enum Body {
+    /// With a `content-length`.
+    Sized(Vec<u8>),
+    /// `content-length` declared, and this many bytes of it actually sent (the rest never comes).
+    Declared {
+        length: usize,
+        sent: usize,
+    },
+    /// Chunked, `total` bytes in 64 KiB chunks, for as long as Keymux reads.
+    Chunked {
+        total: usize,
+    },
+    None,
 }
 
-fn ok_answer() -> Response {
-    axum::Json(json!({"id":"resp_1","object":"response","status":"completed","output":[],"usage":{"input_tokens":1,"output_tokens":1}}))
-        .into_response()
+struct Case {
+    name: &'static str,
+    method: &'static str,
+    path: String,
+    headers: Vec<(String, String)>,
+    body: Body,
+    status: u16,
+    /// The error `code` the answer must carry (`None`: the status is enough, e.g. hyper's own 431).
+    code: Option<&'static str>,
 }
 
-async fn gateway_before(base: String) -> Harness {
-    Harness::start_with(
-        SimConfig::new().org("org-a", &["sk-a1"]),
-        &[key("a1", "sk-a1"), key("b1", "sk-b1").priority(1)],
-        |c| c.upstream = base,
-    )
-    .await
-}
-
-#[tokio::test]
-async fn absurd_rate_limit_headers_never_lose_an_answer() {
-    for (name, value) in
-        [("retry-after", "1e30"), ("retry-after-ms", "1e300"), ("x-ratelimit-reset-tokens", "3000000000000000h")]
-    {
-        let base = upstream(move |key| match key {
-            "sk-a1" => (
-                StatusCode::TOO_MANY_REQUESTS,
-                [(name, value)],
-                axum::Json(json!({"error":{"code":"rate_limit_exceeded","message":"slow down"}})),
-            )
-                .into_response(),
-            _ => {
-                let mut ok = ok_answer();
-                ok.headers_mut().insert(name, value.parse().unwrap());
-                ok.headers_mut().insert("x-ratelimit-limit-tokens", "1000".parse().unwrap());
-                ok.headers_mut().insert("x-ratelimit-remaining-tokens", "900".parse().unwrap());
-                ok
-            }
-        })
-        .await;
-        let h = gateway_before(base).await;
-        let r = post(&client(), &format!("{}/responses", h.base), &[], &json!({"model":"gpt-5.5","input":"x"}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200, "{name}: {value}: the other key's answer reached the client");
-        let v: Value = r.json().await.unwrap();
-        assert_eq!(v["status"], "completed");
-        let a1 = h.status().into_iter().find(|k| k.label == "a1").unwrap();
-        assert_eq!(a1.health, "cooling", "{name}");
-        assert!(a1.cooldown_ms <= 24 * 3_600_000, "{name}: clamped to a day, got {} ms", a1.cooldown_ms);
-        // Still serving.
-        let r = post(&client(), &format!("{}/responses", h.base), &[], &json!({"model":"gpt-5.5","input":"y"}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
+impl Case {
+    fn post(name: &'static str, body: Body, status: u16, code: Option<&'static str>) -> Self {
+        Self { name, method: "POST", path: "/v1/responses".into(), headers: Vec::new(), body, status, code }
     }
 }
 
-#[tokio::test]
-async fn dot_segments_never_reach_the_provider() {
-    let h = Harness::start(SimConfig::new().org("org-a", &["sk-a1"]), &[key("a1", "sk-a1")]).await;
-    // Sent as raw bytes: an HTTP client library would resolve the dot segments before sending.
-    let addr = h.root.trim_start_matches("http://").to_owned();
-    for path in ["/v1/x/%2e%2e/%2e%2e/other/collect", "/v1/x/../../other", "/v1/./models", "/v1/x/%2E%2e/y"] {
-        let (status, body) = raw_get(&addr, path).await;
-        assert_eq!(status, 400, "{path}: {body}");
-        let v: Value = serde_json::from_str(&body).unwrap();
-        assert_eq!(v["error"]["code"], "invalid_path", "{path}");
+/// Sends one raw request on a fresh connection (`connection: close`) and reads the answer: its status
+/// and body.
+async fn exchange(addr: SocketAddr, case: &Case) -> (u16, String) {
+    let socket = TcpStream::connect(addr).await.unwrap();
+    let mut head =
+        format!("{} {} HTTP/1.1\r\nconnection: close\r\ncontent-type: application/json\r\n", case.method, case.path);
+    let given = |name: &str| case.headers.iter().any(|(n, _)| n == name);
+    if !given("host") {
+        head.push_str(&format!("host: 127.0.0.1:{}\r\n", addr.port()));
     }
-    assert!(client_counts(&h.sim).is_empty(), "no credential went anywhere");
-}
-
-#[tokio::test]
-async fn an_oversized_upstream_error_is_replaced_by_a_well_formed_one() {
-    let base = upstream(|_| {
-        let huge = format!("{{\"error\":{{\"message\":\"{}\",\"code\":\"bad\"}}}}", "x".repeat(600 * 1024));
-        (StatusCode::BAD_REQUEST, [("content-type", "application/json")], huge).into_response()
-    })
-    .await;
-    let h = gateway_before(base).await;
-    let r = post(&client(), &format!("{}/responses", h.base), &[], &json!({"model":"gpt-5.5","input":"x"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 400, "the provider's status is kept");
-    let v: Value = serde_json::from_slice(&r.bytes().await.unwrap()).expect("well-formed JSON, never cut in half");
-    assert_eq!(v["error"]["code"], "keymux_upstream_answer_too_large");
-}
-
-#[tokio::test]
-async fn a_json_answer_cut_before_its_end_fails_over() {
-    let base = upstream(|key| match key {
-        // The body breaks off after its first chunk (the pause lets the headers and that chunk go out
-        // first, as a real cut does).
-        "sk-a1" => {
-            use futures::StreamExt as _;
-            let first = futures::stream::once(async { Ok::<_, std::io::Error>("{\"id\":\"resp_1\",\"output\":[") });
-            let cut = futures::stream::once(async {
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                Err(std::io::Error::other("cut"))
-            });
-            Response::builder()
-                .status(200)
-                .header("content-type", "application/json")
-                .body(axum::body::Body::from_stream(first.chain(cut)))
-                .unwrap()
+    if !given("authorization") {
+        head.push_str(&format!("authorization: Bearer {TOKEN}\r\n"));
+    }
+    for (name, value) in &case.headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    match &case.body {
+        Body::Sized(b) => head.push_str(&format!("content-length: {}\r\n", b.len())),
+        Body::Declared { length, .. } => head.push_str(&format!("content-length: {length}\r\n")),
+        Body::Chunked { .. } => head.push_str("transfer-encoding: chunked\r\n"),
+        Body::None => {}
+    }
+    head.push_str("\r\n");
+    let (mut read, mut write) = socket.into_split();
+    let body = match &case.body {
+        Body::Sized(b) => b.clone(),
+        Body::Declared { sent, .. } => vec![b' '; *sent],
+        _ => Vec::new(),
+    };
+    let chunked = match case.body {
+        Body::Chunked { total } => total,
+        _ => 0,
+    };
+    let writer = tokio::spawn(async move {
+        write.write_all(head.as_bytes()).await?;
+        write.write_all(&body).await?;
+        let chunk = vec![b' '; 64 * 1024];
+        let mut sent = 0;
+        while sent < chunked {
+            write.write_all(format!("{:x}\r\n", chunk.len()).as_bytes()).await?;
+            write.write_all(&chunk).await?;
+            write.write_all(b"\r\n").await?;
+            sent += chunk.len();
         }
-        _ => ok_answer(),
+        if chunked > 0 {
+            write.write_all(b"0\r\n\r\n").await?;
+        }
+        // Keep the write half open: a request whose body never finishes must still be answered.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        Ok::<_, std::io::Error>(write)
+    });
+    let mut answer = Vec::new();
+    let mut buf = vec![0_u8; 64 * 1024];
+    let read_all = async {
+        loop {
+            match read.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => answer.extend_from_slice(&buf[..n]),
+            }
+            if complete(&answer) {
+                break;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), read_all).await.unwrap_or_else(|_| panic!("{}: answered", case.name));
+    writer.abort();
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (status, body)
+}
+
+/// Whether a whole answer with a `content-length` has arrived.
+fn complete(answer: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(answer);
+    let Some((head, body)) = text.split_once("\r\n\r\n") else { return false };
+    head.lines()
+        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length: ").map(|v| v.trim().parse::<usize>()))
+        .and_then(Result::ok)
+        .is_some_and(|n| body.len() >= n)
+}
+
+async fn still_serving(h: &Harness) {
+    let body = json!({"model":"gpt-5.5","input":"still there?","store":false});
+    let r = post(&client(), &format!("{}/responses", h.base), &[], &body).send().await.unwrap();
+    assert_eq!(r.status(), 200, "Keymux still serves");
+}
+
+/// A marker of a real answer, changed the way a forger or a truncating client would.
+struct Markers {
+    encrypted: String,
+    item_id: String,
+    response_id: String,
+    history: Vec<Value>,
+}
+
+async fn real_markers(h: &Harness) -> Markers {
+    let mut session = Session::new(Shape::Codex, 4242, false);
+    let body = session.next_body(false);
+    let r = post(&client(), &format!("{}/responses", h.base), &[], &body).send().await.unwrap();
+    let answer: Value = r.json().await.unwrap();
+    let reasoning = answer["output"].as_array().unwrap().iter().find(|i| i["type"] == "reasoning").unwrap().clone();
+    session.absorb(answer["output"].as_array().unwrap().clone());
+    Markers {
+        encrypted: reasoning["encrypted_content"].as_str().unwrap().to_owned(),
+        item_id: reasoning["id"].as_str().unwrap().to_owned(),
+        response_id: answer["id"].as_str().unwrap().to_owned(),
+        history: session.history,
+    }
+}
+
+/// `value` with one character of its marker's MAC changed (the marker starts at `at`).
+fn forge(value: &str, at: usize) -> String {
+    let marker = &value[at..];
+    assert!(marker.starts_with("km1"), "{value}");
+    let id_len = usize::from_str_radix(&marker[9..11], 16).unwrap();
+    let mac = at + 11 + id_len + 8;
+    let mut bytes = value.as_bytes().to_vec();
+    bytes[mac] = if bytes[mac] == b'A' { b'B' } else { b'A' };
+    String::from_utf8(bytes).unwrap()
+}
+
+/// `value` cut inside its marker.
+fn truncate(value: &str, at: usize) -> String {
+    value[..at + 12].to_owned()
+}
+
+fn with_item(history: &[Value], change: impl Fn(&mut Value)) -> Vec<u8> {
+    let mut input = history.to_vec();
+    for item in &mut input {
+        if item["type"] == "reasoning" {
+            change(item);
+        }
+    }
+    serde_json::to_vec(&json!({"model":"gpt-5.5","input":input,"store":false})).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_and_odd_requests_get_clear_errors_and_keymux_keeps_serving() {
+    let h = Harness::start_with(three_orgs(), &five_keys(), |c| c.max_body_bytes = CAP).await;
+    let addr: SocketAddr = h.root.trim_start_matches("http://").parse().unwrap();
+    let m = real_markers(&h).await;
+    let prefix = m.item_id.find("km1").unwrap();
+    let resp_at = m.response_id.find("km1").unwrap();
+    let deep = format!("{{\"model\":\"gpt-5.5\",\"input\":{}{}}}", "[".repeat(100_000), "]".repeat(100_000));
+    let mut invalid_utf8 = b"{\"model\":\"gpt-5.5\",\"input\":\"caf".to_vec();
+    invalid_utf8.extend_from_slice(&[0xff, 0xfe, b'"', b'}']);
+    let over_cap = |n: usize| {
+        let mut v = b"{\"model\":\"gpt-5.5\",\"input\":\"".to_vec();
+        v.resize(n - 2, b'x');
+        v.extend_from_slice(b"\"}");
+        v
+    };
+    let cases = vec![
+        Case::post("truncated JSON", Body::Sized(b"{\"model\":\"gpt-5.5\",\"inp".to_vec()), 400, Some("invalid_json")),
+        Case::post("not JSON at all", Body::Sized(b"model=gpt-5.5".to_vec()), 400, Some("invalid_json")),
+        Case::post("a body one byte over the cap", Body::Sized(over_cap(CAP + 1)), 413, Some("request_too_large")),
+        Case::post(
+            "100 MiB with its length (refused before reading)",
+            Body::Declared { length: 100 * MIB, sent: 0 },
+            413,
+            Some("request_too_large"),
+        ),
+        Case::post("100 MiB chunked", Body::Chunked { total: 100 * MIB }, 413, Some("request_too_large")),
+        Case::post("JSON nested 100,000 deep", Body::Sized(deep.into_bytes()), 400, None),
+        Case::post("invalid UTF-8", Body::Sized(invalid_utf8), 400, None),
+        Case::post(
+            "forged encrypted_content",
+            Body::Sized(with_item(&m.history, |i| i["encrypted_content"] = forge(&m.encrypted, 0).into())),
+            400,
+            Some("keymux_invalid_marker"),
+        ),
+        Case::post(
+            "truncated encrypted_content",
+            Body::Sized(with_item(&m.history, |i| i["encrypted_content"] = truncate(&m.encrypted, 0).into())),
+            400,
+            Some("keymux_invalid_marker"),
+        ),
+        Case::post(
+            "forged item id",
+            Body::Sized(with_item(&m.history, |i| i["id"] = forge(&m.item_id, prefix).into())),
+            400,
+            Some("keymux_invalid_marker"),
+        ),
+        Case::post(
+            "truncated item id",
+            Body::Sized(with_item(&m.history, |i| i["id"] = truncate(&m.item_id, prefix).into())),
+            400,
+            Some("keymux_invalid_marker"),
+        ),
+        Case::post(
+            "forged previous_response_id",
+            Body::Sized(
+                serde_json::to_vec(&json!({"model":"gpt-5.5","input":"next",
+                    "previous_response_id": forge(&m.response_id, resp_at)}))
+                .unwrap(),
+            ),
+            400,
+            Some("keymux_invalid_marker"),
+        ),
+        Case {
+            name: "forged response id in the path",
+            method: "GET",
+            path: format!("/v1/responses/{}", forge(&m.response_id, resp_at)),
+            headers: Vec::new(),
+            body: Body::None,
+            status: 400,
+            code: Some("keymux_invalid_marker"),
+        },
+        Case {
+            name: "truncated response id in the path",
+            method: "DELETE",
+            path: format!("/v1/responses/{}", truncate(&m.response_id, resp_at)),
+            headers: Vec::new(),
+            body: Body::None,
+            status: 400,
+            code: Some("keymux_invalid_marker"),
+        },
+        Case {
+            name: "wrong Host on the control API",
+            method: "GET",
+            path: "/keymux/api/status".into(),
+            headers: vec![("host".into(), "evil.example".into()), ("authorization".into(), format!("Bearer {ADMIN}"))],
+            body: Body::None,
+            status: 403,
+            code: Some("forbidden_origin"),
+        },
+        Case {
+            name: "a 1 MiB header",
+            method: "GET",
+            path: "/v1/models".into(),
+            headers: vec![("x-padding".into(), "x".repeat(MIB))],
+            body: Body::None,
+            status: 431,
+            code: None,
+        },
+    ];
+    for case in &cases {
+        let (status, body) = exchange(addr, case).await;
+        assert_eq!(status, case.status, "{}: {body}", case.name);
+        if let Some(code) = case.code {
+            let error: Value =
+                serde_json::from_str(&body).unwrap_or_else(|_| panic!("{}: JSON error: {body}", case.name));
+            assert_eq!(error["error"]["code"], code, "{}: {body}", case.name);
+            assert!(error["error"]["message"].as_str().is_some_and(|m| m.len() > 20), "{}: says what to do", case.name);
+        }
+        still_serving(&h).await;
+    }
+    // None of them reached a key with a marker still on it, or at all where it was refused.
+    assert!(h
+        .sim
+        .log()
+        .iter()
+        .all(|e| e.status != 400 || e.error_code.as_deref() != Some("invalid_encrypted_content")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_frame_over_the_limit_or_forged_is_refused_and_the_socket_closed() {
+    let h = Harness::start(three_orgs(), &five_keys()).await;
+    let m = real_markers(&h).await;
+    // A forged marker in the first frame: an error frame that says so, then the socket closes.
+    let mut ws = WsClient::connect(&h.base, "ws-hostile").await.unwrap();
+    let input: Vec<Value> = m
+        .history
+        .iter()
+        .cloned()
+        .map(|mut i| {
+            if i["type"] == "reasoning" {
+                i["encrypted_content"] = forge(&m.encrypted, 0).into();
+            }
+            i
+        })
+        .collect();
+    let answer = ws.create(&json!({"model":"gpt-5.5","input":input,"store":false})).await;
+    let error = answer.error.expect("an error frame");
+    assert_eq!(error["error"]["code"], "keymux_invalid_marker", "{error}");
+
+    // A frame over the 64 MiB limit: the socket is closed as too big, and Keymux goes on.
+    let mut ws = WsClient::connect(&h.base, "ws-huge").await.unwrap();
+    let huge = format!("{{\"type\":\"response.create\",\"input\":\"{}\"}}", "x".repeat(keymux::ws::MAX_FRAME_BYTES));
+    let _ = ws.socket.send(Message::Text(huge.into())).await;
+    let closed = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            match ws.socket.next().await {
+                Some(Ok(Message::Close(frame))) => return frame.map(|f| u16::from(f.code)),
+                None | Some(Err(_)) => return None,
+                Some(Ok(_)) => {}
+            }
+        }
+    })
+    .await
+    .expect("closed in time");
+    assert!(closed.is_none() || closed == Some(1009), "closed as too big: {closed:?}");
+    let forwarded = h.sim.log().iter().any(|e| e.headers.iter().any(|(n, v)| n == "session-id" && v == "ws-huge"));
+    assert!(!forwarded, "the oversized frame never reached a key");
+    still_serving(&h).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_mid_stream_or_never_reads_costs_nothing_lasting() {
+    let h =
+        Harness::start(SimConfig::new().org("org-a", &["sk-a1", "sk-a2"]), &[key("a1", "sk-a1"), key("a2", "sk-a2")])
+            .await;
+    h.sim.inject("sk-a1", Fault::SlowDeltas(Duration::from_millis(20)));
+    // Leaves after the first event.
+    let body = json!({"model":"gpt-5.5","input":"a long story","stream":true,"store":false});
+    let c = client();
+    let response = post(&c, &format!("{}/responses", h.base), &[], &body).send().await.unwrap();
+    let mut stream = response.bytes_stream();
+    let _first = stream.next().await.unwrap().unwrap();
+    drop(stream);
+    // Never reads: a stream of several MiB (the provider echoes the instructions in three events).
+    let addr: SocketAddr = h.root.trim_start_matches("http://").parse().unwrap();
+    let big = json!({"model":"gpt-5.5","input":"echo","stream":true,"store":false,"instructions":"i".repeat(3 * MIB)});
+    let body = serde_json::to_vec(&big).unwrap();
+    let mut stalled = TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /v1/responses HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer {TOKEN}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    stalled.write_all(head.as_bytes()).await.unwrap();
+    stalled.write_all(&body).await.unwrap();
+    // Meanwhile everyone else is served.
+    for _ in 0..5 {
+        still_serving(&h).await;
+    }
+    drop(stalled);
+    // Both requests end, and their keys are free again.
+    let settled = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            if h.status().iter().all(|k| k.in_flight == 0) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     })
     .await;
-    let h = gateway_before(base).await;
-    let r = post(&client(), &format!("{}/responses", h.base), &[], &json!({"model":"gpt-5.5","input":"x"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let v: Value = r.json().await.unwrap();
-    assert_eq!(v["status"], "completed", "a whole answer from the other key");
-    let record = h.gateway.events().recent(1).pop().unwrap();
-    assert_eq!(record.attempts[0].failure, Some(keymux::events::FailureKind::UpstreamCut));
-}
-
-#[tokio::test]
-async fn duplicate_and_mistyped_models_are_named_in_the_error() {
-    let h = Harness::start(SimConfig::new().org("org-a", &["sk-a1"]), &[key("a1", "sk-a1")]).await;
-    for (body, want) in [
-        (r#"{"model":"gpt-5.5","model":"gpt-4o","input":"x"}"#, "`model` more than once"),
-        (r#"{"model":42,"input":"x"}"#, "`model` must be a string"),
-    ] {
-        let r = client().post(format!("{}/responses", h.base)).bearer_auth(TOKEN).body(body).send().await.unwrap();
-        assert_eq!(r.status(), 400);
-        let v: Value = r.json().await.unwrap();
-        assert!(v["error"]["message"].as_str().unwrap().contains(want), "{v}");
-    }
-    assert!(client_counts(&h.sim).is_empty());
-}
-
-/// A GET sent byte for byte (no URL normalisation); the status and the body.
-async fn raw_get(addr: &str, path: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request =
-        format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {TOKEN}\r\nconnection: close\r\n\r\n");
-    socket.write_all(request.as_bytes()).await.unwrap();
-    let mut answer = String::new();
-    socket.read_to_string(&mut answer).await.unwrap();
-    let status = answer.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
-    (status, body)
+    assert!(settled.is_ok(), "in flight: {:?}", h.status().iter().map(|k| k.in_flight).collect::<Vec<_>>());
+    still_serving(&h).await;
 }
