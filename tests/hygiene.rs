@@ -112,11 +112,8 @@ async fn no_secret_appears_in_anything_a_trace_level_run_produced() {
     let api = |method: reqwest::Method, path: &str| {
         c.request(method, format!("{}/keymux/api{path}", gateway.root)).bearer_auth(ADMIN)
     };
-    let added = api(reqwest::Method::POST, "/keys")
-        .json(&json!({"label":"a2","secret":ADDED_KEY}))
-        .send()
-        .await
-        .unwrap();
+    let added =
+        api(reqwest::Method::POST, "/keys").json(&json!({"label":"a2","secret":ADDED_KEY})).send().await.unwrap();
     assert_eq!(added.status(), 201);
     let added: Value = added.json().await.unwrap();
     answers.push(("key added".into(), added.to_string().into_bytes()));
