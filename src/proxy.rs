@@ -173,7 +173,7 @@ async fn attempt(
     match gateway.attempt_all(&admitted, &mut http, &mut trace).await {
         Ending::Served { key, guard, accepted } => {
             let learn = gateway.learn_for(&admitted, &key);
-            let tagger = gateway.tagger_for(operation, &key);
+            let tagger = gateway.tagger_for(operation, &guard);
             relay(gateway, accepted, guard, tagger, learn, trace)
         }
         Ending::Relayed { key, refused } => {

@@ -287,7 +287,7 @@ async fn bind(
         trace.finish(End { served_by: Some(key), status: 502, error: Some("upstream_cut"), usage: None });
         return None;
     }
-    let tagger = gateway.tagger_for(Operation::ResponsesCreate, &key);
+    let tagger = gateway.tagger_for(Operation::ResponsesCreate, &guard);
     let turns = Arc::new(Mutex::new(VecDeque::from([Turn { trace, learn }])));
     Some(Bound { upstream, guard, tagger, key, turns })
 }

@@ -282,3 +282,78 @@ async fn a_subscriber_resumes_where_it_left_off() {
     assert_eq!(seen[1].1["data"]["status"], 200);
     assert_eq!(seen[1].1["data"]["client"], "other");
 }
+
+/// A session a key served, after that key is removed: its organization's other keys go on with it,
+/// whether the key served it before or after its organization was learned.
+async fn removed_key_case(slow_probe: bool) {
+    let sim = SimConfig::new().org("org-a", &["sk-a1", "sk-a3"]).org("org-b", &["sk-b1"]);
+    let h = Harness::start(sim, &[key("a1", "sk-a1"), key("b1", "sk-b1")]).await;
+    // Only the new key may serve the first turns.
+    for id in ["k_a1", "k_b1"] {
+        assert_eq!(admin(&h, reqwest::Method::POST, &format!("/keys/{id}/disable"), None).await.0, 200);
+    }
+    if slow_probe {
+        h.sim.inject("sk-a3", keymux_sim::Fault::SlowFirstByte(Duration::from_millis(1500)));
+    }
+    let (status, added) = admin(&h, reqwest::Method::POST, "/keys", Some(json!({"label":"a3","secret":"sk-a3"}))).await;
+    assert_eq!(status, 201, "{added}");
+    let a3 = added["id"].as_str().unwrap().to_owned();
+    let mut session = Session::new(Shape::Codex, 77, true);
+    for _ in 0..2 {
+        let turn = session.turn(&client(), &h.base, false).await;
+        assert_eq!(turn.status, 200, "{}", turn.body);
+    }
+    assert_eq!(client_counts(&h.sim).get("sk-a3"), Some(&2));
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    for id in ["k_a1", "k_b1"] {
+        assert_eq!(admin(&h, reqwest::Method::POST, &format!("/keys/{id}/enable"), None).await.0, 200);
+    }
+    let turn = session.turn(&client(), &h.base, false).await;
+    assert_eq!(turn.status, 200, "{}", turn.body);
+    assert_eq!(admin(&h, reqwest::Method::DELETE, &format!("/keys/{a3}"), None).await.0, 204);
+    for _ in 0..3 {
+        let turn = session.turn(&client(), &h.base, false).await;
+        assert_eq!(turn.status, 200, "{}", turn.body);
+    }
+    let counts = client_counts(&h.sim);
+    assert_eq!(counts.get("sk-b1"), None, "never sent to the other organization: {counts:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_keys_sessions_stay_in_its_organization() {
+    removed_key_case(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_keys_sessions_stay_in_its_organization_even_if_it_served_them_before_its_probe() {
+    removed_key_case(true).await;
+}
+
+/// A key removed while its answer is on the way: the answer is still tagged, so the session's next turn
+/// knows its organization (here lost, so its items are dropped rather than sent where they are
+/// unreadable).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_in_flight_when_its_key_is_removed_is_still_tagged() {
+    let sim = SimConfig::new().org("org-a", &["sk-a1"]).org("org-b", &["sk-b1"]);
+    let h = Harness::start(sim, &[key("a1", "sk-a1"), key("b1", "sk-b1")]).await;
+    assert_eq!(admin(&h, reqwest::Method::POST, "/keys/k_b1/disable", None).await.0, 200);
+    h.sim.inject("sk-a1", keymux_sim::Fault::SlowFirstByte(Duration::from_millis(800)));
+    let mut session = Session::new(Shape::Codex, 78, false);
+    let body = session.next_body(false);
+    let answer = {
+        let request = post(&client(), &format!("{}/responses", h.base), &[], &body).send();
+        let remove = async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert_eq!(admin(&h, reqwest::Method::DELETE, "/keys/k_a1", None).await.0, 204);
+            assert_eq!(admin(&h, reqwest::Method::POST, "/keys/k_b1/enable", None).await.0, 200);
+        };
+        let (response, ()) = tokio::join!(request, remove);
+        response.unwrap().json::<Value>().await.unwrap()
+    };
+    let output = answer["output"].as_array().unwrap().clone();
+    let reasoning = output.iter().find(|i| i["type"] == "reasoning").unwrap();
+    assert!(reasoning["encrypted_content"].as_str().unwrap().starts_with("km1"), "tagged: {reasoning}");
+    session.absorb(output);
+    let turn = session.turn(&client(), &h.base, false).await;
+    assert_eq!(turn.status, 200, "org-a's items were dropped, not sent to org-b: {}", turn.body);
+}

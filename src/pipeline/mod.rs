@@ -318,10 +318,14 @@ impl Gateway {
         }
     }
 
-    /// The tagger for answers of `operation` served by `key`, if they may carry org-bound values.
-    pub fn tagger_for(&self, operation: Operation, key: &KeyId) -> Option<Tagger> {
-        let org = self.pool().org_tag(key).filter(|_| operation.carries_org_state())?;
-        Some(Tagger::new(self.markers().clone(), key.clone(), org))
+    /// The tagger for answers of `operation` served on `guard`, if they may carry org-bound values.
+    pub fn tagger_for(&self, operation: Operation, guard: &InFlight) -> Option<Tagger> {
+        // From the guard, not the pool: a key removed while its answer was on the way is no longer in
+        // the pool, and an answer relayed untagged would send the session's next turn to any
+        // organization (and its replayed items would be unreadable there).
+        operation
+            .carries_org_state()
+            .then(|| Tagger::new(self.markers().clone(), guard.entry().id.clone(), guard.org_tag()))
     }
 }
 

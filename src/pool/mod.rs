@@ -222,6 +222,12 @@ impl InFlight {
     pub fn entry(&self) -> &KeyEntry {
         &self.entry
     }
+
+    /// The key's organization tag, read from its live state: still there when the key was removed
+    /// while this request was in flight, so its answer is tagged all the same.
+    pub fn org_tag(&self) -> OrgTag {
+        self.slot.live.load().org_tag
+    }
 }
 
 impl Drop for InFlight {
