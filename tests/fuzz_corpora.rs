@@ -50,7 +50,10 @@ fn items(body: &[u8]) -> Vec<Value> {
 
 fn stream_of(items: &[Value]) -> Vec<u8> {
     let mut out = String::new();
-    out.push_str(&format!("event: response.created\ndata: {}\n\n", json!({"type":"response.created","response":{"id":"resp_1"}})));
+    out.push_str(&format!(
+        "event: response.created\ndata: {}\n\n",
+        json!({"type":"response.created","response":{"id":"resp_1"}})
+    ));
     for item in items {
         let event = json!({"type":"response.output_item.done","item":item});
         out.push_str(&format!("event: response.output_item.done\ndata: {event}\n\n"));

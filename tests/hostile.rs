@@ -188,13 +188,8 @@ fn with_item(history: &[Value], change: impl Fn(&mut Value)) -> Vec<u8> {
     serde_json::to_vec(&json!({"model":"gpt-5.5","input":input,"store":false})).unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hostile_and_odd_requests_get_clear_errors_and_keymux_keeps_serving() {
-    let h = Harness::start_with(three_orgs(), &five_keys(), |c| c.max_body_bytes = CAP).await;
-    let addr: SocketAddr = h.root.trim_start_matches("http://").parse().unwrap();
-    let m = real_markers(&h).await;
-    let prefix = m.item_id.find("km1").unwrap();
-    let resp_at = m.response_id.find("km1").unwrap();
+/// Bodies: broken, over the cap, deep, not UTF-8.
+fn body_cases() -> Vec<Case> {
     let deep = format!("{{\"model\":\"gpt-5.5\",\"input\":{}{}}}", "[".repeat(100_000), "]".repeat(100_000));
     let mut invalid_utf8 = b"{\"model\":\"gpt-5.5\",\"input\":\"caf".to_vec();
     invalid_utf8.extend_from_slice(&[0xff, 0xfe, b'"', b'}']);
@@ -204,7 +199,7 @@ async fn hostile_and_odd_requests_get_clear_errors_and_keymux_keeps_serving() {
         v.extend_from_slice(b"\"}");
         v
     };
-    let cases = vec![
+    vec![
         Case::post("truncated JSON", Body::Sized(b"{\"model\":\"gpt-5.5\",\"inp".to_vec()), 400, Some("invalid_json")),
         Case::post("not JSON at all", Body::Sized(b"model=gpt-5.5".to_vec()), 400, Some("invalid_json")),
         Case::post("a body one byte over the cap", Body::Sized(over_cap(CAP + 1)), 413, Some("request_too_large")),
@@ -217,6 +212,14 @@ async fn hostile_and_odd_requests_get_clear_errors_and_keymux_keeps_serving() {
         Case::post("100 MiB chunked", Body::Chunked { total: 100 * MIB }, 413, Some("request_too_large")),
         Case::post("JSON nested 100,000 deep", Body::Sized(deep.into_bytes()), 400, None),
         Case::post("invalid UTF-8", Body::Sized(invalid_utf8), 400, None),
+    ]
+}
+
+/// Forged and cut markers in every place a marker can be, a wrong `Host`, an oversized header.
+fn marker_and_header_cases(m: &Markers) -> Vec<Case> {
+    let prefix = m.item_id.find("km1").unwrap();
+    let resp_at = m.response_id.find("km1").unwrap();
+    vec![
         Case::post(
             "forged encrypted_content",
             Body::Sized(with_item(&m.history, |i| i["encrypted_content"] = forge(&m.encrypted, 0).into())),
@@ -287,7 +290,16 @@ async fn hostile_and_odd_requests_get_clear_errors_and_keymux_keeps_serving() {
             status: 431,
             code: None,
         },
-    ];
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_and_odd_requests_get_clear_errors_and_keymux_keeps_serving() {
+    let h = Harness::start_with(three_orgs(), &five_keys(), |c| c.max_body_bytes = CAP).await;
+    let addr: SocketAddr = h.root.trim_start_matches("http://").parse().unwrap();
+    let m = real_markers(&h).await;
+    let mut cases = body_cases();
+    cases.extend(marker_and_header_cases(&m));
     for case in &cases {
         let (status, body) = exchange(addr, case).await;
         assert_eq!(status, case.status, "{}: {body}", case.name);

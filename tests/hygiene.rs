@@ -34,6 +34,85 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
 
+/// Streamed and whole Codex sessions, pi sessions, and WebSocket turns; returns their cache keys.
+async fn traffic(c: &reqwest::Client, base: &str) -> Vec<String> {
+    let mut cache_keys = Vec::new();
+    for n in 0..6 {
+        let shape = if n % 2 == 0 { Shape::Codex } else { Shape::Pi };
+        let mut session = Session::new(shape, 7000 + n, n % 3 != 0);
+        cache_keys.push(session.id.clone());
+        for turn in 0..3 {
+            let result = session.turn(c, base, turn == 2).await;
+            assert_eq!(result.status, 200, "{}", result.body);
+        }
+    }
+    // (The answers relayed to the client are left out of the search: the provider echoes the client's own
+    // `prompt_cache_key` in its response objects.)
+    let mut socket = WsClient::connect(base, "ws-hygiene-session-3f9a").await.unwrap();
+    cache_keys.push("ws-hygiene-session-3f9a".into());
+    let mut ws_session = Session::new(Shape::Codex, 7100, true);
+    ws_session.id = "ws-hygiene-session-3f9a".into();
+    for _ in 0..3 {
+        let body = ws_session.next_body(false);
+        let answer = socket.create(&body).await;
+        assert!(answer.error.is_none(), "{:?}", answer.error);
+        ws_session.absorb(answer.output_items());
+    }
+    drop(socket);
+
+    cache_keys
+}
+
+/// A wrong token, a forged marker, broken JSON: their error bodies are searched too. Returns the cache
+/// keys they carried.
+async fn bad_input(c: &reqwest::Client, base: &str, answers: &mut Vec<(String, Vec<u8>)>) -> Vec<String> {
+    let mut cache_keys = Vec::new();
+    let wrong = c
+        .post(format!("{base}/responses"))
+        .bearer_auth("km-not-the-token-but-long-enough-00")
+        .json(&json!({"model":"gpt-5.5","input":"x","prompt_cache_key":"pck-wrong-token-77e1"}))
+        .send()
+        .await
+        .unwrap();
+    cache_keys.push("pck-wrong-token-77e1".into());
+    answers.push(("wrong token".into(), wrong.bytes().await.unwrap().to_vec()));
+    let forged = json!({"model":"gpt-5.5","prompt_cache_key":"pck-forged-19c2","input":[
+        {"type":"reasoning","id":"rs_x","summary":[],"encrypted_content":"km1.AAAAAAAAAAAA.forged.gAAAA"}]});
+    cache_keys.push("pck-forged-19c2".into());
+    let r = post(c, &format!("{base}/responses"), &[], &forged).send().await.unwrap();
+    answers.push(("forged marker".into(), r.bytes().await.unwrap().to_vec()));
+    let r = c
+        .post(format!("{base}/responses"))
+        .bearer_auth(TOKEN)
+        .body("{\"prompt_cache_key\":\"pck-broken-json-4d0a\",\"input\":")
+        .send()
+        .await
+        .unwrap();
+    cache_keys.push("pck-broken-json-4d0a".into());
+    answers.push(("broken JSON".into(), r.bytes().await.unwrap().to_vec()));
+
+    cache_keys
+}
+
+/// A key added and removed, and every view the dashboard reads.
+async fn control_plane(c: &reqwest::Client, root: &str, answers: &mut Vec<(String, Vec<u8>)>) {
+    let api =
+        |method: reqwest::Method, path: &str| c.request(method, format!("{root}/keymux/api{path}")).bearer_auth(ADMIN);
+    let added =
+        api(reqwest::Method::POST, "/keys").json(&json!({"label":"a2","secret":ADDED_KEY})).send().await.unwrap();
+    assert_eq!(added.status(), 201);
+    let added: Value = added.json().await.unwrap();
+    answers.push(("key added".into(), added.to_string().into_bytes()));
+    let id = added["id"].as_str().unwrap().to_owned();
+    for path in ["/status", "/keys", "/tokens", "/decisions?limit=1000", "/sessions", "/usage", "/metrics"] {
+        let r = api(reqwest::Method::GET, path).send().await.unwrap();
+        assert!(r.status().is_success(), "{path}");
+        answers.push((path.into(), r.bytes().await.unwrap().to_vec()));
+    }
+    let r = api(reqwest::Method::DELETE, &format!("/keys/{id}")).send().await.unwrap();
+    answers.push(("key removed".into(), r.bytes().await.unwrap().to_vec()));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_secret_appears_in_anything_a_trace_level_run_produced() {
     let sim = keymux_sim::Sim::start(three_orgs()).await.unwrap();
@@ -58,73 +137,9 @@ async fn no_secret_appears_in_anything_a_trace_level_run_produced() {
         c.get(format!("{}/keymux/api/events?after=0", gateway.root)).bearer_auth(ADMIN).send().await.unwrap(),
     );
 
-    // Traffic: streamed and whole Codex sessions, pi sessions, and WebSocket turns.
-    let mut cache_keys = Vec::new();
-    for n in 0..6 {
-        let shape = if n % 2 == 0 { Shape::Codex } else { Shape::Pi };
-        let mut session = Session::new(shape, 7000 + n, n % 3 != 0);
-        cache_keys.push(session.id.clone());
-        for turn in 0..3 {
-            let result = session.turn(&c, &gateway.base, turn == 2).await;
-            assert_eq!(result.status, 200, "{}", result.body);
-        }
-    }
-    // (The answers relayed to the client are left out of the search: the provider echoes the client's own
-    // `prompt_cache_key` in its response objects.)
-    let mut socket = WsClient::connect(&gateway.base, "ws-hygiene-session-3f9a").await.unwrap();
-    cache_keys.push("ws-hygiene-session-3f9a".into());
-    let mut ws_session = Session::new(Shape::Codex, 7100, true);
-    ws_session.id = "ws-hygiene-session-3f9a".into();
-    for _ in 0..3 {
-        let body = ws_session.next_body(false);
-        let answer = socket.create(&body).await;
-        assert!(answer.error.is_none(), "{:?}", answer.error);
-        ws_session.absorb(answer.output_items());
-    }
-    drop(socket);
-
-    // Bad input: a wrong token, a forged marker, broken JSON. Their error bodies are searched too.
-    let wrong = c
-        .post(format!("{}/responses", gateway.base))
-        .bearer_auth("km-not-the-token-but-long-enough-00")
-        .json(&json!({"model":"gpt-5.5","input":"x","prompt_cache_key":"pck-wrong-token-77e1"}))
-        .send()
-        .await
-        .unwrap();
-    cache_keys.push("pck-wrong-token-77e1".into());
-    answers.push(("wrong token".into(), wrong.bytes().await.unwrap().to_vec()));
-    let forged = json!({"model":"gpt-5.5","prompt_cache_key":"pck-forged-19c2","input":[
-        {"type":"reasoning","id":"rs_x","summary":[],"encrypted_content":"km1.AAAAAAAAAAAA.forged.gAAAA"}]});
-    cache_keys.push("pck-forged-19c2".into());
-    let r = post(&c, &format!("{}/responses", gateway.base), &[], &forged).send().await.unwrap();
-    answers.push(("forged marker".into(), r.bytes().await.unwrap().to_vec()));
-    let r = c
-        .post(format!("{}/responses", gateway.base))
-        .bearer_auth(TOKEN)
-        .body("{\"prompt_cache_key\":\"pck-broken-json-4d0a\",\"input\":")
-        .send()
-        .await
-        .unwrap();
-    cache_keys.push("pck-broken-json-4d0a".into());
-    answers.push(("broken JSON".into(), r.bytes().await.unwrap().to_vec()));
-
-    // The control plane: a key added and removed, and every view the dashboard reads.
-    let api = |method: reqwest::Method, path: &str| {
-        c.request(method, format!("{}/keymux/api{path}", gateway.root)).bearer_auth(ADMIN)
-    };
-    let added =
-        api(reqwest::Method::POST, "/keys").json(&json!({"label":"a2","secret":ADDED_KEY})).send().await.unwrap();
-    assert_eq!(added.status(), 201);
-    let added: Value = added.json().await.unwrap();
-    answers.push(("key added".into(), added.to_string().into_bytes()));
-    let id = added["id"].as_str().unwrap().to_owned();
-    for path in ["/status", "/keys", "/tokens", "/decisions?limit=1000", "/sessions", "/usage", "/metrics"] {
-        let r = api(reqwest::Method::GET, path).send().await.unwrap();
-        assert!(r.status().is_success(), "{path}");
-        answers.push((path.into(), r.bytes().await.unwrap().to_vec()));
-    }
-    let r = api(reqwest::Method::DELETE, &format!("/keys/{id}")).send().await.unwrap();
-    answers.push(("key removed".into(), r.bytes().await.unwrap().to_vec()));
+    let mut cache_keys = traffic(&c, &gateway.base).await;
+    cache_keys.extend(bad_input(&c, &gateway.base, &mut answers).await);
+    control_plane(&c, &gateway.root, &mut answers).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     answers.push(("event stream".into(), serde_json::to_vec(&*events.lock().unwrap()).unwrap()));
 

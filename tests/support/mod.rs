@@ -3,6 +3,8 @@
 #![allow(dead_code, reason = "each test binary uses a different part of the support module")]
 #![allow(clippy::unwrap_used, clippy::disallowed_methods, reason = "test support")]
 
+pub mod disk;
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};

@@ -1,0 +1,56 @@
+//! A small disk of the test's own, to fail the metrics store, and a process's memory.
+
+use std::path::PathBuf;
+
+/// A small tmpfs of our own (root only: CI runs as root). Unmounted when dropped.
+pub struct SmallDisk {
+    pub dir: PathBuf,
+}
+
+impl SmallDisk {
+    pub fn mount(size: &str) -> Option<Self> {
+        let dir = tempfile::tempdir().unwrap().keep();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(Self { dir })
+    }
+
+    pub fn remount(&self, mode: &str) {
+        let status =
+            std::process::Command::new("mount").args(["-o", &format!("remount,{mode}")]).arg(&self.dir).status();
+        assert!(status.unwrap().success(), "remount {mode}");
+    }
+
+    /// Fills the disk with one file (whatever fits).
+    pub fn fill(&self) {
+        use std::io::Write as _;
+        let mut f = std::fs::File::create(self.dir.join("filler")).unwrap();
+        let block = vec![0u8; 64 * 1024];
+        while f.write_all(&block).is_ok() {}
+        let _ = f.sync_all();
+    }
+
+    pub fn free(&self) {
+        std::fs::remove_file(self.dir.join("filler")).unwrap();
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.dir).status();
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// The resident memory of a process, in KiB (0 once it is gone).
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+        .unwrap_or(0)
+}
