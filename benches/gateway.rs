@@ -15,6 +15,7 @@
 //! * `gateways`: Keymux and nginx as pinned child processes.
 //! * `procs`: `/proc` readings (CPU ticks, RSS), the machine, pinning.
 //! * `report`: medians over repetitions and the markdown tables.
+//! * `soak`: `--soak SECS`, Keymux alone under mixed traffic for a long time, its memory over time.
 #![expect(clippy::print_stdout, reason = "a benchmark binary that prints its table")]
 
 #[path = "gateway/args.rs"]
@@ -29,6 +30,8 @@ mod load;
 mod procs;
 #[path = "gateway/report.rs"]
 mod report;
+#[path = "gateway/soak.rs"]
+mod soak;
 #[path = "gateway/upstream.rs"]
 mod upstream;
 
@@ -108,6 +111,9 @@ async fn run(args: &Args, machine: &Machine, pinning: &Pinning) -> Result<u64, S
     let canned = canned::answers();
     let upstream = upstream::start(canned)?;
     let token = format!("km-bench-{}", gateways::random(40));
+    if let Some(total) = args.soak {
+        return soak::run(args, &upstream, pinning, &token, total).await;
+    }
     let mut lineup = start_targets(args, &upstream, pinning, &token).await?;
     print_header(args, machine, pinning, &lineup, canned);
     let windows = args.modes.len() * args.conc.len() * args.reps * lineup.targets.len();

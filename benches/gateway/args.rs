@@ -96,6 +96,11 @@ pub struct Args {
     pub keymux: PathBuf,
     /// Another `keymux` binary, measured as the `baseline` target.
     pub baseline: Option<PathBuf>,
+    /// Instead of the table: this many seconds of mixed traffic through Keymux alone, with RSS
+    /// printed every `every` seconds.
+    pub soak: Option<f64>,
+    /// Seconds between the soak's readings.
+    pub every: f64,
 }
 
 impl Default for Args {
@@ -110,12 +115,15 @@ impl Default for Args {
             json: None,
             keymux: PathBuf::from(env!("CARGO_BIN_EXE_keymux")),
             baseline: None,
+            soak: None,
+            every: 30.0,
         }
     }
 }
 
 pub const USAGE: &str = "usage: cargo bench --bench gateway -- [--secs N] [--warmup N] [--reps N] \
-[--modes json,sse,ws,chat] [--conc 1,16,64] [--targets direct,keymux,nginx] [--json PATH] [--keymux PATH] [--baseline PATH]";
+[--modes json,sse,ws,chat] [--conc 1,16,64] [--targets direct,keymux,nginx] [--json PATH] [--keymux PATH] [--baseline PATH]\n\
+       cargo bench --bench gateway -- --soak SECS [--every SECS] [--conc N] [--keymux PATH]";
 
 impl Args {
     /// Parses the arguments after the program name. `--bench`, which `cargo bench` adds, is ignored.
@@ -160,6 +168,8 @@ impl Args {
                     .ok_or(format!("--conc {value:?}: need a list of numbers from 1 to 1024"))?;
             }
             "--json" => self.json = Some(PathBuf::from(value)),
+            "--soak" => self.soak = Some(positive_secs(flag, value)?),
+            "--every" => self.every = positive_secs(flag, value)?,
             "--keymux" => self.keymux = PathBuf::from(value),
             "--baseline" => {
                 self.baseline = Some(PathBuf::from(value));

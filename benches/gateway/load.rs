@@ -61,8 +61,12 @@ pub struct Tally {
     pub reconnects: u64,
 }
 
+/// Requests completed by every worker since the start, in any phase (the soak's throughput).
+pub static COMPLETED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 impl Tally {
     fn ok(&mut self, phase: &AtomicU8, started: Instant, first_byte: Option<Instant>) {
+        COMPLETED.fetch_add(1, Ordering::Relaxed);
         if phase.load(Ordering::Relaxed) != MEASURE {
             return;
         }
@@ -105,15 +109,53 @@ pub fn spawn(endpoint: &Endpoint, mode: Mode, conc: usize, phase: &Arc<AtomicU8>
             let (endpoint, phase) = (endpoint.clone(), phase.clone());
             match mode {
                 Mode::Ws => tokio::spawn(ws_worker(endpoint, body, phase)),
-                Mode::Json | Mode::Sse | Mode::Chat => tokio::spawn(http_worker(endpoint, mode, body, phase)),
+                Mode::Json | Mode::Sse | Mode::Chat => {
+                    tokio::spawn(http_worker(endpoint, mode, Bodies::Same(body), phase))
+                }
             }
         })
         .collect()
 }
 
+/// Starts `conc` HTTP workers whose every request is a new session, out of `sessions` in turn, so
+/// that the gateway's session tables fill past their bounds (the soak).
+pub fn spawn_rotating(
+    endpoint: &Endpoint,
+    mode: Mode,
+    conc: usize,
+    sessions: u64,
+    phase: &Arc<AtomicU8>,
+) -> Vec<JoinHandle<Tally>> {
+    (0..conc)
+        .map(|worker| {
+            let bodies = Bodies::Rotating { mode, worker: worker as u64, conc: conc as u64, sessions, next: 0 };
+            tokio::spawn(http_worker(endpoint.clone(), mode, bodies, phase.clone()))
+        })
+        .collect()
+}
+
+/// What a worker sends: one body every time, or a new session's each time.
+enum Bodies {
+    Same(Bytes),
+    Rotating { mode: Mode, worker: u64, conc: u64, sessions: u64, next: u64 },
+}
+
+impl Bodies {
+    fn next(&mut self) -> Bytes {
+        match self {
+            Self::Same(body) => body.clone(),
+            Self::Rotating { mode, worker, conc, sessions, next } => {
+                let session = (*next * *conc + *worker) % *sessions;
+                *next += 1;
+                canned::prompt(*mode, &format!("soak-{mode}-{session}"))
+            }
+        }
+    }
+}
+
 type Sender = SendRequest<Full<Bytes>>;
 
-async fn http_worker(endpoint: Endpoint, mode: Mode, body: Bytes, phase: Arc<AtomicU8>) -> Tally {
+async fn http_worker(endpoint: Endpoint, mode: Mode, mut bodies: Bodies, phase: Arc<AtomicU8>) -> Tally {
     let mut tally = Tally::default();
     let mut connection: Option<Sender> = None;
     while phase.load(Ordering::Relaxed) != STOP {
@@ -136,7 +178,7 @@ async fn http_worker(endpoint: Endpoint, mode: Mode, body: Bytes, phase: Arc<Ato
             continue;
         }
         let started = crate::now();
-        match exchange(sender, &endpoint, mode, body.clone()).await {
+        match exchange(sender, &endpoint, mode, bodies.next()).await {
             Ok(first_byte) => tally.ok(&phase, started, first_byte.filter(|_| mode == Mode::Sse)),
             Err(e) => {
                 tally.error(e);
