@@ -10,8 +10,9 @@
 //!   metrics flusher. The CLI, the tests and the tray app all start a gateway through it.
 //! * [`startup`]: assembles a gateway from config, keychain and environment, without side effects;
 //!   `first_run` makes the first run's writes explicitly.
-//! * [`server`]: serves the HTTP surface on a bound socket (no-delay, connection cap, header timeout,
-//!   bounded drain).
+//! * [`server`]: serves the HTTP surface on a bound socket: no-delay, connection limits (timeouts, a
+//!   cap that closes the oldest idle connection for a new one, a WebSocket cap, the descriptor limit
+//!   raised), bounded drain.
 //! * [`http`]: the axum routes: `/v1/*` for clients, `/login`, the dashboard, and the control API.
 //! * [`api`]: the control API under `/keymux/api` (typed bodies, the live event stream).
 //! * [`access`]: who may call what (client tokens, dashboard sessions, the admin credential).
