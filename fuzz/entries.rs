@@ -75,12 +75,14 @@ pub fn sse(data: &[u8]) {
     }
 }
 
-/// WebSocket frames (and JSON bodies): tagging any text then stripping it gives the text back.
+/// WebSocket frames (and JSON bodies): tagging any text then stripping it gives the text back. Text
+/// that is not JSON may be tagged too (the byte splicer does not validate what the provider sends),
+/// but then only strip's success is checked: there is no value to compare.
 pub fn frames(data: &[u8]) {
     let (markers, tagger) = tagger();
     let Some(tagged) = tagger.tag_json(data) else { return };
     let stripped = markers.strip(&tagged).expect("Keymux's own markers strip");
-    let before: serde_json::Value = serde_json::from_slice(data).expect("only JSON gets tagged");
+    let Ok(before) = serde_json::from_slice::<serde_json::Value>(data) else { return };
     let after: serde_json::Value = serde_json::from_slice(&stripped.body).expect("stripped JSON is JSON");
     assert_eq!(before, after, "tag then strip is the identity");
 }
