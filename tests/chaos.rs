@@ -317,7 +317,7 @@ fn excused(f: &Failure, windows: &[Window], served_by: &[String], bound_to: &[St
 struct Stage {
     sim: keymux_sim::Sim,
     disk: Option<SmallDisk>,
-    _home: tempfile::TempDir,
+    home: tempfile::TempDir,
     gateway: Keymux,
 }
 
@@ -347,7 +347,7 @@ async fn stage() -> Stage {
     let gateway =
         Keymux::spawn(&["--ephemeral", "--config", config.to_str().unwrap(), "--upstream", &sim.base_url()], &env)
             .await;
-    Stage { sim, disk, _home: home, gateway }
+    Stage { sim, disk, home, gateway }
 }
 
 /// 32 clients: Codex SSE sessions, pi sessions, WebSocket sessions, `store:true` chains, chat.
@@ -511,6 +511,21 @@ fn judge(failures: &[Failure], windows: &[Window], served: &Served) -> Judged {
     (poisoned, unexcused)
 }
 
+/// The run's logs and every file it left hold no key, token, credential or raw session id (every
+/// session's `prompt_cache_key` starts with the same prefix).
+fn assert_nothing_secret(log: &str, dirs: &[&std::path::Path]) {
+    let mut produced = vec![("the gateway's log".to_owned(), log.as_bytes().to_vec())];
+    for dir in dirs {
+        support::disk::every_file(dir, &mut produced);
+    }
+    let secrets = ["sk-a1", "sk-a2", "sk-a3", "sk-b1", "sk-b2", "sk-c1", TOKEN, ADMIN, "01a227d7-ed08-7e52-9dfa-"];
+    for (what, bytes) in &produced {
+        for secret in secrets {
+            assert!(!support::disk::contains(bytes, secret), "{what} holds a secret ({secret:.8}…)");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_run_fails_no_request_a_healthy_key_could_serve() {
     let secs: f64 = std::env::var("KEYMUX_CHAOS_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(36.0);
@@ -545,12 +560,13 @@ async fn chaos_run_fails_no_request_a_healthy_key_could_serve() {
     let reconnected_chunks = reconnects.await.unwrap();
     drop(never_reads);
     let store = store_recovered(&stage.gateway.root).await;
-    let Stage { sim, disk, gateway, .. } = stage;
+    let Stage { sim, disk, gateway, home } = stage;
     let log = gateway.stop().await;
     if let Ok(path) = std::env::var("KEYMUX_CHAOS_LOG_FILE") {
         std::fs::write(path, &log).unwrap();
     }
 
+    assert_nothing_secret(&log, &[home.path(), disk.as_ref().map_or(home.path(), |d| d.dir.as_path())]);
     let ok = run.ok.load(Relaxed);
     let failures = run.failures.lock().unwrap().clone();
     let windows = windows(secs);

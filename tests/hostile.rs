@@ -404,3 +404,39 @@ async fn a_client_that_leaves_mid_stream_or_never_reads_costs_nothing_lasting() 
     assert!(settled.is_ok(), "in flight: {:?}", h.status().iter().map(|k| k.in_flight).collect::<Vec<_>>());
     still_serving(&h).await;
 }
+
+/// A WebSocket client that sends turn after turn without waiting for answers: Keymux keeps at most
+/// `MAX_PENDING_TURNS` of them open (the oldest closes unanswered), and relays every answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_client_that_never_waits_keeps_a_bounded_number_of_turns_open() {
+    let h = Harness::start(SimConfig::new().org("org-a", &["sk-a1"]), &[key("a1", "sk-a1")]).await;
+    h.sim.set_standing("sk-a1", Fault::SlowFirstByte(Duration::from_millis(100)), None);
+    let mut ws = WsClient::connect(&h.base, "ws-impatient").await.unwrap();
+    const TURNS: usize = 30;
+    for n in 0..TURNS {
+        let frame = json!({"type":"response.create","model":"gpt-5.5","input":format!("turn {n}"),"store":false});
+        ws.socket.send(Message::Text(frame.to_string().into())).await.unwrap();
+    }
+    let mut completed = 0;
+    while completed < TURNS {
+        let frame = tokio::time::timeout(Duration::from_secs(30), ws.socket.next()).await.expect("answers keep coming");
+        match frame {
+            Some(Ok(Message::Text(text))) if text.contains("\"response.completed\"") => completed += 1,
+            Some(Ok(_)) => {}
+            other => panic!("socket ended after {completed} answers: {other:?}"),
+        }
+    }
+    let decisions = decisions_api(&client(), &h.root).await;
+    let records: Vec<&Value> = decisions["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["transport"] == "web_socket" || r["transport"] == "websocket")
+        .collect();
+    let unanswered = records.iter().filter(|r| r["error"] == "unanswered").count();
+    assert_eq!(records.len(), TURNS, "every turn has its record");
+    assert!(
+        unanswered >= TURNS - 2 * keymux::ws::MAX_PENDING_TURNS,
+        "the queue was bounded: {unanswered} closed early"
+    );
+}

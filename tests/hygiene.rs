@@ -7,7 +7,6 @@
 
 mod support;
 
-use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -17,22 +16,6 @@ const INSTALL_SECRET: &str = "install-secret-9c41e07b2d5f";
 const ADDED_KEY: &str = "sk-a2";
 /// A key the provider does not know: its 401 must not carry it back out.
 const REJECTED_KEY: &str = "sk-zz-rejected-5b8e1f";
-
-/// Every file under `dir`, as bytes (sled's files included).
-fn every_file(dir: &Path, out: &mut Vec<(String, Vec<u8>)>) {
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            every_file(&path, out);
-        } else if let Ok(bytes) = std::fs::read(&path) {
-            out.push((path.display().to_string(), bytes));
-        }
-    }
-}
-
-fn contains(haystack: &[u8], needle: &str) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle.as_bytes())
-}
 
 /// Streamed and whole Codex sessions, pi sessions, and WebSocket turns; returns their cache keys.
 async fn traffic(c: &reqwest::Client, base: &str) -> Vec<String> {
@@ -148,7 +131,7 @@ async fn no_secret_appears_in_anything_a_trace_level_run_produced() {
     assert!(request_lines >= 20, "the run really logged below info, a line per request:\n{log}");
     answers.push(("the gateway's logs".into(), log.into_bytes()));
     let mut files = Vec::new();
-    every_file(home.path(), &mut files);
+    support::disk::every_file(home.path(), &mut files);
     assert!(files.iter().any(|(p, _)| p.contains("metrics")), "sled wrote its files");
     answers.extend(files);
 
@@ -158,7 +141,7 @@ async fn no_secret_appears_in_anything_a_trace_level_run_produced() {
     let mut hits = Vec::new();
     for (what, bytes) in &answers {
         for secret in &secrets {
-            if contains(bytes, secret) {
+            if support::disk::contains(bytes, secret) {
                 hits.push(format!("{what}: {}…", &secret[..secret.len().min(8)]));
             }
         }

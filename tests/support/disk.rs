@@ -1,6 +1,6 @@
-//! A small disk of the test's own, to fail the metrics store, and a process's memory.
+//! A small disk of the test's own, to fail the metrics store; a process's memory; every file a run left.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// A small tmpfs of our own (root only: CI runs as root). Unmounted when dropped.
 pub struct SmallDisk {
@@ -53,4 +53,20 @@ pub fn rss_kib(pid: u32) -> u64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
         .unwrap_or(0)
+}
+
+/// Every file under `dir`, as bytes (sled's files included).
+pub fn every_file(dir: &Path, out: &mut Vec<(String, Vec<u8>)>) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            every_file(&path, out);
+        } else if let Ok(bytes) = std::fs::read(&path) {
+            out.push((path.display().to_string(), bytes));
+        }
+    }
+}
+
+pub fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
