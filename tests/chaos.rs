@@ -495,7 +495,7 @@ impl Served {
 type Judged = (Vec<(Failure, Vec<String>, Vec<String>)>, Vec<(Failure, Vec<String>)>);
 
 fn judge(failures: &[Failure], windows: &[Window], served: &Served) -> Judged {
-    let grace = 6.0;
+    let grace = 8.0;
     let (mut poisoned, mut unexcused) = (Vec::new(), Vec::new());
     for f in failures {
         let code = f.code.as_deref().unwrap_or("");
