@@ -190,11 +190,15 @@ impl Markers {
         Some(out)
     }
 
-    /// Tags an item id, keeping its type prefix (`rs_…`). `None` for ids with no `_`, ids already
-    /// tagged, or keys whose id cannot travel in a marker.
+    /// Tags an item id, keeping its type prefix (`rs_…`). `None` for ids with no `_`, a prefix strip
+    /// would not recognise (so every marker written is one strip removes), ids already tagged, or keys
+    /// whose id cannot travel in a marker.
     pub fn tag_id(&self, key: &KeyId, org: OrgTag, id: &str) -> Option<String> {
         let (prefix, rest) = id.split_once('_')?;
-        if prefix.is_empty() || rest.as_bytes().starts_with(VERSION) || !KeyId::is_well_formed(key.as_str()) {
+        if !is_type_prefix(prefix.as_bytes())
+            || rest.as_bytes().starts_with(VERSION)
+            || !KeyId::is_well_formed(key.as_str())
+        {
             return None;
         }
         let mut out = String::with_capacity(id.len() + FIXED_LEN + key.as_str().len());
@@ -308,6 +312,12 @@ fn id_field(prefix: &[u8]) -> Field {
 }
 
 /// Item ids whose items are bound to the organization that made them.
+/// A type prefix as markers use one (`rs`, `cmp`, `resp`): 1 to 16 lowercase letters. Tagging and
+/// the byte scan that strips share it.
+fn is_type_prefix(prefix: &[u8]) -> bool {
+    (1..=16).contains(&prefix.len()) && prefix.iter().all(u8::is_ascii_lowercase)
+}
+
 fn is_bound_id(id: &str) -> bool {
     id.starts_with("rs_") || id.starts_with("cmp_")
 }

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use serde_json::Value;
 
 use super::scan::{has_ascii_escape, json_string_bytes, preceded_by_key, string_end};
-use super::{id_field, Field, MarkerError, Markers, Parsed, Pin, MAX_PINS, VERSION};
+use super::{id_field, is_type_prefix, Field, MarkerError, Markers, Parsed, Pin, MAX_PINS, VERSION};
 use crate::keys::KeyId;
 
 /// A request body with every marker removed.
@@ -141,11 +141,6 @@ impl Markers {
             _ => Ok(()),
         }
     }
-}
-
-/// A type prefix as the byte scan accepts one: 1 to 16 lowercase letters.
-fn is_type_prefix(prefix: &[u8]) -> bool {
-    (1..=16).contains(&prefix.len()) && prefix.iter().all(u8::is_ascii_lowercase)
 }
 
 /// Where a `km1` at `at` sits: right after the opening quote of an `encrypted_content` value, or right

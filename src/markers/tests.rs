@@ -41,6 +41,10 @@ fn ids_keep_their_type_prefix() {
     assert_eq!(pin.expect("ours").field, Field::ItemId);
     assert_eq!(m.tag_id(&key(), org, "noprefix"), None);
     assert_eq!(m.tag_id(&key(), org, &tagged), None);
+    // Only prefixes strip recognises get a marker, so no marker can leak upstream (found by fuzzing).
+    for odd in ["r!s_68ab", "RS_68ab", "_68ab", "abcdefghijklmnopq_68ab"] {
+        assert_eq!(m.tag_id(&key(), org, odd), None, "{odd}");
+    }
 }
 
 #[test]
