@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::keys::{validate_label, KeyId, Provider};
+use crate::keys::{validate_label, KeyEntry, KeyId, KeySource, Provider};
+use crate::secrets::Secret;
 
 /// The default OpenAI base URL.
 pub const DEFAULT_UPSTREAM: &str = "https://api.openai.com/v1";
@@ -371,6 +372,21 @@ impl EnvSecrets {
             });
         }
         Ok(out)
+    }
+}
+
+impl KeyConfig {
+    /// This key's runtime entry, with its secret.
+    pub fn entry(&self, secret: Secret) -> KeyEntry {
+        KeyEntry {
+            base_url: self.base_url.clone(),
+            org: self.org.clone(),
+            priority: self.priority,
+            daily_token_budget: self.daily_token_budget,
+            models: self.models.clone(),
+            exclude_models: self.exclude_models.clone(),
+            ..KeyEntry::new(self.id.clone(), self.label.clone(), self.provider, secret, KeySource::Keychain)
+        }
     }
 }
 

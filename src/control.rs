@@ -7,16 +7,16 @@
 //! The steps that need no running gateway (checking a new key, storing its secret, writing the config)
 //! are also used by the CLI when no gateway runs.
 
-use std::sync::Arc;
-
 use serde::Deserialize;
 
 use crate::config::{Config, ConfigError, KeyConfig, TokenConfig};
-use crate::config_file::{self, ConfigFile};
+use crate::config_file;
 use crate::events::{GatewayEvent, KeyChange};
 use crate::gateway::Gateway;
+pub use crate::keys::KeyTest;
 use crate::keys::{validate_label, validate_secret, KeyEntry, KeyId, KeySource, Provider};
-use crate::secrets::{self, account, Secret, SecretStore, SecretsError};
+use crate::secrets::{self, account, Secret, SecretsError};
+pub use crate::settings::Settings;
 
 /// A key to add. The secret is read once and goes straight to the keychain.
 #[derive(Clone, Deserialize, ts_rs::TS)]
@@ -113,45 +113,6 @@ pub enum ControlError {
     Config(#[from] ConfigError),
 }
 
-/// Where a gateway keeps what changes at runtime: the secret store, the config file (if any), and the
-/// config as it is now.
-pub struct Settings {
-    store: Arc<dyn SecretStore>,
-    file: Option<ConfigFile>,
-    config: std::sync::Mutex<Config>,
-}
-
-impl Settings {
-    /// Settings kept in `store` and `file` (none: changes live in memory only), starting from `config`.
-    pub fn new(store: Arc<dyn SecretStore>, file: Option<ConfigFile>, config: Config) -> Self {
-        Self { store, file, config: std::sync::Mutex::new(config) }
-    }
-
-    /// The secret store.
-    pub fn store(&self) -> &Arc<dyn SecretStore> {
-        &self.store
-    }
-
-    /// The config as it is now.
-    pub fn config(&self) -> Config {
-        self.config.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// Edits the config file (or, without one, the config in memory) and keeps the result.
-    fn edit(
-        &self,
-        change: impl FnOnce(&mut toml_edit::DocumentMut) -> Result<(), String>,
-        in_memory: impl FnOnce(&mut Config),
-    ) -> Result<(), ControlError> {
-        let mut config = self.config.lock().unwrap_or_else(|p| p.into_inner());
-        match &self.file {
-            Some(file) => *config = file.edit(change)?,
-            None => in_memory(&mut config),
-        }
-        Ok(())
-    }
-}
-
 /// Checks a new key against the config, and its secret, before anything is stored. The messages never
 /// repeat the secret.
 pub fn check_new_key(config: &Config, labels_in_use: &[String], new: &NewKey) -> Result<(), ControlError> {
@@ -201,12 +162,12 @@ pub async fn store_new_key(
     let key = key_config(KeyId::generate(), new);
     let account = account::key(key.id.as_str());
     let value = new.secret.clone();
-    secrets::blocking(settings.store.clone(), move |s| s.set(&account, &value)).await?;
+    secrets::blocking(settings.store().clone(), move |s| s.set(&account, &value)).await?;
     let listed = key.clone();
     if let Err(e) = settings.edit(|doc| config_file::add_key(doc, &listed), |c| c.keys.push(listed.clone())) {
         let account = account::key(key.id.as_str());
-        let _ = secrets::blocking(settings.store.clone(), move |s| s.delete(&account)).await;
-        return Err(e);
+        let _ = secrets::blocking(settings.store().clone(), move |s| s.delete(&account)).await;
+        return Err(e.into());
     }
     Ok(key)
 }
@@ -216,7 +177,7 @@ pub async fn forget_key(settings: &Settings, id: &KeyId) -> Result<Option<KeyCon
     let found = settings.config().keys.into_iter().find(|k| &k.id == id);
     let Some(found) = found else { return Ok(None) };
     let account = account::key(id.as_str());
-    secrets::blocking(settings.store.clone(), move |s| s.delete(&account)).await?;
+    secrets::blocking(settings.store().clone(), move |s| s.delete(&account)).await?;
     let gone = id.as_str().to_owned();
     settings.edit(|doc| config_file::remove_key(doc, &gone), |c| c.keys.retain(|k| k.id.as_str() != gone))?;
     Ok(Some(found))
@@ -253,12 +214,12 @@ pub async fn store_new_token(
         TokenConfig { id: format!("t_{}", &KeyId::generate().as_str()[2..]), name: name.to_owned(), created_unix };
     let account = account::token(&listed.id);
     let value = token.clone();
-    secrets::blocking(settings.store.clone(), move |s| s.set(&account, &value)).await?;
+    secrets::blocking(settings.store().clone(), move |s| s.set(&account, &value)).await?;
     let entry = listed.clone();
     if let Err(e) = settings.edit(|doc| config_file::add_token(doc, &entry), |c| c.tokens.push(entry.clone())) {
         let account = account::token(&listed.id);
-        let _ = secrets::blocking(settings.store.clone(), move |s| s.delete(&account)).await;
-        return Err(e);
+        let _ = secrets::blocking(settings.store().clone(), move |s| s.delete(&account)).await;
+        return Err(e.into());
     }
     Ok((listed, token))
 }
@@ -289,25 +250,10 @@ pub async fn forget_token(settings: &Settings, id_or_name: &str) -> Result<Token
         .find(|t| t.id == id_or_name || t.name.eq_ignore_ascii_case(id_or_name))
         .ok_or_else(|| ControlError::NotFound(format!("no token named '{id_or_name}'; see `keymux token list`")))?;
     let account = account::token(&found.id);
-    secrets::blocking(settings.store.clone(), move |s| s.delete(&account)).await?;
+    secrets::blocking(settings.store().clone(), move |s| s.delete(&account)).await?;
     let gone = found.id.clone();
     settings.edit(|doc| config_file::remove_token(doc, &gone), |c| c.tokens.retain(|t| t.id != gone))?;
     Ok(found)
-}
-
-/// What testing a key found.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct KeyTest {
-    /// The provider accepted the key.
-    pub ok: bool,
-    /// The status it answered, when it answered.
-    pub status: Option<u16>,
-    /// The organization it reported.
-    pub org: Option<String>,
-    /// What happened, in words.
-    pub message: String,
-    /// How long the call took.
-    pub duration_ms: u32,
 }
 
 impl Gateway {
@@ -323,7 +269,7 @@ impl Gateway {
         let labels: Vec<String> =
             self.pool().status(self.clock().now(), self.today()).into_iter().map(|k| k.label).collect();
         let key = store_new_key(self.settings(), &labels, &new).await?;
-        let mut entry = crate::startup::entry_of(&key, new.secret.clone());
+        let mut entry = key.entry(new.secret.clone());
         entry.source = KeySource::Keychain;
         self.join(entry);
         let _ = self.test_key(&key.id).await;
@@ -405,7 +351,7 @@ impl Gateway {
     pub async fn token_secret(&self, name: &str) -> Option<Secret> {
         let listed = self.settings().config().tokens.into_iter().find(|t| t.name.eq_ignore_ascii_case(name))?;
         let account = account::token(&listed.id);
-        secrets::blocking(self.settings().store.clone(), move |s| s.get(&account)).await.ok().flatten()
+        secrets::blocking(self.settings().store().clone(), move |s| s.get(&account)).await.ok().flatten()
     }
 
     /// A client token for a client named `base` (`codex`, `pi`): its existing one if there is one,

@@ -57,7 +57,7 @@ async fn upgrade(gateway: Arc<Gateway>, mut parts: axum::http::request::Parts) -
         tracing::warn!("websocket refused, no key is usable; the client falls back to HTTP");
         return ApiError::WebSocketUnavailable.into_response();
     }
-    let limits = parts.extensions.get::<crate::server::RequestLimits>().copied().unwrap_or_default();
+    let limits = parts.extensions.get::<crate::limits::RequestLimits>().copied().unwrap_or_default();
     if gateway.sockets().len() >= limits.max_websockets {
         tracing::warn!(
             max = limits.max_websockets,

@@ -197,3 +197,18 @@ mod tests {
         assert_eq!(Provider::parse("anthropic"), None);
     }
 }
+
+/// What testing a key found.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct KeyTest {
+    /// The provider accepted the key.
+    pub ok: bool,
+    /// The status it answered, when it answered.
+    pub status: Option<u16>,
+    /// The organization it reported.
+    pub org: Option<String>,
+    /// What happened, in words.
+    pub message: String,
+    /// How long the call took.
+    pub duration_ms: u32,
+}

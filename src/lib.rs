@@ -10,9 +10,9 @@
 //!   metrics flusher. The CLI, the tests and the tray app all start a gateway through it.
 //! * [`startup`]: assembles a gateway from config, keychain and environment, without side effects;
 //!   `first_run` makes the first run's writes explicitly.
-//! * [`server`]: serves the HTTP surface on a bound socket: no-delay, connection limits (timeouts, a
-//!   cap that closes the oldest idle connection for a new one, a WebSocket cap, the descriptor limit
-//!   raised), bounded drain.
+//! * [`server`]: serves the HTTP surface on a bound socket: no-delay, the connection cap (which closes
+//!   the oldest idle connection for a new one), bounded drain.
+//! * [`limits`]: every limit on what clients can hold (timeouts, caps, the descriptor limit raised).
 //! * [`http`]: the axum routes: `/v1/*` for clients, `/login`, the dashboard, and the control API.
 //! * [`api`]: the control API under `/keymux/api` (typed bodies, the live event stream).
 //! * [`access`]: who may call what (client tokens, dashboard sessions, the admin credential).
@@ -35,6 +35,7 @@
 //!
 //! Changing it:
 //! * [`control`]: keys, tokens and routing changed at runtime (and offline, by the CLI).
+//! * [`settings`]: where those changes are kept: the secret store, the config file, the config now.
 //! * [`config_file`]: edits to the config file that keep the user's comments.
 //! * [`setup`]: points Codex and pi at Keymux in their own config files: a preview first, a backup,
 //!   and an Undo that restores the file byte for byte.
@@ -82,6 +83,7 @@ pub mod facts;
 pub mod gateway;
 pub mod http;
 pub mod keys;
+pub mod limits;
 pub mod logging;
 pub mod markers;
 pub mod metrics;
@@ -98,6 +100,7 @@ pub mod runtime;
 pub mod secrets;
 pub mod server;
 pub mod sessions;
+pub mod settings;
 pub mod setup;
 pub mod startup;
 pub mod tokens;

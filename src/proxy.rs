@@ -18,12 +18,12 @@ use crate::error::ApiError;
 use crate::events::Transport as Wire;
 use crate::facts::{Incoming, Operation};
 use crate::gateway::Gateway;
+use crate::limits::RequestLimits;
 use crate::pipeline::classify::Heard;
 use crate::pipeline::record::End;
 use crate::pipeline::{Admitted, Ending, Entry, Last, Learn, Reply, Trace, Transport};
 use crate::pool::InFlight;
 use crate::relay::{JsonTail, SseRewriter, Tagger, Usage, MAX_EVENT_BYTES};
-use crate::server::RequestLimits;
 use crate::tokens::ClientScope;
 use crate::upstream::{self, Upstream, UpstreamError};
 

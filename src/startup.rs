@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::config::{Config, ConfigError, EnvKey, EnvSecrets, KeyConfig};
+use crate::config::{Config, ConfigError, EnvKey, EnvSecrets};
 use crate::gateway::Gateway;
 use crate::keys::{KeyEntry, KeyId, KeySource};
 use crate::markers::Markers;
@@ -213,7 +213,7 @@ async fn keychain_keys(
     for key in &config.keys {
         let account = account::key(key.id.as_str());
         match secrets::blocking(store.clone(), move |s| s.get(&account)).await {
-            Ok(Some(secret)) => entries.push(entry_of(key, secret)),
+            Ok(Some(secret)) => entries.push(key.entry(secret)),
             Ok(None) => notices.push(format!(
                 "key '{}' ({}) has no secret in the {}; it is left out. Re-add it with `keymux keys remove {}` and `keymux keys add --label {}`.",
                 key.label, key.id, store.describe(), key.label, key.label
@@ -237,19 +237,6 @@ async fn keychain_keys(
         }
     }
     Ok((entries, true))
-}
-
-/// A configured key with its secret.
-pub fn entry_of(key: &KeyConfig, secret: Secret) -> KeyEntry {
-    KeyEntry {
-        base_url: key.base_url.clone(),
-        org: key.org.clone(),
-        priority: key.priority,
-        daily_token_budget: key.daily_token_budget,
-        models: key.models.clone(),
-        exclude_models: key.exclude_models.clone(),
-        ..KeyEntry::new(key.id.clone(), key.label.clone(), key.provider, secret, KeySource::Keychain)
-    }
 }
 
 /// Keys from the environment: ephemeral, never written anywhere.

@@ -10,7 +10,8 @@ use keymux::setup::{self, Client, Restore};
 use tauri::AppHandle;
 use tauri_plugin_dialog::{DialogExt as _, MessageDialogButtons, MessageDialogKind};
 
-use crate::tray;
+/// Brings the menu up to date once a dialog's work is done (the tray passes its own).
+pub type Refresh = fn(&AppHandle);
 
 /// Whether a Codex and a pi setup can be undone now.
 pub fn undo_available() -> (bool, bool) {
@@ -32,14 +33,14 @@ fn ask(app: &AppHandle, title: &str, text: &str, yes: &str) -> bool {
 }
 
 /// Shows what setting `client` up would change, and does it if the user agrees.
-pub fn set_up(app: &AppHandle, gateway: &Arc<Gateway>, client: Client) {
+pub fn set_up(app: &AppHandle, gateway: &Arc<Gateway>, client: Client, refresh: Refresh) {
     let (app, gateway) = (app.clone(), gateway.clone());
     tauri::async_runtime::spawn(async move {
         let title = format!("Set up {client}");
         if let Err(problem) = set_up_flow(&app, &gateway, client, &title).await {
             say(&app, &title, &problem, MessageDialogKind::Error);
         }
-        tray::refresh(&app);
+        refresh(&app);
     });
 }
 
@@ -81,7 +82,7 @@ async fn set_up_flow(app: &AppHandle, gateway: &Arc<Gateway>, client: Client, ti
 }
 
 /// Puts the client's file back as it was before Keymux set it up.
-pub fn undo(app: &AppHandle, client: Client) {
+pub fn undo(app: &AppHandle, client: Client, refresh: Refresh) {
     let app = app.clone();
     tauri::async_runtime::spawn(async move {
         let title = format!("Undo {client} setup");
@@ -107,6 +108,6 @@ pub fn undo(app: &AppHandle, client: Client) {
             }
             Err(e) => say(&app, &title, &e.to_string(), MessageDialogKind::Error),
         }
-        tray::refresh(&app);
+        refresh(&app);
     });
 }

@@ -5,7 +5,8 @@
 //!
 //! Rooms:
 //! * `args`: the command line (the same gateway flags as `keymux serve`).
-//! * `shell`: the running app's state, starting and stopping the gateway, the event loop.
+//! * `state`: what the app keeps (preferences, notifier, runtime, why the gateway is down), and quitting.
+//! * `shell`: starting the gateway, following its events, the menu tick, signals.
 //! * `tray`: rendering a `desktop::menu::Menu` into the tray and acting on its items.
 //! * `window`: the dashboard window (made when opened, freed when closed).
 //! * `clients`: "Set up Codex / pi" and their undo.
@@ -15,6 +16,7 @@
 mod args;
 mod clients;
 mod shell;
+mod state;
 mod tray;
 mod window;
 

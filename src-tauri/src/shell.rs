@@ -1,16 +1,14 @@
-//! The running app: its state, starting the gateway, following its events, and the one way out.
+//! The running app: starting the gateway, following its events, the menu tick, signals. What it keeps
+//! is in `state`.
 
 use std::io::Write as _;
-use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use keymux::api::views;
 use keymux::config::EnvSecrets;
-use keymux::desktop::notices::Notifier;
-use keymux::desktop::settings::DesktopSettings;
 use keymux::events::{Envelope, Event};
 use keymux::gateway::Gateway;
 use keymux::startup::{self, ConfigSource, StartOptions};
@@ -20,84 +18,11 @@ use tauri_plugin_autostart::{MacosLauncher, ManagerExt as _};
 use tauri_plugin_notification::NotificationExt as _;
 
 use crate::args::Args;
+use crate::state::{lock, quit, Shell};
 use crate::{tray, window};
 
 /// How often the menu is brought up to date when nothing happens (its countdowns).
 const TICK: Duration = Duration::from_secs(1);
-
-/// Everything the shell keeps; the gateway's own state stays in the gateway.
-pub struct Shell {
-    pub args: Args,
-    gateway: Mutex<Option<Arc<Gateway>>>,
-    runtime: tokio::sync::Mutex<Option<Runtime>>,
-    problem: Mutex<Option<String>>,
-    pub settings: Mutex<DesktopSettings>,
-    settings_path: Option<PathBuf>,
-    notifier: Mutex<Notifier>,
-    pub autostart: AtomicBool,
-    quitting: AtomicBool,
-}
-
-/// A lock that survives a panic elsewhere (the values stay usable).
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-impl Shell {
-    fn new(args: Args) -> Self {
-        let settings_path = DesktopSettings::default_path();
-        let settings = match &settings_path {
-            Some(path) => {
-                let (settings, problem) = DesktopSettings::load(path);
-                if let Some(problem) = problem {
-                    tracing::warn!("{problem}");
-                }
-                settings
-            }
-            None => DesktopSettings::default(),
-        };
-        let mut notifier = Notifier::new();
-        for kind in &settings.notices_off {
-            notifier.set(*kind, false);
-        }
-        Self {
-            args,
-            gateway: Mutex::new(None),
-            runtime: tokio::sync::Mutex::new(None),
-            problem: Mutex::new(None),
-            settings: Mutex::new(settings),
-            settings_path,
-            notifier: Mutex::new(notifier),
-            autostart: AtomicBool::new(false),
-            quitting: AtomicBool::new(false),
-        }
-    }
-
-    /// The running gateway, if it started.
-    pub fn gateway(&self) -> Option<Arc<Gateway>> {
-        lock(&self.gateway).clone()
-    }
-
-    /// Why the gateway is not running, if it is not.
-    pub fn problem(&self) -> Option<String> {
-        lock(&self.problem).clone()
-    }
-
-    /// Changes the preferences, keeps the notifier in step and saves them.
-    pub fn change_settings(&self, change: impl FnOnce(&mut DesktopSettings)) {
-        let mut settings = lock(&self.settings);
-        change(&mut settings);
-        let mut notifier = lock(&self.notifier);
-        for kind in keymux::desktop::notices::NoticeKind::ALL {
-            notifier.set(kind, !settings.notices_off.contains(&kind));
-        }
-        if let Some(path) = &self.settings_path {
-            if let Err(e) = settings.save(path) {
-                tracing::warn!("the tray settings could not be saved: {e}");
-            }
-        }
-    }
-}
 
 /// The app from start to exit.
 pub fn run(args: Args) -> ExitCode {
@@ -245,28 +170,4 @@ async fn on_signal(app: AppHandle) {
     let _ = tokio::signal::ctrl_c().await;
     tracing::info!("signal received: shutting down");
     quit(&app);
-}
-
-/// The one way out: stop accepting, let streams in flight finish (bounded), flush the metrics, exit 0.
-pub fn quit(app: &AppHandle) {
-    let shell = app.state::<Arc<Shell>>().inner().clone();
-    if shell.quitting.swap(true, Ordering::SeqCst) {
-        return;
-    }
-    let app = app.clone();
-    tauri::async_runtime::spawn(async move {
-        if let Some(runtime) = shell.runtime.lock().await.take() {
-            let stopped = runtime.shutdown().await;
-            let drained = match stopped.drained {
-                Some(d) if d.clean => "every request in flight finished".to_owned(),
-                Some(d) => format!("{} connection(s) cut after the drain allowance", d.connections_cut),
-                None => "the server had already stopped".to_owned(),
-            };
-            match stopped.metrics {
-                Ok(()) => tracing::info!("Keymux stopped: {drained}; metrics flushed"),
-                Err(e) => tracing::warn!("Keymux stopped: {drained}; the metrics could not be flushed: {e}"),
-            }
-        }
-        app.exit(0);
-    });
 }

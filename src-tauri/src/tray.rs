@@ -16,7 +16,7 @@ use tauri_plugin_autostart::ManagerExt as _;
 use tauri_plugin_clipboard_manager::ClipboardExt as _;
 use tauri_plugin_opener::OpenerExt as _;
 
-use crate::shell::{lock, quit, Shell};
+use crate::state::{lock, quit, Shell};
 use crate::{clients, window};
 
 const TRAY_ID: &str = "keymux";
@@ -210,10 +210,10 @@ fn act(app: &AppHandle, id: &str) {
                 tracing::warn!("the base URL could not be copied: {e}");
             }
         }
-        (Action::SetUpCodex, Some(g)) => clients::set_up(app, &g, keymux::setup::Client::Codex),
-        (Action::SetUpPi, Some(g)) => clients::set_up(app, &g, keymux::setup::Client::Pi),
-        (Action::UndoCodex, _) => clients::undo(app, keymux::setup::Client::Codex),
-        (Action::UndoPi, _) => clients::undo(app, keymux::setup::Client::Pi),
+        (Action::SetUpCodex, Some(g)) => clients::set_up(app, &g, keymux::setup::Client::Codex, refresh),
+        (Action::SetUpPi, Some(g)) => clients::set_up(app, &g, keymux::setup::Client::Pi, refresh),
+        (Action::UndoCodex, _) => clients::undo(app, keymux::setup::Client::Codex, refresh),
+        (Action::UndoPi, _) => clients::undo(app, keymux::setup::Client::Pi, refresh),
         (Action::ToggleNotifications, _) => shell.change_settings(|s| s.notifications = !s.notifications),
         (Action::ToggleNotice(kind), _) => {
             shell.change_settings(|s| {

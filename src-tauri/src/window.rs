@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tauri::{AppHandle, Manager, WebviewUrl, WebviewWindowBuilder};
 
-use crate::shell::Shell;
+use crate::state::Shell;
 
 const LABEL: &str = "main";
 

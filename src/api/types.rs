@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use ts_rs::TS;
 
-use crate::control::KeyTest;
 use crate::events::RequestRecord;
+use crate::keys::KeyTest;
 use crate::keys::{KeyId, KeySource, Provider};
 use crate::metrics::StoreStatus;
 use crate::sessions::SessionInfo;

@@ -5,6 +5,7 @@
 //! updated in place: routing or paused, keys ready of total, and when the next cooling key frees.
 
 use super::notices::NoticeKind;
+use super::words::countdown;
 use crate::api::types::{HealthState, KeyInfo, StatusBody};
 use crate::keys::KeyId;
 
@@ -198,16 +199,6 @@ pub fn key_label(key: &KeyInfo, now_unix_ms: u64) -> String {
         HealthState::Disabled => "off".to_owned(),
     };
     format!("{}{org} · {state}", key.label)
-}
-
-/// A duration in words: `45s`, `4m 30s`, `2h 5m`.
-pub fn countdown(ms: u64) -> String {
-    let secs = ms.div_ceil(1000);
-    match secs {
-        0..=59 => format!("{secs}s"),
-        60..=3599 => format!("{}m {}s", secs / 60, secs % 60),
-        _ => format!("{}h {}m", secs / 3600, (secs % 3600) / 60),
-    }
 }
 
 fn entry(action: Action, label: impl Into<String>, checked: Option<bool>, enabled: bool) -> Item {

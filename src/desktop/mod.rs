@@ -5,10 +5,12 @@
 //! * `menu`: the tray menu, its status line and icon, and the in-place changes between two menus.
 //! * `notices`: which events become notifications, worded for a person, switchable and throttled.
 //! * `settings`: the tray's own preferences (which notifications), in a small JSON file.
+//! * `words`: how durations are put in words, for the menu and the notifications alike.
 
 pub mod menu;
 pub mod notices;
 pub mod settings;
+pub mod words;
 
 #[cfg(test)]
 mod tests;

@@ -8,7 +8,7 @@ use crate::api::types::{HealthState, StatusBody};
 use crate::events::{Envelope, Event, KeyChange};
 use crate::router::decision::Refusal;
 
-use super::menu::countdown;
+use super::words::countdown;
 
 /// The kinds of notification, each switchable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]

@@ -1,0 +1,113 @@
+//! What the tray app keeps (its preferences, the notifier, the runtime it started, why the gateway is
+//! down if it is), and the one way out. The gateway's own state stays in the gateway; the shell,
+//! the menu and the window all read this.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use keymux::desktop::notices::Notifier;
+use keymux::desktop::settings::DesktopSettings;
+use keymux::gateway::Gateway;
+use keymux::Runtime;
+use tauri::{AppHandle, Manager};
+
+use crate::args::Args;
+
+/// Everything the shell keeps; the gateway's own state stays in the gateway.
+pub struct Shell {
+    pub args: Args,
+    pub(crate) gateway: Mutex<Option<Arc<Gateway>>>,
+    pub(crate) runtime: tokio::sync::Mutex<Option<Runtime>>,
+    pub(crate) problem: Mutex<Option<String>>,
+    pub settings: Mutex<DesktopSettings>,
+    settings_path: Option<PathBuf>,
+    pub(crate) notifier: Mutex<Notifier>,
+    pub autostart: AtomicBool,
+    pub(crate) quitting: AtomicBool,
+}
+
+/// A lock that survives a panic elsewhere (the values stay usable).
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Shell {
+    pub(crate) fn new(args: Args) -> Self {
+        let settings_path = DesktopSettings::default_path();
+        let settings = match &settings_path {
+            Some(path) => {
+                let (settings, problem) = DesktopSettings::load(path);
+                if let Some(problem) = problem {
+                    tracing::warn!("{problem}");
+                }
+                settings
+            }
+            None => DesktopSettings::default(),
+        };
+        let mut notifier = Notifier::new();
+        for kind in &settings.notices_off {
+            notifier.set(*kind, false);
+        }
+        Self {
+            args,
+            gateway: Mutex::new(None),
+            runtime: tokio::sync::Mutex::new(None),
+            problem: Mutex::new(None),
+            settings: Mutex::new(settings),
+            settings_path,
+            notifier: Mutex::new(notifier),
+            autostart: AtomicBool::new(false),
+            quitting: AtomicBool::new(false),
+        }
+    }
+
+    /// The running gateway, if it started.
+    pub fn gateway(&self) -> Option<Arc<Gateway>> {
+        lock(&self.gateway).clone()
+    }
+
+    /// Why the gateway is not running, if it is not.
+    pub fn problem(&self) -> Option<String> {
+        lock(&self.problem).clone()
+    }
+
+    /// Changes the preferences, keeps the notifier in step and saves them.
+    pub fn change_settings(&self, change: impl FnOnce(&mut DesktopSettings)) {
+        let mut settings = lock(&self.settings);
+        change(&mut settings);
+        let mut notifier = lock(&self.notifier);
+        for kind in keymux::desktop::notices::NoticeKind::ALL {
+            notifier.set(kind, !settings.notices_off.contains(&kind));
+        }
+        if let Some(path) = &self.settings_path {
+            if let Err(e) = settings.save(path) {
+                tracing::warn!("the tray settings could not be saved: {e}");
+            }
+        }
+    }
+}
+
+/// The one way out: stop accepting, let streams in flight finish (bounded), flush the metrics, exit 0.
+pub fn quit(app: &AppHandle) {
+    let shell = app.state::<Arc<Shell>>().inner().clone();
+    if shell.quitting.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let app = app.clone();
+    tauri::async_runtime::spawn(async move {
+        if let Some(runtime) = shell.runtime.lock().await.take() {
+            let stopped = runtime.shutdown().await;
+            let drained = match stopped.drained {
+                Some(d) if d.clean => "every request in flight finished".to_owned(),
+                Some(d) => format!("{} connection(s) cut after the drain allowance", d.connections_cut),
+                None => "the server had already stopped".to_owned(),
+            };
+            match stopped.metrics {
+                Ok(()) => tracing::info!("Keymux stopped: {drained}; metrics flushed"),
+                Err(e) => tracing::warn!("Keymux stopped: {drained}; the metrics could not be flushed: {e}"),
+            }
+        }
+        app.exit(0);
+    });
+}

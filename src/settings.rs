@@ -1,0 +1,47 @@
+//! Where a gateway keeps what changes at runtime: the secret store, the config file (if any), and the
+//! config as it is now. `control` changes them; the gateway and the CLI hold them.
+
+use std::sync::Arc;
+
+use crate::config::{Config, ConfigError};
+use crate::config_file::ConfigFile;
+use crate::secrets::SecretStore;
+
+/// Where a gateway keeps what changes at runtime: the secret store, the config file (if any), and the
+/// config as it is now.
+pub struct Settings {
+    store: Arc<dyn SecretStore>,
+    file: Option<ConfigFile>,
+    config: std::sync::Mutex<Config>,
+}
+
+impl Settings {
+    /// Settings kept in `store` and `file` (none: changes live in memory only), starting from `config`.
+    pub fn new(store: Arc<dyn SecretStore>, file: Option<ConfigFile>, config: Config) -> Self {
+        Self { store, file, config: std::sync::Mutex::new(config) }
+    }
+
+    /// The secret store.
+    pub fn store(&self) -> &Arc<dyn SecretStore> {
+        &self.store
+    }
+
+    /// The config as it is now.
+    pub fn config(&self) -> Config {
+        self.config.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Edits the config file (or, without one, the config in memory) and keeps the result.
+    pub(crate) fn edit(
+        &self,
+        change: impl FnOnce(&mut toml_edit::DocumentMut) -> Result<(), String>,
+        in_memory: impl FnOnce(&mut Config),
+    ) -> Result<(), ConfigError> {
+        let mut config = self.config.lock().unwrap_or_else(|p| p.into_inner());
+        match &self.file {
+            Some(file) => *config = file.edit(change)?,
+            None => in_memory(&mut config),
+        }
+        Ok(())
+    }
+}
