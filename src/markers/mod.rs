@@ -181,7 +181,7 @@ impl Markers {
 
     /// Wraps an `encrypted_content` value. A value that already carries a marker is returned as it is.
     pub fn wrap_content(&self, key: &KeyId, org: OrgTag, content: &str) -> Option<String> {
-        if !KeyId::is_well_formed(key.as_str()) || content.as_bytes().starts_with(VERSION) {
+        if !KeyId::is_well_formed(key.as_str()) || self.content_is_marked(content.as_bytes()) {
             return None;
         }
         let mut out = String::with_capacity(FIXED_LEN + key.as_str().len() + content.len());
@@ -196,7 +196,7 @@ impl Markers {
     pub fn tag_id(&self, key: &KeyId, org: OrgTag, id: &str) -> Option<String> {
         let (prefix, rest) = id.split_once('_')?;
         if !is_type_prefix(prefix.as_bytes())
-            || rest.as_bytes().starts_with(VERSION)
+            || self.id_is_marked(prefix.as_bytes(), rest.as_bytes())
             || !KeyId::is_well_formed(key.as_str())
         {
             return None;
@@ -207,6 +207,28 @@ impl Markers {
         self.mark(id_field(prefix.as_bytes()), key, org, id.as_bytes(), &mut out);
         out.push_str(rest);
         Some(out)
+    }
+
+    /// Whether an `encrypted_content` value already carries a valid marker of this install, and so is
+    /// not wrapped again. Anything else that merely starts with `km1` (another install's marker, or
+    /// text a provider happens to send) is wrapped like any value, so that strip gives it back whole.
+    pub(crate) fn content_is_marked(&self, value: &[u8]) -> bool {
+        value.starts_with(VERSION)
+            && matches!(self.parse(value), Some(Parsed::Ours { key, org, mac, len })
+                if self.verify(Field::EncryptedContent, key, org, mac, &value[len..]))
+    }
+
+    /// Like `content_is_marked`, for the part of an id after its type prefix.
+    pub(crate) fn id_is_marked(&self, prefix: &[u8], rest: &[u8]) -> bool {
+        if !rest.starts_with(VERSION) {
+            return false;
+        }
+        let Some(Parsed::Ours { key, org, mac, len }) = self.parse(rest) else { return false };
+        let mut original = Vec::with_capacity(prefix.len() + 1 + rest.len() - len);
+        original.extend_from_slice(prefix);
+        original.push(b'_');
+        original.extend_from_slice(&rest[len..]);
+        self.verify(id_field(prefix), key, org, mac, &original)
     }
 
     fn parse<'a>(&self, s: &'a [u8]) -> Option<Parsed<'a>> {

@@ -82,8 +82,9 @@ impl Markers {
             let end = string_end(text, start)?;
             found.contents += 1;
             let value = &text[start..end];
-            if !value.starts_with(VERSION) {
-                let mark = self.marked(Field::EncryptedContent, key, org, &json_string_bytes(value));
+            let original = json_string_bytes(value);
+            if !self.content_is_marked(&original) {
+                let mark = self.marked(Field::EncryptedContent, key, org, &original);
                 found.inserts.push((start, mark));
             }
         }
@@ -109,8 +110,9 @@ impl Markers {
                 if needle == b"\"id\"" && prefix != b"resp" {
                     found.bound_ids += 1;
                 }
-                if !value[split + 1..].starts_with(VERSION) {
-                    let mark = self.marked(id_field(prefix), key, org, &json_string_bytes(value));
+                let original = json_string_bytes(value);
+                if !self.id_is_marked(prefix, &original[split + 1..]) {
+                    let mark = self.marked(id_field(prefix), key, org, &original);
                     found.inserts.push((start + split + 1, mark));
                 }
             }
