@@ -2,7 +2,8 @@
 //! `server::run(listener, shutdown)`.
 //!
 //! Every accepted connection gets `TCP_NODELAY` (the last small writes of a stream must not wait for a
-//! delayed ACK). Connections have limits, because any local process can open them, token or not:
+//! delayed ACK). Connections have limits (their values are in `limits`), because any local process can
+//! open them, token or not:
 //! * request headers must arrive within `header_read_timeout` of a connection opening or of its last
 //!   answer, so a silent socket, a slowloris and an idle keep-alive connection are all closed then;
 //! * a request body must arrive whole within `body_read_timeout` (408 otherwise), and one declared over
