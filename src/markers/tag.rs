@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use super::scan::{json_string_bytes, string_end, value_start};
-use super::{id_field, is_bound_id, Field, Markers, OrgTag, VERSION};
+use super::{id_field, is_bound_id, Field, Markers, OrgTag};
 use crate::keys::KeyId;
 
 /// The result of `Markers::tag_raw`.
