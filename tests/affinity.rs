@@ -270,7 +270,9 @@ async fn mixed_forged_and_foreign_markers() {
     let mut forged = Session::new(Shape::Pi, 500, true);
     let mut item = reasoning(&b);
     let content = item["encrypted_content"].as_str().unwrap().to_owned();
-    item["encrypted_content"] = Value::String(format!("{}X{}", &content[..60], &content[61..]));
+    // One character changed (to one it is not already, or the "forgery" would be the original).
+    let changed = if &content[60..61] == "X" { "Y" } else { "X" };
+    item["encrypted_content"] = Value::String(format!("{}{changed}{}", &content[..60], &content[61..]));
     forged.history.push(item);
     let r = forged.turn(&c, &h.base, false).await;
     assert_eq!(r.status, 400);
