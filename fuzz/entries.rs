@@ -2,7 +2,7 @@
 //! and by `tests/fuzz_corpora.rs`, which runs every seed on stable, so the targets never rot.
 //!
 //! Besides "no panic", each states a property: a marker tagged by Keymux strips back to the very
-//! value, and a body that passes strip has no marker of this install left in it.
+//! value, and a body that passes strip has no valid marker of this install left in it.
 
 use bytes::Bytes;
 use http::{HeaderMap, Method};
@@ -19,12 +19,16 @@ fn tagger() -> (Markers, Tagger) {
     (markers.clone(), Tagger::new(markers, key, org))
 }
 
-/// Marker parsing: strip any body; what passes holds no marker of this install any more.
+/// Marker parsing: strip any body; what passes holds no valid marker of this install any more. (It
+/// may hold what only looks like one: strip gives back each original value whole, and an original
+/// may itself begin with `km1`. A second strip then refuses it, which is what a client replaying it
+/// would get.)
 pub fn markers(data: &[u8]) {
     let (markers, _) = tagger();
     if let Ok(stripped) = markers.strip(data) {
-        let again = markers.strip(&stripped.body).expect("a stripped body strips again");
-        assert_eq!(again.removed, 0, "nothing of this install is left after strip");
+        if let Ok(again) = markers.strip(&stripped.body) {
+            assert_eq!(again.removed, 0, "no valid marker of this install is left after strip");
+        }
     }
 }
 
