@@ -13,10 +13,10 @@ use crate::config::{Config, ConfigError, KeyConfig, TokenConfig};
 use crate::config_file;
 use crate::events::{GatewayEvent, KeyChange};
 use crate::gateway::Gateway;
-pub use crate::keys::KeyTest;
+use crate::keys::KeyTest;
 use crate::keys::{validate_label, validate_secret, KeyEntry, KeyId, KeySource, Provider};
 use crate::secrets::{self, account, Secret, SecretsError};
-pub use crate::settings::Settings;
+use crate::settings::Settings;
 
 /// A key to add. The secret is read once and goes straight to the keychain.
 #[derive(Clone, Deserialize, ts_rs::TS)]

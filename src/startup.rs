@@ -180,7 +180,7 @@ pub async fn prepare(options: &StartOptions) -> Result<Prepared, StartError> {
         .map_err(|e| StartError::Usage(format!("the metrics store could not be opened: {e}")))?
     };
     notices.extend(metrics.1);
-    let settings = crate::control::Settings::new(
+    let settings = crate::settings::Settings::new(
         store.clone(),
         config_path.clone().map(crate::config_file::ConfigFile::new),
         config.clone(),
@@ -381,7 +381,7 @@ pub async fn first_run(options: &StartOptions) -> Result<Vec<String>, StartError
     admin_token(&store).await?;
     let mut done = Vec::new();
     if config.tokens.is_empty() && options.env.client_token.is_none() {
-        let settings = crate::control::Settings::new(store, path.map(crate::config_file::ConfigFile::new), config);
+        let settings = crate::settings::Settings::new(store, path.map(crate::config_file::ConfigFile::new), config);
         let now = crate::clock::Clock::system().unix_ms() / 1000;
         crate::control::store_new_token(&settings, "default", now)
             .await

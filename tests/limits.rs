@@ -43,11 +43,7 @@ fn fresh_client() -> reqwest::Client {
 }
 
 async fn real_request(base: &str) -> u16 {
-    let body = json!({"model":"gpt-5.5","input":"hello","store":false});
-    let r = post(&fresh_client(), &format!("{base}/responses"), &[], &body).send().await.unwrap();
-    let status = r.status().as_u16();
-    let _ = r.bytes().await;
-    status
+    small_request(&fresh_client(), base).await
 }
 
 #[cfg(unix)]

@@ -12,14 +12,6 @@ use keymux_sim::{Fault, SimConfig};
 use serde_json::json;
 use support::*;
 
-async fn small_request(base: &str) -> u16 {
-    let body = json!({"model":"gpt-5.5","input":"hello","store":false});
-    let r = post(&client(), &format!("{base}/responses"), &[], &body).send().await.unwrap();
-    let status = r.status().as_u16();
-    let _ = r.bytes().await;
-    status
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_gateways_in_one_process_shut_down_cleanly_with_metrics_flushed() {
     let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
@@ -35,7 +27,7 @@ async fn two_gateways_in_one_process_shut_down_cleanly_with_metrics_flushed() {
     assert_ne!(harnesses[0].base, harnesses[1].base, "each on a port of its own");
     for (n, h) in harnesses.iter().enumerate() {
         for _ in 0..=n {
-            assert_eq!(small_request(&h.base).await, 200);
+            assert_eq!(small_request(&client(), &h.base).await, 200);
         }
     }
     let days = [harnesses[0].gateway.today(), harnesses[1].gateway.today()];

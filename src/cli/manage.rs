@@ -13,11 +13,12 @@ use serde_json::{json, Value};
 use super::{env_secrets, out, KeysCommand, TokenCommand};
 use crate::config::Config;
 use crate::config_file::ConfigFile;
-use crate::control::{self, KeyChanges, NewKey, Settings};
+use crate::control::{self, KeyChanges, NewKey};
 use crate::digest::InstallKey;
 use crate::keys::{validate_secret, KeyId, Provider};
 use crate::remote::{Found, Remote};
 use crate::secrets::{self, account, Secret, SecretStore};
+use crate::settings::Settings;
 use crate::startup::{self, StartError};
 
 /// The config, its file and the secret store, as the CLI finds them.

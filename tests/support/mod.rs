@@ -175,6 +175,15 @@ pub fn client_counts(sim: &Sim) -> std::collections::BTreeMap<String, usize> {
     counts
 }
 
+/// A small `POST /v1/responses` through `client`; its status, once the whole answer is read.
+pub async fn small_request(client: &reqwest::Client, base: &str) -> u16 {
+    let body = serde_json::json!({"model":"gpt-5.5","input":"hello","store":false});
+    let r = post(client, &format!("{base}/responses"), &[], &body).send().await.unwrap();
+    let status = r.status().as_u16();
+    let _ = r.bytes().await;
+    status
+}
+
 /// A test HTTP client that does not decode compressed bodies, so tests see exactly what Keymux sent.
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder().no_gzip().no_zstd().pool_max_idle_per_host(32).build().expect("client")
