@@ -142,7 +142,8 @@ pub struct MenuInput<'a> {
 /// How the shell brings its menu up to date.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Change {
-    /// The items changed shape (a key added or removed, an undo appeared): build the menu anew.
+    /// The items changed shape (a key added or removed, an undo appeared): build the menu anew. The
+    /// icon and tooltip changes of the same refresh follow it in the list.
     Rebuild,
     /// An item's text changed.
     Label(Action, String),
@@ -276,10 +277,13 @@ pub fn changes(old: &Menu, new: &Menu) -> Vec<Change> {
             })
             .collect()
     }
-    if shape(&old.items) != shape(&new.items) {
-        return vec![Change::Rebuild];
-    }
+    // The icon and tooltip are not part of the menu's shape: they change alongside a rebuild too.
     let mut out = Vec::new();
+    if shape(&old.items) != shape(&new.items) {
+        out.push(Change::Rebuild);
+        out.extend(icon_and_tooltip(old, new));
+        return out;
+    }
     for (a, b) in entries(&old.items).into_iter().zip(entries(&new.items)) {
         let (
             Item::Entry { label: la, checked: ca, enabled: ea, .. },
@@ -300,6 +304,13 @@ pub fn changes(old: &Menu, new: &Menu) -> Vec<Change> {
             out.push(Change::Enabled(action.clone(), *eb));
         }
     }
+    out.extend(icon_and_tooltip(old, new));
+    out
+}
+
+/// The icon and tooltip updates between two menus, whatever happened to the items.
+fn icon_and_tooltip(old: &Menu, new: &Menu) -> Vec<Change> {
+    let mut out = Vec::new();
     if old.icon != new.icon {
         out.push(Change::Icon(new.icon));
     }

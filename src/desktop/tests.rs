@@ -220,7 +220,10 @@ fn transitions_update_checks_and_the_icon_or_rebuild() {
     let s = two(Ready, Ready);
     assert_eq!(changes(&healthy, &menu(&MenuInput { pi_undo: true, ..input(&s) })), vec![Change::Rebuild]);
     let down = menu(&MenuInput { problem: Some("stopped"), ..MenuInput::default() });
-    assert_eq!(changes(&healthy, &down), vec![Change::Rebuild]);
+    assert_eq!(
+        changes(&healthy, &down),
+        vec![Change::Rebuild, Change::Icon(IconState::Down), Change::Tooltip(down.tooltip.clone())]
+    );
     // Notifications off: the master check, and the kinds can no longer be chosen.
     let quiet = menu(&MenuInput { notifications: false, ..input(&s) });
     let mut expected = vec![Change::Checked(Action::ToggleNotifications, false)];
@@ -233,6 +236,20 @@ fn transitions_update_checks_and_the_icon_or_rebuild() {
         vec![Change::Checked(Action::ToggleNotice(NoticeKind::KeyRejected), false)]
     );
     assert_eq!(label_of(&quiet, &Action::Quit), "Quit Keymux");
+}
+
+#[test]
+fn a_rebuild_still_carries_the_new_icon_and_tooltip() {
+    // The tray starts "down" (no status yet); the first status adds the key items, so the menu is
+    // rebuilt, and the icon must still leave "down" in that same refresh.
+    let starting = menu(&MenuInput { problem: Some("starting"), ..MenuInput::default() });
+    let s = two(HealthState::Ready, HealthState::Ready);
+    let routing = menu(&input(&s));
+    assert_eq!(starting.icon, IconState::Down);
+    let c = changes(&starting, &routing);
+    assert_eq!(c.first(), Some(&Change::Rebuild));
+    assert!(c.contains(&Change::Icon(IconState::Healthy)), "{c:?}");
+    assert!(c.contains(&Change::Tooltip(routing.tooltip.clone())), "{c:?}");
 }
 
 fn key_event(id: u64, label: &str, change: KeyChange) -> Envelope {
