@@ -72,17 +72,32 @@ describe("badges", () => {
     expect(badges(two)).toContain("FAILOVER");
   });
 
-  it("marks cooling from a skipped cooling key or an all-cooling refusal", () => {
-    const skipped = record({
-      reasons: [{ rule: "skipped", key: "k_b1", why: { kind: "cooling", remaining_ms: 3000 } }],
-    });
+  it("marks cooling only when it shaped this request", () => {
+    const cooling = { rule: "skipped", key: "k_b1", why: { kind: "cooling", remaining_ms: 3000 } } as const;
+    // A balanced decision lists every cooling key in the pool: that alone says nothing about this row.
+    const bystander = record({ reasons: [cooling] });
+    // The key this session was remembered on was cooling, so it went elsewhere.
+    const wanted = record({ reasons: [{ rule: "soft_target_unavailable", key: "k_b1" }, cooling] });
+    const hinted = record({ reasons: [{ rule: "session_hint", key: "k_b1", usable: 0 }, cooling] });
+    const hit429 = record(
+      {},
+      {
+        attempts: [
+          { key: "k_b1", status: 429, failure: "rate_limited", duration_ms: 5, message: "slow down" },
+          { key: "k_a1", status: 200, failure: null, duration_ms: 30, message: null },
+        ],
+      },
+    );
     const refused = record({
       route: "refused",
       choice: null,
       refusal: { kind: "all_cooling", retry_after_secs: 4, cooling: 2 },
     });
     const disabled = record({ reasons: [{ rule: "skipped", key: "k_b1", why: { kind: "disabled" } }] });
-    expect(badges(skipped)).toContain("COOLING");
+    expect(badges(bystander)).not.toContain("COOLING");
+    expect(badges(wanted)).toContain("COOLING");
+    expect(badges(hinted)).toContain("COOLING");
+    expect(badges(hit429)).toContain("COOLING");
     expect(badges(refused)).toEqual(["COOLING", "REFUSED"]);
     expect(badges(disabled)).not.toContain("COOLING");
   });

@@ -14,7 +14,7 @@ export const BADGES = {
   BALANCED: { tone: "muted", title: "Placed by headroom and load alone" },
   RESCUED: { tone: "warn", title: "Items its organization could read were dropped: no key of that organization was usable" },
   FAILOVER: { tone: "warn", title: "The first key failed before any byte reached the client; another key answered" },
-  COOLING: { tone: "info", title: "A rate-limited key was skipped" },
+  COOLING: { tone: "info", title: "Rate limiting shaped this request: the key it wanted was cooling, or a key it tried answered 429" },
   REFUSED: { tone: "bad", title: "No key could take it" },
 } as const satisfies Record<string, { tone: Tone; title: string }>;
 
@@ -43,10 +43,26 @@ export function badges(r: BadgeInput): BadgeName[] {
   if (d.route === "balanced") out.push("BALANCED");
   if (d.rescued_orgs.length > 0 || (r.rescued_items ?? 0) > 0) out.push("RESCUED");
   if ((r.attempts?.length ?? 0) > 1) out.push("FAILOVER");
-  const skippedCooling = d.reasons.some((x) => x.rule === "skipped" && x.why.kind === "cooling");
-  if (skippedCooling || d.refusal?.kind === "all_cooling") out.push("COOLING");
+  if (coolingMattered(r)) out.push("COOLING");
   if (d.route === "refused") out.push("REFUSED");
   return out;
+}
+
+/**
+ * Whether rate limiting shaped this request, rather than merely being true of some key at the time: a
+ * balanced decision lists every key it skipped, so a cooling key anywhere in the pool is not news.
+ * It counts when the request was refused for it, when one of its own attempts was rate limited, or
+ * when the key it wanted (the remembered or hinted one) was skipped as cooling.
+ */
+function coolingMattered(r: BadgeInput): boolean {
+  const d = r.decision;
+  if (d.refusal?.kind === "all_cooling") return true;
+  if (r.attempts?.some((a) => a.failure === "rate_limited")) return true;
+  const wanted = new Set<string>();
+  for (const x of d.reasons) {
+    if (x.rule === "soft_target_unavailable" || x.rule === "session_hint") wanted.add(x.key);
+  }
+  return d.reasons.some((x) => x.rule === "skipped" && x.why.kind === "cooling" && wanted.has(x.key));
 }
 
 /** Names a key for a sentence: its label and organization, or its id when it is gone. */
