@@ -10,6 +10,7 @@
 //! * `tray`: rendering a `desktop::menu::Menu` into the tray and acting on its items.
 //! * `window`: the dashboard window (made when opened, freed when closed).
 //! * `clients`: "Set up Codex / pi" and their undo.
+//! * `webkit`: WebKitGTK's software-rendering fallbacks, set before the first webview where no GPU is usable.
 
 #![cfg_attr(not(debug_assertions), windows_subsystem = "windows")]
 
@@ -18,6 +19,7 @@ mod clients;
 mod shell;
 mod state;
 mod tray;
+mod webkit;
 mod window;
 
 use std::process::ExitCode;
@@ -38,6 +40,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(3);
     }
+    webkit::prepare();
     shell::run(args)
 }
 

@@ -229,9 +229,7 @@ pub fn env(home: &Path, xvfb: &Xvfb, keys: &[(&str, &str)], token: &str, admin: 
         ("KEYMUX_LOG".into(), "info,keymux::api=debug".into()),
         ("KEYMUX_CLIENT_TOKEN".into(), token.into()),
         ("KEYMUX_ADMIN_TOKEN".into(), admin.into()),
-        // No GPU under Xvfb: WebKit draws in software.
-        ("WEBKIT_DISABLE_COMPOSITING_MODE".into(), "1".into()),
-        ("LIBGL_ALWAYS_SOFTWARE".into(), "1".into()),
+        // No GPU under Xvfb: the app itself must notice and have WebKit draw in software.
     ];
     for var in ["DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR"] {
         if let Ok(v) = std::env::var(var) {
