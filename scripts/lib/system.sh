@@ -1,7 +1,7 @@
 # The system packages Keymux's commands need, in one list, and the one way they are installed.
 # Sourced by scripts/run, scripts/test and (through scripts/test) .ci/run, so the three cannot drift.
 #
-#   need_packages PURPOSE...   PURPOSE: node, tray, test
+#   need_packages PURPOSE...   PURPOSE: node, build, tray, test
 #
 # Debian and Ubuntu (apt) only. A missing package is installed with apt-get (with sudo when not root),
 # after asking on the terminal; KEYMUX_YES=1 (set by --yes) skips the question. Without a terminal,
@@ -10,9 +10,10 @@
 
 # Node.js builds the dashboard (ui/); Debian 12's nodejs is 18, which is enough.
 KEYMUX_PACKAGES_node=(nodejs npm)
-# The tray app (Tauri v2): WebKitGTK, appindicator and their build tools.
-KEYMUX_PACKAGES_tray=(build-essential file pkg-config libwebkit2gtk-4.1-dev libxdo-dev libssl-dev
-  libayatana-appindicator3-dev librsvg2-dev)
+# Every Rust build: a C compiler and linker (rustc links with `cc`; a few crates compile C).
+KEYMUX_PACKAGES_build=(build-essential pkg-config)
+# The tray app (Tauri v2): WebKitGTK, appindicator and what their build scripts run.
+KEYMUX_PACKAGES_tray=(file libwebkit2gtk-4.1-dev libxdo-dev libssl-dev libayatana-appindicator3-dev librsvg2-dev)
 # The tests: a real Secret Service (gnome-keyring in a private D-Bus session), Chromium for the
 # dashboard's browser test, and an X server with a tray host for the tray app's test.
 KEYMUX_PACKAGES_test=(dbus-x11 gnome-keyring libsecret-tools chromium xvfb xauth)
