@@ -6,7 +6,8 @@
 use std::path::Path;
 
 /// The variables WebKitGTK reads at start, and the value that turns each fallback on.
-const FALLBACKS: [(&str, &str); 2] = [("WEBKIT_DISABLE_COMPOSITING_MODE", "1"), ("WEBKIT_DISABLE_DMABUF_RENDERER", "1")];
+const FALLBACKS: [(&str, &str); 2] =
+    [("WEBKIT_DISABLE_COMPOSITING_MODE", "1"), ("WEBKIT_DISABLE_DMABUF_RENDERER", "1")];
 
 /// What the machine looks like, for the decision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

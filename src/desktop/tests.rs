@@ -216,7 +216,9 @@ fn transitions_update_checks_and_the_icon_or_rebuild() {
         vec![key("work", "org-a", Ready, None), key("home", "org-b", Ready, None), key("spare", "org-a", Ready, None)],
         false,
     );
-    assert_eq!(changes(&healthy, &menu(&input(&three))), vec![Change::Rebuild]);
+    let more = menu(&input(&three));
+    // The status line's words change with the count, so the tooltip follows the rebuild.
+    assert_eq!(changes(&healthy, &more), vec![Change::Rebuild, Change::Tooltip(more.tooltip.clone())]);
     let s = two(Ready, Ready);
     assert_eq!(changes(&healthy, &menu(&MenuInput { pi_undo: true, ..input(&s) })), vec![Change::Rebuild]);
     let down = menu(&MenuInput { problem: Some("stopped"), ..MenuInput::default() });
