@@ -249,7 +249,7 @@ impl Fields<'_> {
         let tier_of = |key| self.get(key).map(|f| tier(&f.value).map_err(|p| self.error(f, p))).transpose();
         let long_context =
             self.get("long_context").map(|f| long_context(&f.value).map_err(|p| self.error(f, p))).transpose()?;
-        Ok(Entry::Priced(ModelPrice {
+        Ok(Entry::Priced(Box::new(ModelPrice {
             standard,
             flex: tier_of("flex")?,
             priority: tier_of("priority")?,
@@ -257,7 +257,7 @@ impl Fields<'_> {
             long_context,
             source,
             checked,
-        }))
+        })))
     }
 
     fn rates(&self, span: Option<&Range<usize>>) -> Result<Rates, PriceError> {

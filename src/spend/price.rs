@@ -70,7 +70,7 @@ pub struct ModelPrice {
 /// A table entry: a price, or a user's alias to a priced entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Entry {
-    Priced(ModelPrice),
+    Priced(Box<ModelPrice>),
     Alias(String),
 }
 
@@ -152,9 +152,9 @@ impl PriceTable {
     fn lookup(&self, key: &str) -> Option<Resolved<'_>> {
         let (name, entry) = self.entries.get_key_value(key)?;
         match entry {
-            Entry::Priced(price) => Some(Resolved { name, price }),
+            Entry::Priced(price) => Some(Resolved { name, price: price.as_ref() }),
             Entry::Alias(target) => match self.entries.get_key_value(target.as_str())? {
-                (name, Entry::Priced(price)) => Some(Resolved { name, price }),
+                (name, Entry::Priced(price)) => Some(Resolved { name, price: price.as_ref() }),
                 (_, Entry::Alias(_)) => None,
             },
         }
@@ -171,7 +171,7 @@ impl PriceTable {
     /// Every priced entry, by name (aliases left out).
     pub fn priced(&self) -> impl Iterator<Item = (&str, &ModelPrice)> {
         self.entries.iter().filter_map(|(name, entry)| match entry {
-            Entry::Priced(price) => Some((name.as_str(), price)),
+            Entry::Priced(price) => Some((name.as_str(), price.as_ref())),
             Entry::Alias(_) => None,
         })
     }
