@@ -50,6 +50,8 @@
 //! * [`recency`]: the least-recently-used bookkeeping every bounded table shares.
 //! * [`events`]: records of finished requests and every other event, in bounded rings and one lossy live
 //!   stream.
+//! * [`spend`]: the embedded price table (`spend/prices.toml`), the user's `[prices]` over it, and
+//!   what one request cost from its usage (exact integers; an unknown model is unpriced, not $0).
 //! * [`metrics`]: hashed per-hour counters (key fingerprints only), aggregated in memory, kept in sled
 //!   (`metrics::store` owns its failures: idempotent flushes, reopen, corrupt stores moved aside).
 //!
@@ -102,6 +104,7 @@ pub mod server;
 pub mod sessions;
 pub mod settings;
 pub mod setup;
+pub mod spend;
 pub mod startup;
 pub mod tokens;
 pub mod upstream;

@@ -1,0 +1,173 @@
+//! Spend in money: the price table and what one request cost.
+//!
+//! The table is `prices.toml` beside this file, embedded in the binary, with the user's
+//! `[prices."name"]` entries from the config laid over it ([`PriceTable::with_overrides`]). A
+//! request's [`Cost`] comes from its [`Usage`] and `service_tier`, in exact integer arithmetic:
+//! rates are held as pico-dollars per token and multipliers as thousandths, and the sum is rounded
+//! once, half up, to the nano-dollar. A model the table does not know is [`Cost::Unpriced`], never $0.
+//!
+//! Everything here is pure: no clock, no I/O, no logging.
+
+mod error;
+mod parse;
+mod price;
+
+#[cfg(test)]
+mod tests;
+
+pub use error::{PriceError, Problem};
+pub use parse::PriceOverrides;
+pub use price::{LongContext, ModelPrice, PriceTable, Rates, Resolved, TierPrice};
+
+use std::fmt;
+
+/// An amount of US dollars, exact to the nano-dollar (saturating at about $18.4 billion).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Usd {
+    nanos: u64,
+}
+
+impl Usd {
+    /// Nothing.
+    pub const ZERO: Self = Self { nanos: 0 };
+
+    /// The amount of `nanos` billionths of a dollar.
+    pub const fn from_nanos(nanos: u64) -> Self {
+        Self { nanos }
+    }
+
+    /// The amount in billionths of a dollar: the unit to store and add up.
+    pub const fn nanos(self) -> u64 {
+        self.nanos
+    }
+
+    /// The sum, held at the largest amount rather than wrapping.
+    #[must_use]
+    pub const fn saturating_add(self, other: Self) -> Self {
+        Self { nanos: self.nanos.saturating_add(other.nanos) }
+    }
+
+    /// Dollars as a float, for JSON and charts only: sums stay in [`Usd::nanos`].
+    pub fn as_f64(self) -> f64 {
+        self.nanos as f64 / 1e9
+    }
+}
+
+impl std::iter::Sum for Usd {
+    fn sum<I: Iterator<Item = Self>>(iter: I) -> Self {
+        iter.fold(Self::ZERO, Self::saturating_add)
+    }
+}
+
+impl fmt::Display for Usd {
+    /// `$1.5`, `$0.000123`: every significant digit, at least two decimals.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let whole = self.nanos / 1_000_000_000;
+        let frac = format!("{:09}", self.nanos % 1_000_000_000);
+        let trimmed = frac.trim_end_matches('0');
+        let shown = if trimmed.len() < 2 { &frac[..2] } else { trimmed };
+        write!(f, "${whole}.{shown}")
+    }
+}
+
+/// What one request cost, or that no price applies to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cost {
+    /// The table priced it.
+    Priced(Usd),
+    /// No price applies: shown as "unpriced" and counted apart, never as $0.
+    Unpriced(Unpriced),
+}
+
+impl Cost {
+    /// The amount, if priced.
+    pub fn priced(self) -> Option<Usd> {
+        match self {
+            Self::Priced(usd) => Some(usd),
+            Self::Unpriced(_) => None,
+        }
+    }
+}
+
+/// Why a request has no price.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unpriced {
+    /// Neither the table nor the user's config has the model (nor its family, for a dated name).
+    Model,
+    /// The model is priced, but not in the `service_tier` the provider says it used.
+    Tier,
+}
+
+impl Unpriced {
+    /// A short static label for metrics and the UI.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Model => "unpriced_model",
+            Self::Tier => "unpriced_tier",
+        }
+    }
+}
+
+/// The token counts of one answer, as OpenAI's `usage` reports them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// All input tokens (`input_tokens` / `prompt_tokens`), cached and cache writes included.
+    pub input_tokens: u64,
+    /// The part of the input read from the prompt cache (`input_tokens_details.cached_tokens`).
+    pub cached_input_tokens: u64,
+    /// The part of the input written to the prompt cache (`input_tokens_details.cache_write_tokens`,
+    /// GPT-5.6 and later); 0 where the provider does not report it.
+    pub cache_write_tokens: u64,
+    /// All output tokens (`output_tokens` / `completion_tokens`), reasoning tokens included.
+    pub output_tokens: u64,
+}
+
+impl Usage {
+    /// Reads OpenAI's `usage` object in the Responses, Chat Completions or Embeddings shape;
+    /// `None` when it holds no token counts. Reasoning tokens stay inside the output count.
+    pub fn from_json(usage: &serde_json::Value) -> Option<Self> {
+        let count = |v: &serde_json::Value, key: &str| v.get(key).and_then(serde_json::Value::as_u64);
+        let input = count(usage, "input_tokens").or_else(|| count(usage, "prompt_tokens"));
+        let output = count(usage, "output_tokens").or_else(|| count(usage, "completion_tokens"));
+        if input.is_none() && output.is_none() {
+            return None;
+        }
+        let details = usage.get("input_tokens_details").or_else(|| usage.get("prompt_tokens_details"));
+        let detail = |key: &str| details.and_then(|d| count(d, key)).unwrap_or(0);
+        Some(Self {
+            input_tokens: input.unwrap_or(0),
+            cached_input_tokens: detail("cached_tokens"),
+            cache_write_tokens: detail("cache_write_tokens"),
+            output_tokens: output.unwrap_or(0),
+        })
+    }
+}
+
+/// The processing tier a request was billed in: pass the `service_tier` of the *response*.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServiceTier {
+    /// `default`, `auto`, or no tier reported.
+    Standard,
+    /// `flex`: slower, cheaper on the models that offer it.
+    Flex,
+    /// `priority`, or `fast` (OpenAI's name for it since 2026-07-30).
+    Priority,
+    /// `ultrafast` (GPT-6.1 Sol).
+    Ultrafast,
+    /// A tier this table has no notion of (such as `scale`): such requests are unpriced.
+    Other,
+}
+
+impl ServiceTier {
+    /// Reads the provider's `service_tier` string (case-insensitive; absent = standard).
+    pub fn from_response(tier: Option<&str>) -> Self {
+        let Some(tier) = tier else { return Self::Standard };
+        match tier.trim().to_ascii_lowercase().as_str() {
+            "" | "default" | "auto" | "standard" => Self::Standard,
+            "flex" => Self::Flex,
+            "priority" | "fast" => Self::Priority,
+            "ultrafast" => Self::Ultrafast,
+            _ => Self::Other,
+        }
+    }
+}
