@@ -37,8 +37,9 @@
 //! * [`control`]: keys, tokens and routing changed at runtime (and offline, by the CLI).
 //! * [`settings`]: where those changes are kept: the secret store, the config file, the config now.
 //! * [`config_file`]: edits to the config file that keep the user's comments.
-//! * [`setup`]: points Codex and pi at Keymux in their own config files: a preview first, a backup,
-//!   and an Undo that restores the file byte for byte.
+//! * [`setup`]: points Codex and pi at Keymux in their own config files, one flow for the CLI and the
+//!   tray: a preview first, the token made once the user agrees, nothing written if the file changed
+//!   since the preview, a backup, and an Undo that restores the file byte for byte.
 //!
 //! State:
 //! * [`gateway`]: the shared state of a running gateway, and publishing records and events.

@@ -383,10 +383,10 @@ async fn never_reading_subscriber(root: &str) -> tokio::net::TcpStream {
 /// An event-stream subscriber that reads for a second, goes away and comes back; the chunks it read.
 fn reconnecting_subscriber(run: Arc<Run>, root: String) -> tokio::task::JoinHandle<usize> {
     tokio::spawn(async move {
-        let c = client();
+        let api = Admin::new(&root);
         let mut chunks = 0;
         while !run.stop.load(Relaxed) {
-            let r = c.get(format!("{root}/keymux/api/events")).bearer_auth(ADMIN).send().await.unwrap();
+            let r = api.get("/events").await;
             let mut stream = r.bytes_stream();
             let second = tokio::time::sleep(Duration::from_secs(1));
             tokio::pin!(second);
@@ -421,10 +421,7 @@ fn windows(secs: f64) -> Vec<Window> {
 async fn play_faults(run: &Run, stage: &Stage, secs: f64) {
     let at = |fraction: f64| Duration::from_secs_f64(secs * fraction);
     let until = |fraction: f64| tokio::time::sleep(at(fraction).saturating_sub(run.start.elapsed()));
-    let c = client();
-    let api = |method: reqwest::Method, path: &str| {
-        c.request(method, format!("{}/keymux/api{path}", stage.gateway.root)).bearer_auth(ADMIN)
-    };
+    let api = Admin::new(&stage.gateway.root);
     let sim = &stage.sim;
     until(0.17).await;
     sim.set_standing_org("org-c", Fault::Status500, Some(at(0.17)));
@@ -440,15 +437,15 @@ async fn play_faults(run: &Run, stage: &Stage, secs: f64) {
     }
     until(0.34).await;
     sim.set_standing_org("org-c", Fault::CutAfterEvents(5), Some(at(0.16)));
-    let added = api(reqwest::Method::POST, "/keys").json(&json!({"label":"a3","secret":"sk-a3"})).send().await.unwrap();
-    assert_eq!(added.status(), 201);
-    let a3 = added.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+    let (status, added) = api.post_json("/keys", Some(json!({"label":"a3","secret":"sk-a3"}))).await;
+    assert_eq!(status, 201);
+    let a3 = added["id"].as_str().unwrap().to_owned();
     until(0.50).await;
-    assert!(api(reqwest::Method::POST, "/keys/env-b1/disable").send().await.unwrap().status().is_success());
+    assert!(api.request(reqwest::Method::POST, "/keys/env-b1/disable").send().await.unwrap().status().is_success());
     until(0.61).await;
-    assert!(api(reqwest::Method::POST, "/keys/env-b1/enable").send().await.unwrap().status().is_success());
+    assert!(api.request(reqwest::Method::POST, "/keys/env-b1/enable").send().await.unwrap().status().is_success());
     until(0.72).await;
-    assert!(api(reqwest::Method::DELETE, &format!("/keys/{a3}")).send().await.unwrap().status().is_success());
+    assert!(api.request(reqwest::Method::DELETE, &format!("/keys/{a3}")).send().await.unwrap().status().is_success());
     if let Some(d) = &stage.disk {
         d.free();
     }
@@ -456,11 +453,10 @@ async fn play_faults(run: &Run, stage: &Stage, secs: f64) {
 
 /// Waits for the metrics store to be written again; its status.
 async fn store_recovered(root: &str) -> Option<Value> {
-    let c = client();
+    let api = Admin::new(root);
     let waited = tokio::time::timeout(Duration::from_secs(30), async {
         loop {
-            let r = c.get(format!("{root}/keymux/api/status")).bearer_auth(ADMIN).send().await.unwrap();
-            let status: Value = r.json().await.unwrap();
+            let status = api.get_json("/status").await;
             if status["gateway"]["store"]["persisted"] == true {
                 return status["gateway"]["store"].clone();
             }

@@ -41,27 +41,10 @@ fn client_no_redirects() -> reqwest::Client {
     reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap()
 }
 
-async fn admin(h: &Harness, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-    let mut r = client().request(method, format!("{}/keymux/api{path}", h.root)).bearer_auth(ADMIN);
-    if let Some(body) = body {
-        r = r.json(&body);
-    }
-    let r = r.send().await.unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
-}
-
-async fn small(h: &Harness, token: &str) -> u16 {
-    let body = json!({"model":"gpt-5.5","input":"hello","store":false});
-    let r = client().post(format!("{}/responses", h.base)).bearer_auth(token).json(&body).send().await.unwrap();
-    let status = r.status().as_u16();
-    let _ = r.bytes().await;
-    status
-}
-
 #[tokio::test]
 async fn every_wrong_way_in_is_refused_without_leaking_a_secret() {
     let h = Harness::start(SimConfig::new().org("org-a", &["sk-a1"]), &[key("a1", "sk-a1")]).await;
+    let api = Admin::new(&h.root);
     let browser = log_in(&h).await;
     let status = format!("{}/keymux/api/status", h.root);
     let pause = format!("{}/keymux/api/pause", h.root);
@@ -91,7 +74,7 @@ async fn every_wrong_way_in_is_refused_without_leaking_a_secret() {
     );
     check(
         "a wrong Host",
-        c.get(&status).bearer_auth(ADMIN).header("host", "evil.example:8787").send().await.unwrap(),
+        api.request(reqwest::Method::GET, "/status").header("host", "evil.example:8787").send().await.unwrap(),
         403,
     );
     check(
@@ -124,7 +107,7 @@ async fn every_wrong_way_in_is_refused_without_leaking_a_secret() {
         .header("x-keymux-csrf", &browser.csrf)
         .header("origin", &h.root);
     assert_eq!(ok.send().await.unwrap().status(), 200, "the dashboard, from its own page, with its CSRF header");
-    assert_eq!(admin(&h, reqwest::Method::POST, "/resume", None).await.0, 200, "the CLI's admin credential");
+    assert_eq!(api.post_json("/resume", None).await.0, 200, "the CLI's admin credential");
     assert!(!h.gateway.paused());
     for r in answers {
         let text = r.text().await.unwrap_or_default();
@@ -137,48 +120,48 @@ async fn every_wrong_way_in_is_refused_without_leaking_a_secret() {
 async fn keys_and_tokens_change_without_a_restart() {
     let sim = SimConfig::new().org("org-a", &["sk-a1"]).org("org-b", &["sk-b1"]);
     let h = Harness::start(sim, &[key("a1", "sk-a1")]).await;
+    let api = Admin::new(&h.root);
     // A key added through the API: probed, in the pool, and serving the next unpinned request.
-    let (status, added) =
-        admin(&h, reqwest::Method::POST, "/keys", Some(json!({"label":"b1","secret":"sk-b1","priority":0}))).await;
+    let (status, added) = api.post_json("/keys", Some(json!({"label":"b1","secret":"sk-b1","priority":0}))).await;
     assert_eq!(status, 201, "{added}");
     assert_eq!(added["org"], "org-b", "probed before the answer");
     assert_no_secrets("the added key", &added.to_string(), &["sk-b1"]);
     h.gateway.set_enabled(&keymux::keys::KeyId::new("k_a1"), false).unwrap();
-    assert_eq!(small(&h, TOKEN).await, 200);
+    assert_eq!(small_request(&client(), &h.base).await, 200);
     assert_eq!(h.sim.log().last().unwrap().key.as_deref(), Some("sk-b1"), "the new key served");
     h.gateway.set_enabled(&keymux::keys::KeyId::new("k_a1"), true).unwrap();
     // Renamed, then removed: its pinned session is rescued onto the organization that is left.
     let id = added["id"].as_str().unwrap().to_owned();
-    let (status, renamed) =
-        admin(&h, reqwest::Method::PATCH, &format!("/keys/{id}"), Some(json!({"label":"home","priority":2}))).await;
+    let (status, renamed) = api.patch(&format!("/keys/{id}"), json!({"label":"home","priority":2})).await;
     assert_eq!((status, renamed["label"].as_str(), renamed["priority"].as_u64()), (200, Some("home"), Some(2)));
     let c = client();
     let mut session = Session::new(Shape::Pi, 1, false);
     h.gateway.set_enabled(&keymux::keys::KeyId::new("k_a1"), false).unwrap();
     assert_eq!(session.turn(&c, &h.base, false).await.status, 200);
     h.gateway.set_enabled(&keymux::keys::KeyId::new("k_a1"), true).unwrap();
-    assert_eq!(admin(&h, reqwest::Method::DELETE, &format!("/keys/{id}"), None).await.0, 204);
+    assert_eq!(api.delete(&format!("/keys/{id}")).await, 204);
     assert_eq!(session.turn(&c, &h.base, false).await.status, 200, "rescued");
     let record = h.gateway.events().recent(1).pop().unwrap();
     assert!(record.rescued_items >= 1);
     assert_eq!(record.served_by.as_ref().map(|k| k.as_str()), Some("k_a1"));
     // A token created through the API works at once; revoked, it is refused at the next request.
-    let (status, created) = admin(&h, reqwest::Method::POST, "/tokens", Some(json!({"name":"pi"}))).await;
+    let (status, created) = api.post_json("/tokens", Some(json!({"name":"pi"}))).await;
     assert_eq!(status, 201);
     let secret = created["secret"].as_str().unwrap().to_owned();
-    assert_eq!(small(&h, &secret).await, 200);
-    let (_, listed) = admin(&h, reqwest::Method::GET, "/tokens", None).await;
+    assert_eq!(small_request_as(&client(), &h.base, &secret).await, 200);
+    let listed = api.get_json("/tokens").await;
     assert!(!listed.to_string().contains(&secret), "a listing never shows a token");
     let token_id = created["token"]["id"].as_str().unwrap().to_owned();
-    assert_eq!(admin(&h, reqwest::Method::DELETE, &format!("/tokens/{token_id}"), None).await.0, 204);
-    assert_eq!(small(&h, &secret).await, 401);
-    assert_eq!(small(&h, TOKEN).await, 200, "other tokens still work");
+    assert_eq!(api.delete(&format!("/tokens/{token_id}")).await, 204);
+    assert_eq!(small_request_as(&client(), &h.base, &secret).await, 401);
+    assert_eq!(small_request(&client(), &h.base).await, 200, "other tokens still work");
 }
 
 #[tokio::test]
 async fn pause_answers_503_with_retry_after_and_resume_serves_again() {
     let h = Harness::start(SimConfig::new().org("org-a", &["sk-a1"]), &[key("a1", "sk-a1")]).await;
-    let (status, gateway) = admin(&h, reqwest::Method::POST, "/pause", None).await;
+    let api = Admin::new(&h.root);
+    let (status, gateway) = api.post_json("/pause", None).await;
     assert_eq!((status, &gateway["paused"]), (200, &json!(true)));
     let r = client()
         .post(format!("{}/responses", h.base))
@@ -192,8 +175,8 @@ async fn pause_answers_503_with_retry_after_and_resume_serves_again() {
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "keymux_paused");
     assert!(client_counts(&h.sim).is_empty());
-    assert_eq!(admin(&h, reqwest::Method::POST, "/resume", None).await.0, 200);
-    assert_eq!(small(&h, TOKEN).await, 200);
+    assert_eq!(api.post_json("/resume", None).await.0, 200);
+    assert_eq!(small_request(&client(), &h.base).await, 200);
 }
 
 /// Reads SSE frames from a response into (event, data) pairs until `done` says enough, the stream ends,
@@ -237,8 +220,11 @@ async fn a_stuck_subscriber_slows_nothing_and_is_told_what_it_missed() {
     let mut stuck = stuck_subscriber(&h).await;
     // While it reads nothing, 4,000 requests (8,000 events: more than the socket buffers between it and
     // the gateway hold) go through, all served.
-    let results: Vec<u16> =
-        futures::stream::iter(0..4_000).map(|_| small(&h, TOKEN)).buffer_unordered(16).collect().await;
+    let results: Vec<u16> = futures::stream::iter(0..4_000)
+        .map(|_| async { small_request(&client(), &h.base).await })
+        .buffer_unordered(16)
+        .collect()
+        .await;
     assert!(results.iter().all(|s| *s == 200), "every request served");
     // Now it reads: what it got, and the lag it is told of, account for every event.
     let mut text = String::new();
@@ -265,17 +251,13 @@ async fn a_stuck_subscriber_slows_nothing_and_is_told_what_it_missed() {
 #[tokio::test]
 async fn a_subscriber_resumes_where_it_left_off() {
     let h = Harness::start(SimConfig::new().org("org-a", &["sk-a1"]), &[key("a1", "sk-a1")]).await;
-    assert_eq!(small(&h, TOKEN).await, 200);
-    let (_, status) = admin(&h, reqwest::Method::GET, "/status", None).await;
+    let api = Admin::new(&h.root);
+    assert_eq!(small_request(&client(), &h.base).await, 200);
+    let status = api.get_json("/status").await;
     let mark = status["gateway"]["last_event_id"].as_u64().unwrap();
-    assert_eq!(small(&h, TOKEN).await, 200);
-    let events = client()
-        .get(format!("{}/keymux/api/events", h.root))
-        .bearer_auth(ADMIN)
-        .header("last-event-id", mark.to_string())
-        .send()
-        .await
-        .unwrap();
+    assert_eq!(small_request(&client(), &h.base).await, 200);
+    let events = api.request(reqwest::Method::GET, "/events").header("last-event-id", mark.to_string()).send();
+    let events = events.await.unwrap();
     let seen = frames(events, |seen| seen.len() >= 2).await;
     assert_eq!(seen.iter().map(|(e, _)| e.as_str()).collect::<Vec<_>>(), ["routed", "finished"]);
     assert_eq!(seen[0].1["id"].as_u64(), Some(mark + 1));
@@ -288,14 +270,15 @@ async fn a_subscriber_resumes_where_it_left_off() {
 async fn removed_key_case(slow_probe: bool) {
     let sim = SimConfig::new().org("org-a", &["sk-a1", "sk-a3"]).org("org-b", &["sk-b1"]);
     let h = Harness::start(sim, &[key("a1", "sk-a1"), key("b1", "sk-b1")]).await;
+    let api = Admin::new(&h.root);
     // Only the new key may serve the first turns.
     for id in ["k_a1", "k_b1"] {
-        assert_eq!(admin(&h, reqwest::Method::POST, &format!("/keys/{id}/disable"), None).await.0, 200);
+        assert_eq!(api.post_json(&format!("/keys/{id}/disable"), None).await.0, 200);
     }
     if slow_probe {
         h.sim.inject("sk-a3", keymux_sim::Fault::SlowFirstByte(Duration::from_millis(1500)));
     }
-    let (status, added) = admin(&h, reqwest::Method::POST, "/keys", Some(json!({"label":"a3","secret":"sk-a3"}))).await;
+    let (status, added) = api.post_json("/keys", Some(json!({"label":"a3","secret":"sk-a3"}))).await;
     assert_eq!(status, 201, "{added}");
     let a3 = added["id"].as_str().unwrap().to_owned();
     let mut session = Session::new(Shape::Codex, 77, true);
@@ -306,11 +289,11 @@ async fn removed_key_case(slow_probe: bool) {
     assert_eq!(client_counts(&h.sim).get("sk-a3"), Some(&2));
     tokio::time::sleep(Duration::from_millis(1600)).await;
     for id in ["k_a1", "k_b1"] {
-        assert_eq!(admin(&h, reqwest::Method::POST, &format!("/keys/{id}/enable"), None).await.0, 200);
+        assert_eq!(api.post_json(&format!("/keys/{id}/enable"), None).await.0, 200);
     }
     let turn = session.turn(&client(), &h.base, false).await;
     assert_eq!(turn.status, 200, "{}", turn.body);
-    assert_eq!(admin(&h, reqwest::Method::DELETE, &format!("/keys/{a3}"), None).await.0, 204);
+    assert_eq!(api.delete(&format!("/keys/{a3}")).await, 204);
     for _ in 0..3 {
         let turn = session.turn(&client(), &h.base, false).await;
         assert_eq!(turn.status, 200, "{}", turn.body);
@@ -336,7 +319,8 @@ async fn a_removed_keys_sessions_stay_in_its_organization_even_if_it_served_them
 async fn an_answer_in_flight_when_its_key_is_removed_is_still_tagged() {
     let sim = SimConfig::new().org("org-a", &["sk-a1"]).org("org-b", &["sk-b1"]);
     let h = Harness::start(sim, &[key("a1", "sk-a1"), key("b1", "sk-b1")]).await;
-    assert_eq!(admin(&h, reqwest::Method::POST, "/keys/k_b1/disable", None).await.0, 200);
+    let api = Admin::new(&h.root);
+    assert_eq!(api.post_json("/keys/k_b1/disable", None).await.0, 200);
     h.sim.inject("sk-a1", keymux_sim::Fault::SlowFirstByte(Duration::from_millis(800)));
     let mut session = Session::new(Shape::Codex, 78, false);
     let body = session.next_body(false);
@@ -344,8 +328,8 @@ async fn an_answer_in_flight_when_its_key_is_removed_is_still_tagged() {
         let request = post(&client(), &format!("{}/responses", h.base), &[], &body).send();
         let remove = async {
             tokio::time::sleep(Duration::from_millis(300)).await;
-            assert_eq!(admin(&h, reqwest::Method::DELETE, "/keys/k_a1", None).await.0, 204);
-            assert_eq!(admin(&h, reqwest::Method::POST, "/keys/k_b1/enable", None).await.0, 200);
+            assert_eq!(api.delete("/keys/k_a1").await, 204);
+            assert_eq!(api.post_json("/keys/k_b1/enable", None).await.0, 200);
         };
         let (response, ()) = tokio::join!(request, remove);
         response.unwrap().json::<Value>().await.unwrap()

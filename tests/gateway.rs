@@ -168,7 +168,7 @@ async fn binary_serves_300_mixed_requests_fairly() {
     }
 
     // The decisions the gateway reports match what the upstream saw.
-    let decisions: Value = decisions_api(&client, &keymux.root).await;
+    let decisions: Value = decisions_api(&keymux.root).await;
     let mut by_key: BTreeMap<String, usize> = BTreeMap::new();
     for record in decisions["data"].as_array().unwrap() {
         assert_eq!(record["status"], 200);
@@ -511,15 +511,18 @@ async fn control_api_refuses_browsers_and_foreign_hosts() {
     let h = Harness::start(two_orgs(), &three_keys()).await;
     let c = client();
     let url = format!("{}/keymux/api/status", h.root);
-    let ok: Value = c.get(&url).bearer_auth(ADMIN).send().await.unwrap().json().await.unwrap();
+    let api = Admin::new(&h.root);
+    let ok = api.get_json("/status").await;
     assert_eq!(ok["keys"].as_array().unwrap().len(), 3);
     // The start-up probe taught the pool every key's organization before any client request.
     let orgs: Vec<&str> = ok["keys"].as_array().unwrap().iter().map(|k| k["org"].as_str().unwrap()).collect();
     assert_eq!(orgs, ["org-a", "org-a", "org-b"]);
     assert_no_secrets("status API", &ok.to_string(), &["sk-a1", "sk-a2", "sk-b1"]);
-    let cross_site = c.get(&url).bearer_auth(ADMIN).header("origin", "https://evil.example").send().await.unwrap();
+    let cross_site =
+        api.request(reqwest::Method::GET, "/status").header("origin", "https://evil.example").send().await.unwrap();
     assert_eq!(cross_site.status(), 403);
-    let rebound = c.get(&url).bearer_auth(ADMIN).header("host", "evil.example:8787").send().await.unwrap();
+    let rebound =
+        api.request(reqwest::Method::GET, "/status").header("host", "evil.example:8787").send().await.unwrap();
     assert_eq!(rebound.status(), 403);
     let no_token = c.get(&url).send().await.unwrap();
     assert_eq!(no_token.status(), 401);
@@ -563,23 +566,15 @@ async fn metrics_count_by_key_fingerprint_and_survive_a_broken_store() {
         one_request(&c, &h.base, kind).await.unwrap();
     }
     h.gateway.metrics().flush(h.gateway.clock().unix_ms()).0.unwrap();
-    let v: Value = c
-        .get(format!("{}/keymux/api/metrics?days=1", h.root))
-        .bearer_auth(ADMIN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let api = Admin::new(&h.root);
+    let v = api.get_json("/metrics?days=1").await;
     assert_eq!(v["store"]["persisted"], true, "{v}");
     let rows = v["rows"].as_array().unwrap();
     let total: u64 = rows.iter().map(|r| r["counters"]["requests"].as_u64().unwrap()).sum();
     assert_eq!(total, 4);
     let tokens: u64 = rows.iter().map(|r| r["counters"]["input_tokens"].as_u64().unwrap()).sum();
     assert!(tokens > 0, "usage is counted");
-    let status: Value =
-        c.get(format!("{}/keymux/api/status", h.root)).bearer_auth(ADMIN).send().await.unwrap().json().await.unwrap();
+    let status = api.get_json("/status").await;
     let fingerprints: Vec<&str> =
         status["keys"].as_array().unwrap().iter().map(|k| k["fingerprint"].as_str().unwrap()).collect();
     for r in rows {
@@ -599,8 +594,7 @@ async fn metrics_count_by_key_fingerprint_and_survive_a_broken_store() {
     std::fs::write(&file, "x").unwrap();
     let h = Harness::start_with(two_orgs(), &three_keys(), |c| c.metrics_dir = Some(file.clone())).await;
     one_request(&c, &h.base, Kind::ResponsesJson).await.expect("still serving");
-    let status: Value =
-        c.get(format!("{}/keymux/api/status", h.root)).bearer_auth(ADMIN).send().await.unwrap().json().await.unwrap();
+    let status = Admin::new(&h.root).get_json("/status").await;
     assert_eq!(status["gateway"]["store"]["persisted"], false);
     assert!(status["gateway"]["store"]["error"].as_str().unwrap().contains("could not be opened"));
     assert_eq!(h.gateway.metrics().rows(1, h.gateway.today())[0].counters.requests, 1);

@@ -426,7 +426,7 @@ async fn a_websocket_client_that_never_waits_keeps_a_bounded_number_of_turns_ope
             other => panic!("socket ended after {completed} answers: {other:?}"),
         }
     }
-    let decisions = decisions_api(&client(), &h.root).await;
+    let decisions = decisions_api(&h.root).await;
     let records: Vec<&Value> = decisions["data"]
         .as_array()
         .unwrap()

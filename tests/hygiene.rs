@@ -78,21 +78,24 @@ async fn bad_input(c: &reqwest::Client, base: &str, answers: &mut Vec<(String, V
 }
 
 /// A key added and removed, and every view the dashboard reads.
-async fn control_plane(c: &reqwest::Client, root: &str, answers: &mut Vec<(String, Vec<u8>)>) {
-    let api =
-        |method: reqwest::Method, path: &str| c.request(method, format!("{root}/keymux/api{path}")).bearer_auth(ADMIN);
-    let added =
-        api(reqwest::Method::POST, "/keys").json(&json!({"label":"a2","secret":ADDED_KEY})).send().await.unwrap();
+async fn control_plane(root: &str, answers: &mut Vec<(String, Vec<u8>)>) {
+    let api = Admin::new(root);
+    let added = api
+        .request(reqwest::Method::POST, "/keys")
+        .json(&json!({"label":"a2","secret":ADDED_KEY}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(added.status(), 201);
     let added: Value = added.json().await.unwrap();
     answers.push(("key added".into(), added.to_string().into_bytes()));
     let id = added["id"].as_str().unwrap().to_owned();
     for path in ["/status", "/keys", "/tokens", "/decisions?limit=1000", "/sessions", "/usage", "/metrics"] {
-        let r = api(reqwest::Method::GET, path).send().await.unwrap();
+        let r = api.get(path).await;
         assert!(r.status().is_success(), "{path}");
         answers.push((path.into(), r.bytes().await.unwrap().to_vec()));
     }
-    let r = api(reqwest::Method::DELETE, &format!("/keys/{id}")).send().await.unwrap();
+    let r = api.request(reqwest::Method::DELETE, &format!("/keys/{id}")).send().await.unwrap();
     answers.push(("key removed".into(), r.bytes().await.unwrap().to_vec()));
 }
 
@@ -116,13 +119,11 @@ async fn no_secret_appears_in_anything_a_trace_level_run_produced() {
             .await;
     let c = client();
     let mut answers: Vec<(String, Vec<u8>)> = Vec::new();
-    let events = collect_events(
-        c.get(format!("{}/keymux/api/events?after=0", gateway.root)).bearer_auth(ADMIN).send().await.unwrap(),
-    );
+    let events = collect_events(Admin::new(&gateway.root).get("/events?after=0").await);
 
     let mut cache_keys = traffic(&c, &gateway.base).await;
     cache_keys.extend(bad_input(&c, &gateway.base, &mut answers).await);
-    control_plane(&c, &gateway.root, &mut answers).await;
+    control_plane(&gateway.root, &mut answers).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     answers.push(("event stream".into(), serde_json::to_vec(&*events.lock().unwrap()).unwrap()));
 

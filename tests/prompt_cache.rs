@@ -169,35 +169,12 @@ async fn raw_cache_keys_never_appear_in_anything_keymux_writes() {
             let _ = r.bytes().await.unwrap();
         }
     }
-    let decisions = c
-        .get(format!("{}/keymux/api/decisions?limit=1000", gateway.root))
-        .bearer_auth(ADMIN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let status = c
-        .get(format!("{}/keymux/api/status", gateway.root))
-        .bearer_auth(ADMIN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let api = Admin::new(&gateway.root);
+    let decisions = api.get_text("/decisions?limit=1000").await;
+    let status = api.get_text("/status").await;
     let v: Value = serde_json::from_str(&decisions).unwrap();
     assert!(v["data"].as_array().unwrap().iter().any(|r| r["decision"]["affinity_state"] == "hit"));
-    let metrics = c
-        .get(format!("{}/keymux/api/metrics", gateway.root))
-        .bearer_auth(ADMIN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = api.get_text("/metrics").await;
     assert!(metrics.contains("prompt_cache_key/hit"), "metrics count the affinity states: {metrics}");
     let output = gateway.stop().await;
     let files = walk(&metrics_dir);

@@ -207,7 +207,7 @@ async fn a_thousand_triple_failovers_keep_attempt_records_small() {
     let second = round(1000).await;
     assert!(first.iter().chain(&second).all(|s| *s == 200));
 
-    let decisions: Value = decisions_api(&c, &gateway.root).await;
+    let decisions: Value = decisions_api(&gateway.root).await;
     let records = decisions["data"].as_array().unwrap();
     assert_eq!(records.len(), 1000, "the ring keeps the newest 1000");
     let mut sizes = Vec::new();
@@ -332,19 +332,23 @@ async fn an_exhausted_key_comes_back_when_the_user_enables_it() {
     );
     let (status, body) = small(&c, &h.base).await;
     assert_eq!(status, 503, "{body}");
-    let url = |action: &str| format!("{}/keymux/api/keys/k_a1/{action}", h.root);
-    let r = c.post(url("enable")).send().await.unwrap();
+    let api = Admin::new(&h.root);
+    let r = c.post(format!("{}/keymux/api/keys/k_a1/enable", h.root)).send().await.unwrap();
     assert_eq!(r.status(), 401, "the control API needs a control credential");
-    let r = c.post(url("enable")).bearer_auth(ADMIN).header("origin", "https://evil.example").send().await.unwrap();
+    let r = api
+        .request(reqwest::Method::POST, "/keys/k_a1/enable")
+        .header("origin", "https://evil.example")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 403, "and no web page may call it");
-    let r: Value = c.post(url("enable")).bearer_auth(ADMIN).send().await.unwrap().json().await.unwrap();
+    let (_, r) = api.post_json("/keys/k_a1/enable", None).await;
     assert_eq!(r["key"]["health"], "ready");
     assert_eq!(small(&c, &h.base).await.0, 200);
     assert_eq!(h.sim.log().last().unwrap().key.as_deref(), Some("sk-a1"));
-    let r: Value = c.post(url("disable")).bearer_auth(ADMIN).send().await.unwrap().json().await.unwrap();
+    let (_, r) = api.post_json("/keys/k_a1/disable", None).await;
     assert_eq!(r["key"]["health"], "disabled");
-    let missing = c.post(format!("{}/keymux/api/keys/k_nope/enable", h.root)).bearer_auth(ADMIN).send().await.unwrap();
-    assert_eq!(missing.status(), 404);
+    assert_eq!(api.post_json("/keys/k_nope/enable", None).await.0, 404);
 }
 
 #[tokio::test]

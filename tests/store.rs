@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use keymux::metrics::Metrics;
 use keymux_sim::SimConfig;
-use serde_json::{json, Value};
+use serde_json::json;
 use support::disk::{rss_kib, SmallDisk};
 use support::*;
 
@@ -104,9 +104,9 @@ async fn counts_survive_a_kill_9_once_flushed() {
         assert_eq!(post(&c, &format!("{}/responses", gateway.base), &[], &body).send().await.unwrap().status(), 200);
     }
     // Wait (on the gateway's own report, not a clock) until the periodic flush has written them.
-    let status_url = format!("{}/keymux/api/status", gateway.root);
+    let api = Admin::new(&gateway.root);
     for _ in 0..600 {
-        let v: Value = c.get(&status_url).bearer_auth(ADMIN).send().await.unwrap().json().await.unwrap();
+        let v = api.get_json("/status").await;
         if v["gateway"]["store"]["pending"] == 0 && v["gateway"]["store"]["persisted"] == true {
             break;
         }
@@ -205,11 +205,9 @@ async fn store_chaos_under_load_fails_no_request_and_resumes() {
         Keymux::spawn(&["--ephemeral", "--config", config.to_str().unwrap(), "--upstream", &sim.base_url()], &env)
             .await;
     let pid = gateway.child.id().unwrap();
-    let c = client();
-    let api = |path: &str| c.get(format!("{}/keymux/api{path}", gateway.root)).bearer_auth(ADMIN).send();
-    let events = collect_events(api("/events?after=0").await.unwrap());
-    let store_status =
-        || async { api("/status").await.unwrap().json::<Value>().await.unwrap()["gateway"]["store"].clone() };
+    let api = Admin::new(&gateway.root);
+    let events = collect_events(api.get("/events?after=0").await);
+    let store_status = || async { api.get_json("/status").await["gateway"]["store"].clone() };
 
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let running = load(gateway.base.clone(), 4, stop.clone());

@@ -77,9 +77,8 @@ async fn events_usage_and_token_sums_agree_exactly_with_what_the_provider_served
     }
     env.push(("KEYMUX_CLIENT_TOKEN".into(), TOKEN.into()));
     let gateway = Keymux::spawn(&["--ephemeral", "--upstream", &sim.base_url()], &env).await;
-    let c = client();
-    let api = |path: &str| c.get(format!("{}/keymux/api{path}", gateway.root)).bearer_auth(ADMIN).send();
-    let seen = collect_events(api("/events?after=0").await.unwrap());
+    let api = Admin::new(&gateway.root);
+    let seen = collect_events(api.get("/events?after=0").await);
     let made = traffic(&gateway.base).await;
 
     // Wait (on the events themselves) until every finished request has been seen.
@@ -94,8 +93,8 @@ async fn events_usage_and_token_sums_agree_exactly_with_what_the_provider_served
     assert_eq!(finished.len(), made, "one finished event per request and WebSocket turn");
     assert_eq!(events.iter().filter(|e| e["type"] == "routed").count(), made);
     let provider = served_by_provider(&sim);
-    let keys: Value = api("/keys").await.unwrap().json().await.unwrap();
-    let usage: Value = api("/usage?bucket=hour&days=1").await.unwrap().json().await.unwrap();
+    let keys = api.get_json("/keys").await;
+    let usage = api.get_json("/usage?bucket=hour&days=1").await;
     println!("provider served {provider:?}");
     for key in keys.as_array().unwrap() {
         let secret = format!("sk-{}", key["label"].as_str().unwrap());

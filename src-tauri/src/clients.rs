@@ -37,48 +37,68 @@ pub fn set_up(app: &AppHandle, gateway: &Arc<Gateway>, client: Client, refresh: 
     let (app, gateway) = (app.clone(), gateway.clone());
     tauri::async_runtime::spawn(async move {
         let title = format!("Set up {client}");
-        if let Err(problem) = set_up_flow(&app, &gateway, client, &title).await {
-            say(&app, &title, &problem, MessageDialogKind::Error);
+        let agree = |text: &str| ask(&app, &title, text, "Apply");
+        let done = match Places::default_for(client) {
+            Ok(places) => set_up_in(&gateway, client, &places, agree).await,
+            Err(problem) => Err(problem),
+        };
+        match done {
+            Ok(Some(done)) => say(&app, &title, &done, MessageDialogKind::Info),
+            Ok(None) => {}
+            Err(problem) => say(&app, &title, &problem, MessageDialogKind::Error),
         }
         refresh(&app);
     });
 }
 
-async fn set_up_flow(app: &AppHandle, gateway: &Arc<Gateway>, client: Client, title: &str) -> Result<(), String> {
-    let path: PathBuf = client.default_path().ok_or("no home directory to find the client's file in")?;
-    let state = setup::default_state_dir().ok_or("no data directory to keep the setup record in")?;
-    let base_url = gateway.base_url();
+/// Where a setup is made: the client's own file and the directory of Keymux's setup records.
+struct Places {
+    file: PathBuf,
+    state: PathBuf,
+}
+
+impl Places {
+    /// Where the client looks for its file now, and the platform data directory.
+    fn default_for(client: Client) -> Result<Places, String> {
+        let file = client.default_path().ok_or("no home directory to find the client's file in")?;
+        let state = setup::default_state_dir().ok_or("no data directory to keep the setup record in")?;
+        Ok(Places { file, state })
+    }
+}
+
+/// The tray's setup: the preview goes to `agree` (the dialog), and once it says yes `keymux::setup`
+/// makes the change, refusing it if the file changed while the dialog was open. What to tell the user
+/// (`None`: they said no).
+async fn set_up_in(
+    gateway: &Gateway,
+    client: Client,
+    places: &Places,
+    agree: impl FnOnce(&str) -> bool,
+) -> Result<Option<String>, String> {
+    let Places { file, state } = places;
     // The preview shows the token masked, so a stand-in does until the user agrees.
     let existing = gateway.token_secret(client.id()).await;
-    let stand_in = existing.clone().unwrap_or_else(|| keymux::secrets::generate(keymux::tokens::TOKEN_PREFIX));
-    let preview = setup::plan(client, &path, &base_url, &stand_in).map_err(|e| e.to_string())?;
-    if !preview.changes_anything() {
-        say(app, title, &format!("{} already uses this Keymux.", path.display()), MessageDialogKind::Info);
-        return Ok(());
+    let preview = setup::preview(client, file, &gateway.base_url(), existing).map_err(|e| e.to_string())?;
+    let plan = preview.plan();
+    if !plan.changes_anything() {
+        return Ok(Some(format!("{} already uses this Keymux.", file.display())));
     }
-    let mut text = format!("Keymux will change {}:\n\n{}", path.display(), preview.preview().trim_end());
-    for note in preview.notes() {
+    let mut text = format!("Keymux will change {}:\n\n{}", file.display(), plan.preview().trim_end());
+    for note in plan.notes() {
         text.push_str(&format!("\n\n{note}"));
     }
     text.push_str("\n\nThe file is backed up first; Undo in the tray menu puts it back.");
-    if !ask(app, title, &text, "Apply") {
-        return Ok(());
+    if !agree(&text) {
+        return Ok(None);
     }
-    let token = gateway.token_for_client(client.id()).await.map_err(|e| e.to_string())?;
-    let plan = setup::plan(client, &path, &base_url, &token).map_err(|e| e.to_string())?;
-    let applied = setup::apply(&plan, &state).map_err(|e| e.to_string())?;
+    let made = preview.confirm(state, || gateway.token_for_client(client.id())).await;
+    let applied = made.map_err(|e| e.to_string())?;
     tracing::info!(client = client.id(), file = %applied.path.display(), "client set up");
     let undo = match &applied.restore {
         Restore::Backup(backup) => format!("The file as it was is kept at {}.", backup.display()),
         Restore::Delete => "Keymux created the file.".to_owned(),
     };
-    say(
-        app,
-        title,
-        &format!("{client} now goes through Keymux. {undo} Undo is in the tray menu."),
-        MessageDialogKind::Info,
-    );
-    Ok(())
+    Ok(Some(format!("{client} now goes through Keymux. {undo} Undo is in the tray menu.")))
 }
 
 /// Puts the client's file back as it was before Keymux set it up.
@@ -110,4 +130,81 @@ pub fn undo(app: &AppHandle, client: Client, refresh: Refresh) {
         }
         refresh(&app);
     });
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "tests")]
+mod tests {
+    use std::path::Path;
+
+    use keymux::config::{Config, TokenConfig};
+    use keymux::secrets::{MemoryStore, Secret, SecretStore as _};
+    use keymux::startup::{ConfigSource, StartOptions};
+
+    use super::*;
+
+    const BEFORE: &str = "# mine\nmodel = \"gpt-5.5\"\n";
+    const EDITED: &str = "# mine\nmodel = \"gpt-5.5\"\n# edited while the dialog was open\n";
+
+    /// A gateway as the tray holds one, its secrets in memory, with one client token but none for
+    /// Codex yet.
+    async fn gateway() -> Arc<Gateway> {
+        let store = MemoryStore::default();
+        let token = Secret::new("km-tray-unit-test-token-4d2c7a91e0b3");
+        store.set(&keymux::secrets::account::token("t_other"), &token).unwrap();
+        let mut config = Config::default();
+        config.tokens.push(TokenConfig { id: "t_other".into(), name: "other".into(), created_unix: 0 });
+        let options = StartOptions {
+            config: ConfigSource::Value(config),
+            store: Some(Arc::new(store)),
+            ephemeral: true,
+            ..StartOptions::default()
+        };
+        keymux::startup::prepare(&options).await.unwrap().gateway
+    }
+
+    /// A Codex config the user has, and where the setup records go, in a temporary directory.
+    fn places(dir: &Path) -> Places {
+        let file = dir.join("codex").join("config.toml");
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, BEFORE).unwrap();
+        Places { file, state: dir.join("state") }
+    }
+
+    #[tokio::test]
+    async fn a_file_edited_while_the_dialog_is_open_is_not_overwritten() {
+        let (dir, gateway) = (tempfile::tempdir().unwrap(), gateway().await);
+        let places = places(dir.path());
+        let agree = |text: &str| {
+            assert!(text.contains("+[model_providers.keymux]"), "the dialog shows the change: {text}");
+            std::fs::write(&places.file, EDITED).unwrap();
+            true
+        };
+        let refused = set_up_in(&gateway, Client::Codex, &places, agree).await.unwrap_err();
+        assert!(refused.contains("changed after the preview was made"), "{refused}");
+        assert_eq!(std::fs::read_to_string(&places.file).unwrap(), EDITED, "the user's edit stays");
+        assert!(setup::status(Client::Codex, &places.state).unwrap().is_none(), "nothing to undo");
+        assert!(gateway.token_secret("codex").await.is_none(), "no token made for a refused setup");
+    }
+
+    #[tokio::test]
+    async fn a_setup_the_user_agrees_to_writes_the_clients_own_token() {
+        let (dir, gateway) = (tempfile::tempdir().unwrap(), gateway().await);
+        let places = places(dir.path());
+        let done = set_up_in(&gateway, Client::Codex, &places, |_| true).await.unwrap().unwrap();
+        assert!(done.contains("Codex now goes through Keymux"), "{done}");
+        let token = gateway.token_secret("codex").await.expect("a token named for the client");
+        let written = std::fs::read_to_string(&places.file).unwrap();
+        assert!(written.contains(token.expose()) && written.starts_with("# mine\n"), "{written}");
+        assert!(setup::status(Client::Codex, &places.state).unwrap().is_some(), "Undo is offered");
+    }
+
+    #[tokio::test]
+    async fn a_setup_the_user_declines_writes_nothing() {
+        let (dir, gateway) = (tempfile::tempdir().unwrap(), gateway().await);
+        let places = places(dir.path());
+        assert_eq!(set_up_in(&gateway, Client::Codex, &places, |_| false).await.unwrap(), None);
+        assert_eq!(std::fs::read_to_string(&places.file).unwrap(), BEFORE);
+        assert!(gateway.token_secret("codex").await.is_none());
+    }
 }

@@ -15,9 +15,9 @@ use crate::sessions::SessionInfo;
 /// The gateway at a glance, and every key: what the status bar and the tray show.
 #[derive(Clone, Debug, Serialize, TS)]
 pub struct StatusBody {
-    /// The gateway.
+    /// The gateway as a whole: version, address, pause, key counts, store and keychain state.
     pub gateway: GatewayInfo,
-    /// Every key.
+    /// Every pooled key, whatever its health, in the pool's order.
     pub keys: Vec<KeyInfo>,
 }
 
@@ -30,7 +30,7 @@ pub struct GatewayInfo {
     pub base_url: String,
     /// Routing is paused: new requests get 503.
     pub paused: bool,
-    /// Keys in the pool.
+    /// How many keys the pool holds, in any health.
     pub keys_total: usize,
     /// Of those, usable now.
     pub keys_healthy: usize,
@@ -40,7 +40,7 @@ pub struct GatewayInfo {
     pub requests_last_minute: u64,
     /// Where the metrics live, and any problem.
     pub store: StoreStatus,
-    /// The secret store.
+    /// Which secret store holds the keys and tokens, and whether it answers.
     pub keychain: KeychainInfo,
     /// When the gateway started, Unix milliseconds.
     pub started_unix_ms: u64,
@@ -63,7 +63,7 @@ pub struct KeychainInfo {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, TS)]
 #[serde(rename_all = "snake_case")]
 pub enum HealthState {
-    /// Usable.
+    /// The router may send requests to it now.
     Ready,
     /// Rate limited until `until_unix_ms`.
     Cooling,
@@ -78,9 +78,9 @@ pub enum HealthState {
 /// One rate-limit window, as the provider last reported it and counted down locally since.
 #[derive(Clone, Debug, Serialize, TS)]
 pub struct WindowInfo {
-    /// The limit per window.
+    /// How many requests (or tokens) the provider allows in one window.
     pub limit: u64,
-    /// What is left now.
+    /// How many of those are left now: the provider's last figure, less what was sent since.
     pub remaining: u64,
     /// When it refills fully, Unix milliseconds.
     pub resets_at_unix_ms: u64,
@@ -93,13 +93,14 @@ pub struct WindowInfo {
 /// One key, with everything a card or a gauge needs. Never the secret.
 #[derive(Clone, Debug, Serialize, TS)]
 pub struct KeyInfo {
-    /// Stable id.
+    /// The id the config, the CLI and the control API name the key by (`k_work`, `env-b1`); never
+    /// derived from the secret.
     pub id: KeyId,
-    /// Label.
+    /// The name the user gave the key, shown on its card.
     pub label: String,
-    /// Short keyed fingerprint of the secret.
+    /// A short digest of the secret under the install secret: tells keys apart, reveals nothing.
     pub fingerprint: String,
-    /// Provider.
+    /// Whose API the key is for (OpenAI, or Azure OpenAI).
     pub provider: Provider,
     /// Where the key came from.
     pub source: KeySource,
@@ -107,11 +108,11 @@ pub struct KeyInfo {
     pub org: Option<String>,
     /// Whether the organization was learned from the provider (not configured).
     pub org_learned: bool,
-    /// Health.
+    /// Whether the router may use it now, and if not, why (cooling, out of quota, rejected, disabled).
     pub health: HealthState,
     /// When a cooldown or quota rest ends, Unix milliseconds.
     pub until_unix_ms: Option<u64>,
-    /// Requests in flight.
+    /// Requests sent on this key whose answer has not finished yet.
     pub in_flight: u32,
     /// Priority tier (lower first).
     pub priority: u8,
@@ -119,31 +120,32 @@ pub struct KeyInfo {
     pub daily_token_budget: Option<u64>,
     /// Tokens used today (UTC).
     pub tokens_today: u64,
-    /// The request window.
+    /// The provider's window for requests (`x-ratelimit-*-requests`), once an answer reported it.
     pub requests_window: Option<WindowInfo>,
-    /// The token window.
+    /// The provider's window for tokens (`x-ratelimit-*-tokens`), once an answer reported it.
     pub tokens_window: Option<WindowInfo>,
     /// Share of the tighter window left, 0 to 1.
     pub headroom: f32,
-    /// Requests served since start.
+    /// Answers since start that the key itself served: any 2xx, and client errors (the key was fine).
     pub served: u64,
-    /// Upstream failures since start.
+    /// Answers since start that held against the key: rate limited, out of quota, rejected, or a provider
+    /// failure (5xx, connection, timeout).
     pub failed: u64,
-    /// The last upstream status.
+    /// The HTTP status of the provider's last answer on this key (`None`: it has not answered yet).
     pub last_status: Option<u16>,
     /// `invalid_encrypted_content` on requests Keymux pinned correctly (a provider incident).
     pub invalid_encrypted_content: u64,
-    /// Prompt tokens since start.
+    /// Prompt (input) tokens the provider counted on this key since start.
     pub input_tokens: u64,
     /// Of those, from the provider's prompt cache.
     pub cached_tokens: u64,
-    /// Output tokens since start.
+    /// Output tokens (reasoning included) the provider counted on this key since start.
     pub output_tokens: u64,
-    /// Cached share of prompt tokens.
+    /// `cached_tokens / input_tokens`, 0 to 1 (0 before any prompt).
     pub cached_ratio: f32,
     /// If not empty, the only models it serves.
     pub models: Vec<String>,
-    /// Models it never serves.
+    /// Models the user excluded: the router never sends them to this key.
     pub exclude_models: Vec<String>,
     /// Models the provider said it cannot use.
     pub unavailable_models: Vec<String>,
@@ -154,9 +156,9 @@ pub struct KeyInfo {
 /// A client token as listed (never the token itself).
 #[derive(Clone, Debug, Serialize, TS)]
 pub struct TokenInfo {
-    /// Stable id.
+    /// The id the config and the keychain entry name the token by (`t_…`).
     pub id: String,
-    /// Its name.
+    /// The name the user gave it (`codex`, `pi`), shown in the request log as the client.
     pub name: String,
     /// When it was created, Unix seconds (0 when not known).
     pub created_unix: u64,
@@ -165,7 +167,7 @@ pub struct TokenInfo {
 /// A token just created: the only time its value is shown.
 #[derive(Clone, Debug, Serialize, TS)]
 pub struct CreatedToken {
-    /// The token as listed.
+    /// The new token's id, name and creation time, as the token list will show it.
     pub token: TokenInfo,
     /// The value to give the client (Codex `env_key`, pi `apiKey`).
     pub secret: String,
@@ -174,14 +176,14 @@ pub struct CreatedToken {
 /// The recent decisions, oldest first.
 #[derive(Clone, Debug, Serialize, TS)]
 pub struct DecisionsBody {
-    /// The records.
+    /// One record per finished request: its decision, attempts, status, usage and timing.
     pub data: Vec<RequestRecord>,
 }
 
 /// The recent sessions, most recently seen first.
 #[derive(Clone, Debug, Serialize, TS)]
 pub struct SessionsBody {
-    /// The sessions.
+    /// The client sessions seen recently (bounded), each with the key and organization it is bound to.
     pub sessions: Vec<SessionInfo>,
 }
 
@@ -201,33 +203,33 @@ pub struct UsagePoint {
     pub start_unix_ms: u64,
     /// A key's fingerprint, `none` for requests no key served, or `total`.
     pub key: String,
-    /// Requests finished.
+    /// Requests that finished in the bucket, whatever their status.
     pub requests: u64,
     /// Of those, by status class (`2xx`, `4xx`, `429`, `5xx`, `499`).
     pub by_status: BTreeMap<String, u64>,
     /// By `affinity_source/affinity_state`.
     pub by_affinity: BTreeMap<String, u64>,
-    /// Failed attempts by category.
+    /// Attempts that failed, by category (`rate_limited`, `upstream_5xx`…); a retried request counts each.
     pub failures: BTreeMap<String, u64>,
-    /// Requests pinned by encrypted content.
+    /// Requests sent to the organization their encrypted reasoning items belong to.
     pub pinned: u64,
-    /// Requests bound by continuity.
+    /// Requests kept on the key that served the earlier turns of their conversation.
     pub continuity: u64,
-    /// Requests rescued.
+    /// Requests sent on after dropping items no key could read (their organization was gone).
     pub rescued: u64,
-    /// Prompt tokens.
+    /// Prompt (input) tokens the provider counted.
     pub input_tokens: u64,
-    /// Of those, cached.
+    /// Of those, from the provider's prompt cache.
     pub cached_tokens: u64,
-    /// Output tokens.
+    /// Output tokens (reasoning included) the provider counted.
     pub output_tokens: u64,
-    /// Cached share of prompt tokens.
+    /// `cached_tokens / input_tokens`, 0 to 1 (0 before any prompt).
     pub cached_ratio: f32,
     /// Median time to the first byte, milliseconds (the bucket's upper bound).
     pub latency_p50_ms: Option<u32>,
-    /// 90th percentile.
+    /// Time to the first byte that 90% of requests stayed under, milliseconds (the bucket's upper bound).
     pub latency_p90_ms: Option<u32>,
-    /// 99th percentile.
+    /// Time to the first byte that 99% of requests stayed under, milliseconds (the bucket's upper bound).
     pub latency_p99_ms: Option<u32>,
 }
 
@@ -241,7 +243,7 @@ pub struct LoginLink {
 /// The dashboard session's CSRF token, sent back in `x-keymux-csrf` on every change.
 #[derive(Clone, Debug, Serialize, TS)]
 pub struct SessionBody {
-    /// The token.
+    /// The value to send in `x-keymux-csrf` with every change this session makes.
     pub csrf: String,
 }
 
@@ -259,13 +261,13 @@ pub struct ChallengeAnswer {
 pub struct KeyTestBody {
     /// The provider accepted the key.
     pub ok: bool,
-    /// The status it answered.
+    /// The HTTP status of the provider's answer (`None`: no answer, e.g. it could not be reached).
     pub status: Option<u16>,
-    /// The organization it reported.
+    /// The organization the provider said the key belongs to (`openai-organization`), if it said.
     pub org: Option<String>,
-    /// What happened.
+    /// What the test found and what to do about it, for a person.
     pub message: String,
-    /// How long it took.
+    /// From sending the test request to its answer, milliseconds.
     pub duration_ms: u32,
 }
 
@@ -278,7 +280,7 @@ impl From<KeyTest> for KeyTestBody {
 /// An OpenAI-shaped error, as every failed call answers.
 #[derive(Clone, Debug, Serialize, TS)]
 pub struct ErrorBody {
-    /// The error.
+    /// What went wrong, in OpenAI's shape: message, type, code, param.
     pub error: ErrorDetail,
 }
 
@@ -291,9 +293,9 @@ pub struct ErrorDetail {
     #[serde(rename = "type")]
     #[ts(rename = "type")]
     pub kind: String,
-    /// A stable code.
+    /// A short machine-readable reason (`invalid_api_key`, `keymux_key_rejected`…) a client can match on.
     pub code: Option<String>,
-    /// Always null.
+    /// The request parameter at fault, in OpenAI's shape; Keymux always sends null.
     pub param: Option<String>,
 }
 

@@ -11,14 +11,15 @@ use super::manage::{self, usage, Loaded};
 use super::{out, SetupArgs};
 use crate::remote::Remote;
 use crate::secrets::{self, account, Secret};
-use crate::setup::{self, Client, Restore};
+use crate::setup::{self, Client, ConfirmError, Restore};
 use crate::startup::StartError;
 
-/// The client token the file will hold: one named for the client that this user's keychain already
-/// has (so running setup again changes nothing), or a new one, made only once the change is applied.
-enum Token {
-    Existing { name: String, secret: Secret },
-    New { name: String, stand_in: Secret },
+/// The client token the file will hold: the one named for the client that this user's keychain already
+/// has (so running setup again changes nothing), or else the name a new one gets when the change is
+/// applied.
+struct Token {
+    name: String,
+    existing: Option<Secret>,
 }
 
 impl Token {
@@ -28,7 +29,7 @@ impl Token {
             let account = account::token(&listed.id);
             // A keychain that cannot be read just means a new token.
             if let Ok(Some(secret)) = secrets::blocking(loaded.store.clone(), move |s| s.get(&account)).await {
-                return Token::Existing { name: listed.name.clone(), secret };
+                return Token { name: listed.name.clone(), existing: Some(secret) };
             }
         }
         if let Some(remote) = remote {
@@ -37,22 +38,7 @@ impl Token {
                 taken.extend(names.map(str::to_owned));
             }
         }
-        let name = crate::control::free_token_name(client.id(), &taken);
-        Token::New { name, stand_in: secrets::generate(crate::tokens::TOKEN_PREFIX) }
-    }
-
-    /// The token a preview shows (masked).
-    fn for_preview(&self) -> &Secret {
-        match self {
-            Token::Existing { secret, .. } => secret,
-            Token::New { stand_in, .. } => stand_in,
-        }
-    }
-
-    fn name(&self) -> &str {
-        match self {
-            Token::Existing { name, .. } | Token::New { name, .. } => name,
-        }
+        Token { name: crate::control::free_token_name(client.id(), &taken), existing: None }
     }
 }
 
@@ -76,33 +62,27 @@ pub(super) async fn setup(config_path: Option<PathBuf>, args: SetupArgs) -> Resu
             .ok_or_else(|| usage(format!("listen = {:?} in the config is not an address", loaded.config.listen)))?,
     };
     let token = Token::find(&loaded, remote.as_ref(), client).await;
-    let preview = setup::plan(client, &path, &base_url, token.for_preview()).map_err(usage)?;
-    out(preview.preview().trim_end());
-    if !preview.changes_anything() {
+    let preview = setup::preview(client, &path, &base_url, token.existing).map_err(usage)?;
+    out(preview.plan().preview().trim_end());
+    if !preview.plan().changes_anything() {
         return Ok(());
     }
-    if let Token::New { name, .. } = &token {
+    if preview.makes_token() {
+        let name = &token.name;
         out(&format!("(a new client token '{name}' is created when this is applied; the preview shows a stand-in)"));
     }
     if !args.yes && !confirm()? {
         return Ok(());
     }
-    let plan = match &token {
-        Token::Existing { .. } => preview,
-        Token::New { name, .. } => {
-            let secret = manage::new_token(&loaded, remote.as_ref(), name).await?;
-            let plan = setup::plan(client, &path, &base_url, &secret).map_err(usage)?;
-            if plan.current() != preview.current() {
-                return Err(usage(setup::SetupError::ChangedSincePreview { path }));
-            }
-            plan
-        }
-    };
-    let applied = setup::apply(&plan, &state).map_err(usage)?;
+    let made = preview.confirm(&state, || manage::new_token(&loaded, remote.as_ref(), &token.name)).await;
+    let applied = made.map_err(|e| match e {
+        ConfirmError::Token(e) => e,
+        ConfirmError::Setup(e) => usage(e),
+    })?;
     out(&format!(
         "set up {client} in {}: it reaches Keymux at {base_url} with the client token '{}'",
         applied.path.display(),
-        token.name()
+        token.name
     ));
     out(&match (&applied.restore, applied.backed_up) {
         (Restore::Backup(backup), true) => format!("backup of the file as it was: {}", backup.display()),

@@ -5,7 +5,8 @@
 
 use toml_edit::{DocumentMut, InlineTable, Item, Table, TableLike, Value};
 
-use super::{Edited, Refusal, PROVIDER};
+use super::plan::{Edited, Refusal};
+use super::PROVIDER;
 
 /// Keys of a provider that say where its credential comes from. Keymux's own provider takes the token
 /// from this file, so any other source is removed rather than left to compete with it.

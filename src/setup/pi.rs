@@ -5,7 +5,8 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{Edited, Refusal, PROVIDER};
+use super::plan::{Edited, Refusal};
+use super::PROVIDER;
 
 /// The models a new Keymux provider offers pi, as the README shows them.
 fn default_models() -> Value {

@@ -1,6 +1,12 @@
 #![expect(clippy::unwrap_used, reason = "tests")]
 
+use std::path::{Path, PathBuf};
+
+#[cfg(unix)]
+use super::files::mode_of;
+use super::record::record_path;
 use super::*;
+use crate::secrets::Secret;
 
 const BASE: &str = "http://127.0.0.1:8787/v1";
 const TOKEN: &str = "km-unit-test-token-5c1e0a97d3b2";
@@ -167,6 +173,55 @@ fn a_file_changed_between_preview_and_apply_is_not_written() {
     std::fs::write(&path, format!("{CODEX}# added meanwhile\n")).unwrap();
     assert!(matches!(apply(&plan, &place.state()), Err(SetupError::ChangedSincePreview { .. })));
     assert!(std::fs::read_to_string(&path).unwrap().ends_with("# added meanwhile\n"));
+}
+
+/// A `make_token` for [`Preview::confirm`] that counts its calls and can edit the file first.
+fn maker<'a>(
+    calls: &'a std::cell::Cell<u32>,
+    edit: Option<(&'a Path, &'a str)>,
+) -> impl FnOnce() -> std::future::Ready<Result<Secret, std::convert::Infallible>> + 'a {
+    move || {
+        calls.set(calls.get() + 1);
+        if let Some((path, text)) = edit {
+            std::fs::write(path, text).unwrap();
+        }
+        std::future::ready(Ok(token()))
+    }
+}
+
+#[tokio::test]
+async fn a_confirmed_preview_writes_the_token_made_after_the_stand_in_was_shown() {
+    let place = Place::new();
+    let path = place.write("config.toml", CODEX);
+    let shown = preview(Client::Codex, &path, BASE, None).unwrap();
+    assert!(shown.makes_token() && shown.plan().preview().contains("+experimental_bearer_token = \"km-…"));
+    assert!(!shown.plan().text().contains(TOKEN), "the preview holds a stand-in");
+    let calls = std::cell::Cell::new(0);
+    let applied = shown.confirm(&place.state(), maker(&calls, None)).await.unwrap();
+    assert_eq!(calls.get(), 1);
+    assert!(std::fs::read_to_string(&applied.path).unwrap().contains(TOKEN), "the real token is written");
+}
+
+#[tokio::test]
+async fn a_file_changed_since_the_preview_is_not_written_whenever_it_changed() {
+    let edited = format!("{CODEX}# added meanwhile\n");
+    // While the preview was shown (no token made), while the token was made, and with a token that
+    // existed already (no token to make).
+    for (existing, edit_in_maker, made) in [(None, false, 0), (None, true, 1), (Some(token()), false, 0)] {
+        let place = Place::new();
+        let path = place.write("config.toml", CODEX);
+        let shown = preview(Client::Codex, &path, BASE, existing).unwrap();
+        if !edit_in_maker {
+            std::fs::write(&path, &edited).unwrap();
+        }
+        let calls = std::cell::Cell::new(0);
+        let edit = edit_in_maker.then_some((path.as_path(), edited.as_str()));
+        let refused = shown.confirm(&place.state(), maker(&calls, edit)).await.unwrap_err();
+        assert!(matches!(refused, ConfirmError::Setup(SetupError::ChangedSincePreview { .. })), "{refused}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), edited, "the edit stays");
+        assert_eq!(calls.get(), made, "a token is made only while the file is as previewed");
+        assert!(status(Client::Codex, &place.state()).unwrap().is_none(), "nothing to undo");
+    }
 }
 
 #[test]

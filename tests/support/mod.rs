@@ -3,7 +3,10 @@
 #![allow(dead_code, reason = "each test binary uses a different part of the support module")]
 #![allow(clippy::unwrap_used, clippy::disallowed_methods, reason = "test support")]
 
+pub mod admin;
 pub mod disk;
+
+pub use admin::Admin;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -177,8 +180,13 @@ pub fn client_counts(sim: &Sim) -> std::collections::BTreeMap<String, usize> {
 
 /// A small `POST /v1/responses` through `client`; its status, once the whole answer is read.
 pub async fn small_request(client: &reqwest::Client, base: &str) -> u16 {
+    small_request_as(client, base, TOKEN).await
+}
+
+/// A small `POST /v1/responses` with the client token `token`; its status, once the whole answer is read.
+pub async fn small_request_as(client: &reqwest::Client, base: &str, token: &str) -> u16 {
     let body = serde_json::json!({"model":"gpt-5.5","input":"hello","store":false});
-    let r = post(client, &format!("{base}/responses"), &[], &body).send().await.unwrap();
+    let r = client.post(format!("{base}/responses")).bearer_auth(token).json(&body).send().await.unwrap();
     let status = r.status().as_u16();
     let _ = r.bytes().await;
     status
@@ -649,16 +657,8 @@ pub fn org_of(secret: &str) -> &'static str {
 }
 
 /// The gateway's recent decisions, through its API.
-pub async fn decisions_api(client: &reqwest::Client, root: &str) -> Value {
-    client
-        .get(format!("{root}/keymux/api/decisions?limit=1000"))
-        .bearer_auth(ADMIN)
-        .send()
-        .await
-        .expect("decisions API answers")
-        .json()
-        .await
-        .expect("decisions are JSON")
+pub async fn decisions_api(root: &str) -> Value {
+    Admin::new(root).get_json("/decisions?limit=1000").await
 }
 
 /// The next finished request on an event feed (skipping routing and key events), waiting at most a

@@ -1,0 +1,140 @@
+//! Working out a change to a client's file (the new text and its masked preview) without writing.
+
+use std::path::{Path, PathBuf};
+
+use super::files::read_limited;
+use super::mask::Secrets;
+use super::{codex, diff, pi, Client, SetupError};
+use crate::secrets::Secret;
+
+/// What a client module makes of a file: the new text and what the user should know about the change.
+pub(super) struct Edited {
+    pub(super) text: String,
+    pub(super) notes: Vec<String>,
+}
+
+/// Why a client module will not edit a file.
+#[derive(Debug)]
+pub(super) enum Refusal {
+    /// Not valid TOML or JSON.
+    Syntax(String),
+    /// Valid, but not shaped as the client reads it.
+    Shape(String),
+}
+
+/// A change to a client's file, worked out and not yet made.
+pub struct Plan {
+    pub(super) client: Client,
+    pub(super) path: PathBuf,
+    pub(super) current: Option<Vec<u8>>,
+    pub(super) text: String,
+    preview: String,
+    notes: Vec<String>,
+}
+
+impl std::fmt::Debug for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The new text holds the token: never printed.
+        f.debug_struct("Plan")
+            .field("client", &self.client)
+            .field("path", &self.path)
+            .field("changes_anything", &self.changes_anything())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Plan {
+    /// The client.
+    pub fn client(&self) -> Client {
+        self.client
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The file's bytes now (`None`: it does not exist).
+    pub fn current(&self) -> Option<&[u8]> {
+        self.current.as_deref()
+    }
+
+    /// The text that would be written. It holds the client token: never show it.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// What changes, for a person: a small diff with the token masked, then the notes.
+    pub fn preview(&self) -> &str {
+        &self.preview
+    }
+
+    /// What else to know: a setting that is replaced, a profile that wins, how to pick the provider.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// Whether applying would change the file (otherwise it is already set up).
+    pub fn changes_anything(&self) -> bool {
+        self.current.as_deref() != Some(self.text.as_bytes())
+    }
+}
+
+/// Works out how `client`'s file at `path` points at the gateway at `base_url` with `token`. Reads the
+/// file; writes nothing.
+pub fn plan(client: Client, path: &Path, base_url: &str, token: &Secret) -> Result<Plan, SetupError> {
+    let base_url = base_url.trim_end_matches('/');
+    if !(base_url.starts_with("http://") || base_url.starts_with("https://")) || base_url.contains(char::is_whitespace)
+    {
+        return Err(SetupError::Invalid(format!("the base URL {base_url:?} must be an http:// or https:// URL")));
+    }
+    check_token(token.expose())?;
+    let current = read_limited(path)?;
+    let old = match &current {
+        Some(bytes) => Some(std::str::from_utf8(bytes).map_err(|_| SetupError::Unreadable {
+            path: path.to_owned(),
+            format: client.format(),
+            message: "it is not UTF-8 text".into(),
+        })?),
+        None => None,
+    };
+    let edited = match client {
+        Client::Codex => codex::edit(old.unwrap_or(""), base_url, token.expose()),
+        Client::Pi => pi::edit(old.unwrap_or(""), base_url, token.expose()),
+    }
+    .map_err(|refusal| match refusal {
+        Refusal::Syntax(message) => SetupError::Unreadable { path: path.to_owned(), format: client.format(), message },
+        Refusal::Shape(message) => SetupError::Unexpected { path: path.to_owned(), message },
+    })?;
+    let secrets = Secrets::of(client, old.unwrap_or(""), &edited.text, token.expose());
+    let title = path.display().to_string();
+    let (preview, notes) = if old == Some(edited.text.as_str()) {
+        let already =
+            format!("{title} already points {client} at Keymux ({base_url}) with this token: nothing to change\n");
+        (already, Vec::new())
+    } else {
+        let notes: Vec<String> = edited.notes.iter().map(|n| secrets.mask(n)).collect();
+        let mut preview = diff::unified(&title, old, &edited.text, &|line: &str| secrets.mask(line));
+        for note in &notes {
+            preview.push_str(&format!("note: {note}\n"));
+        }
+        (preview, notes)
+    };
+    Ok(Plan { client, path: path.to_owned(), current, text: edited.text, preview, notes })
+}
+
+/// Refuses what is not a local client token; above all an OpenAI key, which never goes into a
+/// client's file.
+fn check_token(token: &str) -> Result<(), SetupError> {
+    if token.starts_with("sk-") {
+        return Err(SetupError::Invalid(
+            "that is an OpenAI API key: Keymux writes only a local client token into a client's file".into(),
+        ));
+    }
+    crate::tokens::check_strength(token).map_err(SetupError::Invalid)?;
+    // Such a token would be escaped in the file, where the preview's mask would not find it.
+    if token.contains(['"', '\\']) {
+        return Err(SetupError::Invalid("a client token must not contain quotes or backslashes".into()));
+    }
+    Ok(())
+}

@@ -1,0 +1,80 @@
+//! What the state directory keeps about a setup, so Undo can take it back: paths, a digest, a time.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+
+use super::error::io;
+use super::{Client, SetupError, PRIVATE};
+use crate::config_file::write_atomically_with_mode;
+
+/// What Undo will do with the file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Restore {
+    /// Put this backup back.
+    Backup(PathBuf),
+    /// Delete the file: it did not exist before Keymux wrote it.
+    Delete,
+}
+
+impl Restore {
+    pub(super) fn describe(&self) -> String {
+        match self {
+            Restore::Backup(path) => path.display().to_string(),
+            Restore::Delete => "nowhere: Keymux created the file".into(),
+        }
+    }
+}
+
+/// What the state directory keeps about one client's setup. Nothing secret: paths, a digest, a time.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct Record {
+    pub(super) client: Client,
+    pub(super) path: PathBuf,
+    /// `None`: the file did not exist, Undo deletes it.
+    pub(super) backup: Option<PathBuf>,
+    /// SHA-256 of the text Keymux wrote, to tell whether the file changed since.
+    pub(super) sha256: String,
+    pub(super) written_unix: u64,
+}
+
+impl Record {
+    pub(super) fn restore(&self) -> Restore {
+        self.backup.clone().map_or(Restore::Delete, Restore::Backup)
+    }
+
+    /// Whether the file is still exactly what Keymux wrote.
+    pub(super) fn intact(&self, now: Option<&[u8]>) -> bool {
+        now.is_some_and(|bytes| sha256(bytes) == self.sha256)
+    }
+}
+
+pub(super) fn record_path(state_dir: &Path, client: Client) -> PathBuf {
+    state_dir.join(format!("setup-{}.json", client.id()))
+}
+
+pub(super) fn read_record(state_dir: &Path, client: Client) -> Result<Option<Record>, SetupError> {
+    let path = record_path(state_dir, client);
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(SetupError::Io { path, source }),
+    };
+    serde_json::from_slice(&bytes).map(Some).map_err(|e| SetupError::Unreadable {
+        path,
+        format: "JSON",
+        message: e.to_string(),
+    })
+}
+
+pub(super) fn write_record(state_dir: &Path, record: &Record) -> Result<(), SetupError> {
+    let path = record_path(state_dir, record.client);
+    let bytes = serde_json::to_vec_pretty(record)
+        .map_err(|e| SetupError::Io { path: path.clone(), source: std::io::Error::other(e) })?;
+    write_atomically_with_mode(&path, &bytes, Some(PRIVATE)).map_err(io(&path))
+}
+
+pub(super) fn sha256(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
