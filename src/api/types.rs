@@ -3,17 +3,18 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
 use crate::events::RequestRecord;
 use crate::keys::KeyTest;
 use crate::keys::{KeyId, KeySource, Provider};
 use crate::metrics::StoreStatus;
+use crate::pool::{HealthState, KeyStatus};
 use crate::sessions::SessionInfo;
 
 /// The gateway at a glance, and every key: what the status bar and the tray show.
-#[derive(Clone, Debug, Serialize, TS)]
+#[derive(Clone, Debug, Serialize, Deserialize, TS)]
 pub struct StatusBody {
     /// The gateway.
     pub gateway: GatewayInfo,
@@ -22,7 +23,7 @@ pub struct StatusBody {
 }
 
 /// The gateway as a whole.
-#[derive(Clone, Debug, Serialize, TS)]
+#[derive(Clone, Debug, Serialize, Deserialize, TS)]
 pub struct GatewayInfo {
     /// Keymux's version.
     pub version: String,
@@ -51,7 +52,7 @@ pub struct GatewayInfo {
 }
 
 /// Where secrets live.
-#[derive(Clone, Debug, Serialize, TS)]
+#[derive(Clone, Debug, Serialize, Deserialize, TS)]
 pub struct KeychainInfo {
     /// `OS keychain` or `memory`.
     pub kind: String,
@@ -59,24 +60,8 @@ pub struct KeychainInfo {
     pub ok: bool,
 }
 
-/// A key's health.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, TS)]
-#[serde(rename_all = "snake_case")]
-pub enum HealthState {
-    /// Usable.
-    Ready,
-    /// Rate limited until `until_unix_ms`.
-    Cooling,
-    /// Out of quota; tried again at `until_unix_ms`.
-    QuotaExhausted,
-    /// Rejected by the provider (401/403).
-    Rejected,
-    /// Switched off by the user.
-    Disabled,
-}
-
 /// One rate-limit window, as the provider last reported it and counted down locally since.
-#[derive(Clone, Debug, Serialize, TS)]
+#[derive(Clone, Debug, Serialize, Deserialize, TS)]
 pub struct WindowInfo {
     /// The limit per window.
     pub limit: u64,
@@ -91,64 +76,18 @@ pub struct WindowInfo {
 }
 
 /// One key, with everything a card or a gauge needs. Never the secret.
-#[derive(Clone, Debug, Serialize, TS)]
+#[derive(Clone, Debug, Serialize, Deserialize, TS)]
 pub struct KeyInfo {
-    /// Stable id.
-    pub id: KeyId,
-    /// Label.
-    pub label: String,
-    /// Short keyed fingerprint of the secret.
-    pub fingerprint: String,
-    /// Provider.
-    pub provider: Provider,
-    /// Where the key came from.
-    pub source: KeySource,
-    /// Its organization: configured, else learned.
-    pub org: Option<String>,
-    /// Whether the organization was learned from the provider (not configured).
-    pub org_learned: bool,
-    /// Health.
-    pub health: HealthState,
+    /// The key's state now (its health, counters and settings).
+    #[serde(flatten)]
+    #[ts(flatten)]
+    pub status: KeyStatus,
     /// When a cooldown or quota rest ends, Unix milliseconds.
     pub until_unix_ms: Option<u64>,
-    /// Requests in flight.
-    pub in_flight: u32,
-    /// Priority tier (lower first).
-    pub priority: u8,
-    /// Daily token budget, if any.
-    pub daily_token_budget: Option<u64>,
-    /// Tokens used today (UTC).
-    pub tokens_today: u64,
     /// The request window.
     pub requests_window: Option<WindowInfo>,
     /// The token window.
     pub tokens_window: Option<WindowInfo>,
-    /// Share of the tighter window left, 0 to 1.
-    pub headroom: f32,
-    /// Requests served since start.
-    pub served: u64,
-    /// Upstream failures since start.
-    pub failed: u64,
-    /// The last upstream status.
-    pub last_status: Option<u16>,
-    /// `invalid_encrypted_content` on requests Keymux pinned correctly (a provider incident).
-    pub invalid_encrypted_content: u64,
-    /// Prompt tokens since start.
-    pub input_tokens: u64,
-    /// Of those, from the provider's prompt cache.
-    pub cached_tokens: u64,
-    /// Output tokens since start.
-    pub output_tokens: u64,
-    /// Cached share of prompt tokens.
-    pub cached_ratio: f32,
-    /// If not empty, the only models it serves.
-    pub models: Vec<String>,
-    /// Models it never serves.
-    pub exclude_models: Vec<String>,
-    /// Models the provider said it cannot use.
-    pub unavailable_models: Vec<String>,
-    /// Its base URL, when it has its own.
-    pub base_url: Option<String>,
 }
 
 /// A client token as listed (never the token itself).
@@ -246,7 +185,7 @@ pub struct SessionBody {
 }
 
 /// The gateway's answer to the CLI's challenge.
-#[derive(Clone, Debug, Serialize, serde::Deserialize, TS)]
+#[derive(Clone, Debug, Serialize, Deserialize, TS)]
 pub struct ChallengeAnswer {
     /// The gateway's own nonce.
     pub server_nonce: String,
@@ -300,7 +239,7 @@ pub struct ErrorDetail {
 /// The TypeScript of every type the dashboard reads or sends, in one file.
 pub fn typescript() -> String {
     use crate::control::{KeyChanges, NewKey};
-    use crate::events::{Attempt, Envelope, Event, FailureKind, GatewayEvent, KeyChange, KeyEvent, Routed, Transport};
+    use crate::events::{Attempt, Envelope, Event, FailureKind, GatewayEvent, KeyChange, KeyEvent, Routed, Wire};
     use crate::facts::{AffinitySource, ClientKind, Operation};
     use crate::relay::Usage;
     use crate::router::{AffinityState, Decision, PinDecision, Reason, Refusal, Route, SkipWhy};
@@ -321,7 +260,7 @@ pub fn typescript() -> String {
         Decision::decl(),
         FailureKind::decl(),
         Attempt::decl(),
-        Transport::decl(),
+        Wire::decl(),
         Usage::decl(),
         RequestRecord::decl(),
         Routed::decl(),
@@ -337,6 +276,7 @@ pub fn typescript() -> String {
         GatewayInfo::decl(),
         HealthState::decl(),
         WindowInfo::decl(),
+        KeyStatus::decl(),
         KeyInfo::decl(),
         StatusBody::decl(),
         TokenInfo::decl(),
