@@ -217,7 +217,7 @@ duration_ms: number,
  */
 message: string | null, };
 
-export type Transport = "http" | "web_socket";
+export type Wire = "http" | "web_socket";
 
 export type Usage = { 
 /**
@@ -235,37 +235,9 @@ output: number, };
 
 export type RequestRecord = { 
 /**
- * Wall-clock time of arrival, Unix milliseconds.
- */
-at_unix_ms: number, 
-/**
- * The operation.
- */
-operation: Operation, 
-/**
- * HTTP or WebSocket.
- */
-transport: Transport, 
-/**
- * The client that sent it.
- */
-client: ClientKind, 
-/**
- * A short keyed digest of its session (`prompt_cache_key`), never the raw value.
- */
-session: string | null, 
-/**
- * Model named in the body (capped).
- */
-model: string | null, 
-/**
  * Whether the client asked for a stream.
  */
 stream: boolean, 
-/**
- * The routing decision.
- */
-decision: Decision, 
 /**
  * Attempts made, in order (at most `router::MAX_ATTEMPTS`).
  */
@@ -301,7 +273,35 @@ duration_ms: number,
 /**
  * The tokens the answer reported, when it reached a successful end.
  */
-usage: Usage | null, };
+usage: Usage | null, 
+/**
+ * Wall-clock time of arrival, Unix milliseconds.
+ */
+at_unix_ms: number, 
+/**
+ * The operation.
+ */
+operation: Operation, 
+/**
+ * HTTP or WebSocket.
+ */
+transport: Wire, 
+/**
+ * The client that sent it.
+ */
+client: ClientKind, 
+/**
+ * A short keyed digest of its session.
+ */
+session: string | null, 
+/**
+ * Model named in the body (capped).
+ */
+model: string | null, 
+/**
+ * The decision.
+ */
+decision: Decision, };
 
 export type Routed = { 
 /**
@@ -315,7 +315,7 @@ operation: Operation,
 /**
  * HTTP or WebSocket.
  */
-transport: Transport, 
+transport: Wire, 
 /**
  * The client that sent it.
  */
@@ -565,7 +565,7 @@ span_ms: number,
  */
 pace: number | null, };
 
-export type KeyInfo = { 
+export type KeyStatus = { 
 /**
  * Stable id.
  */
@@ -575,7 +575,7 @@ id: KeyId,
  */
 label: string, 
 /**
- * Short keyed fingerprint of the secret.
+ * Short keyed fingerprint of the secret (as in `keymux keys list` and the metrics).
  */
 fingerprint: string, 
 /**
@@ -599,10 +599,6 @@ org_learned: boolean,
  */
 health: HealthState, 
 /**
- * When a cooldown or quota rest ends, Unix milliseconds.
- */
-until_unix_ms: number | null, 
-/**
  * Requests in flight.
  */
 in_flight: number, 
@@ -615,19 +611,11 @@ priority: number,
  */
 daily_token_budget: number | null, 
 /**
- * Tokens used today (UTC).
+ * Tokens used today (UTC); above the budget is an overrun.
  */
 tokens_today: number, 
 /**
- * The request window.
- */
-requests_window: WindowInfo | null, 
-/**
- * The token window.
- */
-tokens_window: WindowInfo | null, 
-/**
- * Share of the tighter window left, 0 to 1.
+ * Share of the tighter rate-limit window left, 0 to 1.
  */
 headroom: number, 
 /**
@@ -643,15 +631,16 @@ failed: number,
  */
 last_status: number | null, 
 /**
- * `invalid_encrypted_content` on requests Keymux pinned correctly (a provider incident).
+ * Upstream `invalid_encrypted_content` answers to requests Keymux had pinned correctly (a provider
+ * incident, never the key's fault).
  */
 invalid_encrypted_content: number, 
 /**
- * Prompt tokens since start.
+ * Prompt tokens of successful answers since start.
  */
 input_tokens: number, 
 /**
- * Of those, from the provider's prompt cache.
+ * Of those, served from the provider's prompt cache (the provider's own cache result).
  */
 cached_tokens: number, 
 /**
@@ -671,11 +660,126 @@ models: Array<string>,
  */
 exclude_models: Array<string>, 
 /**
- * Models the provider said it cannot use.
+ * Models the provider said this key cannot use (it is skipped for them).
  */
 unavailable_models: Array<string>, 
 /**
- * Its base URL, when it has its own.
+ * Its own base URL, if any.
+ */
+base_url: string | null, };
+
+export type KeyInfo = { 
+/**
+ * When a cooldown or quota rest ends, Unix milliseconds.
+ */
+until_unix_ms: number | null, 
+/**
+ * The request window.
+ */
+requests_window: WindowInfo | null, 
+/**
+ * The token window.
+ */
+tokens_window: WindowInfo | null, 
+/**
+ * Stable id.
+ */
+id: KeyId, 
+/**
+ * Label.
+ */
+label: string, 
+/**
+ * Short keyed fingerprint of the secret (as in `keymux keys list` and the metrics).
+ */
+fingerprint: string, 
+/**
+ * Provider.
+ */
+provider: Provider, 
+/**
+ * Where the key came from.
+ */
+source: KeySource, 
+/**
+ * Its organization: configured, else learned.
+ */
+org: string | null, 
+/**
+ * Whether the organization was learned from the provider (not configured).
+ */
+org_learned: boolean, 
+/**
+ * Health.
+ */
+health: HealthState, 
+/**
+ * Requests in flight.
+ */
+in_flight: number, 
+/**
+ * Priority tier (lower first).
+ */
+priority: number, 
+/**
+ * Daily token budget, if any.
+ */
+daily_token_budget: number | null, 
+/**
+ * Tokens used today (UTC); above the budget is an overrun.
+ */
+tokens_today: number, 
+/**
+ * Share of the tighter rate-limit window left, 0 to 1.
+ */
+headroom: number, 
+/**
+ * Requests served since start.
+ */
+served: number, 
+/**
+ * Upstream failures since start.
+ */
+failed: number, 
+/**
+ * The last upstream status.
+ */
+last_status: number | null, 
+/**
+ * Upstream `invalid_encrypted_content` answers to requests Keymux had pinned correctly (a provider
+ * incident, never the key's fault).
+ */
+invalid_encrypted_content: number, 
+/**
+ * Prompt tokens of successful answers since start.
+ */
+input_tokens: number, 
+/**
+ * Of those, served from the provider's prompt cache (the provider's own cache result).
+ */
+cached_tokens: number, 
+/**
+ * Output tokens since start.
+ */
+output_tokens: number, 
+/**
+ * Cached share of prompt tokens.
+ */
+cached_ratio: number, 
+/**
+ * If not empty, the only models it serves.
+ */
+models: Array<string>, 
+/**
+ * Models it never serves.
+ */
+exclude_models: Array<string>, 
+/**
+ * Models the provider said this key cannot use (it is skipped for them).
+ */
+unavailable_models: Array<string>, 
+/**
+ * Its own base URL, if any.
  */
 base_url: string | null, };
 
