@@ -1,0 +1,340 @@
+//! The two pumps of a bound socket: client to upstream (markers stripped, each `response.create` a
+//! turn with its own record) and upstream to client (org-bound values tagged, each turn finished at its
+//! terminal event). Each awaits the other side's send, so at most one frame per direction is in Keymux
+//! at a time.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::ws::{CloseFrame as AxumClose, Message as AxumMessage, WebSocket};
+use bytes::Bytes;
+use futures::{FutureExt as _, SinkExt as _, StreamExt as _};
+use http::HeaderMap;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame as UpClose;
+use tokio_tungstenite::tungstenite::Message as UpMessage;
+
+use super::{error_frame, lost_state_frame, Bound, Turn, Upstream, MAX_PENDING_TURNS};
+use crate::events::Wire;
+use crate::facts::{self, Incoming, Operation};
+use crate::gateway::Gateway;
+use crate::keys::KeyId;
+use crate::pipeline::record::End;
+use crate::pipeline::{self, Completion, Trace};
+use crate::relay::{Tagger, Usage};
+use crate::router::Decision;
+use crate::tokens::ClientScope;
+
+/// Why the inbound pump stopped early.
+enum Stop {
+    /// The session's state lives with another organization (or socket): the client must reconnect.
+    Misbound(KeyId),
+    /// The frame carries a marker that must not be used.
+    Refused(String),
+}
+
+/// The two pumps, until either side closes or the gateway shuts down.
+pub(super) async fn relay(
+    gateway: Arc<Gateway>,
+    client: WebSocket,
+    bound: Bound,
+    headers: HeaderMap,
+    scope: ClientScope,
+) {
+    let Bound { upstream, guard, tagger, key, turns } = bound;
+    let (client_tx, client_rx) = client.split();
+    let (up_tx, up_rx) = upstream.split();
+    let (notice_tx, notice_rx) = tokio::sync::mpsc::channel::<AxumMessage>(1);
+    let inbound = Inbound { gateway: gateway.clone(), key: key.clone(), turns: turns.clone(), headers, scope };
+    let outbound = Outbound { gateway: gateway.clone(), key: key.clone(), tagger, turns };
+    let inbound = inbound.pump(client_rx, up_tx);
+    let outbound = outbound.pump(up_rx, client_tx, notice_rx);
+    tokio::pin!(inbound);
+    tokio::pin!(outbound);
+    let closing = gateway.closing();
+    tokio::select! {
+        result = &mut inbound => {
+            let notice = match result {
+                Ok(()) => None,
+                Err(Stop::Misbound(other)) => {
+                    tracing::info!(key = %key, other = %other, "session belongs to another organization; asking the client to reconnect");
+                    Some(lost_state_frame())
+                }
+                Err(Stop::Refused(message)) => {
+                    tracing::warn!(key = %key, "closing websocket: {message}");
+                    Some(error_frame(400, "keymux_invalid_marker", &message, None))
+                }
+            };
+            if let Some(notice) = notice {
+                let _ = notice_tx.send(notice).await;
+            }
+            // Let the upstream's answer to a close (or the notice) reach the client, briefly.
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), outbound).await;
+        }
+        () = &mut outbound => {}
+        () = closing.cancelled() => {
+            let close = AxumClose { code: 1001, reason: "Keymux is shutting down".into() };
+            let _ = notice_tx.send(AxumMessage::Close(Some(close))).await;
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), outbound).await;
+        }
+    }
+    drop(guard);
+}
+
+type ClientRx = futures::stream::SplitStream<WebSocket>;
+type ClientTx = futures::stream::SplitSink<WebSocket, AxumMessage>;
+type UpRx = futures::stream::SplitStream<Upstream>;
+type UpTx = futures::stream::SplitSink<Upstream, UpMessage>;
+
+/// Client → upstream: markers stripped, each `response.create` a turn with its own record.
+struct Inbound {
+    gateway: Arc<Gateway>,
+    key: KeyId,
+    turns: Arc<Mutex<VecDeque<Turn>>>,
+    headers: HeaderMap,
+    scope: ClientScope,
+}
+
+impl Inbound {
+    async fn pump(self, mut client_rx: ClientRx, mut up_tx: UpTx) -> Result<(), Stop> {
+        while let Some(message) = client_rx.next().await {
+            let forwarded = match message {
+                Ok(AxumMessage::Text(text)) => self.turn(&text)?,
+                Ok(AxumMessage::Binary(bytes)) => UpMessage::Binary(bytes),
+                Ok(AxumMessage::Ping(p)) => UpMessage::Ping(p),
+                Ok(AxumMessage::Pong(p)) => UpMessage::Pong(p),
+                Ok(AxumMessage::Close(frame)) => {
+                    let close =
+                        frame.map(|f| UpClose { code: CloseCode::from(f.code), reason: f.reason.as_str().into() });
+                    let _ = up_tx.send(UpMessage::Close(close)).await;
+                    return Ok(());
+                }
+                Err(_) => return Ok(()),
+            };
+            if up_tx.send(forwarded).await.is_err() {
+                return Ok(());
+            }
+        }
+        let _ = up_tx.close().await;
+        Ok(())
+    }
+
+    /// One frame on the bound socket: its facts, a check that this socket's key can serve it, and its
+    /// record (finished when its answer ends).
+    fn turn(&self, text: &str) -> Result<UpMessage, Stop> {
+        let gateway = &self.gateway;
+        let raw = Bytes::copy_from_slice(text.as_bytes());
+        let mut trace = Trace::new(gateway, gateway.next_seq(), Operation::ResponsesCreate, Wire::WebSocket);
+        let incoming = Incoming {
+            seq: trace.seq(),
+            operation: Operation::ResponsesCreate,
+            scope: &self.scope.0,
+            path: "/v1/responses",
+            headers: &self.headers,
+            body: &raw,
+        };
+        let extracted =
+            facts::extract(&incoming, gateway.markers()).map_err(|e| Stop::Refused(format!("Keymux: {e}.")))?;
+        let facts = &extracted.facts;
+        let now = gateway.clock().now();
+        // Bound to this socket: markers of another organization cannot be read here, and a response made
+        // on another socket's key cannot be continued here. Remember where the session belongs and make
+        // the client reconnect (on `previous_response_not_found` Codex reconnects and resends all).
+        let org = gateway.pool().org_tag(&self.key);
+        let misbound = facts
+            .pins
+            .iter()
+            .find(|p| Some(p.org) != org && p.key != self.key)
+            .or(facts.continuity.as_ref().filter(|c| c.key != self.key));
+        if let Some(pin) = misbound {
+            if let Some(session) = facts.session {
+                gateway.hints().insert(session, pin.key.clone(), now);
+            }
+            return Err(Stop::Misbound(pin.key.clone()));
+        }
+        if let Some(session) = facts.session {
+            gateway.hints().insert(session, self.key.clone(), now);
+        }
+        trace.facts(facts);
+        trace.decided(Decision::bound_to_socket(trace.seq(), &self.key));
+        trace.serving(&self.key);
+        let completion = Completion { key: self.key.clone(), operation: Operation::ResponsesCreate, signal: None };
+        self.push(Turn { trace, completion });
+        Ok(UpMessage::Text(String::from_utf8_lossy(&extracted.body).into_owned().into()))
+    }
+
+    fn push(&self, turn: Turn) {
+        let mut turns = self.turns.lock().unwrap_or_else(|p| p.into_inner());
+        if turns.len() == MAX_PENDING_TURNS {
+            // A client that never waits for answers: the oldest turn's record closes unanswered.
+            if let Some(old) = turns.pop_front() {
+                old.trace.finish(End {
+                    served_by: Some(self.key.clone()),
+                    status: 200,
+                    error: Some("unanswered"),
+                    usage: None,
+                });
+            }
+        }
+        turns.push_back(turn);
+    }
+}
+
+/// Upstream → client: frames tagged with the key's markers; a turn's record finishes at its end.
+struct Outbound {
+    gateway: Arc<Gateway>,
+    key: KeyId,
+    tagger: Option<Tagger>,
+    turns: Arc<Mutex<VecDeque<Turn>>>,
+}
+
+impl Outbound {
+    async fn pump(
+        self,
+        mut up_rx: UpRx,
+        mut client_tx: ClientTx,
+        mut notice_rx: tokio::sync::mpsc::Receiver<AxumMessage>,
+    ) {
+        loop {
+            let message = tokio::select! {
+                notice = notice_rx.recv() => {
+                    if let Some(notice) = notice {
+                        let closing = matches!(notice, AxumMessage::Close(_));
+                        let _ = client_tx.send(notice).await;
+                        if !closing {
+                            let _ = client_tx.send(AxumMessage::Close(None)).await;
+                        }
+                    }
+                    self.close_turns("client_gone");
+                    return;
+                }
+                message = up_rx.next() => match message {
+                    Some(message) => message,
+                    None => break,
+                },
+            };
+            // Frames that are already here go out in one write: feed them all, flush once.
+            let mut lost = false;
+            let mut next = Some(message);
+            while let Some(message) = next.take() {
+                match self.forward(message) {
+                    Forward::Frame(frame) => {
+                        if client_tx.feed(frame).await.is_err() {
+                            self.close_turns("client_gone");
+                            return;
+                        }
+                    }
+                    Forward::Skip => {}
+                    Forward::Closed(close) => {
+                        let _ = client_tx.send(AxumMessage::Close(close)).await;
+                        self.close_turns("upstream_closed");
+                        return;
+                    }
+                    Forward::Lost => {
+                        lost = true;
+                        break;
+                    }
+                }
+                next = up_rx.next().now_or_never().flatten();
+            }
+            if client_tx.flush().await.is_err() {
+                self.close_turns("client_gone");
+                return;
+            }
+            if lost {
+                break;
+            }
+        }
+        // The upstream went away without a close: its state is gone.
+        let _ = client_tx.send(lost_state_frame()).await;
+        let _ = client_tx.send(AxumMessage::Close(None)).await;
+        self.close_turns("upstream_cut");
+    }
+
+    /// What one upstream message becomes for the client.
+    fn forward(&self, message: Result<UpMessage, tokio_tungstenite::tungstenite::Error>) -> Forward {
+        match message {
+            Ok(UpMessage::Text(text)) => Forward::Frame(AxumMessage::Text(self.frame(text.as_str()).into())),
+            Ok(UpMessage::Binary(bytes)) => Forward::Frame(AxumMessage::Binary(bytes)),
+            Ok(UpMessage::Ping(p)) => Forward::Frame(AxumMessage::Ping(p)),
+            Ok(UpMessage::Pong(p)) => Forward::Frame(AxumMessage::Pong(p)),
+            Ok(UpMessage::Close(frame)) => {
+                Forward::Closed(frame.map(|f| AxumClose { code: u16::from(f.code), reason: f.reason.as_str().into() }))
+            }
+            Ok(UpMessage::Frame(_)) => Forward::Skip,
+            Err(_) => Forward::Lost,
+        }
+    }
+
+    /// One upstream text frame: noted against the current turn, tagged for the client.
+    fn frame(&self, text: &str) -> String {
+        self.observe(text);
+        match self.tagger.as_ref().and_then(|t| t.tag_json(text.as_bytes())) {
+            Some(tagged) => String::from_utf8_lossy(&tagged).into_owned(),
+            None => text.to_owned(),
+        }
+    }
+
+    /// The current turn's first frame is its time to first byte; `response.completed` ends it with its
+    /// usage, an `error` or `response.failed` ends it as failed.
+    fn observe(&self, text: &str) {
+        let mut turns = self.turns.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(turn) = turns.front_mut() else { return };
+        turn.trace.answered();
+        let kind = turn_end(text);
+        if kind == TurnEnd::Open {
+            return;
+        }
+        let Some(turn) = turns.pop_front() else { return };
+        drop(turns);
+        let (error, usage) = match kind {
+            TurnEnd::Completed(usage) => {
+                pipeline::completed(&self.gateway, &turn.completion, usage);
+                (None, usage)
+            }
+            _ => (Some("upstream_error"), None),
+        };
+        turn.trace.finish(End { served_by: Some(self.key.clone()), status: 200, error, usage });
+    }
+
+    /// Closes the records of turns that will get no answer now.
+    fn close_turns(&self, why: &'static str) {
+        let mut turns = self.turns.lock().unwrap_or_else(|p| p.into_inner());
+        for turn in turns.drain(..) {
+            turn.trace.finish(End { served_by: Some(self.key.clone()), status: 200, error: Some(why), usage: None });
+        }
+    }
+}
+
+/// What an upstream message becomes.
+enum Forward {
+    /// A frame for the client.
+    Frame(AxumMessage),
+    /// Nothing (a raw frame tungstenite hands up only when asked to).
+    Skip,
+    /// The upstream closed the socket.
+    Closed(Option<AxumClose>),
+    /// The upstream socket failed: its state is gone.
+    Lost,
+}
+
+/// Whether a frame ends its turn.
+#[derive(Debug, PartialEq)]
+enum TurnEnd {
+    Open,
+    Completed(Option<Usage>),
+    Failed,
+}
+
+fn turn_end(text: &str) -> TurnEnd {
+    let has = |needle: &[u8]| memchr::memmem::find(text.as_bytes(), needle).is_some();
+    if !has(b"response.completed") && !has(b"\"error\"") && !has(b"response.failed") {
+        return TurnEnd::Open;
+    }
+    let Some(event) = crate::relay::EndEvent::read(text.as_bytes()) else { return TurnEnd::Open };
+    match event.kind() {
+        Some("response.completed") => TurnEnd::Completed(event.response_usage()),
+        Some("error" | "response.failed") => TurnEnd::Failed,
+        _ => TurnEnd::Open,
+    }
+}
