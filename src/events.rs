@@ -76,7 +76,8 @@ pub enum Wire {
 pub struct RequestRecord {
     /// What arrived and how it was decided (the same as the `routed` event showed).
     #[serde(flatten)]
-    #[ts(flatten)]
+    // Declared in TypeScript as `Routed & { ... }` by `api::types::typescript()`.
+    #[ts(skip)]
     pub routed: Routed,
     /// Whether the client asked for a stream.
     pub stream: bool,

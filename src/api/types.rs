@@ -80,7 +80,8 @@ pub struct WindowInfo {
 pub struct KeyInfo {
     /// The key's state now (its health, counters and settings).
     #[serde(flatten)]
-    #[ts(flatten)]
+    // Declared in TypeScript as `KeyStatus & { ... }` by `api::types::typescript()`.
+    #[ts(skip)]
     pub status: KeyStatus,
     /// When a cooldown or quota rest ends, Unix milliseconds.
     pub until_unix_ms: Option<u64>,
@@ -236,6 +237,15 @@ pub struct ErrorDetail {
     pub param: Option<String>,
 }
 
+/// The declaration of a type whose Rust struct flattens `base` into it (its field marked `#[ts(skip)]`):
+/// `Base & { ...its own fields }`, so the base's fields are declared once.
+fn extending(decl: String, base: &str) -> String {
+    match decl.split_once(" = ") {
+        Some((name, fields)) => format!("{name} = {base} & {fields}"),
+        None => decl,
+    }
+}
+
 /// The TypeScript of every type the dashboard reads or sends, in one file.
 pub fn typescript() -> String {
     use crate::control::{KeyChanges, NewKey};
@@ -262,8 +272,8 @@ pub fn typescript() -> String {
         Attempt::decl(),
         Wire::decl(),
         Usage::decl(),
-        RequestRecord::decl(),
         Routed::decl(),
+        extending(RequestRecord::decl(), "Routed"),
         KeyChange::decl(),
         KeyEvent::decl(),
         GatewayEvent::decl(),
@@ -277,7 +287,7 @@ pub fn typescript() -> String {
         HealthState::decl(),
         WindowInfo::decl(),
         KeyStatus::decl(),
-        KeyInfo::decl(),
+        extending(KeyInfo::decl(), "KeyStatus"),
         StatusBody::decl(),
         TokenInfo::decl(),
         CreatedToken::decl(),

@@ -253,7 +253,7 @@ fn row(label: &str, id: &str, provider: Provider, org: Option<&str>, fp: &str, s
         .unwrap_or_else(|| "(learned on first use)".into());
     let mut status = stored.to_owned();
     if let Some(s) = state {
-        status.push_str(&format!(", {}", s.status.health.as_str()));
+        status.push_str(&format!(", {}", health_word(s.status.health)));
         if let Some(until) = s.until_unix_ms {
             let now = crate::clock::Clock::system().unix_ms();
             status.push_str(&format!(" {}s", until.saturating_sub(now).div_ceil(1000)));
@@ -267,6 +267,17 @@ fn row(label: &str, id: &str, provider: Provider, org: Option<&str>, fp: &str, s
         }
     }
     out(&format!("{label:<16} {id:<14} {:<8} {org:<24} {fp:<11} {status}", provider.as_str()));
+}
+
+/// A key's health as `keymux keys list` prints it: the API's own word for it.
+fn health_word(health: HealthState) -> &'static str {
+    match health {
+        HealthState::Ready => "ready",
+        HealthState::Cooling => "cooling",
+        HealthState::QuotaExhausted => "quota_exhausted",
+        HealthState::Rejected => "rejected",
+        HealthState::Disabled => "disabled",
+    }
 }
 
 pub(super) async fn token(config_path: Option<PathBuf>, cmd: TokenCommand) -> Result<(), StartError> {
@@ -393,4 +404,18 @@ fn read_secret() -> Result<Secret, StartError> {
     let value = raw.trim_end_matches(['\n', '\r']).trim();
     validate_secret(value).map_err(usage)?;
     Ok(Secret::new(value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{health_word, HealthState};
+
+    /// The CLI prints the same word the control API sends (what it printed when it read the JSON).
+    #[test]
+    fn printed_health_words_are_the_api_words() {
+        use HealthState::*;
+        for state in [Ready, Cooling, QuotaExhausted, Rejected, Disabled] {
+            assert_eq!(serde_json::to_value(state).ok(), Some(serde_json::Value::from(health_word(state))));
+        }
+    }
 }

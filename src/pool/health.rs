@@ -44,19 +44,6 @@ pub enum HealthState {
     Disabled,
 }
 
-impl HealthState {
-    /// Its name in the API (`quota_exhausted`), as the CLI prints it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Ready => "ready",
-            Self::Cooling => "cooling",
-            Self::QuotaExhausted => "quota_exhausted",
-            Self::Rejected => "rejected",
-            Self::Disabled => "disabled",
-        }
-    }
-}
-
 impl Health {
     /// What it is at `now`, and how long until its cooldown (or quota rest) ends, if it has one.
     pub fn at(self, now: Instant) -> (HealthState, Option<Duration>) {
@@ -164,18 +151,5 @@ pub(super) fn health_change(before: Health, after: Health, now: Instant) -> Opti
             Some(HealthChange::Recovered)
         }
         _ => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::HealthState;
-
-    #[test]
-    fn printed_names_are_the_api_names() {
-        use HealthState::*;
-        for state in [Ready, Cooling, QuotaExhausted, Rejected, Disabled] {
-            assert_eq!(serde_json::to_value(state).ok(), Some(serde_json::Value::from(state.as_str())));
-        }
     }
 }

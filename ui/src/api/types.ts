@@ -233,7 +233,37 @@ cached: number,
  */
 output: number, };
 
-export type RequestRecord = { 
+export type Routed = { 
+/**
+ * Wall-clock time of arrival, Unix milliseconds.
+ */
+at_unix_ms: number, 
+/**
+ * The operation.
+ */
+operation: Operation, 
+/**
+ * HTTP or WebSocket.
+ */
+transport: Wire, 
+/**
+ * The client that sent it.
+ */
+client: ClientKind, 
+/**
+ * A short keyed digest of its session.
+ */
+session: string | null, 
+/**
+ * Model named in the body (capped).
+ */
+model: string | null, 
+/**
+ * The decision.
+ */
+decision: Decision, };
+
+export type RequestRecord = Routed & { 
 /**
  * Whether the client asked for a stream.
  */
@@ -273,65 +303,7 @@ duration_ms: number,
 /**
  * The tokens the answer reported, when it reached a successful end.
  */
-usage: Usage | null, 
-/**
- * Wall-clock time of arrival, Unix milliseconds.
- */
-at_unix_ms: number, 
-/**
- * The operation.
- */
-operation: Operation, 
-/**
- * HTTP or WebSocket.
- */
-transport: Wire, 
-/**
- * The client that sent it.
- */
-client: ClientKind, 
-/**
- * A short keyed digest of its session.
- */
-session: string | null, 
-/**
- * Model named in the body (capped).
- */
-model: string | null, 
-/**
- * The decision.
- */
-decision: Decision, };
-
-export type Routed = { 
-/**
- * Wall-clock time of arrival, Unix milliseconds.
- */
-at_unix_ms: number, 
-/**
- * The operation.
- */
-operation: Operation, 
-/**
- * HTTP or WebSocket.
- */
-transport: Wire, 
-/**
- * The client that sent it.
- */
-client: ClientKind, 
-/**
- * A short keyed digest of its session.
- */
-session: string | null, 
-/**
- * Model named in the body (capped).
- */
-model: string | null, 
-/**
- * The decision.
- */
-decision: Decision, };
+usage: Usage | null, };
 
 export type KeyChange = { "kind": "cooling_started", 
 /**
@@ -668,7 +640,7 @@ unavailable_models: Array<string>,
  */
 base_url: string | null, };
 
-export type KeyInfo = { 
+export type KeyInfo = KeyStatus & { 
 /**
  * When a cooldown or quota rest ends, Unix milliseconds.
  */
@@ -680,108 +652,7 @@ requests_window: WindowInfo | null,
 /**
  * The token window.
  */
-tokens_window: WindowInfo | null, 
-/**
- * Stable id.
- */
-id: KeyId, 
-/**
- * Label.
- */
-label: string, 
-/**
- * Short keyed fingerprint of the secret (as in `keymux keys list` and the metrics).
- */
-fingerprint: string, 
-/**
- * Provider.
- */
-provider: Provider, 
-/**
- * Where the key came from.
- */
-source: KeySource, 
-/**
- * Its organization: configured, else learned.
- */
-org: string | null, 
-/**
- * Whether the organization was learned from the provider (not configured).
- */
-org_learned: boolean, 
-/**
- * Health.
- */
-health: HealthState, 
-/**
- * Requests in flight.
- */
-in_flight: number, 
-/**
- * Priority tier (lower first).
- */
-priority: number, 
-/**
- * Daily token budget, if any.
- */
-daily_token_budget: number | null, 
-/**
- * Tokens used today (UTC); above the budget is an overrun.
- */
-tokens_today: number, 
-/**
- * Share of the tighter rate-limit window left, 0 to 1.
- */
-headroom: number, 
-/**
- * Requests served since start.
- */
-served: number, 
-/**
- * Upstream failures since start.
- */
-failed: number, 
-/**
- * The last upstream status.
- */
-last_status: number | null, 
-/**
- * Upstream `invalid_encrypted_content` answers to requests Keymux had pinned correctly (a provider
- * incident, never the key's fault).
- */
-invalid_encrypted_content: number, 
-/**
- * Prompt tokens of successful answers since start.
- */
-input_tokens: number, 
-/**
- * Of those, served from the provider's prompt cache (the provider's own cache result).
- */
-cached_tokens: number, 
-/**
- * Output tokens since start.
- */
-output_tokens: number, 
-/**
- * Cached share of prompt tokens.
- */
-cached_ratio: number, 
-/**
- * If not empty, the only models it serves.
- */
-models: Array<string>, 
-/**
- * Models it never serves.
- */
-exclude_models: Array<string>, 
-/**
- * Models the provider said this key cannot use (it is skipped for them).
- */
-unavailable_models: Array<string>, 
-/**
- * Its own base URL, if any.
- */
-base_url: string | null, };
+tokens_window: WindowInfo | null, };
 
 export type StatusBody = { 
 /**
