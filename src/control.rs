@@ -7,10 +7,12 @@
 //! The steps that need no running gateway (checking a new key, storing its secret, writing the config)
 //! are also used by the CLI when no gateway runs.
 
+use axum::http::StatusCode;
 use serde::Deserialize;
 
 use crate::config::{Config, ConfigError, KeyConfig, TokenConfig};
 use crate::config_file;
+use crate::error::{ApiError, ChangeFailure};
 use crate::events::{GatewayEvent, KeyChange};
 use crate::gateway::Gateway;
 use crate::keys::KeyTest;
@@ -111,6 +113,26 @@ pub enum ControlError {
     /// The config file could not be written.
     #[error(transparent)]
     Config(#[from] ConfigError),
+}
+
+impl ControlError {
+    /// How this failure answers: its status, OpenAI error type and code, and its message.
+    pub fn failure(&self) -> ChangeFailure {
+        let (status, kind, code) = match self {
+            Self::NotFound(_) => (StatusCode::NOT_FOUND, "invalid_request_error", "not_found"),
+            Self::Invalid(_) => (StatusCode::BAD_REQUEST, "invalid_request_error", "invalid_value"),
+            Self::Secrets(_) | Self::Config(_) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "server_error", "keymux_control_failed")
+            }
+        };
+        ChangeFailure { status, kind, code, message: self.to_string() }
+    }
+}
+
+impl From<ControlError> for ApiError {
+    fn from(e: ControlError) -> Self {
+        Self::Control(e.failure())
+    }
 }
 
 /// Checks a new key against the config, and its secret, before anything is stored. The messages never
@@ -260,10 +282,10 @@ impl Gateway {
     /// Adds a key: its secret to the keychain, its entry to the config, the key to the pool (probed,
     /// so its organization is known before the first request).
     pub async fn add_key(&self, new: NewKey) -> Result<KeyId, ControlError> {
-        if self.pool().len() >= crate::router::MAX_KEYS {
+        if self.pool().len() >= crate::pool::MAX_KEYS {
             return Err(ControlError::Invalid(format!(
                 "the pool already has {} keys, the most it takes",
-                crate::router::MAX_KEYS
+                crate::pool::MAX_KEYS
             )));
         }
         let labels: Vec<String> =
@@ -333,7 +355,7 @@ impl Gateway {
 
     /// Tests a key with one free call (`GET /models`); what it teaches goes to the pool as usual.
     pub async fn test_key(&self, id: &KeyId) -> Result<KeyTest, ControlError> {
-        self.probe(id.clone())
+        crate::pipeline::probe(self, id.clone())
             .await
             .ok_or_else(|| ControlError::NotFound(format!("no key {id}; see `keymux keys list`")))
     }

@@ -1,24 +1,41 @@
 //! The error a client sees. Every layer's error folds into `ApiError`, which answers in OpenAI's shape
 //! (`{"error":{"message","type","param","code"}}`) with a message that says what to do next.
 
+use std::borrow::Cow;
+
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::upstream::UpstreamError;
 
-/// Who caused a failure: used for metrics and for deciding whether to blame a key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Blame {
-    /// The client sent something wrong.
-    Client,
-    /// A key (or its upstream account) failed.
-    Key,
-    /// The upstream service or the network.
-    Upstream,
-    /// Keymux itself or its environment (keychain, disk).
-    Keymux,
+/// How a change to the gateway failed, as the layer that made the change describes it (`control` builds
+/// one from its own error, so this module does not need to know that layer's variants).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangeFailure {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// OpenAI's error `type`: `invalid_request_error` or `server_error`.
+    pub kind: &'static str,
+    /// A stable code.
+    pub code: &'static str,
+    /// What went wrong and what to do.
+    pub message: String,
+}
+
+/// Everything an error says about itself, in one place: how it answers and how it is counted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spec {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// OpenAI's error `type`.
+    pub kind: &'static str,
+    /// Keymux's (or OpenAI's) stable `code`.
+    pub code: Option<&'static str>,
+    /// A short static label for metrics and logs.
+    pub label: &'static str,
+    /// What the client is told: what happened, and what to do next.
+    pub message: Cow<'static, str>,
 }
 
 /// Errors answered to clients.
@@ -96,8 +113,8 @@ pub enum ApiError {
     #[error("routing paused")]
     Paused,
     /// A change to the gateway could not be made.
-    #[error(transparent)]
-    Control(#[from] crate::control::ControlError),
+    #[error("{}", .0.message)]
+    Control(ChangeFailure),
     /// A browser-origin or foreign-host request to a local endpoint.
     #[error("forbidden origin or host")]
     ForbiddenOrigin,
@@ -109,213 +126,119 @@ pub enum ApiError {
     NotFound { path: String },
 }
 
+const REQUEST: &str = "invalid_request_error";
+const SERVER: &str = "server_error";
+
+impl ChangeFailure {
+    fn spec(&self) -> Spec {
+        let message = format!("Keymux could not make that change: {}.", self.message);
+        Spec {
+            status: self.status,
+            kind: self.kind,
+            code: Some(self.code),
+            label: "control_failed",
+            message: message.into(),
+        }
+    }
+}
+
+/// An `invalid_request_error`: the client can fix it.
+fn req(status: StatusCode, code: &'static str, label: &'static str, message: impl Into<Cow<'static, str>>) -> Spec {
+    Spec { status, kind: REQUEST, code: Some(code), label, message: message.into() }
+}
+
+/// A `server_error`: Keymux, its keys or the provider cannot serve now.
+fn srv(status: StatusCode, code: &'static str, label: &'static str, message: impl Into<Cow<'static, str>>) -> Spec {
+    Spec { status, kind: SERVER, code: Some(code), label, message: message.into() }
+}
+
 impl ApiError {
-    /// The HTTP status.
-    pub fn status(&self) -> StatusCode {
+    /// What this error is: status, type, code, label and message, from one exhaustive match.
+    pub fn spec(&self) -> Spec {
+        use StatusCode as S;
         match self {
-            Self::Unauthorized { .. } | Self::ControlDenied { .. } | Self::WrongCredential => StatusCode::UNAUTHORIZED,
-            Self::CsrfMissing => StatusCode::FORBIDDEN,
-            Self::Paused => StatusCode::SERVICE_UNAVAILABLE,
-            Self::Control(e) => match e {
-                crate::control::ControlError::NotFound(_) => StatusCode::NOT_FOUND,
-                crate::control::ControlError::Invalid(_) => StatusCode::BAD_REQUEST,
-                crate::control::ControlError::Secrets(_) | crate::control::ControlError::Config(_) => {
-                    StatusCode::SERVICE_UNAVAILABLE
-                }
+            Self::Unauthorized { missing } => req(S::UNAUTHORIZED, "invalid_api_key", "unauthorized", token(*missing)),
+            Self::ControlDenied { reason } => {
+                req(S::UNAUTHORIZED, "keymux_control_denied", "control_denied", control_denied(*reason))
+            }
+            Self::CsrfMissing => req(S::FORBIDDEN, "keymux_csrf_missing", "csrf_missing", CSRF_MISSING),
+            Self::WrongCredential => req(S::UNAUTHORIZED, "invalid_api_key", "wrong_credential", WRONG_CREDENTIAL),
+            Self::Paused => srv(S::SERVICE_UNAVAILABLE, "keymux_paused", "paused", PAUSED),
+            Self::Control(failure) => failure.spec(),
+            Self::BodyTooLarge { limit } => {
+                req(S::PAYLOAD_TOO_LARGE, "request_too_large", "body_too_large", body_too_large(*limit))
+            }
+            Self::BodyRead { detail } => Spec { code: None, ..req(S::BAD_REQUEST, "", "body_read", body_read(detail)) },
+            Self::BodyTimeout { secs } => {
+                req(S::REQUEST_TIMEOUT, "request_timeout", "body_timeout", body_timeout(*secs))
+            }
+            Self::BadJson { detail } => req(S::BAD_REQUEST, "invalid_json", "bad_json", bad_json(detail)),
+            Self::BadPath => req(S::BAD_REQUEST, "invalid_path", "bad_path", DOT_SEGMENTS),
+            Self::UpstreamAnswerTooLarge { status, limit } => srv(
+                S::from_u16(*status).unwrap_or(S::BAD_GATEWAY),
+                "keymux_upstream_answer_too_large",
+                "upstream_answer_too_large",
+                answer_too_large(*status, *limit),
+            ),
+            Self::Marker(e) => req(S::BAD_REQUEST, "keymux_invalid_marker", marker_label(e), format!("Keymux: {e}.")),
+            Self::MixedOrgs { labels } => {
+                req(S::BAD_REQUEST, "keymux_mixed_organizations", "mixed_orgs", mixed_orgs(labels))
+            }
+            Self::LostOrg { label } => req(S::CONFLICT, "keymux_organization_unavailable", "lost_org", lost_org(label)),
+            Self::ContinuityLost { label } => {
+                req(S::CONFLICT, "keymux_continuity_unavailable", "continuity_lost", continuity_lost(label))
+            }
+            Self::NoKeys => srv(S::SERVICE_UNAVAILABLE, "keymux_no_keys", "no_keys", NO_KEYS),
+            Self::AllCooling { retry_after_secs: secs, cooling } => Spec {
+                kind: "requests",
+                ..req(S::TOO_MANY_REQUESTS, "rate_limit_exceeded", "all_cooling", all_cooling(*secs, *cooling))
             },
-            Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            Self::BodyRead { .. } | Self::BadJson { .. } | Self::Marker(_) | Self::MixedOrgs { .. } | Self::BadPath => {
-                StatusCode::BAD_REQUEST
+            Self::NoUsableKey { unusable } => {
+                srv(S::SERVICE_UNAVAILABLE, "keymux_no_usable_key", "no_usable_key", no_usable_key(*unusable))
             }
-            Self::UpstreamAnswerTooLarge { status, .. } => {
-                StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY)
+            Self::KeyRejected { label, status } => {
+                srv(S::SERVICE_UNAVAILABLE, "keymux_key_rejected", "key_rejected", key_rejected(label, *status))
             }
-            Self::LostOrg { .. } | Self::ContinuityLost { .. } => StatusCode::CONFLICT,
-            Self::NoKeys | Self::NoUsableKey { .. } | Self::KeyRejected { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            Self::AllCooling { .. } => StatusCode::TOO_MANY_REQUESTS,
-            Self::Upstream(e) => e.status(),
-            Self::WebSocketUnavailable | Self::TooManySockets { .. } => StatusCode::UPGRADE_REQUIRED,
-            Self::ForbiddenOrigin => StatusCode::FORBIDDEN,
-            Self::NotFound { .. } => StatusCode::NOT_FOUND,
-            Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Upstream(e) => srv(e.status(), e.label(), e.label(), e.client_message()),
+            Self::WebSocketUnavailable => {
+                req(S::UPGRADE_REQUIRED, "websocket_not_supported", "websocket_unavailable", NO_WEBSOCKET)
+            }
+            Self::TooManySockets { max } => {
+                let code = "websocket_connection_limit_reached";
+                req(S::UPGRADE_REQUIRED, code, "too_many_websockets", too_many_sockets(*max))
+            }
+            Self::ForbiddenOrigin => req(S::FORBIDDEN, "forbidden_origin", "forbidden_origin", FORBIDDEN_ORIGIN),
+            Self::Internal { detail } => srv(S::INTERNAL_SERVER_ERROR, "keymux_internal", "internal", internal(detail)),
+            Self::NotFound { path } => {
+                req(S::NOT_FOUND, "not_found", "not_found", format!("Keymux has no endpoint at {path}."))
+            }
         }
     }
 
-    /// Who is to blame.
-    pub fn blame(&self) -> Blame {
-        match self {
-            Self::Unauthorized { .. }
-            | Self::ControlDenied { .. }
-            | Self::CsrfMissing
-            | Self::WrongCredential
-            | Self::Control(crate::control::ControlError::NotFound(_) | crate::control::ControlError::Invalid(_))
-            | Self::BodyTooLarge { .. }
-            | Self::BodyRead { .. }
-            | Self::BodyTimeout { .. }
-            | Self::BadJson { .. }
-            | Self::BadPath
-            | Self::Marker(_)
-            | Self::MixedOrgs { .. }
-            | Self::ForbiddenOrigin
-            | Self::NotFound { .. }
-            | Self::WebSocketUnavailable
-            | Self::TooManySockets { .. } => Blame::Client,
-            Self::NoKeys
-            | Self::NoUsableKey { .. }
-            | Self::AllCooling { .. }
-            | Self::KeyRejected { .. }
-            | Self::LostOrg { .. }
-            | Self::ContinuityLost { .. } => Blame::Key,
-            Self::Upstream(_) | Self::UpstreamAnswerTooLarge { .. } => Blame::Upstream,
-            Self::Paused
-            | Self::Control(crate::control::ControlError::Secrets(_) | crate::control::ControlError::Config(_)) => {
-                Blame::Keymux
-            }
-            Self::Internal { .. } => Blame::Keymux,
-        }
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.spec().status
     }
 
     /// A short static label for metrics and logs.
     pub fn label(&self) -> &'static str {
-        match self {
-            Self::Unauthorized { .. } => "unauthorized",
-            Self::ControlDenied { .. } => "control_denied",
-            Self::CsrfMissing => "csrf_missing",
-            Self::WrongCredential => "wrong_credential",
-            Self::Paused => "paused",
-            Self::Control(_) => "control_failed",
-            Self::BodyTooLarge { .. } => "body_too_large",
-            Self::BodyRead { .. } => "body_read",
-            Self::BodyTimeout { .. } => "body_timeout",
-            Self::BadJson { .. } => "bad_json",
-            Self::BadPath => "bad_path",
-            Self::UpstreamAnswerTooLarge { .. } => "upstream_answer_too_large",
-            Self::Marker(crate::markers::MarkerError::Malformed { .. }) => "marker_malformed",
-            Self::Marker(crate::markers::MarkerError::Forged { .. }) => "marker_forged",
-            Self::MixedOrgs { .. } => "mixed_orgs",
-            Self::LostOrg { .. } => "lost_org",
-            Self::ContinuityLost { .. } => "continuity_lost",
-            Self::NoKeys => "no_keys",
-            Self::AllCooling { .. } => "all_cooling",
-            Self::NoUsableKey { .. } => "no_usable_key",
-            Self::KeyRejected { .. } => "key_rejected",
-            Self::Upstream(e) => e.label(),
-            Self::WebSocketUnavailable => "websocket_unavailable",
-            Self::TooManySockets { .. } => "too_many_websockets",
-            Self::ForbiddenOrigin => "forbidden_origin",
-            Self::NotFound { .. } => "not_found",
-            Self::Internal { .. } => "internal",
-        }
-    }
-
-    /// OpenAI's error `type` and Keymux's `code` for this error.
-    fn kind_and_code(&self) -> (&'static str, Option<&'static str>) {
-        const REQUEST: &str = "invalid_request_error";
-        const SERVER: &str = "server_error";
-        match self {
-            Self::Unauthorized { .. } => (REQUEST, Some("invalid_api_key")),
-            Self::ControlDenied { .. } => (REQUEST, Some("keymux_control_denied")),
-            Self::CsrfMissing => (REQUEST, Some("keymux_csrf_missing")),
-            Self::WrongCredential => (REQUEST, Some("invalid_api_key")),
-            Self::Paused => (SERVER, Some("keymux_paused")),
-            Self::Control(crate::control::ControlError::NotFound(_)) => (REQUEST, Some("not_found")),
-            Self::Control(crate::control::ControlError::Invalid(_)) => (REQUEST, Some("invalid_value")),
-            Self::Control(_) => (SERVER, Some("keymux_control_failed")),
-            Self::BodyTooLarge { .. } => (REQUEST, Some("request_too_large")),
-            Self::BodyRead { .. } => (REQUEST, None),
-            Self::BodyTimeout { .. } => (REQUEST, Some("request_timeout")),
-            Self::BadJson { .. } => (REQUEST, Some("invalid_json")),
-            Self::BadPath => (REQUEST, Some("invalid_path")),
-            Self::UpstreamAnswerTooLarge { .. } => (SERVER, Some("keymux_upstream_answer_too_large")),
-            Self::Marker(_) => (REQUEST, Some("keymux_invalid_marker")),
-            Self::MixedOrgs { .. } => (REQUEST, Some("keymux_mixed_organizations")),
-            Self::LostOrg { .. } => (REQUEST, Some("keymux_organization_unavailable")),
-            Self::ContinuityLost { .. } => (REQUEST, Some("keymux_continuity_unavailable")),
-            Self::NoKeys => (SERVER, Some("keymux_no_keys")),
-            Self::AllCooling { .. } => ("requests", Some("rate_limit_exceeded")),
-            Self::NoUsableKey { .. } => (SERVER, Some("keymux_no_usable_key")),
-            Self::KeyRejected { .. } => (SERVER, Some("keymux_key_rejected")),
-            Self::Upstream(e) => (SERVER, Some(e.label())),
-            Self::WebSocketUnavailable => (REQUEST, Some("websocket_not_supported")),
-            Self::TooManySockets { .. } => (REQUEST, Some("websocket_connection_limit_reached")),
-            Self::ForbiddenOrigin => (REQUEST, Some("forbidden_origin")),
-            Self::Internal { .. } => (SERVER, Some("keymux_internal")),
-            Self::NotFound { .. } => (REQUEST, Some("not_found")),
-        }
-    }
-
-    /// What the client is told: what happened, and what to do next.
-    fn message(&self) -> String {
-        match self {
-            Self::Unauthorized { missing: true } => MISSING_TOKEN.into(),
-            Self::Unauthorized { missing: false } => UNKNOWN_TOKEN.into(),
-            Self::ControlDenied { reason } => control_denied(*reason).into(),
-            Self::CsrfMissing => CSRF_MISSING.into(),
-            Self::WrongCredential => WRONG_CREDENTIAL.into(),
-            Self::Paused => PAUSED.into(),
-            Self::Control(e) => format!("Keymux could not make that change: {e}."),
-            Self::BodyTooLarge { limit } => format!(
-                "The request body is larger than Keymux's limit of {limit} bytes. Compact the conversation, \
-                 or raise `max_body_bytes` in the Keymux config."
-            ),
-            Self::BodyTimeout { secs } => format!(
-                "The request body did not arrive within {secs} s, so Keymux stopped waiting for it. Send the \
-                 request again."
-            ),
-            Self::BodyRead { detail } => {
-                format!("Keymux could not read the request body ({detail}). Send the request again.")
-            }
-            Self::BadJson { detail } => {
-                format!("Keymux cannot use this request body: {detail}. This endpoint takes a JSON object.")
-            }
-            Self::BadPath => DOT_SEGMENTS.into(),
-            Self::UpstreamAnswerTooLarge { status, limit } => format!(
-                "The provider answered {status} with an error body larger than Keymux relays ({limit} bytes), so \
-                 it was left out. Retry; if it repeats, check the provider's status."
-            ),
-            Self::Marker(e) => format!("Keymux: {e}."),
-            Self::MixedOrgs { labels } => mixed_orgs(labels),
-            Self::LostOrg { label } => lost_org(label),
-            Self::ContinuityLost { label } => continuity_lost(label),
-            Self::NoKeys => NO_KEYS.into(),
-            Self::AllCooling { retry_after_secs, cooling } => format!(
-                "All {cooling} Keymux key(s) are cooling down after rate limits; the first one frees in \
-                 {retry_after_secs}s. Retry after that, or add another key."
-            ),
-            Self::NoUsableKey { unusable } => format!(
-                "None of Keymux's {unusable} key(s) is usable right now (rejected by the provider or disabled). \
-                 Check `keymux keys list` and replace the keys it flags."
-            ),
-            Self::KeyRejected { label, status } => format!(
-                "The provider rejected Keymux key '{label}' ({status}) and no other key could take the request. \
-                 Replace the key with `keymux keys remove {label}` and `keymux keys add`."
-            ),
-            Self::Upstream(e) => e.client_message(),
-            Self::WebSocketUnavailable => NO_WEBSOCKET.into(),
-            Self::TooManySockets { max } => format!(
-                "Keymux already has {max} WebSockets open, its limit; use HTTP for this session (Codex falls back \
-                 to it on its own). Close idle sessions to free one."
-            ),
-            Self::ForbiddenOrigin => FORBIDDEN_ORIGIN.into(),
-            Self::Internal { detail } => {
-                format!("Keymux failed internally ({detail}). It keeps serving; retry, and report this if it repeats.")
-            }
-            Self::NotFound { path } => format!("Keymux has no endpoint at {path}."),
-        }
+        self.spec().label
     }
 
     /// The JSON body in OpenAI's error shape.
     pub fn to_json(&self) -> serde_json::Value {
-        let (kind, code) = self.kind_and_code();
-        let message = self.message();
-        json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
+        body(&self.spec())
     }
+}
+
+fn body(spec: &Spec) -> serde_json::Value {
+    json!({"error": {"message": spec.message, "type": spec.kind, "param": null, "code": spec.code}})
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut response = (self.status(), axum::Json(self.to_json())).into_response();
+        let spec = self.spec();
+        let mut response = (spec.status, axum::Json(body(&spec))).into_response();
         if let Self::AllCooling { retry_after_secs, .. } = &self {
             // Codex retries a 429 only when `retry-after` is present, in whole seconds.
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
@@ -323,7 +246,7 @@ impl IntoResponse for ApiError {
         if let Self::Paused = &self {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(PAUSED_RETRY_AFTER_SECS));
         }
-        response.extensions_mut().insert(ErrorLabel(self.label()));
+        response.extensions_mut().insert(ErrorLabel(spec.label));
         response
     }
 }
@@ -389,6 +312,81 @@ fn continuity_lost(label: &str) -> String {
          (removed, rejected by the provider, or disabled). Resend the full conversation history without \
          previous_response_id, or restore that key."
     )
+}
+
+fn token(missing: bool) -> &'static str {
+    if missing {
+        MISSING_TOKEN
+    } else {
+        UNKNOWN_TOKEN
+    }
+}
+
+fn marker_label(e: &crate::markers::MarkerError) -> &'static str {
+    match e {
+        crate::markers::MarkerError::Malformed { .. } => "marker_malformed",
+        crate::markers::MarkerError::Forged { .. } => "marker_forged",
+    }
+}
+
+fn body_too_large(limit: usize) -> String {
+    format!(
+        "The request body is larger than Keymux's limit of {limit} bytes. Compact the conversation, or raise \
+         `max_body_bytes` in the Keymux config."
+    )
+}
+
+fn body_timeout(secs: u64) -> String {
+    format!(
+        "The request body did not arrive within {secs} s, so Keymux stopped waiting for it. Send the request again."
+    )
+}
+
+fn body_read(detail: &str) -> String {
+    format!("Keymux could not read the request body ({detail}). Send the request again.")
+}
+
+fn bad_json(detail: &str) -> String {
+    format!("Keymux cannot use this request body: {detail}. This endpoint takes a JSON object.")
+}
+
+fn answer_too_large(status: u16, limit: usize) -> String {
+    format!(
+        "The provider answered {status} with an error body larger than Keymux relays ({limit} bytes), so it was \
+         left out. Retry; if it repeats, check the provider's status."
+    )
+}
+
+fn all_cooling(retry_after_secs: u64, cooling: usize) -> String {
+    format!(
+        "All {cooling} Keymux key(s) are cooling down after rate limits; the first one frees in {retry_after_secs}s. \
+         Retry after that, or add another key."
+    )
+}
+
+fn no_usable_key(unusable: usize) -> String {
+    format!(
+        "None of Keymux's {unusable} key(s) is usable right now (rejected by the provider or disabled). Check \
+         `keymux keys list` and replace the keys it flags."
+    )
+}
+
+fn key_rejected(label: &str, status: u16) -> String {
+    format!(
+        "The provider rejected Keymux key '{label}' ({status}) and no other key could take the request. Replace \
+         the key with `keymux keys remove {label}` and `keymux keys add`."
+    )
+}
+
+fn too_many_sockets(max: usize) -> String {
+    format!(
+        "Keymux already has {max} WebSockets open, its limit; use HTTP for this session (Codex falls back to it on \
+         its own). Close idle sessions to free one."
+    )
+}
+
+fn internal(detail: &str) -> String {
+    format!("Keymux failed internally ({detail}). It keeps serving; retry, and report this if it repeats.")
 }
 
 /// The `retry-after` a paused gateway answers with.

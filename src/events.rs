@@ -64,32 +64,23 @@ pub struct Attempt {
 /// How a request arrived.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "snake_case")]
-pub enum Transport {
+pub enum Wire {
     /// An HTTP request.
     Http,
     /// A `response.create` frame on a Responses WebSocket.
     WebSocket,
 }
 
-/// A finished request.
+/// A finished request: how it was routed, and everything that came of it.
 #[derive(Clone, Debug, Serialize, ts_rs::TS)]
 pub struct RequestRecord {
-    /// Wall-clock time of arrival, Unix milliseconds.
-    pub at_unix_ms: u64,
-    /// The operation.
-    pub operation: Operation,
-    /// HTTP or WebSocket.
-    pub transport: Transport,
-    /// The client that sent it.
-    pub client: ClientKind,
-    /// A short keyed digest of its session (`prompt_cache_key`), never the raw value.
-    pub session: Option<String>,
-    /// Model named in the body (capped).
-    pub model: Option<String>,
+    /// What arrived and how it was decided (the same as the `routed` event showed).
+    #[serde(flatten)]
+    // Declared in TypeScript as `Routed & { ... }` by `api::types::typescript()`.
+    #[ts(skip)]
+    pub routed: Routed,
     /// Whether the client asked for a stream.
     pub stream: bool,
-    /// The routing decision.
-    pub decision: Decision,
     /// Attempts made, in order (at most `router::MAX_ATTEMPTS`).
     pub attempts: Vec<Attempt>,
     /// The key whose answer went back to the client.
@@ -112,16 +103,18 @@ pub struct RequestRecord {
 
 impl RequestRecord {
     /// A record of a request about which nothing is known yet but when and how it arrived.
-    pub fn new(at_unix_ms: u64, operation: Operation, transport: Transport, decision: Decision) -> Self {
+    pub fn new(at_unix_ms: u64, operation: Operation, transport: Wire, decision: Decision) -> Self {
         Self {
-            at_unix_ms,
-            operation,
-            transport,
-            client: ClientKind::Other,
-            session: None,
-            model: None,
+            routed: Routed {
+                at_unix_ms,
+                operation,
+                transport,
+                client: ClientKind::Other,
+                session: None,
+                model: None,
+                decision,
+            },
             stream: false,
-            decision,
             attempts: Vec::new(),
             served_by: None,
             status: 0,
@@ -205,7 +198,8 @@ pub enum GatewayEvent {
     },
 }
 
-/// A request was routed (before any attempt): the dashboard shows it at once.
+/// A request was routed (before any attempt): the dashboard shows it at once. A finished request's
+/// record starts with the same fields.
 #[derive(Clone, Debug, Serialize, ts_rs::TS)]
 pub struct Routed {
     /// Wall-clock time of arrival, Unix milliseconds.
@@ -213,7 +207,7 @@ pub struct Routed {
     /// The operation.
     pub operation: Operation,
     /// HTTP or WebSocket.
-    pub transport: Transport,
+    pub transport: Wire,
     /// The client that sent it.
     pub client: ClientKind,
     /// A short keyed digest of its session.
@@ -329,7 +323,7 @@ impl Events {
 
     /// Publishes a finished request.
     pub fn publish_record(&self, record: RequestRecord) {
-        let at = record.at_unix_ms.saturating_add(u64::from(record.duration_ms));
+        let at = record.routed.at_unix_ms.saturating_add(u64::from(record.duration_ms));
         self.publish(at, Event::Finished(Arc::new(record)));
     }
 
@@ -367,7 +361,7 @@ mod tests {
     use super::*;
 
     fn record(seq: u64) -> RequestRecord {
-        RequestRecord::new(0, Operation::ResponsesCreate, Transport::Http, Decision::new(seq))
+        RequestRecord::new(0, Operation::ResponsesCreate, Wire::Http, Decision::new(seq))
     }
 
     #[test]
@@ -378,8 +372,8 @@ mod tests {
         }
         let all = events.recent(usize::MAX);
         assert_eq!(all.len(), RECENT_CAPACITY);
-        assert_eq!(all[0].decision.seq, EVENT_CAPACITY as u64 + 50 - RECENT_CAPACITY as u64);
-        assert_eq!(events.recent(2)[1].decision.seq, EVENT_CAPACITY as u64 + 49);
+        assert_eq!(all[0].routed.decision.seq, EVENT_CAPACITY as u64 + 50 - RECENT_CAPACITY as u64);
+        assert_eq!(events.recent(2)[1].routed.decision.seq, EVENT_CAPACITY as u64 + 49);
         let (_, replay) = events.resume(0);
         assert_eq!(replay.events.len(), EVENT_CAPACITY);
         assert_eq!(replay.missed, 50, "the 50 oldest are gone, and the subscriber is told");

@@ -1,7 +1,11 @@
 //! The gateway: the state every request shares (the pool, the affinity tables, the upstream client,
-//! the accepted tokens, the clock, the metrics, the sessions and the event stream) and the few
-//! operations on it that are not part of one request's way through (`pipeline`) or a change the user
-//! makes (`control`): probing keys, publishing records and events, applying what the provider taught.
+//! the accepted tokens, the clock, the metrics, the sessions and the event stream), and publishing:
+//! records, events, and the health changes what the provider taught makes.
+//!
+//! What acts on this state lives elsewhere, and imports it (never the reverse):
+//! * `pipeline`: one request's way through (admit, attempt, record) and key probes, as functions over
+//!   `&Gateway`;
+//! * `control`: the changes a user makes (keys, tokens, pause), as `impl Gateway` in `control.rs`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -9,20 +13,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use axum::http::HeaderMap;
-use bytes::Bytes;
 
 use crate::access::Access;
 use crate::affinity::Table;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::events::{Event, Events, GatewayEvent, KeyChange, KeyEvent, RequestRecord, Routed};
-use crate::keys::KeyTest;
 use crate::keys::{KeyEntry, KeyId};
 use crate::markers::Markers;
 use crate::metrics::Metrics;
-use crate::pipeline::classify::{self, Context, Heard};
-use crate::pool::{Begin, HealthChange, Learned, Outcome, Pool};
+use crate::pool::{HealthChange, HealthState, Learned, Pool, ViewFor};
 use crate::router::{self, Policy};
 use crate::sessions::Sessions;
 use crate::settings::Settings;
@@ -51,7 +51,7 @@ pub struct Gateway {
     started_unix_ms: u64,
     keychain_ok: AtomicBool,
     /// The health state last announced per key (bounded by the pool), so a change is told once.
-    announced: Mutex<HashMap<KeyId, &'static str>>,
+    announced: Mutex<HashMap<KeyId, HealthState>>,
     clock: Clock,
     seq: AtomicU64,
     max_body_bytes: usize,
@@ -299,11 +299,13 @@ impl Gateway {
     /// Like `announce`, with the label given (a removed key's is no longer in the pool).
     pub(crate) fn announce_as(&self, key: &KeyId, label: String, change: KeyChange) {
         let state = match change {
-            KeyChange::CoolingStarted { .. } => Some("cooling"),
-            KeyChange::QuotaExhausted { .. } => Some("quota_exhausted"),
-            KeyChange::Rejected => Some("invalid"),
-            KeyChange::Disabled => Some("disabled"),
-            KeyChange::CoolingEnded | KeyChange::Recovered | KeyChange::Enabled | KeyChange::Added => Some("ready"),
+            KeyChange::CoolingStarted { .. } => Some(HealthState::Cooling),
+            KeyChange::QuotaExhausted { .. } => Some(HealthState::QuotaExhausted),
+            KeyChange::Rejected => Some(HealthState::Rejected),
+            KeyChange::Disabled => Some(HealthState::Disabled),
+            KeyChange::CoolingEnded | KeyChange::Recovered | KeyChange::Enabled | KeyChange::Added => {
+                Some(HealthState::Ready)
+            }
             KeyChange::Removed | KeyChange::Updated => None,
         };
         {
@@ -345,19 +347,25 @@ impl Gateway {
     /// Notices what time alone changed (cooldowns that ended, out-of-quota keys due to be tried again)
     /// and tells the event stream. The runtime calls it every second.
     pub fn tick(&self) {
-        let changes: Vec<(KeyId, &'static str)> = {
+        let changes: Vec<(KeyId, HealthState)> = {
             let announced = self.announced.lock().unwrap_or_else(|p| p.into_inner());
             self.pool
                 .status(self.clock.now(), self.today())
                 .into_iter()
-                .filter(|k| k.health == "ready")
+                .filter(|k| k.health == HealthState::Ready)
                 .filter_map(|k| {
-                    announced.get(&k.id).filter(|s| matches!(**s, "cooling" | "quota_exhausted")).map(|s| (k.id, *s))
+                    let was = announced
+                        .get(&k.id)
+                        .filter(|s| matches!(s, HealthState::Cooling | HealthState::QuotaExhausted));
+                    was.map(|s| (k.id, *s))
                 })
                 .collect()
         };
         for (key, was) in changes {
-            self.announce(&key, if was == "cooling" { KeyChange::CoolingEnded } else { KeyChange::Recovered });
+            self.announce(
+                &key,
+                if was == HealthState::Cooling { KeyChange::CoolingEnded } else { KeyChange::Recovered },
+            );
         }
     }
 
@@ -371,75 +379,9 @@ impl Gateway {
         if self.paused() {
             return false;
         }
-        let facts = crate::facts::RequestFacts {
-            stream: true,
-            ..crate::facts::RequestFacts::new(0, crate::facts::Operation::ResponsesCreate)
-        };
         let now = self.clock.now();
-        let view = self.pool.view(crate::pool::ViewFor { model: None, tokens: 0, now, day: self.today() });
-        router::decide(&facts, &view, &router::Memory::default(), now, &self.policy).refusal.is_none()
-    }
-
-    /// Asks every key for `GET /models`: a free call that teaches the pool each key's organization (so
-    /// pinned sessions can use all of an organization's keys from the first request) and flags keys the
-    /// provider rejects before a client meets them. The answer goes through the one classifier.
-    pub async fn probe_keys(&self) {
-        let probes = self.pool.ids().into_iter().map(|key| self.probe(key));
-        futures::future::join_all(probes).await;
-    }
-
-    /// Probes one key (`GET /models`, judged by the one classifier, applied to the pool); `None` when it
-    /// is not in the pool.
-    pub(crate) async fn probe(&self, key: KeyId) -> Option<KeyTest> {
-        let started = self.clock.now();
-        let guard = self.pool.begin(&key, Begin::default(), started)?;
-        let sent =
-            self.upstream.send(guard.entry(), http::Method::GET, "/models", HeaderMap::new(), Bytes::new()).await;
-        let label = guard.entry().label.clone();
-        drop(guard);
-        let now = self.clock.now();
-        let heard = match sent {
-            Ok(response) => {
-                let heard = Heard::from_headers(response.status().as_u16(), response.headers(), now);
-                if response.status().is_success() {
-                    heard
-                } else {
-                    heard.with_body(&response.bytes().await.unwrap_or_default())
-                }
-            }
-            Err(e) => {
-                tracing::warn!(key = %key, label = %label, error = %e, "could not probe key");
-                self.apply(Learned::Answer(Outcome::new(key, now, classify::judge_failure(&e).outcome)));
-                let message = format!("key '{label}' could not be tested: {e}");
-                return Some(KeyTest {
-                    ok: false,
-                    status: None,
-                    org: None,
-                    message,
-                    duration_ms: self.clock.elapsed_ms(started),
-                });
-            }
-        };
-        let verdict = classify::judge(&heard, Context { model_named: false, quota_recheck: self.quota_recheck });
-        tracing::info!(key = %key, label = %label, status = heard.status, org = heard.org.as_deref().unwrap_or("-"), "probed key");
-        let ok = verdict.failure.is_none();
-        let message = match ok {
-            true => format!("the provider accepted key '{label}'"),
-            false => format!("the provider answered {} to key '{label}'", heard.status),
-        };
-        let test = KeyTest {
-            ok,
-            status: Some(heard.status),
-            org: heard.org.clone(),
-            message,
-            duration_ms: self.clock.elapsed_ms(started),
-        };
-        let mut outcome = Outcome::new(key, now, verdict.outcome);
-        outcome.status = Some(heard.status);
-        outcome.org = heard.org;
-        outcome.limits = heard.limits;
-        self.apply(Learned::Answer(outcome));
-        Some(test)
+        let view = self.pool.view(ViewFor { model: None, tokens: 0, now, day: self.today() });
+        router::any_open(&view, now)
     }
 
     /// The one way a finished request (HTTP, or a WebSocket turn) is reported: a log line, the hashed
@@ -447,13 +389,13 @@ impl Gateway {
     pub fn publish(&self, record: RequestRecord) {
         // Per request, so `debug`: see `logging`.
         tracing::debug!(
-            seq = record.decision.seq,
-            op = ?record.operation,
-            transport = ?record.transport,
-            client = ?record.client,
-            model = record.model.as_deref().unwrap_or("-"),
+            seq = record.routed.decision.seq,
+            op = ?record.routed.operation,
+            transport = ?record.routed.transport,
+            client = ?record.routed.client,
+            model = record.routed.model.as_deref().unwrap_or("-"),
             key = record.served_by.as_ref().map(KeyId::as_str).unwrap_or("-"),
-            route = ?record.decision.route,
+            route = ?record.routed.decision.route,
             attempts = record.attempts.len(),
             status = record.status,
             error = record.error.or(record.upstream_code).unwrap_or("-"),

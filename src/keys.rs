@@ -82,7 +82,7 @@ impl Provider {
 }
 
 /// Where a key came from: the keychain (persistent) or the environment (ephemeral).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ts_rs::TS)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(rename_all = "lowercase")]
 pub enum KeySource {
     /// Listed in the config file; the secret is in the OS keychain.

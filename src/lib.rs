@@ -23,12 +23,15 @@
 //! * [`remote`] and [`runfile`]: how the CLI finds a running gateway and makes sure it is Keymux.
 //!
 //! One request's way through:
-//! * [`proxy`] (HTTP) and [`ws`] (Responses over WebSocket): the two transports. Each reads what is
-//!   particular to it and hands the rest to the pipeline.
-//! * [`pipeline`]: the steps both transports share: admit (facts, memory, decision, rescue), attempt
-//!   with failover (judged by the one classifier), record.
-//! * [`facts`]: classifies a request into an `Operation` and reads the few body facts routing needs,
-//!   markers stripped.
+//! * [`proxy`] (HTTP) and [`ws`] (Responses over WebSocket, its two pumps in `ws::pumps`): the two
+//!   client transports. Each reads what is particular to it and hands the rest to the pipeline.
+//! * [`pipeline`]: the steps both transports share, as functions over `&Gateway`: admit (facts, memory,
+//!   decision, rescue), attempt with failover, record; key probes are a third transport through the
+//!   same attempt step. Its header has a glossary of the nouns one attempt's result goes through.
+//! * [`classify`]: the one answer classifier: what an upstream answer (or a failure) means for the key
+//!   and the request. Pure.
+//! * [`facts`]: the words for a request that routing, events and metrics share (`Operation`,
+//!   `ClientKind`, `RequestFacts`); `facts::extract` reads them from a request, markers stripped.
 //! * [`router`]: the pure `decide(facts, pool view, memory, now) -> Decision`.
 //! * [`upstream`]: the one provider HTTP client, header policy, timeouts and rate-limit hints.
 //! * [`relay`]: tags org-bound values in relayed SSE events, JSON bodies and WebSocket frames.
@@ -42,9 +45,12 @@
 //!   since the preview, a backup, and an Undo that restores the file byte for byte.
 //!
 //! State:
-//! * [`gateway`]: the shared state of a running gateway, and publishing records and events.
+//! * [`gateway`]: the shared state of a running gateway, and publishing records and events. It imports
+//!   neither `pipeline` nor `control`, which act on it.
 //! * [`pool`]: live per-key state (health, cooldowns, windows, in-flight, recent starts), changed
-//!   through three doors: `begin`, `apply`, and the user's changes.
+//!   through three doors: `begin`, `apply`, and the user's changes. It owns key health (`pool::health`:
+//!   `Health` with its deadlines, `HealthState` as shown, the pure transitions), the router's snapshot
+//!   (`pool::view`) and the status people see (`pool::status`, which the API's `KeyInfo` embeds).
 //! * [`quota`]: rate-limit windows from `x-ratelimit-*` headers, counted down between answers.
 //! * [`affinity`]: bounded in-memory session tables (soft affinity and WebSocket session hints).
 //! * [`sessions`]: the recent sessions the dashboard shows (bounded, in memory).
@@ -67,11 +73,13 @@
 //!
 //! Foundations:
 //! * [`clock`]: the one place time is read (and advanced, in tests).
-//! * [`error`]: the OpenAI-shaped error every layer folds into.
+//! * [`error`]: the OpenAI-shaped error every layer folds into; each variant's status, type, code,
+//!   label and message come from one `spec`.
 
 pub mod access;
 pub mod affinity;
 pub mod api;
+pub mod classify;
 pub mod cli;
 pub mod clock;
 pub mod config;

@@ -14,14 +14,14 @@ use axum::response::IntoResponse;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt as _;
 
+use crate::classify::Heard;
 use crate::error::ApiError;
-use crate::events::Transport as Wire;
+use crate::events::Wire;
 use crate::facts::{Incoming, Operation};
 use crate::gateway::Gateway;
 use crate::limits::RequestLimits;
-use crate::pipeline::classify::Heard;
 use crate::pipeline::record::End;
-use crate::pipeline::{Admitted, Ending, Entry, Last, Learn, Reply, Trace, Transport};
+use crate::pipeline::{self, Admitted, Completion, Entry, Fallback, Reply, Settled, Trace, Transport};
 use crate::pool::InFlight;
 use crate::relay::{JsonTail, SseRewriter, Tagger, Usage, MAX_EVENT_BYTES};
 use crate::tokens::ClientScope;
@@ -46,13 +46,13 @@ enum AcceptedBody {
 }
 
 /// An error answer, read whole (bounded), to relay if nothing better comes.
-pub struct Refused {
+pub struct ErrorAnswer {
     status: StatusCode,
     headers: HeaderMap,
     body: Bytes,
 }
 
-impl Refused {
+impl ErrorAnswer {
     fn into_response(self) -> Response<Body> {
         let mut out = Response::new(Body::from(self.body));
         *out.status_mut() = self.status;
@@ -67,6 +67,8 @@ struct Http<'a> {
     method: Method,
     path_and_query: String,
     headers: HeaderMap,
+    /// The body to send (cheap to clone for each attempt).
+    body: Bytes,
     /// The answer will get markers, so a JSON answer is read whole before it is accepted.
     tagged: bool,
     clock: &'a crate::clock::Clock,
@@ -74,12 +76,12 @@ struct Http<'a> {
 
 impl Transport for Http<'_> {
     type Accepted = Accepted;
-    type Refused = Refused;
+    type Declined = ErrorAnswer;
 
-    async fn attempt(&mut self, guard: &InFlight, admitted: &Admitted) -> Reply<Accepted, Refused> {
+    async fn attempt(&mut self, guard: &InFlight) -> Reply<Accepted, ErrorAnswer> {
         let sent = self
             .upstream
-            .send(guard.entry(), self.method.clone(), &self.path_and_query, self.headers.clone(), admitted.body.clone())
+            .send(guard.entry(), self.method.clone(), &self.path_and_query, self.headers.clone(), self.body.clone())
             .await;
         let response = match sent {
             Ok(response) => response,
@@ -92,7 +94,7 @@ impl Transport for Http<'_> {
         if !status.is_success() {
             let body = read_error(response, self.upstream.idle_timeout()).await;
             let heard = heard.with_body(&body);
-            return Reply::Refused(heard, Refused { status, headers, body });
+            return Reply::Declined(heard, ErrorAnswer { status, headers, body });
         }
         let is_json = content_type(&headers).contains("json");
         let body = if self.tagged && is_json {
@@ -146,7 +148,7 @@ async fn admit(
         headers: &parts.headers,
         body: &raw,
     };
-    gateway.admit(&incoming, Entry::Request, trace)
+    pipeline::admit(gateway, &incoming, Entry::Request, trace)
 }
 
 /// Walks the candidates and relays what came of it.
@@ -167,25 +169,26 @@ async fn attempt(
         method: parts.method.clone(),
         path_and_query,
         headers: upstream::forward_request_headers(&parts.headers),
+        body: admitted.body.clone(),
         tagged: operation.carries_org_state(),
         clock: gateway.clock(),
     };
-    match gateway.attempt_all(&admitted, &mut http, &mut trace).await {
-        Ending::Served { key, guard, accepted } => {
-            let learn = gateway.learn_for(&admitted, &key);
-            let tagger = gateway.tagger_for(operation, &guard);
-            relay(gateway, accepted, guard, tagger, learn, trace)
+    match pipeline::attempt_all(gateway, &admitted, &mut http, &mut trace).await {
+        Settled::Served { key, guard, accepted } => {
+            let completion = pipeline::completion(&admitted, &key);
+            let tagger = pipeline::tagger_for(gateway, operation, &guard);
+            relay(gateway, accepted, guard, tagger, completion, trace)
         }
-        Ending::Relayed { key, refused } => {
-            let status = refused.status.as_u16();
+        Settled::Relayed { key, declined } => {
+            let status = declined.status.as_u16();
             trace.finish(End { served_by: Some(key), status, error: None, usage: None });
-            refused.into_response()
+            declined.into_response()
         }
-        Ending::Failed(Last::Upstream(refused)) => {
-            trace.finish(End { status: refused.status.as_u16(), ..End::default() });
-            refused.into_response()
+        Settled::Failed(Fallback::Upstream(declined)) => {
+            trace.finish(End { status: declined.status.as_u16(), ..End::default() });
+            declined.into_response()
         }
-        Ending::Failed(Last::Keymux(error)) => refuse(trace, error),
+        Settled::Failed(Fallback::Keymux(error)) => refuse(trace, error),
     }
 }
 
@@ -202,20 +205,20 @@ fn relay(
     accepted: Accepted,
     guard: InFlight,
     tagger: Option<Tagger>,
-    learn: Learn,
+    completion: Completion,
     mut trace: Trace,
 ) -> Response<Body> {
     let Accepted { status, headers, body } = accepted;
-    trace.serving(&learn.key);
+    trace.serving(&completion.key);
     trace.answered();
     let body = match body {
         AcceptedBody::Whole(bytes) => {
             // A complete 2xx JSON answer is a successful terminal state.
             let usage = Usage::from_body(&bytes);
-            gateway.completed(&learn, usage);
+            pipeline::completed(gateway, &completion, usage);
             let tagged = tagger.and_then(|t| t.tag_json(&bytes)).map_or(bytes, Bytes::from);
             drop(guard);
-            trace.finish(End { served_by: Some(learn.key), status: status.as_u16(), error: None, usage });
+            trace.finish(End { served_by: Some(completion.key), status: status.as_u16(), error: None, usage });
             Body::from(tagged)
         }
         AcceptedBody::Stream(chunks) => {
@@ -231,7 +234,7 @@ fn relay(
                 idle: gateway.upstream().idle_timeout(),
                 mode,
                 gateway: gateway.clone(),
-                learn,
+                completion,
                 status: status.as_u16(),
                 trace: Some(trace),
                 usage: None,
@@ -268,7 +271,7 @@ struct RelayState {
     idle: Duration,
     mode: Mode,
     gateway: Arc<Gateway>,
-    learn: Learn,
+    completion: Completion,
     status: u16,
     /// Finished once, when the stream ends (successfully or not).
     trace: Option<Trace>,
@@ -306,12 +309,12 @@ impl RelayState {
                 Mode::Pass => return Some(Ok(bytes)),
             };
             let pushed = rw.push(&bytes);
-            let ending = rw.ending();
+            let ending = rw.end();
             if ending.completed {
                 self.usage = ending.usage;
-                self.gateway.completed(&self.learn, ending.usage);
+                pipeline::completed(&self.gateway, &self.completion, ending.usage);
                 // Learn once: a stream has one terminal event.
-                self.learn.signal = None;
+                self.completion.signal = None;
             }
             match pushed {
                 Ok(out) if out.is_empty() => continue,
@@ -328,15 +331,19 @@ impl RelayState {
             Mode::Sse(rw) => rw.finish(),
             Mode::Json(tail) => {
                 self.usage = tail.usage();
-                self.gateway.completed(&self.learn, self.usage);
+                pipeline::completed(&self.gateway, &self.completion, self.usage);
                 Bytes::new()
             }
             Mode::Pass => Bytes::new(),
         };
         self.mode = Mode::Pass;
         if let Some(trace) = self.trace.take() {
-            let end =
-                End { served_by: Some(self.learn.key.clone()), status: self.status, error: None, usage: self.usage };
+            let end = End {
+                served_by: Some(self.completion.key.clone()),
+                status: self.status,
+                error: None,
+                usage: self.usage,
+            };
             trace.finish(end);
         }
         (!tail.is_empty()).then_some(Ok(tail))
@@ -347,7 +354,8 @@ impl RelayState {
     fn broke(&mut self, label: &'static str, detail: &str) -> Option<Result<Bytes, std::io::Error>> {
         self.over = true;
         let trace = self.trace.take()?;
-        let end = End { served_by: Some(self.learn.key.clone()), status: self.status, error: Some(label), usage: None };
+        let end =
+            End { served_by: Some(self.completion.key.clone()), status: self.status, error: Some(label), usage: None };
         trace.finish(end);
         Some(Err(std::io::Error::other(detail.to_owned())))
     }

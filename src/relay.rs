@@ -124,7 +124,7 @@ impl JsonTail {
 
 /// How a relayed stream ended, as far as its events tell.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Ending {
+pub struct StreamEnd {
     /// A successful terminal event arrived (`response.completed`, or `[DONE]` on Chat Completions).
     pub completed: bool,
     /// The usage it reported.
@@ -136,23 +136,23 @@ pub struct SseRewriter {
     tagger: Tagger,
     buf: BytesMut,
     scanned: usize,
-    ending: Ending,
+    end: StreamEnd,
 }
 
 impl SseRewriter {
     /// A rewriter for one response stream.
     pub fn new(tagger: Tagger) -> Self {
-        Self { tagger, buf: BytesMut::new(), scanned: 0, ending: Ending::default() }
+        Self { tagger, buf: BytesMut::new(), scanned: 0, end: StreamEnd::default() }
     }
 
     /// What the stream's events said about its end so far.
-    pub fn ending(&self) -> Ending {
-        self.ending
+    pub fn end(&self) -> StreamEnd {
+        self.end
     }
 
     fn observe(&mut self, frame: &[u8]) {
         if DONE.find(frame).is_some() {
-            self.ending.completed = true;
+            self.end.completed = true;
             return;
         }
         let completed = COMPLETED.find(frame).is_some();
@@ -163,11 +163,11 @@ impl SseRewriter {
             return;
         };
         if completed && event.kind() == Some("response.completed") {
-            self.ending.completed = true;
-            self.ending.usage = event.response_usage().or(self.ending.usage);
+            self.end.completed = true;
+            self.end.usage = event.response_usage().or(self.end.usage);
         } else if let Some(usage) = event.usage() {
             // Chat Completions: the usage chunk comes before `[DONE]`.
-            self.ending.usage = Some(usage);
+            self.end.usage = Some(usage);
         }
     }
 

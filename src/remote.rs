@@ -82,6 +82,12 @@ impl Remote {
         Err(value["error"]["message"].as_str().map_or_else(|| format!("the gateway answered {status}"), str::to_owned))
     }
 
+    /// Reads a control API answer as the type the API declares for it.
+    pub async fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<T, String> {
+        let value = self.call(http::Method::GET, path, None).await?;
+        serde_json::from_value(value).map_err(|e| format!("the gateway's answer to {path} was not understood: {e}"))
+    }
+
     /// The gateway's address.
     pub fn root(&self) -> &str {
         &self.root

@@ -104,7 +104,7 @@ impl Runtime {
         let probing = {
             let gateway = gateway.clone();
             tokio::spawn(async move {
-                gateway.probe_keys().await;
+                crate::pipeline::probe_keys(&gateway).await;
                 let _ = probe_done.send(true);
             })
         };
@@ -211,8 +211,8 @@ async fn flush(gateway: &Arc<Gateway>) -> Result<(), String> {
         .await
         .unwrap_or_else(|e| (Err(format!("the flush did not finish: {e}")), None));
     match change {
-        Some(crate::metrics::Health::Failed(message)) => gateway.notify_store(Some(message)),
-        Some(crate::metrics::Health::Recovered) => gateway.notify_store(None),
+        Some(crate::metrics::StoreHealth::Failed(message)) => gateway.notify_store(Some(message)),
+        Some(crate::metrics::StoreHealth::Recovered) => gateway.notify_store(None),
         None => {}
     }
     result

@@ -88,17 +88,17 @@ impl Sessions {
 
     /// Takes a finished request of a session (requests without one are ignored).
     pub fn observe(&self, record: &RequestRecord, org: Option<String>) {
-        let Some(digest) = record.session.clone() else { return };
+        let Some(digest) = record.routed.session.clone() else { return };
         let mut inner = self.lock();
         let entry = inner.by_digest.entry(digest.clone()).or_insert_with(|| SessionInfo {
             session: digest.clone(),
-            client: record.client,
+            client: record.routed.client,
             key: None,
             org: None,
             binding: Binding::None,
             turns: 0,
-            first_seen_unix_ms: record.at_unix_ms,
-            last_seen_unix_ms: record.at_unix_ms,
+            first_seen_unix_ms: record.routed.at_unix_ms,
+            last_seen_unix_ms: record.routed.at_unix_ms,
             input_tokens: 0,
             cached_tokens: 0,
             output_tokens: 0,
@@ -134,10 +134,10 @@ impl Sessions {
 }
 
 fn update(entry: &mut SessionInfo, record: &RequestRecord, org: Option<String>) {
-    let decision = &record.decision;
+    let decision = &record.routed.decision;
     entry.turns += 1;
-    entry.client = record.client;
-    entry.last_seen_unix_ms = entry.last_seen_unix_ms.max(record.at_unix_ms);
+    entry.client = record.routed.client;
+    entry.last_seen_unix_ms = entry.last_seen_unix_ms.max(record.routed.at_unix_ms);
     entry.rescued_items += record.rescued_items as u64;
     if let Some(refusal) = &decision.refusal {
         entry.refused += u64::from(matches!(
@@ -181,13 +181,13 @@ fn refusal_name(refusal: &Refusal) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::Transport;
+    use crate::events::Wire;
     use crate::facts::Operation;
     use crate::router::Decision;
 
     fn turn(session: &str, at: u64) -> RequestRecord {
-        let mut r = RequestRecord::new(at, Operation::ResponsesCreate, Transport::Http, Decision::new(at));
-        r.session = Some(session.to_owned());
+        let mut r = RequestRecord::new(at, Operation::ResponsesCreate, Wire::Http, Decision::new(at));
+        r.routed.session = Some(session.to_owned());
         r.served_by = Some(KeyId::new("k_a"));
         r.status = 200;
         r.usage = Some(crate::relay::Usage { input: 100, cached: 40, output: 5 });
@@ -199,7 +199,7 @@ mod tests {
         let sessions = Sessions::default();
         sessions.observe(&turn("aaaa1111", 1), Some("org-a".into()));
         let mut refused = turn("aaaa1111", 2);
-        refused.decision.refusal = Some(Refusal::LostOrg { key: KeyId::new("k_gone") });
+        refused.routed.decision.refusal = Some(Refusal::LostOrg { key: KeyId::new("k_gone") });
         sessions.observe(&refused, None);
         let mut rescued = turn("aaaa1111", 3);
         rescued.rescued_items = 2;

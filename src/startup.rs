@@ -153,11 +153,11 @@ pub async fn prepare(options: &StartOptions) -> Result<Prepared, StartError> {
     let mut notices = Vec::new();
     let (mut entries, keychain_ok) = keychain_keys(&config, &store, options, &mut notices).await?;
     entries.extend(env_keys(&options.env, &entries)?);
-    if entries.len() > crate::router::MAX_KEYS {
+    if entries.len() > crate::pool::MAX_KEYS {
         return Err(StartError::Usage(format!(
             "{} keys configured; Keymux pools at most {}",
             entries.len(),
-            crate::router::MAX_KEYS
+            crate::pool::MAX_KEYS
         )));
     }
     if entries.is_empty() {

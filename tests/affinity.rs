@@ -4,6 +4,7 @@
 
 mod support;
 
+use keymux::pool::HealthState;
 use std::collections::{BTreeMap, BTreeSet};
 
 use futures::StreamExt as _;
@@ -111,7 +112,7 @@ async fn two_hundred_sessions_never_lose_their_reasoning() {
 
     // Every pinned decision is visible as such.
     let records = h.gateway.events().recent(1000);
-    assert!(records.iter().any(|r| r.decision.pin.as_ref().is_some_and(|p| !p.exact)));
+    assert!(records.iter().any(|r| r.routed.decision.pin.as_ref().is_some_and(|p| !p.exact)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -153,7 +154,7 @@ async fn removing_keys_mid_session_moves_within_the_org_then_rescues() {
         h.sim.log().last().unwrap().key.as_deref(),
         Some(other),
         "continued on the org's other key: {:?}",
-        record.decision
+        record.routed.decision
     );
 
     let other_id = if other == "sk-a1" { "k_a1" } else { "k_a2" };
@@ -166,7 +167,7 @@ async fn removing_keys_mid_session_moves_within_the_org_then_rescues() {
     let reasoning = sent["input"].as_array().unwrap().iter().filter(|i| i["type"] == "reasoning").count();
     assert_eq!(reasoning, 0, "the unreadable org-a reasoning was dropped");
     let record = h.gateway.events().recent(1).pop().unwrap();
-    assert_eq!(record.decision.rescued_orgs.len(), 1);
+    assert_eq!(record.routed.decision.rescued_orgs.len(), 1);
     assert_eq!(record.rescued_items, 2);
 
     // The session keeps going: org-a items are dropped again, the new org's items pin.
@@ -174,8 +175,8 @@ async fn removing_keys_mid_session_moves_within_the_org_then_rescues() {
         let r = session.turn(&c, &h.base, false).await;
         assert_eq!(r.status, 200, "{}", r.body);
         let record = h.gateway.events().recent(1).pop().unwrap();
-        assert!(record.decision.pin.is_some(), "pinned to the new organization");
-        assert_eq!(record.decision.rescued_orgs.len(), 1);
+        assert!(record.routed.decision.pin.is_some(), "pinned to the new organization");
+        assert_eq!(record.routed.decision.rescued_orgs.len(), 1);
     }
 }
 
@@ -300,8 +301,9 @@ async fn mixed_forged_and_foreign_markers() {
     marker_like_values(entry.body.as_ref().unwrap(), &mut leaked);
     assert!(leaked.is_empty(), "foreign marker stripped before upstream");
     let record = h.gateway.events().recent(1).pop().unwrap();
-    assert!(record.decision.pin.is_none());
+    assert!(record.routed.decision.pin.is_none());
     assert!(record
+        .routed
         .decision
         .reasons
         .iter()
@@ -339,10 +341,10 @@ async fn provider_rejecting_a_correctly_pinned_request_is_not_the_keys_fault() {
     let status = h.status();
     let b = status.iter().find(|k| k.label == "b").unwrap();
     assert_eq!(b.invalid_encrypted_content, 1);
-    assert_eq!(b.health, "ready", "not blamed");
+    assert_eq!(b.health, HealthState::Ready, "not blamed");
     let record = h.gateway.events().recent(1).pop().unwrap();
     assert_eq!(record.upstream_code, Some("invalid_encrypted_content"));
-    assert_eq!(record.decision.pin.as_ref().map(|p| p.org), Some(org_a));
+    assert_eq!(record.routed.decision.pin.as_ref().map(|p| p.org), Some(org_a));
     entry.org = None;
 }
 

@@ -95,10 +95,10 @@ async fn stored_chains_of_twenty_turns_stay_on_their_key() {
     let used: BTreeSet<&String> = keys_by_chain.values().flatten().collect();
     assert!(used.len() >= 4, "chains spread over the keys: {used:?}");
     let records = h.gateway.events().recent(1000);
-    let bound = records.iter().filter(|r| r.decision.continuity_hit).count();
+    let bound = records.iter().filter(|r| r.routed.decision.continuity_hit).count();
     assert_eq!(bound, 24 * 19, "every follow-up reported as a continuity hit");
-    assert!(records.iter().all(|r| r.decision.continuity_hit
-        == r.decision.reasons.iter().any(|x| matches!(x, keymux::router::Reason::ContinuityBinding { .. }))));
+    assert!(records.iter().all(|r| r.routed.decision.continuity_hit
+        == r.routed.decision.reasons.iter().any(|x| matches!(x, keymux::router::Reason::ContinuityBinding { .. }))));
     println!("continuity on: {ok} of 480 stored turns succeeded, {} follow-ups bound to their key", bound);
 }
 
@@ -156,8 +156,8 @@ async fn response_resources_reach_the_key_that_holds_them() {
     let records = h.gateway.events().recent(40);
     assert!(records
         .iter()
-        .filter(|r| r.operation != keymux::facts::Operation::ResponsesCreate)
-        .all(|r| r.decision.continuity_hit));
+        .filter(|r| r.routed.operation != keymux::facts::Operation::ResponsesCreate)
+        .all(|r| r.routed.decision.continuity_hit));
 }
 
 #[tokio::test]
@@ -217,8 +217,8 @@ async fn unmarked_response_ids_are_routed_normally_and_say_so() {
     let r = c.get(format!("{}/responses/resp_0123456789abcdef", h.base)).bearer_auth(TOKEN).send().await.unwrap();
     assert_eq!(r.status(), 404, "the upstream's own answer");
     let record = h.gateway.events().recent(1).pop().unwrap();
-    assert!(!record.decision.continuity_hit);
-    assert!(record.decision.reasons.contains(&keymux::router::Reason::UnmarkedResponseId));
+    assert!(!record.routed.decision.continuity_hit);
+    assert!(record.routed.decision.reasons.contains(&keymux::router::Reason::UnmarkedResponseId));
     let r = post(
         &c,
         &format!("{}/responses", h.base),
@@ -230,7 +230,7 @@ async fn unmarked_response_ids_are_routed_normally_and_say_so() {
     .unwrap();
     assert_eq!(r.status(), 400);
     let record = h.gateway.events().recent(1).pop().unwrap();
-    assert!(record.decision.reasons.contains(&keymux::router::Reason::UnmarkedResponseId));
+    assert!(record.routed.decision.reasons.contains(&keymux::router::Reason::UnmarkedResponseId));
     // A forged response id is refused before anything goes upstream.
     let (_, id, _) = stored_turn(&c, &h.base, 1, 0, None).await;
     let id = id.unwrap();

@@ -4,6 +4,7 @@
 
 mod support;
 
+use keymux::pool::HealthState;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -420,7 +421,7 @@ async fn rate_limited_keys_cool_down_and_all_cooling_gives_retry_after() {
     }
     let status = h.status();
     let a1 = status.iter().find(|k| k.label == "a1").unwrap();
-    assert_eq!(a1.health, "cooling");
+    assert_eq!(a1.health, HealthState::Cooling);
     assert!(a1.cooldown_ms > 25_000);
 
     h.sim.inject("sk-a2", Fault::RateLimited { retry_after_secs: 12 });
@@ -454,7 +455,7 @@ async fn rejected_key_is_flagged_and_skipped() {
         one_request(&c, &h.base, Kind::ChatJson).await.expect("served");
     }
     let status = h.status();
-    assert_eq!(status.iter().find(|k| k.label == "b1").unwrap().health, "invalid");
+    assert_eq!(status.iter().find(|k| k.label == "b1").unwrap().health, HealthState::Rejected);
     let served_after = client_counts(&h.sim).get("sk-b1").copied().unwrap_or(0);
     assert_eq!(served_after, 1, "an invalid key gets no more traffic");
 }

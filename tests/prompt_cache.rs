@@ -134,8 +134,9 @@ async fn soft_affinity_keeps_sessions_on_a_warm_cache() {
 
     // Decisions say where the preference came from and what happened to it.
     let records = keymux.gateway.events().recent(1000);
-    let hits = records.iter().filter(|r| r.decision.affinity_state == keymux::router::AffinityState::Hit).count();
-    assert!(records.iter().all(|r| r.decision.affinity_source == keymux::facts::AffinitySource::PromptCacheKey));
+    let hits =
+        records.iter().filter(|r| r.routed.decision.affinity_state == keymux::router::AffinityState::Hit).count();
+    assert!(records.iter().all(|r| r.routed.decision.affinity_source == keymux::facts::AffinitySource::PromptCacheKey));
     assert!(hits >= 600, "follow-ups chose the remembered key: {hits} of {}", records.len());
     let status = keymux.status();
     let cached: u64 = status.iter().map(|k| k.cached_tokens).sum();
@@ -224,7 +225,7 @@ async fn invalid_cache_keys_are_ignored_and_the_prefix_stands_in() {
         let r = post(&c, &format!("{}/responses", h.base), &[], &body).send().await.unwrap();
         assert_eq!(r.status(), 200, "{bad}");
         let record = h.gateway.events().recent(1).pop().unwrap();
-        assert_eq!(record.decision.affinity_source, keymux::facts::AffinitySource::PromptPrefix, "{bad}");
+        assert_eq!(record.routed.decision.affinity_source, keymux::facts::AffinitySource::PromptPrefix, "{bad}");
         // Forwarded unchanged.
         assert_eq!(h.sim.log().last().unwrap().body.as_ref().unwrap()["prompt_cache_key"], *bad);
     }
@@ -233,8 +234,8 @@ async fn invalid_cache_keys_are_ignored_and_the_prefix_stands_in() {
         post(&c, &format!("{}/responses", h.base), &[], &json!({"model":"gpt-5.5","input":[]})).send().await.unwrap();
     assert_eq!(r.status(), 200);
     let record = h.gateway.events().recent(1).pop().unwrap();
-    assert_eq!(record.decision.affinity_source, keymux::facts::AffinitySource::None);
-    assert_eq!(record.decision.affinity_state, keymux::router::AffinityState::NoSignal);
+    assert_eq!(record.routed.decision.affinity_source, keymux::facts::AffinitySource::None);
+    assert_eq!(record.routed.decision.affinity_state, keymux::router::AffinityState::NoSignal);
     // The prefix signal remembers too: the same prompt comes back to the same key.
     let body = json!({"model":"gpt-5.5","stream":false,"input":[{"role":"developer","content":long_system()},{"role":"user","content":"same question"}]});
     let _ = post(&c, &format!("{}/responses", h.base), &[], &body).send().await.unwrap();
@@ -242,7 +243,7 @@ async fn invalid_cache_keys_are_ignored_and_the_prefix_stands_in() {
     let _ = post(&c, &format!("{}/responses", h.base), &[], &body).send().await.unwrap();
     assert_eq!(h.sim.log().last().unwrap().key, first);
     let record = h.gateway.events().recent(1).pop().unwrap();
-    assert_eq!(record.decision.affinity_state, keymux::router::AffinityState::Hit);
+    assert_eq!(record.routed.decision.affinity_state, keymux::router::AffinityState::Hit);
 }
 
 #[tokio::test]
@@ -267,7 +268,11 @@ async fn a_cooling_target_moves_to_its_warm_organization_and_failures_never_teac
     let r = send(2).await.unwrap();
     let _ = r.bytes().await;
     let record = h.gateway.events().recent(1).pop().unwrap();
-    assert_eq!(record.decision.affinity_state, keymux::router::AffinityState::Hit, "chosen first, then failed over");
+    assert_eq!(
+        record.routed.decision.affinity_state,
+        keymux::router::AffinityState::Hit,
+        "chosen first, then failed over"
+    );
     let moved_to = h.sim.log().last().unwrap().key.clone().unwrap();
     assert_ne!(moved_to, remembered);
     if remembered.starts_with("sk-a") || remembered.starts_with("sk-b") {
@@ -278,8 +283,13 @@ async fn a_cooling_target_moves_to_its_warm_organization_and_failures_never_teac
     // While it cools, a new request goes to the warm organization and says why.
     let _ = read_sse(send(3).await.unwrap()).await;
     let record = h.gateway.events().recent(1).pop().unwrap();
-    assert_eq!(record.decision.affinity_state, keymux::router::AffinityState::TargetUnavailable);
-    assert!(record.decision.reasons.iter().any(|r| matches!(r, keymux::router::Reason::SoftTargetUnavailable { .. })));
+    assert_eq!(record.routed.decision.affinity_state, keymux::router::AffinityState::TargetUnavailable);
+    assert!(record
+        .routed
+        .decision
+        .reasons
+        .iter()
+        .any(|r| matches!(r, keymux::router::Reason::SoftTargetUnavailable { .. })));
     let during = h.sim.log().last().unwrap().key.clone().unwrap();
 
     // That success taught the table; the cut stream before it did not. Once the original key is back,
@@ -333,6 +343,6 @@ async fn short_prompts_are_balanced_not_concentrated() {
         assert!((70..=130).contains(&n), "short prompts concentrated on some key: {counts:?}");
     }
     let records = h.gateway.events().recent(300);
-    assert!(records.iter().all(|r| r.decision.affinity_state == keymux::router::AffinityState::ShortPrompt));
-    assert!(records.iter().all(|r| r.decision.route == keymux::router::Route::Balanced));
+    assert!(records.iter().all(|r| r.routed.decision.affinity_state == keymux::router::AffinityState::ShortPrompt));
+    assert!(records.iter().all(|r| r.routed.decision.route == keymux::router::Route::Balanced));
 }

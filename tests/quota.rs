@@ -4,6 +4,7 @@
 
 mod support;
 
+use keymux::pool::HealthState;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -135,9 +136,9 @@ async fn faults_are_absorbed_while_healthy_keys_remain() {
     }
     let status = h.status();
     let health = |label: &str| status.iter().find(|k| k.label == label).unwrap().health;
-    assert_eq!(health("f4"), "invalid");
-    assert_eq!(health("f5"), "quota_exhausted");
-    assert_eq!(health("f1"), "ready", "one 500 does not sideline a key");
+    assert_eq!(health("f4"), HealthState::Rejected);
+    assert_eq!(health("f5"), HealthState::QuotaExhausted);
+    assert_eq!(health("f1"), HealthState::Ready, "one 500 does not sideline a key");
     // Everything cooling at once: a 429 with an integer retry-after.
     for k in ["sk-f1", "sk-f2", "sk-f3", "sk-ok"] {
         h.sim.inject(k, Fault::RateLimited { retry_after_secs: 9 });
@@ -226,7 +227,7 @@ async fn a_thousand_triple_failovers_keep_attempt_records_small() {
     let _ = gateway.stop().await;
     // A fixed bound, whatever the retry count: at most MAX_ATTEMPTS entries of small values, each with
     // at most a capped message.
-    let per_attempt = 128 + 2 * keymux::pipeline::classify::MAX_MESSAGE_CHARS;
+    let per_attempt = 128 + 2 * keymux::classify::MAX_MESSAGE_CHARS;
     assert!(max <= 4 * per_attempt, "{max}");
     assert!(max - min <= 16, "no record grows with the history of others: {min}..{max}");
 }
@@ -244,7 +245,7 @@ async fn priority_tiers_keep_personal_keys_idle_until_work_keys_cool() {
     assert_eq!(counts.get("sk-p1"), None, "personal key idle: {counts:?}");
     assert!(counts.contains_key("sk-w1") && counts.contains_key("sk-w2"));
     let record = h.gateway.events().recent(1).pop().unwrap();
-    assert!(record.decision.reasons.contains(&keymux::router::Reason::PriorityTier { tier: 0 }));
+    assert!(record.routed.decision.reasons.contains(&keymux::router::Reason::PriorityTier { tier: 0 }));
 
     h.sim.inject("sk-w1", Fault::RateLimited { retry_after_secs: 30 });
     h.sim.inject("sk-w2", Fault::RateLimited { retry_after_secs: 30 });
@@ -282,6 +283,7 @@ async fn budgets_are_soft_and_overruns_are_shown() {
     }
     let record = h.gateway.events().recent(1).pop().unwrap();
     assert!(record
+        .routed
         .decision
         .reasons
         .iter()
@@ -314,7 +316,7 @@ async fn a_key_without_the_model_is_skipped_for_that_model_only() {
         .unwrap();
     assert_eq!(r.status(), 200);
     let record = h.gateway.events().recent(1).pop().unwrap();
-    assert!(record.decision.refusal.is_none());
+    assert!(record.routed.decision.refusal.is_none());
 }
 
 #[tokio::test]
@@ -397,7 +399,7 @@ async fn a_key_back_from_an_outage_gets_its_share_of_new_sessions_not_all_of_the
     // decayed, and it takes about a third of new sessions, not every one until it has caught up.
     h.sim.inject("sk-a1", Fault::RateLimited { retry_after_secs: 600 });
     let _ = sequential_sessions(&h, 31).await;
-    assert_eq!(h.status().iter().find(|k| k.label == "a1").unwrap().health, "cooling");
+    assert_eq!(h.status().iter().find(|k| k.label == "a1").unwrap().health, HealthState::Cooling);
     h.advance(Duration::from_secs(660));
     let after_cooling = sequential_sessions(&h, 30).await;
     println!("30 new sessions after a key's ten-minute cooldown: {after_cooling:?}");

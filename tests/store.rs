@@ -57,7 +57,7 @@ async fn a_full_then_read_only_disk_loses_and_doubles_nothing() {
     }
     println!("a full disk failed a flush after {} more requests", made - 20);
     let change = failed.expect("a full disk fails a flush");
-    assert!(matches!(change, Some(keymux::metrics::Health::Failed(_))));
+    assert!(matches!(change, Some(keymux::metrics::StoreHealth::Failed(_))));
     requests(&h, 5).await;
     made += 5;
     // Read-only on top of it.
@@ -78,7 +78,7 @@ async fn a_full_then_read_only_disk_loses_and_doubles_nothing() {
     disk.remount("rw");
     let (result, change) = h.gateway.metrics().flush(now());
     assert_eq!(result, Ok(()));
-    assert_eq!(change, Some(keymux::metrics::Health::Recovered));
+    assert_eq!(change, Some(keymux::metrics::StoreHealth::Recovered));
     requests(&h, 5).await;
     let stopped = h.shutdown().await;
     assert_eq!(stopped.metrics, Ok(()));

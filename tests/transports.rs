@@ -4,8 +4,9 @@
 
 mod support;
 
-use keymux::events::{FailureKind, RequestRecord, Transport};
+use keymux::events::{FailureKind, RequestRecord, Wire};
 use keymux::keys::KeyId;
+use keymux::pool::HealthState;
 use keymux_sim::{Fault, SimConfig};
 use serde_json::json;
 use support::*;
@@ -17,22 +18,22 @@ async fn harness() -> Harness {
 }
 
 /// The record of the request that just went through `transport`.
-fn last_record(h: &Harness, transport: Transport) -> RequestRecord {
+fn last_record(h: &Harness, transport: Wire) -> RequestRecord {
     let records = h.gateway.events().recent(10);
-    (*records.iter().rev().find(|r| r.transport == transport).expect("a record").clone()).clone()
+    (*records.iter().rev().find(|r| r.routed.transport == transport).expect("a record").clone()).clone()
 }
 
 /// One small request over `transport`; whether it was served.
-async fn one(h: &Harness, transport: Transport) -> bool {
+async fn one(h: &Harness, transport: Wire) -> bool {
     let body = json!({"model":"gpt-5.5","input":"hello","store":false,"stream":true});
     match transport {
-        Transport::Http => {
+        Wire::Http => {
             let r = post(&client(), &format!("{}/responses", h.base), &[], &body).send().await.unwrap();
             let ok = r.status() == 200;
             let _ = read_sse(r).await;
             ok
         }
-        Transport::WebSocket => {
+        Wire::WebSocket => {
             let mut ws = WsClient::connect(&h.base, "01a227d7-0000-7000-8000-000000000001").await.unwrap();
             let answer = ws.create(&body).await;
             answer.response_id().is_some()
@@ -43,15 +44,15 @@ async fn one(h: &Harness, transport: Transport) -> bool {
 #[tokio::test]
 async fn the_classifier_judges_a_fault_the_same_on_both_transports() {
     let cases = [
-        (Fault::Status500, FailureKind::Upstream5xx, "ready"),
-        (Fault::RateLimited { retry_after_secs: 30 }, FailureKind::RateLimited, "cooling"),
-        (Fault::InvalidKey, FailureKind::InvalidKey, "invalid"),
-        (Fault::InsufficientQuota, FailureKind::QuotaExhausted, "quota_exhausted"),
-        (Fault::ModelNotFound, FailureKind::ModelUnavailable, "ready"),
+        (Fault::Status500, FailureKind::Upstream5xx, HealthState::Ready),
+        (Fault::RateLimited { retry_after_secs: 30 }, FailureKind::RateLimited, HealthState::Cooling),
+        (Fault::InvalidKey, FailureKind::InvalidKey, HealthState::Rejected),
+        (Fault::InsufficientQuota, FailureKind::QuotaExhausted, HealthState::QuotaExhausted),
+        (Fault::ModelNotFound, FailureKind::ModelUnavailable, HealthState::Ready),
     ];
     for (fault, failure, health) in cases {
         let mut seen = Vec::new();
-        for transport in [Transport::Http, Transport::WebSocket] {
+        for transport in [Wire::Http, Wire::WebSocket] {
             let h = harness().await;
             h.sim.set_standing("sk-a1", fault.clone(), None);
             assert!(one(&h, transport).await, "{fault:?} over {transport:?}: the other key served");
@@ -87,18 +88,18 @@ async fn a_lost_organization_is_rescued_the_same_on_both_transports() {
     let r = post(&c, &format!("{}/responses", h.base), &[], &body).send().await.unwrap();
     assert_eq!(r.status(), 200, "rescued over HTTP");
     let _ = read_sse(r).await;
-    let http = last_record(&h, Transport::Http);
+    let http = last_record(&h, Wire::Http);
 
     let mut ws = WsClient::connect(&h.base, &session.id).await.unwrap();
     let answer = ws.create(&body).await;
     assert!(answer.response_id().is_some(), "rescued over WebSocket: {:?}", answer.error);
-    let socket = last_record(&h, Transport::WebSocket);
+    let socket = last_record(&h, Wire::WebSocket);
 
     for record in [&http, &socket] {
         assert_eq!(record.served_by.as_ref().map(KeyId::as_str), Some("k_b1"));
-        assert_eq!(record.decision.rescued_orgs.len(), 1);
+        assert_eq!(record.routed.decision.rescued_orgs.len(), 1);
         assert!(record.rescued_items >= 1);
-        assert!(record.decision.pin.is_none());
+        assert!(record.routed.decision.pin.is_none());
     }
     assert_eq!(http.rescued_items, socket.rescued_items, "the same items dropped");
     // What reached the provider held none of org-a's items.

@@ -169,9 +169,10 @@ async fn fifty_codex_websocket_sessions_stay_bound_and_keep_their_organization()
     assert_eq!(orgs.len(), 3, "sessions spread over the organizations");
     // The gateway reports the socket binding as continuity.
     let records = h.gateway.events().recent(1000);
-    let ws_frames: Vec<_> = records.iter().filter(|r| r.transport == keymux::events::Transport::WebSocket).collect();
-    assert!(ws_frames.iter().any(|r| r.decision.continuity_hit));
-    assert!(ws_frames.iter().filter(|r| r.decision.continuity_hit).all(|r| r
+    let ws_frames: Vec<_> = records.iter().filter(|r| r.routed.transport == keymux::events::Wire::WebSocket).collect();
+    assert!(ws_frames.iter().any(|r| r.routed.decision.continuity_hit));
+    assert!(ws_frames.iter().filter(|r| r.routed.decision.continuity_hit).all(|r| r
+        .routed
         .decision
         .reasons
         .iter()
@@ -192,7 +193,7 @@ async fn frames_are_tagged_for_the_client_and_untagged_for_the_upstream() {
     s.resume(&h.base).await.unwrap();
     // Every frame is reported like an HTTP request: in the event stream and in the metrics.
     let frames =
-        h.gateway.events().recent(100).iter().filter(|r| r.transport == keymux::events::Transport::WebSocket).count();
+        h.gateway.events().recent(100).iter().filter(|r| r.routed.transport == keymux::events::Wire::WebSocket).count();
     assert_eq!(frames, 6, "prewarm and three frames, then a prewarm and a resend");
     let counted: u64 = h.gateway.metrics().rows(1, h.gateway.today()).iter().map(|r| r.counters.requests).sum();
     assert_eq!(counted, 6);
@@ -288,12 +289,12 @@ async fn a_prewarm_for_a_resumed_session_goes_to_its_organization() {
         .events()
         .recent(10)
         .into_iter()
-        .find(|r| r.transport == keymux::events::Transport::WebSocket && !r.decision.continuity_hit)
+        .find(|r| r.routed.transport == keymux::events::Wire::WebSocket && !r.routed.decision.continuity_hit)
         .unwrap();
     assert!(
-        record.decision.reasons.iter().any(|r| matches!(r, keymux::router::Reason::SessionHint { .. })),
+        record.routed.decision.reasons.iter().any(|r| matches!(r, keymux::router::Reason::SessionHint { .. })),
         "{:?}",
-        record.decision.reasons
+        record.routed.decision.reasons
     );
 }
 

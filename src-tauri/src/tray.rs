@@ -5,9 +5,9 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use keymux::api::types::HealthState;
 use keymux::api::views;
 use keymux::desktop::menu::{self, changes, Action, Change, IconState, Item, Menu, MenuInput};
+use keymux::pool::HealthState;
 use tauri::image::Image;
 use tauri::menu::{CheckMenuItem, IsMenuItem, Menu as TauriMenu, MenuItem, MenuItemKind, PredefinedMenuItem, Submenu};
 use tauri::tray::{MouseButton, MouseButtonState, TrayIconBuilder, TrayIconEvent};
@@ -195,7 +195,7 @@ fn act(app: &AppHandle, id: &str) {
             }
         }
         (Action::ToggleKey(key), Some(g)) => {
-            let on = views::key(&g, &key).is_some_and(|k| k.health != HealthState::Disabled);
+            let on = views::key(&g, &key).is_some_and(|k| k.status.health != HealthState::Disabled);
             if let Err(e) = g.set_enabled(&key, !on) {
                 tracing::warn!("{e}");
             }

@@ -3,17 +3,18 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
 use crate::events::RequestRecord;
 use crate::keys::KeyTest;
 use crate::keys::{KeyId, KeySource, Provider};
 use crate::metrics::StoreStatus;
+use crate::pool::{HealthState, KeyStatus};
 use crate::sessions::SessionInfo;
 
 /// The gateway at a glance, and every key: what the status bar and the tray show.
-#[derive(Clone, Debug, Serialize, TS)]
+#[derive(Clone, Debug, Serialize, Deserialize, TS)]
 pub struct StatusBody {
     /// The gateway as a whole: version, address, pause, key counts, store and keychain state.
     pub gateway: GatewayInfo,
@@ -22,7 +23,7 @@ pub struct StatusBody {
 }
 
 /// The gateway as a whole.
-#[derive(Clone, Debug, Serialize, TS)]
+#[derive(Clone, Debug, Serialize, Deserialize, TS)]
 pub struct GatewayInfo {
     /// Keymux's version.
     pub version: String,
@@ -51,7 +52,7 @@ pub struct GatewayInfo {
 }
 
 /// Where secrets live.
-#[derive(Clone, Debug, Serialize, TS)]
+#[derive(Clone, Debug, Serialize, Deserialize, TS)]
 pub struct KeychainInfo {
     /// `OS keychain` or `memory`.
     pub kind: String,
@@ -59,24 +60,8 @@ pub struct KeychainInfo {
     pub ok: bool,
 }
 
-/// A key's health.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, TS)]
-#[serde(rename_all = "snake_case")]
-pub enum HealthState {
-    /// The router may send requests to it now.
-    Ready,
-    /// Rate limited until `until_unix_ms`.
-    Cooling,
-    /// Out of quota; tried again at `until_unix_ms`.
-    QuotaExhausted,
-    /// Rejected by the provider (401/403).
-    Rejected,
-    /// Switched off by the user.
-    Disabled,
-}
-
 /// One rate-limit window, as the provider last reported it and counted down locally since.
-#[derive(Clone, Debug, Serialize, TS)]
+#[derive(Clone, Debug, Serialize, Deserialize, TS)]
 pub struct WindowInfo {
     /// How many requests (or tokens) the provider allows in one window.
     pub limit: u64,
@@ -91,66 +76,19 @@ pub struct WindowInfo {
 }
 
 /// One key, with everything a card or a gauge needs. Never the secret.
-#[derive(Clone, Debug, Serialize, TS)]
+#[derive(Clone, Debug, Serialize, Deserialize, TS)]
 pub struct KeyInfo {
-    /// The id the config, the CLI and the control API name the key by (`k_work`, `env-b1`); never
-    /// derived from the secret.
-    pub id: KeyId,
-    /// The name the user gave the key, shown on its card.
-    pub label: String,
-    /// A short digest of the secret under the install secret: tells keys apart, reveals nothing.
-    pub fingerprint: String,
-    /// Whose API the key is for (OpenAI, or Azure OpenAI).
-    pub provider: Provider,
-    /// Where the key came from.
-    pub source: KeySource,
-    /// Its organization: configured, else learned.
-    pub org: Option<String>,
-    /// Whether the organization was learned from the provider (not configured).
-    pub org_learned: bool,
-    /// Whether the router may use it now, and if not, why (cooling, out of quota, rejected, disabled).
-    pub health: HealthState,
+    /// The key's state now (its health, counters and settings).
+    #[serde(flatten)]
+    // Declared in TypeScript as `KeyStatus & { ... }` by `api::types::typescript()`.
+    #[ts(skip)]
+    pub status: KeyStatus,
     /// When a cooldown or quota rest ends, Unix milliseconds.
     pub until_unix_ms: Option<u64>,
-    /// Requests sent on this key whose answer has not finished yet.
-    pub in_flight: u32,
-    /// Priority tier (lower first).
-    pub priority: u8,
-    /// Daily token budget, if any.
-    pub daily_token_budget: Option<u64>,
-    /// Tokens used today (UTC).
-    pub tokens_today: u64,
     /// The provider's window for requests (`x-ratelimit-*-requests`), once an answer reported it.
     pub requests_window: Option<WindowInfo>,
     /// The provider's window for tokens (`x-ratelimit-*-tokens`), once an answer reported it.
     pub tokens_window: Option<WindowInfo>,
-    /// Share of the tighter window left, 0 to 1.
-    pub headroom: f32,
-    /// Answers since start that the key itself served: any 2xx, and client errors (the key was fine).
-    pub served: u64,
-    /// Answers since start that held against the key: rate limited, out of quota, rejected, or a provider
-    /// failure (5xx, connection, timeout).
-    pub failed: u64,
-    /// The HTTP status of the provider's last answer on this key (`None`: it has not answered yet).
-    pub last_status: Option<u16>,
-    /// `invalid_encrypted_content` on requests Keymux pinned correctly (a provider incident).
-    pub invalid_encrypted_content: u64,
-    /// Prompt (input) tokens the provider counted on this key since start.
-    pub input_tokens: u64,
-    /// Of those, from the provider's prompt cache.
-    pub cached_tokens: u64,
-    /// Output tokens (reasoning included) the provider counted on this key since start.
-    pub output_tokens: u64,
-    /// `cached_tokens / input_tokens`, 0 to 1 (0 before any prompt).
-    pub cached_ratio: f32,
-    /// If not empty, the only models it serves.
-    pub models: Vec<String>,
-    /// Models the user excluded: the router never sends them to this key.
-    pub exclude_models: Vec<String>,
-    /// Models the provider said it cannot use.
-    pub unavailable_models: Vec<String>,
-    /// Its base URL, when it has its own.
-    pub base_url: Option<String>,
 }
 
 /// A client token as listed (never the token itself).
@@ -248,7 +186,7 @@ pub struct SessionBody {
 }
 
 /// The gateway's answer to the CLI's challenge.
-#[derive(Clone, Debug, Serialize, serde::Deserialize, TS)]
+#[derive(Clone, Debug, Serialize, Deserialize, TS)]
 pub struct ChallengeAnswer {
     /// The gateway's own nonce.
     pub server_nonce: String,
@@ -299,10 +237,19 @@ pub struct ErrorDetail {
     pub param: Option<String>,
 }
 
+/// The declaration of a type whose Rust struct flattens `base` into it (its field marked `#[ts(skip)]`):
+/// `Base & { ...its own fields }`, so the base's fields are declared once.
+fn extending(decl: String, base: &str) -> String {
+    match decl.split_once(" = ") {
+        Some((name, fields)) => format!("{name} = {base} & {fields}"),
+        None => decl,
+    }
+}
+
 /// The TypeScript of every type the dashboard reads or sends, in one file.
 pub fn typescript() -> String {
     use crate::control::{KeyChanges, NewKey};
-    use crate::events::{Attempt, Envelope, Event, FailureKind, GatewayEvent, KeyChange, KeyEvent, Routed, Transport};
+    use crate::events::{Attempt, Envelope, Event, FailureKind, GatewayEvent, KeyChange, KeyEvent, Routed, Wire};
     use crate::facts::{AffinitySource, ClientKind, Operation};
     use crate::relay::Usage;
     use crate::router::{AffinityState, Decision, PinDecision, Reason, Refusal, Route, SkipWhy};
@@ -323,10 +270,10 @@ pub fn typescript() -> String {
         Decision::decl(),
         FailureKind::decl(),
         Attempt::decl(),
-        Transport::decl(),
+        Wire::decl(),
         Usage::decl(),
-        RequestRecord::decl(),
         Routed::decl(),
+        extending(RequestRecord::decl(), "Routed"),
         KeyChange::decl(),
         KeyEvent::decl(),
         GatewayEvent::decl(),
@@ -339,7 +286,8 @@ pub fn typescript() -> String {
         GatewayInfo::decl(),
         HealthState::decl(),
         WindowInfo::decl(),
-        KeyInfo::decl(),
+        KeyStatus::decl(),
+        extending(KeyInfo::decl(), "KeyStatus"),
         StatusBody::decl(),
         TokenInfo::decl(),
         CreatedToken::decl(),

@@ -3,12 +3,10 @@
 
 use std::time::Duration;
 
-use super::types::{
-    GatewayInfo, HealthState, KeyInfo, KeychainInfo, StatusBody, TokenInfo, UsageBody, UsagePoint, WindowInfo,
-};
+use super::types::{GatewayInfo, KeyInfo, KeychainInfo, StatusBody, TokenInfo, UsageBody, UsagePoint, WindowInfo};
 use crate::gateway::Gateway;
 use crate::keys::KeyId;
-use crate::pool::KeyStatus;
+use crate::pool::{HealthState, KeyStatus};
 use crate::quota::WindowState;
 
 fn millis(d: Duration) -> u64 {
@@ -25,45 +23,12 @@ fn window(state: Option<WindowState>, now_unix_ms: u64) -> Option<WindowInfo> {
     })
 }
 
-fn info(k: KeyStatus, now_unix_ms: u64) -> KeyInfo {
-    let health = match k.health {
-        "cooling" => HealthState::Cooling,
-        "quota_exhausted" => HealthState::QuotaExhausted,
-        "invalid" => HealthState::Rejected,
-        "disabled" => HealthState::Disabled,
-        _ => HealthState::Ready,
-    };
-    let until_unix_ms = (k.cooldown_ms > 0).then(|| now_unix_ms + k.cooldown_ms);
-    let cached_ratio = if k.input_tokens == 0 { 0.0 } else { k.cached_tokens as f32 / k.input_tokens as f32 };
+fn info(status: KeyStatus, now_unix_ms: u64) -> KeyInfo {
     KeyInfo {
-        org_learned: k.org.is_none() && k.learned_org.is_some(),
-        org: k.org.or(k.learned_org),
-        id: k.id,
-        label: k.label,
-        fingerprint: k.fingerprint,
-        provider: k.provider,
-        source: k.source,
-        health,
-        until_unix_ms,
-        in_flight: k.in_flight,
-        priority: k.priority,
-        daily_token_budget: k.daily_token_budget,
-        tokens_today: k.tokens_today,
-        requests_window: window(k.requests_window, now_unix_ms),
-        tokens_window: window(k.tokens_window, now_unix_ms),
-        headroom: k.headroom,
-        served: k.served,
-        failed: k.failed,
-        last_status: k.last_status,
-        invalid_encrypted_content: k.invalid_encrypted_content,
-        input_tokens: k.input_tokens,
-        cached_tokens: k.cached_tokens,
-        output_tokens: k.output_tokens,
-        cached_ratio,
-        models: k.models,
-        exclude_models: k.exclude_models,
-        unavailable_models: k.unavailable_models,
-        base_url: k.base_url,
+        until_unix_ms: (status.cooldown_ms > 0).then(|| now_unix_ms + status.cooldown_ms),
+        requests_window: window(status.requests_window, now_unix_ms),
+        tokens_window: window(status.tokens_window, now_unix_ms),
+        status,
     }
 }
 
@@ -75,7 +40,7 @@ pub fn keys(gw: &Gateway) -> Vec<KeyInfo> {
 
 /// One key.
 pub fn key(gw: &Gateway, id: &KeyId) -> Option<KeyInfo> {
-    keys(gw).into_iter().find(|k| &k.id == id)
+    keys(gw).into_iter().find(|k| &k.status.id == id)
 }
 
 /// The gateway and every key.
@@ -84,17 +49,18 @@ pub fn status(gw: &Gateway) -> StatusBody {
     let now_unix_ms = gw.clock().unix_ms();
     let minute_ago = now_unix_ms.saturating_sub(60_000);
     let requests_last_minute =
-        gw.events().recent(crate::events::RECENT_CAPACITY).iter().filter(|r| r.at_unix_ms >= minute_ago).count() as u64;
+        gw.events().recent(crate::events::RECENT_CAPACITY).iter().filter(|r| r.routed.at_unix_ms >= minute_ago).count()
+            as u64;
     let store = gw.settings().store();
     let gateway = GatewayInfo {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         base_url: gw.base_url(),
         paused: gw.paused(),
         keys_total: keys.len(),
-        keys_healthy: keys.iter().filter(|k| k.health == HealthState::Ready).count(),
+        keys_healthy: keys.iter().filter(|k| k.status.health == HealthState::Ready).count(),
         next_reset_unix_ms: keys
             .iter()
-            .filter(|k| matches!(k.health, HealthState::Cooling | HealthState::QuotaExhausted))
+            .filter(|k| matches!(k.status.health, HealthState::Cooling | HealthState::QuotaExhausted))
             .filter_map(|k| k.until_unix_ms)
             .min(),
         requests_last_minute,

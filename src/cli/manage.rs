@@ -8,14 +8,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use http::Method;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::{env_secrets, out, KeysCommand, TokenCommand};
+use crate::api::types::KeyInfo;
 use crate::config::Config;
 use crate::config_file::ConfigFile;
 use crate::control::{self, KeyChanges, NewKey};
 use crate::digest::InstallKey;
 use crate::keys::{validate_secret, KeyId, Provider};
+use crate::pool::HealthState;
 use crate::remote::{Found, Remote};
 use crate::secrets::{self, account, Secret, SecretStore};
 use crate::settings::Settings;
@@ -138,19 +140,20 @@ async fn add_key(loaded: &Loaded, new: NewKey) -> Result<(), StartError> {
 }
 
 /// A key's id from its label or id, in the running gateway's list or the config.
-fn key_id(keys: &[Value], config: &Config, label_or_id: &str) -> Result<String, StartError> {
+fn key_id(keys: &[KeyInfo], config: &Config, label_or_id: &str) -> Result<String, StartError> {
     let found = keys
         .iter()
-        .find(|k| k["id"] == label_or_id || k["label"].as_str().is_some_and(|l| l.eq_ignore_ascii_case(label_or_id)))
-        .and_then(|k| k["id"].as_str().map(str::to_owned))
+        .map(|k| &k.status)
+        .find(|k| k.id.as_str() == label_or_id || k.label.eq_ignore_ascii_case(label_or_id))
+        .map(|k| k.id.to_string())
         .or_else(|| config.find_key(label_or_id).map(|k| k.id.to_string()));
     found.ok_or_else(|| usage(format!("no key labelled or with id '{label_or_id}'; see `keymux keys list`")))
 }
 
 async fn remove_key(loaded: &Loaded, label_or_id: &str) -> Result<(), StartError> {
     if let Some(remote) = remote(loaded).await? {
-        let keys = remote.call(Method::GET, "/keys", None).await.map_err(usage)?;
-        let id = key_id(keys.as_array().map_or(&[][..], Vec::as_slice), &loaded.config, label_or_id)?;
+        let keys: Vec<KeyInfo> = remote.get("/keys").await.map_err(usage)?;
+        let id = key_id(&keys, &loaded.config, label_or_id)?;
         remote.call(Method::DELETE, &format!("/keys/{id}"), None).await.map_err(usage)?;
         out(&format!("removed key '{label_or_id}' ({id}) from the running gateway, the config and the keychain"));
         return Ok(());
@@ -164,8 +167,8 @@ async fn remove_key(loaded: &Loaded, label_or_id: &str) -> Result<(), StartError
 
 async fn set_key(loaded: &Loaded, label_or_id: &str, changes: KeyChanges) -> Result<(), StartError> {
     if let Some(remote) = remote(loaded).await? {
-        let keys = remote.call(Method::GET, "/keys", None).await.map_err(usage)?;
-        let id = key_id(keys.as_array().map_or(&[][..], Vec::as_slice), &loaded.config, label_or_id)?;
+        let keys: Vec<KeyInfo> = remote.get("/keys").await.map_err(usage)?;
+        let id = key_id(&keys, &loaded.config, label_or_id)?;
         let body = serde_json::to_value(&changes).map_err(usage)?;
         remote.call(Method::PATCH, &format!("/keys/{id}"), Some(body)).await.map_err(usage)?;
         out(&format!("updated key '{label_or_id}' ({id}) in the running gateway and the config"));
@@ -179,8 +182,8 @@ async fn set_key(loaded: &Loaded, label_or_id: &str, changes: KeyChanges) -> Res
 
 async fn switch_key(loaded: &Loaded, label_or_id: &str, action: &str) -> Result<(), StartError> {
     let remote = running(loaded).await?;
-    let keys = remote.call(Method::GET, "/keys", None).await.map_err(usage)?;
-    let id = key_id(keys.as_array().map_or(&[][..], Vec::as_slice), &loaded.config, label_or_id)?;
+    let keys: Vec<KeyInfo> = remote.get("/keys").await.map_err(usage)?;
+    let id = key_id(&keys, &loaded.config, label_or_id)?;
     let answer = remote.call(Method::POST, &format!("/keys/{id}/{action}"), None).await.map_err(usage)?;
     out(&format!("key '{label_or_id}' is now {}", answer["key"]["health"].as_str().unwrap_or(action)));
     Ok(())
@@ -188,8 +191,8 @@ async fn switch_key(loaded: &Loaded, label_or_id: &str, action: &str) -> Result<
 
 async fn test_key(loaded: &Loaded, label_or_id: &str) -> Result<(), StartError> {
     let remote = running(loaded).await?;
-    let keys = remote.call(Method::GET, "/keys", None).await.map_err(usage)?;
-    let id = key_id(keys.as_array().map_or(&[][..], Vec::as_slice), &loaded.config, label_or_id)?;
+    let keys: Vec<KeyInfo> = remote.get("/keys").await.map_err(usage)?;
+    let id = key_id(&keys, &loaded.config, label_or_id)?;
     let test = remote.call(Method::POST, &format!("/keys/{id}/test"), None).await.map_err(usage)?;
     out(&format!(
         "{} ({} ms{})",
@@ -206,8 +209,8 @@ async fn test_key(loaded: &Loaded, label_or_id: &str) -> Result<(), StartError> 
 
 async fn list_keys(loaded: &Loaded) -> Result<(), StartError> {
     let env = env_secrets()?;
-    let live: Option<Vec<Value>> = match remote(loaded).await? {
-        Some(remote) => remote.call(Method::GET, "/keys", None).await.ok().and_then(|v| v.as_array().cloned()),
+    let live: Option<Vec<KeyInfo>> = match remote(loaded).await? {
+        Some(remote) => remote.get("/keys").await.ok(),
         None => None,
     };
     if loaded.config.keys.is_empty() && env.keys.is_empty() && live.as_ref().is_none_or(Vec::is_empty) {
@@ -226,12 +229,12 @@ async fn list_keys(loaded: &Loaded) -> Result<(), StartError> {
             (Some(secret), Some(install)) => (install.fingerprint(secret), "in keychain"),
             _ => ("-".to_owned(), "MISSING from keychain"),
         };
-        let state = live.as_ref().and_then(|keys| keys.iter().find(|k| k["id"] == key.id.as_str()));
+        let state = live.as_ref().and_then(|keys| keys.iter().find(|k| k.status.id == key.id));
         row(&key.label, key.id.as_str(), key.provider, key.org.as_deref(), &fp, stored, state);
     }
     for key in &env.keys {
         let id = format!("env-{}", key.label);
-        let state = live.as_ref().and_then(|keys| keys.iter().find(|k| k["id"] == id.as_str()));
+        let state = live.as_ref().and_then(|keys| keys.iter().find(|k| k.status.id.as_str() == id));
         row(&key.label, &id, key.provider, key.org.as_deref(), "-", "environment (ephemeral)", state);
     }
     if live.is_none() {
@@ -243,27 +246,38 @@ async fn list_keys(loaded: &Loaded) -> Result<(), StartError> {
     Ok(())
 }
 
-fn row(label: &str, id: &str, provider: Provider, org: Option<&str>, fp: &str, stored: &str, state: Option<&Value>) {
+fn row(label: &str, id: &str, provider: Provider, org: Option<&str>, fp: &str, stored: &str, state: Option<&KeyInfo>) {
     let org = org
         .map(str::to_owned)
-        .or_else(|| state.and_then(|s| s["org"].as_str()).map(|o| format!("{o} (learned)")))
+        .or_else(|| state.and_then(|s| s.status.org.as_deref()).map(|o| format!("{o} (learned)")))
         .unwrap_or_else(|| "(learned on first use)".into());
     let mut status = stored.to_owned();
     if let Some(s) = state {
-        let health = s["health"].as_str().unwrap_or("?");
-        status.push_str(&format!(", {health}"));
-        if let (Some(until), Some(now)) = (s["until_unix_ms"].as_u64(), Some(crate::clock::Clock::system().unix_ms())) {
+        status.push_str(&format!(", {}", health_word(s.status.health)));
+        if let Some(until) = s.until_unix_ms {
+            let now = crate::clock::Clock::system().unix_ms();
             status.push_str(&format!(" {}s", until.saturating_sub(now).div_ceil(1000)));
         }
-        if health == "rejected" {
+        if s.status.health == HealthState::Rejected {
             status.push_str(" (rejected by the provider: replace this key)");
         }
-        let odd = s["invalid_encrypted_content"].as_u64().unwrap_or(0);
+        let odd = s.status.invalid_encrypted_content;
         if odd > 0 {
             status.push_str(&format!(", {odd} invalid_encrypted_content from the provider"));
         }
     }
     out(&format!("{label:<16} {id:<14} {:<8} {org:<24} {fp:<11} {status}", provider.as_str()));
+}
+
+/// A key's health as `keymux keys list` prints it: the API's own word for it.
+fn health_word(health: HealthState) -> &'static str {
+    match health {
+        HealthState::Ready => "ready",
+        HealthState::Cooling => "cooling",
+        HealthState::QuotaExhausted => "quota_exhausted",
+        HealthState::Rejected => "rejected",
+        HealthState::Disabled => "disabled",
+    }
 }
 
 pub(super) async fn token(config_path: Option<PathBuf>, cmd: TokenCommand) -> Result<(), StartError> {
@@ -390,4 +404,18 @@ fn read_secret() -> Result<Secret, StartError> {
     let value = raw.trim_end_matches(['\n', '\r']).trim();
     validate_secret(value).map_err(usage)?;
     Ok(Secret::new(value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{health_word, HealthState};
+
+    /// The CLI prints the same word the control API sends (what it printed when it read the JSON).
+    #[test]
+    fn printed_health_words_are_the_api_words() {
+        use HealthState::*;
+        for state in [Ready, Cooling, QuotaExhausted, Rejected, Disabled] {
+            assert_eq!(serde_json::to_value(state).ok(), Some(serde_json::Value::from(health_word(state))));
+        }
+    }
 }

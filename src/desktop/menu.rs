@@ -6,8 +6,9 @@
 
 use super::notices::NoticeKind;
 use super::words::countdown;
-use crate::api::types::{HealthState, KeyInfo, StatusBody};
+use crate::api::types::{KeyInfo, StatusBody};
 use crate::keys::KeyId;
+use crate::pool::HealthState;
 
 /// What the icon shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -163,7 +164,7 @@ pub fn icon(input: &MenuInput<'_>) -> IconState {
     if status.gateway.paused {
         return IconState::Paused;
     }
-    let ready = status.keys.iter().filter(|k| k.health == HealthState::Ready).count();
+    let ready = status.keys.iter().filter(|k| k.status.health == HealthState::Ready).count();
     match ready {
         0 => IconState::Blocked,
         n if n == status.keys.len() => IconState::Healthy,
@@ -190,16 +191,16 @@ pub fn status_line(input: &MenuInput<'_>) -> String {
 
 /// A key's menu text: its label, organization and state (headroom when it is usable).
 pub fn key_label(key: &KeyInfo, now_unix_ms: u64) -> String {
-    let org = key.org.as_deref().map(|o| format!(" ({o})")).unwrap_or_default();
+    let org = key.status.org.as_deref().map(|o| format!(" ({o})")).unwrap_or_default();
     let until = key.until_unix_ms.map(|u| countdown(u.saturating_sub(now_unix_ms))).unwrap_or_default();
-    let state = match key.health {
-        HealthState::Ready => format!("{:.0}% headroom", key.headroom * 100.0),
+    let state = match key.status.health {
+        HealthState::Ready => format!("{:.0}% headroom", key.status.headroom * 100.0),
         HealthState::Cooling => format!("cooling, frees in {until}"),
         HealthState::QuotaExhausted => format!("out of quota, retried in {until}"),
         HealthState::Rejected => "rejected by the provider".to_owned(),
         HealthState::Disabled => "off".to_owned(),
     };
-    format!("{}{org} · {state}", key.label)
+    format!("{}{org} · {state}", key.status.label)
 }
 
 fn entry(action: Action, label: impl Into<String>, checked: Option<bool>, enabled: bool) -> Item {
@@ -215,9 +216,9 @@ pub fn menu(input: &MenuInput<'_>) -> Menu {
     items.push(entry(Action::TogglePause, "Pause routing", Some(paused), up));
     if let Some(status) = input.status {
         for key in &status.keys {
-            let on = key.health != HealthState::Disabled;
+            let on = key.status.health != HealthState::Disabled;
             let label = key_label(key, status.gateway.now_unix_ms);
-            items.push(entry(Action::ToggleKey(key.id.clone()), label, Some(on), true));
+            items.push(entry(Action::ToggleKey(key.status.id.clone()), label, Some(on), true));
         }
     }
     items.push(Item::Separator);

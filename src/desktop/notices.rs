@@ -4,8 +4,9 @@
 
 use std::collections::HashMap;
 
-use crate::api::types::{HealthState, StatusBody};
+use crate::api::types::StatusBody;
 use crate::events::{Envelope, Event, KeyChange};
+use crate::pool::HealthState;
 use crate::router::decision::Refusal;
 
 use super::words::countdown;
@@ -107,13 +108,15 @@ impl Notifier {
         let notice = match &event.event {
             Event::Key(k) => {
                 let status = status();
-                let usable = status.keys.iter().any(|k| k.health == HealthState::Ready);
+                let usable = status.keys.iter().any(|k| k.status.health == HealthState::Ready);
                 if usable {
                     self.blocked_said = false;
                 }
                 self.key_notice(k, &status, usable)
             }
-            Event::Finished(record) => session_lost(&record.decision.refusal, !record.decision.rescued_orgs.is_empty()),
+            Event::Finished(record) => {
+                session_lost(&record.routed.decision.refusal, !record.routed.decision.rescued_orgs.is_empty())
+            }
             _ => None,
         }?;
         let subject = match &event.event {

@@ -5,52 +5,58 @@ use std::sync::Arc;
 
 use super::menu::{changes, entries, icon, menu, status_line, Action, Change, IconState, Item, MenuInput};
 use super::notices::{NoticeKind, Notifier};
-use crate::api::types::{GatewayInfo, HealthState, KeyInfo, KeychainInfo, StatusBody};
-use crate::events::{Envelope, Event, KeyChange, KeyEvent, RequestRecord, Transport};
+use crate::api::types::{GatewayInfo, KeyInfo, KeychainInfo, StatusBody};
+use crate::events::{Envelope, Event, KeyChange, KeyEvent, RequestRecord, Wire};
 use crate::facts::Operation;
 use crate::keys::{KeyId, KeySource, Provider};
 use crate::metrics::StoreStatus;
+use crate::pool::{HealthState, KeyStatus};
 use crate::router::decision::{Decision, Refusal};
 
 const NOW: u64 = 1_800_000_000_000;
 
 fn key(label: &str, org: &str, health: HealthState, until: Option<u64>) -> KeyInfo {
     KeyInfo {
-        id: KeyId::new(format!("k_{label}")),
-        label: label.to_owned(),
-        fingerprint: "0a1b2c3d".into(),
-        provider: Provider::Openai,
-        source: KeySource::Keychain,
-        org: Some(org.to_owned()),
-        org_learned: true,
-        health,
+        status: KeyStatus {
+            id: KeyId::new(format!("k_{label}")),
+            label: label.to_owned(),
+            fingerprint: "0a1b2c3d".into(),
+            provider: Provider::Openai,
+            source: KeySource::Keychain,
+            org: Some(org.to_owned()),
+            org_learned: true,
+            health,
+            in_flight: 0,
+            priority: 0,
+            daily_token_budget: None,
+            tokens_today: 0,
+            headroom: 0.82,
+            served: 0,
+            failed: 0,
+            last_status: None,
+            invalid_encrypted_content: 0,
+            input_tokens: 0,
+            cached_tokens: 0,
+            output_tokens: 0,
+            cached_ratio: 0.0,
+            models: Vec::new(),
+            exclude_models: Vec::new(),
+            unavailable_models: Vec::new(),
+            base_url: None,
+            cooldown_ms: 0,
+            requests_window: None,
+            tokens_window: None,
+        },
         until_unix_ms: until,
-        in_flight: 0,
-        priority: 0,
-        daily_token_budget: None,
-        tokens_today: 0,
         requests_window: None,
         tokens_window: None,
-        headroom: 0.82,
-        served: 0,
-        failed: 0,
-        last_status: None,
-        invalid_encrypted_content: 0,
-        input_tokens: 0,
-        cached_tokens: 0,
-        output_tokens: 0,
-        cached_ratio: 0.0,
-        models: Vec::new(),
-        exclude_models: Vec::new(),
-        unavailable_models: Vec::new(),
-        base_url: None,
     }
 }
 
 fn status(keys: Vec<KeyInfo>, paused: bool) -> StatusBody {
     let next_reset_unix_ms = keys
         .iter()
-        .filter(|k| matches!(k.health, HealthState::Cooling | HealthState::QuotaExhausted))
+        .filter(|k| matches!(k.status.health, HealthState::Cooling | HealthState::QuotaExhausted))
         .filter_map(|k| k.until_unix_ms)
         .min();
     let gateway = GatewayInfo {
@@ -58,7 +64,7 @@ fn status(keys: Vec<KeyInfo>, paused: bool) -> StatusBody {
         base_url: "http://127.0.0.1:8787/v1".into(),
         paused,
         keys_total: keys.len(),
-        keys_healthy: keys.iter().filter(|k| k.health == HealthState::Ready).count(),
+        keys_healthy: keys.iter().filter(|k| k.status.health == HealthState::Ready).count(),
         next_reset_unix_ms,
         requests_last_minute: 0,
         store: StoreStatus { persisted: true, path: None, error: None, notice: None, dropped: 0, pending: 0 },
@@ -265,7 +271,7 @@ fn finished(id: u64, refusal: Option<Refusal>, rescued: bool) -> Envelope {
     if rescued {
         decision.rescued_orgs.push(crate::digest::OrgTag(*b"org_tag1"));
     }
-    let record = RequestRecord::new(NOW, Operation::ResponsesCreate, Transport::Http, decision);
+    let record = RequestRecord::new(NOW, Operation::ResponsesCreate, Wire::Http, decision);
     Envelope { id, at_unix_ms: NOW, event: Event::Finished(Arc::new(record)) }
 }
 

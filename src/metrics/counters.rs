@@ -50,12 +50,15 @@ impl Counters {
             s => format!("{}xx", s / 100),
         };
         c.by_status.insert(class, 1);
-        let affinity =
-            format!("{}/{}", json_name(&record.decision.affinity_source), json_name(&record.decision.affinity_state));
+        let affinity = format!(
+            "{}/{}",
+            json_name(&record.routed.decision.affinity_source),
+            json_name(&record.routed.decision.affinity_state)
+        );
         c.by_affinity.insert(affinity, 1);
-        c.continuity_hits = u64::from(record.decision.continuity_hit);
-        c.pinned = u64::from(record.decision.pin.is_some());
-        c.rescued = u64::from(!record.decision.rescued_orgs.is_empty());
+        c.continuity_hits = u64::from(record.routed.decision.continuity_hit);
+        c.pinned = u64::from(record.routed.decision.pin.is_some());
+        c.rescued = u64::from(!record.routed.decision.rescued_orgs.is_empty());
         for failure in record.attempts.iter().filter_map(|a| a.failure) {
             *c.failures.entry(json_name(&failure)).or_default() += 1;
         }

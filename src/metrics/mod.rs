@@ -47,7 +47,7 @@ pub struct Row {
 }
 
 /// Where the metrics live now.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, ts_rs::TS)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize, ts_rs::TS)]
 pub struct StoreStatus {
     /// Whether counts reach disk.
     pub persisted: bool,
@@ -66,7 +66,7 @@ pub struct StoreStatus {
 
 /// What a flush changed about the store's health, for the event stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Health {
+pub enum StoreHealth {
     /// Writing started failing (the message says why and what to do).
     Failed(String),
     /// Writing works again.
@@ -130,8 +130,11 @@ impl Metrics {
 
     /// Counts a finished request under its key's fingerprint.
     pub fn record(&self, record: &RequestRecord, fingerprint: Option<String>) {
-        let key =
-            (hour_of(record.at_unix_ms), fingerprint.unwrap_or_else(|| "none".into()), json_name(&record.operation));
+        let key = (
+            hour_of(record.routed.at_unix_ms),
+            fingerprint.unwrap_or_else(|| "none".into()),
+            json_name(&record.routed.operation),
+        );
         let mut pending = lock(&self.pending);
         if !pending.rows.contains_key(&key) && pending.rows.len() >= MAX_PENDING {
             pending.dropped += 1;
@@ -143,7 +146,7 @@ impl Metrics {
     /// Merges pending counts into the store and deletes hours past the retention. Without a store the
     /// counts stay in memory. Blocks (sled): call it off the async threads. Returns the result and, when
     /// the store's health changed, the change.
-    pub fn flush(&self, now_unix_ms: u64) -> (Result<(), String>, Option<Health>) {
+    pub fn flush(&self, now_unix_ms: u64) -> (Result<(), String>, Option<StoreHealth>) {
         let Some(store) = &self.store else { return (Ok(()), None) };
         let rows = std::mem::take(&mut lock(&self.pending).rows);
         let oldest = hour_of(now_unix_ms).saturating_sub(self.retention_days.saturating_mul(24));
@@ -159,8 +162,8 @@ impl Metrics {
         });
         let mut error = lock(&self.error);
         let change = match (&result, error.is_some()) {
-            (Ok(()), true) => Some(Health::Recovered),
-            (Err(e), false) => Some(Health::Failed(e.clone())),
+            (Ok(()), true) => Some(StoreHealth::Recovered),
+            (Err(e), false) => Some(StoreHealth::Failed(e.clone())),
             _ => None,
         };
         if let Some(change) = &change {

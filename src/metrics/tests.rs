@@ -1,7 +1,7 @@
 //! The metrics' counting, reading and store protocol.
 
 use super::*;
-use crate::events::{Attempt, FailureKind, Transport};
+use crate::events::{Attempt, FailureKind, Wire};
 use crate::facts::{AffinitySource, Operation};
 use crate::keys::KeyId;
 use crate::router::{AffinityState, Decision};
@@ -16,8 +16,8 @@ fn record(status: u16, ms: u32) -> RequestRecord {
     let mut decision = Decision::new(1);
     decision.affinity_source = AffinitySource::PromptCacheKey;
     decision.affinity_state = AffinityState::Hit;
-    let mut record = RequestRecord::new(NOW_MS, Operation::ResponsesCreate, Transport::Http, decision);
-    record.model = Some("gpt-5.5".into());
+    let mut record = RequestRecord::new(NOW_MS, Operation::ResponsesCreate, Wire::Http, decision);
+    record.routed.model = Some("gpt-5.5".into());
     record.stream = true;
     record.attempts = vec![Attempt {
         key: KeyId::new("k_a"),
@@ -96,7 +96,7 @@ fn a_store_that_comes_back_gets_the_counts_kept_meanwhile() {
     m.record(&record(200, 1), Some("fp".into()));
     let (result, change) = m.flush(NOW_MS);
     assert_eq!(result, Ok(()));
-    assert_eq!(change, Some(Health::Recovered));
+    assert_eq!(change, Some(StoreHealth::Recovered));
     assert!(m.status().persisted);
     drop(m);
     let again = Metrics::open(&path, 90);
@@ -155,7 +155,7 @@ fn series_sum_hours_into_buckets_and_a_total() {
     let m = Metrics::in_memory();
     for (offset, fp) in [(0, "a"), (1, "a"), (HOUR_MS, "b"), (25 * HOUR_MS, "a")] {
         let mut r = record(200, 1);
-        r.at_unix_ms = NOW_MS + offset;
+        r.routed.at_unix_ms = NOW_MS + offset;
         m.record(&r, Some(fp.into()));
     }
     let hourly = m.series(NOW_MS, 1);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::events::{Attempt, FailureKind, RequestRecord, Routed, Transport};
+use crate::events::{Attempt, FailureKind, RequestRecord, Wire};
 use crate::facts::{Operation, RequestFacts};
 use crate::gateway::Gateway;
 use crate::keys::KeyId;
@@ -41,7 +41,7 @@ pub struct Trace {
 
 impl Trace {
     /// Starts the record of request `seq`.
-    pub fn new(gateway: &Arc<Gateway>, seq: u64, operation: Operation, transport: Transport) -> Self {
+    pub fn new(gateway: &Arc<Gateway>, seq: u64, operation: Operation, transport: Wire) -> Self {
         let clock = gateway.clock();
         let record = RequestRecord::new(clock.unix_ms(), operation, transport, Decision::new(seq));
         Self { started: clock.now(), gateway: gateway.clone(), record, trying: None, finished: false }
@@ -49,30 +49,21 @@ impl Trace {
 
     /// The request's number.
     pub fn seq(&self) -> u64 {
-        self.record.decision.seq
+        self.record.routed.decision.seq
     }
 
     /// Takes what the record shows of the request's facts.
     pub fn facts(&mut self, facts: &RequestFacts) {
-        self.record.client = facts.client;
-        self.record.session = facts.session.map(|s| s.short());
-        self.record.model = facts.model.clone();
+        self.record.routed.client = facts.client;
+        self.record.routed.session = facts.session.map(|s| s.short());
+        self.record.routed.model = facts.model.clone();
         self.record.stream = facts.stream;
     }
 
     /// Takes the decision, and tells the event stream the request was routed.
     pub fn decided(&mut self, decision: Decision) {
-        let record = &self.record;
-        self.gateway.routed(Routed {
-            at_unix_ms: record.at_unix_ms,
-            operation: record.operation,
-            transport: record.transport,
-            client: record.client,
-            session: record.session.clone(),
-            model: record.model.clone(),
-            decision: decision.clone(),
-        });
-        self.record.decision = decision;
+        self.record.routed.decision = decision;
+        self.gateway.routed(self.record.routed.clone());
     }
 
     /// Items dropped by rescue.
@@ -130,8 +121,7 @@ impl Trace {
         record.status = end.status;
         record.error = end.error;
         record.usage = end.usage;
-        let record =
-            std::mem::replace(record, RequestRecord::new(0, Operation::Other, Transport::Http, Decision::new(0)));
+        let record = std::mem::replace(record, RequestRecord::new(0, Operation::Other, Wire::Http, Decision::new(0)));
         self.gateway.publish(record);
     }
 }

@@ -14,43 +14,32 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::keys::{KeyEntry, KeyId, KeySource, Provider};
+use crate::keys::{KeyEntry, KeyId, Provider};
 use crate::markers::{Markers, OrgTag};
 use crate::quota::{Quota, Reading};
 use crate::relay::Usage;
-use crate::router::{Health, KeyView, PoolView};
+
+mod health;
+mod status;
+mod view;
+
+pub use health::{Health, HealthChange, HealthState, OutcomeKind};
+pub use status::KeyStatus;
+pub use view::{KeyView, PoolView, ViewFor};
+
+use health::{health_change, next_health, switched};
+use view::key_view;
+
+/// Most keys a pool may hold; keeps every per-decision list small.
+pub const MAX_KEYS: usize = 64;
 
 /// How long until a recent session start counts half: long enough to even out a burst of new sessions,
 /// short enough that a key back from an outage (or just added) catches up within minutes.
 pub const STARTS_HALF_LIFE: Duration = Duration::from_secs(120);
 /// Most models remembered as unavailable per key.
 pub const MAX_MISSING_MODELS: usize = 32;
-
-/// The effect of one upstream attempt on the key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OutcomeKind {
-    /// The key served the request (any 2xx).
-    Served,
-    /// The client's request was refused for its own reasons (4xx other than auth and rate limits).
-    ClientError,
-    /// Rate limited: cool the key for this long.
-    RateLimited {
-        /// How long.
-        cooldown: Duration,
-    },
-    /// The provider rejected the key.
-    Rejected,
-    /// The upstream failed (5xx, connection, timeout).
-    Failed,
-    /// The account is out of quota: rest the key this long.
-    QuotaExhausted {
-        /// How long.
-        recheck: Duration,
-    },
-}
 
 /// What one upstream answer (or failure) taught about a key.
 #[derive(Clone, Debug)]
@@ -92,8 +81,8 @@ impl Outcome {
 /// What the provider taught: an answer, or the token usage of a finished one.
 #[derive(Clone, Debug)]
 pub enum Learned {
-    /// An answer (or a failure to get one).
-    Answer(Outcome),
+    /// What one attempt taught (an answer, or a failure to get one).
+    Outcome(Outcome),
     /// A finished answer's usage, on UTC day `day`.
     Usage {
         /// The key.
@@ -103,25 +92,6 @@ pub enum Learned {
         /// UTC day number.
         day: u32,
     },
-}
-
-/// A change of a key's health, for the event stream and notifications.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HealthChange {
-    /// Rate limited until then.
-    Cooling {
-        /// When it frees.
-        until: Instant,
-    },
-    /// Out of quota until then (or until re-enabled).
-    QuotaExhausted {
-        /// When it is tried again.
-        until: Instant,
-    },
-    /// Rejected by the provider.
-    Rejected,
-    /// Usable again after a rejection or an exhausted quota.
-    Recovered,
 }
 
 /// How a request begins on a key.
@@ -206,7 +176,7 @@ impl Slot {
 
 /// The pool of keys.
 pub struct Pool {
-    // Replaced only when keys are added or removed; bounded by `router::MAX_KEYS`.
+    // Replaced only when keys are added or removed; bounded by `MAX_KEYS`.
     slots: ArcSwap<Vec<Arc<Slot>>>,
     markers: Markers,
 }
@@ -236,89 +206,10 @@ impl Drop for InFlight {
     }
 }
 
-/// A key's state as shown by the status API and `keymux keys list`. Never holds the secret.
-#[derive(Clone, Debug, Serialize)]
-pub struct KeyStatus {
-    /// Stable id.
-    pub id: KeyId,
-    /// Label.
-    pub label: String,
-    /// Short keyed fingerprint of the secret (as in `keymux keys list` and the metrics).
-    pub fingerprint: String,
-    /// Provider.
-    pub provider: Provider,
-    /// Where the key came from.
-    pub source: KeySource,
-    /// Organization set by the user.
-    pub org: Option<String>,
-    /// Organization learned from upstream.
-    pub learned_org: Option<String>,
-    /// `ready`, `cooling`, `invalid`, `quota_exhausted` or `disabled`.
-    pub health: &'static str,
-    /// Milliseconds of cooldown (or quota rest) left.
-    pub cooldown_ms: u64,
-    /// Requests in flight.
-    pub in_flight: u32,
-    /// Requests served since start.
-    pub served: u64,
-    /// Upstream failures since start.
-    pub failed: u64,
-    /// Last upstream status.
-    pub last_status: Option<u16>,
-    /// Upstream `invalid_encrypted_content` answers to requests Keymux had pinned correctly (a provider
-    /// incident, never the key's fault).
-    pub invalid_encrypted_content: u64,
-    /// Prompt tokens of successful answers since start.
-    pub input_tokens: u64,
-    /// Of those, served from the provider's prompt cache (the provider's own cache result).
-    pub cached_tokens: u64,
-    /// Output tokens since start.
-    pub output_tokens: u64,
-    /// Priority tier.
-    pub priority: u8,
-    /// Share of the tighter rate-limit window left.
-    pub headroom: f32,
-    /// The rate-limit windows the provider reported.
-    #[serde(skip)]
-    pub limits: Quota,
-    /// Daily token budget, if any.
-    pub daily_token_budget: Option<u64>,
-    /// Tokens used today (UTC); above the budget is an overrun.
-    pub tokens_today: u64,
-    /// Models the provider said this key cannot use (it is skipped for them).
-    pub unavailable_models: Vec<String>,
-    /// The request window as it stands now.
-    #[serde(skip)]
-    pub requests_window: Option<crate::quota::WindowState>,
-    /// The token window as it stands now.
-    #[serde(skip)]
-    pub tokens_window: Option<crate::quota::WindowState>,
-    /// If not empty, the only models it serves.
-    pub models: Vec<String>,
-    /// Models it never serves.
-    pub exclude_models: Vec<String>,
-    /// Its own base URL, if any.
-    pub base_url: Option<String>,
-}
-
-/// What a view is taken for: a request for `model` of about `tokens` tokens, at `now` on UTC day `day`.
-#[derive(Clone, Copy, Debug)]
-pub struct ViewFor<'a> {
-    /// The model the request names.
-    pub model: Option<&'a str>,
-    /// Its estimated tokens.
-    pub tokens: u64,
-    /// The time.
-    pub now: Instant,
-    /// The UTC day number (budgets are per day).
-    pub day: u32,
-}
-
 impl Pool {
-    /// A pool of these keys (at most `router::MAX_KEYS`; extra keys are refused by the caller).
+    /// A pool of these keys (at most `MAX_KEYS`; extra keys are refused by the caller).
     pub fn new(entries: Vec<KeyEntry>, markers: Markers) -> Self {
-        let slots =
-            entries.into_iter().take(crate::router::MAX_KEYS).map(|entry| Self::slot_for(entry, &markers)).collect();
+        let slots = entries.into_iter().take(MAX_KEYS).map(|entry| Self::slot_for(entry, &markers)).collect();
         Self { slots: ArcSwap::from_pointee(slots), markers }
     }
 
@@ -411,7 +302,7 @@ impl Pool {
                 self.add_usage(key, *usage, *day);
                 None
             }
-            Learned::Answer(outcome) => self.answered(outcome),
+            Learned::Outcome(outcome) => self.answered(outcome),
         }
     }
 
@@ -458,11 +349,11 @@ impl Pool {
         health_change(before, after, outcome.at).map(|c| (outcome.key.clone(), c))
     }
 
-    /// Door 3: adds a key (refused past `router::MAX_KEYS` or for a duplicate id).
+    /// Door 3: adds a key (refused past `MAX_KEYS` or for a duplicate id).
     pub fn add(&self, entry: KeyEntry) -> bool {
         let mut added = false;
         self.slots.rcu(|slots| {
-            added = slots.len() < crate::router::MAX_KEYS && !slots.iter().any(|s| s.entry.load().id == entry.id);
+            added = slots.len() < MAX_KEYS && !slots.iter().any(|s| s.entry.load().id == entry.id);
             let mut next = Vec::clone(slots);
             if added {
                 next.push(Self::slot_for(entry.clone(), &self.markers));
@@ -504,13 +395,7 @@ impl Pool {
         };
         slot.live.rcu(|live| {
             let mut next = Live::clone(live);
-            next.health = match (disabled, next.health) {
-                (true, _) => Health::Disabled,
-                // Re-enabling is the user saying the key is fine again (replaced, topped up): it clears a
-                // rejection and an exhausted quota too, but not a rate-limit cooldown, which ends by itself.
-                (false, Health::Disabled | Health::Invalid | Health::QuotaExhausted { .. }) => Health::Ready,
-                (false, other) => other,
-            };
+            next.health = switched(next.health, disabled);
             next
         });
         true
@@ -518,74 +403,7 @@ impl Pool {
 
     /// Status of every key, for the API and the CLI.
     pub fn status(&self, now: Instant, day: u32) -> Vec<KeyStatus> {
-        self.slots.load().iter().map(|s| key_status(s, now, day)).collect()
-    }
-}
-
-fn key_view(s: &Slot, request: ViewFor<'_>) -> KeyView {
-    let entry = s.entry.load();
-    let live = s.live.load();
-    let state = s.lock();
-    let model_ok = request.model.is_none_or(|m| entry.allows(m) && !state.missing_models.iter().any(|x| x == m));
-    let used = if state.budget_day == request.day { state.budget_used } else { 0 };
-    KeyView {
-        id: entry.id.clone(),
-        org: entry.org.clone().or_else(|| live.learned_org.clone()),
-        org_tag: live.org_tag,
-        in_flight: s.in_flight.load(Ordering::Acquire),
-        priority: entry.priority,
-        headroom: state.quota.headroom(request.now),
-        exhausted_until: state.quota.exhausted_until(request.now, request.tokens),
-        over_budget: entry.daily_token_budget.is_some_and(|b| used >= b),
-        model_ok,
-        recent_starts: state.starts.at(request.now) as f32,
-        health: live.health,
-    }
-}
-
-fn key_status(s: &Slot, now: Instant, day: u32) -> KeyStatus {
-    let entry = s.entry.load();
-    let live = s.live.load();
-    let state = s.lock();
-    let left = |until: Instant| u64::try_from((until - now).as_millis()).unwrap_or(u64::MAX);
-    let (health, cooldown_ms) = match live.health {
-        Health::Ready => ("ready", 0),
-        Health::Cooling { until } | Health::QuotaExhausted { until } if until <= now => ("ready", 0),
-        Health::Cooling { until } => ("cooling", left(until)),
-        Health::Invalid => ("invalid", 0),
-        Health::Disabled => ("disabled", 0),
-        Health::QuotaExhausted { until } => ("quota_exhausted", left(until)),
-    };
-    let counters = &s.counters;
-    KeyStatus {
-        id: entry.id.clone(),
-        label: entry.label.clone(),
-        fingerprint: s.fingerprint.clone(),
-        provider: entry.provider,
-        source: entry.source,
-        org: entry.org.clone(),
-        learned_org: live.learned_org.clone(),
-        health,
-        cooldown_ms,
-        in_flight: s.in_flight.load(Ordering::Acquire),
-        served: counters.served.load(Ordering::Relaxed),
-        failed: counters.failed.load(Ordering::Relaxed),
-        last_status: live.last_status,
-        invalid_encrypted_content: counters.invalid_encrypted.load(Ordering::Relaxed),
-        input_tokens: counters.input_tokens.load(Ordering::Relaxed),
-        cached_tokens: counters.cached_tokens.load(Ordering::Relaxed),
-        output_tokens: counters.output_tokens.load(Ordering::Relaxed),
-        priority: entry.priority,
-        headroom: state.quota.headroom(now),
-        limits: state.quota,
-        daily_token_budget: entry.daily_token_budget,
-        tokens_today: if state.budget_day == day { state.budget_used } else { 0 },
-        unavailable_models: state.missing_models.clone(),
-        requests_window: state.quota.windows(now).0,
-        tokens_window: state.quota.windows(now).1,
-        models: entry.models.clone(),
-        exclude_models: entry.exclude_models.clone(),
-        base_url: entry.base_url.clone(),
+        self.slots.load().iter().map(|s| status::key_status(s, now, day)).collect()
     }
 }
 
@@ -595,7 +413,7 @@ fn next_live(live: &Live, outcome: &Outcome, configured_org: bool, id: &KeyId, m
     if outcome.status.is_some() {
         next.last_status = outcome.status;
     }
-    next.health = next_health(next.health, outcome);
+    next.health = next_health(next.health, outcome.kind, outcome.at);
     if let Some(org) = &outcome.org {
         if next.learned_org.as_deref() != Some(org) {
             next.learned_org = Some(org.clone());
@@ -606,49 +424,6 @@ fn next_live(live: &Live, outcome: &Outcome, configured_org: bool, id: &KeyId, m
         }
     }
     next
-}
-
-fn next_health(health: Health, outcome: &Outcome) -> Health {
-    if health == Health::Disabled {
-        return Health::Disabled;
-    }
-    let at = outcome.at;
-    match outcome.kind {
-        // A success proves the key works: lift an expired cooldown or an earlier rejection (a transient
-        // 401 during key rotation must not stick).
-        OutcomeKind::Served | OutcomeKind::ClientError => match health {
-            Health::Cooling { until } if until > at => health,
-            _ => Health::Ready,
-        },
-        OutcomeKind::RateLimited { cooldown } => {
-            let until = crate::clock::later(at, cooldown);
-            match health {
-                Health::Cooling { until: old } if old > until => health,
-                _ => Health::Cooling { until },
-            }
-        }
-        OutcomeKind::Rejected => Health::Invalid,
-        OutcomeKind::Failed => health,
-        OutcomeKind::QuotaExhausted { recheck } => Health::QuotaExhausted { until: crate::clock::later(at, recheck) },
-    }
-}
-
-/// The transition worth telling the user about, if the health changed kind (or a cooldown grew).
-fn health_change(before: Health, after: Health, now: Instant) -> Option<HealthChange> {
-    let usable = |h: Health| match h {
-        Health::Ready => true,
-        Health::Cooling { until } | Health::QuotaExhausted { until } => until <= now,
-        Health::Invalid | Health::Disabled => false,
-    };
-    match after {
-        Health::Cooling { until } if before != after && until > now => Some(HealthChange::Cooling { until }),
-        Health::QuotaExhausted { until } if before != after => Some(HealthChange::QuotaExhausted { until }),
-        Health::Invalid if before != Health::Invalid => Some(HealthChange::Rejected),
-        Health::Ready if !usable(before) && matches!(before, Health::Invalid | Health::QuotaExhausted { .. }) => {
-            Some(HealthChange::Recovered)
-        }
-        _ => None,
-    }
 }
 
 fn note_missing(missing: &mut Vec<String>, model: &str) {

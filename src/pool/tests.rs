@@ -5,6 +5,7 @@ use super::*;
 fn clock_now() -> Instant {
     crate::clock::Clock::system().now()
 }
+use crate::keys::KeySource;
 use crate::secrets::Secret;
 
 fn pool(entries: Vec<KeyEntry>) -> Pool {
@@ -16,14 +17,14 @@ fn entry(id: &str) -> KeyEntry {
 }
 
 fn answer(key: &str, at: Instant, kind: OutcomeKind) -> Learned {
-    Learned::Answer(Outcome::new(KeyId::new(key), at, kind))
+    Learned::Outcome(Outcome::new(KeyId::new(key), at, kind))
 }
 
 fn view(pool: &Pool, now: Instant) -> PoolView {
     pool.view(ViewFor { model: None, tokens: 0, now, day: 0 })
 }
 
-fn health(pool: &Pool) -> &'static str {
+fn health(pool: &Pool) -> HealthState {
     pool.status(clock_now(), 0)[0].health
 }
 
@@ -33,9 +34,9 @@ async fn cooldown_expires_with_time() {
     let now = clock_now();
     let change = pool.apply(&answer("a", now, OutcomeKind::RateLimited { cooldown: Duration::from_secs(2) }));
     assert_eq!(change, Some((KeyId::new("a"), HealthChange::Cooling { until: now + Duration::from_secs(2) })));
-    assert_eq!(health(&pool), "cooling");
+    assert_eq!(health(&pool), HealthState::Cooling);
     tokio::time::advance(Duration::from_millis(2_001)).await;
-    assert_eq!(health(&pool), "ready");
+    assert_eq!(health(&pool), HealthState::Ready);
     // A shorter later cooldown never shortens a longer one.
     let now = clock_now();
     pool.apply(&answer("a", now, OutcomeKind::RateLimited { cooldown: Duration::from_secs(10) }));
@@ -62,7 +63,7 @@ async fn in_flight_follows_guards_and_orgs_are_learned() {
     let mut o = Outcome::new(KeyId::new("b"), now, OutcomeKind::Served);
     o.org = Some("org-b".into());
     let before = view(&pool, now).keys[1].org_tag;
-    pool.apply(&Learned::Answer(o));
+    pool.apply(&Learned::Outcome(o));
     assert_eq!(view(&pool, now).keys[1].org.as_deref(), Some("org-b"));
     assert_ne!(view(&pool, now).keys[1].org_tag, before, "learning the org changes the tag");
     assert!(pool.remove(&KeyId::new("a")));
@@ -90,9 +91,9 @@ async fn rejection_sticks_until_a_success() {
     let pool = pool(vec![entry("a")]);
     let change = pool.apply(&answer("a", clock_now(), OutcomeKind::Rejected));
     assert_eq!(change.map(|c| c.1), Some(HealthChange::Rejected));
-    assert_eq!(view(&pool, clock_now()).keys[0].health, Health::Invalid);
+    assert_eq!(view(&pool, clock_now()).keys[0].health, Health::Rejected);
     assert_eq!(pool.apply(&answer("a", clock_now(), OutcomeKind::Failed)), None);
-    assert_eq!(view(&pool, clock_now()).keys[0].health, Health::Invalid);
+    assert_eq!(view(&pool, clock_now()).keys[0].health, Health::Rejected);
     let change = pool.apply(&answer("a", clock_now(), OutcomeKind::Served));
     assert_eq!(change.map(|c| c.1), Some(HealthChange::Recovered));
     assert_eq!(view(&pool, clock_now()).keys[0].health, Health::Ready);
@@ -138,6 +139,6 @@ async fn settings_change_without_losing_live_state() {
         e.priority = 2;
     }));
     let status = &pool.status(clock_now(), 0)[0];
-    assert_eq!((status.label.as_str(), status.priority, status.health), ("renamed", 2, "invalid"));
+    assert_eq!((status.label.as_str(), status.priority, status.health), ("renamed", 2, HealthState::Rejected));
     assert!(!pool.update(&KeyId::new("nope"), |_| {}));
 }

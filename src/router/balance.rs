@@ -4,7 +4,8 @@
 use tokio::time::Instant;
 
 use super::{fill, millis, skip_reason, tie_hash, whole_seconds_ceil, Ask};
-use super::{Decision, Health, KeyView, Reason, Refusal, Route, SkipWhy};
+use super::{Decision, Reason, Refusal, Route, SkipWhy};
+use crate::pool::{Health, KeyView};
 
 /// Requests in flight that count as one step of load: keys within a step of each other are equally
 /// loaded. Momentary in-flight counts are noisy; with sticky sessions, where a session starts decides
@@ -69,12 +70,7 @@ fn sort_keys<'a>(ask: &Ask<'a>, decision: &mut Decision) -> Sorted<'a> {
     let mut sorted = Sorted { open: Vec::new(), skipped: Vec::new(), cooling: 0, earliest_free: None, unusable: 0 };
     let mut over_budget = Vec::new();
     for key in ask.keys {
-        let why = skip_reason(key, ask.now).or_else(|| {
-            key.exhausted_until
-                .filter(|u| *u > ask.now)
-                .map(|until| SkipWhy::NearExhaustion { reset_ms: millis(until - ask.now) })
-        });
-        match why {
+        match closed(key, ask.now) {
             None if key.over_budget => {
                 sorted.skipped.push(Reason::Skipped { key: key.id.clone(), why: SkipWhy::OverBudget });
                 over_budget.push(key);
@@ -102,6 +98,14 @@ fn sort_keys<'a>(ask: &Ask<'a>, decision: &mut Decision) -> Sorted<'a> {
         sorted.open = over_budget;
     }
     sorted
+}
+
+/// Why a key is closed to an unpinned request now (its health, its model, a used-up window); `None`
+/// when it is open.
+pub(super) fn closed(key: &KeyView, now: Instant) -> Option<SkipWhy> {
+    skip_reason(key, now).or_else(|| {
+        key.exhausted_until.filter(|u| *u > now).map(|until| SkipWhy::NearExhaustion { reset_ms: millis(until - now) })
+    })
 }
 
 /// Soft affinity: a preference inside the candidates, never a widening of them. The remembered key

@@ -1,69 +1,11 @@
-//! What a decision is made of and what it says: the pool snapshot it reads (`PoolView`), and the
-//! `Decision` with its reasons, exactly as the dashboard and the event stream show it.
+//! What a decision says: the `Decision` with its reasons, exactly as the dashboard and the event stream
+//! show it. (The pool snapshot it reads, `PoolView`, is the pool's.)
 
 use serde::Serialize;
-use tokio::time::Instant;
 
 use crate::facts::AffinitySource;
 use crate::keys::KeyId;
 use crate::markers::OrgTag;
-
-/// A key's health as the router sees it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Health {
-    /// Usable.
-    Ready,
-    /// Rate limited until then.
-    Cooling {
-        /// When the cooldown ends.
-        until: Instant,
-    },
-    /// The provider rejected the key (401/403).
-    Invalid,
-    /// The account is out of quota (`insufficient_quota`) until then, or until re-enabled.
-    QuotaExhausted {
-        /// When to try it again.
-        until: Instant,
-    },
-    /// Switched off by the user.
-    Disabled,
-}
-
-/// One key in a pool snapshot.
-#[derive(Clone, Debug)]
-pub struct KeyView {
-    /// Stable id.
-    pub id: KeyId,
-    /// Organization, set or learned.
-    pub org: Option<String>,
-    /// Tag of the organization (or of the key itself while its organization is unknown).
-    pub org_tag: OrgTag,
-    /// Requests currently being served by this key.
-    pub in_flight: u32,
-    /// Priority tier (lower first).
-    pub priority: u8,
-    /// Share of the tighter rate-limit window left, 0 to 1 (1 when unknown).
-    pub headroom: f32,
-    /// A rate-limit window is used up until then: the key would answer 429.
-    pub exhausted_until: Option<Instant>,
-    /// Over its daily token budget.
-    pub over_budget: bool,
-    /// Allowed for the request's model, and not known to lack it.
-    pub model_ok: bool,
-    /// Requests this key started among those routed by load alone, recently: a count that decays with
-    /// a half-life of minutes, so a key that was out for a while (or was just added) gets its fair share
-    /// of new sessions instead of all of them.
-    pub recent_starts: f32,
-    /// Health.
-    pub health: Health,
-}
-
-/// A snapshot of the pool, in the pool's stable key order.
-#[derive(Clone, Debug, Default)]
-pub struct PoolView {
-    /// The keys.
-    pub keys: Vec<KeyView>,
-}
 
 /// What became of the affinity signal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ts_rs::TS)]

@@ -17,12 +17,9 @@ use tokio::time::Instant;
 use crate::facts::{AffinitySource, RequestFacts};
 use crate::keys::KeyId;
 
-pub use decision::{
-    AffinityState, Decision, Health, KeyView, LostOrgPolicy, PinDecision, PoolView, Reason, Refusal, Route, SkipWhy,
-};
+pub use decision::{AffinityState, Decision, LostOrgPolicy, PinDecision, Reason, Refusal, Route, SkipWhy};
 
-/// Most keys a pool may hold; keeps every per-decision list small.
-pub const MAX_KEYS: usize = 64;
+use crate::pool::{Health, KeyView, PoolView, MAX_KEYS};
 /// Most upstream attempts for one request, whatever the config says.
 pub const MAX_ATTEMPTS: usize = 4;
 
@@ -129,6 +126,12 @@ pub fn decide(facts: &RequestFacts, view: &PoolView, memory: &Memory, now: Insta
     decision
 }
 
+/// Whether some key could take an unpinned request now: `decide` would not refuse a request that
+/// carries no markers, no model and no session. A new WebSocket opens only then.
+pub fn any_open(view: &PoolView, now: Instant) -> bool {
+    view.keys[..view.keys.len().min(MAX_KEYS)].iter().any(|key| balance::closed(key, now).is_none())
+}
+
 /// The rules in order; each either places the request (its route) or passes it on.
 fn route(ask: &Ask<'_>, decision: &mut Decision, memory: &Memory) -> Route {
     if let (Some(bound), true) = (&ask.facts.continuity, ask.policy.continuity) {
@@ -170,7 +173,7 @@ fn skip_reason(key: &KeyView, now: Instant) -> Option<SkipWhy> {
         Health::Cooling { until } | Health::QuotaExhausted { until } if until <= now => None,
         Health::Cooling { until } => Some(SkipWhy::Cooling { remaining_ms: millis(until - now) }),
         Health::QuotaExhausted { until } => Some(SkipWhy::QuotaExhausted { remaining_ms: millis(until - now) }),
-        Health::Invalid => Some(SkipWhy::Invalid),
+        Health::Rejected => Some(SkipWhy::Invalid),
         Health::Disabled => Some(SkipWhy::Disabled),
     }
 }

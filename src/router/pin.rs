@@ -2,9 +2,10 @@
 //! may go, whatever the load.
 
 use super::{fill, skip_reason, tie_hash, whole_seconds_ceil, Ask};
-use super::{Decision, Health, KeyView, LostOrgPolicy, PinDecision, Reason, Refusal, Route, SkipWhy};
+use super::{Decision, LostOrgPolicy, PinDecision, Reason, Refusal, Route, SkipWhy};
 use crate::keys::KeyId;
 use crate::markers::Pin;
+use crate::pool::{Health, KeyView};
 
 /// Continuity: exactly the key that holds the response, or a refusal that says why it cannot serve.
 pub(super) fn bind_to_key(ask: &Ask<'_>, decision: &mut Decision, bound: &Pin) -> Route {

@@ -88,7 +88,7 @@ fn table_of_decisions() {
         },
         Case {
             name: "invalid and disabled keys are skipped",
-            keys: vec![key("a", 0, Health::Invalid), key("b", 0, Health::Disabled), key("c", 9, Health::Ready)],
+            keys: vec![key("a", 0, Health::Rejected), key("b", 0, Health::Disabled), key("c", 9, Health::Ready)],
             want_choice: Some("c"),
             want_refusal: None,
         },
@@ -98,14 +98,14 @@ fn table_of_decisions() {
             keys: vec![
                 key("a", 0, Health::Cooling { until: later }),
                 key("b", 0, Health::Cooling { until: later + Duration::from_secs(5) }),
-                key("c", 0, Health::Invalid),
+                key("c", 0, Health::Rejected),
             ],
             want_choice: None,
             want_refusal: Some(Refusal::AllCooling { retry_after_secs: 3, cooling: 2 }),
         },
         Case {
             name: "nothing usable",
-            keys: vec![key("a", 0, Health::Invalid), key("b", 0, Health::Disabled)],
+            keys: vec![key("a", 0, Health::Rejected), key("b", 0, Health::Disabled)],
             want_choice: None,
             want_refusal: Some(Refusal::NoUsableKey { unusable: 2 }),
         },
@@ -119,6 +119,33 @@ fn table_of_decisions() {
     }
 }
 
+/// `any_open` (what a new WebSocket checks) says yes exactly when `decide` would place a request that
+/// carries nothing but its operation.
+#[test]
+fn any_open_agrees_with_decide_for_a_plain_request() {
+    let now = clock_now();
+    let later = now + Duration::from_secs(3);
+    let exhausted = KeyView { exhausted_until: Some(later), ..key("x", 0, Health::Ready) };
+    let over_budget = KeyView { over_budget: true, ..key("o", 0, Health::Ready) };
+    let pools = vec![
+        vec![],
+        vec![key("a", 0, Health::Ready)],
+        vec![key("a", 0, Health::Cooling { until: later })],
+        vec![key("a", 0, Health::Cooling { until: now })],
+        vec![key("a", 0, Health::QuotaExhausted { until: later }), key("b", 0, Health::Disabled)],
+        vec![key("a", 0, Health::Rejected), key("b", 3, Health::Ready)],
+        vec![exhausted.clone()],
+        vec![exhausted, over_budget.clone()],
+        vec![over_budget],
+    ];
+    let plain = RequestFacts { stream: true, ..RequestFacts::new(1, Operation::ResponsesCreate) };
+    for keys in pools {
+        let view = PoolView { keys };
+        let placed = decide(&plain, &view, &Memory::default(), now, &Policy::default()).refusal.is_none();
+        assert_eq!(any_open(&view, now), placed, "{:?}", view.keys.iter().map(|k| k.health).collect::<Vec<_>>());
+    }
+}
+
 #[test]
 fn fallbacks_are_ranked_and_capped() {
     let now = clock_now();
@@ -129,7 +156,7 @@ fn fallbacks_are_ranked_and_capped() {
             key("b", 1, Health::Ready),
             key("c", 2, Health::Ready),
             key("d", 4, Health::Ready),
-            key("e", 0, Health::Invalid),
+            key("e", 0, Health::Rejected),
         ],
     };
     let d = decide(&facts(1), &view, &Memory::default(), now, &policy(3));
@@ -254,7 +281,7 @@ fn encrypted_content_pins_to_the_organization() {
     // One key of the org rejected: the other serves.
     let d = decide(
         &pinned(1, "a1", "org-a"),
-        &two_orgs(0, 0, Health::Invalid, Health::Ready),
+        &two_orgs(0, 0, Health::Rejected, Health::Ready),
         &Memory::default(),
         now,
         &policy(3),
@@ -317,7 +344,7 @@ fn continuity_binds_to_exactly_one_key() {
     let d = decide(&bound(1, "a1"), &view(cooling), &Memory::default(), now, &policy(3));
     assert_eq!(d.refusal, Some(Refusal::AllCooling { retry_after_secs: 2, cooling: 1 }));
     // Rejected, disabled or removed: a clear refusal, never a silent move.
-    for health in [Health::Invalid, Health::Disabled] {
+    for health in [Health::Rejected, Health::Disabled] {
         let d = decide(&bound(1, "a1"), &view(health), &Memory::default(), now, &policy(3));
         assert_eq!(d.refusal, Some(Refusal::ContinuityLost { key: KeyId::new("a1") }));
         assert!(!d.continuity_hit);

@@ -217,7 +217,7 @@ duration_ms: number,
  */
 message: string | null, };
 
-export type Transport = "http" | "web_socket";
+export type Wire = "http" | "web_socket";
 
 export type Usage = { 
 /**
@@ -233,7 +233,7 @@ cached: number,
  */
 output: number, };
 
-export type RequestRecord = { 
+export type Routed = { 
 /**
  * Wall-clock time of arrival, Unix milliseconds.
  */
@@ -245,13 +245,13 @@ operation: Operation,
 /**
  * HTTP or WebSocket.
  */
-transport: Transport, 
+transport: Wire, 
 /**
  * The client that sent it.
  */
 client: ClientKind, 
 /**
- * A short keyed digest of its session (`prompt_cache_key`), never the raw value.
+ * A short keyed digest of its session.
  */
 session: string | null, 
 /**
@@ -259,13 +259,15 @@ session: string | null,
  */
 model: string | null, 
 /**
+ * The decision.
+ */
+decision: Decision, };
+
+export type RequestRecord = Routed & { 
+/**
  * Whether the client asked for a stream.
  */
 stream: boolean, 
-/**
- * The routing decision.
- */
-decision: Decision, 
 /**
  * Attempts made, in order (at most `router::MAX_ATTEMPTS`).
  */
@@ -302,36 +304,6 @@ duration_ms: number,
  * The tokens the answer reported, when it reached a successful end.
  */
 usage: Usage | null, };
-
-export type Routed = { 
-/**
- * Wall-clock time of arrival, Unix milliseconds.
- */
-at_unix_ms: number, 
-/**
- * The operation.
- */
-operation: Operation, 
-/**
- * HTTP or WebSocket.
- */
-transport: Transport, 
-/**
- * The client that sent it.
- */
-client: ClientKind, 
-/**
- * A short keyed digest of its session.
- */
-session: string | null, 
-/**
- * Model named in the body (capped).
- */
-model: string | null, 
-/**
- * The decision.
- */
-decision: Decision, };
 
 export type KeyChange = { "kind": "cooling_started", 
 /**
@@ -505,7 +477,7 @@ base_url: string,
  */
 paused: boolean, 
 /**
- * How many keys the pool holds, in any health.
+ * Keys in the pool.
  */
 keys_total: number, 
 /**
@@ -525,7 +497,7 @@ requests_last_minute: number,
  */
 store: StoreStatus, 
 /**
- * Which secret store holds the keys and tokens, and whether it answers.
+ * The secret store.
  */
 keychain: KeychainInfo, 
 /**
@@ -545,11 +517,11 @@ export type HealthState = "ready" | "cooling" | "quota_exhausted" | "rejected" |
 
 export type WindowInfo = { 
 /**
- * How many requests (or tokens) the provider allows in one window.
+ * The limit per window.
  */
 limit: number, 
 /**
- * How many of those are left now: the provider's last figure, less what was sent since.
+ * What is left now.
  */
 remaining: number, 
 /**
@@ -565,22 +537,21 @@ span_ms: number,
  */
 pace: number | null, };
 
-export type KeyInfo = { 
+export type KeyStatus = { 
 /**
- * The id the config, the CLI and the control API name the key by (`k_work`, `env-b1`); never
- * derived from the secret.
+ * Stable id.
  */
 id: KeyId, 
 /**
- * The name the user gave the key, shown on its card.
+ * Label.
  */
 label: string, 
 /**
- * A short digest of the secret under the install secret: tells keys apart, reveals nothing.
+ * Short keyed fingerprint of the secret (as in `keymux keys list` and the metrics).
  */
 fingerprint: string, 
 /**
- * Whose API the key is for (OpenAI, or Azure OpenAI).
+ * Provider.
  */
 provider: Provider, 
 /**
@@ -596,15 +567,11 @@ org: string | null,
  */
 org_learned: boolean, 
 /**
- * Whether the router may use it now, and if not, why (cooling, out of quota, rejected, disabled).
+ * Health.
  */
 health: HealthState, 
 /**
- * When a cooldown or quota rest ends, Unix milliseconds.
- */
-until_unix_ms: number | null, 
-/**
- * Requests sent on this key whose answer has not finished yet.
+ * Requests in flight.
  */
 in_flight: number, 
 /**
@@ -616,52 +583,44 @@ priority: number,
  */
 daily_token_budget: number | null, 
 /**
- * Tokens used today (UTC).
+ * Tokens used today (UTC); above the budget is an overrun.
  */
 tokens_today: number, 
 /**
- * The provider's window for requests (`x-ratelimit-*-requests`), once an answer reported it.
- */
-requests_window: WindowInfo | null, 
-/**
- * The provider's window for tokens (`x-ratelimit-*-tokens`), once an answer reported it.
- */
-tokens_window: WindowInfo | null, 
-/**
- * Share of the tighter window left, 0 to 1.
+ * Share of the tighter rate-limit window left, 0 to 1.
  */
 headroom: number, 
 /**
- * Answers since start that the key itself served: any 2xx, and client errors (the key was fine).
+ * Requests served since start.
  */
 served: number, 
 /**
- * Answers since start that held against the key: rate limited, out of quota, rejected, or a provider
- * failure (5xx, connection, timeout).
+ * Upstream failures since start.
  */
 failed: number, 
 /**
- * The HTTP status of the provider's last answer on this key (`None`: it has not answered yet).
+ * The last upstream status.
  */
 last_status: number | null, 
 /**
- * `invalid_encrypted_content` on requests Keymux pinned correctly (a provider incident).
+ * Upstream `invalid_encrypted_content` answers to requests Keymux had pinned correctly (a provider
+ * incident, never the key's fault).
  */
 invalid_encrypted_content: number, 
 /**
- * Prompt (input) tokens the provider counted on this key since start.
+ * Prompt tokens of successful answers since start.
  */
 input_tokens: number, 
 /**
- * Of those, from the provider's prompt cache.
+ * Of those, served from the provider's prompt cache (the provider's own cache result).
  */
 cached_tokens: number, 
 /**
- * Output tokens (reasoning included) the provider counted on this key since start.
+ * Output tokens since start.
  */
 output_tokens: number, 
 /**
- * `cached_tokens / input_tokens`, 0 to 1 (0 before any prompt).
+ * Cached share of prompt tokens.
  */
 cached_ratio: number, 
 /**
@@ -669,35 +628,49 @@ cached_ratio: number,
  */
 models: Array<string>, 
 /**
- * Models the user excluded: the router never sends them to this key.
+ * Models it never serves.
  */
 exclude_models: Array<string>, 
 /**
- * Models the provider said it cannot use.
+ * Models the provider said this key cannot use (it is skipped for them).
  */
 unavailable_models: Array<string>, 
 /**
- * Its base URL, when it has its own.
+ * Its own base URL, if any.
  */
 base_url: string | null, };
 
+export type KeyInfo = KeyStatus & { 
+/**
+ * When a cooldown or quota rest ends, Unix milliseconds.
+ */
+until_unix_ms: number | null, 
+/**
+ * The request window.
+ */
+requests_window: WindowInfo | null, 
+/**
+ * The token window.
+ */
+tokens_window: WindowInfo | null, };
+
 export type StatusBody = { 
 /**
- * The gateway as a whole: version, address, pause, key counts, store and keychain state.
+ * The gateway.
  */
 gateway: GatewayInfo, 
 /**
- * Every pooled key, whatever its health, in the pool's order.
+ * Every key.
  */
 keys: Array<KeyInfo>, };
 
 export type TokenInfo = { 
 /**
- * The id the config and the keychain entry name the token by (`t_…`).
+ * Stable id.
  */
 id: string, 
 /**
- * The name the user gave it (`codex`, `pi`), shown in the request log as the client.
+ * Its name.
  */
 name: string, 
 /**
@@ -707,7 +680,7 @@ created_unix: number, };
 
 export type CreatedToken = { 
 /**
- * The new token's id, name and creation time, as the token list will show it.
+ * The token as listed.
  */
 token: TokenInfo, 
 /**
@@ -717,13 +690,13 @@ secret: string, };
 
 export type DecisionsBody = { 
 /**
- * One record per finished request: its decision, attempts, status, usage and timing.
+ * The records.
  */
 data: Array<RequestRecord>, };
 
 export type SessionsBody = { 
 /**
- * The client sessions seen recently (bounded), each with the key and organization it is bound to.
+ * The sessions.
  */
 sessions: Array<SessionInfo>, };
 
@@ -737,7 +710,7 @@ start_unix_ms: number,
  */
 key: string, 
 /**
- * Requests that finished in the bucket, whatever their status.
+ * Requests finished.
  */
 requests: number, 
 /**
@@ -749,35 +722,35 @@ by_status: { [key in string]?: number },
  */
 by_affinity: { [key in string]?: number }, 
 /**
- * Attempts that failed, by category (`rate_limited`, `upstream_5xx`…); a retried request counts each.
+ * Failed attempts by category.
  */
 failures: { [key in string]?: number }, 
 /**
- * Requests sent to the organization their encrypted reasoning items belong to.
+ * Requests pinned by encrypted content.
  */
 pinned: number, 
 /**
- * Requests kept on the key that served the earlier turns of their conversation.
+ * Requests bound by continuity.
  */
 continuity: number, 
 /**
- * Requests sent on after dropping items no key could read (their organization was gone).
+ * Requests rescued.
  */
 rescued: number, 
 /**
- * Prompt (input) tokens the provider counted.
+ * Prompt tokens.
  */
 input_tokens: number, 
 /**
- * Of those, from the provider's prompt cache.
+ * Of those, cached.
  */
 cached_tokens: number, 
 /**
- * Output tokens (reasoning included) the provider counted.
+ * Output tokens.
  */
 output_tokens: number, 
 /**
- * `cached_tokens / input_tokens`, 0 to 1 (0 before any prompt).
+ * Cached share of prompt tokens.
  */
 cached_ratio: number, 
 /**
@@ -785,11 +758,11 @@ cached_ratio: number,
  */
 latency_p50_ms: number | null, 
 /**
- * Time to the first byte that 90% of requests stayed under, milliseconds (the bucket's upper bound).
+ * 90th percentile.
  */
 latency_p90_ms: number | null, 
 /**
- * Time to the first byte that 99% of requests stayed under, milliseconds (the bucket's upper bound).
+ * 99th percentile.
  */
 latency_p99_ms: number | null, };
 
@@ -811,7 +784,7 @@ url: string, };
 
 export type SessionBody = { 
 /**
- * The value to send in `x-keymux-csrf` with every change this session makes.
+ * The token.
  */
 csrf: string, };
 
@@ -821,19 +794,19 @@ export type KeyTestBody = {
  */
 ok: boolean, 
 /**
- * The HTTP status of the provider's answer (`None`: no answer, e.g. it could not be reached).
+ * The status it answered.
  */
 status: number | null, 
 /**
- * The organization the provider said the key belongs to (`openai-organization`), if it said.
+ * The organization it reported.
  */
 org: string | null, 
 /**
- * What the test found and what to do about it, for a person.
+ * What happened.
  */
 message: string, 
 /**
- * From sending the test request to its answer, milliseconds.
+ * How long it took.
  */
 duration_ms: number, };
 
@@ -847,17 +820,17 @@ message: string,
  */
 type: string, 
 /**
- * A short machine-readable reason (`invalid_api_key`, `keymux_key_rejected`…) a client can match on.
+ * A stable code.
  */
 code: string | null, 
 /**
- * The request parameter at fault, in OpenAI's shape; Keymux always sends null.
+ * Always null.
  */
 param: string | null, };
 
 export type ErrorBody = { 
 /**
- * What went wrong, in OpenAI's shape: message, type, code, param.
+ * The error.
  */
 error: ErrorDetail, };
 

@@ -1,296 +1,29 @@
-//! The WebSocket transport: Responses over WebSocket (Codex with `supports_websockets = true`). The
-//! upstream keeps connection-local state (`previous_response_id` with `store:false`), so a client socket
-//! is bound to one upstream socket, and so to one key, for its whole life.
-//!
-//! The first `response.create` frame goes through the shared pipeline (`pipeline`): facts, decision,
-//! rescue, one handshake attempt per candidate judged by the one classifier, and a record. What lives
-//! here is only what is particular to sockets: frames, the two pumps, close codes, and the per-turn
-//! records (a turn ends at its `response.completed`). Each pump awaits the other side's send, so at
-//! most one frame per direction is in Keymux at a time.
+//! The two pumps of a bound socket: client to upstream (markers stripped, each `response.create` a
+//! turn with its own record) and upstream to client (org-bound values tagged, each turn finished at its
+//! terminal event). Each awaits the other side's send, so at most one frame per direction is in Keymux
+//! at a time.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use axum::extract::ws::{CloseFrame as AxumClose, Message as AxumMessage, Utf8Bytes, WebSocket};
+use axum::extract::ws::{CloseFrame as AxumClose, Message as AxumMessage, WebSocket};
 use bytes::Bytes;
 use futures::{FutureExt as _, SinkExt as _, StreamExt as _};
 use http::HeaderMap;
-use serde_json::json;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame as UpClose;
 use tokio_tungstenite::tungstenite::Message as UpMessage;
 
-use crate::error::ApiError;
-use crate::events::Transport as Wire;
+use super::{error_frame, lost_state_frame, Bound, Turn, Upstream, MAX_PENDING_TURNS};
+use crate::events::Wire;
 use crate::facts::{self, Incoming, Operation};
 use crate::gateway::Gateway;
 use crate::keys::KeyId;
-use crate::pipeline::classify::{error_code, Heard};
 use crate::pipeline::record::End;
-use crate::pipeline::{Admitted, Ending, Entry, Last, Learn, Reply, Trace, Transport};
-use crate::pool::InFlight;
+use crate::pipeline::{self, Completion, Trace};
 use crate::relay::{Tagger, Usage};
 use crate::router::Decision;
 use crate::tokens::ClientScope;
-use crate::upstream::UpstreamError;
-
-/// Request headers that belong to the client's own WebSocket handshake and are never forwarded.
-const HANDSHAKE_HEADERS: &[&str] = &[
-    "sec-websocket-key",
-    "sec-websocket-version",
-    "sec-websocket-extensions",
-    "sec-websocket-protocol",
-    "sec-websocket-accept",
-];
-
-/// Largest client frame Keymux accepts.
-pub const MAX_FRAME_BYTES: usize = 64 * 1024 * 1024;
-
-/// Read and write buffers of each WebSocket (client and upstream side). tungstenite's default of
-/// 128 KiB each made a relayed connection cost half a megabyte; frames larger than this still pass,
-/// read in more than one go. Writes are flushed per batch of ready frames anyway.
-pub const SOCKET_BUFFER_BYTES: usize = 16 * 1024;
-
-/// The upstream socket's settings: the same limits the client side has.
-fn upstream_config() -> tokio_tungstenite::tungstenite::protocol::WebSocketConfig {
-    tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
-        .read_buffer_size(SOCKET_BUFFER_BYTES)
-        .write_buffer_size(SOCKET_BUFFER_BYTES)
-        .max_message_size(Some(MAX_FRAME_BYTES))
-        .max_frame_size(Some(MAX_FRAME_BYTES))
-}
-/// Most turns sent on a socket and not yet answered (Codex sends one at a time).
-pub const MAX_PENDING_TURNS: usize = 8;
-
-type Upstream = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-/// An error frame in the shape OpenAI sends over the Responses WebSocket.
-fn error_frame(status: u16, code: &str, message: &str, retry_after: Option<u64>) -> AxumMessage {
-    let mut frame = json!({
-        "type": "error",
-        "status": status,
-        "error": {"type": "invalid_request_error", "code": code, "message": message, "param": null},
-    });
-    if let Some(secs) = retry_after {
-        frame["headers"] = json!({"retry-after": secs.to_string()});
-    }
-    AxumMessage::Text(Utf8Bytes::from(frame.to_string()))
-}
-
-/// Keymux's own error as a frame.
-fn api_error_frame(error: &ApiError) -> AxumMessage {
-    let retry_after = match error {
-        ApiError::AllCooling { retry_after_secs, .. } => Some(*retry_after_secs),
-        _ => None,
-    };
-    let json = error.to_json();
-    let message = json["error"]["message"].as_str().unwrap_or("refused");
-    let code = json["error"]["code"].as_str().unwrap_or("keymux_refused");
-    error_frame(error.status().as_u16(), code, message, retry_after)
-}
-
-/// The frame OpenAI uses for lost connection state: Codex reconnects and resends the full history.
-fn lost_state_frame() -> AxumMessage {
-    error_frame(
-        400,
-        "previous_response_not_found",
-        "The upstream WebSocket connection was lost, and with it the state of this conversation. Resend the full history without previous_response_id.",
-        None,
-    )
-}
-
-/// A handshake the upstream refused: its status and error, to tell the client.
-pub struct Refused {
-    status: u16,
-    code: String,
-    message: String,
-}
-
-/// How a socket reaches the upstream: a handshake with the key.
-struct Handshake<'a> {
-    gateway: &'a Gateway,
-    headers: &'a HeaderMap,
-}
-
-impl Transport for Handshake<'_> {
-    type Accepted = Upstream;
-    type Refused = Refused;
-
-    async fn attempt(&mut self, guard: &InFlight, _admitted: &Admitted) -> Reply<Upstream, Refused> {
-        let now = || self.gateway.clock().now();
-        let request = match handshake_request(self.gateway, guard, self.headers) {
-            Ok(request) => request,
-            Err(error) => return Reply::Failed(error),
-        };
-        let base = self.gateway.upstream().base_for(guard.entry()).to_owned();
-        let connecting = tokio_tungstenite::connect_async_with_config(request, Some(upstream_config()), false);
-        match tokio::time::timeout(self.gateway.upstream().connect_timeout(), connecting).await {
-            Err(_) => Reply::Failed(UpstreamError::FirstByteTimeout {
-                base,
-                secs: self.gateway.upstream().connect_timeout().as_secs(),
-            }),
-            Ok(Ok((socket, response))) => Reply::Accepted(Heard::from_headers(101, response.headers(), now()), socket),
-            Ok(Err(tokio_tungstenite::tungstenite::Error::Http(response))) => {
-                let status = response.status().as_u16();
-                let body = response.body().clone().unwrap_or_default();
-                let heard = Heard::from_headers(status, response.headers(), now()).with_body(&body);
-                let code = error_code(&body).unwrap_or_else(|| "upstream_error".to_owned());
-                let message = serde_json::from_slice::<serde_json::Value>(&body)
-                    .ok()
-                    .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
-                    .unwrap_or_else(|| format!("The provider refused the WebSocket with status {status}."));
-                Reply::Refused(heard, Refused { status, code, message })
-            }
-            Ok(Err(e)) => Reply::Failed(UpstreamError::Connect { base, detail: e.to_string() }),
-        }
-    }
-}
-
-/// The upstream handshake request for a key: its URL, the client's headers that may go, its auth.
-fn handshake_request(
-    gateway: &Gateway,
-    guard: &InFlight,
-    client_headers: &HeaderMap,
-) -> Result<http::Request<()>, UpstreamError> {
-    let entry = guard.entry();
-    let base = gateway.upstream().base_for(entry);
-    let url = match base.split_once("://") {
-        Some(("https", rest)) => format!("wss://{rest}/responses"),
-        Some((_, rest)) => format!("ws://{rest}/responses"),
-        None => format!("ws://{base}/responses"),
-    };
-    let bad = |e: tokio_tungstenite::tungstenite::Error| UpstreamError::BadBaseUrl {
-        base: base.to_owned(),
-        detail: e.to_string(),
-    };
-    let mut request = url.into_client_request().map_err(bad)?;
-    for (name, value) in crate::upstream::forward_request_headers(client_headers).iter() {
-        if !HANDSHAKE_HEADERS.contains(&name.as_str()) {
-            request.headers_mut().append(name.clone(), value.clone());
-        }
-    }
-    let (name, value) = crate::upstream::auth_header(entry);
-    request.headers_mut().insert(name, value);
-    Ok(request)
-}
-
-/// Serves one client socket until either side closes (or the gateway shuts down).
-pub async fn serve_socket(
-    gateway: Arc<Gateway>,
-    mut client: WebSocket,
-    headers: HeaderMap,
-    scope: ClientScope,
-    first_frame_timeout: Duration,
-) {
-    let Ok(first) = tokio::time::timeout(first_frame_timeout, first_frame(&mut client)).await else {
-        tracing::debug!("a websocket sent no frame in time and was closed");
-        let _ = client.send(AxumMessage::Close(None)).await;
-        return;
-    };
-    let Some(first) = first else { return };
-    let mut trace = Trace::new(&gateway, gateway.next_seq(), Operation::ResponsesCreate, Wire::WebSocket);
-    let raw = Bytes::copy_from_slice(first.as_bytes());
-    let incoming = Incoming {
-        seq: trace.seq(),
-        operation: Operation::ResponsesCreate,
-        scope: &scope.0,
-        path: "/v1/responses",
-        headers: &headers,
-        body: &raw,
-    };
-    let admitted = match gateway.admit(&incoming, Entry::SocketOpen, &mut trace) {
-        Ok(admitted) => admitted,
-        Err(error) => return refuse(client, trace, &error).await,
-    };
-    let mut handshake = Handshake { gateway: &gateway, headers: &headers };
-    match gateway.attempt_all(&admitted, &mut handshake, &mut trace).await {
-        Ending::Served { key, guard, accepted } => {
-            let learn = gateway.learn_for(&admitted, &key);
-            let Some(bound) = bind(&gateway, accepted, guard, key, &admitted, &mut client, learn, trace).await else {
-                return;
-            };
-            relay(gateway, client, bound, headers, scope).await;
-        }
-        Ending::Relayed { key, refused } => {
-            let end = End { served_by: Some(key), status: refused.status, ..End::default() };
-            let _ = client.send(error_frame(refused.status, &refused.code, &refused.message, None)).await;
-            trace.finish(end);
-            let _ = client.send(AxumMessage::Close(None)).await;
-        }
-        Ending::Failed(Last::Upstream(refused)) => {
-            let _ = client.send(error_frame(refused.status, &refused.code, &refused.message, None)).await;
-            trace.finish(End { status: refused.status, ..End::default() });
-            let _ = client.send(AxumMessage::Close(None)).await;
-        }
-        Ending::Failed(Last::Keymux(error)) => refuse(client, trace, &error).await,
-    }
-}
-
-/// The first text frame; `None` when the client closed or sent something else.
-async fn first_frame(client: &mut WebSocket) -> Option<Utf8Bytes> {
-    loop {
-        match client.recv().await {
-            Some(Ok(AxumMessage::Text(text))) => return Some(text),
-            Some(Ok(AxumMessage::Binary(_))) => {
-                let _ =
-                    client.send(error_frame(400, "invalid_request", "Keymux expects JSON text frames.", None)).await;
-                return None;
-            }
-            Some(Ok(AxumMessage::Ping(_) | AxumMessage::Pong(_))) => continue,
-            Some(Ok(AxumMessage::Close(_))) | Some(Err(_)) | None => return None,
-        }
-    }
-}
-
-/// Tells the client why its socket cannot be served, records it, and closes.
-async fn refuse(mut client: WebSocket, trace: Trace, error: &ApiError) {
-    let _ = client.send(api_error_frame(error)).await;
-    trace.finish(End { status: error.status().as_u16(), error: Some(error.label()), ..End::default() });
-    let _ = client.send(AxumMessage::Close(None)).await;
-}
-
-/// A turn sent upstream and not yet answered to its end.
-struct Turn {
-    trace: Trace,
-    learn: Learn,
-}
-
-/// A client socket's upstream side: the socket, the key it is bound to, what to tag with, and the turns
-/// waiting for their answers.
-struct Bound {
-    upstream: Upstream,
-    /// The key stays in flight for the connection's life.
-    guard: InFlight,
-    tagger: Option<Tagger>,
-    key: KeyId,
-    turns: Arc<Mutex<VecDeque<Turn>>>,
-}
-
-/// Sends the first frame on the freshly opened upstream socket; its answer finishes the first turn.
-#[expect(clippy::too_many_arguments, reason = "everything the first turn hands to the bound socket")]
-async fn bind(
-    gateway: &Gateway,
-    mut upstream: Upstream,
-    guard: InFlight,
-    key: KeyId,
-    admitted: &Admitted,
-    client: &mut WebSocket,
-    learn: Learn,
-    mut trace: Trace,
-) -> Option<Bound> {
-    trace.serving(&key);
-    let text = String::from_utf8_lossy(&admitted.body).into_owned();
-    if upstream.send(UpMessage::Text(text.into())).await.is_err() {
-        let _ = client.send(lost_state_frame()).await;
-        trace.finish(End { served_by: Some(key), status: 502, error: Some("upstream_cut"), usage: None });
-        return None;
-    }
-    let tagger = gateway.tagger_for(Operation::ResponsesCreate, &guard);
-    let turns = Arc::new(Mutex::new(VecDeque::from([Turn { trace, learn }])));
-    Some(Bound { upstream, guard, tagger, key, turns })
-}
 
 /// Why the inbound pump stopped early.
 enum Stop {
@@ -301,7 +34,13 @@ enum Stop {
 }
 
 /// The two pumps, until either side closes or the gateway shuts down.
-async fn relay(gateway: Arc<Gateway>, client: WebSocket, bound: Bound, headers: HeaderMap, scope: ClientScope) {
+pub(super) async fn relay(
+    gateway: Arc<Gateway>,
+    client: WebSocket,
+    bound: Bound,
+    headers: HeaderMap,
+    scope: ClientScope,
+) {
     let Bound { upstream, guard, tagger, key, turns } = bound;
     let (client_tx, client_rx) = client.split();
     let (up_tx, up_rx) = upstream.split();
@@ -419,8 +158,8 @@ impl Inbound {
         trace.facts(facts);
         trace.decided(Decision::bound_to_socket(trace.seq(), &self.key));
         trace.serving(&self.key);
-        let learn = Learn { key: self.key.clone(), operation: Operation::ResponsesCreate, signal: None };
-        self.push(Turn { trace, learn });
+        let completion = Completion { key: self.key.clone(), operation: Operation::ResponsesCreate, signal: None };
+        self.push(Turn { trace, completion });
         Ok(UpMessage::Text(String::from_utf8_lossy(&extracted.body).into_owned().into()))
     }
 
@@ -550,7 +289,7 @@ impl Outbound {
         drop(turns);
         let (error, usage) = match kind {
             TurnEnd::Completed(usage) => {
-                self.gateway.completed(&turn.learn, usage);
+                pipeline::completed(&self.gateway, &turn.completion, usage);
                 (None, usage)
             }
             _ => (Some("upstream_error"), None),

@@ -1,0 +1,215 @@
+//! What the router needs to know about a request: its operation, its client, and the `RequestFacts`
+//! read once from its method, path, headers and body. These words are shared by the router, the
+//! pipeline, the events and the metrics; `extract` reads them (and strips Keymux's markers from the
+//! body to forward). Nothing here looks anything up: what Keymux remembers about a request (its
+//! session's key, a warm cache) is the router's separate input.
+
+mod extract;
+
+pub use extract::{extract, valid_cache_key, Extracted, FactsError, Incoming, MAX_CACHE_KEY_BYTES};
+
+use http::HeaderMap;
+use serde::Serialize;
+
+use crate::markers::{Pin, SessionKey};
+
+/// Where an affinity signal came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, ts_rs::TS)]
+#[serde(rename_all = "snake_case")]
+pub enum AffinitySource {
+    /// No affinity signal was used.
+    None,
+    /// The request's `prompt_cache_key`.
+    PromptCacheKey,
+    /// A digest of the prompt prefix.
+    PromptPrefix,
+}
+
+/// Which client sent a request, from its `originator` and `user-agent` headers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Default, ts_rs::TS)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientKind {
+    /// `codex exec` (originator `codex_exec`).
+    CodexExec,
+    /// The Codex TUI (originator `codex-tui`).
+    CodexTui,
+    /// The Codex VS Code extension (originator `codex_vscode`).
+    CodexVscode,
+    /// The pi coding agent: the OpenAI JS SDK with pi's `session_id` header. pi on Chat Completions
+    /// sends no session header by default and is indistinguishable from any JS SDK user: it shows as
+    /// `other`.
+    Pi,
+    /// Anything else.
+    #[default]
+    Other,
+}
+
+impl ClientKind {
+    /// Reads the client from a request's (or a WebSocket upgrade's) headers.
+    pub fn from_headers(headers: &HeaderMap) -> Self {
+        let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("");
+        let originator = text("originator");
+        let user_agent = text("user-agent");
+        let codex = |name: &str| originator.eq_ignore_ascii_case(name) || user_agent.starts_with(name);
+        if codex("codex_exec") {
+            Self::CodexExec
+        } else if codex("codex-tui") || codex("codex_tui") || codex("codex_cli_rs") {
+            Self::CodexTui
+        } else if codex("codex_vscode") {
+            Self::CodexVscode
+        } else if user_agent.starts_with("OpenAI/JS")
+            && (headers.contains_key("session_id") || headers.contains_key("x-session-affinity"))
+        {
+            Self::Pi
+        } else {
+            Self::Other
+        }
+    }
+}
+
+/// The API operation a request performs. Routing rules and observability speak in these terms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, ts_rs::TS)]
+#[serde(rename_all = "snake_case")]
+pub enum Operation {
+    /// `POST /v1/responses`.
+    ResponsesCreate,
+    /// `GET /v1/responses/{id}`.
+    ResponsesGet,
+    /// `DELETE /v1/responses/{id}`.
+    ResponsesDelete,
+    /// `POST /v1/responses/{id}/cancel`.
+    ResponsesCancel,
+    /// `GET /v1/responses/{id}/input_items`.
+    ResponsesInputItems,
+    /// `POST /v1/responses/compact`.
+    ResponsesCompact,
+    /// `POST /v1/chat/completions`.
+    ChatCompletions,
+    /// `POST /v1/embeddings`.
+    Embeddings,
+    /// `GET /v1/models` and `/v1/models/{id}`.
+    Models,
+    /// Any other `/v1/*` path, forwarded as it is.
+    Other,
+}
+
+impl Operation {
+    /// Classifies a request by method and path (the path includes `/v1`).
+    pub fn classify(method: &http::Method, path: &str) -> Self {
+        use http::Method as M;
+        let rest = path.strip_prefix("/v1").unwrap_or(path);
+        let segments: Vec<&str> = rest.trim_matches('/').split('/').collect();
+        match (method, segments.as_slice()) {
+            (&M::POST, ["responses"]) => Self::ResponsesCreate,
+            (&M::POST, ["responses", "compact"]) => Self::ResponsesCompact,
+            (&M::GET, ["responses", _id]) => Self::ResponsesGet,
+            (&M::DELETE, ["responses", _id]) => Self::ResponsesDelete,
+            (&M::POST, ["responses", _id, "cancel"]) => Self::ResponsesCancel,
+            (&M::GET, ["responses", _id, "input_items"]) => Self::ResponsesInputItems,
+            (&M::POST, ["chat", "completions"]) => Self::ChatCompletions,
+            (&M::POST, ["embeddings"]) => Self::Embeddings,
+            (&M::GET, ["models", ..]) => Self::Models,
+            _ => Self::Other,
+        }
+    }
+
+    /// Whether answers of this operation can carry org-bound values (and so get markers).
+    pub fn carries_org_state(self) -> bool {
+        match self {
+            Self::ResponsesCreate
+            | Self::ResponsesCompact
+            | Self::ResponsesGet
+            | Self::ResponsesCancel
+            | Self::ResponsesInputItems
+            | Self::ChatCompletions => true,
+            Self::ResponsesDelete | Self::Embeddings | Self::Models | Self::Other => false,
+        }
+    }
+
+    /// Whether the body must be JSON (and is parsed for facts).
+    pub fn has_json_body(self) -> bool {
+        match self {
+            Self::ResponsesCreate | Self::ResponsesCompact | Self::ChatCompletions | Self::Embeddings => true,
+            Self::ResponsesGet
+            | Self::ResponsesDelete
+            | Self::ResponsesCancel
+            | Self::ResponsesInputItems
+            | Self::Models
+            | Self::Other => false,
+        }
+    }
+}
+
+/// The facts of one request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RequestFacts {
+    /// Gateway-local request number, also the seed of stable tie-breaks.
+    pub seq: u64,
+    /// The operation.
+    pub operation: Operation,
+    /// The client that sent it.
+    pub client: ClientKind,
+    /// `model`, if the body names one (capped at 128 bytes for display).
+    pub model: Option<String>,
+    /// Whether the client asked for a stream.
+    pub stream: bool,
+    /// Estimated prompt tokens (about four bytes per token of the body).
+    pub prompt_tokens: u64,
+    /// Keys named by valid encrypted-content and item-id markers in the body (distinct key and
+    /// organization pairs).
+    pub pins: Vec<Pin>,
+    /// The key named by a marked response id (`previous_response_id`, or the id in a
+    /// `/v1/responses/{id}` path): a hard binding to that key.
+    pub continuity: Option<Pin>,
+    /// The request refers to a response id that carries no Keymux marker (made before Keymux, or directly
+    /// upstream): it is routed by the normal rules.
+    pub unmarked_response_id: bool,
+    /// Markers of another Keymux install that were stripped without routing on them.
+    pub foreign_markers: usize,
+    /// Keyed digest of a valid top-level `prompt_cache_key` (Codex and pi set it to the session id).
+    #[serde(skip)]
+    pub session: Option<SessionKey>,
+    /// The soft-affinity signal: a keyed digest of the `prompt_cache_key`, or else of the prompt prefix.
+    #[serde(skip)]
+    pub signal: Option<Signal>,
+}
+
+/// OpenAI caches only prompts of at least this many tokens: a shorter prompt gains nothing from being
+/// kept on a warm key, so soft affinity leaves it to the balancer.
+pub const CACHE_MIN_TOKENS: u64 = 1024;
+
+impl RequestFacts {
+    /// Whether the prompt is long enough for the provider's prompt cache to matter.
+    pub fn cache_eligible(&self) -> bool {
+        self.prompt_tokens >= CACHE_MIN_TOKENS
+    }
+}
+
+/// A soft-affinity signal. Only its source is ever shown; the digest never leaves the process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Signal {
+    /// Where it came from.
+    pub source: AffinitySource,
+    /// The keyed digest.
+    pub key: SessionKey,
+}
+
+impl RequestFacts {
+    /// The facts of a request about which nothing is known yet but its number and operation.
+    pub fn new(seq: u64, operation: Operation) -> Self {
+        Self {
+            seq,
+            operation,
+            client: ClientKind::Other,
+            model: None,
+            stream: false,
+            prompt_tokens: 0,
+            pins: Vec::new(),
+            foreign_markers: 0,
+            session: None,
+            continuity: None,
+            unmarked_response_id: false,
+            signal: None,
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! Step 1: facts, memory, decision, rescue.
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use super::{Admitted, Entry, Trace};
+use crate::error::ApiError;
+use crate::facts::{self, FactsError, Incoming, RequestFacts};
+use crate::gateway::Gateway;
+use crate::keys::KeyId;
+use crate::pool::ViewFor;
+use crate::router::{self, Memory, Refusal, Remembered};
+
+/// Step 1: facts, memory, decision, rescue. A refusal comes back as the error to answer with (the
+/// trace already holds the decision that explains it).
+pub fn admit(gw: &Gateway, incoming: &Incoming<'_>, entry: Entry, trace: &mut Trace) -> Result<Admitted, ApiError> {
+    let extracted = facts::extract(incoming, gw.markers()).map_err(|e| match e {
+        FactsError::Body(detail) => ApiError::BadJson { detail },
+        FactsError::Marker(e) => e.into(),
+    })?;
+    trace.facts(&extracted.facts);
+    let facts = extracted.facts;
+    let now = gw.clock().now();
+    let memory = memory(gw, &facts, entry, now);
+    let view = gw.pool().view(view_for(gw, &facts, now));
+    let decision = router::decide(&facts, &view, &memory, now, gw.policy());
+    let refusal = decision.refusal.clone();
+    let rescued = decision.rescued_orgs.clone();
+    trace.decided(decision.clone());
+    if let Some(refusal) = refusal {
+        return Err(refusal_error(gw, refusal));
+    }
+    let body = if rescued.is_empty() { extracted.body } else { rescue(gw, incoming.body, &rescued, trace)? };
+    Ok(Admitted { facts, decision, body, path: extracted.path })
+}
+
+/// What Keymux remembers about a request: the soft-affinity table (only for prompts long enough to
+/// cache), and for a new socket the session hint.
+fn memory(gw: &Gateway, facts: &RequestFacts, entry: Entry, now: Instant) -> Memory {
+    let remembered = match (facts.signal, gw.policy().soft_affinity && facts.cache_eligible()) {
+        (Some(signal), true) => gw.soft().get(&signal.key, now).map_or(Remembered::Miss, Remembered::Key),
+        _ => Remembered::NotAsked,
+    };
+    let session_hint = match (entry, facts.pins.is_empty(), facts.session) {
+        (Entry::SocketOpen, true, Some(session)) => gw.hints().get(&session, now),
+        _ => None,
+    };
+    Memory { remembered, session_hint }
+}
+
+/// The pool view a request is decided on.
+pub(super) fn view_for<'a>(gw: &Gateway, facts: &'a RequestFacts, now: Instant) -> ViewFor<'a> {
+    ViewFor { model: facts.model.as_deref(), tokens: facts.prompt_tokens, now, day: gw.today() }
+}
+
+/// Rescue: drops what no remaining key can read, then strips the rest of the markers. The same for
+/// both transports: a body that cannot be re-read is refused, never forwarded un-rescued.
+fn rescue(gw: &Gateway, raw: &Bytes, orgs: &[crate::markers::OrgTag], trace: &mut Trace) -> Result<Bytes, ApiError> {
+    let reread = || ApiError::BadJson { detail: "the body could not be re-read to drop unreadable items".into() };
+    let (rescued, dropped) = gw.markers().drop_org_items(raw, orgs).ok_or_else(reread)?;
+    trace.rescued(dropped);
+    let stripped = gw.markers().strip(&rescued)?;
+    Ok(Bytes::from(stripped.body.into_owned()))
+}
+
+/// The error a refusal is answered with, naming keys by their labels.
+pub(super) fn refusal_error(gw: &Gateway, refusal: Refusal) -> ApiError {
+    let label = |key: &KeyId| gw.pool().label(key);
+    match refusal {
+        Refusal::NoKeys => ApiError::NoKeys,
+        Refusal::AllCooling { retry_after_secs, cooling } => ApiError::AllCooling { retry_after_secs, cooling },
+        Refusal::NoUsableKey { unusable } => ApiError::NoUsableKey { unusable },
+        Refusal::MixedOrgs { keys } => ApiError::MixedOrgs { labels: keys.iter().map(label).collect() },
+        Refusal::LostOrg { key } => ApiError::LostOrg { label: label(&key) },
+        Refusal::ContinuityLost { key } => ApiError::ContinuityLost { label: label(&key) },
+    }
+}

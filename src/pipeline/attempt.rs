@@ -1,0 +1,152 @@
+//! Step 2: one attempt per candidate, each judged by the one classifier and taught to the pool, until
+//! one serves, the provider declines the client's own request, or none is left.
+
+use super::admit::{refusal_error, view_for};
+use super::{Admitted, AttemptFor, Completion, Fallback, Reply, Settled, Trace, Transport};
+use crate::classify::{self, Code, Context, Next, Verdict};
+use crate::error::ApiError;
+use crate::events::{Attempt, FailureKind};
+use crate::facts::{Operation, RequestFacts};
+use crate::gateway::Gateway;
+use crate::keys::KeyId;
+use crate::pool::{Begin, InFlight, Learned, Outcome};
+use crate::relay::{Tagger, Usage};
+use crate::router::{self, Memory, Refusal};
+
+/// Step 2: one attempt per candidate until one serves, the provider declines the client's own request,
+/// or none is left.
+pub async fn attempt_all<T: Transport>(
+    gw: &Gateway,
+    admitted: &Admitted,
+    transport: &mut T,
+    trace: &mut Trace,
+) -> Settled<T::Accepted, T::Declined> {
+    let mut last: Option<Fallback<T::Declined>> = None;
+    let begin = Begin { tokens: admitted.facts.prompt_tokens, start: admitted.decision.balanced() };
+    for key in admitted.decision.candidates() {
+        let started = gw.clock().now();
+        let Some(guard) = gw.pool().begin(key, begin, started) else {
+            continue;
+        };
+        trace.trying(key.clone(), started);
+        let (reply, verdict) = attempt_key(gw, &guard, transport, admitted.attempt_for()).await;
+        let heard = reply.heard();
+        let message = match (heard, &reply) {
+            (Some(h), _) => h.message.as_deref().map(Box::from),
+            (None, Reply::Failed(error)) => Some(classify::safe_message(&error.to_string()).into()),
+            (None, _) => None,
+        };
+        trace.attempted(Attempt {
+            key: key.clone(),
+            status: heard.map(|h| h.status),
+            failure: verdict.failure,
+            duration_ms: gw.clock().elapsed_ms(started),
+            message,
+        });
+        let code = heard.and_then(|h| h.code);
+        let status = heard.map_or(401, |h| h.status);
+        match (verdict.next, reply) {
+            (Next::Relay | Next::Final, Reply::Accepted(_, accepted)) => {
+                served(gw, &admitted.facts, key);
+                return Settled::Served { key: key.clone(), guard, accepted };
+            }
+            (Next::Relay | Next::Final, Reply::Declined(_, declined)) => {
+                trace.upstream_code(code.and_then(Code::notable));
+                return Settled::Relayed { key: key.clone(), declined };
+            }
+            (Next::Rejected, _) => {
+                let label = guard.entry().label.clone();
+                tracing::warn!(key = %key, label = %label, "provider rejected key");
+                last = Some(Fallback::Keymux(ApiError::KeyRejected { label, status }));
+            }
+            (Next::FailOver, Reply::Declined(_, declined)) => last = Some(Fallback::Upstream(declined)),
+            (Next::FailOver, Reply::Failed(error)) => last = Some(Fallback::Keymux(error.into())),
+            // The classifier never fails over a success; nothing to keep from one.
+            (Next::FailOver, Reply::Accepted(..)) => {}
+            (Next::Relay | Next::Final, Reply::Failed(error)) => last = Some(Fallback::Keymux(error.into())),
+        }
+    }
+    Settled::Failed(after_failover(gw, &admitted.facts, last))
+}
+
+/// One attempt with the key `guard` holds: made by the transport, judged by the one classifier, and
+/// taught to the pool (which tells the event stream about a health change). Every upstream answer
+/// Keymux gets, for a client or for a probe, goes through here.
+pub(super) async fn attempt_key<T: Transport>(
+    gw: &Gateway,
+    guard: &InFlight,
+    transport: &mut T,
+    attempt_for: AttemptFor<'_>,
+) -> (Reply<T::Accepted, T::Declined>, Verdict) {
+    let reply = transport.attempt(guard).await;
+    let verdict = match &reply {
+        Reply::Accepted(heard, _) | Reply::Declined(heard, _) => classify::judge(
+            heard,
+            Context { model_named: attempt_for.model.is_some(), quota_recheck: gw.quota_recheck() },
+        ),
+        Reply::Failed(error) => classify::judge_failure(error),
+    };
+    let mut outcome = Outcome::new(guard.entry().id.clone(), gw.clock().now(), verdict.outcome);
+    if let Some(heard) = reply.heard() {
+        outcome.status = Some(heard.status);
+        outcome.org = heard.org.clone();
+        outcome.limits = heard.limits;
+        // Keymux routed this correctly; the provider could still not read it (it has had incidents).
+        // Never the key's fault: counted, not cooled.
+        outcome.invalid_encrypted = heard.code == Some(Code::InvalidEncryptedContent) && attempt_for.pinned;
+    }
+    if verdict.failure == Some(FailureKind::ModelUnavailable) {
+        outcome.model_missing = attempt_for.model.map(str::to_owned);
+    }
+    gw.apply(Learned::Outcome(outcome));
+    (reply, verdict)
+}
+
+/// A key served a request: the session's newest org-bound state now lives with its organization.
+fn served(gw: &Gateway, facts: &RequestFacts, key: &KeyId) {
+    if let (Some(session), Operation::ResponsesCreate) = (facts.session, facts.operation) {
+        gw.hints().insert(session, key.clone(), gw.clock().now());
+    }
+}
+
+/// After every candidate failed before anything reached the client: a 429 with `retry-after` if
+/// every usable key is now cooling (Codex retries only that), else the last failure.
+fn after_failover<D>(gw: &Gateway, facts: &RequestFacts, last: Option<Fallback<D>>) -> Fallback<D> {
+    let now = gw.clock().now();
+    let view = gw.pool().view(view_for(gw, facts, now));
+    let policy = router::Policy { max_attempts: 1, ..*gw.policy() };
+    match router::decide(facts, &view, &Memory::default(), now, &policy).refusal {
+        Some(refusal @ Refusal::AllCooling { .. }) => Fallback::Keymux(refusal_error(gw, refusal)),
+        _ => last.unwrap_or(Fallback::Keymux(ApiError::NoUsableKey { unusable: 0 })),
+    }
+}
+
+/// What a successful end teaches: only requests placed by the rules that may learn (not bound, long
+/// enough to cache) teach the soft-affinity table.
+pub fn completion(admitted: &Admitted, key: &KeyId) -> Completion {
+    let teaches = admitted.facts.cache_eligible() && !admitted.decision.continuity_hit;
+    Completion {
+        key: key.clone(),
+        operation: admitted.facts.operation,
+        signal: admitted.facts.signal.filter(|_| teaches).map(|s| s.key),
+    }
+}
+
+/// A relayed answer reached a successful end: remember which key served its signal, and count its
+/// tokens.
+pub fn completed(gw: &Gateway, completion: &Completion, usage: Option<Usage>) {
+    if let Some(signal) = completion.signal {
+        gw.soft().insert(signal, completion.key.clone(), gw.clock().now());
+    }
+    if let Some(usage) = usage {
+        gw.apply(Learned::Usage { key: completion.key.clone(), usage, day: gw.today() });
+    }
+}
+
+/// The tagger for answers of `operation` served on `guard`, if they may carry org-bound values.
+pub fn tagger_for(gw: &Gateway, operation: Operation, guard: &InFlight) -> Option<Tagger> {
+    // From the guard, not the pool: a key removed while its answer was on the way is no longer in the
+    // pool, and an answer relayed untagged would send the session's next turn to any organization (and
+    // its replayed items would be unreadable there).
+    operation.carries_org_state().then(|| Tagger::new(gw.markers().clone(), guard.entry().id.clone(), guard.org_tag()))
+}
