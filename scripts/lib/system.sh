@@ -15,8 +15,9 @@ KEYMUX_PACKAGES_build=(build-essential pkg-config)
 # The tray app (Tauri v2): WebKitGTK, appindicator and what their build scripts run.
 KEYMUX_PACKAGES_tray=(file libwebkit2gtk-4.1-dev libxdo-dev libssl-dev libayatana-appindicator3-dev librsvg2-dev)
 # The tests: a real Secret Service (gnome-keyring in a private D-Bus session), Chromium for the
-# dashboard's browser test, and an X server with a tray host for the tray app's test.
-KEYMUX_PACKAGES_test=(dbus-x11 gnome-keyring libsecret-tools chromium xvfb xauth)
+# dashboard's browser test, and for the tray app's tests an X server, a tray host (tint2) and the
+# tools that find, click and type into its windows (xdotool, xwininfo from x11-utils).
+KEYMUX_PACKAGES_test=(dbus-x11 gnome-keyring libsecret-tools chromium xvfb xauth tint2 xdotool x11-utils)
 
 # Whether a Debian package is installed.
 keymux_has_package() {

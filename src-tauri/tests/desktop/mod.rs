@@ -1,5 +1,9 @@
-//! The real desktop pieces the tray test runs against: an X server (Xvfb, whose framebuffer is read
-//! back for screenshots), a notification server on the D-Bus session bus, and the app as a process.
+//! The real desktop pieces the tray tests run against: an X server (Xvfb, whose framebuffer is read
+//! back for screenshots), a tray host and clicks on it (`x11`), a notification server on the D-Bus
+//! session bus, and the app as a process.
+#![allow(dead_code, reason = "each tray test binary uses its own part of these")]
+
+pub mod x11;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -48,6 +52,11 @@ impl Xvfb {
         None
     }
 
+    /// What the screen shows now.
+    pub fn screen(&self) -> xwd::Image {
+        xwd::read(&self.fb.path().join("Xvfb_screen0")).expect("the framebuffer is readable")
+    }
+
     /// Waits until the screen shows a drawn page (a blank root window is one colour, a page of text
     /// and badges hundreds) and has stopped changing for a second, then writes it as a PNG; returns
     /// how many colours it has.
@@ -78,7 +87,7 @@ impl Drop for Xvfb {
 }
 
 /// Reading Xvfb's framebuffer file (X Window Dump format, version 7).
-mod xwd {
+pub mod xwd {
     use std::path::Path;
 
     pub struct Image {
@@ -134,6 +143,31 @@ mod xwd {
                 }
             }
             seen.len()
+        }
+
+        pub fn from_rgb(width: usize, height: usize, rgb: Vec<u8>) -> Self {
+            assert_eq!(rgb.len(), width * height * 3);
+            Self { width, height, rgb }
+        }
+
+        pub fn pixel(&self, x: usize, y: usize) -> [u8; 3] {
+            let at = (y * self.width + x) * 3;
+            [self.rgb[at], self.rgb[at + 1], self.rgb[at + 2]]
+        }
+
+        /// The part of the picture inside `r`.
+        pub fn crop(&self, r: super::x11::Rect) -> Self {
+            let mut rgb = Vec::with_capacity(r.w * r.h * 3);
+            for y in r.y..r.y + r.h {
+                rgb.extend_from_slice(&self.rgb[(y * self.width + r.x) * 3..(y * self.width + r.x + r.w) * 3]);
+            }
+            Self { width: r.w, height: r.h, rgb }
+        }
+
+        /// The sum of squared differences from a picture of the same size.
+        pub fn distance(&self, other: &Self) -> u64 {
+            assert_eq!((self.width, self.height), (other.width, other.height));
+            self.rgb.iter().zip(&other.rgb).map(|(a, b)| u64::from(a.abs_diff(*b)).pow(2)).sum()
         }
 
         pub fn write_png(&self, path: &Path) {
@@ -302,6 +336,11 @@ impl App {
     pub async fn base_url(&mut self, within: Duration) -> String {
         let line = self.wait_for_line("keymux listening on", within).await;
         line.split_whitespace().find(|w| w.starts_with("http://")).expect("a URL").to_owned()
+    }
+
+    /// Waits for the app to exit by itself (after the menu's Quit).
+    pub async fn wait_exit(&mut self, within: Duration) -> ExitStatus {
+        tokio::time::timeout(within, self.child.wait()).await.expect("exited in time").expect("waited")
     }
 
     /// Sends SIGTERM and waits for the exit.

@@ -1,0 +1,323 @@
+//! The tray as a user sees and clicks it: the real app under Xvfb with a real tray host (tint2, an
+//! XEmbed system tray). The icon docks; its pixels, read back from the screen, are matched to each
+//! state's icon (healthy, degraded, blocked, paused, down). A click on the icon opens the menu, and
+//! each item is chosen from the keyboard as a user would; what it did is checked through the gateway's
+//! API and the files it writes: pause, a key switched off and on, the dashboard window, Set up Codex
+//! through its dialog and back with Undo, a notification switch, start at login, and Quit. The
+//! window's size and place survive a restart.
+//!
+//! Needs Xvfb, tint2, xdotool and xwininfo (scripts/test installs them) and a D-Bus session bus.
+//! Every wait is on a state the app reaches (a window, a pixel, an API answer, a file), bounded only
+//! to fail a broken build.
+#![allow(clippy::unwrap_used, clippy::print_stdout, clippy::disallowed_methods, reason = "tests")]
+
+mod desktop;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use desktop::x11::{self, Rect, TrayHost};
+use desktop::{App, Xvfb};
+use keymux::api::types::StatusBody;
+use keymux::desktop::menu::{self, Action, IconState, MenuInput};
+use keymux::desktop::notices::NoticeKind;
+use keymux::keys::KeyId;
+use keymux::pool::HealthState;
+use keymux_sim::{Sim, SimConfig};
+
+const TOKEN: &str = "km-tray-click-token-0123456789abcdef";
+const ADMIN: &str = "kma-tray-click-admin-0123456789abcdef";
+/// Generous: the machines are shared and slow; these only catch real breakage.
+const WAIT: Duration = Duration::from_secs(120);
+/// How the dashboard window shows in `xwininfo`: its title, then the app's class.
+const DASHBOARD: &str = "\"Keymux\": (\"keymux-tray\"";
+
+fn shots() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("tray-shots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The running app as the test drives it: its display, its icon's place, the gateway's API.
+struct Desk<'a> {
+    xvfb: &'a Xvfb,
+    icon: Rect,
+    api: String,
+    http: reqwest::Client,
+    /// What the menu's shape depends on besides the gateway's status.
+    codex_undo: bool,
+    notifications: bool,
+    autostart: bool,
+}
+
+impl Desk<'_> {
+    async fn status(&self) -> StatusBody {
+        let r = self.http.get(format!("{}/status", self.api)).bearer_auth(ADMIN).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        r.json().await.unwrap()
+    }
+
+    async fn wait_status(&self, what: &str, ok: impl Fn(&StatusBody) -> bool) -> StatusBody {
+        let started = std::time::Instant::now();
+        loop {
+            let s = self.status().await;
+            if ok(&s) {
+                return s;
+            }
+            assert!(started.elapsed() < WAIT, "{what}: the gateway never got there");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Waits until the tray shows `want`, and keeps a picture of it.
+    async fn expect_icon(&self, want: IconState) {
+        let started = std::time::Instant::now();
+        loop {
+            let screen = self.xvfb.screen();
+            let (shown, distances) = x11::icon_shown(&screen, self.icon);
+            if shown == want {
+                let crop = screen.crop(Rect { x: 0, y: 0, w: 200, h: 34 });
+                crop.write_png(&shots().join(format!("icon-{}.png", want.name())));
+                return;
+            }
+            assert!(started.elapsed() < WAIT, "the tray never showed {want:?}; nearest now: {distances:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The menu the tray draws now, from the same pure function the app uses.
+    async fn menu(&self) -> menu::Menu {
+        let status = self.status().await;
+        menu::menu(&MenuInput {
+            status: Some(&status),
+            problem: None,
+            notifications: self.notifications,
+            notices_off: Vec::new(),
+            autostart: self.autostart,
+            codex_undo: self.codex_undo,
+            pi_undo: false,
+        })
+    }
+
+    /// Clicks the icon and waits for the menu to open; returns its window.
+    async fn open_menu(&self) -> x11::Window {
+        assert!(x11::popups(&self.xvfb.display).is_empty(), "nothing else is open");
+        let (x, y) = (self.icon.x + self.icon.w / 2, self.icon.y + self.icon.h / 2);
+        x11::xdotool(&self.xvfb.display, &["mousemove", &x.to_string(), &y.to_string(), "click", "1"]);
+        x11::until("the menu opens", WAIT, || x11::popups(&self.xvfb.display).into_iter().next()).await
+    }
+
+    /// Waits until `window` is off the screen.
+    async fn gone(&self, what: &str, window: &x11::Window) {
+        x11::until(what, WAIT, || (!x11::viewable(&self.xvfb.display, &window.id)).then_some(())).await;
+    }
+
+    /// Opens the menu and chooses `action` from the keyboard; waits for the menu to close.
+    async fn choose(&self, action: Action) {
+        let keys = x11::keys_for(&self.menu().await, &action);
+        let menu = self.open_menu().await;
+        for key in keys {
+            x11::xdotool(&self.xvfb.display, &["key", key]);
+        }
+        self.gone("the menu closes", &menu).await;
+    }
+
+    /// Waits for the dialog titled `title`, keeps a picture of it, and presses its default button.
+    async fn answer_dialog(&self, title: &str, picture: Option<&str>) {
+        let needle = format!("\"{title}\": (\"keymux-tray\"");
+        let dialog = x11::until(&format!("the {title:?} dialog opens"), WAIT, || {
+            x11::shown(&self.xvfb.display, &needle).into_iter().next()
+        })
+        .await;
+        if let Some(name) = picture {
+            let screen = self.xvfb.screen();
+            screen.crop(dialog.rect).write_png(&shots().join(name));
+        }
+        x11::xdotool(&self.xvfb.display, &["windowfocus", "--sync", &dialog.id]);
+        x11::xdotool(&self.xvfb.display, &["key", "Return"]);
+        self.gone(&format!("the {title:?} dialog closes"), &dialog).await;
+    }
+}
+
+fn health_of(s: &StatusBody, label: &str) -> HealthState {
+    s.keys.iter().find(|k| k.status.label == label).unwrap().status.health
+}
+
+fn key_id(s: &StatusBody, label: &str) -> KeyId {
+    s.keys.iter().find(|k| k.status.label == label).unwrap().status.id.clone()
+}
+
+/// The app's environment: the shared one, plus the Codex home Set up Codex writes to.
+fn app_env(home: &Path, xvfb: &Xvfb) -> Vec<(String, String)> {
+    let mut env = desktop::env(home, xvfb, &[("KEYMUX_KEY_A1", "sk-a1"), ("KEYMUX_KEY_B1", "sk-b1")], TOKEN, ADMIN);
+    env.push(("CODEX_HOME".into(), home.join("codex").display().to_string()));
+    env
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_tray_state_and_menu_action_as_a_user_sees_and_clicks_them() {
+    let xvfb = Xvfb::start().await.expect("the tray test needs Xvfb (scripts/test installs it)");
+    assert!(std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_some(), "run it through scripts/test");
+    let _host = TrayHost::start(&xvfb);
+    let _notifications = desktop::Notifications::serve().await;
+    let sim = Sim::start(SimConfig::new().org("org-a", &["sk-a1"]).org("org-b", &["sk-b1"])).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join("config.toml");
+    let metrics = home.path().join("metrics");
+    std::fs::write(&config, format!("metrics_dir = \"{}\"\n", metrics.display())).unwrap();
+    // The user's own Codex config, which Set up and Undo must give back byte for byte.
+    let codex = home.path().join("codex/config.toml");
+    std::fs::create_dir_all(codex.parent().unwrap()).unwrap();
+    let original = "# my settings\nmodel = \"gpt-5.5\"\n\n[tui]\nnotifications = true\n";
+    std::fs::write(&codex, original).unwrap();
+    let env = app_env(home.path(), &xvfb);
+    let mut args: Vec<String> =
+        ["--ephemeral", "--hidden", "--config", config.to_str().unwrap(), "--listen", "127.0.0.1:0", "--upstream"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+    args.push(sim.base_url());
+
+    let mut app = App::spawn(&args, &env).await;
+    let base = app.base_url(WAIT).await;
+    let icon = x11::docked_icon(&xvfb.display, WAIT).await;
+    println!("the icon docked at {icon:?}");
+    let mut desk = Desk {
+        xvfb: &xvfb,
+        icon,
+        api: format!("{}/keymux/api", base.trim_end_matches("/v1")),
+        http: reqwest::Client::new(),
+        codex_undo: false,
+        notifications: true,
+        autostart: false,
+    };
+
+    // Healthy after a normal start: the first status rebuilt the menu, and the icon left "down".
+    desk.wait_status("both keys ready", |s| s.keys.iter().all(|k| k.status.health == HealthState::Ready)).await;
+    desk.expect_icon(IconState::Healthy).await;
+
+    // A click opens the menu, status line first.
+    let menu = desk.open_menu().await;
+    desk.xvfb
+        .screen()
+        .crop(Rect { x: 0, y: 0, w: menu.rect.x + menu.rect.w + 8, h: menu.rect.y + menu.rect.h + 8 })
+        .write_png(&shots().join("menu.png"));
+    x11::xdotool(&xvfb.display, &["key", "Escape"]);
+    desk.gone("the menu closes", &menu).await;
+
+    // Pause and resume.
+    desk.choose(Action::TogglePause).await;
+    desk.wait_status("paused", |s| s.gateway.paused).await;
+    desk.expect_icon(IconState::Paused).await;
+    desk.choose(Action::TogglePause).await;
+    desk.wait_status("resumed", |s| !s.gateway.paused).await;
+    desk.expect_icon(IconState::Healthy).await;
+
+    // A key's item switches it off: degraded; both off: blocked; both on again: healthy.
+    let status = desk.status().await;
+    let (a1, b1) = (key_id(&status, "a1"), key_id(&status, "b1"));
+    desk.choose(Action::ToggleKey(b1.clone())).await;
+    desk.wait_status("b1 off", |s| health_of(s, "b1") == HealthState::Disabled).await;
+    desk.expect_icon(IconState::Degraded).await;
+    desk.choose(Action::ToggleKey(a1.clone())).await;
+    desk.wait_status("a1 off", |s| health_of(s, "a1") == HealthState::Disabled).await;
+    desk.expect_icon(IconState::Blocked).await;
+    desk.choose(Action::ToggleKey(a1)).await;
+    desk.choose(Action::ToggleKey(b1)).await;
+    desk.wait_status("both on", |s| s.keys.iter().all(|k| k.status.health == HealthState::Ready)).await;
+    desk.expect_icon(IconState::Healthy).await;
+
+    // Set up Codex: the dialog shows the change; Apply writes it; Undo gives the file back.
+    desk.choose(Action::SetUpCodex).await;
+    desk.answer_dialog("Set up Codex", Some("dialog-setup-codex.png")).await;
+    desk.answer_dialog("Set up Codex", None).await;
+    let written = std::fs::read_to_string(&codex).unwrap();
+    assert!(written.contains(&base), "the Codex config points at this gateway:\n{written}");
+    assert!(written.contains("# my settings"), "the user's own lines stay:\n{written}");
+    desk.codex_undo = true;
+    desk.choose(Action::UndoCodex).await;
+    desk.answer_dialog("Undo Codex setup", None).await;
+    assert_eq!(std::fs::read_to_string(&codex).unwrap(), original, "Undo gives the file back byte for byte");
+    desk.codex_undo = false;
+
+    // A notification switch: kept in desktop.json.
+    let prefs = home.path().join(".config/keymux/desktop.json");
+    desk.choose(Action::ToggleNotice(NoticeKind::KeyRejected)).await;
+    x11::until("the notification choice is saved", WAIT, || {
+        let text = std::fs::read_to_string(&prefs).ok()?;
+        text.contains("key_rejected").then_some(())
+    })
+    .await;
+
+    // Start at login: an autostart entry that launches this binary, hidden.
+    desk.choose(Action::ToggleAutostart).await;
+    let entry = x11::until("an autostart entry is written", WAIT, || {
+        let dir = home.path().join(".config/autostart");
+        let file =
+            std::fs::read_dir(dir).ok()?.flatten().find(|e| e.path().extension().is_some_and(|x| x == "desktop"))?;
+        std::fs::read_to_string(file.path()).ok()
+    })
+    .await;
+    assert!(entry.contains(env!("CARGO_BIN_EXE_keymux-tray")) && entry.contains("--hidden"), "{entry}");
+    desk.autostart = true;
+    desk.choose(Action::ToggleAutostart).await;
+    x11::until("the autostart entry is removed", WAIT, || {
+        let dir = home.path().join(".config/autostart");
+        let any = std::fs::read_dir(dir).ok().is_some_and(|d| d.flatten().next().is_some());
+        (!any).then_some(())
+    })
+    .await;
+    desk.autostart = false;
+
+    // Open dashboard: the window shows the live dashboard; move and resize it for the restart below.
+    desk.choose(Action::OpenDashboard).await;
+    app.wait_for_line("dashboard window opened", WAIT).await;
+    let window = x11::until("the dashboard window is on screen", WAIT, || {
+        x11::shown(&xvfb.display, DASHBOARD).into_iter().next()
+    })
+    .await;
+    xvfb.screenshot_when_drawn(&shots().join("window-from-menu.png"), WAIT).await;
+    x11::xdotool(&xvfb.display, &["windowsize", "--sync", &window.id, "900", "640"]);
+    x11::xdotool(&xvfb.display, &["windowmove", "--sync", &window.id, "120", "90"]);
+    let left_at = Rect { x: 120, y: 90, w: 900, h: 640 };
+    x11::until("the window takes its new size and place", WAIT, || {
+        x11::windows(&xvfb.display).into_iter().find(|w| w.id == window.id && w.rect == left_at)
+    })
+    .await;
+
+    // Quit: drained, flushed, exit 0.
+    desk.choose(Action::Quit).await;
+    let status = app.wait_exit(WAIT).await;
+    assert!(status.success(), "Quit exits 0\n{}", app.output());
+    assert!(app.output().contains("metrics flushed"), "{}", app.output());
+
+    let kept = home.path().join(".config/dev.keymux.tray/.window-state.json");
+    let kept = std::fs::read_to_string(kept).unwrap_or_default();
+    assert!(kept.contains("\"width\": 900"), "the size and place are kept at Quit: {kept}");
+    // Started again: the window opens where and as large as the user left it (the window-state plugin
+    // applies it just after the window appears, so wait for that state).
+    let mut again = App::spawn(&args, &env).await;
+    let base = again.base_url(WAIT).await;
+    desk.api = format!("{}/keymux/api", base.trim_end_matches("/v1"));
+    desk.icon = x11::docked_icon(&xvfb.display, WAIT).await;
+    desk.choose(Action::OpenDashboard).await;
+    x11::until("the window opens at the size and place it was left", WAIT, || {
+        x11::shown(&xvfb.display, DASHBOARD).into_iter().find(|w| w.rect == left_at)
+    })
+    .await;
+    assert!(again.terminate(WAIT).await.success());
+
+    // Down: the port is taken, the app stays up and the icon says so.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut down_args = args.clone();
+    let listen = down_args.iter().position(|a| a == "--listen").unwrap() + 1;
+    down_args[listen] = taken.local_addr().unwrap().to_string();
+    let mut down = App::spawn(&down_args, &env).await;
+    down.wait_for_line("the gateway did not start", WAIT).await;
+    desk.icon = x11::docked_icon(&xvfb.display, WAIT).await;
+    desk.expect_icon(IconState::Down).await;
+    assert!(down.terminate(WAIT).await.success());
+    for secret in ["sk-a1", "sk-b1", TOKEN, ADMIN] {
+        assert!(!down.output().contains(secret) && !app.output().contains(secret), "the app's output shows a secret");
+    }
+}
