@@ -6,12 +6,15 @@
 //!   opens one), plus a CSRF header on every change;
 //! * an **admin credential**, kept in the keychain, with which the CLI talks to a running gateway, after
 //!   it has made sure the gateway is Keymux: the gateway proves it knows the credential by answering a
-//!   challenge with a keyed MAC, before the credential itself is ever sent.
+//!   challenge with a keyed MAC, before the credential itself is ever sent. The MAC covers the address
+//!   the connection reached (the gateway's own), so a relay on another port that forwards the challenge
+//!   gets a proof for the wrong address, which the CLI rejects.
 //!
 //! The control API answers only to loopback `Host` names, and to no browser `Origin` but the gateway's
 //! own and the Tauri webview's. Every table here is bounded.
 
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -127,12 +130,13 @@ impl Access {
         self.admin.load().as_deref().is_some_and(|known| known.ct_eq(&digest(presented)).into())
     }
 
-    /// Answers a client's challenge: a MAC of both nonces under the admin credential, which only a
+    /// Answers a client's challenge that reached this gateway at `reached` (the address the connection
+    /// was accepted on): a MAC of both nonces and that address under the admin credential, which only a
     /// gateway that knows the credential can make. `None` when there is no admin credential.
-    pub fn answer_challenge(&self, client_nonce: &str) -> Option<(String, String)> {
+    pub fn answer_challenge(&self, client_nonce: &str, reached: SocketAddr) -> Option<(String, String)> {
         let secret = self.admin_secret.load_full()?;
         let server_nonce = crate::secrets::generate("").expose().to_owned();
-        let mac = challenge_mac(&secret, client_nonce, &server_nonce);
+        let mac = challenge_mac(&secret, client_nonce, &server_nonce, reached);
         Some((server_nonce, mac))
     }
 
@@ -213,20 +217,30 @@ impl Access {
     }
 }
 
-/// The MAC a gateway answers a challenge with (the CLI computes the same to check it).
-pub fn challenge_mac(admin: &Secret, client_nonce: &str, server_nonce: &str) -> String {
+/// The MAC a gateway answers a challenge with (the CLI computes the same to check it): both nonces and
+/// the address the challenge reached, as the gateway saw it and as the CLI dialled it.
+pub fn challenge_mac(admin: &Secret, client_nonce: &str, server_nonce: &str, reached: SocketAddr) -> String {
     let mut mac =
         <Hmac<Sha256> as Mac>::new_from_slice(admin.expose().as_bytes()).expect("HMAC accepts any key length");
-    mac.update(b"keymux/challenge/v1\0");
+    mac.update(b"keymux/challenge/v2\0");
     mac.update(client_nonce.as_bytes());
     mac.update(&[0]);
     mac.update(server_nonce.as_bytes());
+    mac.update(&[0]);
+    mac.update(reached.to_string().as_bytes());
     hex::encode(mac.finalize().into_bytes())
 }
 
-/// Checks a challenge's answer in constant time.
-pub fn challenge_ok(admin: &Secret, client_nonce: &str, server_nonce: &str, mac: &str) -> bool {
-    challenge_mac(admin, client_nonce, server_nonce).as_bytes().ct_eq(mac.as_bytes()).into()
+/// Checks, in constant time, a challenge's answer from the gateway the CLI dialled at `dialled`.
+pub fn challenge_ok(admin: &Secret, client_nonce: &str, server_nonce: &str, dialled: SocketAddr, mac: &str) -> bool {
+    challenge_mac(admin, client_nonce, server_nonce, dialled).as_bytes().ct_eq(mac.as_bytes()).into()
+}
+
+/// Whether a request's `Host` names exactly the address its connection reached: a relay that forwards
+/// a challenge unchanged names its own port, not the gateway's.
+pub fn host_is(headers: &HeaderMap, reached: SocketAddr) -> bool {
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    host.and_then(|h| h.parse::<SocketAddr>().ok()).is_some_and(|h| h == reached)
 }
 
 fn bearer(headers: &HeaderMap) -> Option<&str> {
@@ -325,9 +339,15 @@ mod tests {
         assert_eq!(access.caller(&bearer("nonsense"), &tokens, now()), Err(Refused::Invalid));
         assert_eq!(access.caller(&HeaderMap::new(), &tokens, now()), Err(Refused::NoCredential));
         assert!(access.is_control_credential(&bearer(admin.expose())));
-        let (server, mac) = access.answer_challenge("client-nonce").expect("answers");
-        assert!(challenge_ok(&admin, "client-nonce", &server, &mac));
-        assert!(!challenge_ok(&Secret::new("another"), "client-nonce", &server, &mac));
+        let gateway: SocketAddr = "127.0.0.1:8787".parse().expect("addr");
+        let relay: SocketAddr = "127.0.0.1:8788".parse().expect("addr");
+        let (server, mac) = access.answer_challenge("client-nonce", gateway).expect("answers");
+        assert!(challenge_ok(&admin, "client-nonce", &server, gateway, &mac));
+        assert!(!challenge_ok(&Secret::new("another"), "client-nonce", &server, gateway, &mac));
+        assert!(!challenge_ok(&admin, "client-nonce", &server, relay, &mac), "a proof for another address");
+        assert!(host_is(&headers(&[("host", "127.0.0.1:8787")]), gateway));
+        assert!(!host_is(&headers(&[("host", "127.0.0.1:8788")]), gateway));
+        assert!(!host_is(&headers(&[("host", "localhost:8787")]), gateway));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! and first frames may take, and the open-descriptor limit they all fit in. `server` applies them
 //! to connections; request handlers (`proxy`, `http`) read theirs from the request's extensions.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 /// Connection limits and the shutdown allowance.
@@ -70,6 +71,24 @@ impl ServeOptions {
         self.max_connections = self.max_connections.min(usable / 2).max(4);
         self.max_websockets = self.max_websockets.min(usable / 8).max(2);
         self
+    }
+}
+
+/// The connection a request came on, as its handler sees it (in the request's extensions).
+#[derive(Clone, Debug)]
+pub struct Connection {
+    local: SocketAddr,
+}
+
+impl Connection {
+    /// A connection accepted on `local`.
+    pub fn new(local: SocketAddr) -> Self {
+        Self { local }
+    }
+
+    /// The address the connection was accepted on: this gateway's own, as the client dialled it.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
     }
 }
 

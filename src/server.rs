@@ -23,6 +23,7 @@
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -41,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
 
 use crate::gateway::Gateway;
-pub use crate::limits::{RequestLimits, ServeOptions};
+pub use crate::limits::{Connection, RequestLimits, ServeOptions};
 
 /// How serving ended.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -83,8 +84,9 @@ pub async fn serve_with(
             () = &mut shutdown => break,
         };
         while connections.try_join_next().is_some() {}
-        let tcp = match accepted {
-            Ok((tcp, _peer)) => tcp,
+        let (tcp, local) = match accepted.and_then(|(tcp, _peer)| Ok((tcp.local_addr()?, tcp))) {
+            // On a dual-stack socket an IPv4 client is seen at `::ffff:127.0.0.1`: name it as it dialled.
+            Ok((local, tcp)) => (tcp, SocketAddr::new(local.ip().to_canonical(), local.port())),
             Err(e) => {
                 // Out of descriptors, usually: back off instead of spinning.
                 tracing::warn!(error = %e, "accept failed");
@@ -99,7 +101,7 @@ pub async fn serve_with(
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "could not set TCP_NODELAY");
         }
-        let service = Tracked { app: app.clone(), slot: slot.clone() };
+        let service = Tracked { app: app.clone(), slot: slot.clone(), connection: Connection::new(local) };
         let connection = builder.serve_connection(TokioIo::new(tcp), service).with_upgrades();
         let (slots, stopping) = (slots.clone(), stopping.clone());
         connections.spawn(async move {
@@ -174,6 +176,7 @@ impl Slots {
 struct Tracked {
     app: axum::Router,
     slot: Arc<Slot>,
+    connection: Connection,
 }
 
 impl hyper::service::Service<http::Request<Incoming>> for Tracked {
@@ -181,7 +184,8 @@ impl hyper::service::Service<http::Request<Incoming>> for Tracked {
     type Error = Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
 
-    fn call(&self, request: http::Request<Incoming>) -> Self::Future {
+    fn call(&self, mut request: http::Request<Incoming>) -> Self::Future {
+        request.extensions_mut().insert(self.connection.clone());
         let serving = Serving::new(self.slot.clone());
         let answer = self.app.clone().oneshot(Request::from(request.map(Body::new)));
         Box::pin(async move {

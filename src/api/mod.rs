@@ -16,7 +16,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, Method, Response, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use serde::Deserialize;
 
 use crate::access::{Caller, Refused};
@@ -24,6 +24,7 @@ use crate::control::{ControlError, KeyChanges, NewKey};
 use crate::error::ApiError;
 use crate::gateway::Gateway;
 use crate::keys::KeyId;
+use crate::limits::Connection;
 use types::{ChallengeAnswer, CreatedToken, DecisionsBody, KeyTestBody, LoginLink, SessionBody, SessionsBody};
 
 /// The control API's routes (mounted under `/keymux/api`).
@@ -304,10 +305,20 @@ struct Challenge {
     nonce: String,
 }
 
-/// Proves to the CLI that this is the gateway that knows the admin credential, before the CLI sends
-/// it. Needs no credential; answers only to loopback hosts and no browser origin.
-async fn challenge(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: axum::body::Bytes) -> Response<Body> {
-    if !crate::access::host_ok(&headers) || headers.contains_key(axum::http::header::ORIGIN) {
+/// Proves to the CLI that this is the gateway that knows the admin credential, listening where the CLI
+/// dialled, before the CLI sends it. Needs no credential; answers only when the `Host` names the very
+/// address the connection reached (so not through a relay on another port), and to no browser origin.
+async fn challenge(
+    State(gw): State<Arc<Gateway>>,
+    connection: Option<Extension<Connection>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response<Body> {
+    let Some(Extension(connection)) = connection else {
+        return ApiError::ForbiddenOrigin.into_response();
+    };
+    let reached = connection.local_addr();
+    if !crate::access::host_is(&headers, reached) || headers.contains_key(axum::http::header::ORIGIN) {
         return ApiError::ForbiddenOrigin.into_response();
     }
     let Ok(asked) = serde_json::from_slice::<Challenge>(&body) else {
@@ -316,7 +327,7 @@ async fn challenge(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: axu
     if asked.nonce.len() < 16 || asked.nonce.len() > 256 {
         return ApiError::BadJson { detail: "the nonce must be 16 to 256 characters".into() }.into_response();
     }
-    match gw.access().answer_challenge(&asked.nonce) {
+    match gw.access().answer_challenge(&asked.nonce, reached) {
         Some((server_nonce, mac)) => Json(ChallengeAnswer { server_nonce, mac }).into_response(),
         None => ApiError::ControlDenied { reason: Refused::NoCredential }.into_response(),
     }
