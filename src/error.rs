@@ -83,6 +83,9 @@ pub enum ApiError {
     /// As many WebSockets are open as Keymux allows: the client should use HTTP for this one.
     #[error("too many open websockets")]
     TooManySockets { max: usize },
+    /// As many event-stream subscribers are connected as Keymux allows.
+    #[error("too many event-stream subscribers")]
+    TooManyStreams { max: usize },
     /// No usable control credential.
     #[error("control API credential refused")]
     ControlDenied { reason: crate::access::Refused },
@@ -133,7 +136,7 @@ impl ApiError {
             }
             Self::LostOrg { .. } | Self::ContinuityLost { .. } => StatusCode::CONFLICT,
             Self::NoKeys | Self::NoUsableKey { .. } | Self::KeyRejected { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            Self::AllCooling { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::AllCooling { .. } | Self::TooManyStreams { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Upstream(e) => e.status(),
             Self::WebSocketUnavailable | Self::TooManySockets { .. } => StatusCode::UPGRADE_REQUIRED,
             Self::ForbiddenOrigin => StatusCode::FORBIDDEN,
@@ -160,7 +163,8 @@ impl ApiError {
             | Self::ForbiddenOrigin
             | Self::NotFound { .. }
             | Self::WebSocketUnavailable
-            | Self::TooManySockets { .. } => Blame::Client,
+            | Self::TooManySockets { .. }
+            | Self::TooManyStreams { .. } => Blame::Client,
             Self::NoKeys
             | Self::NoUsableKey { .. }
             | Self::AllCooling { .. }
@@ -203,6 +207,7 @@ impl ApiError {
             Self::Upstream(e) => e.label(),
             Self::WebSocketUnavailable => "websocket_unavailable",
             Self::TooManySockets { .. } => "too_many_websockets",
+            Self::TooManyStreams { .. } => "too_many_event_streams",
             Self::ForbiddenOrigin => "forbidden_origin",
             Self::NotFound { .. } => "not_found",
             Self::Internal { .. } => "internal",
@@ -239,6 +244,7 @@ impl ApiError {
             Self::Upstream(e) => (SERVER, Some(e.label())),
             Self::WebSocketUnavailable => (REQUEST, Some("websocket_not_supported")),
             Self::TooManySockets { .. } => (REQUEST, Some("websocket_connection_limit_reached")),
+            Self::TooManyStreams { .. } => (REQUEST, Some("keymux_too_many_event_streams")),
             Self::ForbiddenOrigin => (REQUEST, Some("forbidden_origin")),
             Self::Internal { .. } => (SERVER, Some("keymux_internal")),
             Self::NotFound { .. } => (REQUEST, Some("not_found")),
@@ -296,6 +302,10 @@ impl ApiError {
             Self::TooManySockets { max } => format!(
                 "Keymux already has {max} WebSockets open, its limit; use HTTP for this session (Codex falls back \
                  to it on its own). Close idle sessions to free one."
+            ),
+            Self::TooManyStreams { max } => format!(
+                "Keymux already has {max} event-stream subscribers, its limit. Close a dashboard tab (or another \
+                 subscriber) and retry."
             ),
             Self::ForbiddenOrigin => FORBIDDEN_ORIGIN.into(),
             Self::Internal { detail } => {

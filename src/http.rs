@@ -24,7 +24,19 @@ pub fn app(gateway: Arc<Gateway>) -> Router {
         .route("/login", get(login))
         .nest("/keymux/api", crate::api::routes())
         .fallback(not_found)
+        .layer(axum::middleware::from_fn(refuse_oversized))
         .with_state(gateway)
+}
+
+/// Outside `/v1` (whose cap is the config's `max_body_bytes`, checked by `proxy`), a body declared
+/// over [`crate::limits::CONTROL_MAX_BODY`] is refused before routing, before anything reads it.
+async fn refuse_oversized(request: Request, next: axum::middleware::Next) -> Response<Body> {
+    let limit = crate::limits::CONTROL_MAX_BODY;
+    let v1 = request.uri().path() == "/v1" || request.uri().path().starts_with("/v1/");
+    if !v1 && crate::limits::declared_length(request.headers()).is_some_and(|n| n > limit as u64) {
+        return ApiError::BodyTooLarge { limit }.into_response();
+    }
+    next.run(request).await
 }
 
 async fn proxy(State(gateway): State<Arc<Gateway>>, request: Request) -> Response<Body> {

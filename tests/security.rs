@@ -6,15 +6,69 @@ mod support;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use keymux::server::ServeOptions;
 use keymux_sim::SimConfig;
-use serde_json::json;
+use serde_json::{json, Value};
 use support::*;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 
+/// Long enough that only a connection Keymux really keeps open reaches it on a slow machine.
+const NEVER: Duration = Duration::from_secs(20);
+/// A connection cap for the tests that fill it: the smallest Keymux keeps (it never goes below 4).
+const CAP: usize = 4;
+
 fn addr_of(h: &Harness) -> SocketAddr {
     h.root.trim_start_matches("http://").parse().unwrap()
+}
+
+async fn gateway_with(serve: ServeOptions) -> (keymux_sim::Sim, keymux::Runtime) {
+    let sim = keymux_sim::Sim::start(SimConfig::new().org("org-a", &["sk-a1"])).await.unwrap();
+    let runtime = keymux::Runtime::start_with(options_for(&sim, &[key("a1", "sk-a1")], |_| {}), serve).await.unwrap();
+    runtime.probed().await;
+    (sim, runtime)
+}
+
+/// Reads from `socket` until `done` says the text so far is enough, or the peer closes.
+async fn read_until(socket: &mut TcpStream, done: impl Fn(&str) -> bool) -> String {
+    let mut seen = Vec::new();
+    let mut buf = [0_u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&seen).into_owned();
+        if done(&text) {
+            return text;
+        }
+        match tokio::time::timeout(NEVER, socket.read(&mut buf)).await.expect("Keymux answered in time") {
+            Ok(0) | Err(_) => return String::from_utf8_lossy(&seen).into_owned(),
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+fn has_head(text: &str) -> bool {
+    text.contains("\r\n\r\n")
+}
+
+/// A connection that sent `head` (and `body`), and reads the first answer's head.
+async fn send(addr: SocketAddr, head: &str, body: &[u8]) -> TcpStream {
+    let mut socket = TcpStream::connect(addr).await.unwrap();
+    socket.write_all(head.as_bytes()).await.unwrap();
+    socket.write_all(body).await.unwrap();
+    socket
+}
+
+fn post_head(addr: SocketAddr, path: &str, extra: &str, length: u64) -> String {
+    head("POST", addr, path, extra, length)
+}
+
+fn head(method: &str, addr: SocketAddr, path: &str, extra: &str, length: u64) -> String {
+    format!(
+        "{method} {path} HTTP/1.1\r\nhost: 127.0.0.1:{}\r\ncontent-type: application/json\r\n{extra}\
+         content-length: {length}\r\n\r\n",
+        addr.port()
+    )
 }
 
 /// A squatter on a loopback port that relays every byte to `target` and keeps what clients sent it.
@@ -101,4 +155,109 @@ async fn a_relay_where_the_cli_looks_gets_a_proof_the_cli_rejects_and_no_credent
     let heard = squatter.heard();
     assert_no_secrets("what the squatter heard", &heard, &[ADMIN, secret]);
     assert!(h.status().iter().all(|k| k.label != "relayed"), "no key was added through the relay");
+}
+
+/// Point 2: the control API asks who calls before it reads a body. A caller with no credential gets
+/// its 401 before Keymux asks for the body (no `100 Continue`), and a declared body over the cap gets
+/// its 413 at once, on every route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_control_api_refuses_before_reading_a_body_and_over_the_cap_at_once() {
+    let (_sim, runtime) = gateway_with(ServeOptions { body_read_timeout: NEVER * 3, ..ServeOptions::default() }).await;
+    let addr = runtime.addr();
+    let calls = [
+        ("POST", "/keymux/api/keys"),
+        ("POST", "/keymux/api/tokens"),
+        ("PATCH", "/keymux/api/keys/k_a1"),
+        ("POST", "/keymux/api/pause"),
+    ];
+    for (method, path) in calls {
+        let mut socket = send(addr, &head(method, addr, path, "expect: 100-continue\r\n", 1000), b"").await;
+        let answer = read_until(&mut socket, has_head).await;
+        assert!(answer.starts_with("HTTP/1.1 401"), "{path} without a credential: {answer}");
+    }
+    let admin = format!("authorization: Bearer {ADMIN}\r\n");
+    for path in ["/keymux/api/keys", "/keymux/api/tokens", "/keymux/api/challenge", "/keymux/health", "/login"] {
+        let mut socket = send(addr, &post_head(addr, path, &admin, 500 << 20), b"").await;
+        let answer = read_until(&mut socket, has_head).await;
+        assert!(answer.starts_with("HTTP/1.1 413"), "{path} with 500 MB declared: {answer}");
+    }
+    runtime.shutdown().await;
+}
+
+/// Point 2: a body to the control API must arrive within the body deadline, like one to `/v1`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_body_that_stops_arriving_gets_a_408() {
+    let serve = ServeOptions { body_read_timeout: Duration::from_millis(300), ..ServeOptions::default() };
+    let (_sim, runtime) = gateway_with(serve).await;
+    let addr = runtime.addr();
+    let admin = format!("authorization: Bearer {ADMIN}\r\n");
+    for (path, extra) in [("/keymux/api/challenge", ""), ("/keymux/api/tokens", admin.as_str())] {
+        let mut socket = send(addr, &post_head(addr, path, extra, 100), b"{").await;
+        let answer = read_until(&mut socket, has_head).await;
+        assert!(answer.starts_with("HTTP/1.1 408"), "{path}: {answer}");
+    }
+    runtime.shutdown().await;
+}
+
+/// Point 2: connections still sending a body are closed to make room at the cap, like idle ones, so
+/// slow bodies with no credential never lock a client out. Keymux asking for the body (`100
+/// Continue`) shows the connection is reading it before the real client comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_still_sending_a_body_make_room_for_real_clients() {
+    let serve = ServeOptions { max_connections: CAP, body_read_timeout: NEVER * 3, ..ServeOptions::default() };
+    let (_sim, runtime) = gateway_with(serve).await;
+    let addr = runtime.addr();
+    let base = format!("http://{addr}/v1");
+    let mut slow = Vec::new();
+    for _ in 0..CAP {
+        let head = post_head(addr, "/keymux/api/challenge", "expect: 100-continue\r\n", 100);
+        let mut socket = send(addr, &head, b"").await;
+        let asked = read_until(&mut socket, has_head).await;
+        assert!(asked.starts_with("HTTP/1.1 100"), "Keymux reads the challenge's body: {asked}");
+        socket.write_all(b"{").await.unwrap();
+        slow.push(socket);
+    }
+    let fresh = reqwest::Client::builder().pool_max_idle_per_host(0).timeout(NEVER).build().unwrap();
+    for n in 0..3 {
+        assert_eq!(small_request(&fresh, &base).await, 200, "request {n} got through the slow bodies");
+    }
+    runtime.shutdown().await;
+}
+
+/// Point 7: event-stream subscribers have a cap of their own and never take `/v1`'s connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_stream_subscribers_never_take_the_connections_clients_need() {
+    let serve = ServeOptions { max_connections: CAP, max_event_streams: CAP, ..ServeOptions::default() };
+    let (_sim, runtime) = gateway_with(serve).await;
+    let root = format!("http://{}", runtime.addr());
+    let watcher = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+    let mut streams = Vec::new();
+    for _ in 0..CAP {
+        let r = watcher.get(format!("{root}/keymux/api/events")).bearer_auth(ADMIN).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        streams.push(r);
+    }
+    let fresh = reqwest::Client::builder().pool_max_idle_per_host(0).timeout(NEVER).build().unwrap();
+    for n in 0..3 {
+        assert_eq!(small_request(&fresh, &format!("{root}/v1")).await, 200, "request {n} beside {CAP} streams");
+    }
+    let third = watcher.get(format!("{root}/keymux/api/events")).bearer_auth(ADMIN).send().await.unwrap();
+    assert_eq!(third.status(), 429, "past its own cap, a subscriber is refused");
+    let error: Value = third.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "keymux_too_many_event_streams");
+    // A subscriber that leaves makes room for another.
+    drop(streams.pop());
+    let again = tokio::time::timeout(NEVER, async {
+        loop {
+            let r = watcher.get(format!("{root}/keymux/api/events")).bearer_auth(ADMIN).send().await.unwrap();
+            if r.status() == 200 {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(again.is_ok(), "a seat came free");
+    drop(streams);
+    runtime.shutdown().await;
 }

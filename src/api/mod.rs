@@ -3,7 +3,8 @@
 //!
 //! Every call passes one guard: a loopback `Host`, no foreign browser `Origin`, and a control
 //! credential (the dashboard session, with its CSRF header on changes, or the admin credential). A
-//! `/v1` client token is refused here, as a control credential is refused on `/v1`.
+//! `/v1` client token is refused here, as a control credential is refused on `/v1`. A body is read
+//! only after the guard let the call through, under [`CONTROL_MAX_BODY`] and within the body deadline.
 
 pub mod stream;
 pub mod types;
@@ -12,7 +13,7 @@ pub mod views;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, Method, Response, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
@@ -24,7 +25,7 @@ use crate::control::{ControlError, KeyChanges, NewKey};
 use crate::error::ApiError;
 use crate::gateway::Gateway;
 use crate::keys::KeyId;
-use crate::limits::Connection;
+use crate::limits::{Connection, RequestLimits, CONTROL_MAX_BODY};
 use types::{ChallengeAnswer, CreatedToken, DecisionsBody, KeyTestBody, LoginLink, SessionBody, SessionsBody};
 
 /// The control API's routes (mounted under `/keymux/api`).
@@ -79,6 +80,21 @@ fn guarded(
     }
 }
 
+/// Reads a call's JSON body, once the guard has let the call through, under `limit` and within the
+/// body deadline.
+async fn json_body<T: serde::de::DeserializeOwned>(request: Request, limit: usize) -> Result<T, ApiError> {
+    let (parts, body) = request.into_parts();
+    let deadline = parts.extensions.get::<RequestLimits>().copied().unwrap_or_default().body_read_timeout;
+    let bytes = crate::limits::read_body(&parts.headers, body, limit, deadline).await?;
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::BadJson { detail: e.to_string() })
+}
+
+/// The guard, then the JSON body: a caller that may not call never has its body read.
+async fn guarded_json<T: serde::de::DeserializeOwned>(gw: &Gateway, request: Request) -> Result<T, ApiError> {
+    guard(gw, request.method(), request.headers())?;
+    json_body(request, CONTROL_MAX_BODY).await
+}
+
 fn control_error(e: ControlError) -> Response<Body> {
     ApiError::from(e).into_response()
 }
@@ -91,13 +107,10 @@ async fn keys(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response<Bo
     guarded(&gw, Method::GET, &headers, || Json(views::keys(&gw)).into_response())
 }
 
-async fn add_key(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: axum::body::Bytes) -> Response<Body> {
-    if let Err(e) = guard(&gw, &Method::POST, &headers) {
-        return e.into_response();
-    }
-    let new: NewKey = match serde_json::from_slice(&body) {
+async fn add_key(State(gw): State<Arc<Gateway>>, request: Request) -> Response<Body> {
+    let new: NewKey = match guarded_json(&gw, request).await {
         Ok(new) => new,
-        Err(e) => return ApiError::BadJson { detail: e.to_string() }.into_response(),
+        Err(e) => return e.into_response(),
     };
     match gw.add_key(new).await {
         Ok(id) => (StatusCode::CREATED, Json(views::key(&gw, &id))).into_response(),
@@ -105,18 +118,10 @@ async fn add_key(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: axum:
     }
 }
 
-async fn update_key(
-    State(gw): State<Arc<Gateway>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-    body: axum::body::Bytes,
-) -> Response<Body> {
-    if let Err(e) = guard(&gw, &Method::PATCH, &headers) {
-        return e.into_response();
-    }
-    let changes: KeyChanges = match serde_json::from_slice(&body) {
+async fn update_key(State(gw): State<Arc<Gateway>>, Path(id): Path<String>, request: Request) -> Response<Body> {
+    let changes: KeyChanges = match guarded_json(&gw, request).await {
         Ok(changes) => changes,
-        Err(e) => return ApiError::BadJson { detail: e.to_string() }.into_response(),
+        Err(e) => return e.into_response(),
     };
     let id = KeyId::new(id.as_str());
     match gw.update_key(&id, changes) {
@@ -175,13 +180,10 @@ struct NewToken {
     name: String,
 }
 
-async fn create_token(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: axum::body::Bytes) -> Response<Body> {
-    if let Err(e) = guard(&gw, &Method::POST, &headers) {
-        return e.into_response();
-    }
-    let new: NewToken = match serde_json::from_slice(&body) {
+async fn create_token(State(gw): State<Arc<Gateway>>, request: Request) -> Response<Body> {
+    let new: NewToken = match guarded_json(&gw, request).await {
         Ok(new) => new,
-        Err(e) => return ApiError::BadJson { detail: e.to_string() }.into_response(),
+        Err(e) => return e.into_response(),
     };
     match gw.create_token(&new.name).await {
         Ok((listed, secret)) => {
@@ -305,24 +307,31 @@ struct Challenge {
     nonce: String,
 }
 
+/// Largest challenge body: a nonce of at most 256 characters, in JSON.
+const CHALLENGE_MAX_BODY: usize = 1024;
+
 /// Proves to the CLI that this is the gateway that knows the admin credential, listening where the CLI
 /// dialled, before the CLI sends it. Needs no credential; answers only when the `Host` names the very
 /// address the connection reached (so not through a relay on another port), and to no browser origin.
 async fn challenge(
     State(gw): State<Arc<Gateway>>,
     connection: Option<Extension<Connection>>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
+    request: Request,
 ) -> Response<Body> {
     let Some(Extension(connection)) = connection else {
         return ApiError::ForbiddenOrigin.into_response();
     };
     let reached = connection.local_addr();
-    if !crate::access::host_is(&headers, reached) || headers.contains_key(axum::http::header::ORIGIN) {
+    let headers = request.headers();
+    if !crate::access::host_is(headers, reached) || headers.contains_key(axum::http::header::ORIGIN) {
         return ApiError::ForbiddenOrigin.into_response();
     }
-    let Ok(asked) = serde_json::from_slice::<Challenge>(&body) else {
-        return ApiError::BadJson { detail: "expected {\"nonce\": \"...\"}".into() }.into_response();
+    let asked = match json_body::<Challenge>(request, CHALLENGE_MAX_BODY).await {
+        Ok(asked) => asked,
+        Err(ApiError::BadJson { .. }) => {
+            return ApiError::BadJson { detail: "expected {\"nonce\": \"...\"}".into() }.into_response()
+        }
+        Err(e) => return e.into_response(),
     };
     if asked.nonce.len() < 16 || asked.nonce.len() > 256 {
         return ApiError::BadJson { detail: "the nonce must be 16 to 256 characters".into() }.into_response();
