@@ -89,9 +89,6 @@ pub enum ApiError {
     /// No usable control credential.
     #[error("control API credential refused")]
     ControlDenied { reason: crate::access::Refused },
-    /// A dashboard change without its CSRF header.
-    #[error("CSRF header missing")]
-    CsrfMissing,
     /// A control credential presented on `/v1`.
     #[error("control credential on /v1")]
     WrongCredential,
@@ -117,7 +114,6 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::Unauthorized { .. } | Self::ControlDenied { .. } | Self::WrongCredential => StatusCode::UNAUTHORIZED,
-            Self::CsrfMissing => StatusCode::FORBIDDEN,
             Self::Paused => StatusCode::SERVICE_UNAVAILABLE,
             Self::Control(e) => match e {
                 crate::control::ControlError::NotFound(_) => StatusCode::NOT_FOUND,
@@ -150,7 +146,6 @@ impl ApiError {
         match self {
             Self::Unauthorized { .. }
             | Self::ControlDenied { .. }
-            | Self::CsrfMissing
             | Self::WrongCredential
             | Self::Control(crate::control::ControlError::NotFound(_) | crate::control::ControlError::Invalid(_))
             | Self::BodyTooLarge { .. }
@@ -185,7 +180,6 @@ impl ApiError {
         match self {
             Self::Unauthorized { .. } => "unauthorized",
             Self::ControlDenied { .. } => "control_denied",
-            Self::CsrfMissing => "csrf_missing",
             Self::WrongCredential => "wrong_credential",
             Self::Paused => "paused",
             Self::Control(_) => "control_failed",
@@ -221,7 +215,6 @@ impl ApiError {
         match self {
             Self::Unauthorized { .. } => (REQUEST, Some("invalid_api_key")),
             Self::ControlDenied { .. } => (REQUEST, Some("keymux_control_denied")),
-            Self::CsrfMissing => (REQUEST, Some("keymux_csrf_missing")),
             Self::WrongCredential => (REQUEST, Some("invalid_api_key")),
             Self::Paused => (SERVER, Some("keymux_paused")),
             Self::Control(crate::control::ControlError::NotFound(_)) => (REQUEST, Some("not_found")),
@@ -257,7 +250,6 @@ impl ApiError {
             Self::Unauthorized { missing: true } => MISSING_TOKEN.into(),
             Self::Unauthorized { missing: false } => UNKNOWN_TOKEN.into(),
             Self::ControlDenied { reason } => control_denied(*reason).into(),
-            Self::CsrfMissing => CSRF_MISSING.into(),
             Self::WrongCredential => WRONG_CREDENTIAL.into(),
             Self::Paused => PAUSED.into(),
             Self::Control(e) => format!("Keymux could not make that change: {e}."),
@@ -343,8 +335,6 @@ const MISSING_TOKEN: &str = "Keymux needs a local client token: send `Authorizat
     (Codex `env_key`, pi `apiKey`).";
 const UNKNOWN_TOKEN: &str = "Keymux did not recognise this local client token. Send an OpenAI key to Keymux? Use a \
     Keymux token instead: `keymux token list` shows the valid ones.";
-const CSRF_MISSING: &str = "Keymux refuses changes from the dashboard without its CSRF header \
-    (x-keymux-csrf). Reload the dashboard and try again.";
 const WRONG_CREDENTIAL: &str = "The Keymux admin credential and dashboard session work only on the control API \
     (/keymux/api). Clients spend keys with a client token: `keymux token create`.";
 const PAUSED: &str = "Keymux routing is paused, so no request goes to the provider. Resume it from the dashboard, \

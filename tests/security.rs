@@ -261,3 +261,96 @@ async fn event_stream_subscribers_never_take_the_connections_clients_need() {
     drop(streams);
     runtime.shutdown().await;
 }
+
+/// A client that never follows redirects, keeps no cookies, and opens a connection per request.
+fn plain() -> reqwest::Client {
+    reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).pool_max_idle_per_host(0).build().unwrap()
+}
+
+/// Logs in the way the dashboard page does: the link goes on to the page with the code in its
+/// fragment (never sent anywhere), and the page exchanges the code for a session token.
+async fn dashboard_login(h: &Harness) -> String {
+    let c = plain();
+    let r = c.get(h.gateway.login_link()).send().await.unwrap();
+    assert_eq!(r.status(), 303);
+    assert!(r.headers().get("set-cookie").is_none(), "no ambient cookie any page on 127.0.0.1 could ride on");
+    let location = r.headers()["location"].to_str().unwrap().to_owned();
+    let code = location.strip_prefix("/#login=").unwrap_or_else(|| panic!("went to {location}"));
+    let r = c.post(format!("{}/keymux/api/session", h.root)).json(&json!({"code": code})).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    r.json::<Value>().await.unwrap()["token"].as_str().unwrap().to_owned()
+}
+
+/// Point 3: the dashboard session is a token the page holds and sends in a header. Another origin
+/// on this machine (a dev server on another port) gets no cookie to ride on, cannot exchange a code
+/// from a foreign origin, and a session works only in its header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dashboard_session_is_useless_to_other_local_origins() {
+    let h = Harness::start(SimConfig::new().org("org-a", &["sk-a1"]), &[key("a1", "sk-a1")]).await;
+    let c = plain();
+    let token = dashboard_login(&h).await;
+    let status = format!("{}/keymux/api/status", h.root);
+    let tokens = format!("{}/keymux/api/tokens", h.root);
+    let with = |rb: reqwest::RequestBuilder| rb.header("x-keymux-session", &token);
+    assert_eq!(with(c.get(&status)).send().await.unwrap().status(), 200);
+    let made = with(c.post(&tokens)).json(&json!({"name": "from-page"})).send().await.unwrap();
+    assert_eq!(made.status(), 201, "a change needs nothing but the session header");
+    // The same value as a cookie (what a browser would send to any port) is no credential.
+    let cookie = format!("keymux_session={token}");
+    assert_eq!(c.get(&status).header("cookie", &cookie).send().await.unwrap().status(), 401);
+    // A page on another port cannot call with it, nor exchange a login code.
+    let foreign = "http://127.0.0.1:3000";
+    assert_eq!(with(c.get(&status)).header("origin", foreign).send().await.unwrap().status(), 403);
+    let code = h.gateway.login_link().rsplit('=').next().unwrap().to_owned();
+    let r = c.post(format!("{}/keymux/api/session", h.root)).header("origin", foreign).json(&json!({"code": code}));
+    assert_eq!(r.send().await.unwrap().status(), 403);
+    // A used code is spent.
+    let r = c.post(format!("{}/keymux/api/session", h.root)).json(&json!({"code": code})).send().await.unwrap();
+    assert_eq!(r.status(), 200, "the page's own origin may exchange it");
+    let again = c.post(format!("{}/keymux/api/session", h.root)).json(&json!({"code": code})).send().await.unwrap();
+    assert_eq!(again.status(), 401, "a code works once");
+}
+
+/// Point 3: logging out ends the session at once, and a session ends 24 h after login however busy
+/// it was (the gateway's clock is moved on, not waited for).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dashboard_session_ends_at_logout_and_after_a_day_of_use() {
+    let h = Harness::start(SimConfig::new().org("org-a", &["sk-a1"]), &[key("a1", "sk-a1")]).await;
+    let c = plain();
+    let status = format!("{}/keymux/api/status", h.root);
+    let token = dashboard_login(&h).await;
+    let r = c.post(format!("{}/keymux/api/logout", h.root)).header("x-keymux-session", &token).send().await.unwrap();
+    assert_eq!(r.status(), 204);
+    assert_eq!(c.get(&status).header("x-keymux-session", &token).send().await.unwrap().status(), 401);
+
+    let token = dashboard_login(&h).await;
+    for hour in 1..24 {
+        h.advance(Duration::from_secs(3600));
+        let r = c.get(&status).header("x-keymux-session", &token).send().await.unwrap();
+        assert_eq!(r.status(), 200, "used every hour: still valid after {hour} h");
+    }
+    h.advance(Duration::from_secs(3600));
+    let r = c.get(&status).header("x-keymux-session", &token).send().await.unwrap();
+    assert_eq!(r.status(), 401, "24 h after login the session is over, however busy");
+}
+
+/// Points 3 and 8: no API answer may be cached or sniffed, secrets or not, errors included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_api_answer_is_cached_or_sniffed() {
+    let h = Harness::start(SimConfig::new().org("org-a", &["sk-a1"]), &[key("a1", "sk-a1")]).await;
+    let c = plain();
+    let api = |path: &str| format!("{}/keymux/api/{path}", h.root);
+    let answers = [
+        ("status", c.get(api("status")).bearer_auth(ADMIN).send().await.unwrap()),
+        ("tokens", c.post(api("tokens")).bearer_auth(ADMIN).json(&json!({"name": "cached"})).send().await.unwrap()),
+        ("login-link", c.post(api("login-link")).bearer_auth(ADMIN).send().await.unwrap()),
+        ("refused", c.get(api("status")).send().await.unwrap()),
+        ("events", c.get(api("events")).bearer_auth(ADMIN).send().await.unwrap()),
+        ("login", c.get(h.gateway.login_link()).send().await.unwrap()),
+    ];
+    for (what, r) in &answers {
+        let header = |name: &str| r.headers().get(name).map(|v| v.to_str().unwrap().to_owned());
+        assert_eq!(header("cache-control").as_deref(), Some("no-store"), "{what}");
+        assert_eq!(header("x-content-type-options").as_deref(), Some("nosniff"), "{what}");
+    }
+}

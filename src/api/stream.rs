@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Query, State};
-use axum::http::{header, HeaderMap, HeaderValue, Method, Response};
+use axum::http::{header, HeaderMap, HeaderValue, Response};
 use axum::response::IntoResponse;
 use axum::Extension;
 use bytes::Bytes;
@@ -48,7 +48,7 @@ pub(super) async fn events(
     headers: HeaderMap,
     Query(q): Query<After>,
 ) -> Response<Body> {
-    if let Err(e) = super::guard(&gw, &Method::GET, &headers) {
+    if let Err(e) = super::guard(&gw, &headers) {
         return e.into_response();
     }
     // Served outside `server` (as in unit tests), a stream has no connection to count.

@@ -238,11 +238,12 @@ pub struct LoginLink {
     pub url: String,
 }
 
-/// The dashboard session's CSRF token, sent back in `x-keymux-csrf` on every change.
+/// A dashboard session, for the page that exchanged a login code: it keeps the token in its tab's
+/// `sessionStorage` and sends it in `x-keymux-session` on every call.
 #[derive(Clone, Debug, Serialize, TS)]
-pub struct SessionBody {
-    /// The token.
-    pub csrf: String,
+pub struct SessionToken {
+    /// The session token (secret).
+    pub token: String,
 }
 
 /// The gateway's answer to the CLI's challenge.
@@ -346,7 +347,7 @@ pub fn typescript() -> String {
         UsagePoint::decl(),
         UsageBody::decl(),
         LoginLink::decl(),
-        SessionBody::decl(),
+        SessionToken::decl(),
         KeyTestBody::decl(),
         ErrorDetail::decl(),
         ErrorBody::decl(),

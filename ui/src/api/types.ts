@@ -807,11 +807,11 @@ export type LoginLink = {
  */
 url: string, };
 
-export type SessionBody = { 
+export type SessionToken = { 
 /**
- * The token.
+ * The session token (secret).
  */
-csrf: string, };
+token: string, };
 
 export type KeyTestBody = { 
 /**
