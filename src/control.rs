@@ -14,7 +14,7 @@ use crate::config_file;
 use crate::events::{GatewayEvent, KeyChange};
 use crate::gateway::Gateway;
 use crate::keys::KeyTest;
-use crate::keys::{validate_label, validate_secret, KeyEntry, KeyId, KeySource, Provider};
+use crate::keys::{validate_base_url, validate_label, validate_secret, KeyEntry, KeyId, KeySource, Provider};
 use crate::secrets::{self, account, Secret, SecretsError};
 use crate::settings::Settings;
 
@@ -124,9 +124,7 @@ pub fn check_new_key(config: &Config, labels_in_use: &[String], new: &NewKey) ->
         )));
     }
     if let Some(url) = &new.base_url {
-        if !(url.starts_with("https://") || url.starts_with("http://")) {
-            return Err(ControlError::Invalid(format!("the base URL {url:?} must start with https://")));
-        }
+        validate_base_url(url).map_err(ControlError::Invalid)?;
     }
     if new.provider == Provider::Azure && new.base_url.is_none() {
         return Err(ControlError::Invalid(

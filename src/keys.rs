@@ -156,6 +156,26 @@ pub fn validate_label(label: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks a provider base URL: `https://`, or plain `http://` only to this machine (`localhost`, a
+/// loopback IP), where nothing crosses a network. Over plain HTTP elsewhere, the key and every prompt
+/// would travel in clear text.
+pub fn validate_base_url(url: &str) -> Result<(), String> {
+    let shown: String = url.chars().take(120).collect();
+    let parsed = reqwest::Url::parse(url).map_err(|_| format!("the base URL {shown:?} is not a URL; use https://…"))?;
+    let host = parsed.host_str().unwrap_or("");
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let local =
+        bare.eq_ignore_ascii_case("localhost") || bare.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    match parsed.scheme() {
+        "https" if !host.is_empty() => Ok(()),
+        "http" if local => Ok(()),
+        _ => Err(format!(
+            "the base URL {shown:?} must start with https:// (plain http:// only to this machine: localhost, \
+             127.0.0.1 or [::1]), or the key and every prompt would cross the network in clear text"
+        )),
+    }
+}
+
 /// Checks the shape of an API key before it is stored, so a pasted newline or a quoted value is caught
 /// early. The message never repeats the value.
 pub fn validate_secret(secret: &str) -> Result<(), String> {
@@ -188,6 +208,18 @@ mod tests {
         assert!(validate_secret("\"sk-abc\"").is_err());
         let msg = validate_secret("sk abc").expect_err("rejected");
         assert!(!msg.contains("sk abc"));
+    }
+
+    #[test]
+    fn base_urls_are_https_or_on_this_machine() {
+        for ok in ["https://api.openai.com/v1", "http://127.0.0.1:9/v1", "http://LOCALHOST/v1", "http://[::1]:1/v1"] {
+            assert!(validate_base_url(ok).is_ok(), "{ok}");
+        }
+        for bad in
+            ["http://api.openai.com/v1", "http://10.0.0.1/v1", "http://localhost.evil.example/v1", "ftp://x/", "x"]
+        {
+            assert!(validate_base_url(bad).expect_err(bad).contains("https://"), "{bad}");
+        }
     }
 
     #[test]

@@ -354,3 +354,46 @@ async fn no_api_answer_is_cached_or_sniffed() {
         assert_eq!(header("x-content-type-options").as_deref(), Some("nosniff"), "{what}");
     }
 }
+
+/// Point 4: plain `http://` reaches a provider only on this machine; a key or an upstream off it must
+/// use https. Checked before any connection is made, so nothing here leaves loopback (the URLs are
+/// refused by validation, never dialled).
+#[test]
+fn plain_http_base_urls_are_refused_off_this_machine() {
+    use keymux::control::{check_new_key, NewKey};
+    use keymux::keys::Provider;
+    let config = keymux::config::Config::default();
+    let new = |url: &str| NewKey {
+        label: "remote".into(),
+        provider: Provider::Azure,
+        base_url: Some(url.into()),
+        org: None,
+        priority: 0,
+        daily_token_budget: None,
+        models: Vec::new(),
+        exclude_models: Vec::new(),
+        secret: keymux::secrets::Secret::new("sk-remote-0123456789"),
+    };
+    for bad in ["http://api.example.com/v1", "http://10.0.0.7:8080/v1", "http://127.0.0.1.example.com/v1", "ftp://x/v1"]
+    {
+        let err = check_new_key(&config, &[], &new(bad)).expect_err(bad).to_string();
+        assert!(err.contains("https://"), "{bad}: {err}");
+    }
+    for ok in [
+        "https://r.openai.azure.com/openai/v1",
+        "http://127.0.0.1:9000/v1",
+        "http://localhost:1/v1",
+        "http://[::1]:2/v1",
+    ] {
+        assert!(check_new_key(&config, &[], &new(ok)).is_ok(), "{ok}");
+    }
+    let path = std::path::Path::new("config.toml");
+    for text in [
+        "upstream = \"http://10.1.2.3/v1\"\n",
+        "[[keys]]\nid = \"k_1\"\nlabel = \"w\"\nprovider = \"azure\"\nbase_url = \"http://r.example.com/v1\"\n",
+    ] {
+        let err = keymux::config::Config::parse(text, path).expect_err(text).to_string();
+        assert!(err.contains("https://"), "{text}: {err}");
+    }
+    assert!(keymux::config::Config::parse("upstream = \"http://127.0.0.1:7/v1\"\n", path).is_ok());
+}
