@@ -91,6 +91,8 @@ impl Transport for Http<'_> {
         let base = guard.entry().label.clone();
         if !status.is_success() {
             let body = read_error(response, self.upstream.idle_timeout()).await;
+            // A provider may quote the key it was sent: the client never holds one, so it never sees one.
+            let body = crate::secrets::mask_error_body(&body, guard.entry().secret.expose());
             let heard = heard.with_body(&body);
             return Reply::Refused(heard, Refused { status, headers, body });
         }

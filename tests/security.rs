@@ -397,3 +397,39 @@ fn plain_http_base_urls_are_refused_off_this_machine() {
     }
     assert!(keymux::config::Config::parse("upstream = \"http://127.0.0.1:7/v1\"\n", path).is_ok());
 }
+
+/// Point 5: a provider that quotes a whole key (`key:sk-…`, `key=sk-…`, in quotes, in JSON) has it
+/// masked in what the client gets, in the decision records and on the event stream; the rest of its
+/// words still get through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_a_provider_quotes_is_masked_everywhere_it_could_show() {
+    let secret = "sk-proj-Quoted0123456789abcdefXYZ";
+    let h = Harness::start(SimConfig::new().org("org-a", &[secret]), &[key("a1", secret)]).await;
+    let c = client();
+    let stream = c.get(format!("{}/keymux/api/events", h.root)).bearer_auth(ADMIN).send().await.unwrap();
+    let seen = collect_events(stream);
+    h.sim.inject(secret, keymux_sim::Fault::QuotesKey);
+    let body = json!({"model":"gpt-5.5","input":"hi","store":false});
+    let r = post(&c, &format!("{}/responses", h.base), &[], &body).send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    let answer = r.text().await.unwrap();
+    let fragments = [secret, &secret[8..28]];
+    assert!(answer.contains("Request refused for key"), "the provider's words reach the client: {answer}");
+    assert!(serde_json::from_str::<Value>(&answer).is_ok(), "still JSON: {answer}");
+    assert_no_secrets("the client's answer", &answer, &fragments);
+    let decisions = decisions_api(&c, &h.root).await.to_string();
+    assert!(decisions.contains("Request refused"), "{decisions}");
+    assert_no_secrets("the decision records", &decisions, &fragments);
+    let streamed = tokio::time::timeout(NEVER, async {
+        loop {
+            let text = Value::Array(seen.lock().unwrap().clone()).to_string();
+            if text.contains("Request refused") {
+                return text;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the finished request reached the event stream");
+    assert_no_secrets("the event stream", &streamed, &fragments);
+}
