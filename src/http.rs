@@ -63,7 +63,7 @@ async fn proxy(State(gateway): State<Arc<Gateway>>, request: Request) -> Respons
     let client = match check_v1_origin(&parts.headers).and_then(|()| authenticate(&gateway, &parts.headers)) {
         Ok(client) => client,
         Err(err) => {
-            tracing::warn!(path = parts.uri.path(), error = err.label(), "refused");
+            crate::logging::refused(parts.uri.path(), err.label());
             return err.into_response();
         }
     };

@@ -164,12 +164,8 @@ async fn a_relay_where_the_cli_looks_gets_a_proof_the_cli_rejects_and_no_credent
 async fn the_control_api_refuses_before_reading_a_body_and_over_the_cap_at_once() {
     let (_sim, runtime) = gateway_with(ServeOptions { body_read_timeout: NEVER * 3, ..ServeOptions::default() }).await;
     let addr = runtime.addr();
-    let calls = [
-        ("POST", "/keymux/api/keys"),
-        ("POST", "/keymux/api/tokens"),
-        ("PATCH", "/keymux/api/keys/k_a1"),
-        ("POST", "/keymux/api/pause"),
-    ];
+    let calls =
+        [("POST", "/keymux/api/keys"), ("POST", "/keymux/api/tokens"), ("PATCH", "/keymux/api/keys/k_a1"), ("POST", "/keymux/api/pause")];
     for (method, path) in calls {
         let mut socket = send(addr, &head(method, addr, path, "expect: 100-continue\r\n", 1000), b"").await;
         let answer = read_until(&mut socket, has_head).await;
@@ -374,17 +370,12 @@ fn plain_http_base_urls_are_refused_off_this_machine() {
         exclude_models: Vec::new(),
         secret: keymux::secrets::Secret::new("sk-remote-0123456789"),
     };
-    for bad in ["http://api.example.com/v1", "http://10.0.0.7:8080/v1", "http://127.0.0.1.example.com/v1", "ftp://x/v1"]
-    {
+    for bad in ["http://api.example.com/v1", "http://10.0.0.7:8080/v1", "http://127.0.0.1.example.com/v1", "ftp://x/v1"] {
         let err = check_new_key(&config, &[], &new(bad)).expect_err(bad).to_string();
         assert!(err.contains("https://"), "{bad}: {err}");
     }
-    for ok in [
-        "https://r.openai.azure.com/openai/v1",
-        "http://127.0.0.1:9000/v1",
-        "http://localhost:1/v1",
-        "http://[::1]:2/v1",
-    ] {
+    for ok in ["https://r.openai.azure.com/openai/v1", "http://127.0.0.1:9000/v1", "http://localhost:1/v1", "http://[::1]:2/v1"]
+    {
         assert!(check_new_key(&config, &[], &new(ok)).is_ok(), "{ok}");
     }
     let path = std::path::Path::new("config.toml");
@@ -432,4 +423,32 @@ async fn a_key_a_provider_quotes_is_masked_everywhere_it_could_show() {
     .await
     .expect("the finished request reached the event stream");
     assert_no_secrets("the event stream", &streamed, &fragments);
+}
+
+/// Point 6: requests refused before any credential is known cannot fill the log: each line's path is
+/// cut short, and past a few lines the rest are counted, not written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_requests_cannot_flood_the_log() {
+    let sim = keymux_sim::Sim::start(SimConfig::new().org("org-a", &["sk-a1"])).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let mut env = base_env(home.path());
+    env.extend([("KEYMUX_KEY_A1".to_owned(), "sk-a1".to_owned()), ("KEYMUX_CLIENT_TOKEN".to_owned(), TOKEN.to_owned())]);
+    let keymux = Keymux::spawn(&["--ephemeral", "--upstream", &sim.base_url()], &env).await;
+    let before = keymux.output_text().len();
+    let c = client();
+    let long = "x".repeat(65_000);
+    let statuses: Vec<u16> = futures::StreamExt::collect(futures::StreamExt::buffer_unordered(
+        futures::stream::iter((0..500).map(|_| {
+            let request = c.get(format!("{}/{long}", keymux.base));
+            async move { request.send().await.map(|r| r.status().as_u16()).unwrap_or(0) }
+        })),
+        16,
+    ))
+    .await;
+    assert!(statuses.iter().all(|s| *s == 401), "every one refused, none dropped: {statuses:?}");
+    assert_eq!(small_request(&c, &keymux.base).await, 200, "Keymux still serves");
+    let output = keymux.stop().await;
+    let logged = output.len() - before;
+    assert!(logged < 256 * 1024, "{logged} bytes of log for 500 refused requests");
+    assert!(output.contains("suppressed"), "the log says that lines were left out");
 }
