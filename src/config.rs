@@ -241,6 +241,11 @@ impl Config {
         let mut seen = BTreeMap::new();
         for key in &self.keys {
             validate_label(&key.label).map_err(&invalid)?;
+            crate::keys::validate_models("models", &key.models).map_err(&invalid)?;
+            crate::keys::validate_models("exclude_models", &key.exclude_models).map_err(&invalid)?;
+            if let Some(org) = &key.org {
+                crate::keys::validate_org(org).map_err(&invalid)?;
+            }
             if let Some(prev) = seen.insert(key.label.to_ascii_lowercase(), key.id.clone()) {
                 return Err(invalid(format!("two keys are labelled {:?} ({} and {})", key.label, prev, key.id)));
             }
@@ -364,6 +369,9 @@ impl EnvSecrets {
                 Some(p) => Provider::parse(&p)
                     .ok_or_else(|| format!("{name}_PROVIDER={p:?}: expected \"openai\" or \"azure\""))?,
             };
+            if let Some(org) = attr("_ORG") {
+                crate::keys::validate_org(&org).map_err(|e| format!("{name}_ORG: {e}"))?;
+            }
             if let Some(url) = attr("_BASE_URL") {
                 crate::keys::validate_base_url(&url).map_err(|e| format!("{name}_BASE_URL: {e}"))?;
             }

@@ -164,8 +164,12 @@ async fn a_relay_where_the_cli_looks_gets_a_proof_the_cli_rejects_and_no_credent
 async fn the_control_api_refuses_before_reading_a_body_and_over_the_cap_at_once() {
     let (_sim, runtime) = gateway_with(ServeOptions { body_read_timeout: NEVER * 3, ..ServeOptions::default() }).await;
     let addr = runtime.addr();
-    let calls =
-        [("POST", "/keymux/api/keys"), ("POST", "/keymux/api/tokens"), ("PATCH", "/keymux/api/keys/k_a1"), ("POST", "/keymux/api/pause")];
+    let calls = [
+        ("POST", "/keymux/api/keys"),
+        ("POST", "/keymux/api/tokens"),
+        ("PATCH", "/keymux/api/keys/k_a1"),
+        ("POST", "/keymux/api/pause"),
+    ];
     for (method, path) in calls {
         let mut socket = send(addr, &head(method, addr, path, "expect: 100-continue\r\n", 1000), b"").await;
         let answer = read_until(&mut socket, has_head).await;
@@ -351,6 +355,42 @@ async fn no_api_answer_is_cached_or_sniffed() {
     }
 }
 
+/// Point 8: what a user (or a page with a session) may send is bounded: a key's models lists in
+/// count and length, its org printable and short. Each refusal says what is wrong.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fields_a_user_sends_are_bounded_and_printable() {
+    let h = Harness::start(SimConfig::new().org("org-a", &["sk-a1"]), &[key("a1", "sk-a1")]).await;
+    let c = plain();
+    // Over the bounds, yet well under the body cap: the fields themselves are refused.
+    let many: Vec<String> = (0..100).map(|n| format!("model-{n}")).collect();
+    let long = vec!["m".repeat(1_000)];
+    let new = |extra: Value| {
+        let mut body = json!({"label": "bounded", "secret": "sk-bounded-0123456789"});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        body
+    };
+    let cases = [
+        ("many models", new(json!({"models": many}))),
+        ("a long model", new(json!({"models": long}))),
+        ("many excluded models", new(json!({"exclude_models": many}))),
+        ("a control character in a model", new(json!({"models": ["gpt\u{1b}[31m"]}))),
+        ("a control character in org", new(json!({"org": "org-\u{1b}[2J"}))),
+        ("a long org", new(json!({"org": "o".repeat(1_000)}))),
+    ];
+    for (what, body) in cases {
+        let r = c.post(format!("{}/keymux/api/keys", h.root)).bearer_auth(ADMIN).json(&body).send().await.unwrap();
+        assert_eq!(r.status(), 400, "{what}");
+        let error: Value = r.json().await.unwrap();
+        assert!(error["error"]["message"].as_str().unwrap().len() < 400, "{what}: the message does not echo it");
+    }
+    for (what, body) in [("many models", json!({"models": many})), ("a long model", json!({"exclude_models": long}))] {
+        let url = format!("{}/keymux/api/keys/k_a1", h.root);
+        let r = c.patch(url).bearer_auth(ADMIN).json(&body).send().await.unwrap();
+        assert_eq!(r.status(), 400, "changing {what}");
+    }
+    assert!(h.status().iter().all(|k| k.label != "bounded"));
+}
+
 /// Point 4: plain `http://` reaches a provider only on this machine; a key or an upstream off it must
 /// use https. Checked before any connection is made, so nothing here leaves loopback (the URLs are
 /// refused by validation, never dialled).
@@ -370,12 +410,17 @@ fn plain_http_base_urls_are_refused_off_this_machine() {
         exclude_models: Vec::new(),
         secret: keymux::secrets::Secret::new("sk-remote-0123456789"),
     };
-    for bad in ["http://api.example.com/v1", "http://10.0.0.7:8080/v1", "http://127.0.0.1.example.com/v1", "ftp://x/v1"] {
+    for bad in ["http://api.example.com/v1", "http://10.0.0.7:8080/v1", "http://127.0.0.1.example.com/v1", "ftp://x/v1"]
+    {
         let err = check_new_key(&config, &[], &new(bad)).expect_err(bad).to_string();
         assert!(err.contains("https://"), "{bad}: {err}");
     }
-    for ok in ["https://r.openai.azure.com/openai/v1", "http://127.0.0.1:9000/v1", "http://localhost:1/v1", "http://[::1]:2/v1"]
-    {
+    for ok in [
+        "https://r.openai.azure.com/openai/v1",
+        "http://127.0.0.1:9000/v1",
+        "http://localhost:1/v1",
+        "http://[::1]:2/v1",
+    ] {
         assert!(check_new_key(&config, &[], &new(ok)).is_ok(), "{ok}");
     }
     let path = std::path::Path::new("config.toml");
@@ -432,7 +477,10 @@ async fn refused_requests_cannot_flood_the_log() {
     let sim = keymux_sim::Sim::start(SimConfig::new().org("org-a", &["sk-a1"])).await.unwrap();
     let home = tempfile::tempdir().unwrap();
     let mut env = base_env(home.path());
-    env.extend([("KEYMUX_KEY_A1".to_owned(), "sk-a1".to_owned()), ("KEYMUX_CLIENT_TOKEN".to_owned(), TOKEN.to_owned())]);
+    env.extend([
+        ("KEYMUX_KEY_A1".to_owned(), "sk-a1".to_owned()),
+        ("KEYMUX_CLIENT_TOKEN".to_owned(), TOKEN.to_owned()),
+    ]);
     let keymux = Keymux::spawn(&["--ephemeral", "--upstream", &sim.base_url()], &env).await;
     let before = keymux.output_text().len();
     let c = client();
