@@ -323,16 +323,20 @@ mod tests {
         assert_eq!(access.caller(&as_cookie, &tokens, now()), Err(Refused::NoCredential));
         tokio::time::advance(SESSION_IDLE).await;
         assert_eq!(access.caller(&with, &tokens, now()), Err(Refused::Invalid), "idle too long");
-        let busy =
-            headers(&[(SESSION_HEADER, access.redeem(access.issue_login(now()).expose(), now()).unwrap().expose())]);
+        let busy = headers(&[(
+            SESSION_HEADER,
+            access.redeem(access.issue_login(now()).expose(), now()).expect("redeemed").expose(),
+        )]);
         for _ in 0..23 {
             tokio::time::advance(Duration::from_secs(3600)).await;
             assert_eq!(access.caller(&busy, &tokens, now()), Ok(Caller::Dashboard));
         }
         tokio::time::advance(Duration::from_secs(3600)).await;
         assert_eq!(access.caller(&busy, &tokens, now()), Err(Refused::Invalid), "a day old, however busy");
-        let live =
-            headers(&[(SESSION_HEADER, access.redeem(access.issue_login(now()).expose(), now()).unwrap().expose())]);
+        let live = headers(&[(
+            SESSION_HEADER,
+            access.redeem(access.issue_login(now()).expose(), now()).expect("redeemed").expose(),
+        )]);
         assert!(access.end_session(&live), "logged out");
         assert_eq!(access.caller(&live, &tokens, now()), Err(Refused::Invalid), "over at once");
     }
