@@ -1,17 +1,24 @@
 //! Who may call what. Three credentials, three jobs, none working in another's place:
 //!
 //! * a **client token** spends keys on `/v1` and nothing else (`tokens`);
-//! * a **dashboard session**: an HttpOnly, SameSite=Strict cookie, obtained once from a one-time login
-//!   link (`keymux serve` prints one, `keymux dashboard` asks a running gateway for another, the tray
-//!   opens one), plus a CSRF header on every change;
+//! * a **dashboard session**: a token the page gets once for the code of a one-time login link
+//!   (`keymux serve` prints one, `keymux dashboard` asks a running gateway for another, the tray opens
+//!   one), keeps in its tab's `sessionStorage` and sends in the `x-keymux-session` header. There is no
+//!   cookie: a browser would send one to every port of 127.0.0.1, so any local dev server's page could
+//!   use it. Storage is per origin, port included, and a foreign page cannot send the header without
+//!   a CORS preflight, which Keymux never grants (so the header is also the CSRF proof). A session
+//!   ends at logout, after `SESSION_IDLE` unused, and `SESSION_LIFETIME` after login however used;
 //! * an **admin credential**, kept in the keychain, with which the CLI talks to a running gateway, after
 //!   it has made sure the gateway is Keymux: the gateway proves it knows the credential by answering a
-//!   challenge with a keyed MAC, before the credential itself is ever sent.
+//!   challenge with a keyed MAC, before the credential itself is ever sent. The MAC covers the address
+//!   the connection reached (the gateway's own), so a relay on another port that forwards the challenge
+//!   gets a proof for the wrong address, which the CLI rejects.
 //!
 //! The control API answers only to loopback `Host` names, and to no browser `Origin` but the gateway's
 //! own and the Tauri webview's. Every table here is bounded.
 
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -27,15 +34,15 @@ use crate::secrets::Secret;
 /// How long a login link works.
 pub const LOGIN_CODE_TTL: Duration = Duration::from_secs(10 * 60);
 /// How long a dashboard session lasts without being used.
-pub const SESSION_IDLE: Duration = Duration::from_secs(7 * 24 * 3600);
+pub const SESSION_IDLE: Duration = Duration::from_secs(8 * 3600);
+/// How long a dashboard session lasts at most, however much it is used.
+pub const SESSION_LIFETIME: Duration = Duration::from_secs(24 * 3600);
 /// Most login links not yet used.
 pub const MAX_LOGIN_CODES: usize = 16;
 /// Most dashboard sessions at once (one per browser or tray window).
 pub const MAX_SESSIONS: usize = 32;
-/// The dashboard session's cookie.
-pub const SESSION_COOKIE: &str = "keymux_session";
-/// The header that carries the CSRF token on changes.
-pub const CSRF_HEADER: &str = "x-keymux-csrf";
+/// The header that carries the dashboard session.
+pub const SESSION_HEADER: &str = "x-keymux-session";
 /// The prefix of the admin credential.
 pub const ADMIN_PREFIX: &str = "kma-";
 
@@ -55,29 +62,24 @@ struct Code {
 
 struct Session {
     digest: Digest32,
-    csrf: String,
+    started: Instant,
     last_used: Instant,
 }
 
-/// A dashboard session, as the page learns it.
-#[derive(Clone, Debug)]
-pub struct DashboardLogin {
-    /// The cookie value (secret; sent once, in `Set-Cookie`).
-    pub cookie: Secret,
-    /// The CSRF token the page sends back on changes.
-    pub csrf: String,
+impl Session {
+    fn live(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.last_used) < SESSION_IDLE
+            && now.saturating_duration_since(self.started) < SESSION_LIFETIME
+    }
 }
 
 /// Who a request came from.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Caller {
     /// The CLI (or a tool) with the admin credential.
     Admin,
-    /// A dashboard session; `csrf_ok` says whether the request carried its CSRF token.
-    Dashboard {
-        /// The CSRF header matched.
-        csrf_ok: bool,
-    },
+    /// A dashboard session.
+    Dashboard,
 }
 
 /// Why a caller was refused.
@@ -127,12 +129,13 @@ impl Access {
         self.admin.load().as_deref().is_some_and(|known| known.ct_eq(&digest(presented)).into())
     }
 
-    /// Answers a client's challenge: a MAC of both nonces under the admin credential, which only a
+    /// Answers a client's challenge that reached this gateway at `reached` (the address the connection
+    /// was accepted on): a MAC of both nonces and that address under the admin credential, which only a
     /// gateway that knows the credential can make. `None` when there is no admin credential.
-    pub fn answer_challenge(&self, client_nonce: &str) -> Option<(String, String)> {
+    pub fn answer_challenge(&self, client_nonce: &str, reached: SocketAddr) -> Option<(String, String)> {
         let secret = self.admin_secret.load_full()?;
         let server_nonce = crate::secrets::generate("").expose().to_owned();
-        let mac = challenge_mac(&secret, client_nonce, &server_nonce);
+        let mac = challenge_mac(&secret, client_nonce, &server_nonce, reached);
         Some((server_nonce, mac))
     }
 
@@ -148,8 +151,14 @@ impl Access {
         code
     }
 
-    /// Exchanges a login code, once, for a dashboard session.
-    pub fn redeem(&self, code: &str, now: Instant) -> Option<DashboardLogin> {
+    /// Whether a login code is waiting to be used (without using it).
+    pub fn code_waiting(&self, code: &str, now: Instant) -> bool {
+        let wanted = digest(code);
+        lock(&self.codes).iter().any(|c| bool::from(c.digest.ct_eq(&wanted)) && c.expires > now)
+    }
+
+    /// Exchanges a login code, once, for a dashboard session token.
+    pub fn redeem(&self, code: &str, now: Instant) -> Option<Secret> {
         let wanted = digest(code);
         {
             let mut codes = lock(&self.codes);
@@ -159,31 +168,32 @@ impl Access {
                 return None;
             }
         }
-        let cookie = crate::secrets::generate("");
-        let csrf = crate::secrets::generate("").expose().to_owned();
+        let token = crate::secrets::generate("");
         let mut sessions = lock(&self.sessions);
-        sessions.retain(|s| now.saturating_duration_since(s.last_used) < SESSION_IDLE);
+        sessions.retain(|s| s.live(now));
         if sessions.len() == MAX_SESSIONS {
             sessions.pop_front();
         }
-        sessions.push_back(Session { digest: digest(cookie.expose()), csrf: csrf.clone(), last_used: now });
-        Some(DashboardLogin { cookie, csrf })
+        sessions.push_back(Session { digest: digest(token.expose()), started: now, last_used: now });
+        Some(token)
     }
 
-    /// The CSRF token of the session a cookie names, refreshing its idle time.
-    fn session_csrf(&self, cookie: &str, now: Instant) -> Option<String> {
-        let wanted = digest(cookie);
+    /// Whether a session token is live, refreshing its idle time if it is.
+    fn session_live(&self, token: &str, now: Instant) -> bool {
+        let wanted = digest(token);
         let mut sessions = lock(&self.sessions);
-        let session = sessions.iter_mut().find(|s| {
-            bool::from(s.digest.ct_eq(&wanted)) && now.saturating_duration_since(s.last_used) < SESSION_IDLE
-        })?;
-        session.last_used = now;
-        Some(session.csrf.clone())
+        let found = sessions.iter_mut().find(|s| bool::from(s.digest.ct_eq(&wanted)) && s.live(now));
+        found.map(|s| s.last_used = now).is_some()
     }
 
-    /// The session's CSRF token, for the page (which holds the cookie but cannot read it).
-    pub fn csrf_for(&self, headers: &HeaderMap, now: Instant) -> Option<String> {
-        self.session_csrf(&cookie(headers, SESSION_COOKIE)?, now)
+    /// Ends the session a request carries (logout); whether there was one.
+    pub fn end_session(&self, headers: &HeaderMap) -> bool {
+        let Some(token) = session_token(headers) else { return false };
+        let wanted = digest(token);
+        let mut sessions = lock(&self.sessions);
+        let before = sessions.len();
+        sessions.retain(|s| !bool::from(s.digest.ct_eq(&wanted)));
+        sessions.len() < before
     }
 
     /// Who is calling the control API, if anyone may.
@@ -199,12 +209,14 @@ impl Access {
             }
             return Err(if tokens.accepts(bearer) { Refused::ClientToken } else { Refused::Invalid });
         }
-        let Some(value) = cookie(headers, SESSION_COOKIE) else {
+        let Some(token) = session_token(headers) else {
             return Err(Refused::NoCredential);
         };
-        let csrf = self.session_csrf(&value, now).ok_or(Refused::Invalid)?;
-        let sent = headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
-        Ok(Caller::Dashboard { csrf_ok: bool::from(sent.as_bytes().ct_eq(csrf.as_bytes())) })
+        if self.session_live(token, now) {
+            Ok(Caller::Dashboard)
+        } else {
+            Err(Refused::Invalid)
+        }
     }
 
     /// Whether a `/v1` request carries a control-API credential instead of a client token.
@@ -213,36 +225,38 @@ impl Access {
     }
 }
 
-/// The MAC a gateway answers a challenge with (the CLI computes the same to check it).
-pub fn challenge_mac(admin: &Secret, client_nonce: &str, server_nonce: &str) -> String {
+/// The MAC a gateway answers a challenge with (the CLI computes the same to check it): both nonces and
+/// the address the challenge reached, as the gateway saw it and as the CLI dialled it.
+pub fn challenge_mac(admin: &Secret, client_nonce: &str, server_nonce: &str, reached: SocketAddr) -> String {
     let mut mac =
         <Hmac<Sha256> as Mac>::new_from_slice(admin.expose().as_bytes()).expect("HMAC accepts any key length");
-    mac.update(b"keymux/challenge/v1\0");
+    mac.update(b"keymux/challenge/v2\0");
     mac.update(client_nonce.as_bytes());
     mac.update(&[0]);
     mac.update(server_nonce.as_bytes());
+    mac.update(&[0]);
+    mac.update(reached.to_string().as_bytes());
     hex::encode(mac.finalize().into_bytes())
 }
 
-/// Checks a challenge's answer in constant time.
-pub fn challenge_ok(admin: &Secret, client_nonce: &str, server_nonce: &str, mac: &str) -> bool {
-    challenge_mac(admin, client_nonce, server_nonce).as_bytes().ct_eq(mac.as_bytes()).into()
+/// Checks, in constant time, a challenge's answer from the gateway the CLI dialled at `dialled`.
+pub fn challenge_ok(admin: &Secret, client_nonce: &str, server_nonce: &str, dialled: SocketAddr, mac: &str) -> bool {
+    challenge_mac(admin, client_nonce, server_nonce, dialled).as_bytes().ct_eq(mac.as_bytes()).into()
+}
+
+/// Whether a request's `Host` names exactly the address its connection reached: a relay that forwards
+/// a challenge unchanged names its own port, not the gateway's.
+pub fn host_is(headers: &HeaderMap, reached: SocketAddr) -> bool {
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    host.and_then(|h| h.parse::<SocketAddr>().ok()).is_some_and(|h| h == reached)
 }
 
 fn bearer(headers: &HeaderMap) -> Option<&str> {
     headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(crate::tokens::bearer)
 }
 
-/// The value of cookie `name`.
-pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v.to_owned())
+fn session_token(headers: &HeaderMap) -> Option<&str> {
+    headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok())
 }
 
 /// Whether a `Host` (or origin authority) names this machine by a loopback name.
@@ -292,22 +306,39 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_login_code_works_once_and_expires() {
+    async fn a_login_code_works_once_and_expires_and_a_session_ends_idle_or_old() {
         let access = Access::default();
         let code = access.issue_login(now());
-        let login = access.redeem(code.expose(), now()).expect("redeemed");
+        assert!(access.code_waiting(code.expose(), now()));
+        let token = access.redeem(code.expose(), now()).expect("redeemed");
+        assert!(!access.code_waiting(code.expose(), now()));
         assert!(access.redeem(code.expose(), now()).is_none(), "never twice");
         let late = access.issue_login(now());
         tokio::time::advance(LOGIN_CODE_TTL + Duration::from_secs(1)).await;
         assert!(access.redeem(late.expose(), now()).is_none(), "expired");
         let tokens = TokenSet::default();
-        let cookie = format!("{SESSION_COOKIE}={}", login.cookie.expose());
-        let with_csrf = headers(&[("cookie", &cookie), (CSRF_HEADER, &login.csrf)]);
-        assert_eq!(access.caller(&with_csrf, &tokens, now()), Ok(Caller::Dashboard { csrf_ok: true }));
-        let without = headers(&[("cookie", &cookie)]);
-        assert_eq!(access.caller(&without, &tokens, now()), Ok(Caller::Dashboard { csrf_ok: false }));
+        let with = headers(&[(SESSION_HEADER, token.expose())]);
+        assert_eq!(access.caller(&with, &tokens, now()), Ok(Caller::Dashboard));
+        let as_cookie = headers(&[("cookie", &format!("keymux_session={}", token.expose()))]);
+        assert_eq!(access.caller(&as_cookie, &tokens, now()), Err(Refused::NoCredential));
         tokio::time::advance(SESSION_IDLE).await;
-        assert_eq!(access.caller(&with_csrf, &tokens, now()), Err(Refused::Invalid), "idle too long");
+        assert_eq!(access.caller(&with, &tokens, now()), Err(Refused::Invalid), "idle too long");
+        let busy = headers(&[(
+            SESSION_HEADER,
+            access.redeem(access.issue_login(now()).expose(), now()).expect("redeemed").expose(),
+        )]);
+        for _ in 0..23 {
+            tokio::time::advance(Duration::from_secs(3600)).await;
+            assert_eq!(access.caller(&busy, &tokens, now()), Ok(Caller::Dashboard));
+        }
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        assert_eq!(access.caller(&busy, &tokens, now()), Err(Refused::Invalid), "a day old, however busy");
+        let live = headers(&[(
+            SESSION_HEADER,
+            access.redeem(access.issue_login(now()).expose(), now()).expect("redeemed").expose(),
+        )]);
+        assert!(access.end_session(&live), "logged out");
+        assert_eq!(access.caller(&live, &tokens, now()), Err(Refused::Invalid), "over at once");
     }
 
     #[test]
@@ -325,9 +356,15 @@ mod tests {
         assert_eq!(access.caller(&bearer("nonsense"), &tokens, now()), Err(Refused::Invalid));
         assert_eq!(access.caller(&HeaderMap::new(), &tokens, now()), Err(Refused::NoCredential));
         assert!(access.is_control_credential(&bearer(admin.expose())));
-        let (server, mac) = access.answer_challenge("client-nonce").expect("answers");
-        assert!(challenge_ok(&admin, "client-nonce", &server, &mac));
-        assert!(!challenge_ok(&Secret::new("another"), "client-nonce", &server, &mac));
+        let gateway: SocketAddr = "127.0.0.1:8787".parse().expect("addr");
+        let relay: SocketAddr = "127.0.0.1:8788".parse().expect("addr");
+        let (server, mac) = access.answer_challenge("client-nonce", gateway).expect("answers");
+        assert!(challenge_ok(&admin, "client-nonce", &server, gateway, &mac));
+        assert!(!challenge_ok(&Secret::new("another"), "client-nonce", &server, gateway, &mac));
+        assert!(!challenge_ok(&admin, "client-nonce", &server, relay, &mac), "a proof for another address");
+        assert!(host_is(&headers(&[("host", "127.0.0.1:8787")]), gateway));
+        assert!(!host_is(&headers(&[("host", "127.0.0.1:8788")]), gateway));
+        assert!(!host_is(&headers(&[("host", "localhost:8787")]), gateway));
     }
 
     #[test]

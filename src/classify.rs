@@ -126,35 +126,13 @@ pub fn error_code(body: &[u8]) -> Option<String> {
 pub const MAX_MESSAGE_CHARS: usize = 240;
 
 /// An upstream error message fit to keep and show: at most [`MAX_MESSAGE_CHARS`], and with every
-/// key-like word masked (OpenAI's 401 message quotes part of the key it refused).
+/// key-like word masked, however it is quoted (OpenAI's 401 message quotes part of the key it refused).
 pub fn safe_message(message: &str) -> String {
-    let masked: Vec<String> = message
-        .split(' ')
-        .map(|word| {
-            let bare = word.trim_start_matches(|c: char| !c.is_ascii_alphanumeric());
-            let key_like =
-                bare.starts_with("sk-") || bare.starts_with("km-") || bare.starts_with("kma-") || long_token(bare);
-            if key_like {
-                "[key masked]".to_owned()
-            } else {
-                word.to_owned()
-            }
-        })
-        .collect();
-    let text = masked.join(" ");
+    let text = crate::secrets::mask_key_like(message);
     match text.char_indices().nth(MAX_MESSAGE_CHARS) {
         Some((cut, _)) => format!("{}…", &text[..cut]),
         None => text,
     }
-}
-
-/// A word that looks like a credential: 24 or more characters of letters, digits, `-`, `_` or `*`
-/// with digits in it (Azure keys are 32 hex characters).
-fn long_token(word: &str) -> bool {
-    let word = word.trim_end_matches(['.', ',', ';', ')', '"', '\'']);
-    word.len() >= 24
-        && word.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '*'))
-        && word.chars().any(|c| c.is_ascii_digit() || c == '*')
 }
 
 /// What the pipeline does next with an answer.
@@ -262,6 +240,8 @@ mod tests {
             assert!(!safe.contains(secret), "{safe}");
             assert!(safe.contains("[key masked]"), "{safe}");
         }
+        let quoted = safe_message("Refused key:sk-proj-Quoted0123456789abcdefXYZ (key=sk-x1)");
+        assert_eq!(quoted, "Refused key:[key masked] (key=[key masked])");
         assert_eq!(safe_message("Rate limit reached for gpt-5.5"), "Rate limit reached for gpt-5.5");
         let long = safe_message(&"word ".repeat(200));
         assert_eq!(long.chars().count(), MAX_MESSAGE_CHARS + 1);

@@ -225,9 +225,7 @@ impl Config {
         self.listen
             .parse::<SocketAddr>()
             .map_err(|_| invalid(format!("listen = {:?} is not an IP:port address", self.listen)))?;
-        if !(self.upstream.starts_with("http://") || self.upstream.starts_with("https://")) {
-            return Err(invalid(format!("upstream = {:?} must start with http:// or https://", self.upstream)));
-        }
+        self.check_urls().map_err(&invalid)?;
         if self.max_body_bytes < 1024 {
             return Err(invalid("max_body_bytes must be at least 1024".into()));
         }
@@ -243,8 +241,24 @@ impl Config {
         let mut seen = BTreeMap::new();
         for key in &self.keys {
             validate_label(&key.label).map_err(&invalid)?;
+            crate::keys::validate_models("models", &key.models).map_err(&invalid)?;
+            crate::keys::validate_models("exclude_models", &key.exclude_models).map_err(&invalid)?;
+            if let Some(org) = &key.org {
+                crate::keys::validate_org(org).map_err(&invalid)?;
+            }
             if let Some(prev) = seen.insert(key.label.to_ascii_lowercase(), key.id.clone()) {
                 return Err(invalid(format!("two keys are labelled {:?} ({} and {})", key.label, prev, key.id)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the upstream and every key's base URL (`https://`, or `http://` to this machine only).
+    pub fn check_urls(&self) -> Result<(), String> {
+        crate::keys::validate_base_url(&self.upstream).map_err(|e| format!("upstream: {e}"))?;
+        for key in &self.keys {
+            if let Some(url) = &key.base_url {
+                crate::keys::validate_base_url(url).map_err(|e| format!("key {:?}: {e}", key.label))?;
             }
         }
         Ok(())
@@ -355,6 +369,12 @@ impl EnvSecrets {
                 Some(p) => Provider::parse(&p)
                     .ok_or_else(|| format!("{name}_PROVIDER={p:?}: expected \"openai\" or \"azure\""))?,
             };
+            if let Some(org) = attr("_ORG") {
+                crate::keys::validate_org(&org).map_err(|e| format!("{name}_ORG: {e}"))?;
+            }
+            if let Some(url) = attr("_BASE_URL") {
+                crate::keys::validate_base_url(&url).map_err(|e| format!("{name}_BASE_URL: {e}"))?;
+            }
             out.keys.push(EnvKey {
                 label,
                 secret: crate::secrets::Secret::new(value.as_str()),

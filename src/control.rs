@@ -16,7 +16,10 @@ use crate::error::{ApiError, ChangeFailure};
 use crate::events::{GatewayEvent, KeyChange};
 use crate::gateway::Gateway;
 use crate::keys::KeyTest;
-use crate::keys::{validate_label, validate_secret, KeyEntry, KeyId, KeySource, Provider};
+use crate::keys::{
+    validate_base_url, validate_label, validate_models, validate_org, validate_secret, KeyEntry, KeyId, KeySource,
+    Provider,
+};
 use crate::secrets::{self, account, Secret, SecretsError};
 use crate::settings::Settings;
 
@@ -78,6 +81,21 @@ pub struct KeyChanges {
     /// Models this key never serves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exclude_models: Option<Vec<String>>,
+}
+
+impl KeyChanges {
+    /// Checks every field given, before anything is changed.
+    pub fn check(&self) -> Result<(), ControlError> {
+        if let Some(label) = &self.label {
+            validate_label(label).map_err(ControlError::Invalid)?;
+        }
+        for (field, models) in [("models", &self.models), ("exclude_models", &self.exclude_models)] {
+            if let Some(models) = models {
+                validate_models(field, models).map_err(ControlError::Invalid)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Tells a missing field (keep) from an explicit `null` (clear).
@@ -146,10 +164,13 @@ pub fn check_new_key(config: &Config, labels_in_use: &[String], new: &NewKey) ->
         )));
     }
     if let Some(url) = &new.base_url {
-        if !(url.starts_with("https://") || url.starts_with("http://")) {
-            return Err(ControlError::Invalid(format!("the base URL {url:?} must start with https://")));
-        }
+        validate_base_url(url).map_err(ControlError::Invalid)?;
     }
+    if let Some(org) = &new.org {
+        validate_org(org).map_err(ControlError::Invalid)?;
+    }
+    validate_models("models", &new.models).map_err(ControlError::Invalid)?;
+    validate_models("exclude_models", &new.exclude_models).map_err(ControlError::Invalid)?;
     if new.provider == Provider::Azure && new.base_url.is_none() {
         return Err(ControlError::Invalid(
             "an Azure key needs a base URL: https://RESOURCE.openai.azure.com/openai/v1".into(),
@@ -208,10 +229,8 @@ pub async fn forget_key(settings: &Settings, id: &KeyId) -> Result<Option<KeyCon
 /// Changes a configured key's settings in the config (a key from the environment has none: `Ok(None)`).
 /// Used with and without a running gateway.
 pub fn edit_key(settings: &Settings, id: &KeyId, changes: &KeyChanges) -> Result<Option<KeyConfig>, ControlError> {
+    changes.check()?;
     let Some(mut key) = settings.config().keys.into_iter().find(|k| &k.id == id) else { return Ok(None) };
-    if let Some(label) = &changes.label {
-        validate_label(label).map_err(ControlError::Invalid)?;
-    }
     apply_changes(&mut key, changes);
     let updated = key.clone();
     settings.edit(
@@ -325,8 +344,8 @@ impl Gateway {
         if !in_pool {
             return Err(ControlError::NotFound(format!("no key {id}; see `keymux keys list`")));
         }
+        changes.check()?;
         if let Some(label) = &changes.label {
-            validate_label(label).map_err(ControlError::Invalid)?;
             let taken = self
                 .pool()
                 .status(self.clock().now(), self.today())

@@ -100,12 +100,12 @@ pub enum ApiError {
     /// As many WebSockets are open as Keymux allows: the client should use HTTP for this one.
     #[error("too many open websockets")]
     TooManySockets { max: usize },
+    /// As many event-stream subscribers are connected as Keymux allows.
+    #[error("too many event-stream subscribers")]
+    TooManyStreams { max: usize },
     /// No usable control credential.
     #[error("control API credential refused")]
     ControlDenied { reason: crate::access::Refused },
-    /// A dashboard change without its CSRF header.
-    #[error("CSRF header missing")]
-    CsrfMissing,
     /// A control credential presented on `/v1`.
     #[error("control credential on /v1")]
     WrongCredential,
@@ -161,7 +161,6 @@ impl ApiError {
             Self::ControlDenied { reason } => {
                 req(S::UNAUTHORIZED, "keymux_control_denied", "control_denied", control_denied(*reason))
             }
-            Self::CsrfMissing => req(S::FORBIDDEN, "keymux_csrf_missing", "csrf_missing", CSRF_MISSING),
             Self::WrongCredential => req(S::UNAUTHORIZED, "invalid_api_key", "wrong_credential", WRONG_CREDENTIAL),
             Self::Paused => srv(S::SERVICE_UNAVAILABLE, "keymux_paused", "paused", PAUSED),
             Self::Control(failure) => failure.spec(),
@@ -206,6 +205,10 @@ impl ApiError {
             Self::TooManySockets { max } => {
                 let code = "websocket_connection_limit_reached";
                 req(S::UPGRADE_REQUIRED, code, "too_many_websockets", too_many_sockets(*max))
+            }
+            Self::TooManyStreams { max } => {
+                let code = "keymux_too_many_event_streams";
+                req(S::TOO_MANY_REQUESTS, code, "too_many_event_streams", too_many_streams(*max))
             }
             Self::ForbiddenOrigin => req(S::FORBIDDEN, "forbidden_origin", "forbidden_origin", FORBIDDEN_ORIGIN),
             Self::Internal { detail } => srv(S::INTERNAL_SERVER_ERROR, "keymux_internal", "internal", internal(detail)),
@@ -256,8 +259,6 @@ const MISSING_TOKEN: &str = "Keymux needs a local client token: send `Authorizat
     (Codex `env_key`, pi `apiKey`).";
 const UNKNOWN_TOKEN: &str = "Keymux did not recognise this local client token. Send an OpenAI key to Keymux? Use a \
     Keymux token instead: `keymux token list` shows the valid ones.";
-const CSRF_MISSING: &str = "Keymux refuses changes from the dashboard without its CSRF header \
-    (x-keymux-csrf). Reload the dashboard and try again.";
 const WRONG_CREDENTIAL: &str = "The Keymux admin credential and dashboard session work only on the control API \
     (/keymux/api). Clients spend keys with a client token: `keymux token create`.";
 const PAUSED: &str = "Keymux routing is paused, so no request goes to the provider. Resume it from the dashboard, \
@@ -375,6 +376,13 @@ fn key_rejected(label: &str, status: u16) -> String {
     format!(
         "The provider rejected Keymux key '{label}' ({status}) and no other key could take the request. Replace \
          the key with `keymux keys remove {label}` and `keymux keys add`."
+    )
+}
+
+fn too_many_streams(max: usize) -> String {
+    format!(
+        "Keymux already has {max} event-stream subscribers, its limit. Close a dashboard tab (or another \
+         subscriber) and retry."
     )
 }
 

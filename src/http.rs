@@ -24,7 +24,38 @@ pub fn app(gateway: Arc<Gateway>) -> Router {
         .route("/login", get(login))
         .nest("/keymux/api", crate::api::routes())
         .fallback(not_found)
+        .layer(axum::middleware::from_fn(refuse_oversized))
+        .layer(axum::middleware::from_fn(no_store_no_sniff))
         .with_state(gateway)
+}
+
+/// No answer of Keymux's own may be read as another type than it says, and no answer of the control
+/// API or the login link may be kept by a cache (they carry tokens, login links, keys' state). `/v1`
+/// answers are the provider's to set.
+async fn no_store_no_sniff(request: Request, next: axum::middleware::Next) -> Response<Body> {
+    let path = request.uri().path();
+    let v1 = path == "/v1" || path.starts_with("/v1/");
+    let private = path.starts_with("/keymux/") || path == "/login";
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    if !v1 {
+        headers.insert(header::X_CONTENT_TYPE_OPTIONS, header::HeaderValue::from_static("nosniff"));
+    }
+    if private {
+        headers.insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-store"));
+    }
+    response
+}
+
+/// Outside `/v1` (whose cap is the config's `max_body_bytes`, checked by `proxy`), a body declared
+/// over [`crate::limits::CONTROL_MAX_BODY`] is refused before routing, before anything reads it.
+async fn refuse_oversized(request: Request, next: axum::middleware::Next) -> Response<Body> {
+    let limit = crate::limits::CONTROL_MAX_BODY;
+    let v1 = request.uri().path() == "/v1" || request.uri().path().starts_with("/v1/");
+    if !v1 && crate::limits::declared_length(request.headers()).is_some_and(|n| n > limit as u64) {
+        return ApiError::BodyTooLarge { limit }.into_response();
+    }
+    next.run(request).await
 }
 
 async fn proxy(State(gateway): State<Arc<Gateway>>, request: Request) -> Response<Body> {
@@ -32,7 +63,7 @@ async fn proxy(State(gateway): State<Arc<Gateway>>, request: Request) -> Respons
     let client = match check_v1_origin(&parts.headers).and_then(|()| authenticate(&gateway, &parts.headers)) {
         Ok(client) => client,
         Err(err) => {
-            tracing::warn!(path = parts.uri.path(), error = err.label(), "refused");
+            crate::logging::refused(parts.uri.path(), err.label());
             return err.into_response();
         }
     };
@@ -86,34 +117,24 @@ async fn health() -> Json<serde_json::Value> {
     Json(serde_json::json!({ "service": "keymux", "status": "ok", "version": env!("CARGO_PKG_VERSION") }))
 }
 
-/// `GET /login?code=…`: exchanges a one-time login code for the dashboard session cookie (HttpOnly,
-/// SameSite=Strict) and goes on to the dashboard. A used or expired code gets a page that says how to
-/// get a fresh one.
+/// `GET /login?code=…`: goes on to the dashboard with the one-time code in the fragment (`/#login=…`),
+/// where the page exchanges it for its session (`POST /keymux/api/session`). No cookie is set: one
+/// would reach every port of 127.0.0.1. A used or expired code gets a page that says how to get a
+/// fresh one.
 async fn login(State(gateway): State<Arc<Gateway>>, headers: HeaderMap, Query(q): Query<LoginQuery>) -> Response<Body> {
     if !crate::access::host_ok(&headers) {
         return ApiError::ForbiddenOrigin.into_response();
     }
-    let login = q.code.as_deref().and_then(|code| gateway.access().redeem(code, gateway.clock().now()));
-    let Some(login) = login else {
+    let code = q.code.filter(|code| gateway.access().code_waiting(code, gateway.clock().now()));
+    let Some(code) = code.filter(|code| code.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
+    else {
         let page = "<!doctype html><meta charset=utf-8><title>Keymux</title><p>This Keymux login link was already \
             used, or it has expired. Run <code>keymux dashboard</code> (or choose Open dashboard in the tray) for a \
             fresh one.</p>";
         return (axum::http::StatusCode::FORBIDDEN, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], page)
             .into_response();
     };
-    let cookie = format!(
-        "{}={}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
-        crate::access::SESSION_COOKIE,
-        login.cookie.expose(),
-        crate::access::SESSION_IDLE.as_secs()
-    );
-    // Worth a line at info: a new dashboard session is rare, and the user may want to know of one.
-    tracing::info!("a dashboard session began (one-time login link used)");
-    let mut response = axum::response::Redirect::to("/").into_response();
-    if let Ok(value) = header::HeaderValue::from_str(&cookie) {
-        response.headers_mut().insert(header::SET_COOKIE, value);
-    }
-    response.headers_mut().insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-store"));
+    let mut response = axum::response::Redirect::to(&format!("/#login={code}")).into_response();
     response.headers_mut().insert(header::REFERRER_POLICY, header::HeaderValue::from_static("no-referrer"));
     response
 }

@@ -156,6 +156,65 @@ pub fn validate_label(label: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Most models in a key's `models` or `exclude_models`.
+pub const MAX_MODELS: usize = 64;
+/// Longest model name.
+pub const MAX_MODEL_CHARS: usize = 100;
+/// Longest organization id.
+pub const MAX_ORG_CHARS: usize = 64;
+
+/// Checks a key's `models` or `exclude_models` (named `field`): at most [`MAX_MODELS`] names, each 1 to
+/// [`MAX_MODEL_CHARS`] printable characters with no spaces. They are shown in listings, the status API
+/// and the dashboard, so none may be huge or carry terminal escapes.
+pub fn validate_models(field: &str, models: &[String]) -> Result<(), String> {
+    if models.len() > MAX_MODELS {
+        return Err(format!("{field} lists {} models; at most {MAX_MODELS} are allowed", models.len()));
+    }
+    let bad = models.iter().find(|m| m.is_empty() || m.chars().count() > MAX_MODEL_CHARS || !printable_word(m));
+    match bad {
+        Some(m) => Err(format!(
+            "{field}: the model name {:?} must be 1 to {MAX_MODEL_CHARS} printable characters without spaces",
+            m.chars().take(40).collect::<String>()
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Checks a key's organization id: 1 to [`MAX_ORG_CHARS`] printable characters without spaces.
+pub fn validate_org(org: &str) -> Result<(), String> {
+    if org.is_empty() || org.chars().count() > MAX_ORG_CHARS || !printable_word(org) {
+        return Err(format!(
+            "the organization {:?} must be 1 to {MAX_ORG_CHARS} printable characters without spaces, like org-abc123",
+            org.chars().take(40).collect::<String>()
+        ));
+    }
+    Ok(())
+}
+
+fn printable_word(text: &str) -> bool {
+    text.chars().all(|c| !c.is_control() && !c.is_whitespace())
+}
+
+/// Checks a provider base URL: `https://`, or plain `http://` only to this machine (`localhost`, a
+/// loopback IP), where nothing crosses a network. Over plain HTTP elsewhere, the key and every prompt
+/// would travel in clear text.
+pub fn validate_base_url(url: &str) -> Result<(), String> {
+    let shown: String = url.chars().take(120).collect();
+    let parsed = reqwest::Url::parse(url).map_err(|_| format!("the base URL {shown:?} is not a URL; use https://…"))?;
+    let host = parsed.host_str().unwrap_or("");
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let local =
+        bare.eq_ignore_ascii_case("localhost") || bare.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    match parsed.scheme() {
+        "https" if !host.is_empty() => Ok(()),
+        "http" if local => Ok(()),
+        _ => Err(format!(
+            "the base URL {shown:?} must start with https:// (plain http:// only to this machine: localhost, \
+             127.0.0.1 or [::1]), or the key and every prompt would cross the network in clear text"
+        )),
+    }
+}
+
 /// Checks the shape of an API key before it is stored, so a pasted newline or a quoted value is caught
 /// early. The message never repeats the value.
 pub fn validate_secret(secret: &str) -> Result<(), String> {
@@ -188,6 +247,31 @@ mod tests {
         assert!(validate_secret("\"sk-abc\"").is_err());
         let msg = validate_secret("sk abc").expect_err("rejected");
         assert!(!msg.contains("sk abc"));
+    }
+
+    #[test]
+    fn models_and_orgs_are_bounded_and_printable() {
+        assert!(validate_models("models", &["gpt-5.5".into(), "ft:gpt-4o:org:x:1".into()]).is_ok());
+        assert!(validate_models("models", &vec!["m".to_owned(); MAX_MODELS + 1]).is_err());
+        assert!(validate_models("models", &["m".repeat(MAX_MODEL_CHARS + 1)]).is_err());
+        let escape = validate_models("models", &["gpt\u{1b}[31m".into()]).expect_err("escape");
+        assert!(!escape.contains('\u{1b}'), "the message escapes it: {escape}");
+        assert!(validate_org("org-abc123").is_ok());
+        for bad in ["", "org a", "org-\u{7}", &"o".repeat(MAX_ORG_CHARS + 1)] {
+            assert!(validate_org(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn base_urls_are_https_or_on_this_machine() {
+        for ok in ["https://api.openai.com/v1", "http://127.0.0.1:9/v1", "http://LOCALHOST/v1", "http://[::1]:1/v1"] {
+            assert!(validate_base_url(ok).is_ok(), "{ok}");
+        }
+        for bad in
+            ["http://api.openai.com/v1", "http://10.0.0.1/v1", "http://localhost.evil.example/v1", "ftp://x/", "x"]
+        {
+            assert!(validate_base_url(bad).expect_err(bad).contains("https://"), "{bad}");
+        }
     }
 
     #[test]

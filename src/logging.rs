@@ -8,8 +8,16 @@
 //! Whatever the filter says, other crates are capped at `warn`: at `trace`, the WebSocket and HTTP
 //! libraries would log handshake headers (`authorization: Bearer sk-…`) and frame payloads with raw
 //! prompts. Only Keymux's own events, which never carry a secret, go below `warn`.
+//!
+//! Requests refused before any credential is known ([`refused`]) come from anyone who can open a
+//! socket, so their lines are bounded: the path cut to [`REFUSED_PATH_CHARS`], and at most
+//! [`REFUSED_PER_WINDOW`] lines per [`REFUSED_WINDOW`], the rest counted in one line.
 
 use std::io::IsTerminal as _;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use tracing::Level;
 use tracing_subscriber::filter::{filter_fn, EnvFilter};
@@ -43,9 +51,87 @@ pub fn init() {
     let _ = tracing_subscriber::registry().with(layer).try_init();
 }
 
+/// Longest part of a refused request's path that is logged.
+pub const REFUSED_PATH_CHARS: usize = 64;
+/// Most lines about refused requests in one window.
+pub const REFUSED_PER_WINDOW: u32 = 10;
+/// The window.
+pub const REFUSED_WINDOW: Duration = Duration::from_secs(10);
+
+/// The refused requests of the current window.
+#[derive(Default)]
+struct Refusals {
+    started: Option<Instant>,
+    logged: u32,
+    suppressed: u64,
+}
+
+/// What to log for one more refused request.
+#[derive(Debug, PartialEq, Eq)]
+struct Note {
+    /// Requests left out of the previous window's lines, to report first.
+    left_out: u64,
+    /// Whether this one gets its line.
+    line: bool,
+    /// Whether this is the window's last line, after which the rest are only counted.
+    last: bool,
+}
+
+impl Refusals {
+    fn note(&mut self, now: Instant) -> Note {
+        let mut left_out = 0;
+        if self.started.is_none_or(|s| now.saturating_duration_since(s) >= REFUSED_WINDOW) {
+            left_out = self.suppressed;
+            *self = Self { started: Some(now), logged: 0, suppressed: 0 };
+        }
+        if self.logged < REFUSED_PER_WINDOW {
+            self.logged += 1;
+            Note { left_out, line: true, last: self.logged == REFUSED_PER_WINDOW }
+        } else {
+            self.suppressed += 1;
+            Note { left_out, line: false, last: false }
+        }
+    }
+}
+
+static REFUSALS: Mutex<Refusals> = Mutex::new(Refusals { started: None, logged: 0, suppressed: 0 });
+
+/// Logs a request refused before any credential was known, bounded in size and rate.
+pub fn refused(path: &str, error: &'static str) {
+    let now = crate::clock::Clock::system().now();
+    let note = REFUSALS.lock().unwrap_or_else(|p| p.into_inner()).note(now);
+    if note.left_out > 0 {
+        tracing::warn!("{} more refused requests were suppressed", note.left_out);
+    }
+    if note.line {
+        let mut shown: String = path.chars().take(REFUSED_PATH_CHARS).collect();
+        if shown.len() < path.len() {
+            shown.push('…');
+        }
+        tracing::warn!(path = %shown, error, "refused");
+    }
+    if note.last {
+        tracing::warn!(
+            "further refused requests are suppressed for up to {} s; a count follows",
+            REFUSED_WINDOW.as_secs()
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn refused_requests_get_a_few_lines_per_window_and_then_a_count() {
+        let mut refusals = Refusals::default();
+        let now = || crate::clock::Clock::system().now();
+        let notes: Vec<Note> = (0..25).map(|_| refusals.note(now())).collect();
+        assert_eq!(notes.iter().filter(|n| n.line).count(), REFUSED_PER_WINDOW as usize);
+        assert!(notes[REFUSED_PER_WINDOW as usize - 1].last);
+        tokio::time::advance(REFUSED_WINDOW).await;
+        assert_eq!(refusals.note(now()), Note { left_out: 15, line: true, last: false }, "the count comes first");
+    }
 
     #[test]
     fn other_crates_never_log_below_warn() {

@@ -93,6 +93,8 @@ impl Transport for Http<'_> {
         let base = guard.entry().label.clone();
         if !status.is_success() {
             let body = read_error(response, self.upstream.idle_timeout()).await;
+            // A provider may quote the key it was sent: the client never holds one, so it never sees one.
+            let body = crate::secrets::mask_error_body(&body, guard.entry().secret.expose());
             let heard = heard.with_body(&body);
             return Reply::Declined(heard, ErrorAnswer { status, headers, body });
         }
@@ -138,7 +140,7 @@ async fn admit(
         return Err(ApiError::BadPath);
     }
     let deadline = parts.extensions.get::<RequestLimits>().copied().unwrap_or_default().body_read_timeout;
-    let raw = read_body(&parts.headers, body, gateway.max_body_bytes(), deadline).await?;
+    let raw = crate::limits::read_body(&parts.headers, body, gateway.max_body_bytes(), deadline).await?;
     let scope = parts.extensions.get::<ClientScope>().cloned().unwrap_or_default();
     let incoming = Incoming {
         seq: trace.seq(),
@@ -361,27 +363,6 @@ impl RelayState {
     }
 }
 
-/// Reads the request body under the cap and within `deadline`. A `content-length` over the cap is
-/// refused at once, without reading the body; a chunked body is cut off at the cap.
-async fn read_body(headers: &HeaderMap, body: Body, limit: usize, deadline: Duration) -> Result<Bytes, ApiError> {
-    let declared =
-        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
-        return Err(ApiError::BodyTooLarge { limit });
-    }
-    let read = tokio::time::timeout(deadline, axum::body::to_bytes(body, limit));
-    let Ok(read) = read.await else {
-        return Err(ApiError::BodyTimeout { secs: deadline.as_secs().max(1) });
-    };
-    read.map_err(|e| {
-        if is_length_limit(&e) {
-            ApiError::BodyTooLarge { limit }
-        } else {
-            ApiError::BodyRead { detail: e.to_string() }
-        }
-    })
-}
-
 /// Whether a path has `.` or `..` segments, plain or percent-encoded. URL parsing would resolve them,
 /// and a key's credentials could then reach a path outside its base URL.
 pub fn has_dot_segments(path: &str) -> bool {
@@ -446,18 +427,6 @@ async fn first_chunk(response: reqwest::Response, idle: Duration, key: &str) -> 
 
 fn content_type(headers: &HeaderMap) -> String {
     headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase()
-}
-
-fn is_length_limit(e: &axum::Error) -> bool {
-    use std::error::Error as _;
-    let mut source: Option<&(dyn std::error::Error + 'static)> = e.source();
-    while let Some(s) = source {
-        if s.is::<http_body_util::LengthLimitError>() {
-            return true;
-        }
-        source = s.source();
-    }
-    false
 }
 
 #[cfg(test)]

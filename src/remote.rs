@@ -61,7 +61,7 @@ impl Remote {
                 Err(e) => return Err(e.to_string()),
             },
         };
-        authenticate(&client, &root, &admin).await?;
+        authenticate(&client, addr, &admin).await?;
         Ok(Found::Gateway(Remote { client, root, admin }))
     }
 
@@ -104,13 +104,16 @@ pub fn local_addr(listen: &str) -> Option<std::net::SocketAddr> {
     Some(addr)
 }
 
-/// Asks the gateway to prove it knows the admin credential; only then is the credential sent.
-async fn authenticate(client: &reqwest::Client, root: &str, admin: &Secret) -> Result<(), String> {
+/// Asks the gateway at `addr` to prove it knows the admin credential, and that it is the one listening
+/// at `addr` (not a relay there forwarding to it); only then is the credential sent.
+async fn authenticate(client: &reqwest::Client, addr: std::net::SocketAddr, admin: &Secret) -> Result<(), String> {
+    let root = format!("http://{addr}");
     let nonce = secrets::generate("").expose().to_owned();
     let refused = || {
         format!(
-            "something at {root} answers like Keymux but could not prove it is your gateway (it does not know your \
-             admin credential), so nothing was sent to it. Stop whatever holds that port, or check `listen` in the config"
+            "something at {root} answers like Keymux but could not prove it is your gateway listening there (it does \
+             not know your admin credential, or it relays to a gateway elsewhere), so nothing was sent to it. Stop \
+             whatever holds that port, or check `listen` in the config"
         )
     };
     let answer = client
@@ -120,7 +123,7 @@ async fn authenticate(client: &reqwest::Client, root: &str, admin: &Secret) -> R
         .await
         .map_err(|_| refused())?;
     let answer: ChallengeAnswer = answer.json().await.map_err(|_| refused())?;
-    if crate::access::challenge_ok(admin, &nonce, &answer.server_nonce, &answer.mac) {
+    if crate::access::challenge_ok(admin, &nonce, &answer.server_nonce, addr, &answer.mac) {
         Ok(())
     } else {
         Err(refused())

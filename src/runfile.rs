@@ -21,10 +21,14 @@ pub struct Running {
 /// The file for the gateway of `config` (the runtime directory, or the cache directory where there is
 /// none, as on macOS).
 pub fn path_for(config: &Path) -> Option<PathBuf> {
-    let base = dirs::runtime_dir().or_else(dirs::cache_dir)?;
+    Some(path_in(&dirs::runtime_dir().or_else(dirs::cache_dir)?, config))
+}
+
+/// The file for the gateway of `config`, under the runtime directory `base`.
+pub fn path_in(base: &Path, config: &Path) -> PathBuf {
     let canonical = config.canonicalize().unwrap_or_else(|_| config.to_owned());
     let digest = Sha256::digest(canonical.to_string_lossy().as_bytes());
-    Some(base.join("keymux").join(format!("gateway-{}.json", hex::encode(&digest[..6]))))
+    base.join("keymux").join(format!("gateway-{}.json", hex::encode(&digest[..6])))
 }
 
 /// Writes the file (readable by the user only). A failure costs only discovery, so it is reported, not

@@ -198,6 +198,68 @@ pub fn generate(prefix: &str) -> Secret {
     Secret::new(format!("{prefix}{body}"))
 }
 
+/// What a masked credential is replaced with.
+pub const MASKED: &str = "[key masked]";
+
+/// `text` with every word that looks like a credential replaced by [`MASKED`]. A word is a run of
+/// letters, digits, `-`, `_` and `*`, so whatever surrounds a key (`key:sk-…`, `key=sk-…`, quotes,
+/// brackets, JSON punctuation) never hides it. A word is a credential when it starts like one of
+/// OpenAI's or Keymux's (`sk-`, `km-`, `kma-`), or is 24 or more characters with a digit or `*` in it
+/// (Azure keys are 32 hex characters; OpenAI quotes keys half starred).
+pub fn mask_key_like(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut word = String::new();
+    let flush = |out: &mut String, word: &mut String| {
+        out.push_str(if key_like(word) { MASKED } else { word });
+        word.clear();
+    };
+    for c in text.chars() {
+        if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '*') {
+            word.push(c);
+        } else {
+            flush(&mut out, &mut word);
+            out.push(c);
+        }
+    }
+    flush(&mut out, &mut word);
+    out
+}
+
+fn key_like(word: &str) -> bool {
+    ["sk-", "km-", "kma-"].iter().any(|prefix| word.starts_with(prefix))
+        || (word.len() >= 24 && word.chars().any(|c| c.is_ascii_digit() || c == '*'))
+}
+
+/// An upstream's error body with `exact` (the key it was sent with) and every key-like word masked in
+/// every string: a JSON body stays JSON (masked after decoding, so an escape never hides a key), any
+/// other body is masked as text.
+pub fn mask_error_body(body: &[u8], exact: &str) -> bytes::Bytes {
+    fn strings(value: &mut serde_json::Value, mask: &dyn Fn(&str) -> String) {
+        match value {
+            serde_json::Value::String(s) => *s = mask(s),
+            serde_json::Value::Array(items) => items.iter_mut().for_each(|v| strings(v, mask)),
+            serde_json::Value::Object(fields) => fields.values_mut().for_each(|v| strings(v, mask)),
+            serde_json::Value::Null | serde_json::Value::Bool(_) | serde_json::Value::Number(_) => {}
+        }
+    }
+    let mask = |text: &str| {
+        let text = if exact.is_empty() { text.to_owned() } else { text.replace(exact, MASKED) };
+        mask_key_like(&text)
+    };
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(value) => {
+            let mut masked = value.clone();
+            strings(&mut masked, &mask);
+            // Unchanged, the provider's bytes go on as they came.
+            if masked == value {
+                return bytes::Bytes::copy_from_slice(body);
+            }
+            bytes::Bytes::from(masked.to_string())
+        }
+        Err(_) => bytes::Bytes::from(mask(&String::from_utf8_lossy(body))),
+    }
+}
+
 /// Runs a blocking store call off the async runtime.
 pub async fn blocking<T, F>(store: Arc<dyn SecretStore>, f: F) -> Result<T, SecretsError>
 where
@@ -220,6 +282,35 @@ mod tests {
         assert_eq!(format!("{s}"), "*****");
         assert_eq!(serde_json::to_string(&s).expect("serializes"), "\"*****\"");
         assert_eq!(s.expose(), "sk-live-very-secret");
+    }
+
+    #[test]
+    fn keys_are_masked_whatever_surrounds_them() {
+        let key = "sk-proj-Quoted0123456789abcdefXYZ";
+        for shape in [
+            format!("key:{key}"),
+            format!("key={key};"),
+            format!("api_key=\"{key}\""),
+            format!("{{'key':'{key}'}}"),
+            format!("<{key}>."),
+            format!("(Bearer {key})"),
+            "key 0123456789abcdef0123456789abcdef is not valid".to_owned(),
+            "Incorrect API key provided: sk-proj-abc*****wxyz.".to_owned(),
+        ] {
+            let masked = mask_key_like(&shape);
+            assert!(masked.contains(MASKED) && !masked.contains("0123456789"), "{shape} -> {masked}");
+        }
+        assert_eq!(
+            mask_key_like("Rate limit reached for gpt-5.5 (task-force)"),
+            "Rate limit reached for gpt-5.5 (task-force)"
+        );
+        let body = format!(r#"{{"error":{{"message":"refused key:\u0027{key}\u0027 and \n{key}","code":"x"}}}}"#);
+        let masked = mask_error_body(body.as_bytes(), key);
+        let text = String::from_utf8_lossy(&masked);
+        assert!(!text.contains("Quoted0123") && text.contains("refused key"), "{text}");
+        assert!(serde_json::from_slice::<serde_json::Value>(&masked).is_ok());
+        let plain = mask_error_body(format!("<html>{key}</html>").as_bytes(), "");
+        assert_eq!(&plain[..], b"<html>[key masked]</html>");
     }
 
     #[test]

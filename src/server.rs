@@ -9,9 +9,11 @@
 //! * a request body must arrive whole within `body_read_timeout` (408 otherwise), and one declared over
 //!   the cap gets its 413 at once (`proxy`);
 //! * at most `max_connections` are open. At the cap, a new connection is not refused: the oldest
-//!   connection that is not serving a request (idle, or still sending its headers) is closed for it,
-//!   so a flood of idle or slow sockets never locks a real client out. Only when every connection is
-//!   busy serving is a new one closed at once;
+//!   connection that is not serving a request (idle, still sending its headers, or still sending its
+//!   body) is closed for it, so a flood of idle or slow sockets never locks a real client out. Only
+//!   when every connection is busy serving is a new one closed at once;
+//! * a connection holding an event stream (`/keymux/api/events`) does not count against
+//!   `max_connections`; at most `max_event_streams` are open, past that a new subscriber gets a 429;
 //! * at most `max_websockets` WebSockets are open (past it the upgrade gets a 426 and Codex goes on over
 //!   HTTP), and a WebSocket must send its first frame within `first_frame_timeout` (Codex sends its
 //!   prewarm at once). An open WebSocket has no idle limit: Codex keeps one between a user's turns.
@@ -23,6 +25,7 @@
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -30,7 +33,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::Request;
 use axum::response::Response;
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -41,7 +43,8 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
 
 use crate::gateway::Gateway;
-pub use crate::limits::{RequestLimits, ServeOptions};
+use crate::limits::StreamCap;
+pub use crate::limits::{Connection, RequestLimits, ServeOptions};
 
 /// How serving ended.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -72,6 +75,7 @@ pub async fn serve_with(
     let options = options.fitted_to(crate::limits::raise_descriptor_limit());
     let app = crate::http::app(gateway.clone()).layer(axum::Extension(options.request_limits()));
     let slots = Arc::new(Slots::new(options.max_connections));
+    let streams = Arc::new(StreamCap::new(options.max_event_streams));
     let stopping = CancellationToken::new();
     let mut connections = JoinSet::new();
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -83,8 +87,9 @@ pub async fn serve_with(
             () = &mut shutdown => break,
         };
         while connections.try_join_next().is_some() {}
-        let tcp = match accepted {
-            Ok((tcp, _peer)) => tcp,
+        let (tcp, local) = match accepted.and_then(|(tcp, _peer)| Ok((tcp.local_addr()?, tcp))) {
+            // On a dual-stack socket an IPv4 client is seen at `::ffff:127.0.0.1`: name it as it dialled.
+            Ok((local, tcp)) => (tcp, SocketAddr::new(local.ip().to_canonical(), local.port())),
             Err(e) => {
                 // Out of descriptors, usually: back off instead of spinning.
                 tracing::warn!(error = %e, "accept failed");
@@ -99,7 +104,8 @@ pub async fn serve_with(
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "could not set TCP_NODELAY");
         }
-        let service = Tracked { app: app.clone(), slot: slot.clone() };
+        let connection = Connection::new(local, slot.streaming.clone(), streams.clone());
+        let service = Tracked { app: app.clone(), slot: slot.clone(), connection };
         let connection = builder.serve_connection(TokioIo::new(tcp), service).with_upgrades();
         let (slots, stopping) = (slots.clone(), stopping.clone());
         connections.spawn(async move {
@@ -111,6 +117,8 @@ pub async fn serve_with(
             };
             let ended = match ended {
                 Some(ended) => ended,
+                // A body still arriving holds no answer anyone waits for: cut it, now.
+                None if slot.reading.load(Ordering::Acquire) > 0 => Ok(()),
                 None => {
                     connection.as_mut().graceful_shutdown();
                     connection.await
@@ -131,8 +139,35 @@ struct Slot {
     id: u64,
     /// Requests this connection is serving (from their headers to the end of their answers).
     busy: AtomicUsize,
+    /// Of those, the ones whose bodies are still arriving: a connection doing nothing but that is as
+    /// good as idle.
+    reading: AtomicUsize,
+    /// Event streams open on it: while there is one, the connection is not counted.
+    streaming: Arc<AtomicUsize>,
     /// Notified when the connection is closed to make room for a new one.
     evicted: Notify,
+}
+
+impl Slot {
+    fn new(id: u64) -> Self {
+        Self {
+            id,
+            busy: AtomicUsize::new(0),
+            reading: AtomicUsize::new(0),
+            streaming: Arc::new(AtomicUsize::new(0)),
+            evicted: Notify::new(),
+        }
+    }
+
+    /// Whether it counts against the cap.
+    fn counted(&self) -> bool {
+        self.streaming.load(Ordering::Acquire) == 0
+    }
+
+    /// Whether it may be closed for a new connection: nothing it serves is past reading its body.
+    fn evictable(&self) -> bool {
+        self.counted() && self.busy.load(Ordering::Acquire) <= self.reading.load(Ordering::Acquire)
+    }
 }
 
 /// The open connections, oldest first.
@@ -151,15 +186,15 @@ impl Slots {
     /// closed to make room; `None` when every one is serving.
     fn admit(&self) -> Option<Arc<Slot>> {
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        if open.len() >= self.max {
-            let victim = open.values().find(|s| s.busy.load(Ordering::Acquire) == 0).map(|s| s.id)?;
+        if open.values().filter(|s| s.counted()).count() >= self.max {
+            let victim = open.values().find(|s| s.evictable()).map(|s| s.id)?;
             if let Some(slot) = open.remove(&victim) {
                 slot.evicted.notify_one();
                 tracing::debug!("closed the oldest idle connection to make room for a new one");
             }
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let slot = Arc::new(Slot { id, busy: AtomicUsize::new(0), evicted: Notify::new() });
+        let slot = Arc::new(Slot::new(id));
         open.insert(id, slot.clone());
         Some(slot)
     }
@@ -174,6 +209,7 @@ impl Slots {
 struct Tracked {
     app: axum::Router,
     slot: Arc<Slot>,
+    connection: Connection,
 }
 
 impl hyper::service::Service<http::Request<Incoming>> for Tracked {
@@ -181,9 +217,12 @@ impl hyper::service::Service<http::Request<Incoming>> for Tracked {
     type Error = Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
 
-    fn call(&self, request: http::Request<Incoming>) -> Self::Future {
+    fn call(&self, mut request: http::Request<Incoming>) -> Self::Future {
+        request.extensions_mut().insert(self.connection.clone());
         let serving = Serving::new(self.slot.clone());
-        let answer = self.app.clone().oneshot(Request::from(request.map(Body::new)));
+        let reading = (!hyper::body::Body::is_end_stream(request.body())).then(|| Reading::new(self.slot.clone()));
+        let request = request.map(|body| Body::new(Arriving { body, reading }));
+        let answer = self.app.clone().oneshot(request);
         Box::pin(async move {
             let response = answer.await?;
             Ok(response.map(|body| Body::new(Counted { body, _serving: serving })))
@@ -204,6 +243,53 @@ impl Serving {
 impl Drop for Serving {
     fn drop(&mut self) {
         self.0.busy.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A request whose body is still arriving; dropped when the body has arrived (or was dropped).
+struct Reading(Arc<Slot>);
+
+impl Reading {
+    fn new(slot: Arc<Slot>) -> Self {
+        slot.reading.fetch_add(1, Ordering::AcqRel);
+        Self(slot)
+    }
+}
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        self.0.reading.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A request's body, which marks its request as reading until the body has arrived whole.
+struct Arriving {
+    body: Incoming,
+    reading: Option<Reading>,
+}
+
+impl hyper::body::Body for Arriving {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        let over = matches!(polled, Poll::Ready(None | Some(Err(_))));
+        if over || hyper::body::Body::is_end_stream(&self.body) {
+            self.reading = None;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        hyper::body::Body::is_end_stream(&self.body)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        hyper::body::Body::size_hint(&self.body)
     }
 }
 
@@ -272,5 +358,22 @@ mod tests {
         assert!(slots.admit().is_none(), "every connection is serving: the new one is closed");
         drop(_serving_c);
         assert!(slots.admit().is_some(), "c finished its answer, so it is idle again and makes room");
+    }
+
+    #[test]
+    fn a_connection_still_sending_its_body_makes_room_and_a_streaming_one_is_not_counted() {
+        let slots = Slots::new(2);
+        let [a, b] = [slots.admit().unwrap(), slots.admit().unwrap()];
+        let (_serving_a, reading_a) = (Serving::new(a.clone()), Reading::new(a.clone()));
+        let _serving_b = Serving::new(b.clone());
+        let c = slots.admit().expect("a is only sending its body, so it makes room");
+        assert!(futures::FutureExt::now_or_never(a.evicted.notified()).is_some());
+        drop(reading_a);
+        let _serving_c = Serving::new(c.clone());
+        assert!(slots.admit().is_none(), "b and c are serving");
+        c.streaming.fetch_add(1, Ordering::AcqRel);
+        let d = slots.admit().expect("c holds an event stream, so it is not counted");
+        let _serving_d = Serving::new(d);
+        assert!(slots.admit().is_none(), "b and d are serving; c is never closed for room");
     }
 }

@@ -116,11 +116,11 @@ pub fn load_config(options: &StartOptions) -> Result<(Config, Option<PathBuf>), 
         }
     };
     if let Some(upstream) = &options.upstream {
-        if !(upstream.starts_with("http://") || upstream.starts_with("https://")) {
-            return Err(StartError::Usage(format!("--upstream {upstream:?} must start with http:// or https://")));
-        }
+        crate::keys::validate_base_url(upstream).map_err(|e| StartError::Usage(format!("--upstream: {e}")))?;
         config.upstream = upstream.trim_end_matches('/').to_owned();
     }
+    // Also for a config handed over as a value (the tray, tests), which no file parse checked.
+    config.check_urls().map_err(StartError::Usage)?;
     Ok((config, path))
 }
 

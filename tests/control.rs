@@ -11,30 +11,30 @@ use keymux_sim::SimConfig;
 use serde_json::{json, Value};
 use support::*;
 
-/// A browser logged in through a one-time link: its session cookie and CSRF token.
+/// A browser page logged in through a one-time link: the session token it keeps in its tab.
 struct Browser {
-    cookie: String,
-    csrf: String,
+    session: String,
 }
 
 async fn log_in(h: &Harness) -> Browser {
     let link = h.gateway.login_link();
     let path = link.trim_start_matches(h.root.as_str()).to_owned();
     let r = client_no_redirects().get(format!("{}{path}", h.root)).send().await.unwrap();
-    assert_eq!(r.status(), 303, "the link sets the cookie and goes on to the dashboard");
-    let set_cookie = r.headers()["set-cookie"].to_str().unwrap().to_owned();
-    assert!(set_cookie.contains("HttpOnly") && set_cookie.contains("SameSite=Strict"), "{set_cookie}");
-    let cookie = set_cookie.split(';').next().unwrap().to_owned();
+    assert_eq!(r.status(), 303, "the link goes on to the dashboard, its code in the fragment");
+    assert!(r.headers().get("set-cookie").is_none());
+    let location = r.headers()["location"].to_str().unwrap().to_owned();
+    let code = location.strip_prefix("/#login=").unwrap().to_owned();
     let session: Value = client()
-        .get(format!("{}/keymux/api/session", h.root))
-        .header("cookie", &cookie)
+        .post(format!("{}/keymux/api/session", h.root))
+        .header("origin", &h.root)
+        .json(&json!({ "code": code }))
         .send()
         .await
         .unwrap()
         .json()
         .await
         .unwrap();
-    Browser { cookie, csrf: session["csrf"].as_str().unwrap().to_owned() }
+    Browser { session: session["token"].as_str().unwrap().to_owned() }
 }
 
 fn client_no_redirects() -> reqwest::Client {
@@ -59,6 +59,9 @@ async fn every_wrong_way_in_is_refused_without_leaking_a_secret() {
     let reused_path = reused.trim_start_matches(h.root.as_str()).to_owned();
     let first = client_no_redirects().get(format!("{}{reused_path}", h.root)).send().await.unwrap();
     assert_eq!(first.status(), 303);
+    let code = reused.rsplit('=').next().unwrap();
+    let exchanged = c.post(format!("{}/keymux/api/session", h.root)).json(&json!({ "code": code })).send().await;
+    assert_eq!(exchanged.unwrap().status(), 200, "the page exchanged the code");
     check(
         "a reused login code",
         client_no_redirects().get(format!("{}{reused_path}", h.root)).send().await.unwrap(),
@@ -79,13 +82,18 @@ async fn every_wrong_way_in_is_refused_without_leaking_a_secret() {
     );
     check(
         "an evil Origin",
-        c.get(&status).header("cookie", &browser.cookie).header("origin", "https://evil.example").send().await.unwrap(),
+        c.get(&status)
+            .header("x-keymux-session", &browser.session)
+            .header("origin", "https://evil.example")
+            .send()
+            .await
+            .unwrap(),
         403,
     );
     check(
-        "a change without the CSRF header",
-        c.post(&pause).header("cookie", &browser.cookie).send().await.unwrap(),
-        403,
+        "the session as a cookie, as a foreign page on 127.0.0.1 would send it",
+        c.post(&pause).header("cookie", format!("keymux_session={}", browser.session)).send().await.unwrap(),
+        401,
     );
     check("a /v1 client token on the control API", c.get(&status).bearer_auth(TOKEN).send().await.unwrap(), 401);
     check(
@@ -99,19 +107,15 @@ async fn every_wrong_way_in_is_refused_without_leaking_a_secret() {
             .unwrap(),
         401,
     );
-    check("a garbage cookie", c.get(&status).header("cookie", "keymux_session=forged").send().await.unwrap(), 401);
+    check("a forged session", c.get(&status).header("x-keymux-session", "forged").send().await.unwrap(), 401);
     // And the right ways in work.
-    let ok = c
-        .post(&pause)
-        .header("cookie", &browser.cookie)
-        .header("x-keymux-csrf", &browser.csrf)
-        .header("origin", &h.root);
-    assert_eq!(ok.send().await.unwrap().status(), 200, "the dashboard, from its own page, with its CSRF header");
+    let ok = c.post(&pause).header("x-keymux-session", &browser.session).header("origin", &h.root);
+    assert_eq!(ok.send().await.unwrap().status(), 200, "the dashboard, from its own page, with its session header");
     assert_eq!(api.post_json("/resume", None).await.0, 200, "the CLI's admin credential");
     assert!(!h.gateway.paused());
     for r in answers {
         let text = r.text().await.unwrap_or_default();
-        assert_no_secrets("a refusal", &text, &["sk-a1", TOKEN, ADMIN, &browser.csrf, &browser.cookie[16..]]);
+        assert_no_secrets("a refusal", &text, &["sk-a1", TOKEN, ADMIN, &browser.session]);
     }
     assert!(client_counts(&h.sim).is_empty(), "nothing reached the provider");
 }

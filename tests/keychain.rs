@@ -205,9 +205,15 @@ async fn changes_reach_the_running_gateway(
     let no_redirects = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
     let first = no_redirects.get(link.trim()).send().await.unwrap();
     assert_eq!(first.status(), 303);
-    assert!(first.headers().get("set-cookie").is_some_and(|v| v.to_str().unwrap().contains("HttpOnly")));
-    let again = no_redirects.get(link.trim()).send().await.unwrap();
-    assert!(again.headers().get("set-cookie").is_none(), "the link works once");
+    let location = first.headers()["location"].to_str().unwrap().to_owned();
+    let code = location.strip_prefix("/#login=").unwrap_or_else(|| panic!("went to {location}"));
+    let session = |code: String| {
+        let url = format!("{}/keymux/api/session", keymux.root);
+        async move { client().post(url).json(&json!({ "code": code })).send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(session(code.to_owned()).await, 200, "the page exchanges the code for its session");
+    assert_eq!(session(code.to_owned()).await, 401, "the code works once");
+    assert_eq!(no_redirects.get(link.trim()).send().await.unwrap().status(), 403, "so does the link");
 
     // Pause and resume from the CLI.
     assert!(run_keymux(&["--config", cfg, "pause"], env, "").await.0);

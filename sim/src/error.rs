@@ -134,6 +134,18 @@ impl ApiError {
         e
     }
 
+    pub(crate) fn quotes_key(secret: &str) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            INVALID_REQUEST,
+            format!(
+                "Request refused for key:{secret} (key={secret}; api_key=\"{secret}\"; {{'key':'{secret}'}}, \
+                 <{secret}>). Ask your administrator."
+            ),
+        )
+        .code("key_not_allowed")
+    }
+
     pub(crate) fn invalid_url(method: &str, path: &str) -> Self {
         Self::new(StatusCode::NOT_FOUND, INVALID_REQUEST, format!("Invalid URL ({method} {path})"))
     }

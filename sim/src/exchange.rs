@@ -135,6 +135,7 @@ pub(crate) fn fault_error(state: &State, caller: &Caller, fault: &Fault, model: 
         Fault::InvalidKey => ApiError::invalid_key(&caller.secret),
         Fault::InsufficientQuota => ApiError::insufficient_quota(),
         Fault::ModelNotFound => ApiError::model_not_found(model.unwrap_or("unknown")),
+        Fault::QuotesKey => ApiError::quotes_key(&caller.secret),
         Fault::CutAfterEvents(_) | Fault::SlowFirstByte(_) | Fault::SlowDeltas(_) => return None,
     };
     Some(e)

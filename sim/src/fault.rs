@@ -43,6 +43,9 @@ pub enum Fault {
     SlowDeltas(Duration),
     /// 404 `model_not_found` for the requested model.
     ModelNotFound,
+    /// A 400 whose message quotes the whole key in the shapes error texts use (`key:…`, `key=…`,
+    /// quoted, inside JSON): what a careless provider or proxy might send back.
+    QuotesKey,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -68,6 +71,7 @@ enum FaultRepr {
         ms: u64,
     },
     ModelNotFound,
+    QuotesKey,
 }
 
 impl From<FaultRepr> for Fault {
@@ -82,6 +86,7 @@ impl From<FaultRepr> for Fault {
             FaultRepr::SlowFirstByte { ms } => Fault::SlowFirstByte(Duration::from_millis(ms)),
             FaultRepr::SlowDeltas { ms } => Fault::SlowDeltas(Duration::from_millis(ms)),
             FaultRepr::ModelNotFound => Fault::ModelNotFound,
+            FaultRepr::QuotesKey => Fault::QuotesKey,
         }
     }
 }
@@ -102,6 +107,7 @@ impl From<Fault> for FaultRepr {
             Fault::SlowFirstByte(d) => FaultRepr::SlowFirstByte { ms: millis(d) },
             Fault::SlowDeltas(d) => FaultRepr::SlowDeltas { ms: millis(d) },
             Fault::ModelNotFound => FaultRepr::ModelNotFound,
+            Fault::QuotesKey => FaultRepr::QuotesKey,
         }
     }
 }
@@ -206,6 +212,7 @@ mod tests {
             Fault::SlowFirstByte(Duration::from_millis(250)),
             Fault::SlowDeltas(Duration::from_millis(100)),
             Fault::ModelNotFound,
+            Fault::QuotesKey,
         ];
         for fault in all {
             let text = serde_json::to_string(&fault)?;

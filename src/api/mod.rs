@@ -2,8 +2,9 @@
 //! through named types (`types`) and one live event stream (`stream`).
 //!
 //! Every call passes one guard: a loopback `Host`, no foreign browser `Origin`, and a control
-//! credential (the dashboard session, with its CSRF header on changes, or the admin credential). A
-//! `/v1` client token is refused here, as a control credential is refused on `/v1`.
+//! credential (the dashboard session's header, or the admin credential). A
+//! `/v1` client token is refused here, as a control credential is refused on `/v1`. A body is read
+//! only after the guard let the call through, under [`CONTROL_MAX_BODY`] and within the body deadline.
 
 pub mod stream;
 pub mod types;
@@ -12,11 +13,11 @@ pub mod views;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, Method, Response, StatusCode};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, Response, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use serde::Deserialize;
 
 use crate::access::{Caller, Refused};
@@ -24,7 +25,8 @@ use crate::control::{ControlError, KeyChanges, NewKey};
 use crate::error::ApiError;
 use crate::gateway::Gateway;
 use crate::keys::KeyId;
-use types::{ChallengeAnswer, CreatedToken, DecisionsBody, KeyTestBody, LoginLink, SessionBody, SessionsBody};
+use crate::limits::{Connection, RequestLimits, CONTROL_MAX_BODY};
+use types::{ChallengeAnswer, CreatedToken, DecisionsBody, KeyTestBody, LoginLink, SessionToken, SessionsBody};
 
 /// The control API's routes (mounted under `/keymux/api`).
 pub fn routes() -> Router<Arc<Gateway>> {
@@ -43,39 +45,44 @@ pub fn routes() -> Router<Arc<Gateway>> {
         .route("/usage", get(usage))
         .route("/metrics", get(metrics))
         .route("/events", get(stream::events))
-        .route("/session", get(session))
+        .route("/session", post(session))
+        .route("/logout", post(logout))
         .route("/login-link", post(login_link))
         .route("/challenge", post(challenge))
 }
 
-/// Lets a call through, or says why not. Changes made from a browser need the CSRF header.
-pub fn guard(gateway: &Gateway, method: &Method, headers: &HeaderMap) -> Result<Caller, ApiError> {
+/// Lets a call through, or says why not.
+pub fn guard(gateway: &Gateway, headers: &HeaderMap) -> Result<Caller, ApiError> {
     if !crate::access::host_ok(headers) || !crate::access::origin_ok(headers) {
         return Err(ApiError::ForbiddenOrigin);
     }
-    let caller = gateway
+    gateway
         .access()
         .caller(headers, &gateway.tokens(), gateway.clock().now())
-        .map_err(|refused| ApiError::ControlDenied { reason: refused })?;
-    if let Caller::Dashboard { csrf_ok: false } = caller {
-        if method != Method::GET && method != Method::HEAD {
-            return Err(ApiError::CsrfMissing);
-        }
-    }
-    Ok(caller)
+        .map_err(|refused| ApiError::ControlDenied { reason: refused })
 }
 
 /// Runs `handler` if the guard lets the call through.
-fn guarded(
-    gateway: &Gateway,
-    method: Method,
-    headers: &HeaderMap,
-    handler: impl FnOnce() -> Response<Body>,
-) -> Response<Body> {
-    match guard(gateway, &method, headers) {
+fn guarded(gateway: &Gateway, headers: &HeaderMap, handler: impl FnOnce() -> Response<Body>) -> Response<Body> {
+    match guard(gateway, headers) {
         Ok(_) => handler(),
         Err(e) => e.into_response(),
     }
+}
+
+/// Reads a call's JSON body, once the guard has let the call through, under `limit` and within the
+/// body deadline.
+async fn json_body<T: serde::de::DeserializeOwned>(request: Request, limit: usize) -> Result<T, ApiError> {
+    let (parts, body) = request.into_parts();
+    let deadline = parts.extensions.get::<RequestLimits>().copied().unwrap_or_default().body_read_timeout;
+    let bytes = crate::limits::read_body(&parts.headers, body, limit, deadline).await?;
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::BadJson { detail: e.to_string() })
+}
+
+/// The guard, then the JSON body: a caller that may not call never has its body read.
+async fn guarded_json<T: serde::de::DeserializeOwned>(gw: &Gateway, request: Request) -> Result<T, ApiError> {
+    guard(gw, request.headers())?;
+    json_body(request, CONTROL_MAX_BODY).await
 }
 
 fn control_error(e: ControlError) -> Response<Body> {
@@ -83,20 +90,17 @@ fn control_error(e: ControlError) -> Response<Body> {
 }
 
 async fn status(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response<Body> {
-    guarded(&gw, Method::GET, &headers, || Json(views::status(&gw)).into_response())
+    guarded(&gw, &headers, || Json(views::status(&gw)).into_response())
 }
 
 async fn keys(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response<Body> {
-    guarded(&gw, Method::GET, &headers, || Json(views::keys(&gw)).into_response())
+    guarded(&gw, &headers, || Json(views::keys(&gw)).into_response())
 }
 
-async fn add_key(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: axum::body::Bytes) -> Response<Body> {
-    if let Err(e) = guard(&gw, &Method::POST, &headers) {
-        return e.into_response();
-    }
-    let new: NewKey = match serde_json::from_slice(&body) {
+async fn add_key(State(gw): State<Arc<Gateway>>, request: Request) -> Response<Body> {
+    let new: NewKey = match guarded_json(&gw, request).await {
         Ok(new) => new,
-        Err(e) => return ApiError::BadJson { detail: e.to_string() }.into_response(),
+        Err(e) => return e.into_response(),
     };
     match gw.add_key(new).await {
         Ok(id) => (StatusCode::CREATED, Json(views::key(&gw, &id))).into_response(),
@@ -104,18 +108,10 @@ async fn add_key(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: axum:
     }
 }
 
-async fn update_key(
-    State(gw): State<Arc<Gateway>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-    body: axum::body::Bytes,
-) -> Response<Body> {
-    if let Err(e) = guard(&gw, &Method::PATCH, &headers) {
-        return e.into_response();
-    }
-    let changes: KeyChanges = match serde_json::from_slice(&body) {
+async fn update_key(State(gw): State<Arc<Gateway>>, Path(id): Path<String>, request: Request) -> Response<Body> {
+    let changes: KeyChanges = match guarded_json(&gw, request).await {
         Ok(changes) => changes,
-        Err(e) => return ApiError::BadJson { detail: e.to_string() }.into_response(),
+        Err(e) => return e.into_response(),
     };
     let id = KeyId::new(id.as_str());
     match gw.update_key(&id, changes) {
@@ -125,7 +121,7 @@ async fn update_key(
 }
 
 async fn remove_key(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Path(id): Path<String>) -> Response<Body> {
-    if let Err(e) = guard(&gw, &Method::DELETE, &headers) {
+    if let Err(e) = guard(&gw, &headers) {
         return e.into_response();
     }
     match gw.remove_key(&KeyId::new(id.as_str())).await {
@@ -135,7 +131,7 @@ async fn remove_key(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Path(id)
 }
 
 async fn test_key(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Path(id): Path<String>) -> Response<Body> {
-    if let Err(e) = guard(&gw, &Method::POST, &headers) {
+    if let Err(e) = guard(&gw, &headers) {
         return e.into_response();
     }
     match gw.test_key(&KeyId::new(id.as_str())).await {
@@ -150,7 +146,7 @@ async fn switch_key(
     headers: HeaderMap,
     Path((id, action)): Path<(String, String)>,
 ) -> Response<Body> {
-    guarded(&gw, Method::POST, &headers, || {
+    guarded(&gw, &headers, || {
         let enabled = match action.as_str() {
             "enable" => true,
             "disable" => false,
@@ -165,7 +161,7 @@ async fn switch_key(
 }
 
 async fn tokens(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response<Body> {
-    guarded(&gw, Method::GET, &headers, || Json(views::tokens(&gw)).into_response())
+    guarded(&gw, &headers, || Json(views::tokens(&gw)).into_response())
 }
 
 #[derive(Deserialize)]
@@ -174,13 +170,10 @@ struct NewToken {
     name: String,
 }
 
-async fn create_token(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: axum::body::Bytes) -> Response<Body> {
-    if let Err(e) = guard(&gw, &Method::POST, &headers) {
-        return e.into_response();
-    }
-    let new: NewToken = match serde_json::from_slice(&body) {
+async fn create_token(State(gw): State<Arc<Gateway>>, request: Request) -> Response<Body> {
+    let new: NewToken = match guarded_json(&gw, request).await {
         Ok(new) => new,
-        Err(e) => return ApiError::BadJson { detail: e.to_string() }.into_response(),
+        Err(e) => return e.into_response(),
     };
     match gw.create_token(&new.name).await {
         Ok((listed, secret)) => {
@@ -192,7 +185,7 @@ async fn create_token(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: 
 }
 
 async fn revoke_token(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Path(id): Path<String>) -> Response<Body> {
-    if let Err(e) = guard(&gw, &Method::DELETE, &headers) {
+    if let Err(e) = guard(&gw, &headers) {
         return e.into_response();
     }
     match gw.revoke_token(&id).await {
@@ -202,14 +195,14 @@ async fn revoke_token(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Path(i
 }
 
 async fn pause(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response<Body> {
-    guarded(&gw, Method::POST, &headers, || {
+    guarded(&gw, &headers, || {
         gw.pause();
         Json(views::status(&gw).gateway).into_response()
     })
 }
 
 async fn resume(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response<Body> {
-    guarded(&gw, Method::POST, &headers, || {
+    guarded(&gw, &headers, || {
         gw.resume();
         Json(views::status(&gw).gateway).into_response()
     })
@@ -221,7 +214,7 @@ struct Limit {
 }
 
 async fn decisions(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Query(q): Query<Limit>) -> Response<Body> {
-    guarded(&gw, Method::GET, &headers, || {
+    guarded(&gw, &headers, || {
         let limit = q.limit.unwrap_or(100).min(crate::events::RECENT_CAPACITY);
         tracing::debug!(limit, "the recent decisions were read");
         let data = gw.events().recent(limit).into_iter().map(|r| (*r).clone()).collect();
@@ -230,7 +223,7 @@ async fn decisions(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Query(q):
 }
 
 async fn sessions(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Query(q): Query<Limit>) -> Response<Body> {
-    guarded(&gw, Method::GET, &headers, || {
+    guarded(&gw, &headers, || {
         let limit = q.limit.unwrap_or(200).min(crate::sessions::SESSIONS_CAPACITY);
         Json(SessionsBody { sessions: gw.sessions().recent(limit) }).into_response()
     })
@@ -245,7 +238,7 @@ struct UsageQuery {
 }
 
 async fn usage(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Query(q): Query<UsageQuery>) -> Response<Body> {
-    if let Err(e) = guard(&gw, &Method::GET, &headers) {
+    if let Err(e) = guard(&gw, &headers) {
         return e.into_response();
     }
     let hours = match q.bucket.as_deref() {
@@ -271,7 +264,7 @@ struct Days {
 
 /// `GET /keymux/api/metrics?days=N`: hashed per-day counters (keys appear as fingerprints only).
 async fn metrics(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Query(q): Query<Days>) -> Response<Body> {
-    if let Err(e) = guard(&gw, &Method::GET, &headers) {
+    if let Err(e) = guard(&gw, &headers) {
         return e.into_response();
     }
     let days = q.days.unwrap_or(7).clamp(1, 366);
@@ -283,20 +276,43 @@ async fn metrics(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Query(q): Q
     }
 }
 
-/// The dashboard session's CSRF token (the page holds the cookie but cannot read it).
-async fn session(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response<Body> {
-    if let Err(e) = guard(&gw, &Method::GET, &headers) {
+#[derive(Deserialize)]
+struct LoginCode {
+    code: String,
+}
+
+/// `POST /keymux/api/session {"code"}`: the dashboard page exchanges a login link's one-time code for
+/// its session token. Needs no credential (the code is one), but only the gateway's own page may ask.
+async fn session(State(gw): State<Arc<Gateway>>, request: Request) -> Response<Body> {
+    if !crate::access::host_ok(request.headers()) || !crate::access::origin_ok(request.headers()) {
+        return ApiError::ForbiddenOrigin.into_response();
+    }
+    let asked: LoginCode = match json_body(request, CHALLENGE_MAX_BODY).await {
+        Ok(asked) => asked,
+        Err(e) => return e.into_response(),
+    };
+    match gw.access().redeem(&asked.code, gw.clock().now()) {
+        Some(token) => {
+            // Worth a line at info: a new dashboard session is rare, and the user may want to know of one.
+            tracing::info!("a dashboard session began (one-time login link used)");
+            Json(SessionToken { token: token.expose().to_owned() }).into_response()
+        }
+        None => ApiError::ControlDenied { reason: Refused::Invalid }.into_response(),
+    }
+}
+
+/// `POST /keymux/api/logout`: ends the dashboard session the call carries.
+async fn logout(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response<Body> {
+    if let Err(e) = guard(&gw, &headers) {
         return e.into_response();
     }
-    match gw.access().csrf_for(&headers, gw.clock().now()) {
-        Some(csrf) => Json(SessionBody { csrf }).into_response(),
-        None => ApiError::ControlDenied { reason: Refused::NoCredential }.into_response(),
-    }
+    gw.access().end_session(&headers);
+    StatusCode::NO_CONTENT.into_response()
 }
 
 /// A fresh one-time login link (`keymux dashboard`, the tray).
 async fn login_link(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response<Body> {
-    guarded(&gw, Method::POST, &headers, || Json(LoginLink { url: gw.login_link() }).into_response())
+    guarded(&gw, &headers, || Json(LoginLink { url: gw.login_link() }).into_response())
 }
 
 #[derive(Deserialize)]
@@ -304,19 +320,36 @@ struct Challenge {
     nonce: String,
 }
 
-/// Proves to the CLI that this is the gateway that knows the admin credential, before the CLI sends
-/// it. Needs no credential; answers only to loopback hosts and no browser origin.
-async fn challenge(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: axum::body::Bytes) -> Response<Body> {
-    if !crate::access::host_ok(&headers) || headers.contains_key(axum::http::header::ORIGIN) {
+/// Largest challenge body: a nonce of at most 256 characters, in JSON.
+const CHALLENGE_MAX_BODY: usize = 1024;
+
+/// Proves to the CLI that this is the gateway that knows the admin credential, listening where the CLI
+/// dialled, before the CLI sends it. Needs no credential; answers only when the `Host` names the very
+/// address the connection reached (so not through a relay on another port), and to no browser origin.
+async fn challenge(
+    State(gw): State<Arc<Gateway>>,
+    connection: Option<Extension<Connection>>,
+    request: Request,
+) -> Response<Body> {
+    let Some(Extension(connection)) = connection else {
+        return ApiError::ForbiddenOrigin.into_response();
+    };
+    let reached = connection.local_addr();
+    let headers = request.headers();
+    if !crate::access::host_is(headers, reached) || headers.contains_key(axum::http::header::ORIGIN) {
         return ApiError::ForbiddenOrigin.into_response();
     }
-    let Ok(asked) = serde_json::from_slice::<Challenge>(&body) else {
-        return ApiError::BadJson { detail: "expected {\"nonce\": \"...\"}".into() }.into_response();
+    let asked = match json_body::<Challenge>(request, CHALLENGE_MAX_BODY).await {
+        Ok(asked) => asked,
+        Err(ApiError::BadJson { .. }) => {
+            return ApiError::BadJson { detail: "expected {\"nonce\": \"...\"}".into() }.into_response()
+        }
+        Err(e) => return e.into_response(),
     };
     if asked.nonce.len() < 16 || asked.nonce.len() > 256 {
         return ApiError::BadJson { detail: "the nonce must be 16 to 256 characters".into() }.into_response();
     }
-    match gw.access().answer_challenge(&asked.nonce) {
+    match gw.access().answer_challenge(&asked.nonce, reached) {
         Some((server_nonce, mac)) => Json(ChallengeAnswer { server_nonce, mac }).into_response(),
         None => ApiError::ControlDenied { reason: Refused::NoCredential }.into_response(),
     }

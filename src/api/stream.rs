@@ -1,21 +1,25 @@
 //! `GET /keymux/api/events`: the live event stream as Server-Sent Events. A subscriber resumes with
 //! `Last-Event-ID` (or `?after=`) from the bounded ring; one that fell too far behind, or resumed too
 //! late, gets a `lagged` event saying how many events it missed. A heartbeat comment keeps an idle
-//! connection open through proxies, and the stream ends when the gateway shuts down.
+//! connection open through proxies, and the stream ends when the gateway shuts down. Subscribers have
+//! a cap of their own (`max_event_streams`), and their connections never count against `/v1`'s.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Query, State};
-use axum::http::{header, HeaderMap, HeaderValue, Method, Response};
+use axum::http::{header, HeaderMap, HeaderValue, Response};
 use axum::response::IntoResponse;
+use axum::Extension;
 use bytes::Bytes;
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 
+use crate::error::ApiError;
 use crate::events::{Envelope, Event};
 use crate::gateway::Gateway;
+use crate::limits::Connection;
 
 /// How often an idle stream gets a heartbeat comment.
 pub const HEARTBEAT: Duration = Duration::from_secs(15);
@@ -40,12 +44,19 @@ fn lagged(missed: u64, at_unix_ms: u64) -> Bytes {
 
 pub(super) async fn events(
     State(gw): State<Arc<Gateway>>,
+    connection: Option<Extension<Connection>>,
     headers: HeaderMap,
     Query(q): Query<After>,
 ) -> Response<Body> {
-    if let Err(e) = super::guard(&gw, &Method::GET, &headers) {
+    if let Err(e) = super::guard(&gw, &headers) {
         return e.into_response();
     }
+    // Served outside `server` (as in unit tests), a stream has no connection to count.
+    let seat = match connection.map(|Extension(c)| (c.open_stream(), c)) {
+        Some((None, c)) => return ApiError::TooManyStreams { max: c.max_streams() }.into_response(),
+        Some((seat, _)) => seat,
+        None => None,
+    };
     let resume = headers.get("last-event-id").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok());
     // A subscriber that names no place starts from now.
     let after = q.after.or(resume).unwrap_or_else(|| gw.events().last_id());
@@ -89,7 +100,12 @@ pub(super) async fn events(
             }
         }
     });
-    let stream = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) });
+    // The seat goes with the answer's body: the stream counts until the subscriber is gone.
+    let stream =
+        futures::stream::unfold(
+            (rx, seat),
+            |(mut rx, seat)| async move { rx.recv().await.map(|item| (item, (rx, seat))) },
+        );
     let mut response = Response::new(Body::from_stream(stream));
     let h = response.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));

@@ -178,11 +178,12 @@ pub struct LoginLink {
     pub url: String,
 }
 
-/// The dashboard session's CSRF token, sent back in `x-keymux-csrf` on every change.
+/// A dashboard session, for the page that exchanged a login code: it keeps the token in its tab's
+/// `sessionStorage` and sends it in `x-keymux-session` on every call.
 #[derive(Clone, Debug, Serialize, TS)]
-pub struct SessionBody {
-    /// The value to send in `x-keymux-csrf` with every change this session makes.
-    pub csrf: String,
+pub struct SessionToken {
+    /// The session's secret: sent in `x-keymux-session` on every call; never stored outside the tab.
+    pub token: String,
 }
 
 /// The gateway's answer to the CLI's challenge.
@@ -296,7 +297,7 @@ pub fn typescript() -> String {
         UsagePoint::decl(),
         UsageBody::decl(),
         LoginLink::decl(),
-        SessionBody::decl(),
+        SessionToken::decl(),
         KeyTestBody::decl(),
         ErrorDetail::decl(),
         ErrorBody::decl(),

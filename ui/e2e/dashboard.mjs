@@ -293,7 +293,8 @@ async function run() {
   await simJson("/__sim/faults", { key: "sk-a1", fault: { type: "rate_limited", retry_after_secs: 300 } });
   const a1Cooling = async () =>
     page.evaluate(async () => {
-      const s = await (await fetch("/keymux/api/status", { credentials: "same-origin" })).json();
+      const session = sessionStorage.getItem("keymux.session") ?? "";
+      const s = await (await fetch("/keymux/api/status", { headers: { "x-keymux-session": session } })).json();
       return s.keys.find((k) => k.label === "a1")?.health === "cooling";
     });
   let tries = 0;
@@ -503,6 +504,15 @@ async function run() {
   await confirm.getByRole("button", { name: "Remove key" }).click();
   await d1Card.waitFor({ state: "detached", timeout: WAIT });
 
+  // Logging out reloads the page, which cuts whatever it had in flight: from here on that is expected.
   stopWatching();
+  step("Log out: the session ends at the gateway, and the page says how to log in again");
+  const session = await page.evaluate(() => sessionStorage.getItem("keymux.session"));
+  if (!session) throw new Error("the page keeps no session in its sessionStorage");
+  await page.getByTestId("logout").click();
+  await page.getByTestId("login-required").waitFor({ timeout: WAIT });
+  const afterLogout = await fetch(`${ROOT}/keymux/api/status`, { headers: { "x-keymux-session": session } });
+  if (afterLogout.status !== 401) throw new Error(`the session still works after logout: ${afterLogout.status}`);
+
   await context.close();
 }

@@ -1,15 +1,30 @@
-// Calls to the control API: same origin, the session cookie, and the CSRF header on every change.
-// A 401 means the dashboard session is missing or expired: the app then shows how to log in again.
+// Calls to the control API: same origin, with the dashboard session in a header on every call.
+// The session is a token the page got for a one-time login code and keeps in this tab's
+// sessionStorage, which no other origin (another port on 127.0.0.1 included) can read; there is no
+// cookie a foreign page could ride on, and a header cannot be sent cross-origin without a CORS
+// preflight, which Keymux never grants. A 401 means the session is missing or over: the app then
+// shows how to log in again.
 
 import { signal } from "@preact/signals";
-import type { ErrorBody, SessionBody } from "./types";
+import type { ErrorBody, SessionToken } from "./types";
+import { SseParser } from "../lib/sse";
 
 export const API = "/keymux/api";
+/** The header that carries the session. */
+const SESSION_HEADER = "x-keymux-session";
+/** Where this tab keeps its session. */
+const SESSION_KEY = "keymux.session";
 
 /** The session is gone: the app shows the login screen instead of failing quietly. */
 export const loggedOut = signal(false);
 
-let csrf: string | null = null;
+let session: string | null = sessionStorage.getItem(SESSION_KEY);
+
+function forget(): void {
+  session = null;
+  sessionStorage.removeItem(SESSION_KEY);
+  loggedOut.value = true;
+}
 
 /** A failed call, with the gateway's message for the user. */
 export class ApiError extends Error {
@@ -32,23 +47,25 @@ async function failure(response: Response): Promise<ApiError> {
   } catch {
     // Not JSON: the status line has to do.
   }
-  if (response.status === 401) loggedOut.value = true;
+  if (response.status === 401) forget();
   return new ApiError(message, response.status, code);
 }
 
+function headers(): Record<string, string> {
+  const out: Record<string, string> = { accept: "application/json" };
+  if (session !== null) out[SESSION_HEADER] = session;
+  return out;
+}
+
 async function call<T>(method: string, path: string, body?: unknown): Promise<T> {
-  const headers: Record<string, string> = { accept: "application/json" };
-  if (method !== "GET") {
-    if (csrf === null) await startSession();
-    headers["x-keymux-csrf"] = csrf ?? "";
-  }
-  if (body !== undefined) headers["content-type"] = "application/json";
+  const sent = headers();
+  if (body !== undefined) sent["content-type"] = "application/json";
   let response: Response;
   try {
     response = await fetch(`${API}/${path}`, {
       method,
-      headers,
-      credentials: "same-origin",
+      headers: sent,
+      credentials: "omit",
       cache: "no-store",
       body: body === undefined ? null : JSON.stringify(body),
     });
@@ -60,17 +77,79 @@ async function call<T>(method: string, path: string, body?: unknown): Promise<T>
   return (await response.json()) as T;
 }
 
-/** Reads the session's CSRF token; false when there is no session (log in first). */
+/** The login code a login link brought in the page's fragment (`#login=…`), if any. */
+export function loginCode(hash: string): string | null {
+  const match = /^#login=([A-Za-z0-9_-]+)$/.exec(hash);
+  return match?.[1] ?? null;
+}
+
+/**
+ * Logs the page in: a login code in the fragment is exchanged (once) for a session kept in this tab.
+ * False when the page has no session (log in first).
+ */
 export async function startSession(): Promise<boolean> {
-  const response = await fetch(`${API}/session`, { credentials: "same-origin", cache: "no-store" });
-  if (response.status === 401) {
+  const code = loginCode(location.hash);
+  if (code !== null) {
+    // The code is spent either way: keep it out of the history and the address bar.
+    history.replaceState(null, "", `${location.pathname}${location.search}#/live`);
+    const response = await fetch(`${API}/session`, {
+      method: "POST",
+      headers: { accept: "application/json", "content-type": "application/json" },
+      credentials: "omit",
+      cache: "no-store",
+      body: JSON.stringify({ code }),
+    });
+    if (response.ok) {
+      const token = ((await response.json()) as SessionToken).token;
+      session = token;
+      sessionStorage.setItem(SESSION_KEY, token);
+    } else if (response.status !== 401) {
+      throw await failure(response);
+    }
+  }
+  if (session === null) {
     loggedOut.value = true;
     return false;
   }
-  if (!response.ok) throw await failure(response);
-  csrf = ((await response.json()) as SessionBody).csrf;
   loggedOut.value = false;
   return true;
+}
+
+/** Ends the session, here and at the gateway. */
+export async function logout(): Promise<void> {
+  try {
+    await call<void>("POST", "logout");
+  } finally {
+    forget();
+  }
+}
+
+/**
+ * Reads the event stream at `path` with the session header, handing each event to `onEvent`; calls
+ * `onOpen` once the stream is open. Resolves when the stream ends; rejects when it cannot open.
+ */
+export async function readStream(
+  path: string,
+  signal: AbortSignal,
+  onOpen: () => void,
+  onEvent: (event: string, data: string) => void,
+): Promise<void> {
+  const response = await fetch(path, {
+    headers: { ...headers(), accept: "text/event-stream" },
+    credentials: "omit",
+    cache: "no-store",
+    signal,
+  });
+  if (!response.ok || !response.body) throw await failure(response);
+  onOpen();
+  const parser = new SseParser();
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) return;
+    for (const e of parser.push(decoder.decode(value, { stream: true }))) onEvent(e.event, e.data);
+  }
 }
 
 export const get = <T>(path: string) => call<T>("GET", path);

@@ -477,7 +477,7 @@ base_url: string,
  */
 paused: boolean, 
 /**
- * Keys in the pool.
+ * How many keys the pool holds, in any health.
  */
 keys_total: number, 
 /**
@@ -497,7 +497,7 @@ requests_last_minute: number,
  */
 store: StoreStatus, 
 /**
- * The secret store.
+ * Which secret store holds the keys and tokens, and whether it answers.
  */
 keychain: KeychainInfo, 
 /**
@@ -517,11 +517,11 @@ export type HealthState = "ready" | "cooling" | "quota_exhausted" | "rejected" |
 
 export type WindowInfo = { 
 /**
- * The limit per window.
+ * How many requests (or tokens) the provider allows in one window.
  */
 limit: number, 
 /**
- * What is left now.
+ * How many of those are left now: the provider's last figure, less what was sent since.
  */
 remaining: number, 
 /**
@@ -539,19 +539,21 @@ pace: number | null, };
 
 export type KeyStatus = { 
 /**
- * Stable id.
+ * The id the config, the CLI and the control API name the key by (`k_work`, `env-b1`); never
+ * derived from the secret.
  */
 id: KeyId, 
 /**
- * Label.
+ * The name the user gave the key, shown on its card.
  */
 label: string, 
 /**
- * Short keyed fingerprint of the secret (as in `keymux keys list` and the metrics).
+ * A short digest of the secret under the install secret (as in `keymux keys list` and the
+ * metrics): tells keys apart, reveals nothing.
  */
 fingerprint: string, 
 /**
- * Provider.
+ * Whose API the key is for (OpenAI, or Azure OpenAI).
  */
 provider: Provider, 
 /**
@@ -567,11 +569,11 @@ org: string | null,
  */
 org_learned: boolean, 
 /**
- * Health.
+ * Whether the router may use it now, and if not, why (cooling, out of quota, rejected, disabled).
  */
 health: HealthState, 
 /**
- * Requests in flight.
+ * Requests sent on this key whose answer has not finished yet.
  */
 in_flight: number, 
 /**
@@ -591,15 +593,16 @@ tokens_today: number,
  */
 headroom: number, 
 /**
- * Requests served since start.
+ * Answers since start that the key itself served: any 2xx, and client errors (the key was fine).
  */
 served: number, 
 /**
- * Upstream failures since start.
+ * Answers since start that held against the key: rate limited, out of quota, rejected, or a
+ * provider failure (5xx, connection, timeout).
  */
 failed: number, 
 /**
- * The last upstream status.
+ * The HTTP status of the provider's last answer on this key (`None`: it has not answered yet).
  */
 last_status: number | null, 
 /**
@@ -616,11 +619,11 @@ input_tokens: number,
  */
 cached_tokens: number, 
 /**
- * Output tokens since start.
+ * Output tokens (reasoning included) the provider counted on this key since start.
  */
 output_tokens: number, 
 /**
- * Cached share of prompt tokens.
+ * `cached_tokens / input_tokens`, 0 to 1 (0 before any prompt).
  */
 cached_ratio: number, 
 /**
@@ -628,7 +631,7 @@ cached_ratio: number,
  */
 models: Array<string>, 
 /**
- * Models it never serves.
+ * Models the user excluded: the router never sends them to this key.
  */
 exclude_models: Array<string>, 
 /**
@@ -636,7 +639,7 @@ exclude_models: Array<string>,
  */
 unavailable_models: Array<string>, 
 /**
- * Its own base URL, if any.
+ * Its base URL, when it has its own (Azure, a proxy); otherwise the provider's default.
  */
 base_url: string | null, };
 
@@ -646,31 +649,31 @@ export type KeyInfo = KeyStatus & {
  */
 until_unix_ms: number | null, 
 /**
- * The request window.
+ * The provider's window for requests (`x-ratelimit-*-requests`), once an answer reported it.
  */
 requests_window: WindowInfo | null, 
 /**
- * The token window.
+ * The provider's window for tokens (`x-ratelimit-*-tokens`), once an answer reported it.
  */
 tokens_window: WindowInfo | null, };
 
 export type StatusBody = { 
 /**
- * The gateway.
+ * The gateway as a whole: version, address, pause, key counts, store and keychain state.
  */
 gateway: GatewayInfo, 
 /**
- * Every key.
+ * Every pooled key, whatever its health, in the pool's order.
  */
 keys: Array<KeyInfo>, };
 
 export type TokenInfo = { 
 /**
- * Stable id.
+ * The id the config and the keychain entry name the token by (`t_…`).
  */
 id: string, 
 /**
- * Its name.
+ * The name the user gave it (`codex`, `pi`), shown in the request log as the client.
  */
 name: string, 
 /**
@@ -680,7 +683,7 @@ created_unix: number, };
 
 export type CreatedToken = { 
 /**
- * The token as listed.
+ * The new token's id, name and creation time, as the token list will show it.
  */
 token: TokenInfo, 
 /**
@@ -690,13 +693,13 @@ secret: string, };
 
 export type DecisionsBody = { 
 /**
- * The records.
+ * One record per finished request: its decision, attempts, status, usage and timing.
  */
 data: Array<RequestRecord>, };
 
 export type SessionsBody = { 
 /**
- * The sessions.
+ * The client sessions seen recently (bounded), each with the key and organization it is bound to.
  */
 sessions: Array<SessionInfo>, };
 
@@ -710,7 +713,7 @@ start_unix_ms: number,
  */
 key: string, 
 /**
- * Requests finished.
+ * Requests that finished in the bucket, whatever their status.
  */
 requests: number, 
 /**
@@ -722,35 +725,35 @@ by_status: { [key in string]?: number },
  */
 by_affinity: { [key in string]?: number }, 
 /**
- * Failed attempts by category.
+ * Attempts that failed, by category (`rate_limited`, `upstream_5xx`…); a retried request counts each.
  */
 failures: { [key in string]?: number }, 
 /**
- * Requests pinned by encrypted content.
+ * Requests sent to the organization their encrypted reasoning items belong to.
  */
 pinned: number, 
 /**
- * Requests bound by continuity.
+ * Requests kept on the key that served the earlier turns of their conversation.
  */
 continuity: number, 
 /**
- * Requests rescued.
+ * Requests sent on after dropping items no key could read (their organization was gone).
  */
 rescued: number, 
 /**
- * Prompt tokens.
+ * Prompt (input) tokens the provider counted.
  */
 input_tokens: number, 
 /**
- * Of those, cached.
+ * Of those, from the provider's prompt cache.
  */
 cached_tokens: number, 
 /**
- * Output tokens.
+ * Output tokens (reasoning included) the provider counted.
  */
 output_tokens: number, 
 /**
- * Cached share of prompt tokens.
+ * `cached_tokens / input_tokens`, 0 to 1 (0 before any prompt).
  */
 cached_ratio: number, 
 /**
@@ -758,11 +761,11 @@ cached_ratio: number,
  */
 latency_p50_ms: number | null, 
 /**
- * 90th percentile.
+ * Time to the first byte that 90% of requests stayed under, milliseconds (the bucket's upper bound).
  */
 latency_p90_ms: number | null, 
 /**
- * 99th percentile.
+ * Time to the first byte that 99% of requests stayed under, milliseconds (the bucket's upper bound).
  */
 latency_p99_ms: number | null, };
 
@@ -782,11 +785,11 @@ export type LoginLink = {
  */
 url: string, };
 
-export type SessionBody = { 
+export type SessionToken = { 
 /**
- * The token.
+ * The session's secret: sent in `x-keymux-session` on every call; never stored outside the tab.
  */
-csrf: string, };
+token: string, };
 
 export type KeyTestBody = { 
 /**
@@ -794,19 +797,19 @@ export type KeyTestBody = {
  */
 ok: boolean, 
 /**
- * The status it answered.
+ * The HTTP status of the provider's answer (`None`: no answer, e.g. it could not be reached).
  */
 status: number | null, 
 /**
- * The organization it reported.
+ * The organization the provider said the key belongs to (`openai-organization`), if it said.
  */
 org: string | null, 
 /**
- * What happened.
+ * What the test found and what to do about it, for a person.
  */
 message: string, 
 /**
- * How long it took.
+ * From sending the test request to its answer, milliseconds.
  */
 duration_ms: number, };
 
@@ -820,17 +823,17 @@ message: string,
  */
 type: string, 
 /**
- * A stable code.
+ * A short machine-readable reason (`invalid_api_key`, `keymux_key_rejected`…) a client can match on.
  */
 code: string | null, 
 /**
- * Always null.
+ * The request parameter at fault, in OpenAI's shape; Keymux always sends null.
  */
 param: string | null, };
 
 export type ErrorBody = { 
 /**
- * The error.
+ * What went wrong, in OpenAI's shape: message, type, code, param.
  */
 error: ErrorDetail, };
 

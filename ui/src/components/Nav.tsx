@@ -1,3 +1,4 @@
+import { logout } from "../api/client";
 import { VIEWS, view } from "../state/route";
 
 /** The views; a sidebar on wide screens, a compact top bar in a tray-sized window. */
@@ -16,6 +17,20 @@ export function Nav() {
             </a>
           </li>
         ))}
+        <li>
+          <a
+            href="#/live"
+            role="button"
+            data-testid="logout"
+            onClick={(e) => {
+              e.preventDefault();
+              // Reloaded, the page starts with no session and nothing left open.
+              void logout().finally(() => location.reload());
+            }}
+          >
+            Log out
+          </a>
+        </li>
       </ul>
     </nav>
   );

@@ -2,7 +2,7 @@
 // and a clock corrected for the gateway's. Everything is a signal; every collection is bounded.
 
 import { batch, computed, signal } from "@preact/signals";
-import { get, loggedOut, messageOf, startSession } from "../api/client";
+import { get, loggedOut, messageOf, readStream, startSession } from "../api/client";
 import type { DecisionsBody, Envelope, KeyInfo, StatusBody } from "../api/types";
 import { EventCursor, LIVE_CAPACITY, LiveRows, type LiveRow } from "../lib/live";
 
@@ -40,7 +40,7 @@ export function keyName(id: string | null | undefined): string {
 
 const rows = new LiveRows(LIVE_CAPACITY);
 let cursor = new EventCursor();
-let source: EventSource | null = null;
+let source: AbortController | null = null;
 let frame = 0;
 let statusTimer: ReturnType<typeof setTimeout> | null = null;
 let retryTimer: ReturnType<typeof setTimeout> | null = null;
@@ -116,27 +116,25 @@ function onEvent(envelope: Envelope): void {
 const EVENT_TYPES = ["routed", "finished", "key", "gateway", "lagged"] as const;
 
 function connect(): void {
-  source?.close();
-  const es = new EventSource(cursor.url());
-  source = es;
+  source?.abort();
+  const reading = new AbortController();
+  source = reading;
   stream.value = "connecting";
-  es.onopen = () => {
+  const opened = () => {
     stream.value = "open";
     retryDelay = 1000;
   };
-  const handler = (e: MessageEvent<string>) => {
+  const handler = (type: string, data: string) => {
+    if (!(EVENT_TYPES as readonly string[]).includes(type)) return;
     try {
-      onEvent(JSON.parse(e.data) as Envelope);
+      onEvent(JSON.parse(data) as Envelope);
     } catch {
       // A frame that is not an envelope: nothing to show.
     }
   };
-  for (const type of EVENT_TYPES) es.addEventListener(type, handler as EventListener);
-  es.onerror = () => {
-    // Reconnect ourselves, resuming after the last event seen (the browser's own retry would resume
-    // from the first URL's `after`).
-    es.close();
-    if (source !== es) return;
+  const ended = () => {
+    // Reconnect, resuming after the last event seen.
+    if (source !== reading) return;
     source = null;
     stream.value = "retrying";
     if (retryTimer) clearTimeout(retryTimer);
@@ -151,6 +149,7 @@ function connect(): void {
     }, retryDelay);
     retryDelay = Math.min(retryDelay * 2, 15_000);
   };
+  readStream(cursor.url(), reading.signal, opened, handler).then(ended, ended);
 }
 
 let started = false;
@@ -180,6 +179,6 @@ export async function start(): Promise<boolean> {
   setInterval(() => {
     if (document.visibilityState === "visible") void refreshStatus();
   }, 10_000);
-  addEventListener("pagehide", () => source?.close());
+  addEventListener("pagehide", () => source?.abort());
   return true;
 }
