@@ -69,7 +69,8 @@
 //! * [`keys`]: key identity (`KeyId`), providers (OpenAI, Azure), the runtime `KeyEntry`.
 //! * [`secrets`]: the `Secret` newtype that never prints itself, the keychain and memory stores.
 //! * [`tokens`]: local client tokens and their constant-time check.
-//! * [`config`]: the TOML config file (ids and labels, never secrets) and the `KEYMUX_*` variables.
+//! * [`config`]: the TOML config file (ids and labels, never secrets); `config::env`, the `KEYMUX_*`
+//!   variables.
 //!
 //! Foundations:
 //! * [`clock`]: the one place time is read (and advanced, in tests).

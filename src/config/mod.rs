@@ -10,6 +10,9 @@ use serde::{Deserialize, Serialize};
 use crate::keys::{validate_label, KeyEntry, KeyId, KeySource, Provider};
 use crate::secrets::Secret;
 
+mod env;
+pub use env::{EnvKey, EnvSecrets};
+
 /// The default OpenAI base URL.
 pub const DEFAULT_UPSTREAM: &str = "https://api.openai.com/v1";
 /// The default listen address: loopback only.
@@ -283,118 +286,6 @@ impl Config {
     }
 }
 
-/// A key supplied by the environment: `KEYMUX_KEY_<LABEL>=sk-...`, with optional
-/// `KEYMUX_KEY_<LABEL>_BASE_URL`, `_ORG` and `_PROVIDER`.
-#[derive(Clone, Debug)]
-pub struct EnvKey {
-    /// Label, lower-cased from the variable name.
-    pub label: String,
-    /// The secret value.
-    pub secret: crate::secrets::Secret,
-    /// Provider (default OpenAI).
-    pub provider: Provider,
-    /// Base URL override.
-    pub base_url: Option<String>,
-    /// Organization.
-    pub org: Option<String>,
-    /// Priority tier (`_PRIORITY`).
-    pub priority: u8,
-    /// Daily token budget (`_BUDGET`).
-    pub daily_token_budget: Option<u64>,
-}
-
-/// What the environment supplies: ephemeral keys and a client token.
-#[derive(Clone, Debug, Default)]
-pub struct EnvSecrets {
-    /// Keys from `KEYMUX_KEY_*`.
-    pub keys: Vec<EnvKey>,
-    /// `KEYMUX_CLIENT_TOKEN`.
-    pub client_token: Option<crate::secrets::Secret>,
-    /// `KEYMUX_INSTALL_SECRET`: keys the markers of an ephemeral run, so they survive restarts.
-    pub install_secret: Option<crate::secrets::Secret>,
-    /// `KEYMUX_ADMIN_TOKEN`: the admin credential of an ephemeral run, for the CLI and tools.
-    pub admin_token: Option<crate::secrets::Secret>,
-}
-
-const KEY_PREFIX: &str = "KEYMUX_KEY_";
-const ATTRS: [&str; 5] = ["_BASE_URL", "_ORG", "_PROVIDER", "_PRIORITY", "_BUDGET"];
-
-impl EnvSecrets {
-    /// Reads the variables from any list of (name, value) pairs, so tests pass their own.
-    pub fn from_vars<I>(vars: I) -> Result<Self, String>
-    where
-        I: IntoIterator<Item = (String, String)>,
-    {
-        let vars: BTreeMap<String, String> = vars.into_iter().filter(|(k, _)| k.starts_with("KEYMUX_")).collect();
-        let mut out = Self {
-            client_token: vars
-                .get("KEYMUX_CLIENT_TOKEN")
-                .filter(|v| !v.is_empty())
-                .map(|v| crate::secrets::Secret::new(v.as_str())),
-            install_secret: vars
-                .get("KEYMUX_INSTALL_SECRET")
-                .filter(|v| v.len() >= 16)
-                .map(|v| crate::secrets::Secret::new(v.as_str())),
-            admin_token: vars
-                .get("KEYMUX_ADMIN_TOKEN")
-                .filter(|v| !v.is_empty())
-                .map(|v| crate::secrets::Secret::new(v.as_str())),
-            keys: Vec::new(),
-        };
-        for name in ["KEYMUX_CLIENT_TOKEN", "KEYMUX_ADMIN_TOKEN"] {
-            if let Some(value) = vars.get(name).filter(|v| !v.is_empty()) {
-                crate::tokens::check_strength(value).map_err(|e| format!("{name}: {e}"))?;
-            }
-        }
-        if vars.get("KEYMUX_INSTALL_SECRET").is_some_and(|v| v.len() < 16) {
-            return Err("KEYMUX_INSTALL_SECRET must be at least 16 characters".into());
-        }
-        for (name, value) in &vars {
-            let Some(rest) = name.strip_prefix(KEY_PREFIX) else {
-                continue;
-            };
-            // `KEYMUX_KEY_WORK_ORG` is an attribute of `work` when `KEYMUX_KEY_WORK` exists.
-            let is_attr = ATTRS
-                .iter()
-                .any(|a| rest.strip_suffix(a).is_some_and(|base| vars.contains_key(&format!("{KEY_PREFIX}{base}"))));
-            if is_attr || rest.is_empty() {
-                continue;
-            }
-            let label = rest.to_ascii_lowercase();
-            validate_label(&label).map_err(|e| format!("{name}: {e}"))?;
-            crate::keys::validate_secret(value).map_err(|e| format!("{name}: {e}"))?;
-            let attr = |suffix: &str| vars.get(&format!("{name}{suffix}")).filter(|v| !v.is_empty()).cloned();
-            let provider = match attr("_PROVIDER") {
-                None => Provider::Openai,
-                Some(p) => Provider::parse(&p)
-                    .ok_or_else(|| format!("{name}_PROVIDER={p:?}: expected \"openai\" or \"azure\""))?,
-            };
-            if let Some(org) = attr("_ORG") {
-                crate::keys::validate_org(&org).map_err(|e| format!("{name}_ORG: {e}"))?;
-            }
-            if let Some(url) = attr("_BASE_URL") {
-                crate::keys::validate_base_url(&url).map_err(|e| format!("{name}_BASE_URL: {e}"))?;
-            }
-            out.keys.push(EnvKey {
-                label,
-                secret: crate::secrets::Secret::new(value.as_str()),
-                provider,
-                base_url: attr("_BASE_URL"),
-                org: attr("_ORG"),
-                priority: match attr("_PRIORITY") {
-                    None => 0,
-                    Some(p) => p.parse().map_err(|_| format!("{name}_PRIORITY={p:?}: expected 0 to 255"))?,
-                },
-                daily_token_budget: match attr("_BUDGET") {
-                    None => None,
-                    Some(b) => Some(b.parse().map_err(|_| format!("{name}_BUDGET={b:?}: expected a token count"))?),
-                },
-            });
-        }
-        Ok(out)
-    }
-}
-
 impl KeyConfig {
     /// This key's runtime entry, with its secret.
     pub fn entry(&self, secret: Secret) -> KeyEntry {
@@ -450,7 +341,7 @@ mod tests {
 
     #[test]
     fn the_readme_example_is_a_valid_config() {
-        let readme = include_str!("../README.md");
+        let readme = include_str!("../../README.md");
         let start = readme.find("```toml\nlisten").expect("README has the config example") + "```toml\n".len();
         let end = start + readme[start..].find("```").expect("closed");
         let config = Config::parse(&readme[start..end], Path::new("README.md")).expect("the example parses");
