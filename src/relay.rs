@@ -1,6 +1,7 @@
 //! Rewriting what flows back to clients: SSE events, JSON bodies and WebSocket text frames get the
-//! serving key's markers on every org-bound value. Events that cannot carry one pass through untouched
-//! and unparsed; nothing is ever buffered beyond one event (or one JSON body).
+//! serving key's markers on every org-bound value, and an error event has any key it quotes masked.
+//! Events that cannot carry either pass through untouched and unparsed; nothing is ever buffered beyond
+//! one event (or one JSON body).
 
 use std::sync::LazyLock;
 
@@ -188,6 +189,7 @@ impl SseRewriter {
             let frame = self.buf.split_to(end + sep).freeze();
             self.scanned = 0;
             self.observe(&frame);
+            let frame = mask_failed_frame(frame, sep);
             pieces.push(self.rewrite(frame, sep));
         }
         Ok(match pieces.len() {
@@ -237,7 +239,40 @@ impl SseRewriter {
     }
 }
 
+/// An error event's JSON (`error`, `response.failed`) with every key-like word it quotes masked
+/// (`secrets::mask_error_body`); `None` for any other event, and for an error that quotes none. A
+/// provider may quote the key it was sent in the middle of a stream or on a WebSocket just as in a
+/// plain error answer.
+pub fn mask_failed_event(json: &[u8]) -> Option<Bytes> {
+    if ERROR.find(json).is_none() && FAILED.find(json).is_none() {
+        return None;
+    }
+    let event = EndEvent::read(json)?;
+    if !matches!(event.kind(), Some("error" | "response.failed")) {
+        return None;
+    }
+    let masked = crate::secrets::mask_error_body(json, "");
+    (masked.as_ref() != json).then_some(masked)
+}
+
+/// One SSE event with its data masked when it is an error that quotes a key.
+fn mask_failed_frame(frame: Bytes, sep: usize) -> Bytes {
+    let Some(masked) = event_data(&frame).and_then(|data| mask_failed_event(&data)) else { return frame };
+    let body = String::from_utf8_lossy(&frame[..frame.len() - sep]).into_owned();
+    let mut out = BytesMut::with_capacity(frame.len());
+    for line in body.split('\n').filter(|l| !l.starts_with("data:")) {
+        out.extend_from_slice(line.as_bytes());
+        out.extend_from_slice(b"\n");
+    }
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(&masked);
+    out.extend_from_slice(b"\n\n");
+    out.freeze()
+}
+
 static DONE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"[DONE]"));
+static ERROR: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"error\""));
+static FAILED: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"response.failed"));
 static COMPLETED: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"response.completed"));
 static USAGE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\":{"));
 
@@ -394,6 +429,32 @@ mod tests {
         let out = rw.push(b"data: {\"a\":1}\r\n\r\ndata: {\"b\"").expect("fits");
         assert_eq!(&out[..], b"data: {\"a\":1}\r\n\r\n");
         assert_eq!(&rw.finish()[..], b"data: {\"b\"");
+    }
+
+    #[test]
+    fn an_error_event_that_quotes_a_key_is_masked_mid_stream() {
+        let key = "sk-proj-Abc123def456ghi789jkl012mno";
+        let error = json!({"type": "error", "error": {"message": format!("Incorrect API key provided: key={key}.")}});
+        let failed =
+            json!({"type": "response.failed", "response": {"error": {"message": format!("'{key}' was refused")}}});
+        let delta = json!({"type": "response.output_text.delta", "delta": "an error is not a key"});
+        let stream = format!(
+            "{}{}{}",
+            event("response.output_text.delta", &delta),
+            event("error", &error),
+            event("response.failed", &failed)
+        );
+        let mut r = SseRewriter::new(tagger());
+        let out = String::from_utf8(r.push(stream.as_bytes()).unwrap().to_vec()).unwrap();
+        assert!(!out.contains(key), "{out}");
+        assert_eq!(out.matches(crate::secrets::MASKED).count(), 2, "{out}");
+        assert!(out.contains("an error is not a key"), "other events pass as they came: {out}");
+        assert!(out.contains("event: error\n"), "the event's own lines stay: {out}");
+        // The same for a WebSocket frame, which is the event's JSON alone.
+        let frame = error.to_string();
+        let masked = mask_failed_event(frame.as_bytes()).expect("masked");
+        assert!(!String::from_utf8_lossy(&masked).contains(key));
+        assert!(mask_failed_event(delta.to_string().as_bytes()).is_none(), "not an error: untouched");
     }
 
     #[test]

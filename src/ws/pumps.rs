@@ -266,12 +266,15 @@ impl Outbound {
         }
     }
 
-    /// One upstream text frame: noted against the current turn, tagged for the client.
+    /// One upstream text frame: noted against the current turn, any key an error quotes masked, tagged
+    /// for the client.
     fn frame(&self, text: &str) -> String {
         self.observe(text);
+        let masked = crate::relay::mask_failed_event(text.as_bytes());
+        let text = masked.as_deref().map_or(std::borrow::Cow::Borrowed(text), String::from_utf8_lossy);
         match self.tagger.as_ref().and_then(|t| t.tag_json(text.as_bytes())) {
             Some(tagged) => String::from_utf8_lossy(&tagged).into_owned(),
-            None => text.to_owned(),
+            None => text.into_owned(),
         }
     }
 
