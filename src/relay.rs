@@ -445,7 +445,7 @@ mod tests {
             event("response.failed", &failed)
         );
         let mut r = SseRewriter::new(tagger());
-        let out = String::from_utf8(r.push(stream.as_bytes()).unwrap().to_vec()).unwrap();
+        let out = String::from_utf8(r.push(stream.as_bytes()).expect("small events").to_vec()).expect("utf-8");
         assert!(!out.contains(key), "{out}");
         assert_eq!(out.matches(crate::secrets::MASKED).count(), 2, "{out}");
         assert!(out.contains("an error is not a key"), "other events pass as they came: {out}");
