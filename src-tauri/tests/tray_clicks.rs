@@ -192,6 +192,27 @@ async fn every_tray_state_and_menu_action_as_a_user_sees_and_clicks_them() {
         autostart: false,
     };
 
+    states(&desk).await;
+    set_up_codex_and_undo(&mut desk, &codex, original, &base).await;
+    preferences(&mut desk, home.path()).await;
+    window_quit_and_restart(&mut desk, &mut app, &args, &env, home.path()).await;
+    // Down: the port is taken, the app stays up and the icon says so.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut down_args = args.clone();
+    let listen = down_args.iter().position(|a| a == "--listen").unwrap() + 1;
+    down_args[listen] = taken.local_addr().unwrap().to_string();
+    let mut down = App::spawn(&down_args, &env).await;
+    down.wait_for_line("the gateway did not start", WAIT).await;
+    desk.icon = x11::docked_icon(&xvfb.display, WAIT).await;
+    desk.expect_icon(IconState::Down).await;
+    assert!(down.terminate(WAIT).await.success());
+    for secret in ["sk-a1", "sk-b1", TOKEN, ADMIN] {
+        assert!(!down.output().contains(secret) && !app.output().contains(secret), "the app's output shows a secret");
+    }
+}
+
+/// Each state's icon, driven through the menu: healthy, paused, degraded, blocked and back.
+async fn states(desk: &Desk<'_>) {
     // Healthy after a normal start: the first status rebuilt the menu, and the icon left "down".
     desk.wait_status("both keys ready", |s| s.keys.iter().all(|k| k.status.health == HealthState::Ready)).await;
     desk.expect_icon(IconState::Healthy).await;
@@ -202,7 +223,7 @@ async fn every_tray_state_and_menu_action_as_a_user_sees_and_clicks_them() {
         .screen()
         .crop(Rect { x: 0, y: 0, w: menu.rect.x + menu.rect.w + 8, h: menu.rect.y + menu.rect.h + 8 })
         .write_png(&shots().join("menu.png"));
-    x11::xdotool(&xvfb.display, &["key", "Escape"]);
+    x11::xdotool(&desk.xvfb.display, &["key", "Escape"]);
     desk.gone("the menu closes", &menu).await;
 
     // Pause and resume.
@@ -226,22 +247,28 @@ async fn every_tray_state_and_menu_action_as_a_user_sees_and_clicks_them() {
     desk.choose(Action::ToggleKey(b1)).await;
     desk.wait_status("both on", |s| s.keys.iter().all(|k| k.status.health == HealthState::Ready)).await;
     desk.expect_icon(IconState::Healthy).await;
+}
 
+/// Set up Codex through its dialog, and Undo back to the user's own file.
+async fn set_up_codex_and_undo(desk: &mut Desk<'_>, codex: &Path, original: &str, base: &str) {
     // Set up Codex: the dialog shows the change; Apply writes it; Undo gives the file back.
     desk.choose(Action::SetUpCodex).await;
     desk.answer_dialog("Set up Codex", Some("dialog-setup-codex.png")).await;
     desk.answer_dialog("Set up Codex", None).await;
-    let written = std::fs::read_to_string(&codex).unwrap();
-    assert!(written.contains(&base), "the Codex config points at this gateway:\n{written}");
+    let written = std::fs::read_to_string(codex).unwrap();
+    assert!(written.contains(base), "the Codex config points at this gateway:\n{written}");
     assert!(written.contains("# my settings"), "the user's own lines stay:\n{written}");
     desk.codex_undo = true;
     desk.choose(Action::UndoCodex).await;
     desk.answer_dialog("Undo Codex setup", None).await;
-    assert_eq!(std::fs::read_to_string(&codex).unwrap(), original, "Undo gives the file back byte for byte");
+    assert_eq!(std::fs::read_to_string(codex).unwrap(), original, "Undo gives the file back byte for byte");
     desk.codex_undo = false;
+}
 
+/// A notification switch and Start at login, through the files they write.
+async fn preferences(desk: &mut Desk<'_>, home: &Path) {
     // A notification switch: kept in desktop.json.
-    let prefs = home.path().join(".config/keymux/desktop.json");
+    let prefs = home.join(".config/keymux/desktop.json");
     desk.choose(Action::ToggleNotice(NoticeKind::KeyRejected)).await;
     x11::until("the notification choice is saved", WAIT, || {
         let text = std::fs::read_to_string(&prefs).ok()?;
@@ -252,7 +279,7 @@ async fn every_tray_state_and_menu_action_as_a_user_sees_and_clicks_them() {
     // Start at login: an autostart entry that launches this binary, hidden.
     desk.choose(Action::ToggleAutostart).await;
     let entry = x11::until("an autostart entry is written", WAIT, || {
-        let dir = home.path().join(".config/autostart");
+        let dir = home.join(".config/autostart");
         let file =
             std::fs::read_dir(dir).ok()?.flatten().find(|e| e.path().extension().is_some_and(|x| x == "desktop"))?;
         std::fs::read_to_string(file.path()).ok()
@@ -262,26 +289,35 @@ async fn every_tray_state_and_menu_action_as_a_user_sees_and_clicks_them() {
     desk.autostart = true;
     desk.choose(Action::ToggleAutostart).await;
     x11::until("the autostart entry is removed", WAIT, || {
-        let dir = home.path().join(".config/autostart");
+        let dir = home.join(".config/autostart");
         let any = std::fs::read_dir(dir).ok().is_some_and(|d| d.flatten().next().is_some());
         (!any).then_some(())
     })
     .await;
     desk.autostart = false;
+}
 
+/// Open dashboard, move and resize it, Quit, start again: the window comes back where it was left.
+async fn window_quit_and_restart(
+    desk: &mut Desk<'_>,
+    app: &mut App,
+    args: &[String],
+    env: &[(String, String)],
+    home: &Path,
+) {
     // Open dashboard: the window shows the live dashboard; move and resize it for the restart below.
     desk.choose(Action::OpenDashboard).await;
     app.wait_for_line("dashboard window opened", WAIT).await;
     let window = x11::until("the dashboard window is on screen", WAIT, || {
-        x11::shown(&xvfb.display, DASHBOARD).into_iter().next()
+        x11::shown(&desk.xvfb.display, DASHBOARD).into_iter().next()
     })
     .await;
-    xvfb.screenshot_when_drawn(&shots().join("window-from-menu.png"), WAIT).await;
-    x11::xdotool(&xvfb.display, &["windowsize", "--sync", &window.id, "900", "640"]);
-    x11::xdotool(&xvfb.display, &["windowmove", "--sync", &window.id, "120", "90"]);
+    desk.xvfb.screenshot_when_drawn(&shots().join("window-from-menu.png"), WAIT).await;
+    x11::xdotool(&desk.xvfb.display, &["windowsize", "--sync", &window.id, "900", "640"]);
+    x11::xdotool(&desk.xvfb.display, &["windowmove", "--sync", &window.id, "120", "90"]);
     let left_at = Rect { x: 120, y: 90, w: 900, h: 640 };
     x11::until("the window takes its new size and place", WAIT, || {
-        x11::windows(&xvfb.display).into_iter().find(|w| w.id == window.id && w.rect == left_at)
+        x11::windows(&desk.xvfb.display).into_iter().find(|w| w.id == window.id && w.rect == left_at)
     })
     .await;
 
@@ -291,33 +327,19 @@ async fn every_tray_state_and_menu_action_as_a_user_sees_and_clicks_them() {
     assert!(status.success(), "Quit exits 0\n{}", app.output());
     assert!(app.output().contains("metrics flushed"), "{}", app.output());
 
-    let kept = home.path().join(".config/dev.keymux.tray/.window-state.json");
+    let kept = home.join(".config/dev.keymux.tray/.window-state.json");
     let kept = std::fs::read_to_string(kept).unwrap_or_default();
     assert!(kept.contains("\"width\": 900"), "the size and place are kept at Quit: {kept}");
     // Started again: the window opens where and as large as the user left it (the window-state plugin
     // applies it just after the window appears, so wait for that state).
-    let mut again = App::spawn(&args, &env).await;
+    let mut again = App::spawn(args, env).await;
     let base = again.base_url(WAIT).await;
     desk.api = format!("{}/keymux/api", base.trim_end_matches("/v1"));
-    desk.icon = x11::docked_icon(&xvfb.display, WAIT).await;
+    desk.icon = x11::docked_icon(&desk.xvfb.display, WAIT).await;
     desk.choose(Action::OpenDashboard).await;
     x11::until("the window opens at the size and place it was left", WAIT, || {
-        x11::shown(&xvfb.display, DASHBOARD).into_iter().find(|w| w.rect == left_at)
+        x11::shown(&desk.xvfb.display, DASHBOARD).into_iter().find(|w| w.rect == left_at)
     })
     .await;
     assert!(again.terminate(WAIT).await.success());
-
-    // Down: the port is taken, the app stays up and the icon says so.
-    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let mut down_args = args.clone();
-    let listen = down_args.iter().position(|a| a == "--listen").unwrap() + 1;
-    down_args[listen] = taken.local_addr().unwrap().to_string();
-    let mut down = App::spawn(&down_args, &env).await;
-    down.wait_for_line("the gateway did not start", WAIT).await;
-    desk.icon = x11::docked_icon(&xvfb.display, WAIT).await;
-    desk.expect_icon(IconState::Down).await;
-    assert!(down.terminate(WAIT).await.success());
-    for secret in ["sk-a1", "sk-b1", TOKEN, ADMIN] {
-        assert!(!down.output().contains(secret) && !app.output().contains(secret), "the app's output shows a secret");
-    }
 }
