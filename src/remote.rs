@@ -84,7 +84,17 @@ impl Remote {
 
     /// Reads a control API answer as the type the API declares for it.
     pub async fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<T, String> {
-        let value = self.call(http::Method::GET, path, None).await?;
+        self.send(http::Method::GET, path, None).await
+    }
+
+    /// Calls the control API and reads its answer as the type the API declares for it.
+    pub async fn send<T: serde::de::DeserializeOwned>(
+        &self,
+        method: http::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<T, String> {
+        let value = self.call(method, path, body).await?;
         serde_json::from_value(value).map_err(|e| format!("the gateway's answer to {path} was not understood: {e}"))
     }
 

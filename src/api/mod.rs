@@ -154,7 +154,7 @@ async fn switch_key(
         };
         let id = KeyId::new(id.as_str());
         match gw.set_enabled(&id, enabled) {
-            Ok(()) => Json(serde_json::json!({ "key": views::key(&gw, &id) })).into_response(),
+            Ok(()) => Json(types::KeyBody { key: views::key(&gw, &id) }).into_response(),
             Err(e) => control_error(e),
         }
     })

@@ -196,7 +196,7 @@ pub struct ChallengeAnswer {
 }
 
 /// The result of testing a key.
-#[derive(Clone, Debug, Serialize, TS)]
+#[derive(Clone, Debug, Serialize, Deserialize, TS)]
 pub struct KeyTestBody {
     /// The provider accepted the key.
     pub ok: bool,
@@ -208,6 +208,13 @@ pub struct KeyTestBody {
     pub message: String,
     /// From sending the test request to its answer, milliseconds.
     pub duration_ms: u32,
+}
+
+/// The answer to switching a key on or off: the key as it is now.
+#[derive(Clone, Debug, Serialize, Deserialize, TS)]
+pub struct KeyBody {
+    /// The key after the change (`None` only if it was removed meanwhile).
+    pub key: Option<KeyInfo>,
 }
 
 impl From<KeyTest> for KeyTestBody {
@@ -299,6 +306,7 @@ pub fn typescript() -> String {
         LoginLink::decl(),
         SessionToken::decl(),
         KeyTestBody::decl(),
+        KeyBody::decl(),
         ErrorDetail::decl(),
         ErrorBody::decl(),
         NewKey::decl(),

@@ -11,7 +11,7 @@ use http::Method;
 use serde_json::json;
 
 use super::{env_secrets, out, KeysCommand, TokenCommand};
-use crate::api::types::KeyInfo;
+use crate::api::types::{KeyBody, KeyInfo, KeyTestBody};
 use crate::config::Config;
 use crate::config_file::ConfigFile;
 use crate::control::{self, KeyChanges, NewKey};
@@ -184,8 +184,9 @@ async fn switch_key(loaded: &Loaded, label_or_id: &str, action: &str) -> Result<
     let remote = running(loaded).await?;
     let keys: Vec<KeyInfo> = remote.get("/keys").await.map_err(usage)?;
     let id = key_id(&keys, &loaded.config, label_or_id)?;
-    let answer = remote.call(Method::POST, &format!("/keys/{id}/{action}"), None).await.map_err(usage)?;
-    out(&format!("key '{label_or_id}' is now {}", answer["key"]["health"].as_str().unwrap_or(action)));
+    let answer: KeyBody = remote.send(Method::POST, &format!("/keys/{id}/{action}"), None).await.map_err(usage)?;
+    let now = answer.key.map_or(action, |k| health_word(k.status.health));
+    out(&format!("key '{label_or_id}' is now {now}"));
     Ok(())
 }
 
@@ -193,14 +194,10 @@ async fn test_key(loaded: &Loaded, label_or_id: &str) -> Result<(), StartError> 
     let remote = running(loaded).await?;
     let keys: Vec<KeyInfo> = remote.get("/keys").await.map_err(usage)?;
     let id = key_id(&keys, &loaded.config, label_or_id)?;
-    let test = remote.call(Method::POST, &format!("/keys/{id}/test"), None).await.map_err(usage)?;
-    out(&format!(
-        "{} ({} ms{})",
-        test["message"].as_str().unwrap_or("tested"),
-        test["duration_ms"].as_u64().unwrap_or(0),
-        test["org"].as_str().map(|o| format!(", organization {o}")).unwrap_or_default()
-    ));
-    if test["ok"] == true {
+    let test: KeyTestBody = remote.send(Method::POST, &format!("/keys/{id}/test"), None).await.map_err(usage)?;
+    let org = test.org.as_deref().map(|o| format!(", organization {o}")).unwrap_or_default();
+    out(&format!("{} ({} ms{org})", test.message, test.duration_ms));
+    if test.ok {
         Ok(())
     } else {
         Err(usage("the key did not pass"))

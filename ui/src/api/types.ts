@@ -813,6 +813,12 @@ message: string,
  */
 duration_ms: number, };
 
+export type KeyBody = { 
+/**
+ * The key after the change (`None` only if it was removed meanwhile).
+ */
+key: KeyInfo | null, };
+
 export type ErrorDetail = { 
 /**
  * What happened and what to do next.
