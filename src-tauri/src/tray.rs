@@ -121,7 +121,17 @@ pub fn create(app: &AppHandle) -> tauri::Result<()> {
 }
 
 /// Brings the tray up to date with the state: in place when only labels, checks or the icon changed.
+/// Always done on the main thread: a tray call made from another thread waits for the main thread, so
+/// a refresh there holding the tray's lock while a menu click's refresh waited for that lock on the
+/// main thread would stop both, and the icon would never change again.
 pub fn refresh(app: &AppHandle) {
+    let handle = app.clone();
+    if let Err(e) = app.run_on_main_thread(move || refresh_here(&handle)) {
+        tracing::debug!("the tray could not be refreshed: {e}");
+    }
+}
+
+fn refresh_here(app: &AppHandle) {
     let new = model(app);
     let Some(tray_state) = app.try_state::<Tray>() else { return };
     let mut rendered = lock(&tray_state.0);

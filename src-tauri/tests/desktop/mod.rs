@@ -37,9 +37,13 @@ impl Xvfb {
                 .spawn();
             let mut child = child.ok()?;
             let socket = PathBuf::from(format!("/tmp/.X11-unix/X{n}"));
+            let lock = PathBuf::from(format!("/tmp/.X{n}-lock"));
             let started = Instant::now();
             while started.elapsed() < Duration::from_secs(20) {
-                if socket.exists() && fb.path().join("Xvfb_screen0").exists() {
+                // The display is ours only if the lock names our server: two tests starting at once
+                // can both try the same display, and the loser's framebuffer file exists too.
+                let ours = std::fs::read_to_string(&lock).is_ok_and(|pid| pid.trim() == child.id().to_string());
+                if ours && socket.exists() && fb.path().join("Xvfb_screen0").exists() {
                     return Some(Self { child, display: format!(":{n}"), fb });
                 }
                 if let Ok(Some(_)) = child.try_wait() {
