@@ -227,16 +227,21 @@ impl SseRewriter {
         let Some(tagged) = self.tagger.tag_json(data.as_bytes()) else {
             return frame;
         };
-        let mut out = BytesMut::with_capacity(tagged.len() + 64);
-        for line in other {
-            out.extend_from_slice(line.as_bytes());
-            out.extend_from_slice(b"\n");
-        }
-        out.extend_from_slice(b"data: ");
-        out.extend_from_slice(&tagged);
-        out.extend_from_slice(b"\n\n");
-        out.freeze()
+        with_data(&other, &tagged)
     }
+}
+
+/// An SSE event made of its lines other than `data:` and one `data:` line holding `data`.
+fn with_data(other: &[&str], data: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(data.len() + 64);
+    for line in other {
+        out.extend_from_slice(line.as_bytes());
+        out.extend_from_slice(b"\n");
+    }
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\n\n");
+    out.freeze()
 }
 
 /// An error event's JSON (`error`, `response.failed`) with every key-like word it quotes masked
@@ -263,15 +268,9 @@ fn mask_failed_frame(frame: Bytes, sep: usize) -> Bytes {
     }
     let Some(masked) = event_data(&frame).and_then(|data| mask_failed_event(&data)) else { return frame };
     let body = String::from_utf8_lossy(&frame[..frame.len() - sep]).into_owned();
-    let mut out = BytesMut::with_capacity(frame.len());
-    for line in body.split('\n').filter(|l| !l.starts_with("data:")) {
-        out.extend_from_slice(line.as_bytes());
-        out.extend_from_slice(b"\n");
-    }
-    out.extend_from_slice(b"data: ");
-    out.extend_from_slice(&masked);
-    out.extend_from_slice(b"\n\n");
-    out.freeze()
+    let other: Vec<&str> =
+        body.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l)).filter(|l| !l.starts_with("data:")).collect();
+    with_data(&other, &masked)
 }
 
 static DONE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"[DONE]"));
