@@ -52,6 +52,7 @@ pub fn facts(data: &[u8]) {
         seq: 1,
         operation: Operation::classify(&method, &path),
         scope: "fuzz",
+        pool: "all",
         path: &path,
         headers: &headers,
         body: &body,

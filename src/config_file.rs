@@ -8,6 +8,7 @@ use serde::Serialize;
 use toml_edit::{ArrayOfTables, DocumentMut, Item, Table};
 
 use crate::config::{Config, ConfigError, KeyConfig, TokenConfig};
+use crate::pools::PoolConfig;
 
 /// The config file, edited in place.
 #[derive(Clone, Debug)]
@@ -29,7 +30,7 @@ impl ConfigFile {
     /// Applies `change` to the document, checks the result is a valid config, and writes it atomically.
     /// Returns the config as it now is.
     pub fn edit(&self, change: impl FnOnce(&mut DocumentMut) -> Result<(), String>) -> Result<Config, ConfigError> {
-        let invalid = |message: String| ConfigError::Invalid { path: self.path.clone(), message };
+        let invalid = |message: String| ConfigError::Invalid { path: self.path.clone(), message, at: None };
         let text = match std::fs::read_to_string(&self.path) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
@@ -174,6 +175,75 @@ pub fn remove_token(doc: &mut DocumentMut, id: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Sets the `[[pools]]` table of `pool.name` to `pool`'s keys and fallbacks (keeping its place and
+/// comments), or appends one.
+pub fn set_pool(doc: &mut DocumentMut, pool: &PoolConfig) -> Result<(), String> {
+    let all = tables(doc, "pools")?;
+    let same = |t: &Table| t.get("name").and_then(Item::as_str).is_some_and(|n| n.eq_ignore_ascii_case(&pool.name));
+    let Some(table) = all.iter_mut().find(|t| same(t)) else {
+        all.push(table_of(pool)?);
+        return Ok(());
+    };
+    for (name, list) in [("keys", &pool.keys), ("fallback", &pool.fallback)] {
+        let value = toml_edit::Value::Array(list.iter().map(String::as_str).collect());
+        match table.get_mut(name).and_then(Item::as_value_mut) {
+            Some(old) => {
+                let decor = old.decor().clone();
+                *old = value;
+                *old.decor_mut() = decor;
+            }
+            None => {
+                table.insert(name, Item::Value(value));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Removes the `[[pools]]` table named `name`.
+pub fn remove_pool(doc: &mut DocumentMut, name: &str) -> Result<(), String> {
+    let same = |t: &Table| t.get("name").and_then(Item::as_str).is_some_and(|n| n.eq_ignore_ascii_case(name));
+    tables(doc, "pools")?.retain(|t| !same(t));
+    Ok(())
+}
+
+/// Binds token `id` to `pool` (`all` removes the line: it is the default).
+pub fn set_token_pool(doc: &mut DocumentMut, id: &str, pool: &str) -> Result<(), String> {
+    let table = tables(doc, "tokens")?
+        .iter_mut()
+        .find(|t| t.get("id").and_then(Item::as_str) == Some(id))
+        .ok_or_else(|| format!("no token {id} in the config"))?;
+    if pool.eq_ignore_ascii_case(crate::pools::ALL) {
+        table.remove("pool");
+    } else {
+        table.insert("pool", toml_edit::value(pool));
+    }
+    Ok(())
+}
+
+/// In every pool's `keys`, replaces the names in `old` (a key's id and label) with `new`, or removes
+/// them when `new` is `None` (the key was removed).
+pub fn rename_in_pools(doc: &mut DocumentMut, old: &[&str], new: Option<&str>) -> Result<(), String> {
+    if doc.get("pools").is_none() {
+        return Ok(());
+    }
+    for table in tables(doc, "pools")?.iter_mut() {
+        let Some(keys) = table.get_mut("keys").and_then(Item::as_array_mut) else { continue };
+        let matches = |v: &toml_edit::Value| v.as_str().is_some_and(|k| old.iter().any(|o| o.eq_ignore_ascii_case(k)));
+        match new {
+            None => keys.retain(|v| !matches(v)),
+            Some(new) => {
+                for value in keys.iter_mut().filter(|v| matches(v)) {
+                    let decor = value.decor().clone();
+                    *value = toml_edit::Value::from(new);
+                    *value.decor_mut() = decor;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,7 +295,7 @@ priority = 0 # tier 0
         {
             assert!(text.contains(comment), "{comment} lost:\n{text}");
         }
-        let token = TokenConfig { id: "t_1".into(), name: "codex".into(), created_unix: 7 };
+        let token = TokenConfig { id: "t_1".into(), name: "codex".into(), created_unix: 7, pool: "all".into() };
         let config = file.edit(|doc| add_token(doc, &token)).expect("token");
         assert_eq!(config.tokens, [token]);
         let config = file.edit(|doc| remove_token(doc, "t_1")).expect("revoked");

@@ -74,9 +74,9 @@ pub enum ApiError {
     /// The organization that can read the body has no usable key and the policy is `fail`.
     #[error("the owning organization has no usable key")]
     LostOrg { label: String },
-    /// The pool has no keys at all.
+    /// The pool has no keys at all (`pool`: the user's pool the request is bound to, if not `all`).
     #[error("no keys in the pool")]
-    NoKeys,
+    NoKeys { pool: Option<String> },
     /// Every key is cooling down after rate limits.
     #[error("every key is cooling down")]
     AllCooling {
@@ -84,10 +84,15 @@ pub enum ApiError {
         retry_after_secs: u64,
         /// How many keys are cooling.
         cooling: usize,
+        /// The user's pool the request is bound to, if not `all`.
+        pool: Option<String>,
     },
     /// Keys exist but none is usable (invalid, disabled).
     #[error("no usable key")]
-    NoUsableKey { unusable: usize },
+    NoUsableKey { unusable: usize, pool: Option<String> },
+    /// The request replays state made by a key outside its token's pool.
+    #[error("state from a key outside the token's pool")]
+    PoolMismatch { label: String, pool: String, owner: String },
     /// The provider rejected the last key tried (401/403).
     #[error("key rejected by the provider")]
     KeyRejected { label: String, status: u16 },
@@ -187,13 +192,19 @@ impl ApiError {
             Self::ContinuityLost { label } => {
                 req(S::CONFLICT, "keymux_continuity_unavailable", "continuity_lost", continuity_lost(label))
             }
-            Self::NoKeys => srv(S::SERVICE_UNAVAILABLE, "keymux_no_keys", "no_keys", NO_KEYS),
-            Self::AllCooling { retry_after_secs: secs, cooling } => Spec {
+            Self::NoKeys { pool: None } => srv(S::SERVICE_UNAVAILABLE, "keymux_no_keys", "no_keys", NO_KEYS),
+            Self::NoKeys { pool: Some(pool) } => {
+                srv(S::SERVICE_UNAVAILABLE, "keymux_pool_empty", "pool_empty", pool_empty(pool))
+            }
+            Self::AllCooling { retry_after_secs: secs, cooling, pool } => Spec {
                 kind: "requests",
-                ..req(S::TOO_MANY_REQUESTS, "rate_limit_exceeded", "all_cooling", all_cooling(*secs, *cooling))
+                ..req(S::TOO_MANY_REQUESTS, "rate_limit_exceeded", "all_cooling", all_cooling(*secs, *cooling, pool))
             },
-            Self::NoUsableKey { unusable } => {
-                srv(S::SERVICE_UNAVAILABLE, "keymux_no_usable_key", "no_usable_key", no_usable_key(*unusable))
+            Self::NoUsableKey { unusable, pool } => {
+                srv(S::SERVICE_UNAVAILABLE, "keymux_no_usable_key", "no_usable_key", no_usable_key(*unusable, pool))
+            }
+            Self::PoolMismatch { label, pool, owner } => {
+                req(S::FORBIDDEN, "pool_mismatch", "pool_mismatch", pool_mismatch(label, pool, owner))
             }
             Self::KeyRejected { label, status } => {
                 srv(S::SERVICE_UNAVAILABLE, "keymux_key_rejected", "key_rejected", key_rejected(label, *status))
@@ -358,17 +369,44 @@ fn answer_too_large(status: u16, limit: usize) -> String {
     )
 }
 
-fn all_cooling(retry_after_secs: u64, cooling: usize) -> String {
+fn all_cooling(retry_after_secs: u64, cooling: usize, pool: &Option<String>) -> String {
+    match pool {
+        None => format!(
+            "All {cooling} Keymux key(s) are cooling down after rate limits; the first one frees in \
+             {retry_after_secs}s. Retry after that, or add another key."
+        ),
+        Some(pool) => format!(
+            "All {cooling} key(s) of the Keymux pool '{pool}' are cooling down after rate limits; the first one \
+             frees in {retry_after_secs}s. Keymux never sends this token's requests outside the pool: retry after \
+             that, add a key to the pool (`keymux pool set {pool} --keys ...`), or give it a fallback pool \
+             (`keymux pool set {pool} --fallback OTHER`)."
+        ),
+    }
+}
+
+fn no_usable_key(unusable: usize, pool: &Option<String>) -> String {
+    let which = pool.as_ref().map_or_else(
+        || format!("Keymux's {unusable} key(s)"),
+        |p| format!("the {unusable} key(s) of the Keymux pool '{p}'"),
+    );
     format!(
-        "All {cooling} Keymux key(s) are cooling down after rate limits; the first one frees in {retry_after_secs}s. \
-         Retry after that, or add another key."
+        "None of {which} is usable right now (rejected by the provider or disabled). Check \
+         `keymux keys list` and replace the keys it flags."
     )
 }
 
-fn no_usable_key(unusable: usize) -> String {
+fn pool_empty(pool: &str) -> String {
     format!(
-        "None of Keymux's {unusable} key(s) is usable right now (rejected by the provider or disabled). Check \
-         `keymux keys list` and replace the keys it flags."
+        "The Keymux pool '{pool}' has no keys, and this token may only use that pool. Add keys to it with \
+         `keymux pool set {pool} --keys LABEL,...` (or in the dashboard's Pools view), or use a token of another pool."
+    )
+}
+
+fn pool_mismatch(label: &str, pool: &str, owner: &str) -> String {
+    format!(
+        "This request replays state made by Keymux key '{label}' of the pool '{owner}', but its token belongs to \
+         the pool '{pool}', and Keymux never crosses a pool's boundary. Continue the session with a token of \
+         '{owner}', or start a new session."
     )
 }
 
@@ -410,7 +448,7 @@ mod tests {
 
     #[test]
     fn all_cooling_is_a_429_with_integer_retry_after() {
-        let response = ApiError::AllCooling { retry_after_secs: 7, cooling: 3 }.into_response();
+        let response = ApiError::AllCooling { retry_after_secs: 7, cooling: 3, pool: None }.into_response();
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(response.headers().get(header::RETRY_AFTER).map(|v| v.as_bytes()), Some(&b"7"[..]));
     }

@@ -110,6 +110,8 @@ impl RequestRecord {
                 operation,
                 transport,
                 client: ClientKind::Other,
+                token: String::new(),
+                pool: crate::pools::ALL.to_owned(),
                 session: None,
                 model: None,
                 decision,
@@ -196,6 +198,11 @@ pub enum GatewayEvent {
         /// Its name.
         name: String,
     },
+    /// A pool was created, changed or removed, or a token moved to another pool.
+    PoolsChanged {
+        /// The pool.
+        name: String,
+    },
 }
 
 /// A request was routed (before any attempt): the dashboard shows it at once. A finished request's
@@ -210,6 +217,10 @@ pub struct Routed {
     pub transport: Wire,
     /// The client that sent it.
     pub client: ClientKind,
+    /// The name of the local token it came with (empty for `KEYMUX_CLIENT_TOKEN`).
+    pub token: String,
+    /// The pool that token is bound to (`all`: every key).
+    pub pool: String,
     /// A short keyed digest of its session.
     pub session: Option<String>,
     /// Model named in the body (capped).

@@ -23,6 +23,7 @@ use crate::keys::{KeyEntry, KeyId};
 use crate::markers::Markers;
 use crate::metrics::Metrics;
 use crate::pool::{HealthChange, HealthState, Learned, Pool, ViewFor};
+use crate::pools::{PoolConfig, Pools};
 use crate::router::{self, Policy};
 use crate::sessions::Sessions;
 use crate::settings::Settings;
@@ -41,6 +42,10 @@ pub struct Gateway {
     soft: Table,
     upstream: Upstream,
     tokens: ArcSwap<TokenSet>,
+    /// The user's pools, resolved to key ids; replaced whole when a pool or a key changes.
+    pools: ArcSwap<Pools>,
+    /// Pools from `KEYMUX_POOL_*`: kept beside the config's, never written to it.
+    env_pools: Vec<PoolConfig>,
     events: Events,
     sessions: Sessions,
     access: Access,
@@ -73,7 +78,11 @@ impl Gateway {
         markers: Markers,
     ) -> Result<Self, UpstreamError> {
         let affinity = &config.affinity;
+        let labels: Vec<(KeyId, String)> = keys.iter().map(|k| (k.id.clone(), k.label.clone())).collect();
+        let pools = Pools::resolve(config.pools.clone(), &labels, &Pools::default());
         Ok(Self {
+            pools: ArcSwap::from_pointee(pools),
+            env_pools: Vec::new(),
             pool: Pool::new(keys, markers),
             metrics: Metrics::in_memory(),
             hints: Table::new(crate::affinity::HINT_CAPACITY, crate::affinity::DEFAULT_TTL),
@@ -112,9 +121,17 @@ impl Gateway {
         self
     }
 
-    /// Keeps runtime changes (keys, tokens) in these settings.
+    /// Keeps runtime changes (keys, tokens, pools) in these settings.
     pub fn with_settings(mut self, settings: Settings) -> Self {
         self.settings = settings;
+        self.refresh_pools();
+        self
+    }
+
+    /// Adds pools from the environment (`KEYMUX_POOL_*`), kept beside the config's.
+    pub fn with_env_pools(mut self, pools: Vec<PoolConfig>) -> Self {
+        self.env_pools = pools;
+        self.refresh_pools();
         self
     }
 
@@ -142,6 +159,26 @@ impl Gateway {
     /// The accepted local tokens (a snapshot).
     pub fn tokens(&self) -> Arc<TokenSet> {
         self.tokens.load_full()
+    }
+
+    /// The user's pools (a snapshot).
+    pub fn pools(&self) -> arc_swap::Guard<Arc<Pools>> {
+        self.pools.load()
+    }
+
+    /// Pools from the environment (`KEYMUX_POOL_*`).
+    pub fn env_pools(&self) -> &[PoolConfig] {
+        &self.env_pools
+    }
+
+    /// Resolves the pools again from the config and the keys there are now (after a pool or a key
+    /// changed). Keys taken out of a pool are remembered as its former keys.
+    pub(crate) fn refresh_pools(&self) {
+        let mut defs = self.settings.config().pools;
+        defs.extend(self.env_pools.iter().cloned());
+        let labels: Vec<(KeyId, String)> =
+            self.pool.ids().into_iter().map(|id| (id.clone(), self.pool.label(&id))).collect();
+        self.pools.rcu(|old| Pools::resolve(defs.clone(), &labels, old));
     }
 
     /// Replaces the accepted tokens.

@@ -37,7 +37,10 @@
 //! * [`relay`]: tags org-bound values in relayed SSE events, JSON bodies and WebSocket frames.
 //!
 //! Changing it:
-//! * [`control`]: keys, tokens and routing changed at runtime (and offline, by the CLI).
+//! * [`control`]: keys, tokens, pools and routing changed at runtime (and offline, by the CLI);
+//!   `control::pools` for pools.
+//! * [`pools`]: the user's boundaries: named sets of keys that each client token is bound to, checked
+//!   and resolved to key ids; what one request may reach (`Reach`), and the `pool_mismatch` check.
 //! * [`settings`]: where those changes are kept: the secret store, the config file, the config now.
 //! * [`config_file`]: edits to the config file that keep the user's comments.
 //! * [`setup`]: points Codex and pi at Keymux in their own config files, one flow for the CLI and the
@@ -101,6 +104,7 @@ pub mod markers;
 pub mod metrics;
 pub mod pipeline;
 pub mod pool;
+pub mod pools;
 pub mod proxy;
 pub mod quota;
 pub mod recency;

@@ -142,10 +142,12 @@ async fn admit(
     let deadline = parts.extensions.get::<RequestLimits>().copied().unwrap_or_default().body_read_timeout;
     let raw = crate::limits::read_body(&parts.headers, body, gateway.max_body_bytes(), deadline).await?;
     let scope = parts.extensions.get::<ClientScope>().cloned().unwrap_or_default();
+    trace.client(&scope);
     let incoming = Incoming {
         seq: trace.seq(),
         operation,
-        scope: &scope.0,
+        scope: &scope.tag,
+        pool: &scope.pool,
         path: parts.uri.path(),
         headers: &parts.headers,
         body: &raw,

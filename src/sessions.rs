@@ -175,6 +175,7 @@ fn refusal_name(refusal: &Refusal) -> &'static str {
         Refusal::NoKeys => "no_keys",
         Refusal::AllCooling { .. } => "all_cooling",
         Refusal::NoUsableKey { .. } => "no_usable_key",
+        Refusal::PoolMismatch { .. } => "pool_mismatch",
     }
 }
 

@@ -23,7 +23,7 @@ pub enum ConfigSource {
     /// A file (`None`: the platform default path); changes are saved back to it.
     File(Option<PathBuf>),
     /// A value held in memory (tests, embedders); changes are not saved anywhere.
-    Value(Config),
+    Value(Box<Config>),
 }
 
 impl Default for ConfigSource {
@@ -106,7 +106,7 @@ pub fn open_store(config: &Config, ephemeral: bool) -> Arc<dyn SecretStore> {
 /// Reads the config an option names, with the overrides applied.
 pub fn load_config(options: &StartOptions) -> Result<(Config, Option<PathBuf>), StartError> {
     let (mut config, path) = match &options.config {
-        ConfigSource::Value(config) => (config.clone(), None),
+        ConfigSource::Value(config) => ((**config).clone(), None),
         ConfigSource::File(path) => {
             let path = match path {
                 Some(p) => p.clone(),
@@ -278,7 +278,7 @@ async fn client_tokens(
 ) -> Result<(TokenSet, String), StartError> {
     let mut tokens = TokenSet::default();
     if let Some(token) = &options.env.client_token {
-        tokens = tokens.with("env", "", token);
+        tokens = tokens.with("env", "", crate::pools::ALL, token);
     }
     let mut hint = options.env.client_token.as_ref().map(|_| "KEYMUX_CLIENT_TOKEN".to_owned());
     if keychain_ok {
@@ -286,7 +286,7 @@ async fn client_tokens(
             let account = account::token(&token.id);
             match secrets::blocking(store.clone(), move |s| s.get(&account)).await {
                 Ok(Some(secret)) => {
-                    tokens = tokens.with(&token.id, &token.name, &secret);
+                    tokens = tokens.with(&token.id, &token.name, &token.pool, &secret);
                     hint.get_or_insert_with(|| format!("`keymux token show {}`", token.name));
                 }
                 Ok(None) => notices.push(format!(
@@ -383,7 +383,7 @@ pub async fn first_run(options: &StartOptions) -> Result<Vec<String>, StartError
     if config.tokens.is_empty() && options.env.client_token.is_none() {
         let settings = crate::settings::Settings::new(store, path.map(crate::config_file::ConfigFile::new), config);
         let now = crate::clock::Clock::system().unix_ms() / 1000;
-        crate::control::store_new_token(&settings, "default", now)
+        crate::control::store_new_token(&settings, "default", crate::pools::ALL, now)
             .await
             .map_err(|e| StartError::Usage(e.to_string()))?;
         done.push(

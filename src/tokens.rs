@@ -2,7 +2,7 @@
 //! SHA-256 digests are held in memory for checking; comparison is constant-time.
 
 use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
+use subtle::{ConditionallySelectable, ConstantTimeEq};
 
 use crate::secrets::Secret;
 
@@ -26,11 +26,12 @@ pub fn check_strength(token: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// One accepted token: its id, its name, and its digest (the token itself is never kept).
+/// One accepted token: its id, its name, its pool, and its digest (the token itself is never kept).
 #[derive(Clone)]
 struct Entry {
     id: String,
     name: String,
+    pool: String,
     digest: [u8; 32],
 }
 
@@ -42,21 +43,34 @@ pub struct TokenSet {
 }
 
 impl TokenSet {
-    /// Accepts these tokens (unnamed).
+    /// Accepts these tokens (unnamed, in the pool `all`).
     pub fn new<'a>(tokens: impl IntoIterator<Item = &'a Secret>) -> Self {
         let entries = tokens
             .into_iter()
             .enumerate()
-            .map(|(i, t)| Entry { id: format!("t{i}"), name: String::new(), digest: digest(t.expose()) })
+            .map(|(i, t)| Entry {
+                id: format!("t{i}"),
+                name: String::new(),
+                pool: crate::pools::ALL.to_owned(),
+                digest: digest(t.expose()),
+            })
             .collect();
         Self { entries }
     }
 
-    /// This set, and `token` under `id` and `name`.
-    pub fn with(&self, id: &str, name: &str, token: &Secret) -> Self {
+    /// This set, and `token` under `id` and `name`, bound to `pool`.
+    pub fn with(&self, id: &str, name: &str, pool: &str, token: &Secret) -> Self {
         let mut entries = self.entries.clone();
         entries.retain(|e| e.id != id);
-        entries.push(Entry { id: id.to_owned(), name: name.to_owned(), digest: digest(token.expose()) });
+        let digest = digest(token.expose());
+        entries.push(Entry { id: id.to_owned(), name: name.to_owned(), pool: pool.to_owned(), digest });
+        Self { entries }
+    }
+
+    /// This set, with token `id` bound to `pool`.
+    pub fn moved(&self, id: &str, pool: &str) -> Self {
+        let mut entries = self.entries.clone();
+        entries.iter_mut().filter(|e| e.id == id).for_each(|e| pool.clone_into(&mut e.pool));
         Self { entries }
     }
 
@@ -75,23 +89,49 @@ impl TokenSet {
         self.entries.is_empty()
     }
 
-    /// Checks a presented token and names the client it belongs to (a short digest, never the token),
-    /// which scopes that client's affinity tables.
+    /// The pools tokens are bound to, by token id.
+    pub fn pools(&self) -> Vec<(String, String)> {
+        self.entries.iter().map(|e| (e.id.clone(), e.pool.clone())).collect()
+    }
+
+    /// Checks a presented token and names the client it belongs to: a short digest (never the token),
+    /// which scopes that client's affinity tables, its name and its pool.
     pub fn client_of(&self, presented: &str) -> Option<ClientScope> {
-        self.accepts(presented).then(|| ClientScope(hex::encode(&digest(presented)[..6])))
+        let d = digest(presented);
+        // Check every digest, so timing does not reveal which one matched.
+        let (mut index, mut any) = (0u32, subtle::Choice::from(0));
+        for (i, known) in self.entries.iter().enumerate() {
+            let hit = known.digest.ct_eq(&d);
+            index.conditional_assign(&u32::try_from(i).unwrap_or(u32::MAX), hit);
+            any |= hit;
+        }
+        let entry = bool::from(any).then(|| &self.entries[index as usize])?;
+        Some(ClientScope { tag: hex::encode(&d[..6]), token: entry.name.clone(), pool: entry.pool.clone() })
     }
 
     /// Checks a presented token.
     pub fn accepts(&self, presented: &str) -> bool {
-        let d = digest(presented);
-        // Check every digest, so timing does not reveal which one matched.
-        self.entries.iter().fold(0u8, |hit, known| hit | known.digest.ct_eq(&d).unwrap_u8()) == 1
+        self.client_of(presented).is_some()
     }
 }
 
-/// Which local client token a request came with (a short digest of it).
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub struct ClientScope(pub String);
+/// Which local client token a request came with: a short digest of it (never the token), its name and
+/// the pool it is bound to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientScope {
+    /// A short digest of the token: scopes the client's affinity digests.
+    pub tag: String,
+    /// The token's name (empty for `KEYMUX_CLIENT_TOKEN`).
+    pub token: String,
+    /// The pool its requests may reach.
+    pub pool: String,
+}
+
+impl Default for ClientScope {
+    fn default() -> Self {
+        Self { tag: String::new(), token: String::new(), pool: crate::pools::ALL.to_owned() }
+    }
+}
 
 fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
@@ -119,13 +159,17 @@ mod tests {
 
     #[test]
     fn tokens_come_and_go_without_a_restart() {
-        let set = TokenSet::default().with("t_1", "codex", &Secret::new("km-one-aaaaaaaaaaaaaaaaaaaaaaaa"));
+        let set = TokenSet::default().with("t_1", "codex", "all", &Secret::new("km-one-aaaaaaaaaaaaaaaaaaaaaaaa"));
         assert!(set.accepts("km-one-aaaaaaaaaaaaaaaaaaaaaaaa"));
-        let set = set.with("t_2", "pi", &Secret::new("km-two-bbbbbbbbbbbbbbbbbbbbbbbb"));
+        let set = set.with("t_2", "pi", "work", &Secret::new("km-two-bbbbbbbbbbbbbbbbbbbbbbbb"));
         assert_eq!(set.names().len(), 2);
         let set = set.without("t_1");
         assert!(!set.accepts("km-one-aaaaaaaaaaaaaaaaaaaaaaaa"), "revoked at once");
         assert!(set.accepts("km-two-bbbbbbbbbbbbbbbbbbbbbbbb"));
+        let pi = set.client_of("km-two-bbbbbbbbbbbbbbbbbbbbbbbb").expect("accepted");
+        assert_eq!((pi.token.as_str(), pi.pool.as_str()), ("pi", "work"), "a token carries its pool");
+        let moved = set.moved("t_2", "personal").client_of("km-two-bbbbbbbbbbbbbbbbbbbbbbbb").expect("accepted");
+        assert_eq!(moved.pool, "personal");
     }
 
     #[test]

@@ -155,7 +155,7 @@ mod tests {
         let mut config = Config::default();
         config.tokens.push(TokenConfig { id: "t_other".into(), name: "other".into(), created_unix: 0 });
         let options = StartOptions {
-            config: ConfigSource::Value(config),
+            config: ConfigSource::Value(Box::new(config)),
             store: Some(Arc::new(store)),
             ephemeral: true,
             ..StartOptions::default()

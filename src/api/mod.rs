@@ -37,7 +37,9 @@ pub fn routes() -> Router<Arc<Gateway>> {
         .route("/keys/{id}/test", post(test_key))
         .route("/keys/{id}/{action}", post(switch_key))
         .route("/tokens", get(tokens).post(create_token))
-        .route("/tokens/{id}", axum::routing::delete(revoke_token))
+        .route("/tokens/{id}", axum::routing::delete(revoke_token).patch(update_token))
+        .route("/pools", get(pools).post(create_pool))
+        .route("/pools/{name}", axum::routing::patch(update_pool).delete(remove_pool))
         .route("/pause", post(pause))
         .route("/resume", post(resume))
         .route("/decisions", get(decisions))
@@ -164,22 +166,69 @@ async fn tokens(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response<
     guarded(&gw, &headers, || Json(views::tokens(&gw)).into_response())
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NewToken {
-    name: String,
-}
-
 async fn create_token(State(gw): State<Arc<Gateway>>, request: Request) -> Response<Body> {
-    let new: NewToken = match guarded_json(&gw, request).await {
+    let new: types::NewToken = match guarded_json(&gw, request).await {
         Ok(new) => new,
         Err(e) => return e.into_response(),
     };
-    match gw.create_token(&new.name).await {
+    match gw.create_token(&new.name, new.pool.as_deref().unwrap_or(crate::pools::ALL)).await {
         Ok((listed, secret)) => {
-            let token = types::TokenInfo { id: listed.id, name: listed.name, created_unix: listed.created_unix };
+            let token = types::TokenInfo {
+                id: listed.id,
+                name: listed.name,
+                created_unix: listed.created_unix,
+                pool: listed.pool,
+            };
             (StatusCode::CREATED, Json(CreatedToken { token, secret: secret.expose().to_owned() })).into_response()
         }
+        Err(e) => control_error(e),
+    }
+}
+
+/// `PATCH /keymux/api/tokens/{id}`: moves a token to another pool.
+async fn update_token(State(gw): State<Arc<Gateway>>, Path(id): Path<String>, request: Request) -> Response<Body> {
+    let changes: types::TokenChanges = match guarded_json(&gw, request).await {
+        Ok(changes) => changes,
+        Err(e) => return e.into_response(),
+    };
+    match gw.move_token(&id, &changes.pool) {
+        Ok(moved) => Json(views::tokens(&gw).into_iter().find(|t| t.id == moved.id)).into_response(),
+        Err(e) => control_error(e),
+    }
+}
+
+async fn pools(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response<Body> {
+    guarded(&gw, &headers, || Json(views::pools(&gw, &views::keys(&gw))).into_response())
+}
+
+async fn create_pool(State(gw): State<Arc<Gateway>>, request: Request) -> Response<Body> {
+    let new: types::NewPool = match guarded_json(&gw, request).await {
+        Ok(new) => new,
+        Err(e) => return e.into_response(),
+    };
+    match gw.create_pool(new) {
+        Ok(made) => (StatusCode::CREATED, Json(views::pool(&gw, &made.name))).into_response(),
+        Err(e) => control_error(e),
+    }
+}
+
+async fn update_pool(State(gw): State<Arc<Gateway>>, Path(name): Path<String>, request: Request) -> Response<Body> {
+    let changes: crate::control::pools::PoolChanges = match guarded_json(&gw, request).await {
+        Ok(changes) => changes,
+        Err(e) => return e.into_response(),
+    };
+    match gw.change_pool(&name, &changes) {
+        Ok(changed) => Json(views::pool(&gw, &changed.name)).into_response(),
+        Err(e) => control_error(e),
+    }
+}
+
+async fn remove_pool(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Path(name): Path<String>) -> Response<Body> {
+    if let Err(e) = guard(&gw, &headers) {
+        return e.into_response();
+    }
+    match gw.remove_pool(&name) {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => control_error(e),
     }
 }

@@ -20,7 +20,35 @@ pub struct StatusBody {
     pub gateway: GatewayInfo,
     /// Every pooled key, whatever its health, in the pool's order.
     pub keys: Vec<KeyInfo>,
+    /// The pools: the built-in `all` first, then the user's, in their order.
+    pub pools: Vec<PoolInfo>,
 }
+
+/// A pool as the dashboard, the tray and the CLI show it.
+#[derive(Clone, Debug, Serialize, Deserialize, TS)]
+pub struct PoolInfo {
+    /// Its name.
+    pub name: String,
+    /// The built-in `all` (every key; it cannot be changed).
+    pub builtin: bool,
+    /// Defined by `KEYMUX_POOL_*` (change the environment to change it).
+    pub from_env: bool,
+    /// Its keys as the user named them (labels or ids).
+    pub keys: Vec<String>,
+    /// The keys they resolve to, in the pool's order.
+    pub key_ids: Vec<KeyId>,
+    /// Its fallback pools, in order.
+    pub fallback: Vec<String>,
+    /// The tokens bound to it, by name.
+    pub tokens: Vec<String>,
+    /// Its keys that can take a request now.
+    pub usable: usize,
+    /// Mean rate-limit headroom of its usable keys, 0 to 1 (0 when none is usable).
+    pub headroom: f32,
+}
+
+/// A pool to create: `POST /keymux/api/pools`.
+pub type NewPool = crate::pools::PoolConfig;
 
 /// The gateway as a whole.
 #[derive(Clone, Debug, Serialize, Deserialize, TS)]
@@ -89,10 +117,12 @@ pub struct KeyInfo {
     pub requests_window: Option<WindowInfo>,
     /// The provider's window for tokens (`x-ratelimit-*-tokens`), once an answer reported it.
     pub tokens_window: Option<WindowInfo>,
+    /// The user's pools that hold it (every key is also in `all`).
+    pub pools: Vec<String>,
 }
 
 /// A client token as listed (never the token itself).
-#[derive(Clone, Debug, Serialize, TS)]
+#[derive(Clone, Debug, Serialize, Deserialize, TS)]
 pub struct TokenInfo {
     /// The id the config and the keychain entry name the token by (`t_…`).
     pub id: String,
@@ -100,6 +130,27 @@ pub struct TokenInfo {
     pub name: String,
     /// When it was created, Unix seconds (0 when not known).
     pub created_unix: u64,
+    /// The pool its requests may reach (`all`: every key).
+    pub pool: String,
+}
+
+/// A change to a token: `PATCH /keymux/api/tokens/{id}`.
+#[derive(Clone, Debug, Deserialize, TS)]
+#[serde(deny_unknown_fields)]
+pub struct TokenChanges {
+    /// The pool to bind it to.
+    pub pool: String,
+}
+
+/// A token to create: `POST /keymux/api/tokens`.
+#[derive(Clone, Debug, Deserialize, TS)]
+#[serde(deny_unknown_fields)]
+pub struct NewToken {
+    /// Its name (`codex`, `acme-repo`).
+    pub name: String,
+    /// Its pool (default `all`).
+    #[serde(default)]
+    pub pool: Option<String>,
 }
 
 /// A token just created: the only time its value is shown.
@@ -296,8 +347,13 @@ pub fn typescript() -> String {
         WindowInfo::decl(),
         KeyStatus::decl(),
         extending(KeyInfo::decl(), "KeyStatus"),
+        PoolInfo::decl(),
+        crate::pools::PoolConfig::decl(),
+        crate::control::pools::PoolChanges::decl(),
         StatusBody::decl(),
         TokenInfo::decl(),
+        TokenChanges::decl(),
+        NewToken::decl(),
         CreatedToken::decl(),
         DecisionsBody::decl(),
         SessionsBody::decl(),

@@ -3,10 +3,13 @@
 
 use std::time::Duration;
 
-use super::types::{GatewayInfo, KeyInfo, KeychainInfo, StatusBody, TokenInfo, UsageBody, UsagePoint, WindowInfo};
+use super::types::{
+    GatewayInfo, KeyInfo, KeychainInfo, PoolInfo, StatusBody, TokenInfo, UsageBody, UsagePoint, WindowInfo,
+};
 use crate::gateway::Gateway;
 use crate::keys::KeyId;
 use crate::pool::{HealthState, KeyStatus};
+use crate::pools::{PoolConfig, Pools, ALL};
 use crate::quota::WindowState;
 
 fn millis(d: Duration) -> u64 {
@@ -23,11 +26,12 @@ fn window(state: Option<WindowState>, now_unix_ms: u64) -> Option<WindowInfo> {
     })
 }
 
-fn info(status: KeyStatus, now_unix_ms: u64) -> KeyInfo {
+fn info(status: KeyStatus, now_unix_ms: u64, pools: &Pools) -> KeyInfo {
     KeyInfo {
         until_unix_ms: (status.cooldown_ms > 0).then(|| now_unix_ms + status.cooldown_ms),
         requests_window: window(status.requests_window, now_unix_ms),
         tokens_window: window(status.tokens_window, now_unix_ms),
+        pools: pools.pools_of(&status.id),
         status,
     }
 }
@@ -35,7 +39,50 @@ fn info(status: KeyStatus, now_unix_ms: u64) -> KeyInfo {
 /// Every key.
 pub fn keys(gw: &Gateway) -> Vec<KeyInfo> {
     let now_unix_ms = gw.clock().unix_ms();
-    gw.pool().status(gw.clock().now(), gw.today()).into_iter().map(|k| info(k, now_unix_ms)).collect()
+    let pools = gw.pools();
+    gw.pool().status(gw.clock().now(), gw.today()).into_iter().map(|k| info(k, now_unix_ms, &pools)).collect()
+}
+
+/// Every pool (`all` first) with its tokens and how many of its keys can serve now.
+pub fn pools(gw: &Gateway, keys: &[KeyInfo]) -> Vec<PoolInfo> {
+    let resolved = gw.pools();
+    let tokens = tokens(gw);
+    let builtin = PoolConfig { name: ALL.to_owned(), keys: Vec::new(), fallback: Vec::new() };
+    std::iter::once(&builtin)
+        .chain(resolved.defs())
+        .map(|def| {
+            let key_ids = resolved.keys_of(&def.name).to_vec();
+            let usable: Vec<&KeyInfo> = keys
+                .iter()
+                .filter(|k| key_ids.contains(&k.status.id) && k.status.health == HealthState::Ready)
+                .collect();
+            let headroom = if usable.is_empty() {
+                0.0
+            } else {
+                usable.iter().map(|k| k.status.headroom).sum::<f32>() / usable.len() as f32
+            };
+            PoolInfo {
+                name: def.name.clone(),
+                builtin: def.name == ALL,
+                from_env: gw.env_pools().iter().any(|p| p.name.eq_ignore_ascii_case(&def.name)),
+                keys: def.keys.clone(),
+                fallback: def.fallback.clone(),
+                tokens: tokens
+                    .iter()
+                    .filter(|t| t.pool.eq_ignore_ascii_case(&def.name))
+                    .map(|t| t.name.clone())
+                    .collect(),
+                usable: usable.len(),
+                headroom,
+                key_ids,
+            }
+        })
+        .collect()
+}
+
+/// One pool.
+pub fn pool(gw: &Gateway, name: &str) -> Option<PoolInfo> {
+    pools(gw, &keys(gw)).into_iter().find(|p| p.name.eq_ignore_ascii_case(name))
 }
 
 /// One key.
@@ -70,19 +117,21 @@ pub fn status(gw: &Gateway) -> StatusBody {
         now_unix_ms,
         last_event_id: gw.events().last_id(),
     };
-    StatusBody { gateway, keys }
+    StatusBody { gateway, pools: pools(gw, &keys), keys }
 }
 
 /// The client tokens (never their values).
 pub fn tokens(gw: &Gateway) -> Vec<TokenInfo> {
     let listed = gw.settings().config().tokens;
-    gw.tokens()
-        .names()
+    let set = gw.tokens();
+    let pools = set.pools();
+    set.names()
         .into_iter()
-        .map(|(id, name)| {
+        .zip(pools)
+        .map(|((id, name), (_, pool))| {
             let created_unix = listed.iter().find(|t| t.id == id).map_or(0, |t| t.created_unix);
             let name = if name.is_empty() { "KEYMUX_CLIENT_TOKEN".to_owned() } else { name };
-            TokenInfo { id, name, created_unix }
+            TokenInfo { id, name, created_unix, pool }
         })
         .collect()
 }

@@ -31,7 +31,7 @@ pub(super) struct Loaded {
 }
 
 impl Loaded {
-    fn settings(&self) -> Settings {
+    pub(super) fn settings(&self) -> Settings {
         Settings::new(self.store.clone(), Some(ConfigFile::new(&self.path)), self.config.clone())
     }
 }
@@ -280,39 +280,53 @@ fn health_word(health: HealthState) -> &'static str {
 pub(super) async fn token(config_path: Option<PathBuf>, cmd: TokenCommand) -> Result<(), StartError> {
     let loaded = load(config_path)?;
     match cmd {
-        TokenCommand::Create { name } => create_token(&loaded, &name).await,
+        TokenCommand::Create { name, pool } => create_token(&loaded, &name, &pool).await,
         TokenCommand::List => {
             if loaded.config.tokens.is_empty() {
                 out("no tokens yet: `keymux token create --name codex`");
+                return Ok(());
             }
+            out(&format!("{:<16} {:<16} POOL", "NAME", "ID"));
             for t in &loaded.config.tokens {
-                out(&format!("{:<16} {}", t.name, t.id));
+                out(&format!("{:<16} {:<16} {}", t.name, t.id, t.pool));
             }
             Ok(())
         }
+        TokenCommand::Set { token, pool } => super::pools::move_token(&loaded, &token, &pool).await,
         TokenCommand::Show { token } => show_token(&loaded, &token).await,
         TokenCommand::Revoke { token } => revoke_token(&loaded, &token).await,
     }
 }
 
-async fn create_token(loaded: &Loaded, name: &str) -> Result<(), StartError> {
-    let secret = new_token(loaded, remote(loaded).await?.as_ref(), name).await?;
+async fn create_token(loaded: &Loaded, name: &str, pool: &str) -> Result<(), StartError> {
+    let secret = new_token(loaded, remote(loaded).await?.as_ref(), name, pool).await?;
     out(secret.expose());
+    let reach = if pool.eq_ignore_ascii_case(crate::pools::ALL) {
+        String::new()
+    } else {
+        format!(" Its requests reach only the keys of the pool '{pool}'.")
+    };
     eprintln!(
-        "created token '{name}'. Export it for your client, e.g. `export KEYMUX_TOKEN=$(keymux token show {name})`."
+        "created token '{name}'.{reach} Export it for your client, e.g. `export KEYMUX_TOKEN=$(keymux token show {name})`."
     );
     Ok(())
 }
 
-/// Creates a client token: through the running gateway when there is one (accepted at once), else in
-/// the keychain and the config (accepted from the next start).
-pub(super) async fn new_token(loaded: &Loaded, remote: Option<&Remote>, name: &str) -> Result<Secret, StartError> {
+/// Creates a client token bound to `pool`: through the running gateway when there is one (accepted at
+/// once), else in the keychain and the config (accepted from the next start).
+pub(super) async fn new_token(
+    loaded: &Loaded,
+    remote: Option<&Remote>,
+    name: &str,
+    pool: &str,
+) -> Result<Secret, StartError> {
     if let Some(remote) = remote {
-        let created = remote.call(Method::POST, "/tokens", Some(json!({ "name": name }))).await.map_err(usage)?;
+        let body = json!({ "name": name, "pool": pool });
+        let created = remote.call(Method::POST, "/tokens", Some(body)).await.map_err(usage)?;
         return Ok(Secret::new(created["secret"].as_str().unwrap_or_default()));
     }
     let now = crate::clock::Clock::system().unix_ms() / 1000;
-    Ok(control::store_new_token(&loaded.settings(), name, now).await.map_err(usage)?.1)
+    Ok(control::store_new_token(&loaded.settings(), name, pool, now).await.map_err(usage)?.1)
 }
 
 async fn show_token(loaded: &Loaded, name: &str) -> Result<(), StartError> {

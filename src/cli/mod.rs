@@ -3,6 +3,7 @@
 //! otherwise, and `setup`, which points Codex or pi at the gateway.
 
 mod manage;
+mod pools;
 mod setup;
 
 use std::io::Write as _;
@@ -36,6 +37,10 @@ enum Command {
     /// Manage the local client tokens that Codex and pi send.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Manage pools: named sets of keys that a client token is bound to (work, personal). A token of
+    /// a pool only ever reaches that pool's keys (then its fallback pools, if you set any).
+    #[command(subcommand)]
+    Pool(PoolCommand),
     /// Print a one-time login link for the dashboard of the running gateway.
     Dashboard {
         /// Also open it in the default browser.
@@ -179,9 +184,20 @@ enum TokenCommand {
         /// A name for the client that will use it.
         #[arg(long, default_value = "default")]
         name: String,
+        /// The pool its requests may reach (default: all, every key).
+        #[arg(long, default_value = "all")]
+        pool: String,
     },
-    /// List token names and ids.
+    /// List token names, ids and pools.
     List,
+    /// Bind a token to another pool (at once in the running gateway).
+    Set {
+        /// Name or id.
+        token: String,
+        /// The pool its requests may reach from now on (`all`: every key).
+        #[arg(long)]
+        pool: String,
+    },
     /// Print a token (to put in KEYMUX_TOKEN or your client's config).
     Show {
         /// Name or id.
@@ -191,6 +207,39 @@ enum TokenCommand {
     Revoke {
         /// Name or id.
         token: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum PoolCommand {
+    /// List the pools with their keys, fallbacks and tokens (and, while Keymux runs, usable keys).
+    List,
+    /// Create a pool: `keymux pool create work --keys work,work-2`.
+    Create {
+        /// Its name (letters, digits, '-' and '_'; `all` is built in).
+        name: String,
+        /// Its keys by label or id, comma-separated ("" for none yet). A key may be in several pools.
+        #[arg(long, value_name = "KEYS")]
+        keys: String,
+        /// Pools to use, in order, only when none of this pool's keys can serve (default: never).
+        #[arg(long, value_name = "POOLS")]
+        fallback: Option<String>,
+    },
+    /// Change a pool's keys or fallbacks (each list replaces the old one).
+    Set {
+        /// The pool.
+        name: String,
+        /// Its keys by label or id, comma-separated ("" for none).
+        #[arg(long, value_name = "KEYS")]
+        keys: Option<String>,
+        /// Its fallback pools, comma-separated ("" for never).
+        #[arg(long, value_name = "POOLS")]
+        fallback: Option<String>,
+    },
+    /// Remove a pool (refused while a token is bound to it or another pool falls back to it).
+    Remove {
+        /// The pool.
+        name: String,
     },
 }
 
@@ -209,6 +258,7 @@ pub fn main() -> ExitCode {
             Command::Serve(args) => serve(cli.config, args).await,
             Command::Keys(cmd) => manage::keys(cli.config, cmd).await,
             Command::Token(cmd) => manage::token(cli.config, cmd).await,
+            Command::Pool(cmd) => pools::pool(cli.config, cmd).await,
             Command::Dashboard { open } => manage::dashboard(cli.config, open).await,
             Command::Setup(args) => setup::setup(cli.config, args).await,
             Command::Pause => manage::pause(cli.config, true).await,

@@ -74,7 +74,8 @@ pub(super) async fn setup(config_path: Option<PathBuf>, args: SetupArgs) -> Resu
     if !args.yes && !confirm()? {
         return Ok(());
     }
-    let made = preview.confirm(&state, || manage::new_token(&loaded, remote.as_ref(), &token.name)).await;
+    let made =
+        preview.confirm(&state, || manage::new_token(&loaded, remote.as_ref(), &token.name, crate::pools::ALL)).await;
     let applied = made.map_err(|e| match e {
         ConfirmError::Token(e) => e,
         ConfirmError::Setup(e) => usage(e),

@@ -22,11 +22,27 @@ pub struct EnvKey {
     pub daily_token_budget: Option<u64>,
 }
 
-/// What the environment supplies: ephemeral keys and a client token.
+/// A client token supplied by the environment: `KEYMUX_TOKEN_<NAME>=…`, bound to the pool
+/// `KEYMUX_TOKEN_<NAME>_POOL` (default `all`).
+#[derive(Clone, Debug)]
+pub struct EnvToken {
+    /// Name, lower-cased from the variable name.
+    pub name: String,
+    /// The token.
+    pub secret: crate::secrets::Secret,
+    /// Its pool.
+    pub pool: String,
+}
+
+/// What the environment supplies: ephemeral keys, pools and client tokens.
 #[derive(Clone, Debug, Default)]
 pub struct EnvSecrets {
     /// Keys from `KEYMUX_KEY_*`.
     pub keys: Vec<EnvKey>,
+    /// Pools from `KEYMUX_POOL_<NAME>=label1,label2`.
+    pub pools: Vec<PoolConfig>,
+    /// Named tokens from `KEYMUX_TOKEN_<NAME>`.
+    pub tokens: Vec<EnvToken>,
     /// `KEYMUX_CLIENT_TOKEN`.
     pub client_token: Option<crate::secrets::Secret>,
     /// `KEYMUX_INSTALL_SECRET`: keys the markers of an ephemeral run, so they survive restarts.
@@ -59,6 +75,8 @@ impl EnvSecrets {
                 .filter(|v| !v.is_empty())
                 .map(|v| crate::secrets::Secret::new(v.as_str())),
             keys: Vec::new(),
+            pools: env_pools(&vars)?,
+            tokens: env_tokens(&vars)?,
         };
         for name in ["KEYMUX_CLIENT_TOKEN", "KEYMUX_ADMIN_TOKEN"] {
             if let Some(value) = vars.get(name).filter(|v| !v.is_empty()) {
@@ -112,4 +130,44 @@ impl EnvSecrets {
         }
         Ok(out)
     }
+}
+
+const POOL_PREFIX: &str = "KEYMUX_POOL_";
+const TOKEN_PREFIX: &str = "KEYMUX_TOKEN_";
+
+/// `KEYMUX_POOL_<NAME>=label1,label2`: a pool of those keys (checked against the keys at startup).
+fn env_pools(vars: &BTreeMap<String, String>) -> Result<Vec<PoolConfig>, String> {
+    let mut pools = Vec::new();
+    for (name, value) in vars {
+        let Some(rest) = name.strip_prefix(POOL_PREFIX) else { continue };
+        let pool = rest.to_ascii_lowercase();
+        crate::pools::check_name(&pool).map_err(|e| format!("{name}: {e}"))?;
+        let keys = value.split(',').map(str::trim).filter(|k| !k.is_empty()).map(str::to_owned).collect();
+        pools.push(PoolConfig { name: pool, keys, fallback: Vec::new() });
+    }
+    Ok(pools)
+}
+
+/// `KEYMUX_TOKEN_<NAME>=…` with `KEYMUX_TOKEN_<NAME>_POOL=<pool>`: a named client token.
+fn env_tokens(vars: &BTreeMap<String, String>) -> Result<Vec<EnvToken>, String> {
+    let mut tokens = Vec::new();
+    for (name, value) in vars {
+        let Some(rest) = name.strip_prefix(TOKEN_PREFIX) else { continue };
+        let is_pool =
+            rest.strip_suffix("_POOL").is_some_and(|base| vars.contains_key(&format!("{TOKEN_PREFIX}{base}")));
+        if is_pool || rest.is_empty() {
+            continue;
+        }
+        let token_name = rest.to_ascii_lowercase();
+        validate_label(&token_name).map_err(|e| format!("{name}: {e}"))?;
+        crate::tokens::check_strength(value).map_err(|e| format!("{name}: {e}"))?;
+        let pool =
+            vars.get(&format!("{name}_POOL")).filter(|p| !p.is_empty()).map_or(crate::pools::ALL, String::as_str);
+        tokens.push(EnvToken {
+            name: token_name,
+            secret: crate::secrets::Secret::new(value.as_str()),
+            pool: pool.to_ascii_lowercase(),
+        });
+    }
+    Ok(tokens)
 }

@@ -8,10 +8,12 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::keys::{validate_label, KeyEntry, KeyId, KeySource, Provider};
+use crate::pools::PoolConfig;
 use crate::secrets::Secret;
 
 mod env;
-pub use env::{EnvKey, EnvSecrets};
+mod locate;
+pub use env::{EnvKey, EnvSecrets, EnvToken};
 
 /// The default OpenAI base URL.
 pub const DEFAULT_UPSTREAM: &str = "https://api.openai.com/v1";
@@ -31,11 +33,11 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     /// The file is not valid TOML or has an unknown or wrong field.
-    #[error("config file {path} is invalid: {message}")]
-    Parse { path: PathBuf, message: String },
+    #[error("config file {path}{} is invalid: {message}", locate::suffix(*.at))]
+    Parse { path: PathBuf, message: String, at: Option<(usize, usize)> },
     /// A value is out of range or inconsistent.
-    #[error("config file {path}: {message}")]
-    Invalid { path: PathBuf, message: String },
+    #[error("config file {path}{}: {message}", locate::suffix(*.at))]
+    Invalid { path: PathBuf, message: String, at: Option<(usize, usize)> },
     /// No platform config directory and no `--config`.
     #[error("no config directory found for this user; pass --config PATH")]
     NoConfigDir,
@@ -146,6 +148,17 @@ pub struct TokenConfig {
     /// Unix seconds at creation, for listings.
     #[serde(default)]
     pub created_unix: u64,
+    /// The pool its requests may reach (`all`, the default, is every key).
+    #[serde(default = "all_pool", skip_serializing_if = "is_all_pool")]
+    pub pool: String,
+}
+
+fn all_pool() -> String {
+    crate::pools::ALL.to_owned()
+}
+
+fn is_all_pool(pool: &str) -> bool {
+    pool.eq_ignore_ascii_case(crate::pools::ALL)
 }
 
 /// The whole config file.
@@ -176,6 +189,8 @@ pub struct Config {
     pub affinity: AffinityConfig,
     /// Pooled keys.
     pub keys: Vec<KeyConfig>,
+    /// Named sets of keys that client tokens are bound to.
+    pub pools: Vec<PoolConfig>,
     /// Local client tokens.
     pub tokens: Vec<TokenConfig>,
 }
@@ -194,6 +209,7 @@ impl Default for Config {
             metrics_retention_days: 90,
             affinity: AffinityConfig::default(),
             keys: Vec::new(),
+            pools: Vec::new(),
             tokens: Vec::new(),
         }
     }
@@ -217,14 +233,31 @@ impl Config {
 
     /// Parses TOML text; `path` is only used in messages.
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
-        let config: Self = toml::from_str(text)
-            .map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.message().to_owned() })?;
+        let config: Self = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.message().to_owned(),
+            at: e.span().map(|span| locate::line_col(text, span.start)),
+        })?;
         config.validate(path)?;
+        config.check_pools().map_err(|problem| ConfigError::Invalid {
+            path: path.to_owned(),
+            at: locate::place(text, &problem.place),
+            message: problem.message,
+        })?;
         Ok(config)
     }
 
+    /// Checks the pools against the keys and the tokens' pools (the API gives the same words).
+    pub fn check_pools(&self) -> Result<(), crate::pools::PoolProblem> {
+        crate::pools::validate(
+            &self.pools,
+            |name| self.find_key(name).is_some(),
+            self.tokens.iter().map(|t| t.pool.as_str()),
+        )
+    }
+
     fn validate(&self, path: &Path) -> Result<(), ConfigError> {
-        let invalid = |message: String| ConfigError::Invalid { path: path.to_owned(), message };
+        let invalid = |message: String| ConfigError::Invalid { path: path.to_owned(), message, at: None };
         self.listen
             .parse::<SocketAddr>()
             .map_err(|_| invalid(format!("listen = {:?} is not an IP:port address", self.listen)))?;
@@ -273,11 +306,26 @@ impl Config {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
-        let text = toml::to_string_pretty(self)
-            .map_err(|e| ConfigError::Invalid { path: path.to_owned(), message: e.to_string() })?;
+        let text = toml::to_string_pretty(self).map_err(|e| ConfigError::Invalid {
+            path: path.to_owned(),
+            message: e.to_string(),
+            at: None,
+        })?;
         let tmp = path.with_extension("toml.tmp");
         std::fs::write(&tmp, text).map_err(io)?;
         std::fs::rename(&tmp, path).map_err(io)
+    }
+
+    /// In every pool, replaces the names in `old` (a key's id and label) with `new`, or removes them
+    /// (the key was removed): the in-memory twin of `config_file::rename_in_pools`.
+    pub fn rename_in_pools(&mut self, old: &[&str], new: Option<&str>) {
+        for pool in &mut self.pools {
+            let matches = |k: &String| old.iter().any(|o| o.eq_ignore_ascii_case(k));
+            match new {
+                None => pool.keys.retain(|k| !matches(k)),
+                Some(new) => pool.keys.iter_mut().filter(|k| matches(k)).for_each(|k| new.clone_into(k)),
+            }
+        }
     }
 
     /// Finds a key by label (case-insensitive) or id.
@@ -348,6 +396,37 @@ mod tests {
         assert_eq!(config.keys[0].label, "work");
         assert_eq!(config.affinity.table_capacity, 50_000);
         assert_eq!(config.tokens[0].name, "codex");
+    }
+
+    #[test]
+    fn pool_mistakes_name_the_file_the_line_and_the_fix() {
+        let keys = "[[keys]]\nid = \"k_1\"\nlabel = \"work\"\n\n";
+        let cases = [
+            ("[[pools]]\nname = \"work\"\nkeys = [\"work\", \"wrok\"]\n", "line 7, column 17", "'wrok'"),
+            ("[[pools]]\nname = \"a\"\n[[pools]]\nname = \"A\"\n", "line 8, column 8", "two pools"),
+            (
+                "[[pools]]\nname = \"a\"\nfallback = [\"b\"]\n[[pools]]\nname = \"b\"\nfallback = [\"a\"]\n",
+                "line 7",
+                "lead back",
+            ),
+            (
+                "[[tokens]]\nid = \"t_1\"\nname = \"codex\"\npool = \"play\"\n",
+                "line 8, column 8",
+                "keymux pool create play",
+            ),
+        ];
+        for (text, at, words) in cases {
+            let err = Config::parse(&format!("{keys}{text}"), Path::new("/x/c.toml")).expect_err(text).to_string();
+            assert!(err.contains("/x/c.toml") && err.contains(at) && err.contains(words), "{err}");
+        }
+        let err = Config::parse("listen = \"127.0.0.1:1\"\n\nmax_attempts = \"two\"\n", Path::new("c.toml"))
+            .expect_err("wrong type");
+        assert!(err.to_string().contains("line 3"), "{err}");
+        let fine = format!("{keys}[[pools]]\nname = \"work\"\nkeys = [\"work\"]\n[[tokens]]\nid = \"t\"\nname = \"n\"\npool = \"work\"\n");
+        let config = Config::parse(&fine, Path::new("c.toml")).expect("valid");
+        assert_eq!((config.pools[0].name.as_str(), config.tokens[0].pool.as_str()), ("work", "work"));
+        let config = Config::parse("[[tokens]]\nid = \"t\"\nname = \"n\"\n", Path::new("c.toml")).expect("valid");
+        assert_eq!(config.tokens[0].pool, "all", "a token without a pool reaches every key, as before");
     }
 
     #[test]

@@ -50,6 +50,7 @@ fn key(label: &str, org: &str, health: HealthState, until: Option<u64>) -> KeyIn
         until_unix_ms: until,
         requests_window: None,
         tokens_window: None,
+        pools: Vec::new(),
     }
 }
 
@@ -73,7 +74,7 @@ fn status(keys: Vec<KeyInfo>, paused: bool) -> StatusBody {
         now_unix_ms: NOW,
         last_event_id: 0,
     };
-    StatusBody { gateway, keys }
+    StatusBody { gateway, keys, pools: Vec::new() }
 }
 
 fn input(status: &StatusBody) -> MenuInput<'_> {

@@ -71,6 +71,9 @@ pub struct Incoming<'a> {
     pub operation: Operation,
     /// Which local client token it came with (scopes the affinity digests).
     pub scope: &'a str,
+    /// The pool that token is bound to: session digests and affinity are per pool, so what one pool
+    /// learned never steers another.
+    pub pool: &'a str,
     /// The request path (with `/v1`).
     pub path: &'a str,
     /// The request headers (a WebSocket frame carries its upgrade's).
@@ -100,9 +103,12 @@ pub fn extract(incoming: &Incoming<'_>, markers: &Markers) -> Result<Extracted, 
     facts.model = model_of(&peek)?;
     facts.stream = matches!(peek.stream, Some(serde_json::Value::Bool(true)));
     let digest = markers.digest();
-    facts.session =
-        peek.prompt_cache_key.as_ref().and_then(valid_cache_key).map(|k| digest.session(operation_scope(operation), k));
-    facts.signal = signal(&peek, operation, incoming.scope, facts.model.as_deref(), markers);
+    let session_scope = match incoming.pool {
+        crate::pools::ALL => std::borrow::Cow::Borrowed(operation_scope(operation)),
+        pool => std::borrow::Cow::Owned(format!("{}@{pool}", operation_scope(operation))),
+    };
+    facts.session = peek.prompt_cache_key.as_ref().and_then(valid_cache_key).map(|k| digest.session(&session_scope, k));
+    facts.signal = signal(&peek, operation, [incoming.scope, incoming.pool], facts.model.as_deref(), markers);
     let stripped = markers.strip(body)?;
     let (continuity, pins): (Vec<Pin>, Vec<Pin>) =
         stripped.pins.into_iter().partition(|p| p.field == Field::ResponseId);
@@ -186,14 +192,14 @@ fn untag_path(path: &str, markers: &Markers, facts: &mut RequestFacts) -> Result
 fn signal(
     peek: &Peek<'_>,
     operation: Operation,
-    client: &str,
+    [client, pool]: [&str; 2],
     model: Option<&str>,
     markers: &Markers,
 ) -> Option<Signal> {
     if !matches!(operation, Operation::ResponsesCreate | Operation::ChatCompletions) {
         return None;
     }
-    let scope = [client, operation_scope(operation), model.unwrap_or(""), "create"];
+    let scope = [client, pool, operation_scope(operation), model.unwrap_or(""), "create"];
     if let Some(key) = peek.prompt_cache_key.as_ref().and_then(valid_cache_key) {
         return Some(Signal {
             source: AffinitySource::PromptCacheKey,
@@ -292,7 +298,15 @@ mod tests {
         let markers = Markers::new(&Secret::new("s"));
         let headers = HeaderMap::new();
         let body = Bytes::copy_from_slice(body);
-        let incoming = Incoming { seq, operation: op, scope: "client", path: "/v1/x", headers: &headers, body: &body };
+        let incoming = Incoming {
+            seq,
+            operation: op,
+            scope: "client",
+            pool: "all",
+            path: "/v1/x",
+            headers: &headers,
+            body: &body,
+        };
         super::extract(&incoming, &markers).map(|e| e.facts)
     }
 

@@ -9,7 +9,8 @@ use crate::facts::{self, FactsError, Incoming, RequestFacts};
 use crate::gateway::Gateway;
 use crate::keys::KeyId;
 use crate::pool::ViewFor;
-use crate::router::{self, Memory, Refusal, Remembered};
+use crate::pools::Reach;
+use crate::router::{self, Decision, Memory, Refusal, Remembered};
 
 /// Step 1: facts, memory, decision, rescue. A refusal comes back as the error to answer with (the
 /// trace already holds the decision that explains it).
@@ -20,18 +21,45 @@ pub fn admit(gw: &Gateway, incoming: &Incoming<'_>, entry: Entry, trace: &mut Tr
     })?;
     trace.facts(&extracted.facts);
     let facts = extracted.facts;
+    let pools = gw.pools();
+    let reach = pools.reach(incoming.pool);
+    if let Some(refusal) = pool_mismatch(gw, &reach, &facts) {
+        trace.decided(Decision { refusal: Some(refusal.clone()), ..Decision::new(facts.seq) });
+        return Err(refusal_error(gw, refusal));
+    }
     let now = gw.clock().now();
     let memory = memory(gw, &facts, entry, now);
     let view = gw.pool().view(view_for(gw, &facts, now));
-    let decision = router::decide(&facts, &view, &memory, now, gw.policy());
+    let decision = router::decide_within(&facts, view, reach.tiers(), &memory, now, gw.policy());
     let refusal = decision.refusal.clone();
     let rescued = decision.rescued_orgs.clone();
     trace.decided(decision.clone());
     if let Some(refusal) = refusal {
-        return Err(refusal_error(gw, refusal));
+        return Err(pool_error(refusal_error(gw, refusal), &reach));
     }
     let body = if rescued.is_empty() { extracted.body } else { rescue(gw, incoming.body, &rescued, trace)? };
     Ok(Admitted { facts, decision, body, path: extracted.path })
+}
+
+/// The pool-mismatch refusal, when the request replays state made by a key outside its pool.
+pub fn pool_mismatch(gw: &Gateway, reach: &Reach<'_>, facts: &RequestFacts) -> Option<Refusal> {
+    let pinned = facts.pins.iter().chain(&facts.continuity).map(|p| &p.key);
+    let (key, owner) = reach.mismatch(pinned, |k| gw.pool().contains(k))?;
+    Some(Refusal::PoolMismatch { key, pool: reach.pool().to_owned(), owner })
+}
+
+/// A refusal inside a pool names the pool, so the user knows no key outside it was tried.
+fn pool_error(error: ApiError, reach: &Reach<'_>) -> ApiError {
+    let Reach::Pool { .. } = reach else { return error };
+    let pool = Some(reach.pool().to_owned());
+    match error {
+        ApiError::NoKeys { .. } => ApiError::NoKeys { pool },
+        ApiError::AllCooling { retry_after_secs, cooling, .. } => {
+            ApiError::AllCooling { retry_after_secs, cooling, pool }
+        }
+        ApiError::NoUsableKey { unusable, .. } => ApiError::NoUsableKey { unusable, pool },
+        other => other,
+    }
 }
 
 /// What Keymux remembers about a request: the soft-affinity table (only for prompts long enough to
@@ -64,12 +92,15 @@ fn rescue(gw: &Gateway, raw: &Bytes, orgs: &[crate::markers::OrgTag], trace: &mu
 }
 
 /// The error a refusal is answered with, naming keys by their labels.
-pub(super) fn refusal_error(gw: &Gateway, refusal: Refusal) -> ApiError {
+pub fn refusal_error(gw: &Gateway, refusal: Refusal) -> ApiError {
     let label = |key: &KeyId| gw.pool().label(key);
     match refusal {
-        Refusal::NoKeys => ApiError::NoKeys,
-        Refusal::AllCooling { retry_after_secs, cooling } => ApiError::AllCooling { retry_after_secs, cooling },
-        Refusal::NoUsableKey { unusable } => ApiError::NoUsableKey { unusable },
+        Refusal::NoKeys => ApiError::NoKeys { pool: None },
+        Refusal::AllCooling { retry_after_secs, cooling } => {
+            ApiError::AllCooling { retry_after_secs, cooling, pool: None }
+        }
+        Refusal::NoUsableKey { unusable } => ApiError::NoUsableKey { unusable, pool: None },
+        Refusal::PoolMismatch { key, pool, owner } => ApiError::PoolMismatch { label: label(&key), pool, owner },
         Refusal::MixedOrgs { keys } => ApiError::MixedOrgs { labels: keys.iter().map(label).collect() },
         Refusal::LostOrg { key } => ApiError::LostOrg { label: label(&key) },
         Refusal::ContinuityLost { key } => ApiError::ContinuityLost { label: label(&key) },

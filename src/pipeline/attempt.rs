@@ -117,7 +117,7 @@ fn after_failover<D>(gw: &Gateway, facts: &RequestFacts, last: Option<Fallback<D
     let policy = router::Policy { max_attempts: 1, ..*gw.policy() };
     match router::decide(facts, &view, &Memory::default(), now, &policy).refusal {
         Some(refusal @ Refusal::AllCooling { .. }) => Fallback::Keymux(refusal_error(gw, refusal)),
-        _ => last.unwrap_or(Fallback::Keymux(ApiError::NoUsableKey { unusable: 0 })),
+        _ => last.unwrap_or(Fallback::Keymux(ApiError::NoUsableKey { unusable: 0, pool: None })),
     }
 }
 

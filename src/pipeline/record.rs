@@ -60,6 +60,12 @@ impl Trace {
         self.record.stream = facts.stream;
     }
 
+    /// Notes which token the request came with and the pool it is bound to.
+    pub fn client(&mut self, scope: &crate::tokens::ClientScope) {
+        self.record.routed.token.clone_from(&scope.token);
+        self.record.routed.pool.clone_from(&scope.pool);
+    }
+
     /// Takes the decision, and tells the event stream the request was routed.
     pub fn decided(&mut self, decision: Decision) {
         self.record.routed.decision = decision;

@@ -270,6 +270,11 @@ impl Pool {
         self.slot(key).map_or_else(|| format!("{key} (removed)"), |s| s.entry.load().label.clone())
     }
 
+    /// Whether `key` is in the pool.
+    pub fn contains(&self, key: &KeyId) -> bool {
+        self.slot(key).is_some()
+    }
+
     /// The ids of every key, in pool order.
     pub fn ids(&self) -> Vec<KeyId> {
         self.slots.load().iter().map(|s| s.entry.load().id.clone()).collect()

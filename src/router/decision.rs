@@ -134,6 +134,13 @@ pub enum Reason {
         /// The key named by the marker.
         key: KeyId,
     },
+    /// No key of the token's pool could serve, so one of the fallback pools the user declared did.
+    PoolFallback {
+        /// The token's pool.
+        from: String,
+        /// The fallback pool that served.
+        to: String,
+    },
     /// Markers of another Keymux install were removed without routing on them.
     ForeignMarkersStripped {
         /// How many.
@@ -171,6 +178,16 @@ pub enum Refusal {
     },
     /// The pool is empty.
     NoKeys,
+    /// The request replays state made by a key outside its token's pool (and its fallbacks); it is
+    /// never forwarded.
+    PoolMismatch {
+        /// The key that made the state.
+        key: KeyId,
+        /// The token's pool.
+        pool: String,
+        /// A pool that holds that key.
+        owner: String,
+    },
     /// Every usable key is cooling; the first frees after that many whole seconds (at least 1).
     AllCooling {
         /// Seconds until the first key frees.

@@ -5,12 +5,14 @@
 //! Rooms:
 //! * [`decision`]: the inputs' snapshot types and the `Decision` with its reasons;
 //! * `pin`: the hard rules (continuity binding, encrypted-content pins, session hints);
-//! * `balance`: everything else (health, soft limits, priority tiers, headroom, soft affinity, spread).
+//! * `balance`: everything else (health, soft limits, priority tiers, headroom, soft affinity, spread);
+//! * `within`: deciding inside a pool (the user's boundary), then its fallback pools.
 
 pub mod decision;
 
 mod balance;
 mod pin;
+mod within;
 
 use tokio::time::Instant;
 
@@ -18,6 +20,7 @@ use crate::facts::{AffinitySource, RequestFacts};
 use crate::keys::KeyId;
 
 pub use decision::{AffinityState, Decision, LostOrgPolicy, PinDecision, Reason, Refusal, Route, SkipWhy};
+pub use within::{decide_within, Tier};
 
 use crate::pool::{Health, KeyView, PoolView, MAX_KEYS};
 /// Most upstream attempts for one request, whatever the config says.

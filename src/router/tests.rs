@@ -619,3 +619,84 @@ fn session_hints_send_a_new_socket_to_its_organization() {
     assert_eq!(ids(&d), ["a1"]);
     assert_eq!(d.route, Route::Pinned);
 }
+
+/// A property over many pools and health mixes: whatever the rule that places a request (balance,
+/// soft affinity, a pin, a continuity binding, a session hint), no candidate is ever outside the
+/// request's pool and its fallbacks.
+#[test]
+fn no_rule_reaches_a_key_outside_the_pool() {
+    let now = clock_now();
+    let cooling = Health::Cooling { until: now + Duration::from_secs(9) };
+    let healths = [Health::Ready, cooling, Health::Disabled];
+    let names = ["w1", "w2", "p1", "p2"];
+    let (work, personal) = (ids_of(&["w1", "w2"]), ids_of(&["p1", "p2"]));
+    for mix in 0..81usize {
+        let keys: Vec<KeyView> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                org_key(
+                    n,
+                    if n.starts_with('w') { "org-w" } else { "org-p" },
+                    0,
+                    healths[mix / 3usize.pow(i as u32) % 3],
+                )
+            })
+            .collect();
+        let view = PoolView { keys };
+        let requests = [
+            (facts(mix as u64), Memory { remembered: Remembered::Key(KeyId::new("p1")), session_hint: None }),
+            (pinned(mix as u64, "p1", "org-p"), Memory::default()),
+            (facts(mix as u64), Memory { remembered: Remembered::NotAsked, session_hint: Some(KeyId::new("p2")) }),
+        ];
+        for (f, memory) in &requests {
+            let tiers = [Tier { pool: "work", keys: &work }];
+            let d = decide_within(f, view.clone(), &tiers, memory, now, &policy(4));
+            assert!(d.candidates().all(|k| work.contains(k)), "mix {mix}: {:?}", ids(&d));
+            let with_fallback = [Tier { pool: "work", keys: &work }, Tier { pool: "personal", keys: &personal }];
+            let d = decide_within(f, view.clone(), &with_fallback, memory, now, &policy(4));
+            let used_fallback = d.reasons.iter().any(|r| matches!(r, Reason::PoolFallback { .. }));
+            let allowed = if used_fallback { &personal } else { &work };
+            assert!(d.candidates().all(|k| allowed.contains(k)), "mix {mix}: {:?}", ids(&d));
+        }
+    }
+}
+
+fn ids_of(names: &[&str]) -> Vec<KeyId> {
+    names.iter().map(|n| KeyId::new(*n)).collect()
+}
+
+#[test]
+fn a_fallback_pool_serves_only_when_the_pool_cannot() {
+    let now = clock_now();
+    let later = now + Duration::from_millis(4_200);
+    let (work, personal) = (ids_of(&["w1"]), ids_of(&["p1"]));
+    let tiers = [Tier { pool: "work", keys: &work }, Tier { pool: "personal", keys: &personal }];
+    let ready = PoolView { keys: vec![org_key("w1", "ow", 5, Health::Ready), org_key("p1", "op", 0, Health::Ready)] };
+    let d = decide_within(&facts(1), ready, &tiers, &Memory::default(), now, &policy(3));
+    assert_eq!(ids(&d), ["w1"], "a busy pool key still beats an idle fallback key");
+    let cooling = PoolView {
+        keys: vec![org_key("w1", "ow", 0, Health::Cooling { until: later }), org_key("p1", "op", 0, Health::Ready)],
+    };
+    let d = decide_within(&facts(2), cooling.clone(), &tiers, &Memory::default(), now, &policy(3));
+    assert_eq!(ids(&d), ["p1"]);
+    assert_eq!(d.reasons[0], Reason::PoolFallback { from: "work".into(), to: "personal".into() });
+    let alone = decide_within(&facts(3), cooling, &tiers[..1], &Memory::default(), now, &policy(3));
+    assert_eq!(
+        alone.refusal,
+        Some(Refusal::AllCooling { retry_after_secs: 5, cooling: 1 }),
+        "no fallback: the pool's 429"
+    );
+}
+
+#[test]
+fn a_fallback_that_can_read_a_session_beats_rescuing_it() {
+    let now = clock_now();
+    let (work, personal) = (ids_of(&["w1"]), ids_of(&["p1"]));
+    let tiers = [Tier { pool: "work", keys: &work }, Tier { pool: "personal", keys: &personal }];
+    let view = PoolView { keys: vec![org_key("w1", "ow", 0, Health::Ready), org_key("p1", "op", 0, Health::Ready)] };
+    let d = decide_within(&pinned(1, "p1", "op"), view.clone(), &tiers, &Memory::default(), now, &policy(3));
+    assert_eq!((ids(&d), d.rescued_orgs.len()), (vec!["p1"], 0), "read where it was made, nothing dropped");
+    let d = decide_within(&pinned(2, "p1", "op"), view, &tiers[..1], &Memory::default(), now, &policy(3));
+    assert_eq!((ids(&d), d.rescued_orgs.len()), (vec!["w1"], 1), "inside the pool alone: rescued there");
+}

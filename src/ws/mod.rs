@@ -190,11 +190,13 @@ pub async fn serve_socket(
     };
     let Some(first) = first else { return };
     let mut trace = Trace::new(&gateway, gateway.next_seq(), Operation::ResponsesCreate, Wire::WebSocket);
+    trace.client(&scope);
     let raw = Bytes::copy_from_slice(first.as_bytes());
     let incoming = Incoming {
         seq: trace.seq(),
         operation: Operation::ResponsesCreate,
-        scope: &scope.0,
+        scope: &scope.tag,
+        pool: &scope.pool,
         path: "/v1/responses",
         headers: &headers,
         body: &raw,

@@ -125,10 +125,12 @@ impl Inbound {
         let gateway = &self.gateway;
         let raw = Bytes::copy_from_slice(text.as_bytes());
         let mut trace = Trace::new(gateway, gateway.next_seq(), Operation::ResponsesCreate, Wire::WebSocket);
+        trace.client(&self.scope);
         let incoming = Incoming {
             seq: trace.seq(),
             operation: Operation::ResponsesCreate,
-            scope: &self.scope.0,
+            scope: &self.scope.tag,
+            pool: &self.scope.pool,
             path: "/v1/responses",
             headers: &self.headers,
             body: &raw,
@@ -136,6 +138,11 @@ impl Inbound {
         let extracted =
             facts::extract(&incoming, gateway.markers()).map_err(|e| Stop::Refused(format!("Keymux: {e}.")))?;
         let facts = &extracted.facts;
+        let pools = gateway.pools();
+        if let Some(refusal) = pipeline::pool_mismatch(gateway, &pools.reach(&self.scope.pool), facts) {
+            let error = pipeline::refusal_error(gateway, refusal);
+            return Err(Stop::Refused(error.spec().message.into_owned()));
+        }
         let now = gateway.clock().now();
         // Bound to this socket: markers of another organization cannot be read here, and a response made
         // on another socket's key cannot be continued here. Remember where the session belongs and make

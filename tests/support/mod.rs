@@ -98,7 +98,7 @@ fn harness_config(sim: &Sim, keys: &[TestKey], store: &MemoryStore) -> Config {
             exclude_models: Vec::new(),
         });
     }
-    config.tokens.push(TokenConfig { id: "t_test".into(), name: "test".into(), created_unix: 0 });
+    config.tokens.push(TokenConfig { id: "t_test".into(), name: "test".into(), created_unix: 0, pool: "all".into() });
     store.set(&keymux::secrets::account::token("t_test"), &Secret::new(TOKEN)).unwrap();
     store.set(keymux::secrets::account::INSTALL_SECRET, &Secret::new(INSTALL_SECRET)).unwrap();
     store.set(keymux::secrets::account::ADMIN_TOKEN, &Secret::new(ADMIN)).unwrap();
@@ -113,7 +113,7 @@ pub fn options_for(sim: &Sim, keys: &[TestKey], tweak: impl FnOnce(&mut Config))
     let mut config = harness_config(sim, keys, &store);
     tweak(&mut config);
     StartOptions {
-        config: ConfigSource::Value(config),
+        config: ConfigSource::Value(Box::new(config)),
         store: Some(Arc::new(store)),
         listen: Some("127.0.0.1:0".parse().unwrap()),
         ephemeral: true,

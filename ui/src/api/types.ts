@@ -91,7 +91,15 @@ usable: number, } | { "rule": "rescued",
 /**
  * The key named by the marker.
  */
-key: KeyId, } | { "rule": "foreign_markers_stripped", 
+key: KeyId, } | { "rule": "pool_fallback", 
+/**
+ * The token's pool.
+ */
+from: string, 
+/**
+ * The fallback pool that served.
+ */
+to: string, } | { "rule": "foreign_markers_stripped", 
 /**
  * How many.
  */
@@ -117,7 +125,19 @@ key: KeyId, } | { "kind": "lost_org",
 /**
  * The key named by the marker.
  */
-key: KeyId, } | { "kind": "no_keys" } | { "kind": "all_cooling", 
+key: KeyId, } | { "kind": "no_keys" } | { "kind": "pool_mismatch", 
+/**
+ * The key that made the state.
+ */
+key: KeyId, 
+/**
+ * The token's pool.
+ */
+pool: string, 
+/**
+ * A pool that holds that key.
+ */
+owner: string, } | { "kind": "all_cooling", 
 /**
  * Seconds until the first key frees.
  */
@@ -251,6 +271,14 @@ transport: Wire,
  */
 client: ClientKind, 
 /**
+ * The name of the local token it came with (empty for `KEYMUX_CLIENT_TOKEN`).
+ */
+token: string, 
+/**
+ * The pool that token is bound to (`all`: every key).
+ */
+pool: string, 
+/**
  * A short keyed digest of its session.
  */
 session: string | null, 
@@ -340,6 +368,10 @@ message: string, } | { "kind": "store_recovered" } | { "kind": "token_created",
 name: string, } | { "kind": "token_revoked", 
 /**
  * Its name.
+ */
+name: string, } | { "kind": "pools_changed", 
+/**
+ * The pool.
  */
 name: string, };
 
@@ -655,7 +687,74 @@ requests_window: WindowInfo | null,
 /**
  * The provider's window for tokens (`x-ratelimit-*-tokens`), once an answer reported it.
  */
-tokens_window: WindowInfo | null, };
+tokens_window: WindowInfo | null, 
+/**
+ * The user's pools that hold it (every key is also in `all`).
+ */
+pools: Array<string>, };
+
+export type PoolInfo = { 
+/**
+ * Its name.
+ */
+name: string, 
+/**
+ * The built-in `all` (every key; it cannot be changed).
+ */
+builtin: boolean, 
+/**
+ * Defined by `KEYMUX_POOL_*` (change the environment to change it).
+ */
+from_env: boolean, 
+/**
+ * Its keys as the user named them (labels or ids).
+ */
+keys: Array<string>, 
+/**
+ * The keys they resolve to, in the pool's order.
+ */
+key_ids: Array<KeyId>, 
+/**
+ * Its fallback pools, in order.
+ */
+fallback: Array<string>, 
+/**
+ * The tokens bound to it, by name.
+ */
+tokens: Array<string>, 
+/**
+ * Its keys that can take a request now.
+ */
+usable: number, 
+/**
+ * Mean rate-limit headroom of its usable keys, 0 to 1 (0 when none is usable).
+ */
+headroom: number, };
+
+export type PoolConfig = { 
+/**
+ * The pool's name (letters, digits, `-` and `_`; `all` is built in).
+ */
+name: string, 
+/**
+ * Its keys, by label or id. A key may belong to several pools. Empty is allowed: its requests get
+ * a clear 503.
+ */
+keys: Array<string>, 
+/**
+ * Pools to use, in order, only when none of this pool's keys can serve. Empty: never.
+ */
+fallback: Array<string>, };
+
+export type PoolChanges = { 
+/**
+ * Its keys, by label or id (replaces the list).
+ */
+keys: Array<string> | null, 
+/**
+ * Its fallback pools, in order (replaces the list; empty: never).
+ */
+fallback: Array<string> | null, };
 
 export type StatusBody = { 
 /**
@@ -665,7 +764,11 @@ gateway: GatewayInfo,
 /**
  * Every pooled key, whatever its health, in the pool's order.
  */
-keys: Array<KeyInfo>, };
+keys: Array<KeyInfo>, 
+/**
+ * The pools: the built-in `all` first, then the user's, in their order.
+ */
+pools: Array<PoolInfo>, };
 
 export type TokenInfo = { 
 /**
@@ -679,7 +782,27 @@ name: string,
 /**
  * When it was created, Unix seconds (0 when not known).
  */
-created_unix: number, };
+created_unix: number, 
+/**
+ * The pool its requests may reach (`all`: every key).
+ */
+pool: string, };
+
+export type TokenChanges = { 
+/**
+ * The pool to bind it to.
+ */
+pool: string, };
+
+export type NewToken = { 
+/**
+ * Its name (`codex`, `acme-repo`).
+ */
+name: string, 
+/**
+ * Its pool (default `all`).
+ */
+pool: string | null, };
 
 export type CreatedToken = { 
 /**

@@ -1,11 +1,13 @@
 //! Changing a running gateway without a restart: keys added (the secret goes straight to the keychain,
 //! the key is probed and joins the pool), tested, changed, switched on and off, removed (its secret
 //! deleted; sessions pinned to it follow the `lost_org` policy); client tokens created (shown once) and
-//! revoked (refused at once); routing paused and resumed. The control API, the tray and the CLI all
+//! revoked (refused at once); pools created, changed and removed (`pools`); routing paused and resumed. The control API, the tray and the CLI all
 //! call these; the config file is edited in place, keeping the user's comments (`config_file`).
 //!
 //! The steps that need no running gateway (checking a new key, storing its secret, writing the config)
 //! are also used by the CLI when no gateway runs.
+
+pub mod pools;
 
 use axum::http::StatusCode;
 use serde::Deserialize;
@@ -222,7 +224,17 @@ pub async fn forget_key(settings: &Settings, id: &KeyId) -> Result<Option<KeyCon
     let account = account::key(id.as_str());
     secrets::blocking(settings.store().clone(), move |s| s.delete(&account)).await?;
     let gone = id.as_str().to_owned();
-    settings.edit(|doc| config_file::remove_key(doc, &gone), |c| c.keys.retain(|k| k.id.as_str() != gone))?;
+    let names = [gone.as_str(), found.label.as_str()];
+    settings.edit(
+        |doc| {
+            config_file::remove_key(doc, &gone)?;
+            config_file::rename_in_pools(doc, &names, None)
+        },
+        |c| {
+            c.keys.retain(|k| k.id.as_str() != gone);
+            c.rename_in_pools(&names, None);
+        },
+    )?;
     Ok(Some(found))
 }
 
@@ -231,11 +243,20 @@ pub async fn forget_key(settings: &Settings, id: &KeyId) -> Result<Option<KeyCon
 pub fn edit_key(settings: &Settings, id: &KeyId, changes: &KeyChanges) -> Result<Option<KeyConfig>, ControlError> {
     changes.check()?;
     let Some(mut key) = settings.config().keys.into_iter().find(|k| &k.id == id) else { return Ok(None) };
+    let old_label = key.label.clone();
     apply_changes(&mut key, changes);
     let updated = key.clone();
+    // Pools name keys by label: a renamed key stays in its pools under its new name.
+    let (old_names, new_label) = ([old_label.as_str()], Some(updated.label.as_str()));
     settings.edit(
-        |doc| config_file::update_key(doc, &updated),
-        |c| c.keys.iter_mut().filter(|k| k.id == updated.id).for_each(|k| *k = updated.clone()),
+        |doc| {
+            config_file::update_key(doc, &updated)?;
+            config_file::rename_in_pools(doc, &old_names, new_label)
+        },
+        |c| {
+            c.keys.iter_mut().filter(|k| k.id == updated.id).for_each(|k| *k = updated.clone());
+            c.rename_in_pools(&old_names, new_label);
+        },
     )?;
     Ok(Some(key))
 }
@@ -244,15 +265,24 @@ pub fn edit_key(settings: &Settings, id: &KeyId, changes: &KeyChanges) -> Result
 pub async fn store_new_token(
     settings: &Settings,
     name: &str,
+    pool: &str,
     created_unix: u64,
 ) -> Result<(TokenConfig, Secret), ControlError> {
     validate_label(name).map_err(ControlError::Invalid)?;
-    if settings.config().tokens.iter().any(|t| t.name.eq_ignore_ascii_case(name)) {
+    let config = settings.config();
+    if config.tokens.iter().any(|t| t.name.eq_ignore_ascii_case(name)) {
         return Err(ControlError::Invalid(format!("a token named '{name}' already exists; pick another name")));
     }
+    if !crate::pools::exists(&config.pools, pool) {
+        return Err(ControlError::Invalid(crate::pools::unknown_pool(pool)));
+    }
     let token = secrets::generate(crate::tokens::TOKEN_PREFIX);
-    let listed =
-        TokenConfig { id: format!("t_{}", &KeyId::generate().as_str()[2..]), name: name.to_owned(), created_unix };
+    let listed = TokenConfig {
+        id: format!("t_{}", &KeyId::generate().as_str()[2..]),
+        name: name.to_owned(),
+        created_unix,
+        pool: pools::canonical(&config.pools, pool),
+    };
     let account = account::token(&listed.id);
     let value = token.clone();
     secrets::blocking(settings.store().clone(), move |s| s.set(&account, &value)).await?;
@@ -321,6 +351,7 @@ impl Gateway {
     fn join(&self, entry: KeyEntry) {
         let id = entry.id.clone();
         if self.pool().add(entry) {
+            self.refresh_pools();
             self.announce(&id, KeyChange::Added);
         }
     }
@@ -334,6 +365,7 @@ impl Gateway {
         }
         forget_key(self.settings(), id).await?;
         self.pool().remove(id);
+        self.refresh_pools();
         self.announce_as(id, label, KeyChange::Removed);
         Ok(())
     }
@@ -359,6 +391,7 @@ impl Gateway {
         }
         edit_key(self.settings(), id, &changes)?;
         self.pool().update(id, |entry| apply_entry_changes(entry, &changes));
+        self.refresh_pools();
         self.announce(id, KeyChange::Updated);
         Ok(())
     }
@@ -380,9 +413,9 @@ impl Gateway {
     }
 
     /// Creates a client token, accepted at once. The token is returned once and never shown again.
-    pub async fn create_token(&self, name: &str) -> Result<(TokenConfig, Secret), ControlError> {
-        let (listed, token) = store_new_token(self.settings(), name, self.clock().unix_ms() / 1000).await?;
-        self.swap_tokens(|set| set.with(&listed.id, &listed.name, &token));
+    pub async fn create_token(&self, name: &str, pool: &str) -> Result<(TokenConfig, Secret), ControlError> {
+        let (listed, token) = store_new_token(self.settings(), name, pool, self.clock().unix_ms() / 1000).await?;
+        self.swap_tokens(|set| set.with(&listed.id, &listed.name, &listed.pool, &token));
         self.notify(GatewayEvent::TokenCreated { name: listed.name.clone() });
         Ok((listed, token))
     }
@@ -402,7 +435,7 @@ impl Gateway {
             return Ok(secret);
         }
         let taken: Vec<String> = self.settings().config().tokens.into_iter().map(|t| t.name).collect();
-        Ok(self.create_token(&free_token_name(base, &taken)).await?.1)
+        Ok(self.create_token(&free_token_name(base, &taken), crate::pools::ALL).await?.1)
     }
 
     /// Revokes a client token: refused from the next request on.

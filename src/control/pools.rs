@@ -1,0 +1,228 @@
+//! Pools changed at runtime (and offline, by the CLI): created, changed (keys, fallbacks), removed, and
+//! client tokens moved from one pool to another. Every change is checked as a whole, with the same
+//! words the config file's check uses, before anything is written; a running gateway resolves its
+//! pools again at once, so the next request already sees the new boundary.
+
+use serde::Deserialize;
+
+use super::ControlError;
+use crate::config::Config;
+use crate::config_file;
+use crate::events::GatewayEvent;
+use crate::gateway::Gateway;
+use crate::pools::{self, PoolConfig};
+use crate::settings::Settings;
+
+/// A change to a pool; a field left out stays as it is.
+#[derive(Clone, Debug, Default, Deserialize, ts_rs::TS)]
+#[serde(deny_unknown_fields)]
+pub struct PoolChanges {
+    /// Its keys, by label or id (replaces the list).
+    #[serde(default)]
+    pub keys: Option<Vec<String>>,
+    /// Its fallback pools, in order (replaces the list; empty: never).
+    #[serde(default)]
+    pub fallback: Option<Vec<String>>,
+}
+
+/// Creates pool `pool` (refused when the name is taken). `live_keys` are labels a running gateway holds
+/// beyond the config's (keys from the environment). Used with and without a running gateway.
+pub fn create_pool(settings: &Settings, pool: PoolConfig, live_keys: &[String]) -> Result<PoolConfig, ControlError> {
+    pools::check_name(&pool.name).map_err(ControlError::Invalid)?;
+    if pools::exists(&settings.config().pools, &pool.name) {
+        return Err(ControlError::Invalid(format!(
+            "a pool named '{}' already exists; change it with `keymux pool set {}`",
+            pool.name, pool.name
+        )));
+    }
+    save(settings, tidy(pool), live_keys)
+}
+
+/// Changes pool `name`. Used with and without a running gateway.
+pub fn change_pool(
+    settings: &Settings,
+    name: &str,
+    changes: &PoolChanges,
+    live_keys: &[String],
+) -> Result<PoolConfig, ControlError> {
+    let mut pool = find(&settings.config(), name)?;
+    if let Some(keys) = &changes.keys {
+        pool.keys.clone_from(keys);
+    }
+    if let Some(fallback) = &changes.fallback {
+        pool.fallback.clone_from(fallback);
+    }
+    save(settings, tidy(pool), live_keys)
+}
+
+/// Removes pool `name`: refused while a token is bound to it or another pool falls back to it (so
+/// nothing is left pointing at a pool that is gone). Used with and without a running gateway.
+pub fn remove_pool(
+    settings: &Settings,
+    name: &str,
+    live_tokens: &[(String, String)],
+) -> Result<PoolConfig, ControlError> {
+    let config = settings.config();
+    let pool = find(&config, name)?;
+    let bound: Vec<String> = config
+        .tokens
+        .iter()
+        .map(|t| (t.name.clone(), t.pool.clone()))
+        .chain(live_tokens.iter().cloned())
+        .filter(|(_, p)| p.eq_ignore_ascii_case(&pool.name))
+        .map(|(token, _)| token)
+        .collect();
+    if !bound.is_empty() {
+        return Err(ControlError::Invalid(format!(
+            "the pool '{}' still has tokens ({}); move them first (`keymux token set NAME --pool OTHER`) or \
+             revoke them",
+            pool.name,
+            bound.join(", ")
+        )));
+    }
+    if let Some(other) = config.pools.iter().find(|p| p.fallback.iter().any(|f| f.eq_ignore_ascii_case(&pool.name))) {
+        return Err(ControlError::Invalid(format!(
+            "the pool '{}' falls back to '{}'; change its fallbacks first (`keymux pool set {} --fallback ...`)",
+            other.name, pool.name, other.name
+        )));
+    }
+    let gone = pool.name.clone();
+    settings.edit(
+        |doc| config_file::remove_pool(doc, &gone),
+        |c| c.pools.retain(|p| !p.name.eq_ignore_ascii_case(&gone)),
+    )?;
+    Ok(pool)
+}
+
+/// Binds token `id_or_name` to pool `pool`. Used with and without a running gateway.
+pub fn move_token(
+    settings: &Settings,
+    id_or_name: &str,
+    pool: &str,
+) -> Result<crate::config::TokenConfig, ControlError> {
+    let config = settings.config();
+    if !pools::exists(&config.pools, pool) {
+        return Err(ControlError::Invalid(pools::unknown_pool(pool)));
+    }
+    let mut token =
+        config
+            .tokens
+            .into_iter()
+            .find(|t| t.id == id_or_name || t.name.eq_ignore_ascii_case(id_or_name))
+            .ok_or_else(|| ControlError::NotFound(format!("no token named '{id_or_name}'; see `keymux token list`")))?;
+    token.pool = canonical(&config.pools, pool);
+    let (id, bound) = (token.id.clone(), token.pool.clone());
+    settings.edit(
+        |doc| config_file::set_token_pool(doc, &id, &bound),
+        |c| c.tokens.iter_mut().filter(|t| t.id == id).for_each(|t| t.pool.clone_from(&bound)),
+    )?;
+    Ok(token)
+}
+
+/// A pool's name as it was defined (`work` for `Work`), or `all`.
+pub fn canonical(defined: &[PoolConfig], name: &str) -> String {
+    defined.iter().find(|p| p.name.eq_ignore_ascii_case(name)).map_or_else(|| pools::ALL.to_owned(), |p| p.name.clone())
+}
+
+fn find(config: &Config, name: &str) -> Result<PoolConfig, ControlError> {
+    if name.eq_ignore_ascii_case(pools::ALL) {
+        return Err(ControlError::Invalid(
+            "the pool 'all' is built in (it holds every key) and cannot be changed".into(),
+        ));
+    }
+    config
+        .pools
+        .iter()
+        .find(|p| p.name.eq_ignore_ascii_case(name))
+        .cloned()
+        .ok_or_else(|| ControlError::NotFound(format!("there is no pool named '{name}'; see `keymux pool list`")))
+}
+
+/// Drops repeated names (a key listed twice is one key), keeping the first.
+fn tidy(mut pool: PoolConfig) -> PoolConfig {
+    for list in [&mut pool.keys, &mut pool.fallback] {
+        let mut seen: Vec<String> = Vec::new();
+        list.retain(|k| {
+            let new = !seen.iter().any(|s| s.eq_ignore_ascii_case(k));
+            seen.push(k.clone());
+            new
+        });
+    }
+    pool
+}
+
+/// Checks the pools with `pool` in place, then writes it.
+fn save(settings: &Settings, pool: PoolConfig, live_keys: &[String]) -> Result<PoolConfig, ControlError> {
+    let mut config = settings.config();
+    match config.pools.iter_mut().find(|p| p.name.eq_ignore_ascii_case(&pool.name)) {
+        Some(old) => *old = pool.clone(),
+        None => config.pools.push(pool.clone()),
+    }
+    let known = |name: &str| config.find_key(name).is_some() || live_keys.iter().any(|l| l.eq_ignore_ascii_case(name));
+    pools::validate(&config.pools, known, config.tokens.iter().map(|t| t.pool.as_str()))
+        .map_err(|problem| ControlError::Invalid(problem.message))?;
+    let saved = pool.clone();
+    settings.edit(
+        |doc| config_file::set_pool(doc, &saved),
+        |c| match c.pools.iter_mut().find(|p| p.name.eq_ignore_ascii_case(&saved.name)) {
+            Some(old) => *old = saved.clone(),
+            None => c.pools.push(saved.clone()),
+        },
+    )?;
+    Ok(pool)
+}
+
+impl Gateway {
+    /// Creates a pool; requests of its tokens reach only its keys from the next request on.
+    pub fn create_pool(&self, pool: PoolConfig) -> Result<PoolConfig, ControlError> {
+        let made = create_pool(self.settings(), pool, &self.live_labels())?;
+        self.pools_changed(&made.name);
+        Ok(made)
+    }
+
+    /// Changes a pool's keys or fallbacks.
+    pub fn change_pool(&self, name: &str, changes: &PoolChanges) -> Result<PoolConfig, ControlError> {
+        self.refuse_env_pool(name)?;
+        let changed = change_pool(self.settings(), name, changes, &self.live_labels())?;
+        self.pools_changed(&changed.name);
+        Ok(changed)
+    }
+
+    /// Removes a pool (refused while tokens are bound to it).
+    pub fn remove_pool(&self, name: &str) -> Result<PoolConfig, ControlError> {
+        self.refuse_env_pool(name)?;
+        let live: Vec<(String, String)> = self.tokens().pools();
+        let gone = remove_pool(self.settings(), name, &live)?;
+        self.pools_changed(&gone.name);
+        Ok(gone)
+    }
+
+    /// Moves a client token to another pool, at once.
+    pub fn move_token(&self, id_or_name: &str, pool: &str) -> Result<crate::config::TokenConfig, ControlError> {
+        let moved = move_token(self.settings(), id_or_name, pool)?;
+        self.swap_tokens(|set| set.moved(&moved.id, &moved.pool));
+        self.pools_changed(&moved.pool);
+        Ok(moved)
+    }
+
+    fn pools_changed(&self, name: &str) {
+        self.refresh_pools();
+        self.notify(GatewayEvent::PoolsChanged { name: name.to_owned() });
+    }
+
+    /// The labels of the keys this gateway holds (environment keys included).
+    fn live_labels(&self) -> Vec<String> {
+        self.pool().ids().iter().map(|id| self.pool().label(id)).collect()
+    }
+
+    fn refuse_env_pool(&self, name: &str) -> Result<(), ControlError> {
+        let from_env = self.env_pools().iter().any(|p| p.name.eq_ignore_ascii_case(name));
+        if from_env {
+            return Err(ControlError::Invalid(format!(
+                "the pool '{name}' comes from KEYMUX_POOL_{}; change the environment and restart",
+                name.to_ascii_uppercase()
+            )));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,322 @@
+//! Pools: the user's boundaries over keys (not to be confused with [`crate::pool`], the live state of
+//! every key).
+//!
+//! A pool is a named set of keys ("work", "personal"); every client token is bound to one. A request
+//! that comes with a token of pool `work` is only ever decided over the keys of `work`, then (only when
+//! none of them can serve) over the keys of its declared fallback pools, in order. The built-in pool
+//! `all` holds every key, so a user who never creates a pool sees no change.
+//!
+//! The boundary is safe by construction: the router is handed a snapshot that holds only the keys of one
+//! pool at a time, so no rule (balancing, failover, the spread, soft affinity, rescue, session hints,
+//! continuity) can reach a key outside it. A request that replays state made by a key outside its pool
+//! is refused with `pool_mismatch` before anything is forwarded (see [`Reach::mismatch`]).
+//!
+//! Pools name keys by label (or id), as the user wrote them; [`Pools::resolve`] turns that into key ids
+//! whenever keys or pools change, never per request.
+
+use serde::{Deserialize, Serialize};
+
+use crate::keys::{validate_label, KeyId};
+use crate::router::Tier;
+
+/// The built-in pool that holds every key.
+pub const ALL: &str = "all";
+/// Most pools a user can define (each is a small list of key ids; lookups walk them).
+pub const MAX_POOLS: usize = 32;
+/// Most fallback pools one pool declares.
+pub const MAX_FALLBACKS: usize = 4;
+
+/// A pool as the config file lists it: `[[pools]] name = "work"`, `keys = ["work", "work-2"]`,
+/// `fallback = []`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, ts_rs::TS)]
+#[serde(deny_unknown_fields)]
+pub struct PoolConfig {
+    /// The pool's name (letters, digits, `-` and `_`; `all` is built in).
+    pub name: String,
+    /// Its keys, by label or id. A key may belong to several pools. Empty is allowed: its requests get
+    /// a clear 503.
+    #[serde(default)]
+    pub keys: Vec<String>,
+    /// Pools to use, in order, only when none of this pool's keys can serve. Empty: never.
+    #[serde(default)]
+    pub fallback: Vec<String>,
+}
+
+/// Where in a list of pools (and the tokens bound to them) a problem is, so the config file can name
+/// its line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// `pools[i].name`.
+    Name(usize),
+    /// `pools[i].keys[j]`.
+    Key(usize, usize),
+    /// `pools[i].fallback[j]`.
+    Fallback(usize, usize),
+    /// `pools[i]` as a whole (too many, say).
+    Pool(usize),
+    /// `tokens[i].pool`.
+    Token(usize),
+}
+
+/// A problem with the pools, worded for the user, with where it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolProblem {
+    /// Where.
+    pub place: Place,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+/// Checks a list of pools against the keys that exist (`key_known` takes a label or id) and the
+/// tokens' pools: names valid and distinct, keys known, fallbacks known and without a cycle.
+pub fn validate<'a>(
+    pools: &[PoolConfig],
+    key_known: impl Fn(&str) -> bool,
+    token_pools: impl IntoIterator<Item = &'a str>,
+) -> Result<(), PoolProblem> {
+    let problem = |place, message: String| Err(PoolProblem { place, message });
+    if pools.len() > MAX_POOLS {
+        return problem(Place::Pool(MAX_POOLS), format!("at most {MAX_POOLS} pools can be defined"));
+    }
+    for (i, pool) in pools.iter().enumerate() {
+        check_name(&pool.name).map_err(|message| PoolProblem { place: Place::Name(i), message })?;
+        if pools[..i].iter().any(|p| p.name.eq_ignore_ascii_case(&pool.name)) {
+            let message = format!("two pools are named '{}'; rename or merge one of them", pool.name);
+            return problem(Place::Name(i), message);
+        }
+        if let Some(j) = pool.keys.iter().position(|k| !key_known(k)) {
+            let message = format!(
+                "pool '{}' names the key '{}', which does not exist; see `keymux keys list` for the labels",
+                pool.name, pool.keys[j]
+            );
+            return problem(Place::Key(i, j), message);
+        }
+        if pool.fallback.len() > MAX_FALLBACKS {
+            let message = format!("pool '{}' has more than {MAX_FALLBACKS} fallback pools", pool.name);
+            return problem(Place::Fallback(i, MAX_FALLBACKS), message);
+        }
+        for (j, fallback) in pool.fallback.iter().enumerate() {
+            check_fallback(pools, pool, fallback)
+                .map_err(|message| PoolProblem { place: Place::Fallback(i, j), message })?;
+        }
+    }
+    if let Some(i) = cycle(pools) {
+        let message = format!(
+            "the fallbacks of pool '{}' lead back to it; a pool's fallbacks must not return to it",
+            pools[i].name
+        );
+        return problem(Place::Fallback(i, 0), message);
+    }
+    for (i, name) in token_pools.into_iter().enumerate() {
+        if !exists(pools, name) {
+            return problem(Place::Token(i), unknown_pool(name));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a pool name: a valid label, and not the built-in `all`.
+pub fn check_name(name: &str) -> Result<(), String> {
+    validate_label(name).map_err(|e| format!("pool name: {e}"))?;
+    if name.eq_ignore_ascii_case(ALL) {
+        return Err("the pool 'all' is built in (it holds every key); pick another name".into());
+    }
+    Ok(())
+}
+
+/// Whether `name` is a pool: the built-in `all` or one of `pools`.
+pub fn exists(pools: &[PoolConfig], name: &str) -> bool {
+    name.eq_ignore_ascii_case(ALL) || pools.iter().any(|p| p.name.eq_ignore_ascii_case(name))
+}
+
+/// The message for a token or fallback that names a pool that does not exist.
+pub fn unknown_pool(name: &str) -> String {
+    format!("there is no pool named '{name}'; create it first (`keymux pool create {name} --keys LABEL`) or use 'all'")
+}
+
+fn check_fallback(pools: &[PoolConfig], pool: &PoolConfig, fallback: &str) -> Result<(), String> {
+    if fallback.eq_ignore_ascii_case(&pool.name) {
+        return Err(format!("pool '{}' lists itself as a fallback; remove it", pool.name));
+    }
+    if !exists(pools, fallback) {
+        return Err(unknown_pool(fallback));
+    }
+    Ok(())
+}
+
+/// The first pool whose fallbacks lead back to it, if any.
+fn cycle(pools: &[PoolConfig]) -> Option<usize> {
+    let index = |name: &str| pools.iter().position(|p| p.name.eq_ignore_ascii_case(name));
+    (0..pools.len()).find(|&start| {
+        // Depth-first over fallbacks; bounded by MAX_POOLS levels, each visited once.
+        let mut seen = vec![false; pools.len()];
+        let mut stack: Vec<usize> = pools[start].fallback.iter().filter_map(|f| index(f)).collect();
+        while let Some(i) = stack.pop() {
+            if i == start {
+                return true;
+            }
+            if !std::mem::replace(&mut seen[i], true) {
+                stack.extend(pools[i].fallback.iter().filter_map(|f| index(f)));
+            }
+        }
+        false
+    })
+}
+
+/// One pool with its keys resolved to ids.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Resolved {
+    name: String,
+    keys: Vec<KeyId>,
+    /// Indexes of the fallback pools, in order (`all` is not an index: see `fallback_all`).
+    fallback: Vec<usize>,
+    /// Whether `all` is among the fallbacks, and where.
+    fallback_all: Option<usize>,
+    /// Keys that were in this pool and were taken out while Keymux ran: state they made still follows
+    /// the `lost_org` rules here instead of being refused as another pool's (bounded by the pool's
+    /// `MAX_KEYS`: a key leaves this list when it comes back).
+    former: Vec<KeyId>,
+}
+
+/// The pools of a running gateway, resolved to key ids. Replaced whole when a pool or a key changes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pools {
+    defs: Vec<PoolConfig>,
+    resolved: Vec<Resolved>,
+    /// Every key, for `all` (in the pool's order).
+    every: Vec<KeyId>,
+}
+
+impl Pools {
+    /// Resolves `defs` against the keys there are (`(id, label)`). A name that matches no key is left
+    /// out (the config was checked when it was loaded; a key removed since leaves its pools).
+    pub fn resolve(defs: Vec<PoolConfig>, keys: &[(KeyId, String)], previous: &Pools) -> Self {
+        let find = |name: &str| {
+            keys.iter().find(|(id, label)| id.as_str() == name || label.eq_ignore_ascii_case(name)).map(|(id, _)| id)
+        };
+        let index = |name: &str| defs.iter().position(|p| p.name.eq_ignore_ascii_case(name));
+        let resolved = defs
+            .iter()
+            .map(|def| {
+                let mut ids: Vec<KeyId> = def.keys.iter().filter_map(|k| find(k)).cloned().collect();
+                ids.dedup();
+                let mut former = previous.former_of(&def.name, &ids);
+                former.retain(|k| !ids.contains(k));
+                Resolved {
+                    name: def.name.clone(),
+                    fallback: def.fallback.iter().filter_map(|f| index(f)).collect(),
+                    fallback_all: def.fallback.iter().position(|f| f.eq_ignore_ascii_case(ALL)),
+                    keys: ids,
+                    former,
+                }
+            })
+            .collect();
+        Self { defs, resolved, every: keys.iter().map(|(id, _)| id.clone()).collect() }
+    }
+
+    /// What pool `name` held before, and what it no longer holds (`former` for the new resolution).
+    fn former_of(&self, name: &str, now: &[KeyId]) -> Vec<KeyId> {
+        let Some(before) = self.find(name) else { return Vec::new() };
+        let mut former = before.former.clone();
+        former.extend(before.keys.iter().filter(|k| !now.contains(k)).cloned());
+        former.truncate(crate::pool::MAX_KEYS);
+        former
+    }
+
+    fn find(&self, name: &str) -> Option<&Resolved> {
+        self.resolved.iter().find(|p| p.name.eq_ignore_ascii_case(name))
+    }
+
+    /// The pools as defined (for the config file, the API and the CLI).
+    pub fn defs(&self) -> &[PoolConfig] {
+        &self.defs
+    }
+
+    /// The key ids of pool `name` (every key for `all`; none for a pool that does not exist).
+    pub fn keys_of(&self, name: &str) -> &[KeyId] {
+        if name.eq_ignore_ascii_case(ALL) {
+            return &self.every;
+        }
+        self.find(name).map_or(&[], |p| &p.keys)
+    }
+
+    /// The user's pools that hold `key`, in their order.
+    pub fn pools_of(&self, key: &KeyId) -> Vec<String> {
+        self.resolved.iter().filter(|p| p.keys.contains(key)).map(|p| p.name.clone()).collect()
+    }
+
+    /// What a request with a token of pool `name` may reach. A pool that does not exist reaches no key
+    /// (its requests get the clear 503), never every key.
+    pub fn reach<'a>(&'a self, name: &'a str) -> Reach<'a> {
+        if name.eq_ignore_ascii_case(ALL) {
+            return Reach::All;
+        }
+        let Some(pool) = self.find(name) else {
+            return Reach::Pool { tiers: vec![Tier { pool: name, keys: &[] }], former: &[], pools: self };
+        };
+        let mut tiers = vec![Tier { pool: &pool.name, keys: &pool.keys }];
+        for (at, &i) in pool.fallback.iter().enumerate() {
+            if pool.fallback_all == Some(at) {
+                tiers.push(Tier { pool: ALL, keys: &self.every });
+            }
+            tiers.push(Tier { pool: &self.resolved[i].name, keys: &self.resolved[i].keys });
+        }
+        if pool.fallback_all.is_some_and(|at| at >= pool.fallback.len()) {
+            tiers.push(Tier { pool: ALL, keys: &self.every });
+        }
+        Reach::Pool { tiers, former: &pool.former, pools: self }
+    }
+}
+
+/// What one request may reach.
+#[derive(Debug)]
+pub enum Reach<'a> {
+    /// Every key (the built-in pool `all`).
+    All,
+    /// The keys of one pool, then of its fallbacks, in order.
+    Pool {
+        /// The pool first, then its fallbacks.
+        tiers: Vec<Tier<'a>>,
+        /// Keys taken out of the pool while Keymux ran.
+        former: &'a [KeyId],
+        /// Every pool, to name the one a foreign key belongs to.
+        pools: &'a Pools,
+    },
+}
+
+impl Reach<'_> {
+    /// The first key among `pinned` (keys named by the request's markers) that exists (`known`) but is
+    /// outside this request's pool and its fallbacks, with the pool it belongs to. State made by a key
+    /// that was taken out of the pool, or that no longer exists, is not a mismatch: the `lost_org`
+    /// rules handle it inside the pool.
+    pub fn mismatch<'k>(
+        &self,
+        pinned: impl IntoIterator<Item = &'k KeyId>,
+        known: impl Fn(&KeyId) -> bool,
+    ) -> Option<(KeyId, String)> {
+        let Self::Pool { tiers, former, pools } = self else { return None };
+        let inside = |key: &KeyId| tiers.iter().any(|t| t.keys.contains(key)) || former.contains(key);
+        let key = pinned.into_iter().find(|k| !inside(k) && known(k))?;
+        let owner = pools.pools_of(key).into_iter().next().unwrap_or_else(|| ALL.to_owned());
+        Some((key.clone(), owner))
+    }
+
+    /// The tiers to decide over: none for `all` (the whole pool), else the pool and its fallbacks.
+    pub fn tiers(&self) -> &[Tier<'_>] {
+        match self {
+            Self::All => &[],
+            Self::Pool { tiers, .. } => tiers,
+        }
+    }
+
+    /// The name of the pool the request is bound to.
+    pub fn pool(&self) -> &str {
+        match self {
+            Self::All => ALL,
+            Self::Pool { tiers, .. } => tiers.first().map_or(ALL, |t| t.pool),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,105 @@
+use super::*;
+
+fn pool(name: &str, keys: &[&str], fallback: &[&str]) -> PoolConfig {
+    PoolConfig {
+        name: name.into(),
+        keys: keys.iter().map(|k| (*k).to_owned()).collect(),
+        fallback: fallback.iter().map(|f| (*f).to_owned()).collect(),
+    }
+}
+
+fn known(name: &str) -> bool {
+    ["work", "work-2", "personal", "k_w1"].contains(&name)
+}
+
+fn keys() -> Vec<(KeyId, String)> {
+    [("k_w1", "work"), ("k_w2", "work-2"), ("k_p1", "personal")]
+        .iter()
+        .map(|(id, label)| (KeyId::new(*id), (*label).to_owned()))
+        .collect()
+}
+
+fn ids(names: &[&str]) -> Vec<KeyId> {
+    names.iter().map(|n| KeyId::new(*n)).collect()
+}
+
+#[test]
+fn bad_pools_are_refused_with_their_place() {
+    let none: [&str; 0] = [];
+    type Case = (&'static str, Vec<PoolConfig>, Vec<&'static str>, Place, &'static str);
+    let cases: Vec<Case> = vec![
+        ("unknown key", vec![pool("work", &["work", "nope"], &[])], vec![], Place::Key(0, 1), "'nope'"),
+        ("duplicate name", vec![pool("work", &[], &[]), pool("Work", &[], &[])], vec![], Place::Name(1), "two pools"),
+        ("all is built in", vec![pool("all", &[], &[])], vec![], Place::Name(0), "built in"),
+        ("bad name", vec![pool("w rk", &[], &[])], vec![], Place::Name(0), "pool name"),
+        ("itself", vec![pool("work", &[], &["work"])], vec![], Place::Fallback(0, 0), "itself"),
+        ("unknown fallback", vec![pool("work", &[], &["play"])], vec![], Place::Fallback(0, 0), "no pool named 'play'"),
+        (
+            "cycle",
+            vec![pool("a", &[], &["b"]), pool("b", &[], &["c"]), pool("c", &[], &["a"])],
+            vec![],
+            Place::Fallback(0, 0),
+            "lead back",
+        ),
+        ("token pool", vec![pool("work", &[], &[])], vec!["all", "work", "play"], Place::Token(2), "'play'"),
+    ];
+    for (name, pools, tokens, place, words) in cases {
+        let problem = validate(&pools, known, tokens.iter().copied()).expect_err(name);
+        assert_eq!(problem.place, place, "{name}");
+        assert!(problem.message.contains(words), "{name}: {}", problem.message);
+    }
+    let fine = [pool("work", &["work", "K_W1"], &["personal"]), pool("personal", &[], &["all"])];
+    let lenient = |name: &str| known(&name.to_ascii_lowercase());
+    assert_eq!(validate(&fine, lenient, ["work", "all", "personal"]), Ok(()));
+    assert_eq!(validate(&[], known, none), Ok(()));
+}
+
+#[test]
+fn a_pool_reaches_its_keys_then_its_fallbacks_in_order() {
+    let defs = vec![pool("work", &["work", "k_w2"], &["personal", "all"]), pool("personal", &["personal"], &[])];
+    let pools = Pools::resolve(defs, &keys(), &Pools::default());
+    let reach = pools.reach("WORK");
+    let tiers: Vec<(&str, Vec<KeyId>)> = reach.tiers().iter().map(|t| (t.pool, t.keys.to_vec())).collect();
+    assert_eq!(
+        tiers,
+        vec![("work", ids(&["k_w1", "k_w2"])), ("personal", ids(&["k_p1"])), ("all", ids(&["k_w1", "k_w2", "k_p1"])),]
+    );
+    assert!(pools.reach("all").tiers().is_empty(), "all is the whole pool, undivided");
+    assert_eq!(pools.pools_of(&KeyId::new("k_w2")), vec!["work".to_owned()]);
+}
+
+#[test]
+fn a_missing_pool_reaches_no_key_rather_than_every_key() {
+    let pools = Pools::resolve(vec![pool("work", &["work"], &[])], &keys(), &Pools::default());
+    let reach = pools.reach("gone");
+    assert_eq!(reach.pool(), "gone");
+    assert_eq!(reach.tiers().len(), 1);
+    assert!(reach.tiers()[0].keys.is_empty());
+}
+
+#[test]
+fn state_from_another_pool_is_a_mismatch_and_names_its_pool() {
+    let defs = vec![pool("work", &["work"], &[]), pool("personal", &["personal"], &[])];
+    let pools = Pools::resolve(defs, &keys(), &Pools::default());
+    let exists = |_: &KeyId| true;
+    let work = pools.reach("work");
+    assert_eq!(work.mismatch(&ids(&["k_w1"]), exists), None);
+    assert_eq!(work.mismatch(&ids(&["k_w1", "k_p1"]), exists), Some((KeyId::new("k_p1"), "personal".to_owned())));
+    assert_eq!(work.mismatch(&ids(&["k_w2"]), exists), Some((KeyId::new("k_w2"), "all".to_owned())), "in no user pool");
+    assert_eq!(work.mismatch(&ids(&["k_p1"]), |_| false), None, "a key that no longer exists follows lost_org");
+    assert_eq!(pools.reach("all").mismatch(&ids(&["k_p1"]), exists), None, "all reaches every key");
+}
+
+#[test]
+fn a_key_taken_out_of_a_pool_is_not_a_mismatch_until_it_comes_back() {
+    let before = Pools::resolve(vec![pool("work", &["work", "work-2"], &[])], &keys(), &Pools::default());
+    let after = Pools::resolve(vec![pool("work", &["work"], &[])], &keys(), &before);
+    let exists = |_: &KeyId| true;
+    assert_eq!(after.reach("work").mismatch(&ids(&["k_w2"]), exists), None, "taken out mid-session: lost_org rules");
+    assert_eq!(after.keys_of("work"), &ids(&["k_w1"])[..], "but it is not reached");
+    let back = Pools::resolve(vec![pool("work", &["work", "work-2"], &[])], &keys(), &after);
+    let again = Pools::resolve(vec![pool("work", &["work"], &[])], &keys(), &back);
+    assert_eq!(again.reach("work").mismatch(&ids(&["k_w2"]), exists), None);
+    let other = Pools::resolve(vec![pool("play", &["work"], &[])], &keys(), &before);
+    assert!(other.reach("play").mismatch(&ids(&["k_w2"]), exists).is_some(), "former keys are per pool");
+}
