@@ -411,13 +411,19 @@ impl Gateway {
         self.events.publish(routed.at_unix_ms, Event::Routed(Box::new(routed)));
     }
 
-    /// Whether a new WebSocket could be served at all right now (some key is usable).
-    pub fn can_open_socket(&self) -> bool {
+    /// Whether a new WebSocket of a token bound to `pool` could be served at all right now (some key
+    /// it may reach is usable).
+    pub fn can_open_socket(&self, pool: &str) -> bool {
         if self.paused() {
             return false;
         }
         let now = self.clock.now();
-        let view = self.pool.view(ViewFor { model: None, tokens: 0, now, day: self.today() });
+        let mut view = self.pool.view(ViewFor { model: None, tokens: 0, now, day: self.today() });
+        let pools = self.pools();
+        let tiers = pools.reach(pool);
+        if !tiers.tiers().is_empty() {
+            view.keys.retain(|k| tiers.tiers().iter().any(|t| t.keys.contains(&k.id)));
+        }
         router::any_open(&view, now)
     }
 

@@ -84,7 +84,8 @@ async fn upgrade(gateway: Arc<Gateway>, mut parts: axum::http::request::Parts) -
     if parts.method != axum::http::Method::GET || parts.uri.path().trim_end_matches('/') != "/v1/responses" {
         return ApiError::WebSocketUnavailable.into_response();
     }
-    if !gateway.can_open_socket() {
+    let pool = parts.extensions.get::<tokens::ClientScope>().map_or(crate::pools::ALL, |c| c.pool.as_str());
+    if !gateway.can_open_socket(pool) {
         tracing::warn!("websocket refused, no key is usable; the client falls back to HTTP");
         return ApiError::WebSocketUnavailable.into_response();
     }

@@ -166,6 +166,7 @@ pub async fn prepare(options: &StartOptions) -> Result<Prepared, StartError> {
                 .into(),
         );
     }
+    check_env_pools(&config, &options.env, &entries)?;
     let (tokens, token_hint) = client_tokens(&config, &store, options, keychain_ok, &mut notices).await?;
     let install = install_secret_for(&store, options, keychain_ok, &mut notices).await?;
     let admin = admin_token_for(&store, options, keychain_ok).await;
@@ -185,8 +186,10 @@ pub async fn prepare(options: &StartOptions) -> Result<Prepared, StartError> {
         config_path.clone().map(crate::config_file::ConfigFile::new),
         config.clone(),
     );
-    let gateway =
-        Gateway::new(&config, entries, tokens, Markers::new(&install))?.with_metrics(metrics.0).with_settings(settings);
+    let gateway = Gateway::new(&config, entries, tokens, Markers::new(&install))?
+        .with_metrics(metrics.0)
+        .with_settings(settings)
+        .with_env_pools(options.env.pools.clone());
     gateway.access().set_admin(admin.as_ref());
     gateway.set_keychain_ok(keychain_ok || options.ephemeral);
     Ok(Prepared { gateway: Arc::new(gateway), config, listen, config_path, store, notices, token_hint })
@@ -268,6 +271,26 @@ fn env_keys(env: &EnvSecrets, existing: &[KeyEntry]) -> Result<Vec<KeyEntry>, St
         .collect()
 }
 
+/// Checks the pools and tokens of the environment: every key a `KEYMUX_POOL_*` names exists (in the
+/// config or the environment), no pool is defined twice, and every `KEYMUX_TOKEN_*_POOL` names a pool.
+fn check_env_pools(config: &Config, env: &EnvSecrets, keys: &[KeyEntry]) -> Result<(), StartError> {
+    let mut all = config.pools.clone();
+    all.extend(env.pools.iter().cloned());
+    let known = |name: &str| {
+        config.find_key(name).is_some() || keys.iter().any(|k| k.id.as_str() == name || k.label.eq_ignore_ascii_case(name))
+    };
+    let token_pools = config.tokens.iter().map(|t| t.pool.as_str()).chain(env.tokens.iter().map(|t| t.pool.as_str()));
+    crate::pools::validate(&all, known, token_pools).map_err(|problem| {
+        let source = match problem.place {
+            crate::pools::Place::Token(i) if i >= config.tokens.len() => {
+                format!("KEYMUX_TOKEN_{}_POOL", env.tokens[i - config.tokens.len()].name.to_ascii_uppercase())
+            }
+            _ => "KEYMUX_POOL_* (with the config's pools)".to_owned(),
+        };
+        StartError::Usage(format!("{source}: {}", problem.message))
+    })
+}
+
 /// The local client tokens, and how to tell a user which one to use.
 async fn client_tokens(
     config: &Config,
@@ -280,7 +303,13 @@ async fn client_tokens(
     if let Some(token) = &options.env.client_token {
         tokens = tokens.with("env", "", crate::pools::ALL, token);
     }
+    for token in &options.env.tokens {
+        tokens = tokens.with(&format!("env-{}", token.name), &token.name, &token.pool, &token.secret);
+    }
     let mut hint = options.env.client_token.as_ref().map(|_| "KEYMUX_CLIENT_TOKEN".to_owned());
+    if let Some(first) = options.env.tokens.first() {
+        hint.get_or_insert_with(|| format!("KEYMUX_TOKEN_{}", first.name.to_ascii_uppercase()));
+    }
     if keychain_ok {
         for token in &config.tokens {
             let account = account::token(&token.id);

@@ -25,7 +25,7 @@ pub fn admit(gw: &Gateway, incoming: &Incoming<'_>, entry: Entry, trace: &mut Tr
     let reach = pools.reach(incoming.pool);
     if let Some(refusal) = pool_mismatch(gw, &reach, &facts) {
         trace.decided(Decision { refusal: Some(refusal.clone()), ..Decision::new(facts.seq) });
-        return Err(refusal_error(gw, refusal));
+        return Err(refusal_error(gw, refusal, &reach));
     }
     let now = gw.clock().now();
     let memory = memory(gw, &facts, entry, now);
@@ -35,10 +35,10 @@ pub fn admit(gw: &Gateway, incoming: &Incoming<'_>, entry: Entry, trace: &mut Tr
     let rescued = decision.rescued_orgs.clone();
     trace.decided(decision.clone());
     if let Some(refusal) = refusal {
-        return Err(pool_error(refusal_error(gw, refusal), &reach));
+        return Err(refusal_error(gw, refusal, &reach));
     }
     let body = if rescued.is_empty() { extracted.body } else { rescue(gw, incoming.body, &rescued, trace)? };
-    Ok(Admitted { facts, decision, body, path: extracted.path })
+    Ok(Admitted { facts, decision, body, path: extracted.path, pool: incoming.pool.to_owned() })
 }
 
 /// The pool-mismatch refusal, when the request replays state made by a key outside its pool.
@@ -46,20 +46,6 @@ pub fn pool_mismatch(gw: &Gateway, reach: &Reach<'_>, facts: &RequestFacts) -> O
     let pinned = facts.pins.iter().chain(&facts.continuity).map(|p| &p.key);
     let (key, owner) = reach.mismatch(pinned, |k| gw.pool().contains(k))?;
     Some(Refusal::PoolMismatch { key, pool: reach.pool().to_owned(), owner })
-}
-
-/// A refusal inside a pool names the pool, so the user knows no key outside it was tried.
-fn pool_error(error: ApiError, reach: &Reach<'_>) -> ApiError {
-    let Reach::Pool { .. } = reach else { return error };
-    let pool = Some(reach.pool().to_owned());
-    match error {
-        ApiError::NoKeys { .. } => ApiError::NoKeys { pool },
-        ApiError::AllCooling { retry_after_secs, cooling, .. } => {
-            ApiError::AllCooling { retry_after_secs, cooling, pool }
-        }
-        ApiError::NoUsableKey { unusable, .. } => ApiError::NoUsableKey { unusable, pool },
-        other => other,
-    }
 }
 
 /// What Keymux remembers about a request: the soft-affinity table (only for prompts long enough to
@@ -91,15 +77,18 @@ fn rescue(gw: &Gateway, raw: &Bytes, orgs: &[crate::markers::OrgTag], trace: &mu
     Ok(Bytes::from(stripped.body.into_owned()))
 }
 
-/// The error a refusal is answered with, naming keys by their labels.
-pub fn refusal_error(gw: &Gateway, refusal: Refusal) -> ApiError {
+/// The error a refusal is answered with, naming keys by their labels, and the pool when the request
+/// is bound to one (so the user knows no key outside it was tried).
+pub fn refusal_error(gw: &Gateway, refusal: Refusal, reach: &Reach<'_>) -> ApiError {
     let label = |key: &KeyId| gw.pool().label(key);
+    let pool = match reach {
+        Reach::All => None,
+        Reach::Pool { .. } => Some(reach.pool().to_owned()),
+    };
     match refusal {
-        Refusal::NoKeys => ApiError::NoKeys { pool: None },
-        Refusal::AllCooling { retry_after_secs, cooling } => {
-            ApiError::AllCooling { retry_after_secs, cooling, pool: None }
-        }
-        Refusal::NoUsableKey { unusable } => ApiError::NoUsableKey { unusable, pool: None },
+        Refusal::NoKeys => ApiError::NoKeys { pool },
+        Refusal::AllCooling { retry_after_secs, cooling } => ApiError::AllCooling { retry_after_secs, cooling, pool },
+        Refusal::NoUsableKey { unusable } => ApiError::NoUsableKey { unusable, pool },
         Refusal::PoolMismatch { key, pool, owner } => ApiError::PoolMismatch { label: label(&key), pool, owner },
         Refusal::MixedOrgs { keys } => ApiError::MixedOrgs { labels: keys.iter().map(label).collect() },
         Refusal::LostOrg { key } => ApiError::LostOrg { label: label(&key) },

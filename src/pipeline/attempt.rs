@@ -66,7 +66,7 @@ pub async fn attempt_all<T: Transport>(
             (Next::Relay | Next::Final, Reply::Failed(error)) => last = Some(Fallback::Keymux(error.into())),
         }
     }
-    Settled::Failed(after_failover(gw, &admitted.facts, last))
+    Settled::Failed(after_failover(gw, admitted, last))
 }
 
 /// One attempt with the key `guard` holds: made by the transport, judged by the one classifier, and
@@ -110,13 +110,16 @@ fn served(gw: &Gateway, facts: &RequestFacts, key: &KeyId) {
 }
 
 /// After every candidate failed before anything reached the client: a 429 with `retry-after` if
-/// every usable key is now cooling (Codex retries only that), else the last failure.
-fn after_failover<D>(gw: &Gateway, facts: &RequestFacts, last: Option<Fallback<D>>) -> Fallback<D> {
-    let now = gw.clock().now();
+/// every usable key the request may reach (its pool, then its fallbacks) is now cooling (Codex
+/// retries only that), else the last failure.
+fn after_failover<D>(gw: &Gateway, admitted: &Admitted, last: Option<Fallback<D>>) -> Fallback<D> {
+    let (facts, now) = (&admitted.facts, gw.clock().now());
     let view = gw.pool().view(view_for(gw, facts, now));
     let policy = router::Policy { max_attempts: 1, ..*gw.policy() };
-    match router::decide(facts, &view, &Memory::default(), now, &policy).refusal {
-        Some(refusal @ Refusal::AllCooling { .. }) => Fallback::Keymux(refusal_error(gw, refusal)),
+    let pools = gw.pools();
+    let reach = pools.reach(&admitted.pool);
+    match router::decide_within(facts, view, reach.tiers(), &Memory::default(), now, &policy).refusal {
+        Some(refusal @ Refusal::AllCooling { .. }) => Fallback::Keymux(refusal_error(gw, refusal, &reach)),
         _ => last.unwrap_or(Fallback::Keymux(ApiError::NoUsableKey { unusable: 0, pool: None })),
     }
 }

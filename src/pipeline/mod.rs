@@ -70,6 +70,8 @@ pub struct Admitted {
     pub body: Bytes,
     /// The path to send (a marked response id restored to the provider's id).
     pub path: String,
+    /// The pool its token is bound to (what failover may still reach).
+    pub pool: String,
 }
 
 impl Admitted {

@@ -139,8 +139,9 @@ impl Inbound {
             facts::extract(&incoming, gateway.markers()).map_err(|e| Stop::Refused(format!("Keymux: {e}.")))?;
         let facts = &extracted.facts;
         let pools = gateway.pools();
-        if let Some(refusal) = pipeline::pool_mismatch(gateway, &pools.reach(&self.scope.pool), facts) {
-            let error = pipeline::refusal_error(gateway, refusal);
+        let reach = pools.reach(&self.scope.pool);
+        if let Some(refusal) = pipeline::pool_mismatch(gateway, &reach, facts) {
+            let error = pipeline::refusal_error(gateway, refusal, &reach);
             return Err(Stop::Refused(error.spec().message.into_owned()));
         }
         let now = gateway.clock().now();

@@ -227,7 +227,18 @@ pub fn post(
     headers: &[(String, String)],
     body: &Value,
 ) -> reqwest::RequestBuilder {
-    let mut rb = client.post(url).bearer_auth(TOKEN).header("content-type", "application/json");
+    post_as(client, url, TOKEN, headers, body)
+}
+
+/// A POST with the client token `token` and the captured client headers.
+pub fn post_as(
+    client: &reqwest::Client,
+    url: &str,
+    token: &str,
+    headers: &[(String, String)],
+    body: &Value,
+) -> reqwest::RequestBuilder {
+    let mut rb = client.post(url).bearer_auth(token).header("content-type", "application/json");
     for (k, v) in headers {
         if !k.eq_ignore_ascii_case("content-type") {
             rb = rb.header(k.as_str(), v.as_str());
@@ -414,6 +425,8 @@ pub struct Session {
     pub history: Vec<Value>,
     pub turn: usize,
     pub stream: bool,
+    /// The client token it sends (the harness token unless a test says otherwise).
+    pub token: String,
 }
 
 /// What one turn produced.
@@ -433,7 +446,7 @@ impl Session {
             }
             Shape::Pi | Shape::NoIds => serde_json::json!({"role":"developer","content":system}),
         };
-        Self { shape, id, history: vec![developer], turn: 0, stream }
+        Self { shape, id, history: vec![developer], turn: 0, stream, token: TOKEN.to_owned() }
     }
 
     fn user(&self, text: String) -> Value {
@@ -517,7 +530,8 @@ impl Session {
         };
         let mut headers = headers;
         headers.push(("x-test-turn".to_owned(), format!("{}:{}", self.id, self.turn)));
-        let response = post(client, &format!("{base}/responses"), &headers, &body).send().await.expect("request sent");
+        let url = format!("{base}/responses");
+        let response = post_as(client, &url, &self.token, &headers, &body).send().await.expect("request sent");
         let status = response.status().as_u16();
         if status != 200 {
             let text = response.text().await.unwrap_or_default();
@@ -589,10 +603,19 @@ impl WsAnswer {
 impl WsClient {
     /// Opens `GET /v1/responses` as Codex does (bearer token, `openai-beta`, session headers).
     pub async fn connect(base: &str, session: &str) -> Result<Self, tokio_tungstenite::tungstenite::Error> {
+        Self::connect_as(base, session, TOKEN).await
+    }
+
+    /// Opens the socket with the client token `token`.
+    pub async fn connect_as(
+        base: &str,
+        session: &str,
+        token: &str,
+    ) -> Result<Self, tokio_tungstenite::tungstenite::Error> {
         use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
         let mut request = format!("{}/responses", base.replace("http://", "ws://")).into_client_request()?;
         let h = request.headers_mut();
-        h.insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+        h.insert("authorization", format!("Bearer {token}").parse().unwrap());
         h.insert("openai-beta", "responses_websockets=2026-02-06".parse().unwrap());
         h.insert("session-id", session.parse().unwrap());
         h.insert("originator", "codex_exec".parse().unwrap());
