@@ -277,7 +277,8 @@ fn check_env_pools(config: &Config, env: &EnvSecrets, keys: &[KeyEntry]) -> Resu
     let mut all = config.pools.clone();
     all.extend(env.pools.iter().cloned());
     let known = |name: &str| {
-        config.find_key(name).is_some() || keys.iter().any(|k| k.id.as_str() == name || k.label.eq_ignore_ascii_case(name))
+        config.find_key(name).is_some()
+            || keys.iter().any(|k| k.id.as_str() == name || k.label.eq_ignore_ascii_case(name))
     };
     let token_pools = config.tokens.iter().map(|t| t.pool.as_str()).chain(env.tokens.iter().map(|t| t.pool.as_str()));
     crate::pools::validate(&all, known, token_pools).map_err(|problem| {

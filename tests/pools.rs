@@ -272,7 +272,11 @@ async fn pools_change_at_runtime_and_bad_changes_are_refused() {
         .collect();
     assert_eq!(served, ["k_c1", "k_b2"], "oldest first: c1 in work, then b2 of the fallback pool");
     let fell_back = decisions["data"].as_array().unwrap().iter().any(|r| {
-        r["decision"]["reasons"].as_array().unwrap().iter().any(|x| x["rule"] == "pool_fallback" && x["to"] == "personal")
+        r["decision"]["reasons"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["rule"] == "pool_fallback" && x["to"] == "personal")
     });
     assert!(fell_back, "the decision says it used the fallback pool");
 
@@ -347,6 +351,7 @@ async fn what_one_pool_learns_never_steers_another() {
         .filter(|r| r["token"] == "mover")
         .map(|r| (r["pool"].as_str().unwrap().to_owned(), r["decision"]["affinity_state"].as_str().unwrap().to_owned()))
         .collect();
-    let want = [("left", "cache_miss"), ("left", "hit"), ("right", "cache_miss")].map(|(a, b)| (a.to_owned(), b.to_owned()));
+    let want =
+        [("left", "cache_miss"), ("left", "hit"), ("right", "cache_miss")].map(|(a, b)| (a.to_owned(), b.to_owned()));
     assert_eq!(states, want);
 }

@@ -218,7 +218,12 @@ async fn list_keys(loaded: &Loaded) -> Result<(), StartError> {
         true => None,
         false => Some(InstallKey::new(&startup::install_secret(&loaded.store).await?)),
     };
-    out(&format!("{:<16} {:<14} {:<8} {:<24} {:<11} STATUS", "LABEL", "ID", "PROVIDER", "ORG", "FINGERPRINT"));
+    out(&format!(
+        "{:<16} {:<14} {:<8} {:<24} {:<11} {:<16} STATUS",
+        "LABEL", "ID", "PROVIDER", "ORG", "FINGERPRINT", "POOLS"
+    ));
+    let mut pools = loaded.config.pools.clone();
+    pools.extend(env.pools.iter().cloned());
     for key in &loaded.config.keys {
         let account = account::key(key.id.as_str());
         let secret = secrets::blocking(loaded.store.clone(), move |s| s.get(&account)).await?;
@@ -227,12 +232,37 @@ async fn list_keys(loaded: &Loaded) -> Result<(), StartError> {
             _ => ("-".to_owned(), "MISSING from keychain"),
         };
         let state = live.as_ref().and_then(|keys| keys.iter().find(|k| k.status.id == key.id));
-        row(&key.label, key.id.as_str(), key.provider, key.org.as_deref(), &fp, stored, state);
+        let pools = pools_of(&pools, &key.label, key.id.as_str());
+        row(
+            Row {
+                label: &key.label,
+                id: key.id.as_str(),
+                provider: key.provider,
+                org: key.org.as_deref(),
+                fp: &fp,
+                pools: &pools,
+                stored,
+            },
+            state,
+        );
     }
     for key in &env.keys {
         let id = format!("env-{}", key.label);
         let state = live.as_ref().and_then(|keys| keys.iter().find(|k| k.status.id.as_str() == id));
-        row(&key.label, &id, key.provider, key.org.as_deref(), "-", "environment (ephemeral)", state);
+        let pools = pools_of(&pools, &key.label, &id);
+        let stored = "environment (ephemeral)";
+        row(
+            Row {
+                label: &key.label,
+                id: &id,
+                provider: key.provider,
+                org: key.org.as_deref(),
+                fp: "-",
+                pools: &pools,
+                stored,
+            },
+            state,
+        );
     }
     if live.is_none() {
         out(&format!(
@@ -243,12 +273,38 @@ async fn list_keys(loaded: &Loaded) -> Result<(), StartError> {
     Ok(())
 }
 
-fn row(label: &str, id: &str, provider: Provider, org: Option<&str>, fp: &str, stored: &str, state: Option<&KeyInfo>) {
-    let org = org
+/// The user's pools that name a key (by label or id), comma-separated; `all` when none does.
+fn pools_of(pools: &[crate::pools::PoolConfig], label: &str, id: &str) -> String {
+    let named: Vec<&str> = pools
+        .iter()
+        .filter(|p| p.keys.iter().any(|k| k == id || k.eq_ignore_ascii_case(label)))
+        .map(|p| p.name.as_str())
+        .collect();
+    if named.is_empty() {
+        crate::pools::ALL.to_owned()
+    } else {
+        named.join(",")
+    }
+}
+
+/// One line of `keymux keys list`.
+struct Row<'a> {
+    label: &'a str,
+    id: &'a str,
+    provider: Provider,
+    org: Option<&'a str>,
+    fp: &'a str,
+    pools: &'a str,
+    stored: &'a str,
+}
+
+fn row(r: Row<'_>, state: Option<&KeyInfo>) {
+    let org = r
+        .org
         .map(str::to_owned)
         .or_else(|| state.and_then(|s| s.status.org.as_deref()).map(|o| format!("{o} (learned)")))
         .unwrap_or_else(|| "(learned on first use)".into());
-    let mut status = stored.to_owned();
+    let mut status = r.stored.to_owned();
     if let Some(s) = state {
         status.push_str(&format!(", {}", health_word(s.status.health)));
         if let Some(until) = s.until_unix_ms {
@@ -263,7 +319,8 @@ fn row(label: &str, id: &str, provider: Provider, org: Option<&str>, fp: &str, s
             status.push_str(&format!(", {odd} invalid_encrypted_content from the provider"));
         }
     }
-    out(&format!("{label:<16} {id:<14} {:<8} {org:<24} {fp:<11} {status}", provider.as_str()));
+    let (label, id, fp, pools) = (r.label, r.id, r.fp, r.pools);
+    out(&format!("{label:<16} {id:<14} {:<8} {org:<24} {fp:<11} {pools:<16} {status}", r.provider.as_str()));
 }
 
 /// A key's health as `keymux keys list` prints it: the API's own word for it.

@@ -172,7 +172,8 @@ pub fn icon(input: &MenuInput<'_>) -> IconState {
     }
 }
 
-/// The status line: routing or paused, keys ready of total, and when the next cooling key frees.
+/// The status line: routing or paused, keys ready of total, when the next cooling key frees, and each
+/// of the user's pools with its usable keys ("work 2/2").
 pub fn status_line(input: &MenuInput<'_>) -> String {
     let Some(status) = input.status else {
         return format!("Keymux is not running: {}", input.problem.unwrap_or("starting…"));
@@ -186,10 +187,13 @@ pub fn status_line(input: &MenuInput<'_>) -> String {
     if let Some(reset) = g.next_reset_unix_ms {
         line.push_str(&format!(" · next frees in {}", countdown(reset.saturating_sub(g.now_unix_ms))));
     }
+    for pool in status.pools.iter().filter(|p| !p.builtin) {
+        line.push_str(&format!(" · {} {}/{}", pool.name, pool.usable, pool.key_ids.len()));
+    }
     line
 }
 
-/// A key's menu text: its label, organization and state (headroom when it is usable).
+/// A key's menu text: its label, organization, pools and state (headroom when it is usable).
 pub fn key_label(key: &KeyInfo, now_unix_ms: u64) -> String {
     let org = key.status.org.as_deref().map(|o| format!(" ({o})")).unwrap_or_default();
     let until = key.until_unix_ms.map(|u| countdown(u.saturating_sub(now_unix_ms))).unwrap_or_default();
@@ -200,7 +204,8 @@ pub fn key_label(key: &KeyInfo, now_unix_ms: u64) -> String {
         HealthState::Rejected => "rejected by the provider".to_owned(),
         HealthState::Disabled => "off".to_owned(),
     };
-    format!("{}{org} · {state}", key.status.label)
+    let pools = if key.pools.is_empty() { String::new() } else { format!(" [{}]", key.pools.join(", ")) };
+    format!("{}{org}{pools} · {state}", key.status.label)
 }
 
 fn entry(action: Action, label: impl Into<String>, checked: Option<bool>, enabled: bool) -> Item {

@@ -121,6 +121,8 @@ impl Notifier {
         }?;
         let subject = match &event.event {
             Event::Key(k) if notice.kind == NoticeKind::KeyRejected => k.key.to_string(),
+            // One pool blocked is told once per quiet period, whatever the other pools do.
+            Event::Key(_) if notice.kind == NoticeKind::AllKeysBlocked => notice.title.clone(),
             _ => String::new(),
         };
         self.allow(notice, subject, now_unix_ms)
@@ -136,6 +138,14 @@ impl Notifier {
                 if !usable && !status.keys.is_empty() && !self.blocked_said =>
             {
                 Some(blocked(status))
+            }
+            KeyChange::CoolingStarted { .. }
+            | KeyChange::QuotaExhausted { .. }
+            | KeyChange::Disabled
+            | KeyChange::Removed
+                if usable =>
+            {
+                pool_blocked(status)
             }
             _ => None,
         }
@@ -184,12 +194,42 @@ fn blocked(status: &StatusBody) -> Notice {
     Notice { kind: NoticeKind::AllKeysBlocked, title: "No key can serve requests".to_owned(), body }
 }
 
+/// A pool of the user's (with tokens bound to it, so someone's requests are refused) whose keys can
+/// all not serve while other keys can: its requests get its 429, never another pool's key.
+fn pool_blocked(status: &StatusBody) -> Option<Notice> {
+    let g = &status.gateway;
+    let pool = status.pools.iter().find(|p| !p.builtin && p.usable == 0 && !p.tokens.is_empty())?;
+    let frees = status
+        .keys
+        .iter()
+        .filter(|k| pool.key_ids.contains(&k.status.id))
+        .filter(|k| matches!(k.status.health, HealthState::Cooling | HealthState::QuotaExhausted))
+        .filter_map(|k| k.until_unix_ms)
+        .min();
+    let body = match frees {
+        Some(at) => format!(
+            "Its requests get 429 until its first key frees in {}; Keymux does not send them to keys outside \
+             the pool.",
+            countdown(at.saturating_sub(g.now_unix_ms))
+        ),
+        None => "Each of its keys is rejected or switched off: fix one, or add a key to the pool, in the \
+                 dashboard."
+            .to_owned(),
+    };
+    Some(Notice { kind: NoticeKind::AllKeysBlocked, title: format!("{}: no key can serve", pool.name), body })
+}
+
 fn session_lost(refusal: &Option<Refusal>, rescued: bool) -> Option<Notice> {
     let (title, body) = match refusal {
         Some(Refusal::LostOrg { .. }) => (
             "A session was refused",
             "It replays encrypted reasoning that only an organization with no usable key left can read. \
              Re-enable or re-add one of its keys, or start a new session.",
+        ),
+        Some(Refusal::PoolMismatch { .. }) => (
+            "A session was refused",
+            "It replays what a key of another pool made, and Keymux never crosses a pool's boundary. Continue \
+             it with a token of that pool, or start a new session.",
         ),
         Some(Refusal::ContinuityLost { .. }) => (
             "A session was refused",

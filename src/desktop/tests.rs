@@ -333,3 +333,42 @@ fn a_kind_switched_off_is_never_said() {
     n.set(NoticeKind::KeyRejected, true);
     assert!(n.consider(&key_event(2, "work", KeyChange::Rejected), || two(Rejected, Ready), NOW).is_some());
 }
+
+/// `two(a, b)` with the user's pools `work` (the key `work`, token `acme`) and `home` (the key `home`).
+fn pooled(a: HealthState, b: HealthState) -> StatusBody {
+    use crate::api::types::PoolInfo;
+    let mut s = two(a, b);
+    let pool = |name: &str, token: Option<&str>, health: HealthState| PoolInfo {
+        name: name.to_owned(),
+        builtin: false,
+        from_env: false,
+        keys: vec![name.to_owned()],
+        key_ids: vec![KeyId::new(format!("k_{name}"))],
+        fallback: Vec::new(),
+        tokens: token.map(str::to_owned).into_iter().collect(),
+        usable: usize::from(health == HealthState::Ready),
+        headroom: 0.5,
+    };
+    s.pools = vec![pool("work", Some("acme"), a), pool("home", None, b)];
+    for k in &mut s.keys {
+        k.pools = vec![k.status.label.clone()];
+    }
+    s
+}
+
+#[test]
+fn the_tray_shows_pools_and_names_a_blocked_one() {
+    use HealthState::*;
+    let s = pooled(Cooling, Ready);
+    assert_eq!(status_line(&input(&s)), "Routing · 1 of 2 keys ready · next frees in 4m 30s · work 0/1 · home 1/1");
+    let m = menu(&input(&s));
+    assert!(label_of(&m, &Action::ToggleKey(KeyId::new("k_work"))).starts_with("work (org-a) [work] · cooling"));
+    let mut n = Notifier::new();
+    let cooling = KeyChange::CoolingStarted { until_unix_ms: NOW + 270_000 };
+    let notice = n.consider(&key_event(1, "work", cooling), || pooled(Cooling, Ready), NOW).expect("told");
+    assert_eq!(notice.title, "work: no key can serve");
+    assert!(notice.body.contains("4m 30s") && notice.body.contains("outside"), "{}", notice.body);
+    assert_eq!(n.consider(&key_event(2, "work", cooling), || pooled(Cooling, Ready), NOW), None, "once");
+    let home = n.consider(&key_event(3, "home", cooling), || pooled(Ready, Cooling), NOW);
+    assert_eq!(home, None, "a pool no token uses blocks nobody's requests");
+}
