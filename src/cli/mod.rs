@@ -39,7 +39,12 @@ enum Command {
     Token(TokenCommand),
     /// Manage pools: named sets of keys that a client token is bound to (work, personal). A token of
     /// a pool only ever reaches that pool's keys (then its fallback pools, if you set any).
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  keymux pool create work --keys work,work-2\n  keymux pool create personal --keys \
+                      personal\n  keymux token create --name acme-repo --pool work\n  keymux token set codex --pool \
+                      personal\n\nTokens without a pool are in the built-in pool `all` (every key)."
+    )]
     Pool(PoolCommand),
     /// Print a one-time login link for the dashboard of the running gateway.
     Dashboard {
