@@ -125,13 +125,16 @@ pub fn update_key(doc: &mut DocumentMut, key: &KeyConfig) -> Result<(), String> 
         .iter_mut()
         .find(|t| t.get("id").and_then(Item::as_str) == Some(key.id.as_str()))
         .ok_or_else(|| format!("no key {} in the config", key.id))?;
-    // A field the new settings leave out is at its default: a number goes back to 0 and a list to empty
-    // (keeping the user's comment on it); an absent option is removed (TOML has no null).
+    // A field the new settings leave out is at its default. Where the default reads the same written
+    // out (priority 0, an empty model list), it is written, keeping the user's comment on it; anything
+    // else is removed: an absent budget is "no budget", which no number says (TOML has no null).
     let stale: Vec<String> = table.iter().map(|(k, _)| k.to_owned()).filter(|k| !fresh.contains_key(k)).collect();
     for name in stale {
-        let default = match table.get(&name).and_then(Item::as_value) {
-            Some(toml_edit::Value::Integer(_)) => Some(toml_edit::Value::from(0)),
-            Some(toml_edit::Value::Array(_)) => Some(toml_edit::Value::Array(toml_edit::Array::new())),
+        let default = match (name.as_str(), table.get(&name).and_then(Item::as_value)) {
+            ("priority", Some(toml_edit::Value::Integer(_))) => Some(toml_edit::Value::from(0)),
+            ("models" | "exclude_models", Some(toml_edit::Value::Array(_))) => {
+                Some(toml_edit::Value::Array(toml_edit::Array::new()))
+            }
             _ => None,
         };
         match (default, table.get_mut(&name).and_then(Item::as_value_mut)) {
@@ -273,7 +276,45 @@ priority = 0 # tier 0
             daily_token_budget: Some(5),
             models: Vec::new(),
             exclude_models: Vec::new(),
+            disabled: false,
         }
+    }
+
+    /// "None" is not zero: a budget taken away is no budget after a restart, not a budget of 0; a key
+    /// switched off stays off; pools follow a renamed or removed key.
+    #[test]
+    fn what_the_user_set_reads_back_exactly() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = ConfigFile::new(dir.path().join("config.toml"));
+        std::fs::write(file.path(), COMMENTED).expect("write");
+        let mut work = key("k_work", "work");
+        work.models = vec!["gpt-5.5".into()];
+        file.edit(|doc| update_key(doc, &work)).expect("budget and models set");
+        work.daily_token_budget = None;
+        work.models = Vec::new();
+        work.priority = 0;
+        work.disabled = true;
+        let config = file.edit(|doc| update_key(doc, &work)).expect("cleared");
+        assert_eq!(config.keys[0], work, "{}", std::fs::read_to_string(file.path()).unwrap_or_default());
+        let pool = PoolConfig { name: "team".into(), keys: vec!["work".into()], fallback: Vec::new() };
+        file.edit(|doc| set_pool(doc, &pool)).expect("pool");
+        let office = KeyConfig { label: "office".into(), ..work.clone() };
+        let renamed = file.edit(|doc| {
+            update_key(doc, &office)?;
+            rename_in_pools(doc, &["WORK"], Some("office"))
+        });
+        assert_eq!(renamed.expect("renamed").pools[0].keys, ["office"]);
+        let removed = file.edit(|doc| {
+            remove_key(doc, "k_work")?;
+            rename_in_pools(doc, &["k_work", "office"], None)
+        });
+        assert!(removed.expect("removed").pools[0].keys.is_empty());
+        let token = TokenConfig { id: "t_1".into(), name: "codex".into(), created_unix: 7, pool: "all".into() };
+        file.edit(|doc| add_token(doc, &token)).expect("token");
+        let config = file.edit(|doc| set_token_pool(doc, "t_1", "team")).expect("moved");
+        assert_eq!(config.tokens[0].pool, "team");
+        let config = file.edit(|doc| remove_pool(doc, "TEAM")).expect_err("a token still uses it");
+        assert!(config.to_string().contains("no pool named 'team'"), "{config}");
     }
 
     #[test]

@@ -80,10 +80,15 @@ impl Gateway {
         let affinity = &config.affinity;
         let labels: Vec<(KeyId, String)> = keys.iter().map(|k| (k.id.clone(), k.label.clone())).collect();
         let pools = Pools::resolve(config.pools.clone(), &labels, &Pools::default());
+        let pool = Pool::new(keys, markers);
+        // A key the user switched off stays off across restarts.
+        for key in config.keys.iter().filter(|k| k.disabled) {
+            pool.set_disabled(&key.id, true);
+        }
         Ok(Self {
             pools: ArcSwap::from_pointee(pools),
             env_pools: Vec::new(),
-            pool: Pool::new(keys, markers),
+            pool,
             metrics: Metrics::in_memory(),
             hints: Table::new(crate::affinity::HINT_CAPACITY, crate::affinity::DEFAULT_TTL),
             soft: Table::new(affinity.table_capacity, Duration::from_secs(affinity.table_ttl_secs)),

@@ -181,7 +181,13 @@ async fn set_key(loaded: &Loaded, label_or_id: &str, changes: KeyChanges) -> Res
 }
 
 async fn switch_key(loaded: &Loaded, label_or_id: &str, action: &str) -> Result<(), StartError> {
-    let remote = running(loaded).await?;
+    let Some(remote) = remote(loaded).await? else {
+        let id = KeyId::new(key_id(&[], &loaded.config, label_or_id)?);
+        control::record_enabled(&loaded.settings(), &id, action == "enable").map_err(usage)?;
+        let state = if action == "enable" { "on" } else { "off" };
+        out(&format!("key '{label_or_id}' ({id}) is {state} from the next start (no gateway is running)"));
+        return Ok(());
+    };
     let keys: Vec<KeyInfo> = remote.get("/keys").await.map_err(usage)?;
     let id = key_id(&keys, &loaded.config, label_or_id)?;
     let answer: KeyBody = remote.send(Method::POST, &format!("/keys/{id}/{action}"), None).await.map_err(usage)?;

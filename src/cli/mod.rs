@@ -165,12 +165,13 @@ enum KeysCommand {
         #[arg(long, value_name = "MODELS")]
         exclude_models: Option<String>,
     },
-    /// Switch a key on in the running gateway (also clears a rejection or an exhausted quota).
+    /// Switch a key on (in the running gateway it also clears a rejection or an exhausted quota); kept
+    /// across restarts.
     Enable {
         /// Label or id.
         key: String,
     },
-    /// Switch a key off in the running gateway.
+    /// Switch a key off; it stays off across restarts until enabled.
     Disable {
         /// Label or id.
         key: String,

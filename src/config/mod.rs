@@ -130,10 +130,17 @@ pub struct KeyConfig {
     /// Models this key is never used for.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exclude_models: Vec<String>,
+    /// Switched off by the user (`keymux keys disable`): kept off across restarts until enabled.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub disabled: bool,
 }
 
 fn is_zero(n: &u8) -> bool {
     *n == 0
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// A local client token as listed in the config file. The token itself is in the keychain under
@@ -381,6 +388,7 @@ mod tests {
             daily_token_budget: Some(1_000_000),
             models: vec!["gpt-5.5".into()],
             exclude_models: Vec::new(),
+            disabled: true,
         });
         config.save(&path).expect("save");
         assert_eq!(Config::load(&path).expect("load"), config);

@@ -193,6 +193,7 @@ pub fn key_config(id: KeyId, new: &NewKey) -> KeyConfig {
         daily_token_budget: new.daily_token_budget,
         models: new.models.clone(),
         exclude_models: new.exclude_models.clone(),
+        disabled: false,
     }
 }
 
@@ -257,6 +258,22 @@ pub fn edit_key(settings: &Settings, id: &KeyId, changes: &KeyChanges) -> Result
             c.keys.iter_mut().filter(|k| k.id == updated.id).for_each(|k| *k = updated.clone());
             c.rename_in_pools(&old_names, new_label);
         },
+    )?;
+    Ok(Some(key))
+}
+
+/// Records a configured key as switched on or off (a key from the environment has no entry:
+/// `Ok(None)`). Used with and without a running gateway.
+pub fn record_enabled(settings: &Settings, id: &KeyId, enabled: bool) -> Result<Option<KeyConfig>, ControlError> {
+    let Some(mut key) = settings.config().keys.into_iter().find(|k| &k.id == id) else { return Ok(None) };
+    if key.disabled != enabled {
+        return Ok(Some(key));
+    }
+    key.disabled = !enabled;
+    let updated = key.clone();
+    settings.edit(
+        |doc| config_file::update_key(doc, &updated),
+        |c| c.keys.iter_mut().filter(|k| k.id == updated.id).for_each(|k| *k = updated.clone()),
     )?;
     Ok(Some(key))
 }
@@ -396,11 +413,14 @@ impl Gateway {
         Ok(())
     }
 
-    /// Switches a key on or off.
+    /// Switches a key on or off, in the pool and (for a configured key) in the config, so a restart
+    /// keeps it as the user left it.
     pub fn set_enabled(&self, id: &KeyId, enabled: bool) -> Result<(), ControlError> {
-        if !self.pool().set_disabled(id, !enabled) {
+        if !self.pool().contains(id) {
             return Err(ControlError::NotFound(format!("no key {id}; see `keymux keys list`")));
         }
+        record_enabled(self.settings(), id, enabled)?;
+        self.pool().set_disabled(id, !enabled);
         self.announce(id, if enabled { KeyChange::Enabled } else { KeyChange::Disabled });
         Ok(())
     }

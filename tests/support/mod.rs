@@ -96,6 +96,7 @@ fn harness_config(sim: &Sim, keys: &[TestKey], store: &MemoryStore) -> Config {
             daily_token_budget: k.budget,
             models: Vec::new(),
             exclude_models: Vec::new(),
+            disabled: false,
         });
     }
     config.tokens.push(TokenConfig { id: "t_test".into(), name: "test".into(), created_unix: 0, pool: "all".into() });

@@ -1,0 +1,67 @@
+//! Keys keep what the user set: through the real `keymux` binary, with the real keychain, a setting
+//! changed (with a gateway running, and without one) reads back exactly after a restart. "None" is not
+//! zero, and a key switched off stays off.
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+mod support;
+
+use std::path::Path;
+
+use keymux::api::types::KeyInfo;
+use keymux_sim::{Sim, SimConfig};
+use support::*;
+
+async fn cli(cfg: &Path, env: &[(String, String)], args: &[&str], stdin: &str) -> (bool, String, String) {
+    let mut all = vec!["--config", cfg.to_str().unwrap()];
+    all.extend_from_slice(args);
+    run_keymux(&all, env, stdin).await
+}
+
+async fn keys_of(keymux: &Keymux) -> Vec<KeyInfo> {
+    let answer = Admin::new(&keymux.root).get_json("/keys").await;
+    serde_json::from_value(answer).unwrap()
+}
+
+fn find<'a>(keys: &'a [KeyInfo], label: &str) -> &'a KeyInfo {
+    keys.iter().find(|k| k.status.label == label).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_read_back_exactly_after_a_restart() {
+    let sim = Sim::start(SimConfig::new().org("org-s", &["sk-set-1", "sk-set-2"])).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cfg = home.path().join("config.toml");
+    std::fs::write(&cfg, format!("keychain_service = \"keymux-settings\"\nupstream = \"{}\"\n", sim.base_url()))
+        .unwrap();
+    let env = base_env(home.path());
+    for (label, secret) in [("main", "sk-set-1"), ("backup", "sk-set-2")] {
+        let (ok, _, err) = cli(&cfg, &env, &["keys", "add", "--label", label], &format!("{secret}\n")).await;
+        assert!(ok, "{err}");
+    }
+    let set = ["keys", "set", "backup", "--daily-token-budget", "5000", "--models", "gpt-5.5"];
+    assert!(cli(&cfg, &env, &set, "").await.0);
+    let keymux = Keymux::spawn(&["--config", cfg.to_str().unwrap()], &env).await;
+    // Changed while it runs: the budget taken away, the models cleared, one key switched off.
+    let (ok, _, err) = cli(&cfg, &env, &["keys", "set", "backup", "--no-budget", "--models", ""], "").await;
+    assert!(ok, "{err}");
+    let (ok, _, err) = cli(&cfg, &env, &["keys", "disable", "main"], "").await;
+    assert!(ok, "{err}");
+    keymux.stop().await;
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    assert!(!text.contains("daily_token_budget = 0"), "no budget is not a budget of 0:\n{text}");
+
+    let keymux = Keymux::spawn(&["--config", cfg.to_str().unwrap()], &env).await;
+    let keys = keys_of(&keymux).await;
+    assert_eq!(find(&keys, "backup").status.daily_token_budget, None);
+    assert!(find(&keys, "backup").status.models.is_empty());
+    assert_eq!(format!("{:?}", find(&keys, "main").status.health), "Disabled", "still off after a restart");
+    keymux.stop().await;
+
+    // Without a gateway: switched back on, from the next start.
+    let (ok, out, err) = cli(&cfg, &env, &["keys", "enable", "main"], "").await;
+    assert!(ok && out.contains("next start"), "{out}{err}");
+    let keymux = Keymux::spawn(&["--config", cfg.to_str().unwrap()], &env).await;
+    let keys = keys_of(&keymux).await;
+    assert_eq!(format!("{:?}", find(&keys, "main").status.health), "Ready");
+    keymux.stop().await;
+}
