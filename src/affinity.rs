@@ -1,12 +1,15 @@
 //! Affinity tables: what Keymux remembers about sessions, in process memory only, bounded in size and
 //! age, never persisted. Entries are keyed by `SessionKey`s (keyed HMACs), never by raw client values.
 //!
-//! Two tables use this type:
+//! Three tables use this type:
 //! * the soft-affinity table: per signal (`prompt_cache_key`, or a prompt-prefix digest), the key that
 //!   last served it to a successful end. It keeps a session on a warm prompt cache.
 //! * the session hints: per session, the key that last served one of its Responses requests. Codex
 //!   opens a resumed session's WebSocket with a prewarm frame that carries no markers, and the hint sends
 //!   that socket to the organization that holds the session's state.
+//! * the rescued sessions: per session, the organizations whose items Keymux dropped to keep it alive
+//!   (rescue). Their items stay dropped on later turns, even once the organization has a usable key
+//!   again: the session lives on where it was moved instead of dying on a mix Keymux caused.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -20,42 +23,48 @@ use crate::recency::Recency;
 
 /// Default capacity of the session hints.
 pub const HINT_CAPACITY: usize = 10_000;
+/// Most rescued sessions remembered (each entry holds at most `markers::MAX_PINS` organization tags,
+/// about 200 bytes: 2 MB at most).
+pub const RESCUED_CAPACITY: usize = 10_000;
+/// How long a rescued session is remembered without a turn: long enough for a session resumed the next
+/// day to keep working.
+pub const RESCUED_TTL: Duration = Duration::from_secs(48 * 60 * 60);
 /// How long an entry lives without being refreshed by default (OpenAI's longest in-memory prompt-cache
 /// retention is about an hour).
 pub const DEFAULT_TTL: Duration = Duration::from_secs(60 * 60);
 
-struct Entry {
-    key: KeyId,
+struct Entry<V> {
+    value: V,
     at: Instant,
 }
 
-struct Inner {
-    map: HashMap<SessionKey, Entry>,
+struct Inner<V> {
+    map: HashMap<SessionKey, Entry<V>>,
     recency: Recency<SessionKey>,
 }
 
-/// Session → key, bounded by `capacity` entries and `ttl`.
-pub struct Table {
+/// Session → value (a key, by default), bounded by `capacity` entries and `ttl`.
+pub struct Table<V = KeyId> {
     ttl: Duration,
-    inner: Mutex<Inner>,
+    inner: Mutex<Inner<V>>,
 }
 
-impl Table {
+impl<V: Clone> Table<V> {
     /// A table of at most `capacity` entries, each forgotten `ttl` after its last refresh.
     pub fn new(capacity: usize, ttl: Duration) -> Self {
         Self { ttl, inner: Mutex::new(Inner { map: HashMap::new(), recency: Recency::new(capacity) }) }
     }
 
-    /// The key remembered for this session, if fresh.
-    pub fn get(&self, session: &SessionKey, now: Instant) -> Option<KeyId> {
+    /// The value remembered for this session, if fresh.
+    pub fn get(&self, session: &SessionKey, now: Instant) -> Option<V> {
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        inner.map.get(session).filter(|e| now.saturating_duration_since(e.at) < self.ttl).map(|e| e.key.clone())
+        inner.map.get(session).filter(|e| now.saturating_duration_since(e.at) < self.ttl).map(|e| e.value.clone())
     }
 
-    /// Remembers that `key` served this session.
-    pub fn insert(&self, session: SessionKey, key: KeyId, now: Instant) {
+    /// Remembers `value` for this session (for the hints: that key served it).
+    pub fn insert(&self, session: SessionKey, value: V, now: Instant) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        inner.map.insert(session, Entry { key, at: now });
+        inner.map.insert(session, Entry { value, at: now });
         for gone in inner.recency.touch(session) {
             inner.map.remove(&gone);
         }
@@ -106,5 +115,20 @@ mod tests {
         assert_eq!(table.get(&newest, clock_now()), Some(KeyId::new("k_b")));
         assert!(table.inner.lock().expect("lock").recency.places() <= 2 * HINT_CAPACITY);
         assert_eq!(table.len(), HINT_CAPACITY, "one hot session pushed out no other");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_rescued_sessions_stay_bounded() {
+        let m = InstallKey::new(&Secret::new("t"));
+        let table: Table<Vec<crate::markers::OrgTag>> = Table::new(RESCUED_CAPACITY, RESCUED_TTL);
+        let org = m.org_tag(Some("org-a"), &KeyId::new("k_a"));
+        for i in 0..(RESCUED_CAPACITY + 100) {
+            table.insert(m.session("responses", &format!("s{i}")), vec![org], clock_now());
+        }
+        assert_eq!(table.len(), RESCUED_CAPACITY);
+        let newest = m.session("responses", &format!("s{}", RESCUED_CAPACITY + 99));
+        assert_eq!(table.get(&newest, clock_now()), Some(vec![org]));
+        tokio::time::advance(RESCUED_TTL).await;
+        assert_eq!(table.get(&newest, clock_now()), None, "forgotten after two days without a turn");
     }
 }

@@ -38,6 +38,8 @@ pub struct Gateway {
     metrics: Metrics,
     /// Per session: the key that last served one of its Responses requests (WebSocket resumes).
     hints: Table,
+    /// Per session: the organizations whose items were dropped to rescue it (they stay dropped).
+    rescued: Table<Vec<crate::markers::OrgTag>>,
     /// Per soft-affinity signal: the key that last served it to a successful end.
     soft: Table,
     upstream: Upstream,
@@ -91,6 +93,7 @@ impl Gateway {
             pool,
             metrics: Metrics::in_memory(),
             hints: Table::new(crate::affinity::HINT_CAPACITY, crate::affinity::DEFAULT_TTL),
+            rescued: Table::new(crate::affinity::RESCUED_CAPACITY, crate::affinity::RESCUED_TTL),
             soft: Table::new(affinity.table_capacity, Duration::from_secs(affinity.table_ttl_secs)),
             upstream: Upstream::new(&config.upstream, &config.timeouts)?,
             tokens: ArcSwap::from_pointee(tokens),
@@ -262,6 +265,11 @@ impl Gateway {
     /// Which key served each session's requests (WebSocket resumes).
     pub fn hints(&self) -> &Table {
         &self.hints
+    }
+
+    /// The organizations dropped from each rescued session.
+    pub fn rescued(&self) -> &Table<Vec<crate::markers::OrgTag>> {
+        &self.rescued
     }
 
     /// The soft-affinity table.

@@ -8,9 +8,10 @@ use crate::error::ApiError;
 use crate::facts::{self, FactsError, Incoming, RequestFacts};
 use crate::gateway::Gateway;
 use crate::keys::KeyId;
+use crate::markers::OrgTag;
 use crate::pool::ViewFor;
 use crate::pools::Reach;
-use crate::router::{self, Decision, Memory, Refusal, Remembered};
+use crate::router::{self, Decision, Memory, Reason, Refusal, Remembered};
 
 /// Step 1: facts, memory, decision, rescue. A refusal comes back as the error to answer with (the
 /// trace already holds the decision that explains it).
@@ -20,7 +21,7 @@ pub fn admit(gw: &Gateway, incoming: &Incoming<'_>, entry: Entry, trace: &mut Tr
         FactsError::Marker(e) => e.into(),
     })?;
     trace.facts(&extracted.facts);
-    let facts = extracted.facts;
+    let mut facts = extracted.facts;
     let pools = gw.pools();
     let reach = pools.reach(incoming.pool);
     if let Some(refusal) = pool_mismatch(gw, &reach, &facts) {
@@ -28,9 +29,11 @@ pub fn admit(gw: &Gateway, incoming: &Incoming<'_>, entry: Entry, trace: &mut Tr
         return Err(refusal_error(gw, refusal, &reach));
     }
     let now = gw.clock().now();
+    let kept = still_rescued(gw, &mut facts, now);
     let memory = memory(gw, &facts, entry, now);
     let view = gw.pool().view(view_for(gw, &facts, now));
-    let decision = router::decide_within(&facts, view, reach.tiers(), &memory, now, gw.policy());
+    let mut decision = router::decide_within(&facts, view, reach.tiers(), &memory, now, gw.policy());
+    keep_rescued(gw, &facts, &mut decision, kept, now);
     let refusal = decision.refusal.clone();
     let rescued = decision.rescued_orgs.clone();
     trace.decided(decision.clone());
@@ -39,6 +42,40 @@ pub fn admit(gw: &Gateway, incoming: &Incoming<'_>, entry: Entry, trace: &mut Tr
     }
     let body = if rescued.is_empty() { extracted.body } else { rescue(gw, incoming.body, &rescued, trace)? };
     Ok(Admitted { facts, decision, body, path: extracted.path, pool: incoming.pool.to_owned() })
+}
+
+/// The organizations this request's session was rescued from before: their pins are taken out of the
+/// facts (they do not steer routing any more), and returned so their items are dropped again.
+fn still_rescued(gw: &Gateway, facts: &mut RequestFacts, now: Instant) -> Vec<OrgTag> {
+    let Some(dropped) = facts.session.and_then(|s| gw.rescued().get(&s, now)) else { return Vec::new() };
+    let (stale, live): (Vec<_>, Vec<_>) = facts.pins.drain(..).partition(|p| dropped.contains(&p.org));
+    facts.pins = live;
+    let mut orgs: Vec<OrgTag> = stale.into_iter().map(|p| p.org).collect();
+    orgs.dedup();
+    orgs
+}
+
+/// Drops `kept` again (saying so in the decision), and remembers every organization this session was
+/// rescued from, so a later turn is not refused for a mix Keymux itself caused.
+fn keep_rescued(gw: &Gateway, facts: &RequestFacts, decision: &mut Decision, kept: Vec<OrgTag>, now: Instant) {
+    if !kept.is_empty() {
+        decision.reasons.push(Reason::StillRescued { orgs: kept.len() });
+        for org in kept {
+            if !decision.rescued_orgs.contains(&org) {
+                decision.rescued_orgs.push(org);
+            }
+        }
+    }
+    let (Some(session), false, None) = (facts.session, decision.rescued_orgs.is_empty(), &decision.refusal) else {
+        return;
+    };
+    let mut remembered = gw.rescued().get(&session, now).unwrap_or_default();
+    for org in &decision.rescued_orgs {
+        if !remembered.contains(org) && remembered.len() < crate::markers::MAX_PINS {
+            remembered.push(*org);
+        }
+    }
+    gw.rescued().insert(session, remembered, now);
 }
 
 /// The pool-mismatch refusal, when the request replays state made by a key outside its pool.

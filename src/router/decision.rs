@@ -141,6 +141,12 @@ pub enum Reason {
         /// The fallback pool that served.
         to: String,
     },
+    /// This session was rescued from these organizations on an earlier turn: their items are dropped
+    /// again, even if a key of theirs is usable now, so the session goes on where it was moved.
+    StillRescued {
+        /// How many organizations.
+        orgs: usize,
+    },
     /// Markers of another Keymux install were removed without routing on them.
     ForeignMarkersStripped {
         /// How many.

@@ -10,15 +10,17 @@ use axum::extract::ws::{CloseFrame as AxumClose, Message as AxumMessage, WebSock
 use bytes::Bytes;
 use futures::{FutureExt as _, SinkExt as _, StreamExt as _};
 use http::HeaderMap;
+use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame as UpClose;
 use tokio_tungstenite::tungstenite::Message as UpMessage;
 
 use super::{error_frame, lost_state_frame, Bound, Turn, Upstream, MAX_PENDING_TURNS};
 use crate::events::Wire;
-use crate::facts::{self, Incoming, Operation};
+use crate::facts::{self, Incoming, Operation, RequestFacts};
 use crate::gateway::Gateway;
 use crate::keys::KeyId;
+use crate::markers::OrgTag;
 use crate::pipeline::record::End;
 use crate::pipeline::{self, Completion, Trace};
 use crate::relay::{Tagger, Usage};
@@ -138,28 +140,14 @@ impl Inbound {
         let extracted =
             facts::extract(&incoming, gateway.markers()).map_err(|e| Stop::Refused(format!("Keymux: {e}.")))?;
         let facts = &extracted.facts;
-        let pools = gateway.pools();
-        let reach = pools.reach(&self.scope.pool);
-        if let Some(refusal) = pipeline::pool_mismatch(gateway, &reach, facts) {
-            let error = pipeline::refusal_error(gateway, refusal, &reach);
-            return Err(Stop::Refused(error.spec().message.into_owned()));
-        }
+        self.check_pool(facts)?;
         let now = gateway.clock().now();
-        // Bound to this socket: markers of another organization cannot be read here, and a response made
-        // on another socket's key cannot be continued here. Remember where the session belongs and make
-        // the client reconnect (on `previous_response_not_found` Codex reconnects and resends all).
         let org = gateway.pool().org_tag(&self.key);
-        let misbound = facts
-            .pins
-            .iter()
-            .find(|p| Some(p.org) != org && p.key != self.key)
-            .or(facts.continuity.as_ref().filter(|c| c.key != self.key));
-        if let Some(pin) = misbound {
-            if let Some(session) = facts.session {
-                gateway.hints().insert(session, pin.key.clone(), now);
-            }
-            return Err(Stop::Misbound(pin.key.clone()));
-        }
+        // Items of organizations this session was rescued from stay dropped, on this socket too.
+        let dropped = facts.session.and_then(|s| gateway.rescued().get(&s, now)).unwrap_or_default();
+        let stale: Vec<OrgTag> =
+            facts.pins.iter().map(|p| p.org).filter(|o| Some(*o) != org && dropped.contains(o)).collect();
+        self.check_bound(facts, org, &stale, now)?;
         if let Some(session) = facts.session {
             gateway.hints().insert(session, self.key.clone(), now);
         }
@@ -168,7 +156,44 @@ impl Inbound {
         trace.serving(&self.key);
         let completion = Completion { key: self.key.clone(), operation: Operation::ResponsesCreate, signal: None };
         self.push(Turn { trace, completion });
-        Ok(UpMessage::Text(String::from_utf8_lossy(&extracted.body).into_owned().into()))
+        let body = if stale.is_empty() { extracted.body.to_vec() } else { drop_again(gateway, &raw, &stale)? };
+        Ok(UpMessage::Text(String::from_utf8_lossy(&body).into_owned().into()))
+    }
+
+    /// A frame that replays state made by a key outside the token's pool is refused.
+    fn check_pool(&self, facts: &RequestFacts) -> Result<(), Stop> {
+        let pools = self.gateway.pools();
+        let reach = pools.reach(&self.scope.pool);
+        match pipeline::pool_mismatch(&self.gateway, &reach, facts) {
+            Some(refusal) => {
+                let error = pipeline::refusal_error(&self.gateway, refusal, &reach);
+                Err(Stop::Refused(error.spec().message.into_owned()))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Bound to this socket: markers of another organization cannot be read here (except those of an
+    /// organization the session was rescued from: `stale`, dropped again), and a response made on
+    /// another socket's key cannot be continued here. Remember where the session belongs and make the
+    /// client reconnect (on `previous_response_not_found` Codex reconnects and resends all).
+    fn check_bound(
+        &self,
+        facts: &RequestFacts,
+        org: Option<OrgTag>,
+        stale: &[OrgTag],
+        now: Instant,
+    ) -> Result<(), Stop> {
+        let misbound = facts
+            .pins
+            .iter()
+            .find(|p| Some(p.org) != org && p.key != self.key && !stale.contains(&p.org))
+            .or(facts.continuity.as_ref().filter(|c| c.key != self.key));
+        let Some(pin) = misbound else { return Ok(()) };
+        if let Some(session) = facts.session {
+            self.gateway.hints().insert(session, pin.key.clone(), now);
+        }
+        Err(Stop::Misbound(pin.key.clone()))
     }
 
     fn push(&self, turn: Turn) {
@@ -194,6 +219,14 @@ struct Outbound {
     key: KeyId,
     tagger: Option<Tagger>,
     turns: Arc<Mutex<VecDeque<Turn>>>,
+}
+
+/// A frame with the items of `orgs` dropped and the remaining markers stripped.
+fn drop_again(gateway: &Gateway, raw: &[u8], orgs: &[OrgTag]) -> Result<Vec<u8>, Stop> {
+    let unreadable = || Stop::Refused("Keymux: the frame could not be re-read to drop unreadable items.".into());
+    let (rescued, _) = gateway.markers().drop_org_items(raw, orgs).ok_or_else(unreadable)?;
+    let stripped = gateway.markers().strip(&rescued).map_err(|e| Stop::Refused(format!("Keymux: {e}.")))?;
+    Ok(stripped.body.into_owned())
 }
 
 impl Outbound {

@@ -99,7 +99,11 @@ from: string,
 /**
  * The fallback pool that served.
  */
-to: string, } | { "rule": "foreign_markers_stripped", 
+to: string, } | { "rule": "still_rescued", 
+/**
+ * How many organizations.
+ */
+orgs: number, } | { "rule": "foreign_markers_stripped", 
 /**
  * How many.
  */
