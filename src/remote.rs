@@ -27,6 +27,38 @@ pub enum Found {
     Gateway(Remote),
 }
 
+/// Whether a Keymux gateway answers its health check at `addr` (no credential is sent).
+async fn is_keymux(client: &reqwest::Client, addr: std::net::SocketAddr) -> bool {
+    let health = client.get(format!("http://{addr}/keymux/health")).timeout(Duration::from_secs(2)).send().await;
+    match health {
+        Ok(r) => r.json::<Value>().await.ok().is_some_and(|v| v["service"] == "keymux"),
+        Err(_) => false,
+    }
+}
+
+/// Where a Keymux gateway already runs for this config (its run file's address, with its pid) or on
+/// the address it would listen on, said as what to do; `None` when there is none. A second
+/// `keymux serve` says this first, instead of failing on the metrics store or the port.
+pub async fn already_running(config_path: &Path, listen: std::net::SocketAddr) -> Option<String> {
+    let client = crate::upstream::local_client(Duration::from_secs(5))?;
+    if let Some(running) = crate::runfile::read(config_path) {
+        if is_keymux(&client, running.addr).await {
+            return Some(format!(
+                "Keymux is already running at {} (pid {}) with this config. Use it (`keymux dashboard`), or \
+                 stop it first",
+                running.addr, running.pid
+            ));
+        }
+    }
+    let taken = listen.port() != 0 && is_keymux(&client, listen).await;
+    taken.then(|| {
+        format!(
+            "Keymux is already running at {listen} (with another config file). Use it, or start this one on \
+             another address with --listen"
+        )
+    })
+}
+
 impl Remote {
     /// Finds and authenticates the gateway of this config: at the address its run file names, else the
     /// config's `listen`. `admin` overrides the keychain's admin credential (`KEYMUX_ADMIN_TOKEN`).
@@ -45,12 +77,7 @@ impl Remote {
         };
         let root = format!("http://{addr}");
         let client = crate::upstream::local_client(Duration::from_secs(30)).ok_or("no HTTP client")?;
-        let health = client.get(format!("{root}/keymux/health")).timeout(Duration::from_secs(2)).send().await;
-        let is_keymux = match health {
-            Ok(r) => r.json::<Value>().await.ok().is_some_and(|v| v["service"] == "keymux"),
-            Err(_) => false,
-        };
-        if !is_keymux {
+        if !is_keymux(&client, addr).await {
             return Ok(Found::Nobody);
         }
         let admin = match admin {

@@ -89,3 +89,42 @@ async fn environment_keys_serve_when_the_keychain_is_unreachable() {
     assert!(!output.contains('\u{1b}'), "no colour codes in logs written to a pipe");
     assert_no_secrets("keymux output", &output, &["sk-env-a1", TOKEN]);
 }
+
+/// Diagnostics that point the right way: a second `serve` says where Keymux already runs (not a
+/// metrics-store or port error first), the banner ends with the next step, and `dashboard --open`
+/// without a browser prints the link and says so in one line, without the opener's noise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn diagnostics_point_the_right_way() {
+    let home = tempfile::tempdir().unwrap();
+    let cfg = home.path().join("config.toml");
+    std::fs::write(&cfg, "keychain_service = \"keymux-diagnostics\"\n").unwrap();
+    let mut env = base_env(home.path());
+    env.push(("KEYMUX_CLIENT_TOKEN".into(), TOKEN.into()));
+    env.push(("KEYMUX_KEY_ONE".into(), "sk-diag-one".into()));
+    let config = cfg.to_str().unwrap();
+    let first = Keymux::spawn(&["--config", config, "--ephemeral"], &env).await;
+    let (ok, _out, err) =
+        run_keymux(&["--config", config, "serve", "--ephemeral", "--listen", "127.0.0.1:0"], &env, "").await;
+    assert!(!ok);
+    let pid = first.child.id().unwrap();
+    assert!(
+        err.contains(&format!("already running at {} (pid {pid})", first.root.trim_start_matches("http://"))),
+        "{err}"
+    );
+    assert!(!err.contains("metrics") && !err.contains("Address already in use"), "{err}");
+
+    // A PATH whose xdg-open finds no browser, as on a server, and complains the way it does.
+    let bin = home.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let opener = bin.join("xdg-open");
+    std::fs::write(&opener, "#!/bin/sh\necho 'xdg-open: no method available for opening' >&2\nexit 3\n").unwrap();
+    std::fs::set_permissions(&opener, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let env: Vec<(String, String)> =
+        env.into_iter().map(|(k, v)| if k == "PATH" { (k, bin.display().to_string()) } else { (k, v) }).collect();
+    let (ok, out, err) = run_keymux(&["--config", config, "dashboard", "--open"], &env, "").await;
+    assert!(ok, "the link was printed: {err}");
+    assert!(out.contains("/login?code="), "{out}");
+    assert!(err.contains("no browser could be opened") && !err.contains("no method available"), "{err}");
+    let banner = first.stop().await;
+    assert!(banner.contains("Next: `keymux setup codex`"), "the banner ends with the next step: {banner}");
+}

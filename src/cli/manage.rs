@@ -434,8 +434,9 @@ pub(super) async fn dashboard(config_path: Option<PathBuf>, open: bool) -> Resul
     let link = remote.call(Method::POST, "/login-link", None).await.map_err(usage)?;
     let url = link["url"].as_str().unwrap_or_default().to_owned();
     out(&url);
-    if open {
-        open_browser(&url);
+    if open && !open_browser(&url) {
+        // The link is printed: the user can still open it, so this is said, not failed on.
+        eprintln!("no browser could be opened here; open the link above in one yourself");
     }
     Ok(())
 }
@@ -449,7 +450,9 @@ pub(super) async fn pause(config_path: Option<PathBuf>, paused: bool) -> Result<
     Ok(())
 }
 
-fn open_browser(url: &str) {
+/// Opens `url` in the default browser; whether one could be. The opener's own messages (`xdg-open`
+/// without a browser prints several) are not passed on: the one line above says it all.
+fn open_browser(url: &str) -> bool {
     let opener = if cfg!(target_os = "macos") {
         "open"
     } else if cfg!(windows) {
@@ -457,9 +460,23 @@ fn open_browser(url: &str) {
     } else {
         "xdg-open"
     };
-    if std::process::Command::new(opener).arg(url).spawn().is_err() {
-        eprintln!("could not start {opener}; open the link above by hand");
+    let child = std::process::Command::new(opener)
+        .arg(url)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    let Ok(mut child) = child else { return false };
+    // An opener that starts the browser itself may keep running as long as the browser does: still
+    // running after a few seconds means it opened one.
+    for _ in 0..50 {
+        match child.try_wait() {
+            Ok(Some(status)) => return status.success() || cfg!(windows),
+            Ok(None) => std::thread::sleep(std::time::Duration::from_millis(100)),
+            Err(_) => return false,
+        }
     }
+    true
 }
 
 /// Reads an API key from a hidden prompt, or from stdin when it is not a terminal.

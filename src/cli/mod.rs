@@ -302,6 +302,9 @@ async fn serve(config_path: Option<PathBuf>, args: ServeArgs) -> Result<(), Star
         env: env_secrets()?,
         ..StartOptions::default()
     };
+    if let Some(running) = running_already(&options).await {
+        return Err(StartError::Usage(running));
+    }
     for done in startup::first_run(&options).await? {
         tracing::info!("{done}");
     }
@@ -315,12 +318,10 @@ async fn serve(config_path: Option<PathBuf>, args: ServeArgs) -> Result<(), Star
             "LISTENING ON {addr} (NOT LOOPBACK): every machine that can reach it may use your keys with a local token"
         );
     }
-    out(&format!(
-        "keymux listening on http://{addr}/v1 with {} key(s). Codex: base_url = \"http://{addr}/v1\", wire_api = \"responses\", env_key = \"KEYMUX_TOKEN\". pi: baseUrl \"http://{addr}/v1\", api \"openai-responses\", apiKey \"KEYMUX_TOKEN\". Token: {}.",
-        runtime.gateway().pool().len(),
-        runtime.token_hint()
-    ));
-    out(&format!("Dashboard (this link works once, for ten minutes): {}", runtime.gateway().login_link()));
+    let gateway = runtime.gateway();
+    out(&format!("keymux listening on http://{addr}/v1 with {} key(s).", gateway.pool().len()));
+    out(&format!("Dashboard (this link works once, for ten minutes): {}", gateway.login_link()));
+    out(&next_step(gateway.pool().len(), runtime.token_hint()));
     let stopper = runtime.stopper();
     tokio::spawn(async move {
         shutdown_signal().await;
@@ -338,6 +339,25 @@ async fn serve(config_path: Option<PathBuf>, args: ServeArgs) -> Result<(), Star
         }
         _ => Ok(()),
     }
+}
+
+/// What to do next, as the last line of the start banner.
+fn next_step(keys: usize, token_hint: &str) -> String {
+    if keys == 0 {
+        return "Next: add a key with `keymux keys add --label work` (its secret is read from a hidden prompt)."
+            .to_owned();
+    }
+    format!(
+        "Next: `keymux setup codex` or `keymux setup pi` points your client here (it shows the change first). \
+         Token: {token_hint}."
+    )
+}
+
+/// A Keymux gateway already serving this config or its address, said plainly.
+async fn running_already(options: &StartOptions) -> Option<String> {
+    let (config, path) = startup::load_config(options).ok()?;
+    let listen = options.listen.or_else(|| config.listen.parse().ok())?;
+    crate::remote::already_running(&path.or_else(|| crate::config::Config::default_path().ok())?, listen).await
 }
 
 async fn shutdown_signal() {
