@@ -65,3 +65,37 @@ async fn settings_read_back_exactly_after_a_restart() {
     assert_eq!(format!("{:?}", find(&keys, "main").status.health), "Ready");
     keymux.stop().await;
 }
+
+/// A secret is pooled once; a secret the provider refuses is said to be refused; a secret is replaced
+/// in place, keeping the key's id, label and pools.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_are_checked_and_replaced_in_place() {
+    let sim = Sim::start(SimConfig::new().org("org-s", &["sk-sec-1", "sk-sec-2"])).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cfg = home.path().join("config.toml");
+    std::fs::write(&cfg, format!("keychain_service = \"keymux-secrets\"\nupstream = \"{}\"\n", sim.base_url()))
+        .unwrap();
+    let env = base_env(home.path());
+    assert!(cli(&cfg, &env, &["keys", "add", "--label", "one"], "sk-sec-1\n").await.0);
+    let (ok, _, err) = cli(&cfg, &env, &["keys", "add", "--label", "twin"], "sk-sec-1\n").await;
+    assert!(!ok && err.contains("already in the pool as key 'one'"), "offline: {err}");
+    assert!(cli(&cfg, &env, &["pool", "create", "team", "--keys", "one"], "").await.0);
+    let keymux = Keymux::spawn(&["--config", cfg.to_str().unwrap()], &env).await;
+    let (ok, _, err) = cli(&cfg, &env, &["keys", "add", "--label", "twin"], "sk-sec-1\n").await;
+    assert!(!ok && err.contains("already in the pool as key 'one'"), "online: {err}");
+    assert!(!err.contains("sk-sec-1"));
+    let (ok, _, err) = cli(&cfg, &env, &["keys", "add", "--label", "typo"], "sk-sec-typo\n").await;
+    assert!(!ok && err.contains("the provider refused this key") && err.contains("keys set typo --secret"), "{err}");
+    let (ok, out, err) = cli(&cfg, &env, &["keys", "set", "typo", "--secret"], "sk-sec-2\n").await;
+    assert!(ok && out.contains("the provider says"), "{out}{err}");
+    let keys = keys_of(&keymux).await;
+    assert_eq!(format!("{:?}", find(&keys, "typo").status.health), "Ready", "the fixed key serves");
+    let (ok, out, err) = cli(&cfg, &env, &["keys", "set", "one", "--secret"], "sk-sec-2\n").await;
+    assert!(!ok && err.contains("already in the pool as key 'typo'"), "{out}{err}");
+    let before = find(&keys, "one").status.id.clone();
+    assert_eq!(find(&keys_of(&keymux).await, "one").status.id, before);
+    let pools = Admin::new(&keymux.root).get_json("/pools").await;
+    assert!(pools.to_string().contains("\"keys\":[\"one\"]"), "{pools}");
+    let out = keymux.stop().await;
+    assert_no_secrets("the gateway's output", &out, &["sk-sec-1", "sk-sec-2", "sk-sec-typo"]);
+}

@@ -35,6 +35,7 @@ pub fn routes() -> Router<Arc<Gateway>> {
         .route("/keys", get(keys).post(add_key))
         .route("/keys/{id}", axum::routing::patch(update_key).delete(remove_key))
         .route("/keys/{id}/test", post(test_key))
+        .route("/keys/{id}/secret", axum::routing::put(replace_secret))
         .route("/keys/{id}/{action}", post(switch_key))
         .route("/tokens", get(tokens).post(create_token))
         .route("/tokens/{id}", axum::routing::delete(revoke_token).patch(update_token))
@@ -137,6 +138,18 @@ async fn test_key(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Path(id): 
         return e.into_response();
     }
     match gw.test_key(&KeyId::new(id.as_str())).await {
+        Ok(test) => Json(KeyTestBody::from(test)).into_response(),
+        Err(e) => control_error(e),
+    }
+}
+
+/// `PUT /keymux/api/keys/{id}/secret` with `{"secret"}`: a new secret for the key, in place, then a probe.
+async fn replace_secret(State(gw): State<Arc<Gateway>>, Path(id): Path<String>, request: Request) -> Response<Body> {
+    let new: types::NewSecret = match guarded_json(&gw, request).await {
+        Ok(new) => new,
+        Err(e) => return e.into_response(),
+    };
+    match gw.replace_secret(&KeyId::new(id.as_str()), new.secret).await {
         Ok(test) => Json(KeyTestBody::from(test)).into_response(),
         Err(e) => control_error(e),
     }

@@ -134,6 +134,15 @@ pub struct TokenInfo {
     pub pool: String,
 }
 
+/// A key's new secret: `PUT /keymux/api/keys/{id}/secret`.
+#[derive(Clone, Deserialize, TS)]
+#[serde(deny_unknown_fields)]
+pub struct NewSecret {
+    /// The API key.
+    #[ts(type = "string")]
+    pub secret: crate::secrets::Secret,
+}
+
 /// A change to a token: `PATCH /keymux/api/tokens/{id}`.
 #[derive(Clone, Debug, Deserialize, TS)]
 #[serde(deny_unknown_fields)]
@@ -353,6 +362,7 @@ pub fn typescript() -> String {
         StatusBody::decl(),
         TokenInfo::decl(),
         TokenChanges::decl(),
+        NewSecret::decl(),
         NewToken::decl(),
         CreatedToken::decl(),
         DecisionsBody::decl(),

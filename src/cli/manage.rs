@@ -96,7 +96,7 @@ pub(super) async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Resu
         }
         KeysCommand::List => list_keys(&loaded).await,
         KeysCommand::Remove { key } => remove_key(&loaded, &key).await,
-        KeysCommand::Set { key, label, priority, daily_token_budget, no_budget, models, exclude_models } => {
+        KeysCommand::Set { key, label, priority, daily_token_budget, no_budget, models, exclude_models, secret } => {
             let list = |v: Option<String>| {
                 v.map(|v| v.split(',').map(str::trim).filter(|m| !m.is_empty()).map(str::to_owned).collect())
             };
@@ -108,6 +108,17 @@ pub(super) async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Resu
                 models: list(models),
                 exclude_models: list(exclude_models),
             };
+            if secret {
+                replace_secret(&loaded, &key, read_secret()?).await?;
+            }
+            let nothing = changes.label.is_none()
+                && changes.priority.is_none()
+                && changes.daily_token_budget.is_none()
+                && changes.models.is_none()
+                && changes.exclude_models.is_none();
+            if nothing && secret {
+                return Ok(());
+            }
             set_key(&loaded, &key, changes).await
         }
         KeysCommand::Enable { key } => switch_key(&loaded, &key, "enable").await,
@@ -123,20 +134,32 @@ async fn add_key(loaded: &Loaded, new: NewKey) -> Result<(), StartError> {
             "label": new.label, "provider": new.provider, "base_url": new.base_url, "org": new.org,
             "priority": new.priority, "daily_token_budget": new.daily_token_budget, "secret": new.secret.expose(),
         });
-        let key = remote.call(Method::POST, "/keys", Some(body)).await.map_err(usage)?;
+        let key: KeyInfo = remote.send(Method::POST, "/keys", Some(body)).await.map_err(usage)?;
         out(&format!(
             "added key '{label}' ({}, fingerprint {}) to the running gateway and the {}; organization: {}",
-            key["id"].as_str().unwrap_or("?"),
-            key["fingerprint"].as_str().unwrap_or("?"),
+            key.status.id,
+            key.status.fingerprint,
             loaded.store.describe(),
-            key["org"].as_str().unwrap_or("(learned on first use)"),
+            key.status.org.as_deref().unwrap_or("(learned on first use)"),
         ));
-        return Ok(());
+        return probed(&key);
     }
     let key = control::store_new_key(&loaded.settings(), &[], &new).await.map_err(usage)?;
     let fp = InstallKey::new(&startup::install_secret(&loaded.store).await?).fingerprint(&new.secret);
     out(&format!("added key '{label}' ({}, fingerprint {fp}) to the {}", key.id, loaded.store.describe()));
     Ok(())
+}
+
+/// What the provider said of a key just added (the gateway probes it before answering).
+fn probed(key: &KeyInfo) -> Result<(), StartError> {
+    let label = &key.status.label;
+    match key.status.health {
+        HealthState::Rejected => Err(usage(format!(
+            "the provider refused this key ({}): check it, or `keymux keys set {label} --secret` to replace it",
+            key.status.last_status.map_or_else(|| "no status".to_owned(), |s| s.to_string())
+        ))),
+        HealthState::Ready | HealthState::Cooling | HealthState::QuotaExhausted | HealthState::Disabled => Ok(()),
+    }
 }
 
 /// A key's id from its label or id, in the running gateway's list or the config.
@@ -163,6 +186,30 @@ async fn remove_key(loaded: &Loaded, label_or_id: &str) -> Result<(), StartError
     let label = found.map_or_else(|| label_or_id.to_owned(), |k| k.label);
     out(&format!("removed key '{label}' ({id})"));
     Ok(())
+}
+
+/// `keys set NAME --secret`: the key keeps its id, label, settings and pools; the running gateway
+/// probes the new secret and says what the provider answered.
+async fn replace_secret(loaded: &Loaded, label_or_id: &str, secret: Secret) -> Result<(), StartError> {
+    let Some(remote) = remote(loaded).await? else {
+        let id = KeyId::new(key_id(&[], &loaded.config, label_or_id)?);
+        control::replace_secret(&loaded.settings(), &id, &secret).await.map_err(usage)?;
+        out(&format!(
+            "replaced the secret of key '{label_or_id}' ({id}) in the {}; the next start uses it",
+            loaded.store.describe()
+        ));
+        return Ok(());
+    };
+    let keys: Vec<KeyInfo> = remote.get("/keys").await.map_err(usage)?;
+    let id = key_id(&keys, &loaded.config, label_or_id)?;
+    let body = json!({ "secret": secret.expose() });
+    let test: KeyTestBody = remote.send(Method::PUT, &format!("/keys/{id}/secret"), Some(body)).await.map_err(usage)?;
+    out(&format!("replaced the secret of key '{label_or_id}' ({id}); the provider says: {}", test.message));
+    if test.ok {
+        Ok(())
+    } else {
+        Err(usage(format!("the new secret did not pass: {}", test.message)))
+    }
 }
 
 async fn set_key(loaded: &Loaded, label_or_id: &str, changes: KeyChanges) -> Result<(), StartError> {

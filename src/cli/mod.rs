@@ -142,7 +142,7 @@ enum KeysCommand {
         /// Label or id.
         key: String,
     },
-    /// Change a key's label, priority, budget or models (in the running gateway too).
+    /// Change a key's label, priority, budget, models or secret (in the running gateway too).
     Set {
         /// Label or id.
         key: String,
@@ -164,6 +164,9 @@ enum KeysCommand {
         /// Models this key never serves, comma-separated ("" for none).
         #[arg(long, value_name = "MODELS")]
         exclude_models: Option<String>,
+        /// Replace the key's secret in place (read from stdin or a hidden prompt, never the command line).
+        #[arg(long)]
+        secret: bool,
     },
     /// Switch a key on (in the running gateway it also clears a rejection or an exhausted quota); kept
     /// across restarts.

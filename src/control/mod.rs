@@ -205,6 +205,9 @@ pub async fn store_new_key(
     new: &NewKey,
 ) -> Result<KeyConfig, ControlError> {
     check_new_key(&settings.config(), labels_in_use, new)?;
+    if let Some(holder) = stored_holder(settings, &new.secret, None).await? {
+        return Err(already_pooled(&holder));
+    }
     let key = key_config(KeyId::generate(), new);
     let account = account::key(key.id.as_str());
     let value = new.secret.clone();
@@ -215,6 +218,48 @@ pub async fn store_new_key(
         let _ = secrets::blocking(settings.store().clone(), move |s| s.delete(&account)).await;
         return Err(e.into());
     }
+    Ok(key)
+}
+
+/// The label of the configured key whose keychain secret is `secret` (other than `except`), if any.
+async fn stored_holder(
+    settings: &Settings,
+    secret: &Secret,
+    except: Option<&KeyId>,
+) -> Result<Option<String>, ControlError> {
+    for key in settings.config().keys.into_iter().filter(|k| Some(&k.id) != except) {
+        let account = account::key(key.id.as_str());
+        let stored = secrets::blocking(settings.store().clone(), move |s| s.get(&account)).await?;
+        if stored.is_some_and(|stored| stored.expose() == secret.expose()) {
+            return Ok(Some(key.label));
+        }
+    }
+    Ok(None)
+}
+
+/// The refusal of a secret that is already in the pool: two keys with one secret are one key twice
+/// (switching one off would change nothing).
+fn already_pooled(holder: &str) -> ControlError {
+    ControlError::Invalid(format!(
+        "this secret is already in the pool as key '{holder}'; a secret is pooled once (to change that key's \
+         secret, use `keymux keys set {holder} --secret`)"
+    ))
+}
+
+/// Replaces a configured key's secret in the keychain, in place: its id, label, settings and pools stay.
+/// Used with and without a running gateway.
+pub async fn replace_secret(settings: &Settings, id: &KeyId, secret: &Secret) -> Result<KeyConfig, ControlError> {
+    validate_secret(secret.expose()).map_err(ControlError::Invalid)?;
+    let key = settings.config().keys.into_iter().find(|k| &k.id == id).ok_or_else(|| {
+        ControlError::Invalid(format!(
+            "key {id} is not in the config (a key from the environment): change its KEYMUX_KEY_* variable"
+        ))
+    })?;
+    if let Some(holder) = stored_holder(settings, secret, Some(id)).await? {
+        return Err(already_pooled(&holder));
+    }
+    let (account, value) = (account::key(id.as_str()), secret.clone());
+    secrets::blocking(settings.store().clone(), move |s| s.set(&account, &value)).await?;
     Ok(key)
 }
 
@@ -356,6 +401,9 @@ impl Gateway {
         }
         let labels: Vec<String> =
             self.pool().status(self.clock().now(), self.today()).into_iter().map(|k| k.label).collect();
+        if let Some(holder) = self.pool().holder_of(&self.markers().digest().fingerprint(&new.secret)) {
+            return Err(already_pooled(&self.pool().label(&holder)));
+        }
         let key = store_new_key(self.settings(), &labels, &new).await?;
         let mut entry = key.entry(new.secret.clone());
         entry.source = KeySource::Keychain;
@@ -411,6 +459,24 @@ impl Gateway {
         self.refresh_pools();
         self.announce(id, KeyChange::Updated);
         Ok(())
+    }
+
+    /// Gives a key a new secret in place (keychain and pool), and probes it: its health and windows
+    /// start afresh, its settings and pools stay.
+    pub async fn replace_secret(&self, id: &KeyId, secret: Secret) -> Result<KeyTest, ControlError> {
+        let Some(mut entry) = self.pool().entry(id) else {
+            return Err(ControlError::NotFound(format!("no key {id}; see `keymux keys list`")));
+        };
+        if let Some(holder) = self.pool().holder_of(&self.markers().digest().fingerprint(&secret)) {
+            if &holder != id {
+                return Err(already_pooled(&self.pool().label(&holder)));
+            }
+        }
+        replace_secret(self.settings(), id, &secret).await?;
+        entry.secret = secret;
+        self.pool().replace(entry);
+        self.announce(id, KeyChange::Updated);
+        self.test_key(id).await
     }
 
     /// Switches a key on or off, in the pool and (for a configured key) in the config, so a restart

@@ -368,6 +368,32 @@ impl Pool {
         added
     }
 
+    /// Door 3: gives a key a new secret: a fresh slot (new fingerprint, fresh health, windows and
+    /// counters) in the same place. Requests the old secret is serving finish with it.
+    pub fn replace(&self, entry: KeyEntry) -> bool {
+        let mut replaced = false;
+        self.slots.rcu(|slots| {
+            let mut next = Vec::clone(slots);
+            let at = next.iter().position(|s| s.entry.load().id == entry.id);
+            replaced = at.is_some();
+            if let Some(at) = at {
+                next[at] = Self::slot_for(entry.clone(), &self.markers);
+            }
+            next
+        });
+        replaced
+    }
+
+    /// The key whose secret has this fingerprint, if one has.
+    pub fn holder_of(&self, fingerprint: &str) -> Option<KeyId> {
+        self.slots.load().iter().find(|s| s.fingerprint == fingerprint).map(|s| s.entry.load().id.clone())
+    }
+
+    /// A key's runtime entry (settings and secret), if it is in the pool.
+    pub fn entry(&self, key: &KeyId) -> Option<KeyEntry> {
+        self.slot(key).map(|s| KeyEntry::clone(&s.entry.load()))
+    }
+
     /// Door 3: removes a key. Requests it is serving finish; nothing new is routed to it.
     pub fn remove(&self, key: &KeyId) -> bool {
         let mut removed = false;

@@ -798,6 +798,12 @@ export type TokenChanges = {
  */
 pool: string, };
 
+export type NewSecret = { 
+/**
+ * The API key.
+ */
+secret: string, };
+
 export type NewToken = { 
 /**
  * Its name (`codex`, `acme-repo`).
