@@ -10,6 +10,8 @@ function record(d: Partial<Decision>, over: Partial<RequestRecord> = {}): Reques
     operation: "responses_create",
     transport: "http",
     client: "codex_exec",
+    token: "codex",
+    pool: "all",
     session: null,
     model: "gpt-5.5",
     stream: true,
