@@ -729,7 +729,7 @@ async function poolSteps(page) {
   await acmeRow.getByTestId("token-pool").selectOption("spare");
   const move = page.getByTestId("confirm-dialog").filter({ hasText: "Move acme-repo to pool spare?" });
   await move.waitFor({ timeout: WAIT });
-  if (!(await move.innerText()).includes("empty pool")) throw new Error(`the move dialog says: ${await move.innerText()}`);
+  if (!(await move.innerText()).includes("no key of the pool (it is empty), only its fallback work")) throw new Error(`the move dialog says: ${await move.innerText()}`);
   if ((await apiPools(page)).find((p) => p.name === "spare")?.tokens.length) throw new Error("the token moved before confirming");
   await page.screenshot({ path: join(SHOTS, "light-1280x800-connect-move.png") });
   await move.getByTestId("confirm").click();
@@ -752,6 +752,7 @@ async function poolSteps(page) {
   const drawer = page.getByTestId("drawer");
   const reasons = await drawer.getByTestId("reasons").innerText({ timeout: WAIT });
   if (!reasons.includes("spare had no key that could serve: used fallback pool work.")) throw new Error(`the drawer says: ${reasons}`);
+  await drawer.evaluate((d) => Promise.all(d.getAnimations().map((a) => a.finished)));
   await page.screenshot({ path: join(SHOTS, "light-1280x800-live-fallback-drawer.png") });
   await page.keyboard.press("Escape");
   await drawer.waitFor({ state: "hidden", timeout: WAIT });

@@ -1,7 +1,7 @@
 import { useState } from "preact/hooks";
 import { messageOf, post } from "../api/client";
 import type { CreatedToken, NewToken } from "../api/types";
-import { emptyPoolSentence, keysOf } from "../lib/pools";
+import { reachOf } from "../lib/pools";
 import { keys, pools, tokensVersion } from "../state/store";
 import { CopyButton } from "./CopyButton";
 import { Notice } from "./Notice";
@@ -10,16 +10,6 @@ import { PoolBadge } from "./PoolBadge";
 interface Props {
   created: CreatedToken | null;
   onCreated: (token: CreatedToken | null) => void;
-}
-
-/** Which keys a client in `name` reaches, in words. */
-function reach(name: string): string {
-  const pool = pools.value.find((p) => p.name === name);
-  if (!pool || pool.builtin) return "Its requests may use every key.";
-  const members = keysOf(pool, keys.value).map((k) => k.label);
-  if (members.length === 0) return emptyPoolSentence(pool);
-  const then = pool.fallback.length > 0 ? `, then (only when none can serve) ${pool.fallback.join(", then ")}` : ", never any other";
-  return `Its requests reach only ${members.join(", ")}${then}.`;
 }
 
 /** A token for one client, bound to the pool picked here, shown once with the line that uses it. */
@@ -80,7 +70,7 @@ export function NewClient({ created, onCreated }: Props) {
         </button>
       </form>
       <p class="pool-reach small" data-testid="connect-reach">
-        <PoolBadge name={picked} /> {reach(picked)}
+        <PoolBadge name={picked} /> Its requests reach {reachOf(pools.value.find((p) => p.name === picked), keys.value)}.
       </p>
       {error && <Notice kind="error">{error}</Notice>}
       {created && (

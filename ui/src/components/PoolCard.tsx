@@ -100,10 +100,10 @@ export function PoolCard({ pool, onEdit }: Props) {
       </dl>
       <footer class="key-actions pool-actions">
         <button type="button" class="button small" onClick={showRequests}>
-          Its requests
+          Show requests
         </button>
         <button type="button" class="button small" onClick={showKeys}>
-          Its keys
+          Show keys
         </button>
         {why === null ? (
           <>

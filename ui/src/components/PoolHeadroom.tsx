@@ -7,6 +7,16 @@ import { Bar } from "./Gauge";
 export function PoolHeadroom({ pool }: { pool: PoolInfo }) {
   const total = pool.key_ids.length;
   const tone = total === 0 || pool.usable === 0 ? "bad" : pool.usable < total ? "warn" : "ok";
+  if (total === 0) {
+    return (
+      <div class="pool-headroom" data-testid="pool-headroom">
+        <span class={`dot dot-${tone}`} aria-hidden="true" />
+        <span class="num" data-testid="pool-ready">
+          no keys
+        </span>
+      </div>
+    );
+  }
   return (
     <div class="pool-headroom" data-testid="pool-headroom">
       <span class={`dot dot-${tone}`} aria-hidden="true" />

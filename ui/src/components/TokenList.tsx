@@ -2,7 +2,7 @@ import { useEffect, useState } from "preact/hooks";
 import { del, get, messageOf, patch } from "../api/client";
 import type { TokenChanges, TokenInfo } from "../api/types";
 import { date } from "../lib/format";
-import { emptyPoolSentence, keysOf } from "../lib/pools";
+import { reachOf } from "../lib/pools";
 import { keys, pools, refreshStatus, tokensVersion } from "../state/store";
 import { ConfirmDialog } from "./ConfirmDialog";
 import { Notice } from "./Notice";
@@ -20,12 +20,9 @@ function editable(t: TokenInfo): boolean {
 }
 
 /** What a move means for the token's requests. */
-function moveSentence({ token, pool: name }: Move): string {
-  const pool = pools.value.find((p) => p.name === name);
-  if (!pool || pool.builtin) return `From its next request, ${token.name} may use every key.`;
-  const members = keysOf(pool, keys.value).map((k) => k.label);
-  if (members.length === 0) return `From its next request, ${token.name} is in an empty pool. ${emptyPoolSentence(pool)}`;
-  return `From its next request, ${token.name} reaches only ${members.join(", ")}${pool.fallback.length ? `, then ${pool.fallback.join(", then ")}` : ""}.`;
+function moveSentence({ token, pool }: Move): string {
+  const reach = reachOf(pools.value.find((p) => p.name === pool), keys.value);
+  return `From their next request on, the requests of ${token.name} reach ${reach}.`;
 }
 
 /** The local client tokens: listed by name with their pool, moved to another pool, revoked. */

@@ -1,5 +1,14 @@
 import { describe, expect, it } from "vitest";
-import { emptyPoolSentence, fallbackPool, fallbackSentence, keySections, poolTone, readyText, tokenName } from "./pools";
+import {
+  emptyPoolSentence,
+  fallbackPool,
+  fallbackSentence,
+  keySections,
+  poolTone,
+  reachOf,
+  readyText,
+  tokenName,
+} from "./pools";
 import { decision, keyInfo, poolInfo } from "./testing";
 
 const keys = [keyInfo("k_a1"), keyInfo("k_b1"), keyInfo("k_c1"), keyInfo("k_d1")];
@@ -44,6 +53,15 @@ describe("pool sentences", () => {
     expect(emptyPoolSentence(poolInfo("spare", [], { fallback: ["work"] }))).toBe(
       "No keys: its requests go to its fallback pool (work).",
     );
+  });
+
+  it("says which keys a pool's tokens reach, fallbacks last", () => {
+    expect(reachOf(all, keys)).toBe("every key");
+    expect(reachOf(undefined, keys)).toBe("every key");
+    expect(reachOf(work, keys)).toBe("only b1, c1");
+    expect(reachOf({ ...work, fallback: ["personal"] }, keys)).toBe("only b1, c1, then (only when none of them can serve) personal");
+    expect(reachOf(poolInfo("spare", [], { fallback: ["work"] }), keys)).toBe("no key of the pool (it is empty), only its fallback work");
+    expect(reachOf(poolInfo("spare", []), keys)).toBe("no key at all (the pool is empty): they get 503");
   });
 
   it("lists fallbacks in order", () => {

@@ -49,6 +49,17 @@ export function emptyPoolSentence(pool: PoolInfo): string {
   return `No keys: its requests go to its fallback pool${pool.fallback.length === 1 ? "" : "s"} (${pool.fallback.join(", ")}).`;
 }
 
+/** Which keys the requests of a pool's tokens reach, to end a sentence ("Its requests reach …"). */
+export function reachOf(pool: PoolInfo | undefined, keys: KeyInfo[]): string {
+  if (!pool || pool.builtin) return "every key";
+  const members = keysOf(pool, keys).map((k) => k.label);
+  const fallback = pool.fallback.join(", then ");
+  if (members.length === 0) {
+    return fallback ? `no key of the pool (it is empty), only its fallback ${fallback}` : "no key at all (the pool is empty): they get 503";
+  }
+  return `only ${members.join(", ")}${fallback ? `, then (only when none of them can serve) ${fallback}` : ""}`;
+}
+
 /** What a pool's fallbacks mean, in words. */
 export function fallbackSentence(pool: PoolInfo): string {
   if (pool.builtin) return "It holds every key, so it needs no fallback.";

@@ -105,7 +105,7 @@ export function LiveView() {
             <option value="">All</option>
             {poolNames.map((p) => (
               <option key={p} value={p}>
-                {p === "all" ? "all (every key)" : p}
+                {p}
               </option>
             ))}
           </select>
