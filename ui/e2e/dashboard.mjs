@@ -58,14 +58,19 @@ function sessionId() {
   return `01a227d7-ed08-7e52-9dfa-${(0xe2e000 + sessionCounter).toString(16).padStart(12, "0")}`;
 }
 
-async function send(body, headers = {}, token = TOKEN) {
+/** Posts to /v1/responses and reads the whole answer, whatever its status. */
+async function post(body, headers, token) {
   const r = await fetch(`${BASE}/responses`, {
     method: "POST",
     headers: { "content-type": "application/json", authorization: `Bearer ${token}`, ...headers },
     body: JSON.stringify(body),
   });
-  const text = await r.text();
-  if (r.status !== 200) throw new Error(`POST /v1/responses answered ${r.status}: ${text.slice(0, 300)}`);
+  return { status: r.status, text: await r.text() };
+}
+
+async function send(body, headers = {}, token = TOKEN) {
+  const { status, text } = await post(body, headers, token);
+  if (status !== 200) throw new Error(`POST /v1/responses answered ${status}: ${text.slice(0, 300)}`);
   if (body.stream) {
     // The output items of a streamed answer, from its `response.output_item.done` events.
     const items = [];
@@ -723,6 +728,35 @@ async function poolSteps(page) {
   }
   await page.locator('[data-testid=keys-pool-chooser] [data-pool=""]').click();
   await page.waitForFunction(() => document.querySelectorAll("[data-testid=pool-section]").length === 3, null, { timeout: WAIT });
+
+  step("a Codex session begun outside work, continued with the work token: 403 pool_mismatch, explained");
+  // With work's keys switched off, the all-pool token's session starts on a key outside work.
+  const workKeyCard = (label) => page.locator(`[data-testid=pool-section][data-pool="work"] [data-testid=key-card][data-label="${label}"]`);
+  for (const label of ["d1", "e1"]) {
+    await workKeyCard(label).getByRole("button", { name: "Disable" }).click();
+    await workKeyCard(label).getByTestId("key-health").filter({ hasText: "disabled" }).waitFor({ timeout: WAIT });
+  }
+  const outsider = new CodexSession();
+  await outsider.next();
+  for (const label of ["d1", "e1"]) {
+    await workKeyCard(label).getByRole("button", { name: "Enable" }).click();
+    await workKeyCard(label).getByTestId("key-health").filter({ hasText: "ready" }).waitFor({ timeout: WAIT });
+  }
+  const crossed = await post(outsider.body, clientHeaders(codexTurn1, outsider.id), secret);
+  if (crossed.status !== 403 || !crossed.text.includes("pool_mismatch")) {
+    throw new Error(`replaying another pool's reasoning answered ${crossed.status}: ${crossed.text.slice(0, 300)}`);
+  }
+  await page.getByTestId("nav-live").click();
+  await page.getByTestId("filter-pool").selectOption("work");
+  const refused = page.locator(`[data-testid=decision-row]:not(.is-pending):has([data-badge="REFUSED"])`).first();
+  await refused.click();
+  const refusalText = await page.getByTestId("drawer").getByTestId("refusal").innerText({ timeout: WAIT });
+  if (!refusalText.includes("outside its token's pool work")) throw new Error(`the drawer explains the refusal as: ${refusalText}`);
+  await page.getByTestId("drawer").evaluate((d) => Promise.all(d.getAnimations().map((a) => a.finished)));
+  await page.screenshot({ path: join(SHOTS, "light-1280x800-live-mismatch-drawer.png") });
+  await page.keyboard.press("Escape");
+  await page.getByTestId("drawer").waitFor({ state: "hidden", timeout: WAIT });
+  await page.getByTestId("filter-pool").selectOption("");
 
   step("Connect: acme-repo moves to spare after confirming; its next request is served by work as a fallback");
   await page.getByTestId("nav-connect").click();

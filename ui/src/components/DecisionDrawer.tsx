@@ -51,7 +51,7 @@ function Details({ row }: { row: LiveRow }) {
       <section>
         <h3>Route: {ROUTE[d.route]?.name ?? d.route}</h3>
         <p data-testid="route-sentence">{routeSentence(d, keyName)}</p>
-        {d.refusal && <p class="notice notice-error">{refusalSentence(d.refusal, keyName, source.pool)}</p>}
+        {d.refusal && <p class="notice notice-error" data-testid="refusal">{refusalSentence(d.refusal, keyName, source.pool)}</p>}
         <p class="muted">{affinitySentence(d)}</p>
       </section>
 

@@ -1,11 +1,12 @@
 import { useCallback, useMemo, useState } from "preact/hooks";
 import type { ClientKind } from "../api/types";
-import { BADGE_NAMES, type BadgeName } from "../lib/decision";
+import { BADGE_NAMES } from "../lib/decision";
 import type { LiveRow } from "../lib/live";
 import { tokenName } from "../lib/pools";
 import { CLIENT } from "../lib/words";
 import { DecisionDrawer } from "../components/DecisionDrawer";
 import { DecisionRow } from "../components/DecisionRow";
+import { FilterSelect } from "../components/FilterSelect";
 import { FirstKey } from "../components/FirstKey";
 import { NO_FILTERS, liveFilters, type LiveFilters } from "../state/filters";
 import { keys, keysById, lagged, live, pools, status } from "../state/store";
@@ -88,72 +89,28 @@ export function LiveView() {
       </header>
 
       <form class="filters" onSubmit={(e) => e.preventDefault()} aria-label="Filters">
-        <label>
-          <span>Client</span>
-          <select value={filters.client} onChange={(e) => set({ client: e.currentTarget.value as ClientKind | "" })}>
-            <option value="">All</option>
-            {(Object.keys(CLIENT) as ClientKind[]).map((c) => (
-              <option key={c} value={c}>
-                {CLIENT[c]}
-              </option>
-            ))}
-          </select>
-        </label>
-        <label>
-          <span>Pool</span>
-          <select value={filters.pool} onChange={(e) => set({ pool: e.currentTarget.value })} data-testid="filter-pool">
-            <option value="">All</option>
-            {poolNames.map((p) => (
-              <option key={p} value={p}>
-                {p}
-              </option>
-            ))}
-          </select>
-        </label>
-        <label>
-          <span>Token</span>
-          <select value={filters.token} onChange={(e) => set({ token: e.currentTarget.value })} data-testid="filter-token">
-            <option value="">All</option>
-            {tokenNames.map((t) => (
-              <option key={t} value={t}>
-                {t}
-              </option>
-            ))}
-          </select>
-        </label>
-        <label>
-          <span>Key</span>
-          <select value={filters.key} onChange={(e) => set({ key: e.currentTarget.value })}>
-            <option value="">All</option>
-            {keys.value.map((k) => (
-              <option key={k.id} value={k.id}>
-                {k.label}
-              </option>
-            ))}
-          </select>
-        </label>
-        <label>
-          <span>Org</span>
-          <select value={filters.org} onChange={(e) => set({ org: e.currentTarget.value })}>
-            <option value="">All</option>
-            {orgs.map((o) => (
-              <option key={o} value={o}>
-                {o}
-              </option>
-            ))}
-          </select>
-        </label>
-        <label>
-          <span>State</span>
-          <select value={filters.state} onChange={(e) => set({ state: e.currentTarget.value as BadgeName | "" })}>
-            <option value="">All</option>
-            {BADGE_NAMES.map((b) => (
-              <option key={b} value={b}>
-                {b.toLowerCase()}
-              </option>
-            ))}
-          </select>
-        </label>
+        <FilterSelect
+          label="Client"
+          value={filters.client}
+          options={(Object.keys(CLIENT) as ClientKind[]).map((c) => [c, CLIENT[c]])}
+          onChange={(client) => set({ client })}
+        />
+        <FilterSelect label="Pool" value={filters.pool} options={poolNames.map((p) => [p, p])} onChange={(pool) => set({ pool })} testid="filter-pool" />
+        <FilterSelect
+          label="Token"
+          value={filters.token}
+          options={tokenNames.map((t) => [t, t])}
+          onChange={(token) => set({ token })}
+          testid="filter-token"
+        />
+        <FilterSelect label="Key" value={filters.key} options={keys.value.map((k) => [k.id, k.label])} onChange={(key) => set({ key })} />
+        <FilterSelect label="Org" value={filters.org} options={orgs.map((o) => [o, o])} onChange={(org) => set({ org })} />
+        <FilterSelect
+          label="State"
+          value={filters.state}
+          options={BADGE_NAMES.map((b) => [b, b.toLowerCase()])}
+          onChange={(state) => set({ state })}
+        />
         <label class="check">
           <input type="checkbox" checked={filters.errors} onChange={(e) => set({ errors: e.currentTarget.checked })} />
           <span>Errors only</span>
