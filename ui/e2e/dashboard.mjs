@@ -806,6 +806,31 @@ async function poolSteps(page) {
   provoked = null;
   if (!(await apiPools(page)).some((p) => p.name === "spare")) throw new Error("spare was deleted");
 
+  step("Pools: scratch is created, edited (keys, fallbacks in order) and deleted, each after confirming");
+  form = await createPool(page, { name: "scratch", keys: ["e1"] });
+  await form.getByTestId("pool-form-confirm").click();
+  await form.waitFor({ state: "hidden", timeout: WAIT });
+  const scratch = page.locator('[data-testid=pool-card][data-pool="scratch"]');
+  await scratch.getByTestId("pool-edit").click();
+  await form.locator('input[name=pool-key][value="d1"]').check();
+  await form.locator("select[name=pool-fallback]").selectOption("spare");
+  await form.locator("select[name=pool-fallback]").selectOption("work");
+  await form.getByRole("button", { name: "Move work up" }).click();
+  await form.getByTestId("pool-form-next").click();
+  const editReview = await form.getByTestId("pool-review").innerText({ timeout: WAIT });
+  if (!editReview.includes("d1, e1") || !editReview.includes("work, then spare")) throw new Error(`the edit summary says: ${editReview}`);
+  await form.getByTestId("pool-form-confirm").click();
+  await form.waitFor({ state: "hidden", timeout: WAIT });
+  await scratch.getByTestId("pool-fallback").filter({ hasText: "work, then spare" }).waitFor({ timeout: WAIT });
+  const edited = (await apiPools(page)).find((p) => p.name === "scratch");
+  if (edited?.keys.join(",") !== "d1,e1" || edited.fallback.join(",") !== "work,spare") {
+    throw new Error(`the gateway holds scratch as ${JSON.stringify(edited)}`);
+  }
+  await scratch.getByTestId("pool-delete").click();
+  await page.getByTestId("confirm-dialog").filter({ hasText: "Delete pool scratch?" }).getByTestId("confirm").click();
+  await scratch.waitFor({ state: "detached", timeout: WAIT });
+  if ((await apiPools(page)).some((p) => p.name === "scratch")) throw new Error("scratch is still there");
+
   step("Connect: acme-repo goes back to work");
   await page.getByTestId("nav-connect").click();
   await acmeRow.getByTestId("token-pool").selectOption("work");

@@ -91,8 +91,6 @@ export function PoolForm({ pool, onClose, onDone }: Props) {
                 name="pool-name"
                 required
                 maxLength={64}
-                pattern="[A-Za-z0-9_\-]+"
-                title="Letters, digits, - and _"
                 placeholder="e.g. work"
                 value={name}
                 onInput={(e) => setName(e.currentTarget.value)}

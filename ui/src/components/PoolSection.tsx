@@ -5,8 +5,16 @@ import { Tag } from "./Badge";
 import { PoolBadge } from "./PoolBadge";
 import { PoolHeadroom } from "./PoolHeadroom";
 
+interface Props {
+  /** The pool, or null for the keys in none of the user's pools. */
+  pool: PoolInfo | null;
+  /** Whether it has no keys (its cards are the children). */
+  empty: boolean;
+  children: ComponentChildren;
+}
+
 /** A pool's keys on the Keys view, under a header that says how much the pool can take now. */
-export function PoolSection({ pool, children }: { pool: PoolInfo | null; children: ComponentChildren[] }) {
+export function PoolSection({ pool, empty, children }: Props) {
   return (
     <section class="pool-section" data-testid="pool-section" data-pool={pool?.name ?? ""}>
       <header class="pool-head">
@@ -28,11 +36,11 @@ export function PoolSection({ pool, children }: { pool: PoolInfo | null; childre
         ) : (
           <>
             <h2 class="pool-title">In none of your pools</h2>
-            <span class="muted small">Only tokens of the pool all reach these keys.</span>
+            <span class="muted small">Only tokens of the pool all (or of a pool that falls back to it) reach these keys.</span>
           </>
         )}
       </header>
-      {pool && children.length === 0 ? (
+      {pool && empty ? (
         <p class="empty pool-empty" data-testid="pool-empty">
           {emptyPoolSentence(pool)} Add keys to it on the <a href="#/pools">Pools</a> page.
         </p>

@@ -143,7 +143,7 @@ export function KeysView() {
       ) : (
         <div class="pool-sections">
           {sections.map((section) => (
-            <PoolSection key={section.pool?.name ?? ""} pool={section.pool}>
+            <PoolSection key={section.pool?.name ?? ""} pool={section.pool} empty={section.keys.length === 0}>
               {section.keys.map((k) => (
                 <KeyCard key={k.id} info={k} showOrg spark={lines.get(k.fingerprint) ?? lines.get("") ?? null} />
               ))}
