@@ -1,8 +1,9 @@
 //! The dashboard, end to end: the real `keymux` binary with its embedded dashboard, in front of the
 //! simulator, driven by a real Chromium through `ui/e2e/dashboard.mjs` (playwright-core). The script
 //! logs in with the link `keymux serve` prints, sends Codex- and pi-shaped traffic, checks what the
-//! Live, Keys and Connect views show, fails on any console error or failed request, and saves
-//! screenshots of every view under `$CARGO_TARGET_TMPDIR/dashboard-shots/`.
+//! Live, Keys, Pools and Connect views show (a pool and a pool-bound token made through the page, the
+//! pool filters, a fallback), fails on any console error or failed request, and saves screenshots of
+//! every view under `$CARGO_TARGET_TMPDIR/dashboard-shots/`.
 //!
 //! Needs Node.js 20+, `npm ci` in `ui/` and Chromium (`/usr/bin/chromium`, or `CHROMIUM=path`). With
 //! `KEYMUX_SKIP_UI` set the binary has no dashboard, and the test says it skipped.
@@ -116,12 +117,14 @@ async fn the_dashboard_shows_what_the_gateway_does() {
     let missing = missing_tools();
     assert!(missing.is_empty(), "the dashboard's browser test needs:\n  - {}", missing.join("\n  - "));
 
-    // Three organizations the gateway starts with, and org-d, whose key is added through the page.
+    // Three organizations the gateway starts with, and org-d and org-e, whose keys are added through
+    // the page (the pool the page creates holds those two).
     let config = SimConfig::new()
         .org("org-a", &["sk-a1", "sk-a2"])
         .org("org-b", &["sk-b1"])
         .org("org-c", &["sk-c1"])
-        .org("org-d", &["sk-d1"]);
+        .org("org-d", &["sk-d1"])
+        .org("org-e", &["sk-e1"]);
     let sim = Sim::start(config).await.expect("simulator starts");
     let home = tempfile::tempdir().unwrap();
     let mut served = serve(&sim, home.path()).await;

@@ -1,6 +1,7 @@
 // The dashboard's acceptance test: a real Chromium drives the real gateway (started by
 // tests/dashboard.rs in front of the simulator) while this script sends Codex- and pi-shaped traffic
-// built from the captured requests in tests/fixtures. It fails on any console error, page error,
+// built from the captured requests in tests/fixtures. It also creates pools and a pool-bound token
+// through the page and checks that the Live and Keys views filter by pool. It fails on any console error, page error,
 // failed request or unexpected 4xx/5xx, and saves screenshots of every view at two sizes and in both
 // colour schemes.
 //
@@ -57,14 +58,19 @@ function sessionId() {
   return `01a227d7-ed08-7e52-9dfa-${(0xe2e000 + sessionCounter).toString(16).padStart(12, "0")}`;
 }
 
-async function send(body, headers = {}, token = TOKEN) {
+/** Posts to /v1/responses and reads the whole answer, whatever its status. */
+async function post(body, headers, token) {
   const r = await fetch(`${BASE}/responses`, {
     method: "POST",
     headers: { "content-type": "application/json", authorization: `Bearer ${token}`, ...headers },
     body: JSON.stringify(body),
   });
-  const text = await r.text();
-  if (r.status !== 200) throw new Error(`POST /v1/responses answered ${r.status}: ${text.slice(0, 300)}`);
+  return { status: r.status, text: await r.text() };
+}
+
+async function send(body, headers = {}, token = TOKEN) {
+  const { status, text } = await post(body, headers, token);
+  if (status !== 200) throw new Error(`POST /v1/responses answered ${status}: ${text.slice(0, 300)}`);
   if (body.stream) {
     // The output items of a streamed answer, from its `response.output_item.done` events.
     const items = [];
@@ -83,7 +89,8 @@ async function send(body, headers = {}, token = TOKEN) {
 
 /** A Codex conversation: each turn re-sends the whole history, replaying reasoning byte for byte. */
 class CodexSession {
-  constructor({ keepReasoning = true } = {}) {
+  constructor({ keepReasoning = true, token = TOKEN } = {}) {
+    this.token = token;
     this.id = sessionId();
     this.body = structuredClone(codexTurn1.body);
     this.body.prompt_cache_key = this.id;
@@ -93,7 +100,7 @@ class CodexSession {
     this.turn = 1;
   }
   async next() {
-    const answer = await send(this.body, clientHeaders(codexTurn1, this.id));
+    const answer = await send(this.body, clientHeaders(codexTurn1, this.id), this.token);
     for (const item of answer.output) {
       if (item.type === "reasoning") {
         // A client with reasoning summaries off keeps no reasoning items (nothing pins it).
@@ -114,9 +121,9 @@ class CodexSession {
   }
 }
 
-const short = (text = "hello") => send({ model: "gpt-5.5", input: text, store: false });
-const piShort = () =>
-  send({ model: "gpt-5.5", input: [{ role: "user", content: "Say hi." }], store: false, stream: false }, clientHeaders(piTurn1, sessionId()));
+const short = (text = "hello", token = TOKEN) => send({ model: "gpt-5.5", input: text, store: false }, {}, token);
+const piShort = (text = "Say hi.", token = TOKEN) =>
+  send({ model: "gpt-5.5", input: [{ role: "user", content: text }], store: false, stream: false }, clientHeaders(piTurn1, sessionId()), token);
 
 async function simJson(path, body) {
   const r = await fetch(`${SIM}${path}`, body ? { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) } : {});
@@ -127,6 +134,15 @@ async function simJson(path, body) {
 // ---------- the browser ----------
 
 const problems = [];
+/**
+ * A refusal the test provokes on purpose through the page (the gateway's 400 for a pool change it
+ * refuses): its status and a part of its address, while the step that provokes it runs.
+ */
+let provoked = null;
+const isProvoked = (x) =>
+  provoked !== null &&
+  ((x.status === provoked.status && (x.url ?? "").includes(provoked.path)) ||
+    (x.console ?? "").includes(`status of ${provoked.status}`));
 /** Responses the test provokes on purpose (by page), which are not problems. */
 function watch(page, name, allowed = () => false) {
   let closing = false;
@@ -203,7 +219,7 @@ async function run() {
 
   const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, colorScheme: "light" });
   page = await context.newPage();
-  const stopWatching = watch(page, "dashboard");
+  const stopWatching = watch(page, "dashboard", isProvoked);
 
   step("log in through the one-time link");
   await page.goto(LOGIN);
@@ -317,16 +333,7 @@ async function run() {
   console.log(`  a1 cooling, ${first} left`);
 
   step("add key d1 (org-d) through the form; the next unpinned request uses it");
-  await page.getByTestId("add-key-open").click();
-  const form = page.getByTestId("add-key-form");
-  await form.locator("input[name=label]").fill("d1");
-  await form.locator("input[name=secret]").fill("sk-d1");
-  await form.locator("input[name=priority]").fill("0");
-  await form.getByTestId("add-key-submit").click();
-  const result = await form.getByTestId("add-key-result").innerText({ timeout: WAIT });
-  if (!result.includes("added")) throw new Error(`adding a key said: ${result}`);
-  if ((await form.locator("input[name=secret]").inputValue()) !== "") throw new Error("the secret field kept the key");
-  await page.keyboard.press("Escape");
+  await addKey(page, { label: "d1", secret: "sk-d1", priority: 0 });
   await page.locator('[data-testid=org-group][data-org="org-d"] [data-testid=key-card][data-label="d1"]').waitFor({ timeout: WAIT });
   await page.getByTestId("nav-live").click();
   mark = await rowsAfter();
@@ -374,8 +381,8 @@ async function run() {
   await page.getByTestId("ws-toggle").uncheck();
 
   step("a client token created on the Connect view is shown once and works");
-  await page.locator(".tokens input").fill("e2e");
-  await page.getByRole("button", { name: "Create token" }).click();
+  await page.getByTestId("new-token-name").fill("e2e");
+  await page.getByTestId("new-token-create").click();
   const secret = await page.locator("[data-testid=created-token] .secret").innerText({ timeout: WAIT });
   await send({ model: "gpt-5.5", input: "hello from a new token", store: false }, {}, secret);
   await page.getByRole("button", { name: "I have copied it" }).click();
@@ -453,6 +460,8 @@ async function run() {
   await page.getByTestId("nav-usage").click();
   await page.locator("[data-testid=chart-requests] canvas").waitFor({ timeout: WAIT });
 
+  await poolSteps(page);
+
   step("screenshots");
   const sizes = [
     { width: 1280, height: 800 },
@@ -471,14 +480,21 @@ async function run() {
       await page.getByTestId("nav-live").click();
       await page.getByTestId("live-table").waitFor({ timeout: WAIT });
       await shot("live", false);
+      await page.getByTestId("filter-pool").selectOption("work");
+      await page.locator('[data-testid=decision-row] [data-pool="work"]').first().waitFor({ timeout: WAIT });
+      await shot("live-pool", false);
+      await page.getByTestId("filter-pool").selectOption("");
       await page.locator('[data-testid=decision-row]:has([data-badge="ENCRYPTED PIN"])').first().click();
       await drawer.getByTestId("attempts").waitFor({ timeout: WAIT });
       await shot("live-drawer", false);
       await page.keyboard.press("Escape");
       await drawer.waitFor({ state: "hidden", timeout: WAIT });
       await page.getByTestId("nav-keys").click();
-      await page.locator("[data-testid=key-card]").first().waitFor({ timeout: WAIT });
+      await page.locator("[data-testid=pool-section] [data-testid=key-card]").first().waitFor({ timeout: WAIT });
       await shot("keys");
+      await page.getByTestId("nav-pools").click();
+      await page.locator('[data-testid=pool-card][data-pool="work"]').waitFor({ timeout: WAIT });
+      await shot("pools");
       await page.getByTestId("nav-sessions").click();
       await page.getByTestId("sessions-table").waitFor({ timeout: WAIT });
       await shot("sessions");
@@ -487,6 +503,8 @@ async function run() {
       await shot("usage");
       await page.getByTestId("nav-connect").click();
       await page.getByTestId("codex-snippet").waitFor({ timeout: WAIT });
+      await page.getByTestId("connect-pool").selectOption("work");
+      await page.getByTestId("connect-reach").filter({ hasText: "d1, e1" }).waitFor({ timeout: WAIT });
       await shot("connect");
     }
   }
@@ -500,6 +518,7 @@ async function run() {
   await confirm.waitFor({ timeout: WAIT });
   const warning = await confirm.innerText();
   if (!warning.includes("last key of org-d")) throw new Error(`the remove dialog says: ${warning}`);
+  if (!warning.includes("It also leaves the pool work.")) throw new Error(`the remove dialog does not name d1's pool: ${warning}`);
   await page.screenshot({ path: join(SHOTS, "light-1280x800-keys-remove.png") });
   await confirm.getByRole("button", { name: "Remove key" }).click();
   await d1Card.waitFor({ state: "detached", timeout: WAIT });
@@ -515,4 +534,310 @@ async function run() {
   if (afterLogout.status !== 401) throw new Error(`the session still works after logout: ${afterLogout.status}`);
 
   await context.close();
+}
+
+/** Adds a key through the Keys view's form, which must say it was added and forget the secret. */
+async function addKey(page, { label, secret, priority }) {
+  await page.getByTestId("nav-keys").click();
+  await page.getByTestId("add-key-open").click();
+  const form = page.getByTestId("add-key-form");
+  await form.locator("input[name=label]").fill(label);
+  await form.locator("input[name=secret]").fill(secret);
+  await form.locator("input[name=priority]").fill(String(priority));
+  await form.getByTestId("add-key-submit").click();
+  const result = await form.getByTestId("add-key-result").innerText({ timeout: WAIT });
+  if (!result.includes("added")) throw new Error(`adding ${label} said: ${result}`);
+  if ((await form.locator("input[name=secret]").inputValue()) !== "") throw new Error("the secret field kept the key");
+  await page.keyboard.press("Escape");
+  await page.locator(`[data-testid=key-card][data-label="${label}"]`).waitFor({ timeout: WAIT });
+}
+
+/** The pools as the gateway has them (read with the page's session). */
+async function apiPools(page) {
+  return page.evaluate(async () => {
+    const session = sessionStorage.getItem("keymux.session") ?? "";
+    return (await fetch("/keymux/api/pools", { headers: { "x-keymux-session": session } })).json();
+  });
+}
+
+/** Creates a pool through the Pools view's form: the choices, then the summary, then confirm. */
+async function createPool(page, { name, keys = [], fallback = [], shot = null, taken = false }) {
+  await page.getByTestId("nav-pools").click();
+  await page.getByTestId("pool-new").click();
+  const form = page.getByTestId("pool-form");
+  await form.locator("input[name=pool-name]").fill(name);
+  for (const label of keys) await form.locator(`input[name=pool-key][value="${label}"]`).check();
+  for (const f of fallback) await form.locator("select[name=pool-fallback]").selectOption(f);
+  if (shot) await page.screenshot({ path: join(SHOTS, `${shot}-form.png`) });
+  await form.getByTestId("pool-form-next").click();
+  const review = await form.getByTestId("pool-review").innerText({ timeout: WAIT });
+  for (const label of keys) if (!review.includes(label)) throw new Error(`the summary of ${name} does not name ${label}: ${review}`);
+  if (!taken && (await apiPools(page)).some((p) => p.name === name)) throw new Error(`pool ${name} exists before it was confirmed`);
+  if (shot) await page.screenshot({ path: join(SHOTS, `${shot}-review.png`) });
+  return form;
+}
+
+/** Rows of the Live table as drawn: pool, fallback pool, token, key and badges. */
+async function liveRows(page) {
+  return page.evaluate(() =>
+    [...document.querySelectorAll("[data-testid=decision-row]")].map((r) => ({
+      seq: Number(r.dataset.seq),
+      pending: r.classList.contains("is-pending"),
+      pool: r.querySelector("[data-testid=row-pool] [data-pool]")?.dataset.pool ?? null,
+      token: r.querySelector("[data-testid=row-token]")?.textContent ?? null,
+      key: r.querySelector("[data-testid=row-key] .key-label")?.textContent ?? null,
+      badges: [...r.querySelectorAll("[data-badge]")].map((b) => b.dataset.badge),
+      text: r.textContent,
+    })),
+  );
+}
+
+/**
+ * Pools end to end: creates the pool work (d1, e1) and an empty pool spare that falls back to work
+ * through the Pools view, a token bound to work through the Connect view, sends traffic with it and
+ * with the all-pool token, and checks the Live and Keys views' pool filters, the fallback and the
+ * gateway's refusals.
+ */
+async function poolSteps(page) {
+  // A pool in the config file can name only keys the config file holds (the gateway's environment
+  // keys a1..c1 are not), so the pool is made of keys added through the page: d1, and e1 here.
+  step("add key e1 (org-e) through the form, for the pool");
+  await addKey(page, { label: "e1", secret: "sk-e1", priority: 1 });
+
+  step("Pools: all is built in and cannot be edited");
+  await page.getByTestId("nav-pools").click();
+  const allCard = page.locator('[data-testid=pool-card][data-pool="all"]');
+  await allCard.waitFor({ timeout: WAIT });
+  if ((await allCard.getByTestId("pool-edit").count()) + (await allCard.getByTestId("pool-delete").count()) > 0) {
+    throw new Error("the built-in pool all offers Edit or Delete");
+  }
+  if (!(await allCard.innerText()).includes("built-in")) throw new Error("the pool all is not marked built-in");
+
+  step("Pools: create work with d1 and e1, confirmed from its summary");
+  let form = await createPool(page, { name: "work", keys: ["d1", "e1"], shot: "light-1280x800-pools-new" });
+  await form.getByTestId("pool-form-confirm").click();
+  await form.waitFor({ state: "hidden", timeout: WAIT });
+  const workCard = page.locator('[data-testid=pool-card][data-pool="work"]');
+  await workCard.getByTestId("pool-ready").filter({ hasText: "2/2 ready" }).waitFor({ timeout: WAIT });
+  const workKeys = await workCard.locator(".key-chip").evaluateAll((els) => els.map((e) => e.dataset.label));
+  if (workKeys.join(",") !== "d1,e1") throw new Error(`the work card lists the keys ${workKeys}`);
+  const created = (await apiPools(page)).find((p) => p.name === "work");
+  if (created?.keys.join(",") !== "d1,e1") throw new Error(`the gateway holds work as ${JSON.stringify(created)}`);
+
+  step("Pools: a taken name is refused, in the gateway's words, inside the form");
+  provoked = { status: 400, path: "/keymux/api/pools" };
+  form = await createPool(page, { name: "work", keys: ["a2"], taken: true });
+  await form.getByTestId("pool-form-confirm").click();
+  const refusal = await form.getByTestId("pool-form-error").innerText({ timeout: WAIT });
+  if (!refusal.includes("already exists")) throw new Error(`a taken name said: ${refusal}`);
+  await form.getByRole("button", { name: "Back" }).click();
+  await form.getByRole("button", { name: "Cancel" }).click();
+  await form.waitFor({ state: "hidden", timeout: WAIT });
+  provoked = null;
+
+  step("Pools: spare, with no keys, falls back to work");
+  form = await createPool(page, { name: "spare", fallback: ["work"] });
+  await form.getByTestId("pool-form-confirm").click();
+  await form.waitFor({ state: "hidden", timeout: WAIT });
+  const spareCard = page.locator('[data-testid=pool-card][data-pool="spare"]');
+  const empty = await spareCard.getByTestId("pool-empty").innerText({ timeout: WAIT });
+  if (empty !== "No keys: its requests go to its fallback pool (work).") throw new Error(`the empty pool says: ${empty}`);
+
+  step("Connect: a token for acme-repo, bound to work, with its line");
+  await page.getByTestId("nav-connect").click();
+  await page.getByTestId("connect-pool").selectOption("work");
+  await page.getByTestId("connect-reach").filter({ hasText: "reach only d1, e1" }).waitFor({ timeout: WAIT });
+  await page.getByTestId("new-token-name").fill("acme-repo");
+  await page.getByTestId("new-token-create").click();
+  const createdBox = page.getByTestId("created-token");
+  const secret = await createdBox.locator(".secret").innerText({ timeout: WAIT });
+  if (!(await createdBox.innerText()).includes("pool work")) throw new Error("the new token does not say its pool");
+  if (!(await page.getByTestId("token-line").innerText()).includes("keymux token show acme-repo")) {
+    throw new Error("the base URL card does not name the new token");
+  }
+  const acmeRow = page.locator('[data-testid=token-list] li[data-token="acme-repo"]');
+  await acmeRow.waitFor({ timeout: WAIT });
+  if ((await acmeRow.getByTestId("token-pool").inputValue()) !== "work") throw new Error("acme-repo is not listed in work");
+  await page.screenshot({ path: join(SHOTS, "light-1280x800-connect-pool-token.png") });
+  await createdBox.getByRole("button", { name: "I have copied it" }).click();
+  if ((await page.locator("body").innerText()).includes(secret)) throw new Error("the work token is still on the page");
+
+  step("traffic: the work token and the all-pool token, interleaved (Codex and pi shapes)");
+  await page.getByTestId("nav-live").click();
+  const before = Math.max(0, ...(await liveRows(page)).map((r) => r.seq));
+  const workSession = new CodexSession({ token: secret });
+  let workSent = 0;
+  let allSent = 0;
+  for (let i = 0; i < 4; i++) {
+    await short(`acme-repo request ${i}`, secret);
+    await piShort(`acme-repo pi ${i}`, secret);
+    await workSession.next();
+    workSent += 3;
+    await short(`all-pool request ${i}`);
+    allSent += 1;
+  }
+  const workIds = new Set([workSession.id]);
+  const log = await simJson("/__sim/log");
+  const ours = log.filter((e) => {
+    const body = JSON.stringify(e.body ?? "");
+    return body.includes("acme-repo") || [...workIds].some((id) => body.includes(id));
+  });
+  if (ours.length < workSent) throw new Error(`the simulator saw ${ours.length} requests of the work token, ${workSent} were sent`);
+  const outside = ours.filter((e) => !["sk-d1", "sk-e1"].includes(e.key));
+  if (outside.length > 0) throw new Error(`the work token reached keys outside work: ${outside.map((e) => e.key)}`);
+
+  step("Live: the pool filter shows only work's requests, each with its badge and token");
+  await page.waitForFunction(
+    ([before, n]) =>
+      [...document.querySelectorAll("[data-testid=decision-row]:not(.is-pending)")].filter((r) => Number(r.dataset.seq) > before).length >= n,
+    [before, workSent + allSent],
+    { timeout: WAIT },
+  );
+  const mixed = (await liveRows(page)).filter((r) => r.seq > before);
+  if (!mixed.some((r) => r.pool === "all" && r.token === "KEYMUX_CLIENT_TOKEN")) throw new Error("no all-pool row among the new ones");
+  await page.getByTestId("filter-pool").selectOption("work");
+  await page.waitForFunction(
+    () => [...document.querySelectorAll("[data-testid=decision-row]")].every((r) => r.querySelector('[data-pool="work"]')),
+    null,
+    { timeout: WAIT },
+  );
+  const workRows = await liveRows(page);
+  if (workRows.length !== workSent) throw new Error(`the work filter shows ${workRows.length} rows, ${workSent} were sent`);
+  const stray = workRows.filter((r) => r.token !== "acme-repo" || !["d1", "e1"].includes(r.key));
+  if (stray.length > 0) throw new Error(`rows of work not on d1/e1 or not acme-repo: ${JSON.stringify(stray)}`);
+  if (!workRows.some((r) => r.badges.includes("ENCRYPTED PIN"))) throw new Error("the Codex session of work was never pinned inside work");
+  await page.getByTestId("filter-pool").selectOption("");
+  await page.getByTestId("filter-token").selectOption("acme-repo");
+  await page.waitForFunction((n) => document.querySelectorAll("[data-testid=decision-row]").length === n, workSent, { timeout: WAIT });
+  await page.getByTestId("filter-token").selectOption("");
+
+  step("Keys: grouped by pool; the chooser shows only work's keys under its header");
+  await page.getByTestId("nav-keys").click();
+  const sections = page.getByTestId("pool-section");
+  await page.waitForFunction(() => document.querySelectorAll("[data-testid=pool-section]").length === 3, null, { timeout: WAIT });
+  const order = await sections.evaluateAll((els) => els.map((e) => e.dataset.pool));
+  if (order.join(",") !== "work,spare,") throw new Error(`the Keys view's sections are ${JSON.stringify(order)}`);
+  await page.locator('[data-testid=keys-pool-chooser] [data-pool="work"]').click();
+  await page.waitForFunction(() => document.querySelectorAll("[data-testid=pool-section]").length === 1, null, { timeout: WAIT });
+  const shownKeys = await page.locator("[data-testid=key-card]").evaluateAll((els) => els.map((e) => e.dataset.label));
+  if (shownKeys.join(",") !== "d1,e1") throw new Error(`the work pool shows the keys ${shownKeys}`);
+  if (!(await sections.first().getByTestId("pool-ready").innerText()).includes("2/2 ready")) throw new Error("work's header is not 2/2 ready");
+  for (const label of shownKeys) {
+    const badges = await page.locator(`[data-testid=key-card][data-label="${label}"] [data-testid=key-pools] [data-pool]`).allInnerTexts();
+    if (!badges.includes("work")) throw new Error(`${label}'s card has no work badge: ${badges}`);
+  }
+  await page.locator('[data-testid=keys-pool-chooser] [data-pool=""]').click();
+  await page.waitForFunction(() => document.querySelectorAll("[data-testid=pool-section]").length === 3, null, { timeout: WAIT });
+
+  step("a Codex session begun outside work, continued with the work token: 403 pool_mismatch, explained");
+  // With work's keys switched off, the all-pool token's session starts on a key outside work.
+  const workKeyCard = (label) => page.locator(`[data-testid=pool-section][data-pool="work"] [data-testid=key-card][data-label="${label}"]`);
+  for (const label of ["d1", "e1"]) {
+    await workKeyCard(label).getByRole("button", { name: "Disable" }).click();
+    await workKeyCard(label).getByTestId("key-health").filter({ hasText: "disabled" }).waitFor({ timeout: WAIT });
+  }
+  const outsider = new CodexSession();
+  await outsider.next();
+  for (const label of ["d1", "e1"]) {
+    await workKeyCard(label).getByRole("button", { name: "Enable" }).click();
+    await workKeyCard(label).getByTestId("key-health").filter({ hasText: "ready" }).waitFor({ timeout: WAIT });
+  }
+  const crossed = await post(outsider.body, clientHeaders(codexTurn1, outsider.id), secret);
+  if (crossed.status !== 403 || !crossed.text.includes("pool_mismatch")) {
+    throw new Error(`replaying another pool's reasoning answered ${crossed.status}: ${crossed.text.slice(0, 300)}`);
+  }
+  await page.getByTestId("nav-live").click();
+  await page.getByTestId("filter-pool").selectOption("work");
+  const refused = page.locator(`[data-testid=decision-row]:not(.is-pending):has([data-badge="REFUSED"])`).first();
+  await refused.click();
+  const refusalText = await page.getByTestId("drawer").getByTestId("refusal").innerText({ timeout: WAIT });
+  if (!refusalText.includes("outside its token's pool work")) throw new Error(`the drawer explains the refusal as: ${refusalText}`);
+  await page.getByTestId("drawer").evaluate((d) => Promise.all(d.getAnimations().map((a) => a.finished)));
+  await page.screenshot({ path: join(SHOTS, "light-1280x800-live-mismatch-drawer.png") });
+  await page.keyboard.press("Escape");
+  await page.getByTestId("drawer").waitFor({ state: "hidden", timeout: WAIT });
+  await page.getByTestId("filter-pool").selectOption("");
+
+  step("Connect: acme-repo moves to spare after confirming; its next request is served by work as a fallback");
+  await page.getByTestId("nav-connect").click();
+  await acmeRow.getByTestId("token-pool").selectOption("spare");
+  const move = page.getByTestId("confirm-dialog").filter({ hasText: "Move acme-repo to pool spare?" });
+  await move.waitFor({ timeout: WAIT });
+  if (!(await move.innerText()).includes("no key of the pool (it is empty), only its fallback work")) throw new Error(`the move dialog says: ${await move.innerText()}`);
+  if ((await apiPools(page)).find((p) => p.name === "spare")?.tokens.length) throw new Error("the token moved before confirming");
+  await page.screenshot({ path: join(SHOTS, "light-1280x800-connect-move.png") });
+  await move.getByTestId("confirm").click();
+  await move.waitFor({ state: "hidden", timeout: WAIT });
+  await page.waitForFunction(
+    () => document.querySelector('[data-testid=token-list] li[data-token="acme-repo"] select')?.value === "spare",
+    null,
+    { timeout: WAIT },
+  );
+  await page.getByTestId("nav-live").click();
+  const beforeFallback = Math.max(0, ...(await liveRows(page)).map((r) => r.seq));
+  await short("acme-repo request from spare", secret);
+  await page.getByTestId("filter-pool").selectOption("spare");
+  const fell = page.locator(`[data-testid=decision-row]:not(.is-pending):has([data-badge="POOL FALLBACK"])`).first();
+  await fell.waitFor({ timeout: WAIT });
+  if (Number(await fell.getAttribute("data-seq")) <= beforeFallback) throw new Error("the fallback row is an old one");
+  const badge = await fell.getByTestId("row-pool").innerText();
+  if (!/spare\s*→\s*work/.test(badge)) throw new Error(`the fallback row's pool reads ${badge}`);
+  await fell.click();
+  const drawer = page.getByTestId("drawer");
+  const reasons = await drawer.getByTestId("reasons").innerText({ timeout: WAIT });
+  if (!reasons.includes("spare had no key that could serve: used fallback pool work.")) throw new Error(`the drawer says: ${reasons}`);
+  await drawer.evaluate((d) => Promise.all(d.getAnimations().map((a) => a.finished)));
+  await page.screenshot({ path: join(SHOTS, "light-1280x800-live-fallback-drawer.png") });
+  await page.keyboard.press("Escape");
+  await drawer.waitFor({ state: "hidden", timeout: WAIT });
+  await page.getByTestId("filter-pool").selectOption("");
+
+  step("Pools: deleting spare while acme-repo is bound to it is refused, and the card says why");
+  await page.getByTestId("nav-pools").click();
+  await spareCard.getByTestId("pool-tokens").filter({ hasText: "acme-repo" }).waitFor({ timeout: WAIT });
+  provoked = { status: 400, path: "/keymux/api/pools/spare" };
+  await spareCard.getByTestId("pool-delete").click();
+  const del = page.getByTestId("confirm-dialog").filter({ hasText: "Delete pool spare?" });
+  await del.waitFor({ timeout: WAIT });
+  if (!(await del.innerText()).includes("acme-repo")) throw new Error("the delete dialog does not name the bound token");
+  await del.getByTestId("confirm").click();
+  const why = await spareCard.getByTestId("pool-error").innerText({ timeout: WAIT });
+  if (!why.includes("still has tokens (acme-repo")) throw new Error(`deleting spare said: ${why}`);
+  provoked = null;
+  if (!(await apiPools(page)).some((p) => p.name === "spare")) throw new Error("spare was deleted");
+
+  step("Pools: scratch is created, edited (keys, fallbacks in order) and deleted, each after confirming");
+  form = await createPool(page, { name: "scratch", keys: ["e1"] });
+  await form.getByTestId("pool-form-confirm").click();
+  await form.waitFor({ state: "hidden", timeout: WAIT });
+  const scratch = page.locator('[data-testid=pool-card][data-pool="scratch"]');
+  await scratch.getByTestId("pool-edit").click();
+  await form.locator('input[name=pool-key][value="d1"]').check();
+  await form.locator("select[name=pool-fallback]").selectOption("spare");
+  await form.locator("select[name=pool-fallback]").selectOption("work");
+  await form.getByRole("button", { name: "Move work up" }).click();
+  await form.getByTestId("pool-form-next").click();
+  const editReview = await form.getByTestId("pool-review").innerText({ timeout: WAIT });
+  if (!editReview.includes("d1, e1") || !editReview.includes("work, then spare")) throw new Error(`the edit summary says: ${editReview}`);
+  await form.getByTestId("pool-form-confirm").click();
+  await form.waitFor({ state: "hidden", timeout: WAIT });
+  await scratch.getByTestId("pool-fallback").filter({ hasText: "work, then spare" }).waitFor({ timeout: WAIT });
+  const edited = (await apiPools(page)).find((p) => p.name === "scratch");
+  if (edited?.keys.join(",") !== "d1,e1" || edited.fallback.join(",") !== "work,spare") {
+    throw new Error(`the gateway holds scratch as ${JSON.stringify(edited)}`);
+  }
+  await scratch.getByTestId("pool-delete").click();
+  await page.getByTestId("confirm-dialog").filter({ hasText: "Delete pool scratch?" }).getByTestId("confirm").click();
+  await scratch.waitFor({ state: "detached", timeout: WAIT });
+  if ((await apiPools(page)).some((p) => p.name === "scratch")) throw new Error("scratch is still there");
+
+  step("Connect: acme-repo goes back to work");
+  await page.getByTestId("nav-connect").click();
+  await acmeRow.getByTestId("token-pool").selectOption("work");
+  await page.getByTestId("confirm-dialog").filter({ hasText: "Move acme-repo to pool work?" }).getByTestId("confirm").click();
+  await page.waitForFunction(
+    () => document.querySelector('[data-testid=token-list] li[data-token="acme-repo"] select')?.value === "work",
+    null,
+    { timeout: WAIT },
+  );
 }

@@ -8,12 +8,14 @@ import { start, statusError } from "./state/store";
 import { ConnectView } from "./views/ConnectView";
 import { KeysView } from "./views/KeysView";
 import { LiveView } from "./views/LiveView";
+import { PoolsView } from "./views/PoolsView";
 import { SessionsView } from "./views/SessionsView";
 import { UsageView } from "./views/UsageView";
 
 const VIEWS = {
   live: LiveView,
   keys: KeysView,
+  pools: PoolsView,
   sessions: SessionsView,
   usage: UsageView,
   connect: ConnectView,

@@ -1,11 +1,13 @@
 import type { LiveRow } from "../lib/live";
 import { affinitySentence, reasonSentence, refusalSentence, routeSentence } from "../lib/decision";
 import { clock, count, duration, percent } from "../lib/format";
+import { fallbackPool, tokenName } from "../lib/pools";
 import { CLIENT, OPERATION, ROUTE } from "../lib/words";
 import { keyName } from "../state/store";
 import { AttemptChain } from "./AttemptChain";
 import { Badge } from "./Badge";
 import { Dialog } from "./Dialog";
+import { PoolBadge } from "./PoolBadge";
 
 /** A request's decision in full: route and why, candidates, skipped keys, reasons, attempts, usage. */
 export function DecisionDrawer({ row, onClose }: { row: LiveRow | null; onClose: () => void }) {
@@ -36,18 +38,20 @@ function Details({ row }: { row: LiveRow }) {
           </>
         )}
       </p>
-      {row.badges.length > 0 && (
-        <p class="badges">
-          {row.badges.map((b) => (
-            <Badge key={b} name={b} />
-          ))}
-        </p>
-      )}
+      <p class="badges" data-testid="drawer-pool">
+        <PoolBadge name={source.pool} servedBy={fallbackPool(d)} />
+        <span class="muted small">
+          token <strong>{tokenName(source.token)}</strong>
+        </span>
+        {row.badges.map((b) => (
+          <Badge key={b} name={b} />
+        ))}
+      </p>
 
       <section>
         <h3>Route: {ROUTE[d.route]?.name ?? d.route}</h3>
         <p data-testid="route-sentence">{routeSentence(d, keyName)}</p>
-        {d.refusal && <p class="notice notice-error">{refusalSentence(d.refusal, keyName)}</p>}
+        {d.refusal && <p class="notice notice-error" data-testid="refusal">{refusalSentence(d.refusal, keyName, source.pool)}</p>}
         <p class="muted">{affinitySentence(d)}</p>
       </section>
 

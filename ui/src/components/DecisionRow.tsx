@@ -1,8 +1,10 @@
 import { memo } from "preact/compat";
 import type { LiveRow } from "../lib/live";
 import { clock, compact, duration, percent } from "../lib/format";
+import { fallbackPool, tokenName } from "../lib/pools";
 import { CLIENT } from "../lib/words";
 import { Badge } from "./Badge";
+import { PoolBadge } from "./PoolBadge";
 
 interface Props {
   row: LiveRow;
@@ -41,6 +43,16 @@ export const DecisionRow = memo(function DecisionRow({ row, keyLabel, keyOrg, on
     >
       <td class="c-time num">{clock(row.at_unix_ms)}</td>
       <td class="c-client">{source ? CLIENT[source.client] ?? source.client : "—"}</td>
+      <td class="c-pool" data-testid="row-pool">
+        {source && (
+          <>
+            <PoolBadge name={source.pool} servedBy={fallbackPool(source.decision)} />
+            <span class="row-token" data-testid="row-token" title="The client token it came with">
+              {tokenName(source.token)}
+            </span>
+          </>
+        )}
+      </td>
       <td class="c-model">
         <code>{source?.model ?? "—"}</code>
       </td>

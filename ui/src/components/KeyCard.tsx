@@ -10,15 +10,18 @@ import { Countdown } from "./Countdown";
 import { EditKeyDialog } from "./EditKeyDialog";
 import { Bar, WindowGauge } from "./Gauge";
 import { Notice } from "./Notice";
+import { PoolBadge } from "./PoolBadge";
 import { Sparkline } from "./Sparkline";
 
 interface Props {
   info: KeyInfo;
   spark: { times: number[]; values: number[] } | null;
+  /** Shows its organization (when the cards are not grouped by it). */
+  showOrg?: boolean;
 }
 
 /** One key: health, headroom, today's tokens, cache share, last day's requests, and what to do with it. */
-export function KeyCard({ info, spark }: Props) {
+export function KeyCard({ info, spark, showOrg = false }: Props) {
   const [busy, setBusy] = useState<string | null>(null);
   const [message, setMessage] = useState<{ ok: boolean; text: string } | null>(null);
   const [editing, setEditing] = useState(false);
@@ -93,7 +96,15 @@ export function KeyCard({ info, spark }: Props) {
           {paused && <Tag tone="warn">gateway paused</Tag>}
         </div>
       </header>
+      {info.pools.length > 0 && (
+        <p class="badges key-pools" data-testid="key-pools" aria-label="Its pools">
+          {info.pools.map((p) => (
+            <PoolBadge key={p} name={p} />
+          ))}
+        </p>
+      )}
       <p class="key-meta">
+        {showOrg && <code class="key-org">{info.org ?? "organization not known yet"}</code>}
         <code title="Short keyed fingerprint of the secret (never the key)">{info.fingerprint}</code>
         <span>priority {info.priority}</span>
         {info.in_flight > 0 && <span class="num">{info.in_flight} in flight</span>}
@@ -177,6 +188,11 @@ export function KeyCard({ info, spark }: Props) {
             : `It is the last key of ${info.org ?? "its organization"}: sessions pinned to it lose the encrypted reasoning only that organization can read. Keymux drops those items and the conversations go on, or refuses them if the lost-organization policy says fail.`}{" "}
           Conversations continuing a stored response on this key cannot continue.
         </p>
+        {info.pools.length > 0 && (
+          <p>
+            It also leaves the pool{info.pools.length === 1 ? "" : "s"} {info.pools.join(", ")}.
+          </p>
+        )}
       </ConfirmDialog>
     </article>
   );

@@ -10,6 +10,8 @@ function record(d: Partial<Decision>, over: Partial<RequestRecord> = {}): Reques
     operation: "responses_create",
     transport: "http",
     client: "codex_exec",
+    token: "codex",
+    pool: "all",
     session: null,
     model: "gpt-5.5",
     stream: true,
@@ -102,6 +104,11 @@ describe("badges", () => {
     expect(badges(disabled)).not.toContain("COOLING");
   });
 
+  it("marks a request a fallback pool served", () => {
+    const r = record({ reasons: [{ rule: "pool_fallback", from: "spare", to: "work" }] });
+    expect(badges(r)).toEqual(["BALANCED", "POOL FALLBACK"]);
+  });
+
   it("reads a decision still in flight (no attempts yet)", () => {
     expect(badges({ decision: decision() })).toEqual(["BALANCED"]);
   });
@@ -134,6 +141,23 @@ describe("sentences", () => {
     expect(refusalSentence({ kind: "all_cooling", retry_after_secs: 90, cooling: 3 })).toBe(
       "All 3 usable keys are rate limited; the first frees in 1m 30s.",
     );
+  });
+
+  it("says which fallback pool served when its own pool could not", () => {
+    expect(reasonSentence({ rule: "pool_fallback", from: "work", to: "personal" })).toBe(
+      "work had no key that could serve: used fallback pool personal.",
+    );
+  });
+
+  it("names both pools when a request replays state from outside its pool", () => {
+    const s = refusalSentence({ kind: "pool_mismatch", key: "k_b1", pool: "work", owner: "personal" }, name, "work");
+    expect(s).toContain("made by personal (org-b), which is in pool personal, outside its token's pool work");
+    expect(s).toContain("never sent on");
+  });
+
+  it("names the empty pool a request was refused for", () => {
+    expect(refusalSentence({ kind: "no_keys" }, name, "spare")).toContain("The pool spare has no keys");
+    expect(refusalSentence({ kind: "no_keys" }, name)).toBe("Keymux has no keys. Add one on the Keys page.");
   });
 
   it("says which organization a pinned request went to", () => {

@@ -14,6 +14,7 @@ export const BADGES = {
   BALANCED: { tone: "muted", title: "Placed by headroom and load alone" },
   RESCUED: { tone: "warn", title: "Items its organization could read were dropped: no key of that organization was usable" },
   FAILOVER: { tone: "warn", title: "The first key failed before any byte reached the client; another key answered" },
+  "POOL FALLBACK": { tone: "warn", title: "No key of its token's pool could serve, so a fallback pool the user declared did" },
   COOLING: { tone: "info", title: "Rate limiting shaped this request: the key it wanted was cooling, or a key it tried answered 429" },
   REFUSED: { tone: "bad", title: "No key could take it" },
 } as const satisfies Record<string, { tone: Tone; title: string }>;
@@ -43,6 +44,7 @@ export function badges(r: BadgeInput): BadgeName[] {
   if (d.route === "balanced") out.push("BALANCED");
   if (d.rescued_orgs.length > 0 || (r.rescued_items ?? 0) > 0) out.push("RESCUED");
   if ((r.attempts?.length ?? 0) > 1) out.push("FAILOVER");
+  if (d.reasons.some((x) => x.rule === "pool_fallback")) out.push("POOL FALLBACK");
   if (coolingMattered(r)) out.push("COOLING");
   if (d.route === "refused") out.push("REFUSED");
   return out;
@@ -124,6 +126,8 @@ export function reasonSentence(reason: Reason, name: KeyNamer = plain, choice?: 
       return `Its encrypted reasoning was made by ${name(reason.key)}; only its organization can read it (${reason.usable} of ${reason.org_keys} key${reason.org_keys === 1 ? "" : "s"} usable).`;
     case "rescued":
       return `No key of ${name(reason.key)}'s organization was usable, so the items only it can read were dropped.`;
+    case "pool_fallback":
+      return `${reason.from} had no key that could serve: used fallback pool ${reason.to}.`;
     case "foreign_markers_stripped":
       return `${reason.count} marker${reason.count === 1 ? "" : "s"} from another Keymux install ${reason.count === 1 ? "was" : "were"} removed without routing on ${reason.count === 1 ? "it" : "them"}.`;
     case "affinity_off":
@@ -135,8 +139,8 @@ export function reasonSentence(reason: Reason, name: KeyNamer = plain, choice?: 
   }
 }
 
-/** Why a request was refused, as a sentence. */
-export function refusalSentence(refusal: Refusal, name: KeyNamer = plain): string {
+/** Why a request was refused, as a sentence; `pool` is the pool of the token it came with. */
+export function refusalSentence(refusal: Refusal, name: KeyNamer = plain, pool = "all"): string {
   switch (refusal.kind) {
     case "mixed_orgs":
       return `It replays encrypted content of ${refusal.keys.length} organizations (${refusal.keys.map(name).join(", ")}); no key can read them all.`;
@@ -145,7 +149,12 @@ export function refusalSentence(refusal: Refusal, name: KeyNamer = plain): strin
     case "lost_org":
       return `The organization of ${name(refusal.key)} has no usable key, and the policy is to fail rather than drop its items.`;
     case "no_keys":
-      return "The pool has no keys. Add one on the Keys page.";
+      if (pool !== "all") {
+        return `The pool ${pool} has no keys and no fallback that could serve. Add keys to it on the Pools page, or move the token to another pool.`;
+      }
+      return "Keymux has no keys. Add one on the Keys page.";
+    case "pool_mismatch":
+      return `It replays state made by ${name(refusal.key)}, which is in pool ${refusal.owner}, outside its token's pool ${refusal.pool}; it was refused and never sent on. Continue it with a token of pool ${refusal.owner}, or start a new conversation.`;
     case "all_cooling":
       return `All ${refusal.cooling} usable key${refusal.cooling === 1 ? " is" : "s are"} rate limited; the first frees in ${countdown(refusal.retry_after_secs * 1000)}.`;
     case "no_usable_key":

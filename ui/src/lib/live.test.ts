@@ -12,6 +12,8 @@ function routed(seq: number): Routed {
     operation: "responses_create",
     transport: "http",
     client: "pi",
+    token: "codex",
+    pool: "all",
     session: null,
     model: "gpt-5.5",
     decision: decision(seq),

@@ -1,4 +1,4 @@
-// Hash routing: #/live, #/keys, #/sessions, #/usage, #/connect. The gateway serves the page for any
+// Hash routing: #/live, #/keys, #/pools, #/sessions, #/usage, #/connect. The gateway serves the page for any
 // path, but a hash keeps the address stable when the tray reopens the window.
 
 import { signal } from "@preact/signals";
@@ -6,6 +6,7 @@ import { signal } from "@preact/signals";
 export const VIEWS = [
   { id: "live", title: "Live" },
   { id: "keys", title: "Keys" },
+  { id: "pools", title: "Pools" },
   { id: "sessions", title: "Sessions" },
   { id: "usage", title: "Usage" },
   { id: "connect", title: "Connect" },

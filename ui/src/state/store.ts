@@ -3,7 +3,7 @@
 
 import { batch, computed, signal } from "@preact/signals";
 import { get, loggedOut, messageOf, readStream, startSession } from "../api/client";
-import type { DecisionsBody, Envelope, KeyInfo, StatusBody } from "../api/types";
+import type { DecisionsBody, Envelope, KeyInfo, PoolInfo, StatusBody } from "../api/types";
 import { EventCursor, LIVE_CAPACITY, LiveRows, type LiveRow } from "../lib/live";
 
 /** The gateway and its keys, as last read. */
@@ -16,7 +16,7 @@ export const live = signal<LiveRow[]>([]);
 export const stream = signal<"connecting" | "open" | "retrying">("connecting");
 /** Events the stream lost (the Live view says so), or null. */
 export const lagged = signal<number | null>(null);
-/** Bumped when client tokens change, so the Connect view reloads its list. */
+/** Bumped when client tokens change (or move to another pool), so the Connect view reloads its list. */
 export const tokensVersion = signal(0);
 /** Bumped when any request finishes (views that poll may refresh sooner). */
 export const finishedCount = signal(0);
@@ -29,6 +29,10 @@ export const now = signal(Date.now());
 export const keys = computed<KeyInfo[]>(() => status.value?.keys ?? []);
 export const keysById = computed(() => new Map(keys.value.map((k) => [k.id, k])));
 export const keysByFingerprint = computed(() => new Map(keys.value.map((k) => [k.fingerprint, k])));
+/** The pools: the built-in `all` first, then the user's, in their order. */
+export const pools = computed<PoolInfo[]>(() => status.value?.pools ?? []);
+/** The user's own pools (not `all`). */
+export const userPools = computed(() => pools.value.filter((p) => !p.builtin));
 
 /** "label · org" for a key id, or the id itself when the key is gone. */
 export function keyName(id: string | null | undefined): string {
@@ -100,10 +104,13 @@ function onEvent(envelope: Envelope): void {
     case "key":
       scheduleStatus();
       break;
-    case "gateway":
-      if (envelope.data.kind === "token_created" || envelope.data.kind === "token_revoked") tokensVersion.value++;
-      scheduleStatus();
+    case "gateway": {
+      const kind = envelope.data.kind;
+      // A pool change may move a token (its pool shows in the token list); the pools are in the status.
+      if (kind === "token_created" || kind === "token_revoked" || kind === "pools_changed") tokensVersion.value++;
+      scheduleStatus(kind === "pools_changed" ? 0 : undefined);
       break;
+    }
     case "lagged":
       // The stream dropped events for us: say so, and read again what they would have told.
       lagged.value = (lagged.value ?? 0) + envelope.data.missed;

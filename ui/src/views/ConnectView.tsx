@@ -1,12 +1,15 @@
 import { useState } from "preact/hooks";
+import type { CreatedToken } from "../api/types";
 import { CopyButton } from "../components/CopyButton";
+import { NewClient } from "../components/NewClient";
 import { TokenList } from "../components/TokenList";
 import { codexConfig, piModels } from "../lib/snippets";
 import { status } from "../state/store";
 
-/** What to paste into Codex and pi, and the client tokens they use. */
+/** A token for a client in a pool, what to paste into Codex and pi, and the client tokens. */
 export function ConnectView() {
   const [websockets, setWebsockets] = useState(false);
+  const [created, setCreated] = useState<CreatedToken | null>(null);
   const base = status.value?.gateway.base_url ?? "http://127.0.0.1:8787/v1";
   const codex = codexConfig(base, websockets);
   const pi = piModels(base);
@@ -15,6 +18,8 @@ export function ConnectView() {
       <header class="view-head">
         <h1 id="connect-title">Connect</h1>
       </header>
+
+      <NewClient created={created} onCreated={setCreated} />
 
       <div class="card">
         <h2>Base URL</h2>
@@ -26,10 +31,10 @@ export function ConnectView() {
         </div>
         <p class="muted small">
           Clients send a Keymux client token, never an OpenAI key. Put one in the environment of the shell that runs
-          them (or paste a token you create below):
+          them:
         </p>
-        <pre class="code small">
-          <code>export KEYMUX_TOKEN=$(keymux token show default)</code>
+        <pre class="code small" data-testid="token-line">
+          <code>export KEYMUX_TOKEN=$(keymux token show {created?.token.name ?? "default"})</code>
         </pre>
       </div>
 
@@ -67,7 +72,7 @@ export function ConnectView() {
 
       <div class="card">
         <h2>Client tokens</h2>
-        <TokenList />
+        <TokenList onRevoked={(id) => created?.token.id === id && setCreated(null)} />
       </div>
     </section>
   );

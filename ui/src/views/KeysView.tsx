@@ -6,15 +6,21 @@ import { AddKeyForm } from "../components/AddKeyForm";
 import { Dialog } from "../components/Dialog";
 import { FirstKey } from "../components/FirstKey";
 import { KeyCard } from "../components/KeyCard";
-import { keys, now, status } from "../state/store";
+import { PoolSection } from "../components/PoolSection";
+import { keySections } from "../lib/pools";
+import { keysPool } from "../state/filters";
+import { keys, now, pools, status, userPools } from "../state/store";
 
 const HOUR = 3_600_000;
 /** The current hour: the sparklines move on once an hour, not with every tick of the clock. */
 const hourNow = computed(() => Math.floor(now.value / HOUR));
 
+/** A key's requests per hour. */
+type Spark = { times: number[]; values: number[] };
+
 /** Hourly requests per key fingerprint over the last 24 hours, zeros filled in. */
-function sparks(usage: UsageBody | null, nowMs: number): Map<string, { times: number[]; values: number[] }> {
-  const out = new Map<string, { times: number[]; values: number[] }>();
+function sparks(usage: UsageBody | null, nowMs: number): Map<string, Spark> {
+  const out = new Map<string, Spark>();
   if (!usage) return out;
   const last = Math.floor(nowMs / HOUR) * HOUR;
   const starts = Array.from({ length: 24 }, (_, i) => last - (23 - i) * HOUR);
@@ -35,7 +41,67 @@ function sparks(usage: UsageBody | null, nowMs: number): Map<string, { times: nu
   return out;
 }
 
-/** Every key, grouped by organization, with what can be done to it. */
+/** The keys of each organization. */
+function OrgGroups({ lines }: { lines: Map<string, Spark> }) {
+  const groups = useMemo(() => {
+    const by = new Map<string, KeyInfo[]>();
+    for (const k of keys.value) {
+      const org = k.org ?? "";
+      by.set(org, [...(by.get(org) ?? []), k]);
+    }
+    return [...by.entries()].sort(([a], [b]) => (a === "" ? 1 : b === "" ? -1 : a.localeCompare(b)));
+  }, [keys.value]);
+  return (
+    <div class="org-groups">
+      {groups.map(([org, list]) => (
+        <section class="org-group" key={org} data-testid="org-group" data-org={org}>
+          <h2 class="org-title">
+            {org || "Organization not known yet"}
+            <span class="muted small">
+              {" "}
+              · {list.length} key{list.length === 1 ? "" : "s"}
+              {list.some((k) => k.org_learned) ? " · learned from the provider" : ""}
+            </span>
+          </h2>
+          <div class="key-grid">
+            {list.map((k) => (
+              <KeyCard key={k.id} info={k} spark={lines.get(k.fingerprint) ?? lines.get("") ?? null} />
+            ))}
+          </div>
+        </section>
+      ))}
+    </div>
+  );
+}
+
+/** Chooses the pool whose keys the view shows. */
+function PoolChooser() {
+  const chosen = keysPool.value;
+  return (
+    <div class="chips" role="group" aria-label="Show the keys of a pool" data-testid="keys-pool-chooser">
+      <button type="button" class="chip" aria-pressed={chosen === ""} onClick={() => (keysPool.value = "")} data-pool="">
+        All keys
+      </button>
+      {userPools.value.map((p) => (
+        <button
+          type="button"
+          key={p.name}
+          class="chip"
+          aria-pressed={chosen === p.name}
+          onClick={() => (keysPool.value = p.name)}
+          data-pool={p.name}
+        >
+          {p.name}{" "}
+          <span class="num muted">
+            {p.usable}/{p.key_ids.length}
+          </span>
+        </button>
+      ))}
+    </div>
+  );
+}
+
+/** Every key, grouped by pool (or, without pools, by organization), with what can be done to it. */
 export function KeysView() {
   const [usage, setUsage] = useState<UsageBody | null>(null);
   const [adding, setAdding] = useState(false);
@@ -55,14 +121,9 @@ export function KeysView() {
   }, []);
   const hour = hourNow.value;
   const lines = useMemo(() => sparks(usage, hour * HOUR), [usage, hour]);
-  const groups = useMemo(() => {
-    const by = new Map<string, KeyInfo[]>();
-    for (const k of keys.value) {
-      const org = k.org ?? "";
-      by.set(org, [...(by.get(org) ?? []), k]);
-    }
-    return [...by.entries()].sort(([a], [b]) => (a === "" ? 1 : b === "" ? -1 : a.localeCompare(b)));
-  }, [keys.value]);
+  // A pool chosen here and removed since shows every key again.
+  const chosen = pools.value.some((p) => p.name === keysPool.value) ? keysPool.value : "";
+  const sections = useMemo(() => keySections(keys.value, pools.value, chosen), [keys.value, pools.value, chosen]);
 
   if (status.value && keys.value.length === 0) return <FirstKey />;
 
@@ -76,25 +137,20 @@ export function KeysView() {
           </button>
         </div>
       </header>
-      <div class="org-groups">
-      {groups.map(([org, list]) => (
-        <section class="org-group" key={org} data-testid="org-group" data-org={org}>
-          <h2 class="org-title">
-            {org || "Organization not known yet"}
-            <span class="muted small">
-              {" "}
-              · {list.length} key{list.length === 1 ? "" : "s"}
-              {list.some((k) => k.org_learned) ? " · learned from the provider" : ""}
-            </span>
-          </h2>
-          <div class="key-grid">
-            {list.map((k) => (
-              <KeyCard key={k.id} info={k} spark={lines.get(k.fingerprint) ?? lines.get("") ?? null} />
-            ))}
-          </div>
-        </section>
-      ))}
-      </div>
+      {userPools.value.length > 0 && <PoolChooser />}
+      {sections === null ? (
+        <OrgGroups lines={lines} />
+      ) : (
+        <div class="pool-sections">
+          {sections.map((section) => (
+            <PoolSection key={section.pool?.name ?? ""} pool={section.pool} empty={section.keys.length === 0}>
+              {section.keys.map((k) => (
+                <KeyCard key={k.id} info={k} showOrg spark={lines.get(k.fingerprint) ?? lines.get("") ?? null} />
+              ))}
+            </PoolSection>
+          ))}
+        </div>
+      )}
       <Dialog open={adding} onClose={() => setAdding(false)} title="Add a key" testid="add-key-dialog">
         <AddKeyForm />
       </Dialog>

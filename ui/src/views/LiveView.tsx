@@ -1,45 +1,59 @@
 import { useCallback, useMemo, useState } from "preact/hooks";
 import type { ClientKind } from "../api/types";
-import { BADGE_NAMES, type BadgeName } from "../lib/decision";
+import { BADGE_NAMES } from "../lib/decision";
 import type { LiveRow } from "../lib/live";
+import { tokenName } from "../lib/pools";
 import { CLIENT } from "../lib/words";
 import { DecisionDrawer } from "../components/DecisionDrawer";
 import { DecisionRow } from "../components/DecisionRow";
+import { FilterSelect } from "../components/FilterSelect";
 import { FirstKey } from "../components/FirstKey";
-import { keys, keysById, lagged, live, status } from "../state/store";
+import { NO_FILTERS, liveFilters, type LiveFilters } from "../state/filters";
+import { keys, keysById, lagged, live, pools, status } from "../state/store";
 
 /** The most rows drawn at once; the store keeps more for filtering. */
 const DRAWN = 200;
-
-interface Filters {
-  client: ClientKind | "";
-  key: string;
-  org: string;
-  state: BadgeName | "";
-  errors: boolean;
-}
-
-const NONE: Filters = { client: "", key: "", org: "", state: "", errors: false };
 
 function keyOf(row: LiveRow): string | null {
   return row.record?.served_by ?? row.record?.decision.choice ?? row.routed?.decision.choice ?? null;
 }
 
+/** The pools and token names to filter by: the gateway's, and any a request still shows. */
+function choices(rows: LiveRow[]): { poolNames: string[]; tokenNames: string[] } {
+  const poolNames = new Set(pools.value.map((p) => p.name));
+  const tokenNames = new Set(pools.value.flatMap((p) => p.tokens));
+  for (const row of rows) {
+    const source = row.record ?? row.routed;
+    if (!source) continue;
+    poolNames.add(source.pool);
+    tokenNames.add(tokenName(source.token));
+  }
+  return { poolNames: [...poolNames], tokenNames: [...tokenNames].sort() };
+}
+
+/** Whether any filter is set. */
+function filtering(f: LiveFilters): boolean {
+  return Object.values(f).some(Boolean);
+}
+
 /** Every request as it is routed and finished, newest first; pausable and filterable. */
 export function LiveView() {
-  const [filters, setFilters] = useState<Filters>(NONE);
+  const filters = liveFilters.value;
   const [frozen, setFrozen] = useState<LiveRow[] | null>(null);
   const [openSeq, setOpenSeq] = useState<number | null>(null);
   const byId = keysById.value;
   const all = frozen ?? live.value;
   const orgs = useMemo(() => [...new Set(keys.value.map((k) => k.org).filter((o): o is string => !!o))].sort(), [keys.value]);
+  const { poolNames, tokenNames } = useMemo(() => choices(all), [all, pools.value]);
 
   const shown = useMemo(() => {
     const f = filters;
-    if (!f.client && !f.key && !f.org && !f.state && !f.errors) return all;
+    if (!filtering(f)) return all;
     return all.filter((row) => {
       const source = row.record ?? row.routed;
       if (f.client && source?.client !== f.client) return false;
+      if (f.pool && source?.pool !== f.pool) return false;
+      if (f.token && (source ? tokenName(source.token) : null) !== f.token) return false;
       const k = keyOf(row);
       if (f.key && k !== f.key) return false;
       if (f.org && (k ? byId.get(k)?.org : null) !== f.org) return false;
@@ -52,7 +66,7 @@ export function LiveView() {
   const open = useCallback((seq: number) => setOpenSeq(seq), []);
   // The drawer follows the row: a request still in flight fills in when it finishes.
   const openRow = openSeq === null ? null : ((frozen ?? live.value).find((r) => r.seq === openSeq) ?? null);
-  const set = (patch: Partial<Filters>) => setFilters({ ...filters, ...patch });
+  const set = (patch: Partial<LiveFilters>) => (liveFilters.value = { ...filters, ...patch });
   const newer = frozen ? live.value.filter((r) => r.seq > (frozen[0]?.seq ?? 0)).length : 0;
 
   if (status.value && status.value.keys.length === 0) return <FirstKey />;
@@ -75,56 +89,34 @@ export function LiveView() {
       </header>
 
       <form class="filters" onSubmit={(e) => e.preventDefault()} aria-label="Filters">
-        <label>
-          <span>Client</span>
-          <select value={filters.client} onChange={(e) => set({ client: e.currentTarget.value as ClientKind | "" })}>
-            <option value="">All</option>
-            {(Object.keys(CLIENT) as ClientKind[]).map((c) => (
-              <option key={c} value={c}>
-                {CLIENT[c]}
-              </option>
-            ))}
-          </select>
-        </label>
-        <label>
-          <span>Key</span>
-          <select value={filters.key} onChange={(e) => set({ key: e.currentTarget.value })}>
-            <option value="">All</option>
-            {keys.value.map((k) => (
-              <option key={k.id} value={k.id}>
-                {k.label}
-              </option>
-            ))}
-          </select>
-        </label>
-        <label>
-          <span>Org</span>
-          <select value={filters.org} onChange={(e) => set({ org: e.currentTarget.value })}>
-            <option value="">All</option>
-            {orgs.map((o) => (
-              <option key={o} value={o}>
-                {o}
-              </option>
-            ))}
-          </select>
-        </label>
-        <label>
-          <span>State</span>
-          <select value={filters.state} onChange={(e) => set({ state: e.currentTarget.value as BadgeName | "" })}>
-            <option value="">All</option>
-            {BADGE_NAMES.map((b) => (
-              <option key={b} value={b}>
-                {b.toLowerCase()}
-              </option>
-            ))}
-          </select>
-        </label>
+        <FilterSelect
+          label="Client"
+          value={filters.client}
+          options={(Object.keys(CLIENT) as ClientKind[]).map((c) => [c, CLIENT[c]])}
+          onChange={(client) => set({ client })}
+        />
+        <FilterSelect label="Pool" value={filters.pool} options={poolNames.map((p) => [p, p])} onChange={(pool) => set({ pool })} testid="filter-pool" />
+        <FilterSelect
+          label="Token"
+          value={filters.token}
+          options={tokenNames.map((t) => [t, t])}
+          onChange={(token) => set({ token })}
+          testid="filter-token"
+        />
+        <FilterSelect label="Key" value={filters.key} options={keys.value.map((k) => [k.id, k.label])} onChange={(key) => set({ key })} />
+        <FilterSelect label="Org" value={filters.org} options={orgs.map((o) => [o, o])} onChange={(org) => set({ org })} />
+        <FilterSelect
+          label="State"
+          value={filters.state}
+          options={BADGE_NAMES.map((b) => [b, b.toLowerCase()])}
+          onChange={(state) => set({ state })}
+        />
         <label class="check">
           <input type="checkbox" checked={filters.errors} onChange={(e) => set({ errors: e.currentTarget.checked })} />
           <span>Errors only</span>
         </label>
-        {(filters !== NONE) && (
-          <button type="button" class="button small ghost" onClick={() => setFilters(NONE)}>
+        {filtering(filters) && (
+          <button type="button" class="button small ghost" onClick={() => (liveFilters.value = NO_FILTERS)}>
             Clear
           </button>
         )}
@@ -161,6 +153,7 @@ export function LiveView() {
               <tr>
                 <th class="c-time">Time</th>
                 <th class="c-client">Client</th>
+                <th class="c-pool">Pool · token</th>
                 <th class="c-model">Model</th>
                 <th class="c-key">Key</th>
                 <th class="c-badges">Decision</th>
