@@ -249,7 +249,8 @@ async fn pools_change_at_runtime_and_bad_changes_are_refused() {
     let (status, answer) = admin.post_json("/tokens", Some(json!({"name":"t","pool":"nope"}))).await;
     assert!(status == 400 && answer.to_string().contains("no pool named 'nope'"), "{answer}");
     let (status, answer) = admin.call(reqwest::Method::DELETE, "/pools/work", None).await;
-    assert!(status == 400 && answer.to_string().contains("acme"), "a pool with tokens stays: {answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default().to_owned();
+    assert!(status == 400 && message.contains("tokens (acme)"), "a pool with tokens stays, named once: {message}");
     let (status, answer) = admin.call(reqwest::Method::DELETE, "/pools/a", None).await;
     assert!(status == 400 && answer.to_string().contains("falls back"), "{answer}");
 

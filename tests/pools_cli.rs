@@ -134,6 +134,12 @@ async fn headless_pools_and_tokens_come_from_the_environment() {
     }
     let reached: BTreeSet<String> = (0..4).flat_map(|n| keys_for(&sim, &format!("env {n}"))).collect();
     assert_eq!(reached, ["sk-pool-w1"].map(String::from).into());
+    // A pool saved in the config file cannot name a key that lives only in the environment: the next
+    // start would refuse that file.
+    let body = serde_json::json!({"name":"saved","keys":["p1"]});
+    let (status, answer) = Admin::new(&keymux.root).post_json("/pools", Some(body)).await;
+    let message = answer["error"]["message"].as_str().unwrap_or_default().to_owned();
+    assert!(status == 400 && message.contains("KEYMUX_POOL_<NAME>=p1"), "{status} {message}");
     keymux.stop().await;
     env.push(("KEYMUX_TOKEN_BAD".into(), "km-env-bad-token-0a9b8c7d6e5f4a3b".into()));
     env.push(("KEYMUX_TOKEN_BAD_POOL".into(), "nowhere".into()));

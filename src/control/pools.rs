@@ -26,7 +26,8 @@ pub struct PoolChanges {
 }
 
 /// Creates pool `pool` (refused when the name is taken). `live_keys` are labels a running gateway holds
-/// beyond the config's (keys from the environment). Used with and without a running gateway.
+/// beyond the config's (keys from the environment), named in the refusal when a pool asks for one. Used
+/// with and without a running gateway.
 pub fn create_pool(settings: &Settings, pool: PoolConfig, live_keys: &[String]) -> Result<PoolConfig, ControlError> {
     pools::check_name(&pool.name).map_err(ControlError::Invalid)?;
     if pools::exists(&settings.config().pools, &pool.name) {
@@ -70,8 +71,13 @@ pub fn remove_pool(
         .map(|t| (t.name.clone(), t.pool.clone()))
         .chain(live_tokens.iter().cloned())
         .filter(|(_, p)| p.eq_ignore_ascii_case(&pool.name))
-        .map(|(token, _)| token)
-        .collect();
+        .map(|(token, _)| if token.is_empty() { "KEYMUX_CLIENT_TOKEN".to_owned() } else { token })
+        .fold(Vec::new(), |mut names, token| {
+            if !names.contains(&token) {
+                names.push(token);
+            }
+            names
+        });
     if !bound.is_empty() {
         return Err(ControlError::Invalid(format!(
             "the pool '{}' still has tokens ({}); move them first (`keymux token set NAME --pool OTHER`) or \
@@ -158,7 +164,17 @@ fn save(settings: &Settings, pool: PoolConfig, live_keys: &[String]) -> Result<P
         Some(old) => *old = pool.clone(),
         None => config.pools.push(pool.clone()),
     }
-    let known = |name: &str| config.find_key(name).is_some() || live_keys.iter().any(|l| l.eq_ignore_ascii_case(name));
+    // The config file is read without the environment, so a pool kept there may only name keys kept
+    // there; a key from the environment belongs in a `KEYMUX_POOL_*` pool.
+    if let Some(env_key) =
+        pool.keys.iter().find(|k| config.find_key(k).is_none() && live_keys.iter().any(|l| l.eq_ignore_ascii_case(k)))
+    {
+        return Err(ControlError::Invalid(format!(
+            "the key '{env_key}' comes from the environment, and a pool saved in the config can only name keys \
+             saved there; add it to a pool with KEYMUX_POOL_<NAME>={env_key},... instead"
+        )));
+    }
+    let known = |name: &str| config.find_key(name).is_some();
     pools::validate(&config.pools, known, config.tokens.iter().map(|t| t.pool.as_str()))
         .map_err(|problem| ControlError::Invalid(problem.message))?;
     let saved = pool.clone();
@@ -191,7 +207,9 @@ impl Gateway {
     /// Removes a pool (refused while tokens are bound to it).
     pub fn remove_pool(&self, name: &str) -> Result<PoolConfig, ControlError> {
         self.refuse_env_pool(name)?;
-        let live: Vec<(String, String)> = self.tokens().pools();
+        let tokens = self.tokens();
+        let live: Vec<(String, String)> =
+            tokens.names().into_iter().zip(tokens.pools()).map(|((_, name), (_, pool))| (name, pool)).collect();
         let gone = remove_pool(self.settings(), name, &live)?;
         self.pools_changed(&gone.name);
         Ok(gone)

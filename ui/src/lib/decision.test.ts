@@ -132,6 +132,13 @@ describe("sentences", () => {
     );
   });
 
+  it("says a rescued session's old organization stays dropped", () => {
+    expect(reasonSentence({ rule: "still_rescued", orgs: 1 })).toBe(
+      "This session was moved off an organization on an earlier turn; its items stay dropped, so it goes on where it was moved.",
+    );
+    expect(reasonSentence({ rule: "still_rescued", orgs: 2 })).toContain("2 organizations");
+  });
+
   it("shows an unknown reason as its JSON rather than blank", () => {
     const future = { rule: "something_new", detail: 3 } as unknown as Parameters<typeof reasonSentence>[0];
     expect(reasonSentence(future)).toBe('({"rule":"something_new","detail":3})');

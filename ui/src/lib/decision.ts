@@ -128,6 +128,8 @@ export function reasonSentence(reason: Reason, name: KeyNamer = plain, choice?: 
       return `No key of ${name(reason.key)}'s organization was usable, so the items only it can read were dropped.`;
     case "pool_fallback":
       return `${reason.from} had no key that could serve: used fallback pool ${reason.to}.`;
+    case "still_rescued":
+      return `This session was moved off ${reason.orgs === 1 ? "an organization" : `${reason.orgs} organizations`} on an earlier turn; ${reason.orgs === 1 ? "its" : "their"} items stay dropped, so it goes on where it was moved.`;
     case "foreign_markers_stripped":
       return `${reason.count} marker${reason.count === 1 ? "" : "s"} from another Keymux install ${reason.count === 1 ? "was" : "were"} removed without routing on ${reason.count === 1 ? "it" : "them"}.`;
     case "affinity_off":
