@@ -202,16 +202,18 @@ impl Verdict {
     }
 }
 
-/// Classifies an attempt that got no answer.
+/// Classifies an attempt that got no answer. A base URL that cannot be reached at all (DNS, refused,
+/// TLS, connect timeout) makes the key unreachable; a failure after connecting does not.
 pub fn judge_failure(error: &UpstreamError) -> Verdict {
-    let failure = match error {
-        UpstreamError::FirstByteTimeout { .. } => FailureKind::Timeout,
-        UpstreamError::Cut { .. } => FailureKind::UpstreamCut,
-        UpstreamError::Connect { .. } | UpstreamError::Transport { .. } | UpstreamError::BadBaseUrl { .. } => {
-            FailureKind::UpstreamUnreachable
+    let (outcome, failure) = match error {
+        UpstreamError::FirstByteTimeout { .. } => (OutcomeKind::Failed, FailureKind::Timeout),
+        UpstreamError::Cut { .. } => (OutcomeKind::Failed, FailureKind::UpstreamCut),
+        UpstreamError::Transport { .. } => (OutcomeKind::Failed, FailureKind::UpstreamUnreachable),
+        UpstreamError::Connect { .. } | UpstreamError::BadBaseUrl { .. } => {
+            (OutcomeKind::Unreachable, FailureKind::UpstreamUnreachable)
         }
     };
-    Verdict { outcome: OutcomeKind::Failed, failure: Some(failure), next: Next::FailOver }
+    Verdict { outcome, failure: Some(failure), next: Next::FailOver }
 }
 
 #[cfg(test)]

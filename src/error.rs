@@ -390,8 +390,8 @@ fn no_usable_key(unusable: usize, pool: &Option<String>) -> String {
         |p| format!("the {unusable} key(s) of the Keymux pool '{p}'"),
     );
     format!(
-        "None of {which} is usable right now (rejected by the provider or disabled). Check \
-         `keymux keys list` and replace the keys it flags."
+        "None of {which} is usable right now (rejected by the provider, switched off, or unreachable). \
+         Check `keymux keys list` and fix the keys it flags."
     )
 }
 

@@ -157,6 +157,11 @@ pub enum KeyChange {
         /// When it is tried again.
         until_unix_ms: u64,
     },
+    /// Its base URL could not be reached; a background probe tries again then (Unix milliseconds).
+    Unreachable {
+        /// When it is tried again.
+        retry_unix_ms: u64,
+    },
     /// The provider rejected the key.
     Rejected,
     /// Usable again after a rejection or an exhausted quota.

@@ -335,6 +335,7 @@ impl Gateway {
                 HealthChange::Cooling { until } => KeyChange::CoolingStarted { until_unix_ms: unix(until) },
                 HealthChange::QuotaExhausted { until } => KeyChange::QuotaExhausted { until_unix_ms: unix(until) },
                 HealthChange::Rejected => KeyChange::Rejected,
+                HealthChange::Unreachable { retry } => KeyChange::Unreachable { retry_unix_ms: unix(retry) },
                 HealthChange::Recovered => KeyChange::Recovered,
             };
             self.announce(&key, change);
@@ -352,6 +353,7 @@ impl Gateway {
             KeyChange::CoolingStarted { .. } => Some(HealthState::Cooling),
             KeyChange::QuotaExhausted { .. } => Some(HealthState::QuotaExhausted),
             KeyChange::Rejected => Some(HealthState::Rejected),
+            KeyChange::Unreachable { .. } => Some(HealthState::Unreachable),
             KeyChange::Disabled => Some(HealthState::Disabled),
             KeyChange::CoolingEnded | KeyChange::Recovered | KeyChange::Enabled | KeyChange::Added => {
                 Some(HealthState::Ready)

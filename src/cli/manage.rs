@@ -158,6 +158,11 @@ fn probed(key: &KeyInfo) -> Result<(), StartError> {
             "the provider refused this key ({}): check it, or `keymux keys set {label} --secret` to replace it",
             key.status.last_status.map_or_else(|| "no status".to_owned(), |s| s.to_string())
         ))),
+        HealthState::Unreachable => Err(usage(format!(
+            "the provider could not be reached at {}: check the key's base URL (and the network); Keymux tries it \
+             again in the background, and `keymux keys test {label}` tries at once",
+            key.status.base_url.as_deref().unwrap_or("the default upstream")
+        ))),
         HealthState::Ready | HealthState::Cooling | HealthState::QuotaExhausted | HealthState::Disabled => Ok(()),
     }
 }
@@ -384,6 +389,7 @@ fn health_word(health: HealthState) -> &'static str {
         HealthState::QuotaExhausted => "quota_exhausted",
         HealthState::Rejected => "rejected",
         HealthState::Disabled => "disabled",
+        HealthState::Unreachable => "unreachable",
     }
 }
 
@@ -552,7 +558,7 @@ mod tests {
     #[test]
     fn printed_health_words_are_the_api_words() {
         use HealthState::*;
-        for state in [Ready, Cooling, QuotaExhausted, Rejected, Disabled] {
+        for state in [Ready, Cooling, QuotaExhausted, Rejected, Disabled, Unreachable] {
             assert_eq!(serde_json::to_value(state).ok(), Some(serde_json::Value::from(health_word(state))));
         }
     }

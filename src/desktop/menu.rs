@@ -203,6 +203,7 @@ pub fn key_label(key: &KeyInfo, now_unix_ms: u64) -> String {
         HealthState::QuotaExhausted => format!("out of quota, retried in {until}"),
         HealthState::Rejected => "rejected by the provider".to_owned(),
         HealthState::Disabled => "off".to_owned(),
+        HealthState::Unreachable => format!("unreachable, tried again in {until}"),
     };
     let pools = if key.pools.is_empty() { String::new() } else { format!(" [{}]", key.pools.join(", ")) };
     format!("{}{org}{pools} · {state}", key.status.label)

@@ -133,6 +133,7 @@ impl Notifier {
             KeyChange::Rejected => Some(rejected(&k.label)),
             KeyChange::CoolingStarted { .. }
             | KeyChange::QuotaExhausted { .. }
+            | KeyChange::Unreachable { .. }
             | KeyChange::Disabled
             | KeyChange::Removed
                 if !usable && !status.keys.is_empty() && !self.blocked_said =>
@@ -141,6 +142,7 @@ impl Notifier {
             }
             KeyChange::CoolingStarted { .. }
             | KeyChange::QuotaExhausted { .. }
+            | KeyChange::Unreachable { .. }
             | KeyChange::Disabled
             | KeyChange::Removed
                 if usable =>
@@ -189,7 +191,7 @@ fn blocked(status: &StatusBody) -> Notice {
             "Every key is cooling or out of quota. Requests get 429 until the first one frees in {}.",
             countdown(at.saturating_sub(g.now_unix_ms))
         ),
-        None => "No key can serve: each is rejected or switched off. Fix one in the dashboard.".to_owned(),
+        None => "No key can serve: each is rejected, switched off or unreachable. Fix one in the dashboard.".to_owned(),
     };
     Notice { kind: NoticeKind::AllKeysBlocked, title: "No key can serve requests".to_owned(), body }
 }

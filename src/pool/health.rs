@@ -26,6 +26,23 @@ pub enum Health {
     },
     /// Switched off by the user.
     Disabled,
+    /// Its base URL could not be reached (DNS, refused, TLS, connect timeout): left alone until then,
+    /// when a background probe tries it again (`streak` failures in a row set the back-off).
+    Unreachable {
+        /// When the next background probe is due.
+        until: Instant,
+        /// Failed reaches in a row.
+        streak: u8,
+    },
+}
+
+/// The longest back-off between two tries of an unreachable key.
+pub const MAX_UNREACHABLE_BACKOFF: Duration = Duration::from_secs(300);
+
+/// The back-off after `streak` failed reaches in a row: 5 s, doubling, at most five minutes.
+pub fn unreachable_backoff(streak: u8) -> Duration {
+    let doubled = Duration::from_secs(5).saturating_mul(1u32 << streak.saturating_sub(1).min(10));
+    doubled.min(MAX_UNREACHABLE_BACKOFF)
 }
 
 /// A key's health as the API, the dashboard, the tray and the CLI show it: `Health` at one moment.
@@ -42,6 +59,8 @@ pub enum HealthState {
     Rejected,
     /// Switched off by the user.
     Disabled,
+    /// Its base URL cannot be reached; retried in the background at `until_unix_ms`.
+    Unreachable,
 }
 
 impl Health {
@@ -54,6 +73,8 @@ impl Health {
             Self::QuotaExhausted { until } => (HealthState::QuotaExhausted, Some(until - now)),
             Self::Rejected => (HealthState::Rejected, None),
             Self::Disabled => (HealthState::Disabled, None),
+            // Past `until` it stays unreachable until the background probe reaches it.
+            Self::Unreachable { until, .. } => (HealthState::Unreachable, Some(until.saturating_duration_since(now))),
         }
     }
 }
@@ -79,6 +100,8 @@ pub enum OutcomeKind {
         /// How long.
         recheck: Duration,
     },
+    /// The key's base URL could not be reached.
+    Unreachable,
 }
 
 /// A change of a key's health, for the event stream and notifications.
@@ -96,7 +119,12 @@ pub enum HealthChange {
     },
     /// Rejected by the provider.
     Rejected,
-    /// Usable again after a rejection or an exhausted quota.
+    /// Could not be reached; tried again then.
+    Unreachable {
+        /// When the next background probe is due.
+        retry: Instant,
+    },
+    /// Usable again after a rejection, an exhausted quota or being unreachable.
     Recovered,
 }
 
@@ -122,6 +150,13 @@ pub(super) fn next_health(health: Health, kind: OutcomeKind, at: Instant) -> Hea
         OutcomeKind::Rejected => Health::Rejected,
         OutcomeKind::Failed => health,
         OutcomeKind::QuotaExhausted { recheck } => Health::QuotaExhausted { until: crate::clock::later(at, recheck) },
+        OutcomeKind::Unreachable => {
+            let streak = match health {
+                Health::Unreachable { streak, .. } => streak.saturating_add(1),
+                _ => 1,
+            };
+            Health::Unreachable { until: crate::clock::later(at, unreachable_backoff(streak)), streak }
+        }
     }
 }
 
@@ -131,7 +166,9 @@ pub(super) fn switched(health: Health, disabled: bool) -> Health {
         (true, _) => Health::Disabled,
         // Re-enabling is the user saying the key is fine again (replaced, topped up): it clears a
         // rejection and an exhausted quota too, but not a rate-limit cooldown, which ends by itself.
-        (false, Health::Disabled | Health::Rejected | Health::QuotaExhausted { .. }) => Health::Ready,
+        (false, Health::Disabled | Health::Rejected | Health::QuotaExhausted { .. } | Health::Unreachable { .. }) => {
+            Health::Ready
+        }
         (false, other) => other,
     }
 }
@@ -141,13 +178,18 @@ pub(super) fn health_change(before: Health, after: Health, now: Instant) -> Opti
     let usable = |h: Health| match h {
         Health::Ready => true,
         Health::Cooling { until } | Health::QuotaExhausted { until } => until <= now,
-        Health::Rejected | Health::Disabled => false,
+        Health::Rejected | Health::Disabled | Health::Unreachable { .. } => false,
     };
+    let was_unreachable = matches!(before, Health::Unreachable { .. });
     match after {
         Health::Cooling { until } if before != after && until > now => Some(HealthChange::Cooling { until }),
         Health::QuotaExhausted { until } if before != after => Some(HealthChange::QuotaExhausted { until }),
         Health::Rejected if before != Health::Rejected => Some(HealthChange::Rejected),
-        Health::Ready if !usable(before) && matches!(before, Health::Rejected | Health::QuotaExhausted { .. }) => {
+        Health::Unreachable { until, .. } if !was_unreachable => Some(HealthChange::Unreachable { retry: until }),
+        Health::Ready
+            if !usable(before)
+                && matches!(before, Health::Rejected | Health::QuotaExhausted { .. } | Health::Unreachable { .. }) =>
+        {
             Some(HealthChange::Recovered)
         }
         _ => None,

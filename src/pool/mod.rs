@@ -25,7 +25,7 @@ mod health;
 mod status;
 mod view;
 
-pub use health::{Health, HealthChange, HealthState, OutcomeKind};
+pub use health::{unreachable_backoff, Health, HealthChange, HealthState, OutcomeKind, MAX_UNREACHABLE_BACKOFF};
 pub use status::KeyStatus;
 pub use view::{KeyView, PoolView, ViewFor};
 
@@ -34,6 +34,8 @@ use view::key_view;
 
 /// Most keys a pool may hold; keeps every per-decision list small.
 pub const MAX_KEYS: usize = 64;
+/// How long a background probe of an unreachable key may run before another may start.
+const RETRY_CLAIM: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How long until a recent session start counts half: long enough to even out a burst of new sessions,
 /// short enough that a key back from an outage (or just added) catches up within minutes.
@@ -333,7 +335,8 @@ impl Pool {
             OutcomeKind::RateLimited { .. }
             | OutcomeKind::Rejected
             | OutcomeKind::Failed
-            | OutcomeKind::QuotaExhausted { .. } => &slot.counters.failed,
+            | OutcomeKind::QuotaExhausted { .. }
+            | OutcomeKind::Unreachable => &slot.counters.failed,
         };
         counter.fetch_add(1, Ordering::Relaxed);
         if outcome.invalid_encrypted {
@@ -382,6 +385,25 @@ impl Pool {
             next
         });
         replaced
+    }
+
+    /// The unreachable keys due for their background probe, claimed: each is left alone for another
+    /// minute, so a probe still running is not started twice (its outcome sets the next try).
+    pub fn claim_retries(&self, now: Instant) -> Vec<KeyId> {
+        let mut due = Vec::new();
+        for slot in self.slots.load().iter() {
+            let claimed = slot.live.rcu(|live| match live.health {
+                Health::Unreachable { until, streak } if until <= now => Live {
+                    health: Health::Unreachable { until: crate::clock::later(now, RETRY_CLAIM), streak },
+                    ..Live::clone(live)
+                },
+                _ => Live::clone(live),
+            });
+            if matches!(claimed.health, Health::Unreachable { until, .. } if until <= now) {
+                due.push(slot.entry.load().id.clone());
+            }
+        }
+        due
     }
 
     /// The key whose secret has this fingerprint, if one has.

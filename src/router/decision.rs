@@ -55,6 +55,11 @@ pub enum SkipWhy {
     },
     /// Over its daily token budget.
     OverBudget,
+    /// Its base URL cannot be reached; a background probe tries again in that many milliseconds.
+    Unreachable {
+        /// Milliseconds until the next try.
+        retry_ms: u64,
+    },
 }
 
 /// One line of a decision's explanation.

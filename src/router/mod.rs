@@ -178,6 +178,9 @@ fn skip_reason(key: &KeyView, now: Instant) -> Option<SkipWhy> {
         Health::QuotaExhausted { until } => Some(SkipWhy::QuotaExhausted { remaining_ms: millis(until - now) }),
         Health::Rejected => Some(SkipWhy::Invalid),
         Health::Disabled => Some(SkipWhy::Disabled),
+        Health::Unreachable { until, .. } => {
+            Some(SkipWhy::Unreachable { retry_ms: millis(until.saturating_duration_since(now)) })
+        }
     }
 }
 

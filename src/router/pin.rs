@@ -15,7 +15,8 @@ pub(super) fn bind_to_key(ask: &Ask<'_>, decision: &mut Decision, bound: &Pin) -
     };
     match (skip_reason(key, ask.now), key.health) {
         (None, _) => {}
-        (Some(SkipWhy::Cooling { .. }), Health::Cooling { until }) => {
+        (Some(SkipWhy::Cooling { .. }), Health::Cooling { until })
+        | (Some(SkipWhy::Unreachable { .. }), Health::Unreachable { until, .. }) => {
             decision.refusal = Some(Refusal::AllCooling {
                 retry_after_secs: whole_seconds_ceil(until.saturating_duration_since(ask.now)),
                 cooling: 1,
@@ -79,7 +80,9 @@ fn split_live<'a>(ask: &Ask<'a>) -> (Vec<&'a Pin>, Vec<&'a Pin>) {
             continue;
         }
         let alive = ask.keys.iter().any(|k| {
-            (k.org_tag == pin.org || k.id == pin.key) && matches!(k.health, Health::Ready | Health::Cooling { .. })
+            // Unreachable may pass (a DNS hiccup): wait for it rather than drop the session's state.
+            (k.org_tag == pin.org || k.id == pin.key)
+                && matches!(k.health, Health::Ready | Health::Cooling { .. } | Health::Unreachable { .. })
         });
         if alive {
             live.push(pin);
@@ -105,7 +108,7 @@ fn place_in_org(ask: &Ask<'_>, decision: &mut Decision, first: &Pin) -> Route {
         let first_free = members
             .iter()
             .filter_map(|k| match k.health {
-                Health::Cooling { until } if until > ask.now => Some(until),
+                Health::Cooling { until } | Health::Unreachable { until, .. } if until > ask.now => Some(until),
                 _ => None,
             })
             .min()

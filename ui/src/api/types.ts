@@ -29,7 +29,11 @@ remaining_ms: number, } | { "kind": "model_unavailable" } | { "kind": "near_exha
 /**
  * Milliseconds until the window refills.
  */
-reset_ms: number, } | { "kind": "over_budget" };
+reset_ms: number, } | { "kind": "over_budget" } | { "kind": "unreachable", 
+/**
+ * Milliseconds until the next try.
+ */
+retry_ms: number, };
 
 export type Reason = { "rule": "most_headroom", 
 /**
@@ -345,7 +349,11 @@ until_unix_ms: number, } | { "kind": "cooling_ended" } | { "kind": "quota_exhaus
 /**
  * When it is tried again.
  */
-until_unix_ms: number, } | { "kind": "rejected" } | { "kind": "recovered" } | { "kind": "added" } | { "kind": "removed" } | { "kind": "enabled" } | { "kind": "disabled" } | { "kind": "updated" };
+until_unix_ms: number, } | { "kind": "unreachable", 
+/**
+ * When it is tried again.
+ */
+retry_unix_ms: number, } | { "kind": "rejected" } | { "kind": "recovered" } | { "kind": "added" } | { "kind": "removed" } | { "kind": "enabled" } | { "kind": "disabled" } | { "kind": "updated" };
 
 export type KeyEvent = { 
 /**
@@ -549,7 +557,7 @@ now_unix_ms: number,
  */
 last_event_id: number, };
 
-export type HealthState = "ready" | "cooling" | "quota_exhausted" | "rejected" | "disabled";
+export type HealthState = "ready" | "cooling" | "quota_exhausted" | "rejected" | "disabled" | "unreachable";
 
 export type WindowInfo = { 
 /**

@@ -84,7 +84,8 @@ export function KeyCard({ info, spark, showOrg = false }: Props) {
         <div class="key-health" data-testid="key-health">
           <Tag tone={health.tone}>
             {health.name}
-            {info.until_unix_ms !== null && (info.health === "cooling" || info.health === "quota_exhausted") && (
+            {info.until_unix_ms !== null &&
+              (info.health === "cooling" || info.health === "quota_exhausted" || info.health === "unreachable") && (
               <>
                 {" "}
                 <span data-testid="key-countdown">

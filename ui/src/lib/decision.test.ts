@@ -132,6 +132,12 @@ describe("sentences", () => {
     );
   });
 
+  it("says why an unreachable key was left out", () => {
+    expect(reasonSentence({ rule: "skipped", key: "k_b1", why: { kind: "unreachable", retry_ms: 10_000 } }, name)).toBe(
+      "personal (org-b) was skipped: its base URL cannot be reached; it is tried again in the background in 10s.",
+    );
+  });
+
   it("says a rescued session's old organization stays dropped", () => {
     expect(reasonSentence({ rule: "still_rescued", orgs: 1 })).toBe(
       "This session was moved off an organization on an earlier turn; its items stay dropped, so it goes on where it was moved.",

@@ -88,6 +88,8 @@ function skipWhy(why: SkipWhy): string {
       return `a rate-limit window is used up until it refills in ${countdown(why.reset_ms)}`;
     case "over_budget":
       return "it is over its daily token budget";
+    case "unreachable":
+      return `its base URL cannot be reached; it is tried again in the background in ${countdown(why.retry_ms)}`;
     default:
       return unknown(why);
   }

@@ -110,6 +110,7 @@ export const HEALTH: Record<HealthState, { name: string; tone: Tone }> = {
   quota_exhausted: { name: "quota exhausted", tone: "warn" },
   rejected: { name: "rejected", tone: "bad" },
   disabled: { name: "disabled", tone: "muted" },
+  unreachable: { name: "unreachable", tone: "bad" },
 };
 
 export const BINDING: Record<Binding, string> = {
