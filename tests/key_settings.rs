@@ -38,8 +38,10 @@ async fn settings_read_back_exactly_after_a_restart() {
         let (ok, _, err) = cli(&cfg, &env, &["keys", "add", "--label", label], &format!("{secret}\n")).await;
         assert!(ok, "{err}");
     }
-    let set = ["keys", "set", "backup", "--daily-token-budget", "5000", "--models", "gpt-5.5"];
+    let set = ["keys", "set", "backup", "--daily-token-budget", "5000", "--models", "gpt-5.5", "--priority", "2"];
     assert!(cli(&cfg, &env, &set, "").await.0);
+    let (_, list, _) = cli(&cfg, &env, &["keys", "list"], "").await;
+    assert!(list.contains("priority 2, budget 5000/day, only gpt-5.5"), "keys list shows what was set: {list}");
     let keymux = Keymux::spawn(&["--config", cfg.to_str().unwrap()], &env).await;
     // Changed while it runs: the budget taken away, the models cleared, one key switched off.
     let (ok, _, err) = cli(&cfg, &env, &["keys", "set", "backup", "--no-budget", "--models", ""], "").await;

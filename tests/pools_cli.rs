@@ -140,6 +140,12 @@ async fn headless_pools_and_tokens_come_from_the_environment() {
     let (status, answer) = Admin::new(&keymux.root).post_json("/pools", Some(body)).await;
     let message = answer["error"]["message"].as_str().unwrap_or_default().to_owned();
     assert!(status == 400 && message.contains("KEYMUX_POOL_<NAME>=p1"), "{status} {message}");
+    // The CLI, run without those variables, lists what the headless gateway holds.
+    let plain = base_env(home.path());
+    let (ok, list, err) = run_keymux(&["keys", "list"], &plain, "").await;
+    assert!(ok, "{err}");
+    let w1 = list.lines().find(|l| l.starts_with("w1 ")).unwrap_or_else(|| panic!("w1 listed: {list}"));
+    assert!(w1.contains(" work ") && w1.contains("running gateway only"), "{list}");
     keymux.stop().await;
     env.push(("KEYMUX_TOKEN_BAD".into(), "km-env-bad-token-0a9b8c7d6e5f4a3b".into()));
     env.push(("KEYMUX_TOKEN_BAD_POOL".into(), "nowhere".into()));

@@ -277,8 +277,8 @@ async fn list_keys(loaded: &Loaded) -> Result<(), StartError> {
         false => Some(InstallKey::new(&startup::install_secret(&loaded.store).await?)),
     };
     out(&format!(
-        "{:<16} {:<14} {:<8} {:<24} {:<11} {:<16} STATUS",
-        "LABEL", "ID", "PROVIDER", "ORG", "FINGERPRINT", "POOLS"
+        "{:<16} {:<14} {:<8} {:<24} {:<11} {:<16} {:<24} STATUS",
+        "LABEL", "ID", "PROVIDER", "ORG", "FINGERPRINT", "POOLS", "SETTINGS"
     ));
     let mut pools = loaded.config.pools.clone();
     pools.extend(env.pools.iter().cloned());
@@ -299,15 +299,29 @@ async fn list_keys(loaded: &Loaded) -> Result<(), StartError> {
                 org: key.org.as_deref(),
                 fp: &fp,
                 pools: &pools,
+                settings: &settings_of(key.priority, key.daily_token_budget, &key.models, &key.exclude_models),
                 stored,
             },
             state,
         );
     }
+    env_rows(&env, &pools, live.as_deref());
+    live_only_rows(loaded, &env, live.as_deref());
+    if live.is_none() {
+        out(&format!(
+            "(no gateway running with {}: health and learned organizations appear while it runs)",
+            loaded.path.display()
+        ));
+    }
+    Ok(())
+}
+
+/// The rows of the keys this CLI's environment supplies.
+fn env_rows(env: &crate::config::EnvSecrets, pools: &[crate::pools::PoolConfig], live: Option<&[KeyInfo]>) {
     for key in &env.keys {
         let id = format!("env-{}", key.label);
-        let state = live.as_ref().and_then(|keys| keys.iter().find(|k| k.status.id.as_str() == id));
-        let pools = pools_of(&pools, &key.label, &id);
+        let state = live.and_then(|keys| keys.iter().find(|k| k.status.id.as_str() == id));
+        let pools = pools_of(pools, &key.label, &id);
         let stored = "environment (ephemeral)";
         row(
             Row {
@@ -317,18 +331,36 @@ async fn list_keys(loaded: &Loaded) -> Result<(), StartError> {
                 org: key.org.as_deref(),
                 fp: "-",
                 pools: &pools,
+                settings: &settings_of(key.priority, key.daily_token_budget, &[], &[]),
                 stored,
             },
             state,
         );
     }
-    if live.is_none() {
-        out(&format!(
-            "(no gateway running with {}: health and learned organizations appear while it runs)",
-            loaded.path.display()
-        ));
+}
+
+/// The rows of keys only the running gateway holds (a headless gateway's environment keys).
+fn live_only_rows(loaded: &Loaded, env: &crate::config::EnvSecrets, live: Option<&[KeyInfo]>) {
+    let listed = |id: &str| {
+        loaded.config.keys.iter().any(|k| k.id.as_str() == id)
+            || env.keys.iter().any(|k| format!("env-{}", k.label) == id)
+    };
+    for key in live.unwrap_or_default().iter().filter(|k| !listed(k.status.id.as_str())) {
+        let k = &key.status;
+        row(
+            Row {
+                label: &k.label,
+                id: k.id.as_str(),
+                provider: k.provider,
+                org: None,
+                fp: &k.fingerprint,
+                pools: &if key.pools.is_empty() { crate::pools::ALL.to_owned() } else { key.pools.join(",") },
+                settings: &settings_of(k.priority, k.daily_token_budget, &k.models, &k.exclude_models),
+                stored: "running gateway only (memory)",
+            },
+            Some(key),
+        );
     }
-    Ok(())
 }
 
 /// The user's pools that name a key (by label or id), comma-separated; `all` when none does.
@@ -353,7 +385,23 @@ struct Row<'a> {
     org: Option<&'a str>,
     fp: &'a str,
     pools: &'a str,
+    settings: &'a str,
     stored: &'a str,
+}
+
+/// A key's routing settings in a few words: its priority tier, budget and model lists.
+fn settings_of(priority: u8, budget: Option<u64>, models: &[String], exclude: &[String]) -> String {
+    let mut parts = vec![format!("priority {priority}")];
+    if let Some(budget) = budget {
+        parts.push(format!("budget {budget}/day"));
+    }
+    if !models.is_empty() {
+        parts.push(format!("only {}", models.join(",")));
+    }
+    if !exclude.is_empty() {
+        parts.push(format!("not {}", exclude.join(",")));
+    }
+    parts.join(", ")
 }
 
 fn row(r: Row<'_>, state: Option<&KeyInfo>) {
@@ -377,8 +425,11 @@ fn row(r: Row<'_>, state: Option<&KeyInfo>) {
             status.push_str(&format!(", {odd} invalid_encrypted_content from the provider"));
         }
     }
-    let (label, id, fp, pools) = (r.label, r.id, r.fp, r.pools);
-    out(&format!("{label:<16} {id:<14} {:<8} {org:<24} {fp:<11} {pools:<16} {status}", r.provider.as_str()));
+    let (label, id, fp, pools, settings) = (r.label, r.id, r.fp, r.pools, r.settings);
+    out(&format!(
+        "{label:<16} {id:<14} {:<8} {org:<24} {fp:<11} {pools:<16} {settings:<24} {status}",
+        r.provider.as_str()
+    ));
 }
 
 /// A key's health as `keymux keys list` prints it: the API's own word for it.
