@@ -203,6 +203,16 @@ pub enum GatewayEvent {
         /// Its name.
         name: String,
     },
+    /// The config file was edited by hand and the edit applied: what changed, in words.
+    ConfigApplied {
+        /// Each change (bounded by the keys and tokens there are).
+        changes: Vec<String>,
+    },
+    /// The config file was edited by hand but the edit is not valid: the running settings stay.
+    ConfigRefused {
+        /// The file, line and column, and what is wrong.
+        message: String,
+    },
     /// A pool was created, changed or removed, or a token moved to another pool.
     PoolsChanged {
         /// The pool.

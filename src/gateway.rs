@@ -64,6 +64,8 @@ pub struct Gateway {
     max_body_bytes: usize,
     policy: Policy,
     quota_recheck: Duration,
+    /// The last config-file problem said, so one bad edit is said once.
+    refused: Mutex<Option<String>>,
     /// Open WebSockets, so a shutdown can wait for them.
     sockets: TaskTracker,
     /// Cancelled when the gateway shuts down: open WebSockets close with 1001.
@@ -118,6 +120,7 @@ impl Gateway {
                 max_in_flight_per_key: affinity.max_in_flight_per_key,
                 lost_org: affinity.lost_org,
             },
+            refused: Mutex::new(None),
             sockets: TaskTracker::new(),
             closing: CancellationToken::new(),
         })
@@ -172,6 +175,19 @@ impl Gateway {
     /// The user's pools (a snapshot).
     pub fn pools(&self) -> arc_swap::Guard<Arc<Pools>> {
         self.pools.load()
+    }
+
+    /// Remembers a config-file problem; whether it is new (and so worth saying).
+    pub(crate) fn note_refused(&self, message: &str) -> bool {
+        let mut last = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        let new = last.as_deref() != Some(message);
+        *last = Some(message.to_owned());
+        new
+    }
+
+    /// A valid config again: the next problem is news.
+    pub(crate) fn forget_refused(&self) {
+        *self.refused.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     /// Pools from the environment (`KEYMUX_POOL_*`).

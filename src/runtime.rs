@@ -114,6 +114,7 @@ impl Runtime {
         }
         let flushing = tokio::spawn(flush_every(gateway.clone(), METRICS_FLUSH));
         let ticking = tokio::spawn(tick_every(gateway.clone(), TICK));
+        let reloading = tokio::spawn(reload_every(gateway.clone(), crate::control::live::RELOAD_EVERY));
         Ok(Self {
             addr,
             gateway,
@@ -121,7 +122,7 @@ impl Runtime {
             token_hint: String::new(),
             stop,
             served,
-            background: vec![probing, flushing, ticking],
+            background: vec![probing, flushing, ticking, reloading],
             probed,
             runfile: None,
         })
@@ -191,6 +192,20 @@ async fn flush_every(gateway: Arc<Gateway>, every: Duration) {
     loop {
         ticks.tick().await;
         let _ = flush(&gateway).await;
+    }
+}
+
+/// Reads the config file again on a fixed beat (a file with no gateway-side writer to wait on); a
+/// gateway without a config file has nothing to read.
+async fn reload_every(gateway: Arc<Gateway>, every: Duration) {
+    if gateway.settings().path().is_none() {
+        return;
+    }
+    let mut ticks = tokio::time::interval(every);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        gateway.reload_config().await;
     }
 }
 

@@ -31,6 +31,30 @@ impl Settings {
         self.config.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// Where the config file is, when there is one.
+    pub fn path(&self) -> Option<&std::path::Path> {
+        self.file.as_ref().map(ConfigFile::path)
+    }
+
+    /// Reads the config file again. `Ok(None)`: nothing changed that Keymux reads (its own writes,
+    /// comments, layout). `Ok(Some((before, after)))`: a valid edit, now the config. `Err`: the file
+    /// does not parse or check; the config stays as it was. A missing file is no change.
+    pub fn reload(&self) -> Result<Option<(Config, Config)>, ConfigError> {
+        let Some(file) = &self.file else { return Ok(None) };
+        let text = match std::fs::read_to_string(file.path()) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(ConfigError::Io { path: file.path().to_owned(), source }),
+        };
+        let fresh = Config::parse(&text, file.path())?;
+        let mut config = self.config.lock().unwrap_or_else(|p| p.into_inner());
+        if *config == fresh {
+            return Ok(None);
+        }
+        let before = std::mem::replace(&mut *config, fresh.clone());
+        Ok(Some((before, fresh)))
+    }
+
     /// Edits the config file (or, without one, the config in memory) and keeps the result.
     pub(crate) fn edit(
         &self,

@@ -381,7 +381,15 @@ name: string, } | { "kind": "token_revoked",
 /**
  * Its name.
  */
-name: string, } | { "kind": "pools_changed", 
+name: string, } | { "kind": "config_applied", 
+/**
+ * Each change (bounded by the keys and tokens there are).
+ */
+changes: Array<string>, } | { "kind": "config_refused", 
+/**
+ * The file, line and column, and what is wrong.
+ */
+message: string, } | { "kind": "pools_changed", 
 /**
  * The pool.
  */
