@@ -95,6 +95,12 @@ pub trait SecretStore: Send + Sync + 'static {
     fn delete(&self, account: &str) -> Result<(), SecretsError>;
     /// A short name for messages ("OS keychain", "memory").
     fn describe(&self) -> &'static str;
+    /// Whether what it holds outlives the process (the keychain does; memory does not). A gateway
+    /// whose secrets live in memory keeps its runtime changes in memory too: a config entry for a
+    /// secret stored nowhere would outlive it.
+    fn persistent(&self) -> bool {
+        true
+    }
 }
 
 /// The OS keychain: macOS Keychain, Windows Credential Manager, Secret Service on Linux.
@@ -180,6 +186,10 @@ impl SecretStore for MemoryStore {
 
     fn describe(&self) -> &'static str {
         "memory"
+    }
+
+    fn persistent(&self) -> bool {
+        false
     }
 }
 

@@ -181,11 +181,9 @@ pub async fn prepare(options: &StartOptions) -> Result<Prepared, StartError> {
         .map_err(|e| StartError::Usage(format!("the metrics store could not be opened: {e}")))?
     };
     notices.extend(metrics.1);
-    let settings = crate::settings::Settings::new(
-        store.clone(),
-        config_path.clone().map(crate::config_file::ConfigFile::new),
-        config.clone(),
-    );
+    // With secrets in memory (--ephemeral), runtime changes stay in memory too.
+    let file = config_path.clone().filter(|_| store.persistent()).map(crate::config_file::ConfigFile::new);
+    let settings = crate::settings::Settings::new(store.clone(), file, config.clone());
     let gateway = Gateway::new(&config, entries, tokens, Markers::new(&install))?
         .with_metrics(metrics.0)
         .with_settings(settings)

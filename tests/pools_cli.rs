@@ -146,6 +146,12 @@ async fn headless_pools_and_tokens_come_from_the_environment() {
     assert!(ok, "{err}");
     let w1 = list.lines().find(|l| l.starts_with("w1 ")).unwrap_or_else(|| panic!("w1 listed: {list}"));
     assert!(w1.contains(" work ") && w1.contains("running gateway only"), "{list}");
+    // A key added to a headless gateway lives where its secrets live: in memory, and says so.
+    let (ok, out, err) = run_keymux(&["keys", "add", "--label", "w2"], &plain, "sk-pool-w2\n").await;
+    assert!(ok && out.contains("memory") && !out.contains("keychain"), "{out}{err}");
+    let config = home.path().join(".config/keymux/config.toml");
+    let written = std::fs::read_to_string(&config).unwrap_or_default();
+    assert!(!written.contains("w2"), "no config entry for a secret stored nowhere:\n{written}");
     keymux.stop().await;
     env.push(("KEYMUX_TOKEN_BAD".into(), "km-env-bad-token-0a9b8c7d6e5f4a3b".into()));
     env.push(("KEYMUX_TOKEN_BAD_POOL".into(), "nowhere".into()));

@@ -153,7 +153,12 @@ mod tests {
         let token = Secret::new("km-tray-unit-test-token-4d2c7a91e0b3");
         store.set(&keymux::secrets::account::token("t_other"), &token).unwrap();
         let mut config = Config::default();
-        config.tokens.push(TokenConfig { id: "t_other".into(), name: "other".into(), created_unix: 0 });
+        config.tokens.push(TokenConfig {
+            id: "t_other".into(),
+            name: "other".into(),
+            created_unix: 0,
+            pool: "all".into(),
+        });
         let options = StartOptions {
             config: ConfigSource::Value(Box::new(config)),
             store: Some(Arc::new(store)),

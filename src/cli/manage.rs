@@ -11,7 +11,7 @@ use http::Method;
 use serde_json::json;
 
 use super::{env_secrets, out, KeysCommand, TokenCommand};
-use crate::api::types::{KeyBody, KeyInfo, KeyTestBody};
+use crate::api::types::{KeyBody, KeyInfo, KeyTestBody, StatusBody};
 use crate::config::Config;
 use crate::config_file::ConfigFile;
 use crate::control::{self, KeyChanges, NewKey};
@@ -136,10 +136,10 @@ async fn add_key(loaded: &Loaded, new: NewKey) -> Result<(), StartError> {
         });
         let key: KeyInfo = remote.send(Method::POST, "/keys", Some(body)).await.map_err(usage)?;
         out(&format!(
-            "added key '{label}' ({}, fingerprint {}) to the running gateway and the {}; organization: {}",
+            "added key '{label}' ({}, fingerprint {}) to {}; organization: {}",
             key.status.id,
             key.status.fingerprint,
-            loaded.store.describe(),
+            kept_in(&remote).await,
             key.status.org.as_deref().unwrap_or("(learned on first use)"),
         ));
         return probed(&key);
@@ -148,6 +148,17 @@ async fn add_key(loaded: &Loaded, new: NewKey) -> Result<(), StartError> {
     let fp = InstallKey::new(&startup::install_secret(&loaded.store).await?).fingerprint(&new.secret);
     out(&format!("added key '{label}' ({}, fingerprint {fp}) to the {}", key.id, loaded.store.describe()));
     Ok(())
+}
+
+/// Where a change made through the running gateway is kept, in words: the gateway's store says.
+pub(super) async fn kept_in(remote: &Remote) -> String {
+    match remote.get::<StatusBody>("/status").await {
+        Ok(status) if status.gateway.keychain.kind == "memory" => {
+            "the running gateway only (memory: it runs with --ephemeral, so this is gone when it stops)".to_owned()
+        }
+        Ok(status) => format!("the running gateway, the config and the {}", status.gateway.keychain.kind),
+        Err(_) => "the running gateway".to_owned(),
+    }
 }
 
 /// What the provider said of a key just added (the gateway probes it before answering).
@@ -183,7 +194,7 @@ async fn remove_key(loaded: &Loaded, label_or_id: &str) -> Result<(), StartError
         let keys: Vec<KeyInfo> = remote.get("/keys").await.map_err(usage)?;
         let id = key_id(&keys, &loaded.config, label_or_id)?;
         remote.call(Method::DELETE, &format!("/keys/{id}"), None).await.map_err(usage)?;
-        out(&format!("removed key '{label_or_id}' ({id}) from the running gateway, the config and the keychain"));
+        out(&format!("removed key '{label_or_id}' ({id}) from {}", kept_in(&remote).await));
         return Ok(());
     }
     let id = KeyId::new(key_id(&[], &loaded.config, label_or_id)?);
@@ -223,7 +234,7 @@ async fn set_key(loaded: &Loaded, label_or_id: &str, changes: KeyChanges) -> Res
         let id = key_id(&keys, &loaded.config, label_or_id)?;
         let body = serde_json::to_value(&changes).map_err(usage)?;
         remote.call(Method::PATCH, &format!("/keys/{id}"), Some(body)).await.map_err(usage)?;
-        out(&format!("updated key '{label_or_id}' ({id}) in the running gateway and the config"));
+        out(&format!("updated key '{label_or_id}' ({id}) in {}", kept_in(&remote).await));
         return Ok(());
     }
     let id = KeyId::new(key_id(&[], &loaded.config, label_or_id)?);

@@ -42,7 +42,7 @@ async fn create(loaded: &Loaded, new: PoolConfig) -> Result<(), StartError> {
     if let Some(remote) = remote(loaded).await? {
         let body = serde_json::to_value(&new).map_err(usage)?;
         let made: PoolInfo = remote.send(Method::POST, "/pools", Some(body)).await.map_err(usage)?;
-        out(&format!("created pool {} in the running gateway and the config", describe(&made)));
+        out(&format!("created pool {} in {}", describe(&made), super::manage::kept_in(&remote).await));
         return Ok(());
     }
     let made = pools::create_pool(&loaded.settings(), new, &[]).map_err(usage)?;
@@ -57,7 +57,7 @@ async fn change(loaded: &Loaded, name: &str, changes: PoolChanges) -> Result<(),
         let body = strip_nulls(body);
         let changed: PoolInfo =
             remote.send(Method::PATCH, &format!("/pools/{name}"), Some(body)).await.map_err(usage)?;
-        out(&format!("pool {} (in the running gateway and the config)", describe(&changed)));
+        out(&format!("pool {} (in {})", describe(&changed), super::manage::kept_in(&remote).await));
         return Ok(());
     }
     let changed = pools::change_pool(&loaded.settings(), name, &changes, &[]).map_err(usage)?;
@@ -68,7 +68,7 @@ async fn change(loaded: &Loaded, name: &str, changes: PoolChanges) -> Result<(),
 async fn remove(loaded: &Loaded, name: &str) -> Result<(), StartError> {
     if let Some(remote) = remote(loaded).await? {
         remote.call(Method::DELETE, &format!("/pools/{name}"), None).await.map_err(usage)?;
-        out(&format!("removed pool '{name}' from the running gateway and the config"));
+        out(&format!("removed pool '{name}' from {}", super::manage::kept_in(&remote).await));
         return Ok(());
     }
     let live: Vec<(String, String)> = Vec::new();
