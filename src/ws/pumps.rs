@@ -24,7 +24,7 @@ use crate::markers::OrgTag;
 use crate::pipeline::record::End;
 use crate::pipeline::{self, Completion, Trace};
 use crate::relay::{Tagger, Usage};
-use crate::router::Decision;
+use crate::router::{Decision, Reason};
 use crate::tokens::ClientScope;
 
 /// Why the inbound pump stopped early.
@@ -152,7 +152,12 @@ impl Inbound {
             gateway.hints().insert(session, self.key.clone(), now);
         }
         trace.facts(facts);
-        trace.decided(Decision::bound_to_socket(trace.seq(), &self.key));
+        let mut decision = Decision::bound_to_socket(trace.seq(), &self.key);
+        if !stale.is_empty() {
+            decision.reasons.push(Reason::StillRescued { orgs: stale.len() });
+            decision.rescued_orgs.clone_from(&stale);
+        }
+        trace.decided(decision);
         trace.serving(&self.key);
         let completion = Completion { key: self.key.clone(), operation: Operation::ResponsesCreate, signal: None };
         self.push(Turn { trace, completion });
