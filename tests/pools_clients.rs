@@ -180,8 +180,8 @@ async fn gateway(desk: &Desk) -> Keymux {
 }
 
 /// Sets both clients up: the default setups (bound to the personal pool afterwards) for every
-/// directory, and the work pool for the work project.
-async fn set_up_clients(desk: &Desk) {
+/// directory, and the work pool for the work project. The work pool's Codex and pi tokens.
+async fn set_up_clients(desk: &Desk) -> [String; 2] {
     // An unknown pool is refused before anything is written or made.
     let (ok, out, err) = desk.try_keymux(&["setup", "codex", "--pool", "acme", "--yes"], "").await;
     assert!(!ok && err.contains("keymux pool create acme"), "{out}{err}");
@@ -191,6 +191,7 @@ async fn set_up_clients(desk: &Desk) {
     desk.keymux(&["token", "set", "codex", "--pool", "personal"], "").await;
     let out = desk.keymux(&["setup", "codex", "--pool", "work", "--yes"], "").await;
     assert!(out.contains("codex -p keymux-work") && out.contains("client token 'codex-work'"), "{out}");
+    let mut printed = out;
     let profile = std::fs::read_to_string(desk.codex_home.join("keymux-work.config.toml")).unwrap();
     assert!(profile.starts_with("model_provider = \"keymux-work\"\n"), "{profile}");
 
@@ -199,13 +200,26 @@ async fn set_up_clients(desk: &Desk) {
     let work = desk.work.display().to_string();
     let out = desk.keymux(&["setup", "pi", "--pool", "work", "--project", &work, "--yes"], "").await;
     assert!(out.contains("exactly") && out.contains("client token 'pi-work'"), "{out}");
+    printed.push_str(&out);
     let chosen = std::fs::read_to_string(desk.work.join(".pi/settings.json")).unwrap();
     assert_eq!(chosen, "{\n  \"defaultProvider\": \"keymux-work\",\n  \"defaultModel\": \"gpt-5.5\"\n}\n");
+    // What the commands printed shows the tokens masked, never whole.
+    let models: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(desk.home.join(".pi/agent/models.json")).unwrap()).unwrap();
+    let codex_token = toml::from_str::<toml::Value>(&profile).unwrap()["model_providers"]["keymux-work"]
+        ["experimental_bearer_token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let pi_token = models["providers"]["keymux-work"]["apiKey"].as_str().unwrap().to_owned();
+    assert!(codex_token.starts_with("km-") && pi_token.starts_with("km-") && codex_token != pi_token);
+    assert_no_secrets("what keymux setup printed", &printed, &[&codex_token, &pi_token]);
     // The user's own pi settings: Keymux's provider everywhere else, and no client-side retries, so a
     // refused turn is one request.
     let settings = r#"{"defaultProvider": "keymux", "defaultModel": "gpt-5.5",
         "retry": {"enabled": false, "provider": {"maxRetries": 0}}}"#;
     std::fs::write(desk.home.join(".pi/agent/settings.json"), settings).unwrap();
+    [codex_token, pi_token]
 }
 
 /// The key that served the latest request of `project`.
@@ -250,7 +264,7 @@ async fn each_project_stays_in_its_pool_with_real_codex_and_pi_under_faults() {
     .unwrap();
     let desk = Desk::new(&sim);
     let keymux = gateway(&desk).await;
-    set_up_clients(&desk).await;
+    let tokens = set_up_clients(&desk).await;
     let start = seq(&sim);
     let turns = Turns { desk: &desk };
 
@@ -296,7 +310,10 @@ async fn each_project_stays_in_its_pool_with_real_codex_and_pi_under_faults() {
 
     judge(&sim, start, &keymux).await;
     undo_the_project(&desk).await;
-    keymux.stop().await;
+    let output = keymux.stop().await;
+    let secrets: Vec<&str> =
+        WORK_KEYS.iter().chain(&HOME_KEYS).map(|(_, s)| *s).chain(tokens.iter().map(String::as_str)).collect();
+    assert_no_secrets("the gateway's output", &output, &secrets);
 }
 
 /// The simulator's verdict over the whole run, printed, and Keymux's own records checked against it.
