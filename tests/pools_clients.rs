@@ -295,7 +295,9 @@ async fn each_project_stays_in_its_pool_with_real_codex_and_pi_under_faults() {
     refused("Codex, work, turn 3", turns.codex(Project::Work, 3, true).await);
     served("Codex, hobby, turn 3", turns.codex(Project::Hobby, 3, true).await);
     refused("Codex, work, a new session", turns.codex(Project::Work, 30, false).await);
-    refused("pi, work, turn 3", turns.pi(Project::Work, 3, true).await);
+    let (ok, output) = turns.pi(Project::Work, 3, true).await;
+    assert!(output.contains("pool 'work'"), "pi shows Keymux's answer, which names the pool:\n{output}");
+    refused("pi, work, turn 3", (ok, output));
     served("pi, hobby, turn 3", turns.pi(Project::Hobby, 3, true).await);
     refused("pi, work, a new session", turns.pi(Project::Work, 30, false).await);
     let phase_c = tally(&sim, c);
