@@ -45,7 +45,8 @@
 //! * [`config_file`]: edits to the config file that keep the user's comments.
 //! * [`setup`]: points Codex and pi at Keymux in their own config files, one flow for the CLI and the
 //!   tray: a preview first, the token made once the user agrees, nothing written if the file changed
-//!   since the preview, a backup, and an Undo that restores the file byte for byte.
+//!   since the preview, a backup, and an Undo that restores the file byte for byte. For one pool, a
+//!   Codex profile file (`codex -p keymux-work`) or a pi provider that one project selects.
 //!
 //! State:
 //! * [`gateway`]: the shared state of a running gateway, and publishing records and events. It imports

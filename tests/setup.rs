@@ -54,7 +54,7 @@ async fn real_codex_runs_on_the_config_keymux_set_up_and_undo_gives_the_file_bac
     assert!(plan.preview().contains("model_provider was \"other\""), "{}", plan.preview());
     assert_no_secrets("the preview", plan.preview(), &[TOKEN]);
     let applied = setup::apply(&plan, &state).unwrap();
-    assert!(applied.backed_up);
+    assert!(applied.backup.is_some());
 
     // The token reaches Codex only through the file: KEYMUX_TOKEN is not in its environment.
     codex_reaches_the_provider(&codex_home, &h.sim).await;

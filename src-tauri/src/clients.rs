@@ -79,12 +79,11 @@ async fn set_up_in(
     // The preview shows the token masked, so a stand-in does until the user agrees.
     let existing = gateway.token_secret(client.id()).await;
     let preview = setup::preview(client, file, &gateway.base_url(), existing).map_err(|e| e.to_string())?;
-    let plan = preview.plan();
-    if !plan.changes_anything() {
+    if !preview.changes_anything() {
         return Ok(Some(format!("{} already uses this Keymux.", file.display())));
     }
-    let mut text = format!("Keymux will change {}:\n\n{}", file.display(), plan.preview().trim_end());
-    for note in plan.notes() {
+    let mut text = format!("Keymux will change {}:\n\n{}", file.display(), preview.text().trim_end());
+    for note in preview.plans().iter().flat_map(|plan| plan.notes()) {
         text.push_str(&format!("\n\n{note}"));
     }
     text.push_str("\n\nThe file is backed up first; Undo in the tray menu puts it back.");
@@ -93,11 +92,16 @@ async fn set_up_in(
     }
     let made = preview.confirm(state, || gateway.token_for_client(client.id())).await;
     let applied = made.map_err(|e| e.to_string())?;
-    tracing::info!(client = client.id(), file = %applied.path.display(), "client set up");
-    let undo = match &applied.restore {
-        Restore::Backup(backup) => format!("The file as it was is kept at {}.", backup.display()),
-        Restore::Delete => "Keymux created the file.".to_owned(),
-    };
+    let mut undo = String::new();
+    // The tray sets up the client's own file only: one file.
+    for one in &applied {
+        tracing::info!(client = client.id(), file = %one.path.display(), "client set up");
+        undo.push_str(&match &one.restore {
+            Some(Restore::Backup(backup)) => format!("The file as it was is kept at {}.", backup.display()),
+            Some(Restore::Delete) => "Keymux created the file.".to_owned(),
+            None => String::new(),
+        });
+    }
     Ok(Some(format!("{client} now goes through Keymux. {undo} Undo is in the tray menu.")))
 }
 

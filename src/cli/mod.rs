@@ -81,9 +81,18 @@ struct SetupArgs {
     /// The client to set up.
     client: ClientArg,
     /// The client's file (default: where the client reads it: $CODEX_HOME/config.toml or
-    /// ~/.codex/config.toml; $PI_CODING_AGENT_DIR/models.json or ~/.pi/agent/models.json).
+    /// ~/.codex/config.toml, with --pool the profile file keymux-POOL.config.toml next to it;
+    /// $PI_CODING_AGENT_DIR/models.json or ~/.pi/agent/models.json).
     #[arg(long, value_name = "PATH")]
     file: Option<PathBuf>,
+    /// The pool the client's token reaches (default: all, every key). For another pool Codex gets a
+    /// profile file, used with `codex -p keymux-POOL`, and pi a provider that one project selects.
+    #[arg(long, value_name = "POOL", default_value = "all")]
+    pool: String,
+    /// pi with --pool: the directory pi uses the pool in (default: the current directory). pi reads
+    /// it only when started in exactly that directory.
+    #[arg(long, value_name = "DIR")]
+    project: Option<PathBuf>,
     /// Apply without asking (needed when stdin is not a terminal).
     #[arg(long, conflicts_with = "undo")]
     yes: bool,

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use super::error::io;
 use super::files::{keep_copy, mode_of, read_limited, real_path};
 use super::record::{read_record, record_path, sha256, write_record, Record, Restore};
-use super::{Client, Plan, SetupError, PRIVATE};
+use super::{Plan, SetupError, Target, PRIVATE};
 use crate::clock::Clock;
 use crate::config_file::write_atomically_with_mode;
 
@@ -14,11 +14,12 @@ use crate::config_file::write_atomically_with_mode;
 pub struct Applied {
     /// The file written (links followed).
     pub path: PathBuf,
-    /// What Undo will do.
-    pub restore: Restore,
-    /// Whether a backup was written now. Not when the file was exactly what Keymux wrote last time:
-    /// Undo then still goes back to the file as it was before Keymux first set it up.
-    pub backed_up: bool,
+    /// What Undo will do. `None`: Undo leaves this change (a pool's provider in pi's `models.json`,
+    /// which other projects may select).
+    pub restore: Option<Restore>,
+    /// The backup written now. None when the file did not exist, or was exactly what Keymux wrote last
+    /// time: Undo then still goes back to the file as it was before Keymux first set it up.
+    pub backup: Option<PathBuf>,
 }
 
 /// What [`undo`] did.
@@ -46,7 +47,8 @@ pub struct Status {
 }
 
 /// Makes the planned change: a backup first (or a note that Undo deletes a file that did not exist),
-/// then the new text, atomically and readable by the user only, and a record in `state_dir`.
+/// then the new text, atomically (readable by the user only when it holds a token), and a record in
+/// `state_dir`.
 pub fn apply(plan: &Plan, state_dir: &Path) -> Result<Applied, SetupError> {
     if !plan.changes_anything() {
         return Err(SetupError::NothingToDo { client: plan.client, path: plan.path.clone() });
@@ -57,42 +59,56 @@ pub fn apply(plan: &Plan, state_dir: &Path) -> Result<Applied, SetupError> {
         return Err(SetupError::ChangedSincePreview { path });
     }
     let now = Clock::system().unix_ms() / 1000;
-    let prior = read_record(state_dir, plan.client)?;
-    let (backup, backed_up) = match &prior {
+    let mode = if plan.edit.holds_token() { Some(PRIVATE) } else { mode_of(&path) };
+    let fresh_backup = |bytes: &Option<Vec<u8>>| match bytes {
+        Some(bytes) => keep_copy(&path, "keymux-backup", bytes, mode_of(&path), now).map(Some),
+        None => Ok(None),
+    };
+    let Some(name) = plan.edit.record(&path) else {
+        let backup = fresh_backup(&now_bytes)?;
+        write_atomically_with_mode(&path, plan.text.as_bytes(), mode).map_err(io(&path))?;
+        return Ok(Applied { path, restore: None, backup });
+    };
+    let prior = read_record(state_dir, &name)?;
+    let (restore_from, backup) = match &prior {
         // The file is what Keymux wrote last time: keep pointing Undo at the file from before Keymux.
-        Some(r) if r.path == path && r.intact(now_bytes.as_deref()) => (r.backup.clone(), false),
+        Some(r) if r.path == path && r.intact(now_bytes.as_deref()) => (r.backup.clone(), None),
         Some(r) if r.path != path && r.intact(read_limited(&r.path).ok().flatten().as_deref()) => {
-            return Err(SetupError::OtherSetup { client: plan.client, other: r.path.clone() });
+            let undo = plan.edit.undo_command();
+            return Err(SetupError::OtherSetup { client: plan.client, other: r.path.clone(), undo });
         }
-        _ => match &now_bytes {
-            Some(bytes) => (Some(keep_copy(&path, "keymux-backup", bytes, mode_of(&path), now)?), true),
-            None => (None, false),
-        },
+        _ => {
+            let backup = fresh_backup(&now_bytes)?;
+            (backup.clone(), backup)
+        }
     };
     let record = Record {
         client: plan.client,
         path: path.clone(),
-        backup,
+        backup: restore_from,
         sha256: sha256(plan.text.as_bytes()),
         written_unix: now,
     };
     // The record first: whenever the file holds Keymux's text, Undo knows how to take it back.
-    write_record(state_dir, &record)?;
-    if let Err(source) = write_atomically_with_mode(&path, plan.text.as_bytes(), Some(PRIVATE)) {
+    write_record(state_dir, &name, &record)?;
+    if let Err(source) = write_atomically_with_mode(&path, plan.text.as_bytes(), mode) {
         let _ = match &prior {
-            Some(prior) => write_record(state_dir, prior),
-            None => std::fs::remove_file(record_path(state_dir, plan.client)).map_err(io(state_dir)),
+            Some(prior) => write_record(state_dir, &name, prior),
+            None => std::fs::remove_file(record_path(state_dir, &name)).map_err(io(state_dir)),
         };
         return Err(SetupError::Io { path, source });
     }
-    Ok(Applied { path, restore: record.restore(), backed_up })
+    Ok(Applied { path, restore: Some(record.restore()), backup })
 }
 
 /// Takes a setup back: the backup is put back byte for byte (with its permissions), or the file
 /// Keymux created is deleted. Refused when the file changed since Keymux wrote it, unless `force`
 /// (then the changed file is kept next to it). The backup itself stays.
-pub fn undo(client: Client, state_dir: &Path, force: bool) -> Result<Undone, SetupError> {
-    let record = read_record(state_dir, client)?.ok_or(SetupError::NothingToUndo { client })?;
+pub fn undo(target: impl Into<Target>, state_dir: &Path, force: bool) -> Result<Undone, SetupError> {
+    let target = target.into();
+    let name = target.undo_record();
+    let client = target.client();
+    let Some(record) = read_record(state_dir, &name)? else { return Err(SetupError::NothingToUndo { target }) };
     let path = record.path.clone();
     let now_bytes = match std::fs::read(&path) {
         Ok(bytes) => Some(bytes),
@@ -125,14 +141,18 @@ pub fn undo(client: Client, state_dir: &Path, force: bool) -> Result<Undone, Set
             Err(source) => return Err(SetupError::Io { path, source }),
         },
     }
-    let record_file = record_path(state_dir, client);
+    if let (None, Target::PiPool { .. }) = (&record.backup, &target) {
+        // The project's `.pi` directory goes too when nothing else is in it (it fails otherwise).
+        let _ = path.parent().map(std::fs::remove_dir);
+    }
+    let record_file = record_path(state_dir, &name);
     std::fs::remove_file(&record_file).map_err(io(&record_file))?;
     Ok(Undone { path, restored: record.restore(), kept })
 }
 
-/// The setup of `client` that Undo would take back, if there is one.
-pub fn status(client: Client, state_dir: &Path) -> Result<Option<Status>, SetupError> {
-    let Some(record) = read_record(state_dir, client)? else { return Ok(None) };
+/// The setup that Undo would take back for `target`, if there is one.
+pub fn status(target: impl Into<Target>, state_dir: &Path) -> Result<Option<Status>, SetupError> {
+    let Some(record) = read_record(state_dir, &target.into().undo_record())? else { return Ok(None) };
     let now = std::fs::read(&record.path).ok();
     Ok(Some(Status {
         path: record.path.clone(),

@@ -1,42 +1,63 @@
 //! Codex's `config.toml`: the top-level `model_provider = "keymux"` and a `[model_providers.keymux]`
 //! table with the base URL and the client token (`experimental_bearer_token`, which Codex sends as
-//! `Authorization: Bearer`, so no environment variable is needed). Edited with `toml_edit`, so every
-//! other key, table, comment and blank line stays byte for byte as it was.
+//! `Authorization: Bearer`, so no environment variable is needed). A pool's profile file
+//! (`keymux-work.config.toml`) gets the same two things for `keymux-work`. Edited with `toml_edit`, so
+//! every other key, table, comment and blank line stays byte for byte as it was.
 
 use toml_edit::{DocumentMut, InlineTable, Item, Table, TableLike, Value};
 
 use super::plan::{Edited, Refusal};
-use super::PROVIDER;
+use super::target::{provider_id, provider_name};
 
 /// Keys of a provider that say where its credential comes from. Keymux's own provider takes the token
 /// from this file, so any other source is removed rather than left to compete with it.
 const OTHER_CREDENTIALS: [&str; 3] = ["env_key", "auth", "requires_openai_auth"];
 
-/// The file with Codex pointed at Keymux.
-pub(super) fn edit(text: &str, base_url: &str, token: &str) -> Result<Edited, Refusal> {
+/// The file with Codex pointed at Keymux: the provider `keymux` for the pool `all` (in config.toml),
+/// or `keymux-<pool>` (in that pool's profile file).
+pub(super) fn edit(text: &str, pool: Option<&str>, base_url: &str, token: &str) -> Result<Edited, Refusal> {
     let mut doc: DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| Refusal::Syntax(e.to_string()))?;
+    let provider = provider_id(pool);
     let mut notes = Vec::new();
     let previous = doc.get("model_provider").map(|item| item.as_str().map_or_else(|| item.to_string(), str::to_owned));
-    if let Some(previous) = previous.filter(|p| p != PROVIDER) {
+    if let Some(previous) = previous.filter(|p| *p != provider) {
         notes.push(format!(
             "model_provider was \"{previous}\"; Codex now uses Keymux instead (Undo puts \"{previous}\" back)"
         ));
     }
     // A root key is always written before the first table, wherever the tables are.
-    set_str(doc.as_table_mut(), "model_provider", PROVIDER);
-    notes.extend(profile_note(&doc));
-    let table = keymux_table(&mut doc)?;
-    for (key, value) in
-        [("name", "Keymux"), ("base_url", base_url), ("wire_api", "responses"), ("experimental_bearer_token", token)]
-    {
+    set_str(doc.as_table_mut(), "model_provider", &provider);
+    notes.extend(profile_note(&doc, &provider));
+    let table = keymux_table(&mut doc, &provider)?;
+    let name = provider_name(pool);
+    for (key, value) in [
+        ("name", name.as_str()),
+        ("base_url", base_url),
+        ("wire_api", "responses"),
+        ("experimental_bearer_token", token),
+    ] {
         set_str(table, key, value);
     }
     for key in OTHER_CREDENTIALS {
         if table.remove(key).is_some() {
-            notes.push(format!("removed `{key}` from [model_providers.keymux]: the token is now in this file"));
+            notes.push(format!("removed `{key}` from [model_providers.{provider}]: the token is now in this file"));
         }
     }
     Ok(Edited { text: doc.to_string(), notes })
+}
+
+/// A warning when config.toml still defines the profile `profile` the old way (`profile = "…"` or a
+/// `[profiles.…]` table): Codex 0.171 then refuses `codex -p` with that name.
+pub(super) fn legacy_profile(config: &str, profile: &str) -> Option<String> {
+    let doc: DocumentMut = config.parse().ok()?;
+    let selected = doc.get("profile").and_then(Item::as_str) == Some(profile);
+    let table = doc.get("profiles").and_then(Item::as_table_like).is_some_and(|p| p.contains_key(profile));
+    (selected || table).then(|| {
+        format!(
+            "config.toml still has a legacy `profile = \"{profile}\"` or `[profiles.{profile}]`: Codex refuses \
+             `codex -p {profile}` until you remove it from config.toml"
+        )
+    })
 }
 
 /// Sets `key` to the string `value`, leaving it untouched when it already is (so an unchanged file
@@ -55,9 +76,9 @@ fn set_str(table: &mut dyn TableLike, key: &str, value: &str) {
     }
 }
 
-/// The `[model_providers.keymux]` table (or inline table), created after the other providers when
+/// The `[model_providers.<provider>]` table (or inline table), created after the other providers when
 /// missing.
-fn keymux_table(doc: &mut DocumentMut) -> Result<&mut dyn TableLike, Refusal> {
+fn keymux_table<'d>(doc: &'d mut DocumentMut, provider: &str) -> Result<&'d mut dyn TableLike, Refusal> {
     let root = doc.as_table_mut();
     if !root.contains_key("model_providers") {
         let mut providers = Table::new();
@@ -76,18 +97,18 @@ fn keymux_table(doc: &mut DocumentMut) -> Result<&mut dyn TableLike, Refusal> {
         _ => return Err(not_a_table()),
     };
     let providers = providers.as_table_like_mut().ok_or_else(not_a_table)?;
-    if !providers.contains_key(PROVIDER) {
-        providers.insert(PROVIDER, fresh);
+    if !providers.contains_key(provider) {
+        providers.insert(provider, fresh);
     }
     providers
-        .get_mut(PROVIDER)
+        .get_mut(provider)
         .and_then(Item::as_table_like_mut)
-        .ok_or_else(|| Refusal::Shape("`model_providers.keymux` must be a table".into()))
+        .ok_or_else(|| Refusal::Shape(format!("`model_providers.{provider}` must be a table")))
 }
 
 /// A warning when the active profile names another provider: a profile's settings win over the top
 /// level, so Codex would not use Keymux while it is active. Keymux does not change profiles.
-fn profile_note(doc: &DocumentMut) -> Option<String> {
+fn profile_note(doc: &DocumentMut, provider: &str) -> Option<String> {
     let profile = doc.get("profile")?.as_str()?;
     let theirs = doc
         .get("profiles")
@@ -96,7 +117,7 @@ fn profile_note(doc: &DocumentMut) -> Option<String> {
         .and_then(Item::as_table_like)
         .and_then(|p| p.get("model_provider"))
         .and_then(Item::as_str)?;
-    (theirs != PROVIDER).then(|| {
+    (theirs != provider).then(|| {
         format!(
             "the active profile \"{profile}\" sets model_provider = \"{theirs}\", which wins over the top level: \
              Codex uses Keymux only without that profile (or once you change that line)"
@@ -142,7 +163,7 @@ model = "gpt-5.5-mini"
 
     #[test]
     fn every_other_line_stays_byte_identical_and_the_provider_comes_before_the_tables() {
-        let edited = edit(SAMPLE, BASE, TOKEN).unwrap();
+        let edited = edit(SAMPLE, None, BASE, TOKEN).unwrap();
         let (removed, added) = line_changes(SAMPLE, &edited.text);
         assert!(removed.is_empty(), "no line of the user's was changed or dropped: {removed:?}");
         assert_eq!(
@@ -170,7 +191,7 @@ model = "gpt-5.5-mini"
     #[test]
     fn another_model_provider_is_replaced_in_place_and_named_in_a_note() {
         let text = SAMPLE.replace("approval_policy", "model_provider = \"openai\" # usual\napproval_policy");
-        let edited = edit(&text, BASE, TOKEN).unwrap();
+        let edited = edit(&text, None, BASE, TOKEN).unwrap();
         let (removed, added) = line_changes(&text, &edited.text);
         assert_eq!(removed, ["model_provider = \"openai\" # usual\n"]);
         assert_eq!(added[0], "model_provider = \"keymux\" # usual\n", "same place, same comment");
@@ -183,7 +204,7 @@ model = "gpt-5.5-mini"
             "{SAMPLE}\n[model_providers.keymux]\nname = \"Keymux\"\nbase_url = \"http://127.0.0.1:1/v1\"\n\
              wire_api = \"responses\"\nenv_key = \"KEYMUX_TOKEN\" # exported\nsupports_websockets = true\n"
         );
-        let edited = edit(&text, BASE, TOKEN).unwrap();
+        let edited = edit(&text, None, BASE, TOKEN).unwrap();
         let (removed, added) = line_changes(&text, &edited.text);
         assert_eq!(removed, ["base_url = \"http://127.0.0.1:1/v1\"\n", "env_key = \"KEYMUX_TOKEN\" # exported\n"]);
         assert!(added.iter().any(|l| l.starts_with("experimental_bearer_token")), "{added:?}");
@@ -193,33 +214,33 @@ model = "gpt-5.5-mini"
 
     #[test]
     fn editing_again_changes_nothing() {
-        let once = edit(SAMPLE, BASE, TOKEN).unwrap().text;
-        assert_eq!(edit(&once, BASE, TOKEN).unwrap().text, once);
+        let once = edit(SAMPLE, None, BASE, TOKEN).unwrap().text;
+        assert_eq!(edit(&once, None, BASE, TOKEN).unwrap().text, once);
     }
 
     #[test]
     fn an_empty_file_and_an_inline_provider_table_are_set_up() {
-        let edited = edit("", BASE, TOKEN).unwrap();
+        let edited = edit("", None, BASE, TOKEN).unwrap();
         assert!(edited.text.starts_with("model_provider = \"keymux\"\n"), "{}", edited.text);
         let inline = "model_providers = { other = { name = \"x\" } }\n";
-        let parsed: toml::Value = toml::from_str(&edit(inline, BASE, TOKEN).unwrap().text).unwrap();
+        let parsed: toml::Value = toml::from_str(&edit(inline, None, BASE, TOKEN).unwrap().text).unwrap();
         assert_eq!(parsed["model_providers"]["keymux"]["base_url"].as_str(), Some(BASE));
         assert_eq!(parsed["model_providers"]["other"]["name"].as_str(), Some("x"));
     }
 
     #[test]
     fn files_keymux_cannot_read_are_refused() {
-        assert!(matches!(edit("model = \"gpt-5.5\n[oops", BASE, TOKEN), Err(Refusal::Syntax(_))));
-        assert!(matches!(edit("model_providers = \"x\"\n", BASE, TOKEN), Err(Refusal::Shape(_))));
-        assert!(matches!(edit("[model_providers]\nkeymux = 3\n", BASE, TOKEN), Err(Refusal::Shape(_))));
+        assert!(matches!(edit("model = \"gpt-5.5\n[oops", None, BASE, TOKEN), Err(Refusal::Syntax(_))));
+        assert!(matches!(edit("model_providers = \"x\"\n", None, BASE, TOKEN), Err(Refusal::Shape(_))));
+        assert!(matches!(edit("[model_providers]\nkeymux = 3\n", None, BASE, TOKEN), Err(Refusal::Shape(_))));
     }
 
     #[test]
     fn a_profile_that_names_another_provider_is_pointed_out() {
         let text = format!("profile = \"work\"\n{SAMPLE}\n[profiles.work]\nmodel_provider = \"openai\"\n");
-        let notes = edit(&text, BASE, TOKEN).unwrap().notes;
+        let notes = edit(&text, None, BASE, TOKEN).unwrap().notes;
         assert!(notes.iter().any(|n| n.contains("profile \"work\"")), "{notes:?}");
-        let notes = edit(&text.replace("\"work\"\n", "\"fast\"\n"), BASE, TOKEN).unwrap().notes;
+        let notes = edit(&text.replace("\"work\"\n", "\"fast\"\n"), None, BASE, TOKEN).unwrap().notes;
         assert!(notes.is_empty(), "the fast profile keeps the top-level provider: {notes:?}");
     }
 }

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::Client;
+use super::{Client, Target};
 
 /// Why a setup or an undo was not done. Each says what to do.
 #[derive(Debug, thiserror::Error)]
@@ -51,18 +51,20 @@ pub enum SetupError {
         path: PathBuf,
     },
     /// Another file of this client holds a setup that can still be undone.
-    #[error("Keymux set up {client} in {} and that can still be undone; undo it first (`keymux setup {} --undo`)", other.display(), client.id())]
+    #[error("Keymux set up {client} in {} and that can still be undone; undo it first (`{undo}`)", other.display())]
     OtherSetup {
         /// The client.
         client: Client,
         /// The file set up earlier.
         other: PathBuf,
+        /// The command that undoes it.
+        undo: String,
     },
     /// No setup to undo.
-    #[error("there is no {client} setup by Keymux to undo")]
+    #[error("there is no setup of {target} by Keymux to undo")]
     NothingToUndo {
-        /// The client.
-        client: Client,
+        /// The setup.
+        target: Target,
     },
     /// The file was changed after Keymux wrote it.
     #[error("{} was changed after Keymux set up {client}, so undoing would lose those changes. Look at it (the file as it was before is in {}), or undo anyway with --force (your version is kept next to it)", path.display(), before)]

@@ -1,20 +1,24 @@
 //! A setup as a person goes through it, the same for `keymux setup` and the tray: a preview made with
-//! the token the file will hold (a stand-in while a new one is still to be made), the person's yes, the
-//! real token made, the plan made again with it, refused if the file changed since the preview, and
+//! the token the files will hold (a stand-in while a new one is still to be made), the person's yes,
+//! the real token made, the plans made again with it, refused if a file changed since the preview, and
 //! applied. A file edited while the preview was on screen is never overwritten.
 
 use std::future::Future;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::files::read_limited;
-use super::{apply, plan, Applied, Client, Plan, SetupError};
+use super::plan::plan_target;
+use super::{apply, Applied, Plan, SetupError, Target};
 use crate::secrets::{self, Secret};
 
-/// A change shown to a person and not made yet: the plan as it was previewed, with the file's bytes as
-/// they were then, and the client token the file will hold if it exists already.
+/// A change shown to a person and not made yet: the plans as they were previewed (one per file, the
+/// client's file first), with the files' bytes as they were then, and the client token the files will
+/// hold if it exists already.
 #[derive(Debug)]
 pub struct Preview {
-    shown: Plan,
+    target: Target,
+    path: PathBuf,
+    shown: Vec<Plan>,
     base_url: String,
     /// `None`: the preview shows a stand-in, and [`Preview::confirm`] makes the real token.
     existing: Option<Secret>,
@@ -23,29 +27,46 @@ pub struct Preview {
 /// Why a setup the person agreed to was not made.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfirmError<E> {
-    /// The client token could not be made; the file was not touched.
+    /// The client token could not be made; no file was touched.
     #[error("{0}")]
     Token(E),
-    /// The setup was refused or failed: among other reasons, the file changed since the preview.
+    /// The setup was refused or failed: among other reasons, a file changed since the preview.
     #[error(transparent)]
     Setup(#[from] SetupError),
 }
 
-/// Works out what setting `client` up in `path` would change, for a person to look at. `existing` is
-/// the client token the file will hold if the client has one already; without it the preview shows a
-/// stand-in (masked like any token), and no token is made before the person agrees. Writes nothing.
-pub fn preview(client: Client, path: &Path, base_url: &str, existing: Option<Secret>) -> Result<Preview, SetupError> {
+/// Works out what setting up `target` would change, for a person to look at: `path` is the client's
+/// file (see [`Target::default_path`]). `existing` is the client token the files will hold if the
+/// client has one already; without it the preview shows a stand-in (masked like any token), and no
+/// token is made before the person agrees. Writes nothing.
+pub fn preview(
+    target: impl Into<Target>,
+    path: &Path,
+    base_url: &str,
+    existing: Option<Secret>,
+) -> Result<Preview, SetupError> {
+    let target = target.into();
     let shown = match &existing {
-        Some(token) => plan(client, path, base_url, token)?,
-        None => plan(client, path, base_url, &secrets::generate(crate::tokens::TOKEN_PREFIX))?,
+        Some(token) => plan_target(&target, path, base_url, token)?,
+        None => plan_target(&target, path, base_url, &secrets::generate(crate::tokens::TOKEN_PREFIX))?,
     };
-    Ok(Preview { shown, base_url: base_url.to_owned(), existing })
+    Ok(Preview { target, path: path.to_owned(), shown, base_url: base_url.to_owned(), existing })
 }
 
 impl Preview {
-    /// The change as it is shown: the file, the masked diff and notes, whether it changes anything.
-    pub fn plan(&self) -> &Plan {
+    /// The change to each file, the client's own file first: the file, the masked diff and notes.
+    pub fn plans(&self) -> &[Plan] {
         &self.shown
+    }
+
+    /// Every file's preview, one after the other.
+    pub fn text(&self) -> String {
+        self.shown.iter().map(Plan::preview).collect()
+    }
+
+    /// Whether confirming would change any file (otherwise the setup is made already).
+    pub fn changes_anything(&self) -> bool {
+        self.shown.iter().any(Plan::changes_anything)
     }
 
     /// Whether confirming makes a new client token (the preview shows a stand-in for it).
@@ -53,28 +74,41 @@ impl Preview {
         self.existing.is_none()
     }
 
-    /// Makes the change the person agreed to. `make_token` makes the client token; it is called only
-    /// when the client has none, and only while the file is still as it was previewed. Refused with
-    /// [`SetupError::ChangedSincePreview`] when the file changed since the preview: before the token is
-    /// made, after, and once more as the file is written.
-    pub async fn confirm<F, Fut, E>(self, state_dir: &Path, make_token: F) -> Result<Applied, ConfirmError<E>>
+    /// Makes the change the person agreed to, file by file (the client's first, so a project never
+    /// names a provider that is not there yet); returns what was done to each file that changed.
+    /// `make_token` makes the client token; it is called only when the client has none, and only while
+    /// every file is still as it was previewed. Refused with [`SetupError::ChangedSincePreview`] when a
+    /// file changed since the preview: before the token is made, after, and once more as each file is
+    /// written.
+    pub async fn confirm<F, Fut, E>(self, state_dir: &Path, make_token: F) -> Result<Vec<Applied>, ConfirmError<E>>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Secret, E>>,
     {
-        let Preview { shown, base_url, existing } = self;
-        let plan = match existing {
-            // The preview was made with the real token: it is the plan, and `apply` checks the file.
+        let Preview { target, path, shown, base_url, existing } = self;
+        let plans = match existing {
+            // The preview was made with the real token: it is the plan, and `apply` checks each file.
             Some(_) => shown,
             None => {
-                unchanged(&shown, read_limited(&shown.path)?.as_deref())?;
+                for plan in &shown {
+                    unchanged(plan, read_limited(&plan.path)?.as_deref())?;
+                }
                 let token = make_token().await.map_err(ConfirmError::Token)?;
-                let plan = plan(shown.client, &shown.path, &base_url, &token)?;
-                unchanged(&shown, plan.current())?;
-                plan
+                let plans = plan_target(&target, &path, &base_url, &token)?;
+                for (plan, shown) in plans.iter().zip(&shown) {
+                    unchanged(shown, plan.current())?;
+                }
+                plans
             }
         };
-        Ok(apply(&plan, state_dir)?)
+        for plan in &plans {
+            unchanged(plan, read_limited(&plan.path)?.as_deref())?;
+        }
+        let mut applied = Vec::new();
+        for plan in plans.iter().filter(|p| p.changes_anything()) {
+            applied.push(apply(plan, state_dir)?);
+        }
+        Ok(applied)
     }
 }
 

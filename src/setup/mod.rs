@@ -1,8 +1,12 @@
 //! Pointing Codex CLI and pi at Keymux by editing their own config files, for the tray's "Set up
 //! Codex…" and "Set up pi…" and for `keymux setup`. Both take one path, [`preview`] then
 //! [`Preview::confirm`] (`flow`): the change is shown with a stand-in token, the real token is made
-//! once the user agrees, and nothing is written if the file changed since the preview. Underneath,
-//! three steps, each a call:
+//! once the user agrees, and nothing is written if a file changed since the preview.
+//!
+//! What is set up is a [`Target`] (`target`): the client's own file for the built-in pool `all`, or
+//! for one pool a Codex profile file (`keymux-work.config.toml`, used with `codex -p keymux-work`) or a
+//! pi provider plus one project's `.pi/settings.json` (`pi_project`). Underneath, three steps, each a
+//! call, per file:
 //!
 //! * [`plan`] reads the file and works out the new text and a preview (a small diff with the token
 //!   masked, `mask`). It writes nothing, so the change can be shown before it is made.
@@ -10,7 +14,8 @@
 //!   readable by the user only (it now holds a client token), and records what it did in a state
 //!   directory (`record`).
 //! * [`undo`] puts the backup back byte for byte (or deletes a file Keymux created), unless the file
-//!   was changed since Keymux wrote it. Backups are never deleted.
+//!   was changed since Keymux wrote it. Backups are never deleted. Undo of a pi project leaves the
+//!   pool's provider in `models.json`, where other projects may select it.
 //!
 //! Only the gateway's base URL and a local client token are written, never an OpenAI key. Everything
 //! else in the file stays as it was: Codex's TOML is edited in place (`codex`), pi's JSON keeps every
@@ -26,8 +31,10 @@ mod files;
 mod flow;
 mod mask;
 mod pi;
+mod pi_project;
 mod plan;
 mod record;
+mod target;
 
 pub use apply::{apply, status, undo, Applied, Status, Undone};
 pub use client::{default_state_dir, Client};
@@ -36,6 +43,7 @@ pub use flow::{preview, ConfirmError, Preview};
 pub use mask::mask;
 pub use plan::{plan, Plan};
 pub use record::Restore;
+pub use target::Target;
 
 /// The name of Keymux's provider entry in both clients' files.
 const PROVIDER: &str = "keymux";

@@ -1,18 +1,22 @@
-//! pi's `models.json`: a `providers.keymux` entry with the base URL, the Responses API and the client
-//! token as a literal `apiKey` (pi also reads a variable's name or a `!command` there; a literal needs
-//! nothing exported). Every other provider and key keeps its place (`serde_json` keeps the order of
+//! pi's `models.json`: a `providers.keymux` entry (`keymux-<pool>` for a pool) with the base URL, the
+//! Responses API and the client token as a literal `apiKey` (pi also reads a variable's name or a
+//! `!command` there; a literal needs nothing exported). Every other provider and key keeps its place (`serde_json` keeps the order of
 //! keys); the file is written with 2-space indentation and a final newline.
 
 use serde_json::{json, Map, Value};
 
 use super::plan::{Edited, Refusal};
-use super::PROVIDER;
+use super::target::provider_id;
 
 /// The models a new Keymux provider offers pi, as the README shows them.
-fn default_models() -> Value {
+fn default_models(pool: Option<&str>) -> Value {
+    let name = match pool {
+        None => "gpt-5.5 via Keymux".to_owned(),
+        Some(pool) => format!("gpt-5.5 via Keymux ({pool})"),
+    };
     json!([{
         "id": "gpt-5.5",
-        "name": "gpt-5.5 via Keymux",
+        "name": name,
         "reasoning": true,
         "input": ["text", "image"],
         "contextWindow": 400000,
@@ -22,7 +26,7 @@ fn default_models() -> Value {
 
 /// The file with a Keymux provider in it. Keymux owns the connection (`baseUrl`, `api`, `apiKey`);
 /// models the user listed under it, and any other key, stay.
-pub(super) fn edit(text: &str, base_url: &str, token: &str) -> Result<Edited, Refusal> {
+pub(super) fn edit(text: &str, pool: Option<&str>, base_url: &str, token: &str) -> Result<Edited, Refusal> {
     let mut root: Value = if text.trim().is_empty() {
         Value::Object(Map::new())
     } else {
@@ -35,12 +39,13 @@ pub(super) fn edit(text: &str, base_url: &str, token: &str) -> Result<Edited, Re
         .or_insert_with(|| Value::Object(Map::new()))
         .as_object_mut()
         .ok_or_else(|| Refusal::Shape("\"providers\" must be an object".into()))?;
+    let provider = provider_id(pool);
     let mut notes = Vec::new();
-    let existing = providers.get(PROVIDER);
+    let existing = providers.get(&provider);
     let mut keymux = match existing {
         Some(Value::Object(entry)) => entry.clone(),
         Some(_) => {
-            notes.push("providers.keymux was not an object; it is replaced".to_owned());
+            notes.push(format!("providers.{provider} was not an object; it is replaced"));
             Map::new()
         }
         None => Map::new(),
@@ -49,22 +54,31 @@ pub(super) fn edit(text: &str, base_url: &str, token: &str) -> Result<Edited, Re
     keymux.insert("api".into(), "openai-responses".into());
     keymux.insert("apiKey".into(), token.into());
     if keymux.get("models").and_then(Value::as_array).is_none_or(Vec::is_empty) {
-        keymux.insert("models".into(), default_models());
+        keymux.insert("models".into(), default_models(pool));
     }
     let keymux = Value::Object(keymux);
     if existing == Some(&keymux) {
         // Already set up: the file is left exactly as it is, however it is formatted.
         return Ok(Edited { text: text.to_owned(), notes });
     }
-    providers.insert(PROVIDER.into(), keymux);
+    providers.insert(provider.clone(), keymux);
     let mut text = serde_json::to_string_pretty(&root).map_err(|e| Refusal::Shape(e.to_string()))?;
     text.push('\n');
-    notes.push(
-        "pi uses it when you pick it: `pi --provider keymux --model gpt-5.5`, or /model in pi (or set \
-         \"defaultProvider\": \"keymux\" in settings.json)"
+    notes.push(match pool {
+        None => "pi uses it when you pick it: `pi --provider keymux --model gpt-5.5`, or /model in pi (or set \
+                 \"defaultProvider\": \"keymux\" in settings.json)"
             .into(),
-    );
+        Some(_) => {
+            format!("the project's .pi/settings.json selects {provider}; every other directory keeps its choice")
+        }
+    });
     Ok(Edited { text, notes })
+}
+
+/// The id of the first model `provider` lists in the models file `text`.
+pub(super) fn first_model(text: &str, provider: &str) -> Option<String> {
+    let root: Value = serde_json::from_str(text).ok()?;
+    root["providers"][provider]["models"].as_array()?.iter().find_map(|m| m["id"].as_str()).map(str::to_owned)
 }
 
 #[cfg(test)]
@@ -88,7 +102,7 @@ mod tests {
 
     #[test]
     fn other_providers_and_the_order_of_keys_are_kept() {
-        let edited = edit(SAMPLE, BASE, TOKEN).unwrap();
+        let edited = edit(SAMPLE, None, BASE, TOKEN).unwrap();
         let before: Value = serde_json::from_str(SAMPLE).unwrap();
         let after: Value = serde_json::from_str(&edited.text).unwrap();
         let names: Vec<&String> = after["providers"].as_object().unwrap().keys().collect();
@@ -106,7 +120,7 @@ mod tests {
     /// `models` with id, name, reasoning, input, contextWindow, maxTokens), with the literal token.
     #[test]
     fn the_keymux_provider_has_the_shape_pi_reads() {
-        let after: Value = serde_json::from_str(&edit("", BASE, TOKEN).unwrap().text).unwrap();
+        let after: Value = serde_json::from_str(&edit("", None, BASE, TOKEN).unwrap().text).unwrap();
         let keymux = &after["providers"]["keymux"];
         let keys: Vec<&String> = keymux.as_object().unwrap().keys().collect();
         assert_eq!(keys, ["baseUrl", "api", "apiKey", "models"]);
@@ -122,11 +136,11 @@ mod tests {
 
     #[test]
     fn a_second_edit_changes_nothing_and_a_new_token_changes_only_the_key() {
-        let once = edit(SAMPLE, BASE, TOKEN).unwrap().text;
-        assert_eq!(edit(&once, BASE, TOKEN).unwrap().text, once);
+        let once = edit(SAMPLE, None, BASE, TOKEN).unwrap().text;
+        assert_eq!(edit(&once, None, BASE, TOKEN).unwrap().text, once);
         let compact = serde_json::to_string(&serde_json::from_str::<Value>(&once).unwrap()).unwrap();
-        assert_eq!(edit(&compact, BASE, TOKEN).unwrap().text, compact, "set up already: not even reformatted");
-        let again = edit(&once, BASE, "km-another-token-9f8e7d6c5b4a").unwrap().text;
+        assert_eq!(edit(&compact, None, BASE, TOKEN).unwrap().text, compact, "set up already: not even reformatted");
+        let again = edit(&once, None, BASE, "km-another-token-9f8e7d6c5b4a").unwrap().text;
         let changed: Vec<_> = once.lines().zip(again.lines()).filter(|(a, b)| a != b).collect();
         assert_eq!(changed.len(), 1, "{changed:?}");
         assert!(changed[0].1.contains("\"apiKey\": \"km-another-token-9f8e7d6c5b4a\""));
@@ -136,15 +150,15 @@ mod tests {
     fn models_the_user_listed_under_keymux_stay() {
         let mine = r#"{"providers": {"keymux": {"baseUrl": "http://127.0.0.1:1/v1", "api": "openai-responses",
             "apiKey": "KEYMUX_TOKEN", "models": [{"id": "gpt-5.5-mini"}]}}}"#;
-        let after: Value = serde_json::from_str(&edit(mine, BASE, TOKEN).unwrap().text).unwrap();
+        let after: Value = serde_json::from_str(&edit(mine, None, BASE, TOKEN).unwrap().text).unwrap();
         assert_eq!(after["providers"]["keymux"]["models"], json!([{"id": "gpt-5.5-mini"}]));
         assert_eq!(after["providers"]["keymux"]["apiKey"], TOKEN);
     }
 
     #[test]
     fn files_keymux_cannot_read_are_refused() {
-        assert!(matches!(edit("{\"providers\": {", BASE, TOKEN), Err(Refusal::Syntax(_))));
-        assert!(matches!(edit("[]", BASE, TOKEN), Err(Refusal::Shape(_))));
-        assert!(matches!(edit("{\"providers\": []}", BASE, TOKEN), Err(Refusal::Shape(_))));
+        assert!(matches!(edit("{\"providers\": {", None, BASE, TOKEN), Err(Refusal::Syntax(_))));
+        assert!(matches!(edit("[]", None, BASE, TOKEN), Err(Refusal::Shape(_))));
+        assert!(matches!(edit("{\"providers\": []}", None, BASE, TOKEN), Err(Refusal::Shape(_))));
     }
 }

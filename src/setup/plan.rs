@@ -4,7 +4,8 @@ use std::path::{Path, PathBuf};
 
 use super::files::read_limited;
 use super::mask::Secrets;
-use super::{codex, diff, pi, Client, SetupError};
+use super::target::{provider_id, Edit};
+use super::{codex, diff, pi, pi_project, Client, SetupError, Target};
 use crate::secrets::Secret;
 
 /// What a client module makes of a file: the new text and what the user should know about the change.
@@ -25,6 +26,7 @@ pub(super) enum Refusal {
 /// A change to a client's file, worked out and not yet made.
 pub struct Plan {
     pub(super) client: Client,
+    pub(super) edit: Edit,
     pub(super) path: PathBuf,
     pub(super) current: Option<Vec<u8>>,
     pub(super) text: String,
@@ -83,12 +85,46 @@ impl Plan {
 /// Works out how `client`'s file at `path` points at the gateway at `base_url` with `token`. Reads the
 /// file; writes nothing.
 pub fn plan(client: Client, path: &Path, base_url: &str, token: &Secret) -> Result<Plan, SetupError> {
+    plan_edit(Edit::default_for(client), path, base_url, token)
+}
+
+/// Works out every file `target` writes: `path` is the client's file (see [`Target::default_path`]),
+/// then, for pi with a pool, the project's settings. Reads the files; writes nothing.
+pub(super) fn plan_target(
+    target: &Target,
+    path: &Path,
+    base_url: &str,
+    token: &Secret,
+) -> Result<Vec<Plan>, SetupError> {
+    match target {
+        Target::Default(client) => Ok(vec![plan(*client, path, base_url, token)?]),
+        Target::CodexPool { pool } => {
+            Ok(vec![plan_edit(Edit::Codex { pool: Some(pool.clone()) }, path, base_url, token)?])
+        }
+        Target::PiPool { pool, .. } => {
+            let models = plan_edit(Edit::PiModels { pool: Some(pool.clone()) }, path, base_url, token)?;
+            // The project names a model the provider lists: pi quietly picks another provider's model
+            // for one it does not know.
+            let model = pi::first_model(&models.text, &target.provider()).ok_or_else(|| SetupError::Unexpected {
+                path: path.to_owned(),
+                message: format!("the provider {} lists no model with an id", target.provider()),
+            })?;
+            let settings = target.project_file().unwrap_or_default();
+            let project = plan_edit(Edit::PiProject { pool: pool.clone(), model }, &settings, base_url, token)?;
+            Ok(vec![models, project])
+        }
+    }
+}
+
+/// Works out one file's change.
+fn plan_edit(edit: Edit, path: &Path, base_url: &str, token: &Secret) -> Result<Plan, SetupError> {
     let base_url = base_url.trim_end_matches('/');
     if !(base_url.starts_with("http://") || base_url.starts_with("https://")) || base_url.contains(char::is_whitespace)
     {
         return Err(SetupError::Invalid(format!("the base URL {base_url:?} must be an http:// or https:// URL")));
     }
     check_token(token.expose())?;
+    let client = edit.client();
     let current = read_limited(path)?;
     let old = match &current {
         Some(bytes) => Some(std::str::from_utf8(bytes).map_err(|_| SetupError::Unreadable {
@@ -98,20 +134,19 @@ pub fn plan(client: Client, path: &Path, base_url: &str, token: &Secret) -> Resu
         })?),
         None => None,
     };
-    let edited = match client {
-        Client::Codex => codex::edit(old.unwrap_or(""), base_url, token.expose()),
-        Client::Pi => pi::edit(old.unwrap_or(""), base_url, token.expose()),
-    }
-    .map_err(|refusal| match refusal {
+    let mut edited = edit_text(&edit, old.unwrap_or(""), base_url, token).map_err(|refusal| match refusal {
         Refusal::Syntax(message) => SetupError::Unreadable { path: path.to_owned(), format: client.format(), message },
         Refusal::Shape(message) => SetupError::Unexpected { path: path.to_owned(), message },
     })?;
+    if let Edit::Codex { pool: Some(pool) } = &edit {
+        // `codex -p` fails while config.toml still holds a profile of that name the old way.
+        let config = read_limited(&path.with_file_name("config.toml")).ok().flatten().unwrap_or_default();
+        edited.notes.extend(codex::legacy_profile(&String::from_utf8_lossy(&config), &provider_id(Some(pool))));
+    }
     let secrets = Secrets::of(client, old.unwrap_or(""), &edited.text, token.expose());
     let title = path.display().to_string();
     let (preview, notes) = if old == Some(edited.text.as_str()) {
-        let already =
-            format!("{title} already points {client} at Keymux ({base_url}) with this token: nothing to change\n");
-        (already, Vec::new())
+        (already(&edit, &title, base_url), Vec::new())
     } else {
         let notes: Vec<String> = edited.notes.iter().map(|n| secrets.mask(n)).collect();
         let mut preview = diff::unified(&title, old, &edited.text, &|line: &str| secrets.mask(line));
@@ -120,7 +155,26 @@ pub fn plan(client: Client, path: &Path, base_url: &str, token: &Secret) -> Resu
         }
         (preview, notes)
     };
-    Ok(Plan { client, path: path.to_owned(), current, text: edited.text, preview, notes })
+    Ok(Plan { client, edit, path: path.to_owned(), current, text: edited.text, preview, notes })
+}
+
+fn edit_text(edit: &Edit, old: &str, base_url: &str, token: &Secret) -> Result<Edited, Refusal> {
+    match edit {
+        Edit::Codex { pool } => codex::edit(old, pool.as_deref(), base_url, token.expose()),
+        Edit::PiModels { pool } => pi::edit(old, pool.as_deref(), base_url, token.expose()),
+        Edit::PiProject { pool, model } => pi_project::edit(old, pool, model),
+    }
+}
+
+/// What the preview says when the file is set up already.
+fn already(edit: &Edit, title: &str, base_url: &str) -> String {
+    match edit {
+        Edit::Codex { .. } | Edit::PiModels { .. } => format!(
+            "{title} already points {} at Keymux ({base_url}) with this token: nothing to change\n",
+            edit.client()
+        ),
+        Edit::PiProject { pool, .. } => format!("{title} already selects the pool '{pool}': nothing to change\n"),
+    }
 }
 
 /// Refuses what is not a local client token; above all an OpenAI key, which never goes into a

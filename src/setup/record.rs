@@ -50,12 +50,13 @@ impl Record {
     }
 }
 
-pub(super) fn record_path(state_dir: &Path, client: Client) -> PathBuf {
-    state_dir.join(format!("setup-{}.json", client.id()))
+/// Where the record `name` is kept (`setup-codex.json`, `setup-codex-pool-work.json`, …).
+pub(super) fn record_path(state_dir: &Path, name: &str) -> PathBuf {
+    state_dir.join(format!("setup-{name}.json"))
 }
 
-pub(super) fn read_record(state_dir: &Path, client: Client) -> Result<Option<Record>, SetupError> {
-    let path = record_path(state_dir, client);
+pub(super) fn read_record(state_dir: &Path, name: &str) -> Result<Option<Record>, SetupError> {
+    let path = record_path(state_dir, name);
     let bytes = match std::fs::read(&path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -68,8 +69,8 @@ pub(super) fn read_record(state_dir: &Path, client: Client) -> Result<Option<Rec
     })
 }
 
-pub(super) fn write_record(state_dir: &Path, record: &Record) -> Result<(), SetupError> {
-    let path = record_path(state_dir, record.client);
+pub(super) fn write_record(state_dir: &Path, name: &str, record: &Record) -> Result<(), SetupError> {
+    let path = record_path(state_dir, name);
     let bytes = serde_json::to_vec_pretty(record)
         .map_err(|e| SetupError::Io { path: path.clone(), source: std::io::Error::other(e) })?;
     write_atomically_with_mode(&path, &bytes, Some(PRIVATE)).map_err(io(&path))

@@ -109,8 +109,8 @@ fn undo_restores_the_file_byte_for_byte_with_its_permissions_and_keeps_the_backu
     #[cfg(unix)]
     set_mode(&path, 0o640);
     let applied = apply(&plan(Client::Codex, &path, BASE, &token()).unwrap(), &place.state()).unwrap();
-    let Restore::Backup(backup) = &applied.restore else { panic!("a backup: {applied:?}") };
-    assert!(applied.backed_up);
+    let Some(Restore::Backup(backup)) = &applied.restore else { panic!("a backup: {applied:?}") };
+    assert_eq!(applied.backup.as_ref(), Some(backup), "made now");
     assert!(backup.file_name().unwrap().to_string_lossy().starts_with("config.toml.keymux-backup-"), "{backup:?}");
     assert_eq!(std::fs::read(backup).unwrap(), original.as_bytes());
     #[cfg(unix)]
@@ -118,7 +118,7 @@ fn undo_restores_the_file_byte_for_byte_with_its_permissions_and_keeps_the_backu
         assert_eq!(mode(backup), 0o640, "the backup has the file's permissions");
         assert_eq!(mode(&path), 0o600, "the file holds a token now");
     }
-    let record = std::fs::read_to_string(record_path(&place.state(), Client::Codex)).unwrap();
+    let record = std::fs::read_to_string(record_path(&place.state(), "codex")).unwrap();
     assert!(!record.contains(&TOKEN[3..]), "the record holds nothing secret: {record}");
     assert!(status(Client::Codex, &place.state()).unwrap().is_some_and(|s| !s.edited_since));
 
@@ -126,7 +126,7 @@ fn undo_restores_the_file_byte_for_byte_with_its_permissions_and_keeps_the_backu
     assert_eq!(std::fs::read(&path).unwrap(), original.as_bytes(), "byte for byte");
     #[cfg(unix)]
     assert_eq!(mode(&path), 0o640);
-    assert_eq!(undone.restored, applied.restore);
+    assert_eq!(Some(undone.restored), applied.restore);
     assert!(backup.exists(), "the backup is never deleted");
     assert!(status(Client::Codex, &place.state()).unwrap().is_none());
     assert!(matches!(undo(Client::Codex, &place.state(), false), Err(SetupError::NothingToUndo { .. })));
@@ -139,7 +139,7 @@ fn a_file_keymux_created_is_deleted_by_undo() {
     let plan = plan(Client::Pi, &path, BASE, &token()).unwrap();
     assert!(plan.preview().starts_with("--- /dev/null\n"), "{}", plan.preview());
     let applied = apply(&plan, &place.state()).unwrap();
-    assert_eq!(applied.restore, Restore::Delete);
+    assert_eq!(applied.restore, Some(Restore::Delete));
     assert!(path.exists());
     undo(Client::Pi, &place.state(), false).unwrap();
     assert!(!path.exists());
@@ -194,12 +194,12 @@ async fn a_confirmed_preview_writes_the_token_made_after_the_stand_in_was_shown(
     let place = Place::new();
     let path = place.write("config.toml", CODEX);
     let shown = preview(Client::Codex, &path, BASE, None).unwrap();
-    assert!(shown.makes_token() && shown.plan().preview().contains("+experimental_bearer_token = \"km-…"));
-    assert!(!shown.plan().text().contains(TOKEN), "the preview holds a stand-in");
+    assert!(shown.makes_token() && shown.text().contains("+experimental_bearer_token = \"km-…"));
+    assert!(!shown.plans()[0].text().contains(TOKEN), "the preview holds a stand-in");
     let calls = std::cell::Cell::new(0);
     let applied = shown.confirm(&place.state(), maker(&calls, None)).await.unwrap();
     assert_eq!(calls.get(), 1);
-    assert!(std::fs::read_to_string(&applied.path).unwrap().contains(TOKEN), "the real token is written");
+    assert!(std::fs::read_to_string(&applied[0].path).unwrap().contains(TOKEN), "the real token is written");
 }
 
 #[tokio::test]
@@ -231,7 +231,7 @@ fn setting_up_again_with_a_new_token_still_undoes_to_the_file_from_before_keymux
     let first = apply(&plan(Client::Codex, &path, BASE, &token()).unwrap(), &place.state()).unwrap();
     let new_token = Secret::new("km-the-next-token-8a7b6c5d4e3f");
     let second = apply(&plan(Client::Codex, &path, BASE, &new_token).unwrap(), &place.state()).unwrap();
-    assert!(!second.backed_up, "Keymux's own text needs no backup");
+    assert!(second.backup.is_none(), "Keymux's own text needs no backup");
     assert_eq!(second.restore, first.restore);
     assert!(std::fs::read_to_string(&path).unwrap().contains("km-the-next-token"));
     undo(Client::Codex, &place.state(), false).unwrap();
@@ -332,4 +332,135 @@ fn masks_keep_only_a_prefix_and_four_characters() {
     assert_eq!(mask("sk-proj-abcdefghijklmnop"), "sk-…mnop");
     assert_eq!(mask("abcdefghijklmnopqrst"), "…qrst");
     assert_eq!(mask("short-secret"), "…");
+}
+
+/// Previews and confirms `target` with the client's file at `path`, the token made on confirming.
+async fn set_up(target: &Target, path: &Path, state: &Path) -> Vec<Applied> {
+    let shown = preview(target.clone(), path, BASE, None).unwrap();
+    let calls = std::cell::Cell::new(0);
+    shown.confirm(state, maker(&calls, None)).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_codex_pool_gets_a_profile_file_of_its_own_and_config_toml_stays() {
+    let place = Place::new();
+    let config = place.write("config.toml", CODEX);
+    let target = Target::new(Client::Codex, "work", None).unwrap();
+    let profile = config.with_file_name("keymux-work.config.toml");
+    let applied = set_up(&target, &profile, &place.state()).await;
+    assert_eq!(applied.len(), 1);
+    assert_eq!(applied[0].restore, Some(Restore::Delete));
+    assert_eq!(
+        std::fs::read_to_string(&profile).unwrap(),
+        format!(
+            "model_provider = \"keymux-work\"\n\n[model_providers.keymux-work]\nname = \"Keymux (pool work)\"\n\
+             base_url = \"{BASE}\"\nwire_api = \"responses\"\nexperimental_bearer_token = \"{TOKEN}\"\n"
+        )
+    );
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), CODEX, "config.toml is not touched");
+    #[cfg(unix)]
+    assert_eq!(mode(&profile), 0o600, "it holds a token");
+    assert!(status(Client::Codex, &place.state()).unwrap().is_none(), "the default setup is another record");
+    undo(target, &place.state(), false).unwrap();
+    assert!(!profile.exists(), "Undo deletes exactly the profile file");
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), CODEX);
+}
+
+#[test]
+fn a_legacy_profile_of_that_name_in_config_toml_is_pointed_out() {
+    let place = Place::new();
+    let config = place.write("config.toml", &format!("{CODEX}\n[profiles.keymux-work]\nmodel = \"gpt-5.5\"\n"));
+    let target = Target::new(Client::Codex, "work", None).unwrap();
+    let shown = preview(target, &config.with_file_name("keymux-work.config.toml"), BASE, Some(token())).unwrap();
+    assert!(shown.text().contains("note: config.toml still has a legacy"), "{}", shown.text());
+    let other = Target::new(Client::Codex, "personal", None).unwrap();
+    let clean = preview(other, &config.with_file_name("keymux-personal.config.toml"), BASE, Some(token())).unwrap();
+    assert!(!clean.text().contains("legacy"), "{}", clean.text());
+}
+
+/// A pi agent directory with the default setup's provider, and a project with settings of its own.
+fn pi_place(place: &Place) -> (PathBuf, PathBuf) {
+    let models = place.file("models.json");
+    apply(&plan(Client::Pi, &models, BASE, &token()).unwrap(), &place.state()).unwrap();
+    let project = place.dir.path().join("acme");
+    std::fs::create_dir_all(project.join(".pi")).unwrap();
+    std::fs::write(project.join(".pi/settings.json"), "{\"theme\": \"light\"}\n").unwrap();
+    (models, project)
+}
+
+#[tokio::test]
+async fn a_pi_pool_adds_its_provider_and_the_project_selects_it_and_undo_takes_only_the_project_back() {
+    let place = Place::new();
+    let (models, project) = pi_place(&place);
+    let target = Target::new(Client::Pi, "work", Some(&project)).unwrap();
+    let applied = set_up(&target, &models, &place.state()).await;
+    assert_eq!(applied.len(), 2, "{applied:?}");
+    assert_eq!(applied[0].restore, None, "the provider stays when a project is undone");
+    assert!(applied[0].backup.is_some(), "but models.json was backed up first");
+    let written: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&models).unwrap()).unwrap();
+    let names: Vec<&String> = written["providers"].as_object().unwrap().keys().collect();
+    assert_eq!(names, ["keymux", "keymux-work"]);
+    assert_eq!(written["providers"]["keymux-work"]["apiKey"], TOKEN);
+    assert_eq!(written["providers"]["keymux-work"]["models"][0]["name"], "gpt-5.5 via Keymux (work)");
+    let settings = project.join(".pi/settings.json");
+    let chosen: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&settings).unwrap()).unwrap();
+    assert_eq!(
+        chosen,
+        serde_json::json!({"theme": "light", "defaultProvider": "keymux-work", "defaultModel": "gpt-5.5"})
+    );
+    #[cfg(unix)]
+    assert_ne!(mode(&settings), 0o600, "no secret in the project: its permissions are its own");
+
+    let undone = undo(target.clone(), &place.state(), false).unwrap();
+    assert_eq!(undone.path, std::fs::canonicalize(&settings).unwrap());
+    assert_eq!(std::fs::read_to_string(&settings).unwrap(), "{\"theme\": \"light\"}\n", "byte for byte");
+    assert!(std::fs::read_to_string(&models).unwrap().contains("keymux-work"), "the provider stays");
+    assert!(matches!(undo(target, &place.state(), false), Err(SetupError::NothingToUndo { .. })));
+}
+
+#[tokio::test]
+async fn a_project_names_a_model_its_provider_lists() {
+    let place = Place::new();
+    let models = place.write(
+        "models.json",
+        r#"{"providers": {"keymux-work": {"baseUrl": "http://x/v1", "models": [{"id": "gpt-5.5-mini"}]}}}"#,
+    );
+    let project = place.dir.path().join("acme");
+    std::fs::create_dir_all(&project).unwrap();
+    let target = Target::new(Client::Pi, "work", Some(&project)).unwrap();
+    set_up(&target, &models, &place.state()).await;
+    let chosen = std::fs::read_to_string(project.join(".pi/settings.json")).unwrap();
+    assert!(chosen.contains("\"defaultModel\": \"gpt-5.5-mini\""), "{chosen}");
+    undo(target, &place.state(), false).unwrap();
+    assert!(!project.join(".pi").exists(), "the .pi directory Keymux made for the file goes with it");
+    assert!(project.exists());
+}
+
+#[tokio::test]
+async fn a_project_file_changed_since_the_preview_stops_the_whole_setup() {
+    let place = Place::new();
+    let (models, project) = pi_place(&place);
+    let before = std::fs::read_to_string(&models).unwrap();
+    let target = Target::new(Client::Pi, "work", Some(&project)).unwrap();
+    let shown = preview(target, &models, BASE, None).unwrap();
+    let settings = project.join(".pi/settings.json");
+    let calls = std::cell::Cell::new(0);
+    let refused = shown.confirm(&place.state(), maker(&calls, Some((&settings, "{\"theme\": \"dark\"}\n")))).await;
+    assert!(matches!(refused, Err(ConfirmError::Setup(SetupError::ChangedSincePreview { .. }))), "{refused:?}");
+    assert_eq!(std::fs::read_to_string(&models).unwrap(), before, "models.json is not written either");
+    assert_eq!(std::fs::read_to_string(&settings).unwrap(), "{\"theme\": \"dark\"}\n");
+}
+
+#[test]
+fn a_pool_target_that_cannot_be_set_up_says_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let refused = |client, pool, project: Option<&Path>| Target::new(client, pool, project).unwrap_err().to_string();
+    assert!(refused(Client::Codex, "work", Some(dir.path())).contains("codex -p keymux-work"));
+    assert!(refused(Client::Pi, "work", None).contains("directory"));
+    assert!(refused(Client::Pi, "work", Some(&dir.path().join("nope"))).contains("does not exist"));
+    assert!(refused(Client::Pi, "all", Some(dir.path())).contains("--pool"));
+    assert!(refused(Client::Codex, "../etc", None).contains("pool name"));
+    assert_eq!(Target::new(Client::Codex, "ALL", None).unwrap(), Target::Default(Client::Codex));
+    let work = Target::new(Client::Codex, "work", None).unwrap();
+    assert_eq!((work.provider(), work.token_name()), ("keymux-work".to_owned(), "codex-work".to_owned()));
 }

@@ -730,12 +730,22 @@ pub fn collect_events(response: reqwest::Response) -> std::sync::Arc<std::sync::
 
 /// The real Codex CLI the tests run (`tests/clients`, installed by `scripts/test`).
 pub fn codex_bin() -> PathBuf {
-    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/node_modules/.bin/codex");
+    real_client("codex", "Codex")
+}
+
+/// The real pi coding agent the tests run (`tests/clients`, installed by `scripts/test`).
+pub fn pi_bin() -> PathBuf {
+    real_client("pi", "pi")
+}
+
+/// The binary `bin` of a client pinned in `tests/clients`, or a failure that says how to install it.
+fn real_client(bin: &str, name: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/node_modules/.bin").join(bin);
     assert!(
-        bin.exists(),
-        "real Codex is not installed for the tests: run `npm ci --prefix tests/clients` (scripts/test does)"
+        path.exists(),
+        "real {name} is not installed for the tests: run `npm ci --prefix tests/clients` (scripts/test does)"
     );
-    bin
+    path
 }
 
 /// Runs `codex exec` once with `CODEX_HOME` holding `config` and the client token in `KEYMUX_TOKEN`:
