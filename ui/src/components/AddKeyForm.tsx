@@ -1,6 +1,7 @@
 import { useRef, useState } from "preact/hooks";
 import { messageOf, post } from "../api/client";
 import type { KeyInfo, NewKey, Provider } from "../api/types";
+import { probeVerdict } from "../lib/keys";
 import { PROVIDER } from "../lib/words";
 import { refreshStatus } from "../state/store";
 import { Notice } from "./Notice";
@@ -40,9 +41,7 @@ export function AddKeyForm({ onDone }: { onDone?: () => void }) {
     setResult(null);
     try {
       const added = await post<KeyInfo | null>("keys", body);
-      const where = added?.org ? ` Organization ${added.org}.` : "";
-      const health = added && added.health !== "ready" ? ` It is ${added.health.replace("_", " ")}.` : "";
-      setResult({ ok: true, text: `Key “${body.label}” added and probed.${where}${health}` });
+      setResult(probeVerdict(body.label, added));
       setLabel("");
       setBaseUrl("");
       setOrg("");
