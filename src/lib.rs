@@ -38,7 +38,7 @@
 //!
 //! Changing it:
 //! * [`control`]: keys, tokens, pools and routing changed at runtime (and offline, by the CLI);
-//!   `control::pools` for pools.
+//!   `control::pools` for pools, `control::live` for hand edits of the config file while it runs.
 //! * [`pools`]: the user's boundaries: named sets of keys that each client token is bound to, checked
 //!   and resolved to key ids; what one request may reach (`Reach`), and the `pool_mismatch` check.
 //! * [`settings`]: where those changes are kept: the secret store, the config file, the config now.
@@ -56,7 +56,8 @@
 //!   `Health` with its deadlines, `HealthState` as shown, the pure transitions), the router's snapshot
 //!   (`pool::view`) and the status people see (`pool::status`, which the API's `KeyInfo` embeds).
 //! * [`quota`]: rate-limit windows from `x-ratelimit-*` headers, counted down between answers.
-//! * [`affinity`]: bounded in-memory session tables (soft affinity and WebSocket session hints).
+//! * [`affinity`]: bounded in-memory session tables (soft affinity, WebSocket session hints, and the
+//!   organizations each rescued session was moved off).
 //! * [`sessions`]: the recent sessions the dashboard shows (bounded, in memory).
 //! * [`recency`]: the least-recently-used bookkeeping every bounded table shares.
 //! * [`events`]: records of finished requests and every other event, in bounded rings and one lossy live
