@@ -526,14 +526,18 @@ async fn show_token(loaded: &Loaded, name: &str) -> Result<(), StartError> {
     }
 }
 
+/// A token's id from its name or id, as the config lists it (else what was given).
+pub(super) fn token_id(config: &Config, name: &str) -> String {
+    config
+        .tokens
+        .iter()
+        .find(|t| t.id == name || t.name.eq_ignore_ascii_case(name))
+        .map_or(name.to_owned(), |t| t.id.clone())
+}
+
 async fn revoke_token(loaded: &Loaded, name: &str) -> Result<(), StartError> {
     if let Some(remote) = remote(loaded).await? {
-        let id = loaded
-            .config
-            .tokens
-            .iter()
-            .find(|t| t.id == name || t.name.eq_ignore_ascii_case(name))
-            .map_or(name.to_owned(), |t| t.id.clone());
+        let id = token_id(&loaded.config, name);
         remote.call(Method::DELETE, &format!("/tokens/{id}"), None).await.map_err(usage)?;
         out(&format!("revoked token '{name}'; the running gateway refuses it from now on"));
         return Ok(());

@@ -147,12 +147,7 @@ fn strip_nulls(mut body: serde_json::Value) -> serde_json::Value {
 /// `keymux token set NAME --pool POOL`.
 pub(super) async fn move_token(loaded: &Loaded, name: &str, pool: &str) -> Result<(), StartError> {
     if let Some(remote) = remote(loaded).await? {
-        let id = loaded
-            .config
-            .tokens
-            .iter()
-            .find(|t| t.id == name || t.name.eq_ignore_ascii_case(name))
-            .map_or(name.to_owned(), |t| t.id.clone());
+        let id = super::manage::token_id(&loaded.config, name);
         let body = json!({ "pool": pool });
         let moved: Option<TokenInfo> =
             remote.send(Method::PATCH, &format!("/tokens/{id}"), Some(body)).await.map_err(usage)?;
