@@ -1,11 +1,15 @@
-//! Where a gateway keeps what changes at runtime: the secret store, the config file (if any), and the
-//! config as it is now. `control` changes them; the gateway and the CLI hold them.
+//! Where a gateway keeps what changes at runtime: the secret store, the config file (if any), the
+//! config as it is now, and the price table it makes. `control` changes them; the gateway and the CLI
+//! hold them.
 
 use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 
 use crate::config::{Config, ConfigError};
 use crate::config_file::ConfigFile;
 use crate::secrets::SecretStore;
+use crate::spend::PriceTable;
 
 /// Where a gateway keeps what changes at runtime: the secret store, the config file (if any), and the
 /// config as it is now.
@@ -13,12 +17,22 @@ pub struct Settings {
     store: Arc<dyn SecretStore>,
     file: Option<ConfigFile>,
     config: std::sync::Mutex<Config>,
+    /// The embedded prices with the config's `[prices]` over them: made again whenever the config is
+    /// (each edit re-reads the whole file, so a `[prices]` entry written by hand takes effect then),
+    /// and read without a lock by every finished request.
+    prices: ArcSwap<PriceTable>,
 }
 
 impl Settings {
     /// Settings kept in `store` and `file` (none: changes live in memory only), starting from `config`.
     pub fn new(store: Arc<dyn SecretStore>, file: Option<ConfigFile>, config: Config) -> Self {
-        Self { store, file, config: std::sync::Mutex::new(config) }
+        let prices = ArcSwap::from_pointee(prices_of(&config));
+        Self { store, file, config: std::sync::Mutex::new(config), prices }
+    }
+
+    /// The price table now.
+    pub fn prices(&self) -> Arc<PriceTable> {
+        self.prices.load_full()
     }
 
     /// The secret store.
@@ -66,6 +80,16 @@ impl Settings {
             Some(file) => *config = file.edit(change)?,
             None => in_memory(&mut config),
         }
+        self.prices.store(Arc::new(prices_of(&config)));
         Ok(())
     }
+}
+
+/// The config's price table. A config read from a file, or handed to `startup`, was checked already,
+/// so the embedded table alone is only a fallback for one built in code with a bad price.
+fn prices_of(config: &Config) -> PriceTable {
+    config.price_table().unwrap_or_else(|e| {
+        tracing::warn!("{e}; the embedded prices are used instead");
+        PriceTable::builtin().clone()
+    })
 }

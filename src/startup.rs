@@ -121,6 +121,7 @@ pub fn load_config(options: &StartOptions) -> Result<(Config, Option<PathBuf>), 
     }
     // Also for a config handed over as a value (the tray, tests), which no file parse checked.
     config.check_urls().map_err(StartError::Usage)?;
+    config.price_table().map_err(|e| StartError::Usage(e.to_string()))?;
     Ok((config, path))
 }
 

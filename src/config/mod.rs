@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::keys::{validate_label, KeyEntry, KeyId, KeySource, Provider};
 use crate::pools::PoolConfig;
 use crate::secrets::Secret;
+use crate::spend::{PriceError, PriceOverrides, PriceTable};
 
 mod env;
 mod locate;
@@ -200,6 +201,10 @@ pub struct Config {
     pub pools: Vec<PoolConfig>,
     /// Local client tokens.
     pub tokens: Vec<TokenConfig>,
+    /// The user's prices (`[prices."model"]`, US dollars per 1M tokens, or `alias = "model"`), laid
+    /// over the price table Keymux embeds.
+    #[serde(skip_serializing_if = "PriceOverrides::is_empty")]
+    pub prices: PriceOverrides,
 }
 
 impl Default for Config {
@@ -218,6 +223,7 @@ impl Default for Config {
             keys: Vec::new(),
             pools: Vec::new(),
             tokens: Vec::new(),
+            prices: PriceOverrides::default(),
         }
     }
 }
@@ -246,12 +252,23 @@ impl Config {
             at: e.span().map(|span| locate::line_col(text, span.start)),
         })?;
         config.validate(path)?;
+        config.price_table().map_err(|e| ConfigError::Invalid {
+            path: path.to_owned(),
+            at: e.line_col(text),
+            message: e.to_string(),
+        })?;
         config.check_pools().map_err(|problem| ConfigError::Invalid {
             path: path.to_owned(),
             at: locate::place(text, &problem.place),
             message: problem.message,
         })?;
         Ok(config)
+    }
+
+    /// The embedded price table with this config's `[prices]` over it (the API and the gateway's cost
+    /// of every request use it); an error names the model, the field and the fix.
+    pub fn price_table(&self) -> Result<PriceTable, PriceError> {
+        PriceTable::builtin().with_overrides(&self.prices)
     }
 
     /// Checks the pools against the keys and the tokens' pools (the API gives the same words).
@@ -435,6 +452,30 @@ mod tests {
         assert_eq!((config.pools[0].name.as_str(), config.tokens[0].pool.as_str()), ("work", "work"));
         let config = Config::parse("[[tokens]]\nid = \"t\"\nname = \"n\"\n", Path::new("c.toml")).expect("valid");
         assert_eq!(config.tokens[0].pool, "all", "a token without a pool reaches every key, as before");
+    }
+
+    #[test]
+    fn price_mistakes_name_the_file_the_line_and_the_fix() {
+        let cases = [
+            ("[prices.\"gpt-5.5\"]\ninput = -1.0\noutput = 30.0\n", "line 3, column 9", "is negative"),
+            ("\n[prices.\"gpt-5.5\"]\ninput = \"five\"\noutput = 30.0\n", "line 4, column 9", "without quotes"),
+            ("[prices.\"my-azure\"]\nalias = \"gpt-9-nope\"\n", "line 3, column 9", "has no price"),
+            (
+                "[prices.\"gpt-5.5\"]\nalias = \"gpt-5.4\"\n[prices.\"GPT-5.5 \"]\nalias = \"gpt-5.4\"\n",
+                "line 4, column 1",
+                "prices.\"GPT-5.5 \" is priced twice",
+            ),
+        ];
+        for (prices, at, words) in cases {
+            let text = format!("listen = \"127.0.0.1:1\"\n{prices}");
+            let err = Config::parse(&text, Path::new("/x/c.toml")).expect_err(prices).to_string();
+            assert!(err.contains("/x/c.toml") && err.contains(at) && err.contains(words), "{err}");
+        }
+        let fine = "[prices.\"my-azure\"]\nalias = \"gpt-5.5\"\n[prices.\"gpt-5.5\"]\ninput = 1\noutput = 2.5\n";
+        let config = Config::parse(fine, Path::new("c.toml")).expect("valid prices");
+        let table = config.price_table().expect("valid prices");
+        assert_eq!(table.resolve("my-azure").map(|r| r.name), Some("gpt-5.5"));
+        assert_eq!(table.resolve("gpt-5.5").map(|r| r.price.standard.output), Some(2_500_000));
     }
 
     #[test]

@@ -80,10 +80,12 @@ fn body_of(value: &Value) -> RawBody {
 impl<'de> Deserialize<'de> for PriceOverrides {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let map = BTreeMap::<String, Spanned<RawBody>>::deserialize(deserializer)?;
-        let entries = map
+        let mut entries: Vec<RawEntry> = map
             .into_iter()
             .map(|(name, body)| RawEntry { name, span: Some(body.span()), body: body.into_inner() })
             .collect();
+        // In the order written, so that of two entries for one model the later one is the one named.
+        entries.sort_by_key(|e| e.span.as_ref().map(|s| s.start));
         Ok(Self { entries })
     }
 }
@@ -204,7 +206,9 @@ pub(super) fn entries(raw: &PriceOverrides, embedded: bool) -> Result<Vec<Parsed
             RawBody::NotATable(found) => return Err(fail(Problem::NotATable { found })),
         };
         let entry = fields.entry(embedded, item.span.as_ref())?;
-        out.push(ParsedEntry { name, entry, written: item.name.clone(), span: item.span.clone() });
+        // An alias's problem (its target) is pointed at where the alias is written.
+        let span = fields.get("alias").and_then(|f| f.span.clone()).or_else(|| item.span.clone());
+        out.push(ParsedEntry { name, entry, written: item.name.clone(), span });
     }
     Ok(out)
 }

@@ -299,7 +299,7 @@ fn alias_mistakes_name_the_alias_and_the_fix() {
     let to_unknown = Problem::AliasToUnknown { target: "gpt-9".into() };
     let err = PriceTable::builtin().with_overrides(&overrides(unknown)).expect_err("gpt-9 has no price");
     assert_eq!((err.model(), err.field(), err.problem()), ("azure", Some("alias"), &to_unknown));
-    assert_eq!(err.line_col(unknown).map(|(l, _)| l), Some(1));
+    assert_eq!(err.line_col(unknown), Some((2, 9)), "at the alias's target, not the table's header");
     assert!(err.to_string().contains("give this entry its own input and output"), "{err}");
     let both = "[prices.azure]\nalias = \"gpt-5.5\"\ninput = 5.0\n";
     assert_error(both, "azure", Some("input"), &Problem::AliasWithPrices, 3);
