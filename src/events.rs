@@ -12,6 +12,7 @@ use crate::facts::{ClientKind, Operation};
 use crate::keys::KeyId;
 use crate::relay::Usage;
 use crate::router::Decision;
+use crate::spend::{Cost, PriceTable, Unpriced, Usd};
 
 /// How many finished requests are remembered (about 1 KiB each).
 pub const RECENT_CAPACITY: usize = 1_000;
@@ -99,6 +100,13 @@ pub struct RequestRecord {
     pub duration_ms: u32,
     /// The tokens the answer reported, when it reached a successful end.
     pub usage: Option<Usage>,
+    /// What the answer cost, in US dollars, from its usage, its model and the service tier it was
+    /// billed in (`None`: no usage was reported, or no price applies; then `unpriced` says why).
+    #[ts(type = "number | null")]
+    pub cost_usd: Option<Usd>,
+    /// The answer reported usage, but the price table has no price for its model (or its service
+    /// tier): what it cost is unknown, never $0.
+    pub unpriced: Option<Unpriced>,
 }
 
 impl RequestRecord {
@@ -126,6 +134,18 @@ impl RequestRecord {
             ttfb_ms: 0,
             duration_ms: 0,
             usage: None,
+            cost_usd: None,
+            unpriced: None,
+        }
+    }
+
+    /// Prices the answer's usage (once, when the request finished): its cost, or why it has none.
+    pub fn price(&mut self, prices: &PriceTable) {
+        let Some(usage) = self.usage else { return };
+        // A request that named no model has no price (`""` is in no table).
+        match prices.cost(self.routed.model.as_deref().unwrap_or_default(), &usage.priced(), usage.tier) {
+            Cost::Priced(usd) => self.cost_usd = Some(usd),
+            Cost::Unpriced(why) => self.unpriced = Some(why),
         }
     }
 }

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::keys::KeyId;
 use crate::markers::{Markers, OrgTag, RawTag};
+use crate::spend::ServiceTier;
 
 /// Largest single SSE event (or JSON body) Keymux will rewrite. A `response.completed` carries the whole
 /// output, so this is generous; past it the stream is failed rather than relayed untagged.
@@ -56,7 +57,7 @@ impl Tagger {
     }
 }
 
-/// Token counts a successful answer reported.
+/// Token counts a successful answer reported, and what they were billed in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, ts_rs::TS)]
 pub struct Usage {
     /// Prompt tokens (`input_tokens`, or `prompt_tokens` on Chat Completions).
@@ -65,28 +66,57 @@ pub struct Usage {
     pub cached: u64,
     /// Output tokens.
     pub output: u64,
+    /// Of the input, tokens written to the prompt cache (`cache_write_tokens`, on the models that
+    /// bill them apart; 0 elsewhere). Only the price reads it.
+    #[serde(skip)]
+    pub cache_write: u64,
+    /// The `service_tier` the answer says it was processed in. Only the price reads it.
+    #[serde(skip)]
+    pub tier: ServiceTier,
 }
 
 impl Usage {
-    /// Reads a `usage` object of either API.
+    /// Reads a `usage` object of either API (billed in the standard tier until [`Usage::billed_in`]).
     pub fn from_json(usage: &Value) -> Option<Self> {
-        let input = usage.get("input_tokens").or_else(|| usage.get("prompt_tokens"))?.as_u64()?;
-        let details = usage.get("input_tokens_details").or_else(|| usage.get("prompt_tokens_details"));
-        let cached = details.and_then(|d| d.get("cached_tokens")).and_then(Value::as_u64).unwrap_or(0);
-        let output =
-            usage.get("output_tokens").or_else(|| usage.get("completion_tokens")).and_then(Value::as_u64).unwrap_or(0);
-        Some(Self { input, cached, output })
+        let read = crate::spend::Usage::from_json(usage)?;
+        Some(Self {
+            input: read.input_tokens,
+            cached: read.cached_input_tokens,
+            output: read.output_tokens,
+            cache_write: read.cache_write_tokens,
+            tier: ServiceTier::Standard,
+        })
+    }
+
+    /// The same counts, billed in the answer's `service_tier`.
+    #[must_use]
+    pub fn billed_in(self, service_tier: Option<&str>) -> Self {
+        Self { tier: ServiceTier::from_response(service_tier), ..self }
+    }
+
+    /// The counts as the price table reads them.
+    pub fn priced(&self) -> crate::spend::Usage {
+        crate::spend::Usage {
+            input_tokens: self.input,
+            cached_input_tokens: self.cached,
+            cache_write_tokens: self.cache_write,
+            output_tokens: self.output,
+        }
     }
 
     /// The usage of a complete JSON answer (a Responses object or a chat completion). Only the
-    /// top-level `usage` is built; everything else is skipped over without building a tree.
+    /// top-level `usage` and `service_tier` are built; everything else is skipped over without
+    /// building a tree.
     pub fn from_body(body: &[u8]) -> Option<Self> {
         #[derive(serde::Deserialize)]
         struct Top {
             #[serde(default)]
             usage: Option<Value>,
+            #[serde(default)]
+            service_tier: Option<String>,
         }
-        Self::from_json(&serde_json::from_slice::<Top>(body).ok()?.usage?)
+        let top = serde_json::from_slice::<Top>(body).ok()?;
+        Some(Self::from_json(&top.usage?)?.billed_in(top.service_tier.as_deref()))
     }
 }
 
@@ -289,12 +319,16 @@ pub struct EndEvent {
     response: Option<UsageHolder>,
     #[serde(default)]
     usage: Option<Value>,
+    #[serde(default)]
+    service_tier: Option<String>,
 }
 
 #[derive(serde::Deserialize)]
 struct UsageHolder {
     #[serde(default)]
     usage: Option<Value>,
+    #[serde(default)]
+    service_tier: Option<String>,
 }
 
 impl EndEvent {
@@ -308,14 +342,15 @@ impl EndEvent {
         self.kind.as_deref()
     }
 
-    /// The usage of a `response.*` event's response.
+    /// The usage of a `response.*` event's response, in its service tier.
     pub fn response_usage(&self) -> Option<Usage> {
-        self.response.as_ref().and_then(|r| r.usage.as_ref()).and_then(Usage::from_json)
+        let response = self.response.as_ref()?;
+        Some(Usage::from_json(response.usage.as_ref()?)?.billed_in(response.service_tier.as_deref()))
     }
 
-    /// A top-level `usage` (a Chat Completions chunk).
+    /// A top-level `usage` (a Chat Completions chunk), in the chunk's service tier.
     pub fn usage(&self) -> Option<Usage> {
-        self.usage.as_ref().and_then(Usage::from_json)
+        Some(Usage::from_json(self.usage.as_ref()?)?.billed_in(self.service_tier.as_deref()))
     }
 }
 
@@ -375,9 +410,29 @@ mod tests {
             br#"{"id":"resp_1","output":[{"type":"message","content":[{"text":"\"usage\": {\"input_tokens\": 9}"}]}],
             "usage":{"input_tokens":120,"input_tokens_details":{"cached_tokens":64},"output_tokens":7},
             "metadata":{"usage":"not this one"}}"#;
-        assert_eq!(Usage::from_body(body), Some(Usage { input: 120, cached: 64, output: 7 }));
+        assert_eq!(Usage::from_body(body), Some(Usage { input: 120, cached: 64, output: 7, ..Usage::default() }));
         assert_eq!(Usage::from_body(br#"{"id":"resp_1","usage":null}"#), None);
         assert_eq!(Usage::from_body(b"not json"), None);
+    }
+
+    #[test]
+    fn the_service_tier_an_answer_was_billed_in_comes_with_its_usage() {
+        let usage = json!({"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 4},
+            "output_tokens": 3});
+        let whole = json!({"object": "response", "service_tier": "priority", "usage": usage});
+        let read = Usage::from_body(&serde_json::to_vec(&whole).expect("json")).expect("usage");
+        assert_eq!((read.tier, read.cache_write), (ServiceTier::Priority, 4));
+        let completed = json!({"type": "response.completed", "response": {"service_tier": "flex", "usage": usage}});
+        let mut sse = SseRewriter::new(tagger());
+        sse.push(event("response.completed", &completed).as_bytes()).expect("relayed");
+        assert_eq!(sse.end().usage.map(|u| u.tier), Some(ServiceTier::Flex));
+        let chunk = json!({"object": "chat.completion.chunk", "service_tier": "default", "choices": [],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 1}});
+        let mut chat = SseRewriter::new(tagger());
+        chat.push(format!("data: {chunk}\n\n").as_bytes()).expect("relayed");
+        assert_eq!(chat.end().usage.map(|u| (u.tier, u.input)), Some((ServiceTier::Standard, 5)));
+        let bare = EndEvent::read(br#"{"usage":{"prompt_tokens":5}}"#).and_then(|e| e.usage());
+        assert_eq!(bare.map(|u| u.tier), Some(ServiceTier::Standard), "no tier reported is the standard one");
     }
 
     #[test]
@@ -390,7 +445,11 @@ mod tests {
         for size in [1, 7, 100, 4096, body.len()] {
             let mut tail = JsonTail::default();
             body.chunks(size).for_each(|c| tail.push(c));
-            assert_eq!(tail.usage(), Some(Usage { input: 12, cached: 0, output: 0 }), "chunks of {size}");
+            assert_eq!(
+                tail.usage(),
+                Some(Usage { input: 12, cached: 0, output: 0, ..Usage::default() }),
+                "chunks of {size}"
+            );
         }
         let mut none = JsonTail::default();
         none.push(br#"{"object":"list","data":[]}"#);

@@ -12,6 +12,7 @@ use crate::facts::ClientKind;
 use crate::keys::KeyId;
 use crate::recency::Recency;
 use crate::router::{Refusal, Route};
+use crate::spend::Usd;
 
 /// Most sessions remembered; the least recently seen is forgotten first.
 pub const SESSIONS_CAPACITY: usize = 1_000;
@@ -55,6 +56,12 @@ pub struct SessionInfo {
     pub cached_tokens: u64,
     /// Output tokens.
     pub output_tokens: u64,
+    /// What its priced turns cost, in US dollars.
+    #[ts(type = "number")]
+    pub cost_usd: Usd,
+    /// Turns that reported usage but have no price (their model is not in the price table): not
+    /// counted in `cost_usd`, and not $0.
+    pub unpriced_requests: u64,
     /// Items dropped over its life because their organization had no usable key left.
     pub rescued_items: u64,
     /// Turns refused (lost organization under `fail`, mixed organizations, continuity lost).
@@ -102,6 +109,8 @@ impl Sessions {
             input_tokens: 0,
             cached_tokens: 0,
             output_tokens: 0,
+            cost_usd: Usd::ZERO,
+            unpriced_requests: 0,
             rescued_items: 0,
             refused: 0,
             last_refusal: None,
@@ -165,6 +174,10 @@ fn update(entry: &mut SessionInfo, record: &RequestRecord, org: Option<String>) 
         entry.cached_tokens += usage.cached;
         entry.output_tokens += usage.output;
     }
+    if let Some(cost) = record.cost_usd {
+        entry.cost_usd = entry.cost_usd.saturating_add(cost);
+    }
+    entry.unpriced_requests += u64::from(record.unpriced.is_some());
 }
 
 fn refusal_name(refusal: &Refusal) -> &'static str {
@@ -191,7 +204,7 @@ mod tests {
         r.routed.session = Some(session.to_owned());
         r.served_by = Some(KeyId::new("k_a"));
         r.status = 200;
-        r.usage = Some(crate::relay::Usage { input: 100, cached: 40, output: 5 });
+        r.usage = Some(crate::relay::Usage { input: 100, cached: 40, output: 5, ..Default::default() });
         r
     }
 
@@ -209,8 +222,27 @@ mod tests {
         assert_eq!((s.turns, s.refused, s.rescued_items), (3, 1, 2));
         assert_eq!(s.last_refusal, Some("lost_org"));
         assert_eq!((s.input_tokens, s.cached_tokens), (200, 80));
+        assert_eq!((s.cost_usd, s.unpriced_requests), (Usd::ZERO, 0), "turns without a price add nothing");
         assert_eq!(s.org.as_deref(), Some("org-b"));
         assert_eq!((s.first_seen_unix_ms, s.last_seen_unix_ms), (1, 3));
+    }
+
+    #[test]
+    fn a_session_sums_what_its_turns_cost_and_counts_the_unpriced_apart() {
+        let sessions = Sessions::default();
+        let prices = crate::spend::PriceTable::builtin();
+        for model in ["gpt-5.5", "gpt-5.5", "not-a-priced-model"] {
+            let mut t = turn("cccc3333", 1);
+            t.routed.model = Some(model.to_owned());
+            t.price(prices);
+            sessions.observe(&t, None);
+        }
+        let s = &sessions.recent(1)[0];
+        // gpt-5.5: 60 fresh x $5 + 40 cached x $0.50 + 5 out x $30, per 1M = 0.0003 + 0.00002 + 0.00015
+        assert_eq!(s.cost_usd, Usd::from_nanos(2 * 470_000));
+        assert_eq!(s.unpriced_requests, 1);
+        let json = serde_json::to_value(s).expect("json");
+        assert_eq!(json["cost_usd"], serde_json::json!(0.00094));
     }
 
     #[test]

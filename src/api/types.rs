@@ -340,6 +340,7 @@ pub fn typescript() -> String {
         Attempt::decl(),
         Wire::decl(),
         Usage::decl(),
+        crate::spend::Unpriced::decl(),
         Routed::decl(),
         extending(RequestRecord::decl(), "Routed"),
         KeyChange::decl(),

@@ -39,7 +39,7 @@ fn counts_survive_a_restart_through_sled() {
         let m = Metrics::open(dir.path(), 90);
         m.record(&record(200, 30), Some("abcd1234".into()));
         let mut with_usage = record(200, 700);
-        with_usage.usage = Some(crate::relay::Usage { input: 100, cached: 60, output: 7 });
+        with_usage.usage = Some(crate::relay::Usage { input: 100, cached: 60, output: 7, ..Default::default() });
         m.record(&with_usage, Some("abcd1234".into()));
         assert_eq!(m.flush(NOW_MS).0, Ok(()));
         assert!(m.status().persisted);

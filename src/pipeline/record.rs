@@ -127,6 +127,7 @@ impl Trace {
         record.status = end.status;
         record.error = end.error;
         record.usage = end.usage;
+        record.price(&self.gateway.settings().prices());
         let record = std::mem::replace(record, RequestRecord::new(0, Operation::Other, Wire::Http, Decision::new(0)));
         self.gateway.publish(record);
     }

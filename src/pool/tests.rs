@@ -121,7 +121,7 @@ async fn recent_starts_decay_so_a_returning_key_is_not_flooded() {
 #[tokio::test(start_paused = true)]
 async fn usage_counts_against_the_budget_of_its_day_only() {
     let pool = pool(vec![KeyEntry { daily_token_budget: Some(100), ..entry("a") }]);
-    let usage = Usage { input: 80, cached: 40, output: 30 };
+    let usage = Usage { input: 80, cached: 40, output: 30, ..Usage::default() };
     pool.apply(&Learned::Usage { key: KeyId::new("a"), usage, day: 7 });
     let on = |day: u32| pool.view(ViewFor { model: None, tokens: 0, now: clock_now(), day }).keys[0].over_budget;
     assert!(on(7), "110 of 100 tokens used on day 7");

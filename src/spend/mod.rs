@@ -53,6 +53,25 @@ impl Usd {
     }
 }
 
+impl serde::Serialize for Usd {
+    /// A JSON number of dollars (`0.000123`), as the API shows amounts.
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_f64(self.as_f64())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Usd {
+    /// A JSON number of dollars, rounded to the nano-dollar (the CLI reads the API's amounts back).
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let dollars = f64::deserialize(deserializer)?;
+        if !(dollars.is_finite() && dollars >= 0.0) {
+            return Err(serde::de::Error::custom("an amount of US dollars is a number, zero or more"));
+        }
+        // Saturates at u64::MAX for an absurd amount; the check above keeps it non-negative.
+        Ok(Self::from_nanos((dollars * 1e9).round() as u64))
+    }
+}
+
 impl std::iter::Sum for Usd {
     fn sum<I: Iterator<Item = Self>>(iter: I) -> Self {
         iter.fold(Self::ZERO, Self::saturating_add)
@@ -90,7 +109,8 @@ impl Cost {
 }
 
 /// Why a request has no price.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, ts_rs::TS)]
+#[serde(rename_all = "snake_case")]
 pub enum Unpriced {
     /// Neither the table nor the user's config has the model (nor its family, for a dated name).
     Model,
@@ -144,9 +164,10 @@ impl Usage {
 }
 
 /// The processing tier a request was billed in: pass the `service_tier` of the *response*.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ServiceTier {
     /// `default`, `auto`, or no tier reported.
+    #[default]
     Standard,
     /// `flex`: slower, cheaper on the models that offer it.
     Flex,
