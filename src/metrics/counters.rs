@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::events::RequestRecord;
+use crate::spend::{Spent, Usd};
 
 /// Upper bounds (milliseconds) of the latency histogram's buckets; the last bucket is everything above.
 pub const LATENCY_BUCKETS_MS: [u32; 11] = [25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000];
@@ -38,6 +39,11 @@ pub struct Counters {
     pub output_tokens: u64,
     /// Latency histogram to the answer's first byte (`LATENCY_BUCKETS_MS`, then above).
     pub latency_ms: Vec<u64>,
+    /// What the priced requests cost, in billionths of a US dollar (exact, so sums never drift). A row
+    /// written before Keymux priced requests reads as 0.
+    pub spend_nanos: u64,
+    /// Requests that reported usage but had no price (their model or tier is not in the price table).
+    pub unpriced: u64,
 }
 
 impl Counters {
@@ -70,7 +76,14 @@ impl Counters {
             c.cached_tokens = usage.cached;
             c.output_tokens = usage.output;
         }
+        c.spend_nanos = record.cost_usd.map_or(0, Usd::nanos);
+        c.unpriced = u64::from(record.unpriced.is_some());
         c
+    }
+
+    /// What these requests spent.
+    pub fn spent(&self) -> Spent {
+        Spent { usd: Usd::from_nanos(self.spend_nanos), unpriced: self.unpriced }
     }
 
     /// Adds another row's counts.
@@ -85,6 +98,8 @@ impl Counters {
         self.input_tokens += other.input_tokens;
         self.cached_tokens += other.cached_tokens;
         self.output_tokens += other.output_tokens;
+        self.spend_nanos = self.spend_nanos.saturating_add(other.spend_nanos);
+        self.unpriced += other.unpriced;
         if self.latency_ms.len() < other.latency_ms.len() {
             self.latency_ms.resize(other.latency_ms.len(), 0);
         }

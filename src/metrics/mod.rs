@@ -1,6 +1,8 @@
 //! Hashed metrics, persisted in sled: per UTC hour × key fingerprint × operation, request counts by
 //! status, affinity source and state, continuity and pins, failure categories, token and cached-token
-//! sums, and a latency histogram. Days are sums of hours.
+//! sums, spend (nano-dollars) and unpriced requests, and a latency histogram. Days are sums of hours;
+//! what was spent lately is also kept in memory per hour and key (`tally`), for today's and this
+//! month's figures.
 //!
 //! Nothing identifying is stored: a key appears only as its fingerprint (a keyed HMAC of its secret under
 //! the install secret), and no prompt, `prompt_cache_key`, affinity digest or body is ever recorded.
@@ -10,12 +12,14 @@
 //! the store recovers (`store`).
 //!
 //! Bounds: the pending map holds at most `MAX_PENDING` rows (one per hour × key × operation since the
-//! last flush); on disk, hours older than the retention are deleted at each flush.
+//! last flush); the spend tally at most `tally::MAX_ROWS` (hours of the last `tally::WINDOW_HOURS`);
+//! on disk, hours older than the retention are deleted at each flush.
 
 mod counters;
 mod store;
+mod tally;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -24,8 +28,11 @@ use serde::Serialize;
 use counters::json_name;
 pub use counters::{Counters, LATENCY_BUCKETS_MS};
 use store::{Rows, Store};
+use tally::Tally;
+pub use tally::WINDOW_HOURS as SPEND_WINDOW_HOURS;
 
 use crate::events::RequestRecord;
+use crate::spend::Spent;
 
 /// Most pending rows kept while the store is failing; beyond it new combinations are dropped (and
 /// counted), never the process.
@@ -77,6 +84,8 @@ pub enum StoreHealth {
 struct Pending {
     rows: Rows,
     dropped: u64,
+    /// Spend of the last hours: what the store held at open, plus every request counted since.
+    spent: Tally,
 }
 
 /// The metrics of one gateway.
@@ -112,6 +121,15 @@ impl Metrics {
     pub fn open(dir: &Path, retention_days: u32) -> Self {
         let mut opened = Store::open(dir);
         opened.error = opened.error.as_deref().map(advise);
+        let mut spent = Tally::default();
+        // The wall clock, not a gateway's: this runs once, before any gateway reads the figures.
+        let now = crate::clock::Clock::system().unix_ms();
+        let since = hour_of(now).saturating_sub(tally::WINDOW_HOURS);
+        // A store that cannot be opened now adds nothing here: today's and this month's spend then
+        // begin at this start (the usage series, read from the store, has the rest once it opens).
+        for ((hour, fingerprint, _), counters) in opened.store.read(since) {
+            spent.add(hour, &fingerprint, counters.spent());
+        }
         if let Some(error) = &opened.error {
             tracing::warn!("{error}");
         }
@@ -119,7 +137,7 @@ impl Metrics {
             tracing::warn!("{notice}");
         }
         Self {
-            pending: Mutex::default(),
+            pending: Mutex::new(Pending { spent, ..Pending::default() }),
             store: Some(Mutex::new(opened.store)),
             path: Some(dir.to_owned()),
             retention_days: retention_days.max(1),
@@ -140,13 +158,22 @@ impl Metrics {
             pending.dropped += 1;
             return;
         }
-        pending.rows.entry(key).or_default().add(&Counters::of(record));
+        let counters = Counters::of(record);
+        pending.spent.add(key.0, &key.1, counters.spent());
+        pending.rows.entry(key).or_default().add(&counters);
+    }
+
+    /// What each key (by fingerprint, `none` for no key) spent in the hours that start at or after
+    /// `since_unix_ms`, up to [`SPEND_WINDOW_HOURS`] back, from memory (the store is not read).
+    pub fn spent_since(&self, since_unix_ms: u64) -> HashMap<String, Spent> {
+        lock(&self.pending).spent.since(since_unix_ms)
     }
 
     /// Merges pending counts into the store and deletes hours past the retention. Without a store the
     /// counts stay in memory. Blocks (sled): call it off the async threads. Returns the result and, when
     /// the store's health changed, the change.
     pub fn flush(&self, now_unix_ms: u64) -> (Result<(), String>, Option<StoreHealth>) {
+        lock(&self.pending).spent.prune(hour_of(now_unix_ms).saturating_sub(tally::WINDOW_HOURS));
         let Some(store) = &self.store else { return (Ok(()), None) };
         let rows = std::mem::take(&mut lock(&self.pending).rows);
         let oldest = hour_of(now_unix_ms).saturating_sub(self.retention_days.saturating_mul(24));

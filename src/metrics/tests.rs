@@ -173,3 +173,80 @@ fn day_names() {
     assert_eq!(day_name(20_786), "2026-11-29");
     assert_eq!(day_name(11_016), "2000-02-29");
 }
+
+/// A served request of `model` with usage, priced by the embedded table.
+fn priced(model: &str, at_unix_ms: u64) -> RequestRecord {
+    let mut r = record(200, 40);
+    r.routed.at_unix_ms = at_unix_ms;
+    r.routed.model = Some(model.to_owned());
+    r.usage = Some(crate::relay::Usage { input: 1_000, cached: 0, output: 100, ..Default::default() });
+    r.price(crate::spend::PriceTable::builtin());
+    r
+}
+
+/// gpt-5.5 at $5 in and $30 out per 1M: 1000 x 5 + 100 x 30 = 8000 micro-dollars.
+const GPT55_NANOS: u64 = 8_000_000;
+
+#[test]
+fn a_row_stored_before_spend_was_counted_reads_as_no_spend() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let hour = hour_of(NOW_MS);
+    {
+        // Exactly what the layout before spend wrote: no spend_nanos, no unpriced.
+        let db = sled::open(dir.path()).expect("sled");
+        let old = r#"{"requests":2,"by_status":{"2xx":2},"by_affinity":{"prompt_cache_key/hit":2},
+            "continuity_hits":0,"pinned":0,"rescued":0,"failures":{},"input_tokens":100,"cached_tokens":60,
+            "output_tokens":7,"latency_ms":[0,2,0,0,0,0,0,0,0,0,0,0]}"#;
+        db.insert(format!("h|{hour:010}|fp|responses_create"), old.as_bytes()).expect("insert");
+        db.flush().expect("flush");
+    }
+    let m = Metrics::open(dir.path(), 90);
+    assert!(m.status().persisted, "{:?}", m.status());
+    let c = &m.rows(1, today())[0].counters;
+    assert_eq!((c.requests, c.input_tokens, c.spend_nanos, c.unpriced), (2, 100, 0, 0));
+    m.record(&priced("gpt-5.5", NOW_MS), Some("fp".into()));
+    m.record(&priced("no-such-model", NOW_MS), Some("fp".into()));
+    assert_eq!(m.flush(NOW_MS).0, Ok(()));
+    drop(m);
+    let m = Metrics::open(dir.path(), 90);
+    let c = &m.rows(1, today())[0].counters;
+    assert_eq!((c.requests, c.spend_nanos, c.unpriced), (4, GPT55_NANOS, 1), "old and new rows add up");
+}
+
+#[test]
+fn spend_since_a_moment_is_read_from_memory_and_survives_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The tally keeps the last weeks of the real clock: these requests are of the last hours.
+    let now = crate::clock::Clock::system().unix_ms();
+    let start_of_hour = now - now % HOUR_MS;
+    {
+        let m = Metrics::open(dir.path(), 90);
+        m.record(&priced("gpt-5.5", start_of_hour - 2 * HOUR_MS), Some("fp".into()));
+        m.record(&priced("gpt-5.5", start_of_hour), Some("fp".into()));
+        m.record(&priced("no-such-model", start_of_hour), Some("other".into()));
+        assert_eq!(m.flush(now).0, Ok(()));
+    }
+    let m = Metrics::open(dir.path(), 90);
+    m.record(&priced("gpt-5.5", start_of_hour), Some("fp".into()));
+    let this_hour = m.spent_since(start_of_hour);
+    assert_eq!(
+        this_hour["fp"],
+        crate::spend::Spent { usd: crate::spend::Usd::from_nanos(2 * GPT55_NANOS), unpriced: 0 }
+    );
+    assert_eq!(this_hour["other"].unpriced, 1);
+    assert_eq!(m.spent_since(start_of_hour - 3 * HOUR_MS)["fp"].usd.nanos(), 3 * GPT55_NANOS);
+    // An hour that began before the moment is not counted in it (a zone offset of half an hour).
+    assert_eq!(m.spent_since(start_of_hour - HOUR_MS / 2)["fp"].usd.nanos(), 2 * GPT55_NANOS);
+}
+
+#[test]
+fn the_spend_tally_forgets_hours_past_its_window() {
+    let m = Metrics::in_memory();
+    let old = NOW_MS - u64::from(SPEND_WINDOW_HOURS + 1) * HOUR_MS;
+    m.record(&priced("gpt-5.5", old), Some("fp".into()));
+    m.record(&priced("gpt-5.5", NOW_MS), Some("fp".into()));
+    assert_eq!(lock(&m.pending).spent.len(), 2);
+    let _ = m.flush(NOW_MS);
+    assert_eq!(lock(&m.pending).spent.len(), 1, "the hour past the window is gone");
+    assert_eq!(m.spent_since(0)["fp"].usd.nanos(), GPT55_NANOS);
+}

@@ -89,6 +89,28 @@ impl fmt::Display for Usd {
     }
 }
 
+/// Money spent over some requests: what the priced ones cost, and how many had no price.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Spent {
+    /// The priced requests' sum.
+    pub usd: Usd,
+    /// Requests that reported usage but have no price.
+    pub unpriced: u64,
+}
+
+impl Spent {
+    /// Adds another sum.
+    pub fn add(&mut self, other: Spent) {
+        self.usd = self.usd.saturating_add(other.usd);
+        self.unpriced = self.unpriced.saturating_add(other.unpriced);
+    }
+
+    /// Whether nothing was spent and nothing went unpriced.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
 /// What one request cost, or that no price applies to it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Cost {
