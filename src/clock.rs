@@ -3,17 +3,26 @@
 //!
 //! A clock is real time plus a skew that only moves forward. `Clock::advance` exists for tests (and the
 //! simulator has its twin), so a cooldown of 30 s can be passed in a microsecond on a busy machine.
+//!
+//! It also knows the user's time zone, for the periods spend is counted in ("today", "this month"):
+//! the system's zone (`TZ`, else `/etc/localtime` and its platform twins), with its daylight-saving
+//! rules, or one a test sets.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use jiff::tz::TimeZone;
+use jiff::{Span, Timestamp};
+use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-/// Real time plus a forward-only skew. Clones share the skew.
+/// Real time plus a forward-only skew, in the user's time zone. Clones share the skew.
 #[derive(Clone, Debug, Default)]
 pub struct Clock {
     skew_ns: Arc<AtomicU64>,
+    /// The zone local periods follow (`None`: the system's, read when asked).
+    zone: Option<TimeZone>,
 }
 
 impl Clock {
@@ -47,6 +56,24 @@ impl Clock {
         self.skew_ns.fetch_add(ns, Ordering::Relaxed);
     }
 
+    /// This clock in `zone` instead of the system's time zone (tests, and users of a fixed zone).
+    #[must_use]
+    pub fn with_zone(mut self, zone: TimeZone) -> Self {
+        self.zone = Some(zone);
+        self
+    }
+
+    /// The time zone local days and months follow: the one set, else the system's now (so a change of
+    /// the system's zone is followed; jiff caches it between reads).
+    pub fn zone(&self) -> TimeZone {
+        self.zone.clone().unwrap_or_else(TimeZone::system)
+    }
+
+    /// The local day and month now.
+    pub fn periods(&self) -> LocalPeriods {
+        local_periods(self.unix_ms(), &self.zone())
+    }
+
     /// Milliseconds from `since` to now, saturating.
     pub fn elapsed_ms(&self, since: Instant) -> u32 {
         u32::try_from(self.now().saturating_duration_since(since).as_millis()).unwrap_or(u32::MAX)
@@ -76,6 +103,46 @@ pub fn utc_day(unix_ms: u64) -> u32 {
     u32::try_from(unix_ms / 86_400_000).unwrap_or(u32::MAX)
 }
 
+/// The local day and month a moment falls in, as spend is counted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
+pub struct LocalPeriods {
+    /// The time zone they follow: its IANA name (`Europe/Berlin`), else its offset now (`UTC+05:30`).
+    pub zone: String,
+    /// When today began: local midnight, Unix milliseconds.
+    pub day_start_unix_ms: u64,
+    /// When this month began: local midnight of its first day, Unix milliseconds.
+    pub month_start_unix_ms: u64,
+}
+
+/// The local day and month of `unix_ms` in `zone`.
+pub fn local_periods(unix_ms: u64, zone: &TimeZone) -> LocalPeriods {
+    let at = timestamp(unix_ms);
+    let date = at.to_zoned_datetime(zone.clone()).date();
+    let name = zone.iana_name().map_or_else(|| format!("UTC{}", zone.to_offset(at)), str::to_owned);
+    LocalPeriods {
+        zone: name,
+        day_start_unix_ms: midnight(date, zone),
+        month_start_unix_ms: midnight(date.first_of_month(), zone),
+    }
+}
+
+/// Local midnight `days_back` calendar days before the local day of `unix_ms` (0: its own midnight),
+/// Unix milliseconds. Calendar days, so a day of 23 or 25 hours (daylight saving) counts as one.
+pub fn local_day_start(unix_ms: u64, zone: &TimeZone, days_back: u32) -> u64 {
+    let date = timestamp(unix_ms).to_zoned_datetime(zone.clone()).date();
+    midnight(date.checked_sub(Span::new().days(days_back)).unwrap_or(date), zone)
+}
+
+fn timestamp(unix_ms: u64) -> Timestamp {
+    Timestamp::from_millisecond(i64::try_from(unix_ms).unwrap_or(i64::MAX)).unwrap_or(Timestamp::MAX)
+}
+
+/// When `date` began in `zone` (where midnight is skipped by a clock change, the first moment after).
+fn midnight(date: jiff::civil::Date, zone: &TimeZone) -> u64 {
+    let start = date.to_zoned_datetime(zone.clone()).map_or(0, |z| z.timestamp().as_millisecond());
+    u64::try_from(start).unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,5 +165,39 @@ mod tests {
         let now = clock.now();
         assert_eq!(later(now, Duration::MAX), now + MAX_WAIT);
         assert_eq!(later(now, Duration::from_secs(3)), now + Duration::from_secs(3));
+    }
+
+    /// 2026-03-08 17:30 UTC: a Sunday, the day New York moves its clocks forward at 02:00 local.
+    const SPRING: u64 = 1_772_991_000_000;
+
+    #[test]
+    fn local_periods_follow_the_zone_and_its_daylight_saving() {
+        let utc = local_periods(SPRING, &TimeZone::UTC);
+        assert_eq!(utc.day_start_unix_ms, 1_772_928_000_000, "2026-03-08T00:00Z");
+        assert_eq!(utc.month_start_unix_ms, 1_772_323_200_000, "2026-03-01T00:00Z");
+        assert_eq!(utc.zone, "UTC");
+        let new_york = TimeZone::posix("EST5EDT,M3.2.0,M11.1.0").expect("a POSIX zone");
+        let ny = local_periods(SPRING, &new_york);
+        // 13:30 EDT: the day began at 00:00 EST = 05:00Z, the month at 00:00 EST on March 1st.
+        assert_eq!(ny.day_start_unix_ms, 1_772_928_000_000 + 5 * 3_600_000);
+        assert_eq!(ny.month_start_unix_ms, 1_772_323_200_000 + 5 * 3_600_000);
+        assert_eq!(ny.zone, "UTC-04", "a zone without a name is shown by its offset now");
+        // The day before lasted 24 hours, the day of the change 23.
+        assert_eq!(local_day_start(SPRING, &new_york, 1), ny.day_start_unix_ms - 24 * 3_600_000);
+        let monday = SPRING + 12 * 3_600_000;
+        assert_eq!(local_day_start(monday, &new_york, 1), ny.day_start_unix_ms);
+        assert_eq!(local_day_start(monday, &new_york, 0), ny.day_start_unix_ms + 23 * 3_600_000);
+        let kolkata = TimeZone::fixed(jiff::tz::Offset::from_seconds(19_800).expect("+05:30"));
+        // 23:00 local on the 8th: the day began at 18:30Z on the 7th.
+        assert_eq!(local_periods(SPRING, &kolkata).day_start_unix_ms, 1_772_928_000_000 - 5 * 3_600_000 - 1_800_000);
+    }
+
+    #[test]
+    fn a_clock_can_be_given_a_zone() {
+        let clock = Clock::system().with_zone(TimeZone::fixed(jiff::tz::offset(-7)));
+        let periods = clock.periods();
+        assert_eq!(periods.day_start_unix_ms % 86_400_000, 7 * 3_600_000, "local midnight at UTC-7 is 07:00Z");
+        assert!(periods.month_start_unix_ms <= periods.day_start_unix_ms);
+        assert!(clock.unix_ms() - periods.day_start_unix_ms < 86_400_000);
     }
 }

@@ -6,6 +6,7 @@
 //! `/v1` client token is refused here, as a control credential is refused on `/v1`. A body is read
 //! only after the guard let the call through, under [`CONTROL_MAX_BODY`] and within the body deadline.
 
+pub mod spend;
 pub mod stream;
 pub mod types;
 pub mod views;
@@ -46,6 +47,7 @@ pub fn routes() -> Router<Arc<Gateway>> {
         .route("/decisions", get(decisions))
         .route("/sessions", get(sessions))
         .route("/usage", get(usage))
+        .route("/spend", get(spend))
         .route("/metrics", get(metrics))
         .route("/events", get(stream::events))
         .route("/session", post(session))
@@ -316,6 +318,36 @@ async fn usage(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Query(q): Que
     match read {
         Ok(body) => Json(body).into_response(),
         Err(e) => ApiError::Internal { detail: format!("usage could not be read: {e}") }.into_response(),
+    }
+}
+
+#[derive(Deserialize)]
+struct SpendQuery {
+    /// How many local days, today first (default 1: today; at most 400).
+    days: Option<u32>,
+    /// `key` (default), `pool`, `token` or `model`.
+    by: Option<String>,
+}
+
+/// `GET /keymux/api/spend?days=N&by=key|pool|token|model`: requests, tokens and spend per group.
+async fn spend(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Query(q): Query<SpendQuery>) -> Response<Body> {
+    if let Err(e) = guard(&gw, &headers) {
+        return e.into_response();
+    }
+    let by = match q.by.as_deref() {
+        None | Some("key") => types::SpendBy::Key,
+        Some("pool") => types::SpendBy::Pool,
+        Some("token") => types::SpendBy::Token,
+        Some("model") => types::SpendBy::Model,
+        Some(other) => {
+            return ApiError::BadJson { detail: format!("by {other:?}: expected key, pool, token or model") }
+                .into_response()
+        }
+    };
+    let days = q.days.unwrap_or(1).clamp(1, 400);
+    match tokio::task::spawn_blocking(move || spend::report(&gw, by, days)).await {
+        Ok(report) => Json(report).into_response(),
+        Err(e) => ApiError::Internal { detail: format!("spend could not be read: {e}") }.into_response(),
     }
 }
 

@@ -6,12 +6,14 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
+use crate::clock::LocalPeriods;
 use crate::events::RequestRecord;
 use crate::keys::KeyTest;
 use crate::keys::{KeyId, KeySource, Provider};
 use crate::metrics::StoreStatus;
 use crate::pool::{HealthState, KeyStatus};
 use crate::sessions::SessionInfo;
+use crate::spend::Usd;
 
 /// The gateway at a glance, and every key: what the status bar and the tray show.
 #[derive(Clone, Debug, Serialize, Deserialize, TS)]
@@ -45,6 +47,17 @@ pub struct PoolInfo {
     pub usable: usize,
     /// Mean rate-limit headroom of its usable keys, 0 to 1 (0 when none is usable).
     pub headroom: f32,
+    /// What its keys spent today (the local day, `GatewayInfo.periods`), in US dollars. `all` counts
+    /// every request, keys removed since included.
+    #[ts(type = "number")]
+    pub spend_today_usd: Usd,
+    /// What its keys spent this month (the local month), in US dollars.
+    #[ts(type = "number")]
+    pub spend_month_usd: Usd,
+    /// Requests on its keys today that had no price (not counted in the spend, and not $0).
+    pub unpriced_requests_today: u64,
+    /// Requests on its keys this month that had no price.
+    pub unpriced_requests_month: u64,
 }
 
 /// A pool to create: `POST /keymux/api/pools`.
@@ -77,6 +90,8 @@ pub struct GatewayInfo {
     pub now_unix_ms: u64,
     /// The newest event id: subscribe to `/keymux/api/events?after=` it to miss nothing.
     pub last_event_id: u64,
+    /// The local day and month that today's and this month's spend follow.
+    pub periods: LocalPeriods,
 }
 
 /// Where secrets live.
@@ -119,6 +134,17 @@ pub struct KeyInfo {
     pub tokens_window: Option<WindowInfo>,
     /// The user's pools that hold it (every key is also in `all`).
     pub pools: Vec<String>,
+    /// What it spent today (the local day, `GatewayInfo.periods`), in US dollars, from the stored
+    /// metrics: it survives restarts.
+    #[ts(type = "number")]
+    pub spend_today_usd: Usd,
+    /// What it spent this month (the local month), in US dollars.
+    #[ts(type = "number")]
+    pub spend_month_usd: Usd,
+    /// Requests on it today that had no price (not counted in the spend, and not $0).
+    pub unpriced_requests_today: u64,
+    /// Requests on it this month that had no price.
+    pub unpriced_requests_month: u64,
 }
 
 /// A client token as listed (never the token itself).
@@ -223,12 +249,76 @@ pub struct UsagePoint {
     pub output_tokens: u64,
     /// `cached_tokens / input_tokens`, 0 to 1 (0 before any prompt).
     pub cached_ratio: f32,
+    /// What the priced requests cost, in US dollars.
+    #[ts(type = "number")]
+    pub spend_usd: Usd,
+    /// Requests that reported usage but had no price (their model or service tier is not in the price
+    /// table): not counted in `spend_usd`, and not $0.
+    pub unpriced_requests: u64,
     /// Median time to the first byte, milliseconds (the bucket's upper bound).
     pub latency_p50_ms: Option<u32>,
     /// Time to the first byte that 90% of requests stayed under, milliseconds (the bucket's upper bound).
     pub latency_p90_ms: Option<u32>,
     /// Time to the first byte that 99% of requests stayed under, milliseconds (the bucket's upper bound).
     pub latency_p99_ms: Option<u32>,
+}
+
+/// How the spend report groups requests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[serde(rename_all = "snake_case")]
+pub enum SpendBy {
+    /// Per key (from the stored metrics).
+    #[default]
+    Key,
+    /// Per pool: the sum of its keys (from the stored metrics; a key in two pools counts in both).
+    Pool,
+    /// Per client token (from the requests the gateway remembers).
+    Token,
+    /// Per model as the request named it (from the requests the gateway remembers).
+    Model,
+}
+
+/// `GET /keymux/api/spend?days=N&by=key|pool|token|model`: requests, tokens and spend per group since
+/// a local midnight, with the totals.
+#[derive(Clone, Debug, Serialize, Deserialize, TS)]
+pub struct SpendReport {
+    /// How the rows are grouped.
+    pub by: SpendBy,
+    /// The time zone the days follow.
+    pub zone: String,
+    /// The start of the period: local midnight `days - 1` days before today, Unix milliseconds.
+    pub since_unix_ms: u64,
+    /// Per token and per model come from the requests the gateway still remembers (its last
+    /// `events::RECENT_CAPACITY`, since it started), not from the stored metrics, which keep keys only.
+    pub recent_only: bool,
+    /// Every request from this moment on is counted (later than `since_unix_ms` when `recent_only`
+    /// and the gateway started, or forgot requests, after it), Unix milliseconds.
+    pub complete_since_unix_ms: u64,
+    /// One row per key, pool, token or model, the most spent first.
+    pub rows: Vec<SpendRow>,
+    /// Every request of the period (for pools: of every key, each counted once).
+    pub total: SpendRow,
+}
+
+/// What one key, pool, token or model (or the total) used and spent.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, TS)]
+pub struct SpendRow {
+    /// The key's label (a key removed since: `removed key <fingerprint>`; no key: `(no key)`), the
+    /// pool's, the token's or the model's name.
+    pub name: String,
+    /// Requests finished, whatever their status.
+    pub requests: u64,
+    /// Prompt (input) tokens.
+    pub input_tokens: u64,
+    /// Of those, from the provider's prompt cache.
+    pub cached_tokens: u64,
+    /// Output tokens (reasoning included).
+    pub output_tokens: u64,
+    /// What the priced requests cost, in US dollars.
+    #[ts(type = "number")]
+    pub spend_usd: Usd,
+    /// Requests that reported usage but had no price: not in `spend_usd`, and not $0.
+    pub unpriced_requests: u64,
 }
 
 /// A fresh one-time login link for the dashboard.
@@ -352,6 +442,7 @@ pub fn typescript() -> String {
         SessionInfo::decl(),
         StoreStatus::decl(),
         KeychainInfo::decl(),
+        LocalPeriods::decl(),
         GatewayInfo::decl(),
         HealthState::decl(),
         WindowInfo::decl(),
@@ -370,6 +461,9 @@ pub fn typescript() -> String {
         SessionsBody::decl(),
         UsagePoint::decl(),
         UsageBody::decl(),
+        SpendBy::decl(),
+        SpendRow::decl(),
+        SpendReport::decl(),
         LoginLink::decl(),
         SessionToken::decl(),
         KeyTestBody::decl(),

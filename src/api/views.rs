@@ -1,6 +1,7 @@
 //! The API's bodies, read from the gateway's state: times as Unix milliseconds against the gateway's
 //! own clock, so the dashboard's countdowns agree with the gateway.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use super::types::{
@@ -11,6 +12,7 @@ use crate::keys::KeyId;
 use crate::pool::{HealthState, KeyStatus};
 use crate::pools::{PoolConfig, Pools, ALL};
 use crate::quota::WindowState;
+use crate::spend::Spent;
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -26,12 +28,44 @@ fn window(state: Option<WindowState>, now_unix_ms: u64) -> Option<WindowInfo> {
     })
 }
 
-fn info(status: KeyStatus, now_unix_ms: u64, pools: &Pools) -> KeyInfo {
+/// What each key (by fingerprint) spent today and this month (local periods), from memory.
+struct SpentNow {
+    today: HashMap<String, Spent>,
+    month: HashMap<String, Spent>,
+}
+
+impl SpentNow {
+    fn read(gw: &Gateway) -> Self {
+        let periods = gw.clock().periods();
+        let metrics = gw.metrics();
+        Self {
+            today: metrics.spent_since(periods.day_start_unix_ms),
+            month: metrics.spent_since(periods.month_start_unix_ms),
+        }
+    }
+
+    /// What the keys of these fingerprints spent (today, this month).
+    fn of<'a>(&self, fingerprints: impl Iterator<Item = &'a str> + Clone) -> (Spent, Spent) {
+        let sum = |map: &HashMap<String, Spent>, fps: &mut dyn Iterator<Item = &'a str>| {
+            let mut sum = Spent::default();
+            fps.filter_map(|fp| map.get(fp)).for_each(|s| sum.add(*s));
+            sum
+        };
+        (sum(&self.today, &mut fingerprints.clone()), sum(&self.month, &mut fingerprints.clone()))
+    }
+}
+
+fn info(status: KeyStatus, now_unix_ms: u64, pools: &Pools, spent: &SpentNow) -> KeyInfo {
+    let (today, month) = spent.of(std::iter::once(status.fingerprint.as_str()));
     KeyInfo {
         until_unix_ms: (status.cooldown_ms > 0).then(|| now_unix_ms + status.cooldown_ms),
         requests_window: window(status.requests_window, now_unix_ms),
         tokens_window: window(status.tokens_window, now_unix_ms),
         pools: pools.pools_of(&status.id),
+        spend_today_usd: today.usd,
+        spend_month_usd: month.usd,
+        unpriced_requests_today: today.unpriced,
+        unpriced_requests_month: month.unpriced,
         status,
     }
 }
@@ -40,7 +74,22 @@ fn info(status: KeyStatus, now_unix_ms: u64, pools: &Pools) -> KeyInfo {
 pub fn keys(gw: &Gateway) -> Vec<KeyInfo> {
     let now_unix_ms = gw.clock().unix_ms();
     let pools = gw.pools();
-    gw.pool().status(gw.clock().now(), gw.today()).into_iter().map(|k| info(k, now_unix_ms, &pools)).collect()
+    let spent = SpentNow::read(gw);
+    gw.pool().status(gw.clock().now(), gw.today()).into_iter().map(|k| info(k, now_unix_ms, &pools, &spent)).collect()
+}
+
+/// The user's pools (not `all`) with their keys' fingerprints, for the spend report.
+pub fn pool_fingerprints(gw: &Gateway, keys: &[KeyInfo]) -> Vec<(String, Vec<String>)> {
+    let resolved = gw.pools();
+    resolved
+        .defs()
+        .iter()
+        .map(|def| {
+            let ids = resolved.keys_of(&def.name);
+            let fps = keys.iter().filter(|k| ids.contains(&k.status.id)).map(|k| k.status.fingerprint.clone());
+            (def.name.clone(), fps.collect())
+        })
+        .collect()
 }
 
 /// Every pool (`all` first) with its tokens and how many of its keys can serve now.
@@ -48,6 +97,7 @@ pub fn pools(gw: &Gateway, keys: &[KeyInfo]) -> Vec<PoolInfo> {
     let resolved = gw.pools();
     let tokens = tokens(gw);
     let builtin = PoolConfig { name: ALL.to_owned(), keys: Vec::new(), fallback: Vec::new() };
+    let spent = SpentNow::read(gw);
     std::iter::once(&builtin)
         .chain(resolved.defs())
         .map(|def| {
@@ -60,6 +110,13 @@ pub fn pools(gw: &Gateway, keys: &[KeyInfo]) -> Vec<PoolInfo> {
                 0.0
             } else {
                 usable.iter().map(|k| k.status.headroom).sum::<f32>() / usable.len() as f32
+            };
+            // `all` is every request, keys removed since included; another pool, its keys now.
+            let (today, month) = if def.name == ALL {
+                spent.of(spent.month.keys().map(String::as_str))
+            } else {
+                let fps = keys.iter().filter(|k| key_ids.contains(&k.status.id)).map(|k| k.status.fingerprint.as_str());
+                spent.of(fps)
             };
             PoolInfo {
                 name: def.name.clone(),
@@ -75,6 +132,10 @@ pub fn pools(gw: &Gateway, keys: &[KeyInfo]) -> Vec<PoolInfo> {
                 usable: usable.len(),
                 headroom,
                 key_ids,
+                spend_today_usd: today.usd,
+                spend_month_usd: month.usd,
+                unpriced_requests_today: today.unpriced,
+                unpriced_requests_month: month.unpriced,
             }
         })
         .collect()
@@ -116,6 +177,7 @@ pub fn status(gw: &Gateway) -> StatusBody {
         started_unix_ms: gw.started_unix_ms(),
         now_unix_ms,
         last_event_id: gw.events().last_id(),
+        periods: gw.clock().periods(),
     };
     StatusBody { gateway, pools: pools(gw, &keys), keys }
 }
@@ -156,6 +218,8 @@ pub fn usage(gw: &Gateway, since_unix_ms: u64, hours: u32) -> UsageBody {
             cached_tokens: c.cached_tokens,
             output_tokens: c.output_tokens,
             cached_ratio: c.cached_ratio() as f32,
+            spend_usd: c.spent().usd,
+            unpriced_requests: c.unpriced,
             latency_p50_ms: c.latency_quantile(0.5),
             latency_p90_ms: c.latency_quantile(0.9),
             latency_p99_ms: c.latency_quantile(0.99),

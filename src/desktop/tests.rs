@@ -51,6 +51,10 @@ fn key(label: &str, org: &str, health: HealthState, until: Option<u64>) -> KeyIn
         requests_window: None,
         tokens_window: None,
         pools: Vec::new(),
+        spend_today_usd: crate::spend::Usd::ZERO,
+        spend_month_usd: crate::spend::Usd::ZERO,
+        unpriced_requests_today: 0,
+        unpriced_requests_month: 0,
     }
 }
 
@@ -73,6 +77,7 @@ fn status(keys: Vec<KeyInfo>, paused: bool) -> StatusBody {
         started_unix_ms: NOW,
         now_unix_ms: NOW,
         last_event_id: 0,
+        periods: crate::clock::LocalPeriods { zone: "UTC".into(), day_start_unix_ms: NOW, month_start_unix_ms: NOW },
     };
     StatusBody { gateway, keys, pools: Vec::new() }
 }
@@ -348,6 +353,10 @@ fn pooled(a: HealthState, b: HealthState) -> StatusBody {
         tokens: token.map(str::to_owned).into_iter().collect(),
         usable: usize::from(health == HealthState::Ready),
         headroom: 0.5,
+        spend_today_usd: crate::spend::Usd::ZERO,
+        spend_month_usd: crate::spend::Usd::ZERO,
+        unpriced_requests_today: 0,
+        unpriced_requests_month: 0,
     };
     s.pools = vec![pool("work", Some("acme"), a), pool("home", None, b)];
     for k in &mut s.keys {

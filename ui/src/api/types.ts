@@ -261,6 +261,8 @@ cached: number,
  */
 output: number, };
 
+export type Unpriced = "model" | "tier";
+
 export type Routed = { 
 /**
  * Wall-clock time of arrival, Unix milliseconds.
@@ -339,7 +341,17 @@ duration_ms: number,
 /**
  * The tokens the answer reported, when it reached a successful end.
  */
-usage: Usage | null, };
+usage: Usage | null, 
+/**
+ * What the answer cost, in US dollars, from its usage, its model and the service tier it was
+ * billed in (`None`: no usage was reported, or no price applies; then `unpriced` says why).
+ */
+cost_usd: number | null, 
+/**
+ * The answer reported usage, but the price table has no price for its model (or its service
+ * tier): what it cost is unknown, never $0.
+ */
+unpriced: Unpriced | null, };
 
 export type KeyChange = { "kind": "cooling_started", 
 /**
@@ -463,6 +475,15 @@ cached_tokens: number,
  */
 output_tokens: number, 
 /**
+ * What its priced turns cost, in US dollars.
+ */
+cost_usd: number, 
+/**
+ * Turns that reported usage but have no price (their model is not in the price table): not
+ * counted in `cost_usd`, and not $0.
+ */
+unpriced_requests: number, 
+/**
  * Items dropped over its life because their organization had no usable key left.
  */
 rescued_items: number, 
@@ -515,6 +536,20 @@ kind: string,
  */
 ok: boolean, };
 
+export type LocalPeriods = { 
+/**
+ * The time zone they follow: its IANA name (`Europe/Berlin`), else its offset now (`UTC+05:30`).
+ */
+zone: string, 
+/**
+ * When today began: local midnight, Unix milliseconds.
+ */
+day_start_unix_ms: number, 
+/**
+ * When this month began: local midnight of its first day, Unix milliseconds.
+ */
+month_start_unix_ms: number, };
+
 export type GatewayInfo = { 
 /**
  * Keymux's version.
@@ -563,7 +598,11 @@ now_unix_ms: number,
 /**
  * The newest event id: subscribe to `/keymux/api/events?after=` it to miss nothing.
  */
-last_event_id: number, };
+last_event_id: number, 
+/**
+ * The local day and month that today's and this month's spend follow.
+ */
+periods: LocalPeriods, };
 
 export type HealthState = "ready" | "cooling" | "quota_exhausted" | "rejected" | "disabled" | "unreachable";
 
@@ -711,7 +750,24 @@ tokens_window: WindowInfo | null,
 /**
  * The user's pools that hold it (every key is also in `all`).
  */
-pools: Array<string>, };
+pools: Array<string>, 
+/**
+ * What it spent today (the local day, `GatewayInfo.periods`), in US dollars, from the stored
+ * metrics: it survives restarts.
+ */
+spend_today_usd: number, 
+/**
+ * What it spent this month (the local month), in US dollars.
+ */
+spend_month_usd: number, 
+/**
+ * Requests on it today that had no price (not counted in the spend, and not $0).
+ */
+unpriced_requests_today: number, 
+/**
+ * Requests on it this month that had no price.
+ */
+unpriced_requests_month: number, };
 
 export type PoolInfo = { 
 /**
@@ -749,7 +805,24 @@ usable: number,
 /**
  * Mean rate-limit headroom of its usable keys, 0 to 1 (0 when none is usable).
  */
-headroom: number, };
+headroom: number, 
+/**
+ * What its keys spent today (the local day, `GatewayInfo.periods`), in US dollars. `all` counts
+ * every request, keys removed since included.
+ */
+spend_today_usd: number, 
+/**
+ * What its keys spent this month (the local month), in US dollars.
+ */
+spend_month_usd: number, 
+/**
+ * Requests on its keys today that had no price (not counted in the spend, and not $0).
+ */
+unpriced_requests_today: number, 
+/**
+ * Requests on its keys this month that had no price.
+ */
+unpriced_requests_month: number, };
 
 export type PoolConfig = { 
 /**
@@ -906,6 +979,15 @@ output_tokens: number,
  */
 cached_ratio: number, 
 /**
+ * What the priced requests cost, in US dollars.
+ */
+spend_usd: number, 
+/**
+ * Requests that reported usage but had no price (their model or service tier is not in the price
+ * table): not counted in `spend_usd`, and not $0.
+ */
+unpriced_requests: number, 
+/**
  * Median time to the first byte, milliseconds (the bucket's upper bound).
  */
 latency_p50_ms: number | null, 
@@ -927,6 +1009,71 @@ bucket_ms: number,
  * The points, oldest first.
  */
 points: Array<UsagePoint>, };
+
+export type SpendBy = "key" | "pool" | "token" | "model";
+
+export type SpendRow = { 
+/**
+ * The key's label (a key removed since: `removed key <fingerprint>`; no key: `(no key)`), the
+ * pool's, the token's or the model's name.
+ */
+name: string, 
+/**
+ * Requests finished, whatever their status.
+ */
+requests: number, 
+/**
+ * Prompt (input) tokens.
+ */
+input_tokens: number, 
+/**
+ * Of those, from the provider's prompt cache.
+ */
+cached_tokens: number, 
+/**
+ * Output tokens (reasoning included).
+ */
+output_tokens: number, 
+/**
+ * What the priced requests cost, in US dollars.
+ */
+spend_usd: number, 
+/**
+ * Requests that reported usage but had no price: not in `spend_usd`, and not $0.
+ */
+unpriced_requests: number, };
+
+export type SpendReport = { 
+/**
+ * How the rows are grouped.
+ */
+by: SpendBy, 
+/**
+ * The time zone the days follow.
+ */
+zone: string, 
+/**
+ * The start of the period: local midnight `days - 1` days before today, Unix milliseconds.
+ */
+since_unix_ms: number, 
+/**
+ * Per token and per model come from the requests the gateway still remembers (its last
+ * `events::RECENT_CAPACITY`, since it started), not from the stored metrics, which keep keys only.
+ */
+recent_only: boolean, 
+/**
+ * Every request from this moment on is counted (later than `since_unix_ms` when `recent_only`
+ * and the gateway started, or forgot requests, after it), Unix milliseconds.
+ */
+complete_since_unix_ms: number, 
+/**
+ * One row per key, pool, token or model, the most spent first.
+ */
+rows: Array<SpendRow>, 
+/**
+ * Every request of the period (for pools: of every key, each counted once).
+ */
+total: SpendRow, };
 
 export type LoginLink = { 
 /**

@@ -25,6 +25,8 @@ function record(d: Partial<Decision>, over: Partial<RequestRecord> = {}): Reques
     ttfb_ms: 40,
     duration_ms: 90,
     usage: { input: 100, cached: 0, output: 10 },
+    cost_usd: 0.0008,
+    unpriced: null,
     ...over,
   };
 }

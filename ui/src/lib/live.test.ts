@@ -33,6 +33,8 @@ function finished(seq: number, status = 200): RequestRecord {
     ttfb_ms: 1,
     duration_ms: 2,
     usage: null,
+    cost_usd: null,
+    unpriced: null,
   };
 }
 

@@ -49,6 +49,10 @@ export function keyInfo(id: string, over: Partial<KeyInfo> = {}): KeyInfo {
     requests_window: null,
     tokens_window: null,
     pools: [],
+    spend_today_usd: 0,
+    spend_month_usd: 0,
+    unpriced_requests_today: 0,
+    unpriced_requests_month: 0,
     ...over,
   };
 }
@@ -64,6 +68,10 @@ export function poolInfo(name: string, keyIds: string[], over: Partial<PoolInfo>
     tokens: [],
     usable: keyIds.length,
     headroom: 1,
+    spend_today_usd: 0,
+    spend_month_usd: 0,
+    unpriced_requests_today: 0,
+    unpriced_requests_month: 0,
     ...over,
   };
 }
