@@ -376,13 +376,18 @@ async fn install_secret_for(
     Ok(secrets::generate(""))
 }
 
-/// The metrics store: the configured directory, the platform data directory, or memory for ephemeral
-/// runs (which write nothing unless a directory is named explicitly).
-fn open_metrics(config: &Config, ephemeral: bool, notices: &mut Vec<String>) -> crate::metrics::Metrics {
-    let dir = config
+/// Where the metrics are kept: the configured directory, else the platform data directory; `None` for
+/// ephemeral runs (which write nothing unless a directory is named explicitly).
+pub fn metrics_dir(config: &Config, ephemeral: bool) -> Option<PathBuf> {
+    config
         .metrics_dir
         .clone()
-        .or_else(|| (!ephemeral).then(|| dirs::data_dir().map(|d| d.join("keymux").join("metrics"))).flatten());
+        .or_else(|| (!ephemeral).then(|| dirs::data_dir().map(|d| d.join("keymux").join("metrics"))).flatten())
+}
+
+/// The metrics store in `metrics_dir`, or memory.
+fn open_metrics(config: &Config, ephemeral: bool, notices: &mut Vec<String>) -> crate::metrics::Metrics {
+    let dir = metrics_dir(config, ephemeral);
     let metrics = match &dir {
         Some(dir) => crate::metrics::Metrics::open(dir, config.metrics_retention_days),
         None => crate::metrics::Metrics::in_memory(),

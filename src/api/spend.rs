@@ -65,7 +65,7 @@ impl SpendRow {
 
 /// Rows and total from hourly metric `points` (bucket start, fingerprint, counters) of the buckets
 /// that start at or after `since_unix_ms` (`total` points are left out: the total is summed here).
-pub fn from_metrics(
+fn from_metrics(
     points: &[(u64, String, Counters)],
     since_unix_ms: u64,
     grouping: &Grouping<'_>,
@@ -129,26 +129,39 @@ fn sorted(mut rows: Vec<SpendRow>) -> Vec<SpendRow> {
     rows
 }
 
+/// The report per key or per pool from hourly metric `points`, since `since_unix_ms` (a local
+/// midnight in `zone`): what the gateway answers, and what the CLI builds from the store.
+pub fn stored(
+    points: &[(u64, String, Counters)],
+    since_unix_ms: u64,
+    zone: String,
+    grouping: &Grouping<'_>,
+) -> SpendReport {
+    let (rows, total) = from_metrics(points, since_unix_ms, grouping);
+    let by = match grouping {
+        Grouping::Keys(_) => SpendBy::Key,
+        Grouping::Pools(_) => SpendBy::Pool,
+    };
+    SpendReport { by, zone, since_unix_ms, recent_only: false, complete_since_unix_ms: since_unix_ms, rows, total }
+}
+
 /// The running gateway's report of the last `days` local days (today is the first). Blocks: per key
 /// and per pool it reads the store.
 pub fn report(gw: &Gateway, by: SpendBy, days: u32) -> SpendReport {
     let zone = gw.clock().zone();
     let now = gw.clock().unix_ms();
     let since = crate::clock::local_day_start(now, &zone, days.saturating_sub(1));
-    let periods = crate::clock::local_periods(now, &zone);
+    let zone_name = crate::clock::local_periods(now, &zone).zone;
     let keys = super::views::keys(gw);
-    let named: Vec<(String, String)> =
-        keys.iter().map(|k| (k.status.fingerprint.clone(), k.status.label.clone())).collect();
-    let (rows, total, complete_since) = match by {
-        SpendBy::Key | SpendBy::Pool => {
-            let points = gw.metrics().series(since, 1);
-            let pools: Vec<(String, Vec<String>)> = match by {
-                SpendBy::Pool => super::views::pool_fingerprints(gw, &keys),
-                SpendBy::Key | SpendBy::Token | SpendBy::Model => Vec::new(),
-            };
-            let grouping = if by == SpendBy::Pool { Grouping::Pools(&pools) } else { Grouping::Keys(&named) };
-            let (rows, total) = from_metrics(&points, since, &grouping);
-            (rows, total, since)
+    match by {
+        SpendBy::Key => {
+            let named: Vec<(String, String)> =
+                keys.iter().map(|k| (k.status.fingerprint.clone(), k.status.label.clone())).collect();
+            stored(&gw.metrics().series(since, 1), since, zone_name, &Grouping::Keys(&named))
+        }
+        SpendBy::Pool => {
+            let pools = super::views::pool_fingerprints(gw, &keys);
+            stored(&gw.metrics().series(since, 1), since, zone_name, &Grouping::Pools(&pools))
         }
         SpendBy::Token | SpendBy::Model => {
             let records = gw.events().recent(crate::events::RECENT_CAPACITY);
@@ -160,17 +173,16 @@ pub fn report(gw: &Gateway, by: SpendBy, days: u32) -> SpendReport {
                 (true, Some(oldest)) => oldest.routed.at_unix_ms,
                 (true, None) | (false, _) => gw.started_unix_ms(),
             };
-            (rows, total, since.max(remembered))
+            SpendReport {
+                by,
+                zone: zone_name,
+                since_unix_ms: since,
+                recent_only: true,
+                complete_since_unix_ms: since.max(remembered),
+                rows,
+                total,
+            }
         }
-    };
-    SpendReport {
-        by,
-        zone: periods.zone,
-        since_unix_ms: since,
-        recent_only: matches!(by, SpendBy::Token | SpendBy::Model),
-        complete_since_unix_ms: complete_since,
-        rows,
-        total,
     }
 }
 

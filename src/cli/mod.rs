@@ -5,6 +5,7 @@
 mod manage;
 mod pools;
 mod setup;
+mod usage;
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -54,6 +55,11 @@ enum Command {
     },
     /// Point Codex or pi at this gateway in its own config file: shows the change, asks, keeps a backup.
     Setup(SetupArgs),
+    /// Requests, tokens and spend per key, pool, token or model, with totals (today by default).
+    #[command(after_help = "Days are local days (today is the first). Per key and per pool come from the stored \
+                      metrics (read from the store when no gateway runs); per token and per model from the \
+                      requests the running gateway remembers (recent requests only).")]
+    Usage(usage::UsageArgs),
     /// Pause routing on the running gateway: new requests get 503 with retry-after.
     Pause,
     /// Resume routing on the running gateway.
@@ -279,6 +285,7 @@ pub fn main() -> ExitCode {
             Command::Pool(cmd) => pools::pool(cli.config, cmd).await,
             Command::Dashboard { open } => manage::dashboard(cli.config, open).await,
             Command::Setup(args) => setup::setup(cli.config, args).await,
+            Command::Usage(args) => usage::usage(cli.config, args).await,
             Command::Pause => manage::pause(cli.config, true).await,
             Command::Resume => manage::pause(cli.config, false).await,
         }
