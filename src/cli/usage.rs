@@ -182,15 +182,14 @@ fn print(report: &SpendReport, by: ByArg, days: u32, read_from: Option<&Path>) {
 }
 
 fn row(r: &SpendRow) {
+    // Nothing priced but something unpriced is not $0: it is unknown.
+    let spend = match (r.spend_usd.nanos(), r.unpriced_requests) {
+        (0, 1..) => "unpriced".to_owned(),
+        _ => dollars(r.spend_usd),
+    };
     out(&format!(
         "{:<28} {:>9} {:>13} {:>13} {:>13} {:>14} {:>9}",
-        r.name,
-        r.requests,
-        r.input_tokens,
-        r.cached_tokens,
-        r.output_tokens,
-        dollars(r.spend_usd),
-        r.unpriced_requests
+        r.name, r.requests, r.input_tokens, r.cached_tokens, r.output_tokens, spend, r.unpriced_requests
     ));
 }
 
