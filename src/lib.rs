@@ -14,7 +14,8 @@
 //!   the oldest idle connection for a new one), bounded drain.
 //! * [`limits`]: every limit on what clients can hold (timeouts, caps, the descriptor limit raised).
 //! * [`http`]: the axum routes: `/v1/*` for clients, `/login`, the dashboard, and the control API.
-//! * [`api`]: the control API under `/keymux/api` (typed bodies, the live event stream).
+//! * [`api`]: the control API under `/keymux/api` (typed bodies, the live event stream, and
+//!   `api::spend`, the spend report per key, pool, token or model that `keymux usage` prints).
 //! * [`access`]: who may call what (client tokens, dashboard sessions, the admin credential).
 //! * [`dashboard`]: the dashboard's files, embedded at build time and served at `/`.
 //! * [`desktop`]: what the tray app shows (menu, icon, notifications) as pure functions of the state.
@@ -41,7 +42,8 @@
 //!   `control::pools` for pools, `control::live` for hand edits of the config file while it runs.
 //! * [`pools`]: the user's boundaries: named sets of keys that each client token is bound to, checked
 //!   and resolved to key ids; what one request may reach (`Reach`), and the `pool_mismatch` check.
-//! * [`settings`]: where those changes are kept: the secret store, the config file, the config now.
+//! * [`settings`]: where those changes are kept: the secret store, the config file, the config now
+//!   and the price table it makes.
 //! * [`config_file`]: edits to the config file that keep the user's comments.
 //! * [`setup`]: points Codex and pi at Keymux in their own config files, one flow for the CLI and the
 //!   tray: a preview first, the token made once the user agrees, nothing written if the file changed
@@ -62,10 +64,12 @@
 //! * [`recency`]: the least-recently-used bookkeeping every bounded table shares.
 //! * [`events`]: records of finished requests and every other event, in bounded rings and one lossy live
 //!   stream.
-//! * [`spend`]: the embedded price table (`spend/prices.toml`), the user's `[prices]` over it, and
-//!   what one request cost from its usage (exact integers; an unknown model is unpriced, not $0).
-//! * [`metrics`]: hashed per-hour counters (key fingerprints only), aggregated in memory, kept in sled
-//!   (`metrics::store` owns its failures: idempotent flushes, reopen, corrupt stores moved aside).
+//! * [`spend`]: the embedded price table (`spend/prices.toml`), the user's `[prices]` over it (held by
+//!   `settings`), and what one request cost from its usage (exact integers; an unknown model is
+//!   unpriced, not $0). A record is priced once, when its request finishes (`RequestRecord::price`).
+//! * [`metrics`]: hashed per-hour counters (key fingerprints only), spend included, aggregated in
+//!   memory, kept in sled (`metrics::store` owns its failures: idempotent flushes, reopen, corrupt
+//!   stores moved aside); the last weeks' spend per key also in memory (`metrics::tally`).
 //!
 //! Identity and secrets:
 //! * [`markers`]: every marker format (format, byte scanner, strip, tag, rescue).
@@ -78,7 +82,8 @@
 //!   variables.
 //!
 //! Foundations:
-//! * [`clock`]: the one place time is read (and advanced, in tests).
+//! * [`clock`]: the one place time is read (and advanced, in tests), with the user's time zone and
+//!   the local day and month that spend is counted in.
 //! * [`error`]: the OpenAI-shaped error every layer folds into; each variant's status, type, code,
 //!   label and message come from one `spec`.
 
