@@ -47,16 +47,24 @@ pub struct PoolInfo {
     pub usable: usize,
     /// Mean rate-limit headroom of its usable keys, 0 to 1 (0 when none is usable).
     pub headroom: f32,
-    /// What its keys spent today (the local day, `GatewayInfo.periods`), in US dollars. `all` counts
-    /// every request, keys removed since included.
+    /// What its keys spent today and this month (`all`: every request, keys removed since included).
+    #[serde(flatten)]
+    pub spend: PeriodSpend,
+}
+
+/// What a key or a pool spent in the local day and month (`GatewayInfo.periods`), from the stored
+/// metrics (so it survives restarts).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
+pub struct PeriodSpend {
+    /// Spent today, in US dollars.
     #[ts(type = "number")]
     pub spend_today_usd: Usd,
-    /// What its keys spent this month (the local month), in US dollars.
+    /// Spent this month, in US dollars.
     #[ts(type = "number")]
     pub spend_month_usd: Usd,
-    /// Requests on its keys today that had no price (not counted in the spend, and not $0).
+    /// Requests today that had no price (not counted in the spend, and not $0).
     pub unpriced_requests_today: u64,
-    /// Requests on its keys this month that had no price.
+    /// Requests this month that had no price.
     pub unpriced_requests_month: u64,
 }
 
@@ -134,17 +142,9 @@ pub struct KeyInfo {
     pub tokens_window: Option<WindowInfo>,
     /// The user's pools that hold it (every key is also in `all`).
     pub pools: Vec<String>,
-    /// What it spent today (the local day, `GatewayInfo.periods`), in US dollars, from the stored
-    /// metrics: it survives restarts.
-    #[ts(type = "number")]
-    pub spend_today_usd: Usd,
-    /// What it spent this month (the local month), in US dollars.
-    #[ts(type = "number")]
-    pub spend_month_usd: Usd,
-    /// Requests on it today that had no price (not counted in the spend, and not $0).
-    pub unpriced_requests_today: u64,
-    /// Requests on it this month that had no price.
-    pub unpriced_requests_month: u64,
+    /// What it spent today and this month.
+    #[serde(flatten)]
+    pub spend: PeriodSpend,
 }
 
 /// A client token as listed (never the token itself).
@@ -447,6 +447,7 @@ pub fn typescript() -> String {
         HealthState::decl(),
         WindowInfo::decl(),
         KeyStatus::decl(),
+        PeriodSpend::decl(),
         extending(KeyInfo::decl(), "KeyStatus"),
         PoolInfo::decl(),
         crate::pools::PoolConfig::decl(),

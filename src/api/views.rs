@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::types::{
-    GatewayInfo, KeyInfo, KeychainInfo, PoolInfo, StatusBody, TokenInfo, UsageBody, UsagePoint, WindowInfo,
+    GatewayInfo, KeyInfo, KeychainInfo, PeriodSpend, PoolInfo, StatusBody, TokenInfo, UsageBody, UsagePoint, WindowInfo,
 };
 use crate::gateway::Gateway;
 use crate::keys::KeyId;
@@ -44,28 +44,30 @@ impl SpentNow {
         }
     }
 
-    /// What the keys of these fingerprints spent (today, this month).
-    fn of<'a>(&self, fingerprints: impl Iterator<Item = &'a str> + Clone) -> (Spent, Spent) {
+    /// What the keys of these fingerprints spent.
+    fn of<'a>(&self, fingerprints: impl Iterator<Item = &'a str> + Clone) -> PeriodSpend {
         let sum = |map: &HashMap<String, Spent>, fps: &mut dyn Iterator<Item = &'a str>| {
             let mut sum = Spent::default();
             fps.filter_map(|fp| map.get(fp)).for_each(|s| sum.add(*s));
             sum
         };
-        (sum(&self.today, &mut fingerprints.clone()), sum(&self.month, &mut fingerprints.clone()))
+        let (today, month) = (sum(&self.today, &mut fingerprints.clone()), sum(&self.month, &mut fingerprints.clone()));
+        PeriodSpend {
+            spend_today_usd: today.usd,
+            spend_month_usd: month.usd,
+            unpriced_requests_today: today.unpriced,
+            unpriced_requests_month: month.unpriced,
+        }
     }
 }
 
 fn info(status: KeyStatus, now_unix_ms: u64, pools: &Pools, spent: &SpentNow) -> KeyInfo {
-    let (today, month) = spent.of(std::iter::once(status.fingerprint.as_str()));
     KeyInfo {
+        spend: spent.of(std::iter::once(status.fingerprint.as_str())),
         until_unix_ms: (status.cooldown_ms > 0).then(|| now_unix_ms + status.cooldown_ms),
         requests_window: window(status.requests_window, now_unix_ms),
         tokens_window: window(status.tokens_window, now_unix_ms),
         pools: pools.pools_of(&status.id),
-        spend_today_usd: today.usd,
-        spend_month_usd: month.usd,
-        unpriced_requests_today: today.unpriced,
-        unpriced_requests_month: month.unpriced,
         status,
     }
 }
@@ -112,7 +114,7 @@ pub fn pools(gw: &Gateway, keys: &[KeyInfo]) -> Vec<PoolInfo> {
                 usable.iter().map(|k| k.status.headroom).sum::<f32>() / usable.len() as f32
             };
             // `all` is every request, keys removed since included; another pool, its keys now.
-            let (today, month) = if def.name == ALL {
+            let spend = if def.name == ALL {
                 spent.of(spent.month.keys().map(String::as_str))
             } else {
                 let fps = keys.iter().filter(|k| key_ids.contains(&k.status.id)).map(|k| k.status.fingerprint.as_str());
@@ -132,10 +134,7 @@ pub fn pools(gw: &Gateway, keys: &[KeyInfo]) -> Vec<PoolInfo> {
                 usable: usable.len(),
                 headroom,
                 key_ids,
-                spend_today_usd: today.usd,
-                spend_month_usd: month.usd,
-                unpriced_requests_today: today.unpriced,
-                unpriced_requests_month: month.unpriced,
+                spend,
             }
         })
         .collect()

@@ -104,10 +104,7 @@ async fn list_pools(loaded: &Loaded) -> Result<(), StartError> {
                     tokens: tokens.collect(),
                     usable: 0,
                     headroom: 0.0,
-                    spend_today_usd: crate::spend::Usd::ZERO,
-                    spend_month_usd: crate::spend::Usd::ZERO,
-                    unpriced_requests_today: 0,
-                    unpriced_requests_month: 0,
+                    spend: crate::api::types::PeriodSpend::default(),
                 };
                 pool_row(&info, None);
             }

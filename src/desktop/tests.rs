@@ -51,10 +51,7 @@ fn key(label: &str, org: &str, health: HealthState, until: Option<u64>) -> KeyIn
         requests_window: None,
         tokens_window: None,
         pools: Vec::new(),
-        spend_today_usd: crate::spend::Usd::ZERO,
-        spend_month_usd: crate::spend::Usd::ZERO,
-        unpriced_requests_today: 0,
-        unpriced_requests_month: 0,
+        spend: crate::api::types::PeriodSpend::default(),
     }
 }
 
@@ -353,10 +350,7 @@ fn pooled(a: HealthState, b: HealthState) -> StatusBody {
         tokens: token.map(str::to_owned).into_iter().collect(),
         usable: usize::from(health == HealthState::Ready),
         headroom: 0.5,
-        spend_today_usd: crate::spend::Usd::ZERO,
-        spend_month_usd: crate::spend::Usd::ZERO,
-        unpriced_requests_today: 0,
-        unpriced_requests_month: 0,
+        spend: crate::api::types::PeriodSpend::default(),
     };
     s.pools = vec![pool("work", Some("acme"), a), pool("home", None, b)];
     for k in &mut s.keys {

@@ -734,6 +734,24 @@ unavailable_models: Array<string>,
  */
 base_url: string | null, };
 
+export type PeriodSpend = { 
+/**
+ * Spent today, in US dollars.
+ */
+spend_today_usd: number, 
+/**
+ * Spent this month, in US dollars.
+ */
+spend_month_usd: number, 
+/**
+ * Requests today that had no price (not counted in the spend, and not $0).
+ */
+unpriced_requests_today: number, 
+/**
+ * Requests this month that had no price.
+ */
+unpriced_requests_month: number, };
+
 export type KeyInfo = KeyStatus & { 
 /**
  * When a cooldown or quota rest ends, Unix milliseconds.
@@ -752,20 +770,19 @@ tokens_window: WindowInfo | null,
  */
 pools: Array<string>, 
 /**
- * What it spent today (the local day, `GatewayInfo.periods`), in US dollars, from the stored
- * metrics: it survives restarts.
+ * Spent today, in US dollars.
  */
 spend_today_usd: number, 
 /**
- * What it spent this month (the local month), in US dollars.
+ * Spent this month, in US dollars.
  */
 spend_month_usd: number, 
 /**
- * Requests on it today that had no price (not counted in the spend, and not $0).
+ * Requests today that had no price (not counted in the spend, and not $0).
  */
 unpriced_requests_today: number, 
 /**
- * Requests on it this month that had no price.
+ * Requests this month that had no price.
  */
 unpriced_requests_month: number, };
 
@@ -807,20 +824,19 @@ usable: number,
  */
 headroom: number, 
 /**
- * What its keys spent today (the local day, `GatewayInfo.periods`), in US dollars. `all` counts
- * every request, keys removed since included.
+ * Spent today, in US dollars.
  */
 spend_today_usd: number, 
 /**
- * What its keys spent this month (the local month), in US dollars.
+ * Spent this month, in US dollars.
  */
 spend_month_usd: number, 
 /**
- * Requests on its keys today that had no price (not counted in the spend, and not $0).
+ * Requests today that had no price (not counted in the spend, and not $0).
  */
 unpriced_requests_today: number, 
 /**
- * Requests on its keys this month that had no price.
+ * Requests this month that had no price.
  */
 unpriced_requests_month: number, };
 
