@@ -11,15 +11,15 @@ use crate::config_file::ConfigFile;
 use crate::secrets::SecretStore;
 use crate::spend::PriceTable;
 
-/// Where a gateway keeps what changes at runtime: the secret store, the config file (if any), and the
-/// config as it is now.
+/// Where a gateway keeps what changes at runtime: the secret store, the config file (if any), the
+/// config as it is now, and its price table.
 pub struct Settings {
     store: Arc<dyn SecretStore>,
     file: Option<ConfigFile>,
     config: std::sync::Mutex<Config>,
     /// The embedded prices with the config's `[prices]` over them: made again whenever the config is
-    /// (each edit re-reads the whole file, so a `[prices]` entry written by hand takes effect then),
-    /// and read without a lock by every finished request.
+    /// (a change Keymux makes, or a hand edit the reload applies), and read without a lock by every
+    /// finished request.
     prices: ArcSwap<PriceTable>,
 }
 
@@ -66,6 +66,7 @@ impl Settings {
             return Ok(None);
         }
         let before = std::mem::replace(&mut *config, fresh.clone());
+        self.prices.store(Arc::new(prices_of(&fresh)));
         Ok(Some((before, fresh)))
     }
 

@@ -1,7 +1,7 @@
 //! Spend in money, end to end: the simulator's usage priced on every record, and summed on keys,
 //! pools, sessions, usage points and the spend report; an unknown model or tier counted as unpriced,
 //! not $0; the config's `[prices]` (overrides and aliases) applied, also when written by hand while
-//! Keymux runs; spend kept across a restart; a bad price refused with its line; and `keymux usage`.
+//! Keymux runs (the config file is live); spend kept across a restart; a bad price refused with its line; and `keymux usage`.
 #![allow(clippy::unwrap_used, clippy::disallowed_methods, clippy::print_stdout, reason = "tests")]
 
 mod support;
@@ -262,19 +262,45 @@ async fn prices_from_the_config_replace_the_table_and_an_alias_prices_like_its_t
     assert_eq!((records[2]["cost_usd"].clone(), records[2]["unpriced"].clone()), (Value::Null, json!("tier")));
 }
 
-/// A `[prices]` entry written into the config by hand while Keymux runs takes effect with the next
-/// change Keymux makes to the file (each change re-reads it whole).
+/// Waits, on the event stream and for a minute at most, for a `config_applied` event naming a change
+/// of prices.
+async fn prices_applied(events: reqwest::Response) {
+    use futures::StreamExt as _;
+    let mut stream = events.bytes_stream();
+    let mut buf = String::new();
+    let wait = async {
+        while let Some(Ok(chunk)) = stream.next().await {
+            buf.push_str(&String::from_utf8_lossy(&chunk));
+            let applied = buf.lines().filter_map(|l| l.strip_prefix("data: ")).any(|data| {
+                let event: Value = serde_json::from_str(data).unwrap_or_default();
+                event["data"]["kind"] == "config_applied"
+                    && event["data"]["changes"].as_array().is_some_and(|c| c.contains(&json!("prices changed")))
+            });
+            if applied {
+                return;
+            }
+        }
+        panic!("the event stream ended: {buf}");
+    };
+    tokio::time::timeout(Duration::from_secs(60), wait).await.expect("the price edit applied within a minute");
+}
+
+/// A `[prices]` entry written into the config by hand while Keymux runs applies to the requests that
+/// finish once the live config has taken it. The config file is live when Keymux keeps its settings
+/// (not `--ephemeral`), so this gateway has a keychain (the test session's Secret Service).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_price_written_by_hand_applies_at_the_next_config_change() {
+async fn a_price_written_by_hand_applies_while_keymux_runs() {
     let sim = Sim::start(SimConfig::new().org("org-a", &["sk-a1"])).await.unwrap();
     let home = tempfile::tempdir().unwrap();
     let cfg = home.path().join("config.toml");
-    std::fs::write(&cfg, "# my config\n").unwrap();
+    let store = home.path().join("metrics");
+    let config =
+        format!("# my config\nkeychain_service = \"keymux-spend-live\"\nmetrics_dir = \"{}\"\n", store.display());
+    std::fs::write(&cfg, config).unwrap();
     let mut env = base_env(home.path());
     env.push(("KEYMUX_KEY_A1".into(), "sk-a1".into()));
     env.push(("KEYMUX_CLIENT_TOKEN".into(), TOKEN.into()));
-    let gateway =
-        Keymux::spawn(&["--config", cfg.to_str().unwrap(), "--ephemeral", "--upstream", &sim.base_url()], &env).await;
+    let gateway = Keymux::spawn(&["--config", cfg.to_str().unwrap(), "--upstream", &sim.base_url()], &env).await;
     let api = Admin::new(&gateway.root);
     let c = client();
     let ask = || async {
@@ -284,17 +310,20 @@ async fn a_price_written_by_hand_applies_at_the_next_config_change() {
         let _ = r.bytes().await;
     };
     ask().await;
+    let events = api.get("/events").await;
     let mut text = std::fs::read_to_string(&cfg).unwrap();
     text.push_str("\n[prices.\"gpt-5.5-codex\"]\nalias = \"gpt-5.5\"\n");
     std::fs::write(&cfg, text).unwrap();
-    ask().await;
-    let (status, _) = api.post_json("/tokens", Some(json!({"name": "pi"}))).await;
-    assert_eq!(status, 201, "a change to the config");
+    prices_applied(events).await;
     ask().await;
     let records = records(&api).await;
     let unpriced: Vec<&Value> = records.iter().map(|r| &r["unpriced"]).collect();
-    assert_eq!(unpriced, [&json!("model"), &json!("model"), &Value::Null], "priced from the change on");
-    assert!(nanos(&records[2]["cost_usd"]) > 0);
+    assert_eq!(unpriced, [&json!("model"), &Value::Null], "priced once the edit applied");
+    // Priced as gpt-5.5 in the embedded table: $5 in, $0.50 cached, $30 out per 1M tokens.
+    let usage = &records[1]["usage"];
+    let (input, cached) = (usage["input"].as_u64().unwrap(), usage["cached"].as_u64().unwrap());
+    let want = (input - cached) * 5_000 + cached * 500 + usage["output"].as_u64().unwrap() * 30_000;
+    assert_eq!(nanos(&records[1]["cost_usd"]), want);
     gateway.stop().await;
 }
 

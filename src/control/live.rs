@@ -1,5 +1,5 @@
 //! The config file is live: a valid hand edit is applied like the equivalent command (keys changed,
-//! added, removed, switched off; tokens moved to another pool or revoked; pools), and logged. An edit
+//! added, removed, switched off; tokens moved to another pool or revoked; pools; prices), and logged. An edit
 //! that does not parse or check is refused with the file, line and column, and the running settings
 //! stay. Settings only a start reads (the address, timeouts, affinity) are said to wait for a restart.
 //!
@@ -62,6 +62,10 @@ impl Gateway {
         done.extend(self.tokens_edited(before, after).await);
         if before.pools != after.pools {
             done.push("pools changed".to_owned());
+        }
+        // The settings made the new price table with the config; requests finishing from now on use it.
+        if before.prices != after.prices {
+            done.push("prices changed".to_owned());
         }
         self.refresh_pools();
         done.extend(needs_restart(before, after));

@@ -31,11 +31,19 @@ pub struct PriceOverrides {
     entries: Vec<RawEntry>,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 struct RawEntry {
     name: String,
     span: Option<Range<usize>>,
     body: RawBody,
+}
+
+/// Entries are equal when they say the same, wherever they stand in the file: moving a table or adding
+/// a comment above it is no change of price.
+impl PartialEq for RawEntry {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name && self.body == other.body
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -45,11 +53,17 @@ enum RawBody {
     NotATable(&'static str),
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 struct RawField {
     key: String,
     span: Option<Range<usize>>,
     value: Value,
+}
+
+impl PartialEq for RawField {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key && self.value == other.value
+    }
 }
 
 impl PriceOverrides {

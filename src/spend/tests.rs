@@ -410,3 +410,11 @@ fn amounts_print_every_significant_digit() {
     assert_eq!(total.nanos(), u64::MAX);
     assert_eq!(Unpriced::Model.label(), "unpriced_model");
 }
+
+#[test]
+fn the_same_prices_laid_out_differently_are_equal() {
+    let plain = overrides("[prices.a]\ninput = 1\noutput = 2\n");
+    let moved = overrides("# my prices\n\n[prices.a]\n# cheap\ninput = 1\noutput = 2\n");
+    assert_eq!(plain, moved, "comments and blank lines change no price");
+    assert_ne!(plain, overrides("[prices.a]\ninput = 1\noutput = 3\n"));
+}
