@@ -7,7 +7,7 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use keymux::clock::local_day_start;
@@ -82,15 +82,30 @@ fn clear_of_midnight(h: &Harness) -> Duration {
     by
 }
 
-/// A non-streamed request of `model` (with `extra` fields); its status.
-async fn ask(h: &Harness, model: &str, extra: Value) -> u16 {
+/// A non-streamed request of `model` (with `extra` fields) to the gateway at `base`; its status.
+async fn ask(base: &str, model: &str, extra: Value) -> u16 {
     let mut body = json!({"model": model, "input": "hello there", "store": false});
     body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
-    let r = post(&client(), &format!("{}/responses", h.base), &[], &body).send().await.unwrap();
+    let r = post(&client(), &format!("{base}/responses"), &[], &body).send().await.unwrap();
     let status = r.status().as_u16();
     let _ = r.bytes().await;
     status
 }
+
+/// A simulator with the organization of `sk-a1`, and a home holding a config file (`config` gets the
+/// metrics directory to name) and the environment of a gateway with the key `a1`.
+async fn home_with_key_a1(config: impl FnOnce(&Path) -> String) -> (Sim, tempfile::TempDir, PathBuf, Env) {
+    let sim = Sim::start(SimConfig::new().org("org-a", &["sk-a1"])).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cfg = home.path().join("config.toml");
+    std::fs::write(&cfg, config(&home.path().join("metrics"))).unwrap();
+    let mut env = base_env(home.path());
+    env.push(("KEYMUX_KEY_A1".into(), "sk-a1".into()));
+    env.push(("KEYMUX_CLIENT_TOKEN".into(), TOKEN.into()));
+    (sim, home, cfg, env)
+}
+
+type Env = Vec<(String, String)>;
 
 async fn records(api: &Admin) -> Vec<Value> {
     api.get_json("/decisions?limit=1000").await["data"].as_array().unwrap().clone()
@@ -106,7 +121,10 @@ async fn traffic(h: &Harness) {
             assert_eq!(session.turn(&c, &h.base, turn == 2).await.status, 200);
         }
     }
-    assert_eq!(ask(h, "gpt-5.5-mini", json!({"service_tier": "priority", "prompt_cache_key": "mini-1"})).await, 200);
+    assert_eq!(
+        ask(&h.base, "gpt-5.5-mini", json!({"service_tier": "priority", "prompt_cache_key": "mini-1"})).await,
+        200
+    );
     let chat = json!({"model":"gpt-5.5","messages":[{"role":"user","content":"hi"}],"stream":true,
         "stream_options":{"include_usage":true}});
     let r = post(&c, &format!("{}/chat/completions", h.base), &[], &chat).send().await.unwrap();
@@ -206,9 +224,9 @@ async fn an_unknown_model_or_tier_is_counted_unpriced_not_as_zero() {
     let h = Harness::start(SimConfig::new().org("org-a", &["sk-a1"]), &[key("a1", "sk-a1")]).await;
     clear_of_midnight(&h);
     // gpt-5.5-codex is in no price table; gpt-5 has no flex price.
-    assert_eq!(ask(&h, "gpt-5.5-codex", json!({})).await, 200);
-    assert_eq!(ask(&h, "gpt-5", json!({"service_tier": "flex"})).await, 200);
-    assert_eq!(ask(&h, "gpt-5", json!({})).await, 200);
+    assert_eq!(ask(&h.base, "gpt-5.5-codex", json!({})).await, 200);
+    assert_eq!(ask(&h.base, "gpt-5", json!({"service_tier": "flex"})).await, 200);
+    assert_eq!(ask(&h.base, "gpt-5", json!({})).await, 200);
     let api = Admin::new(&h.root);
     let records = records(&api).await;
     let find = |model: &str, tier: Option<&str>| {
@@ -241,9 +259,9 @@ async fn an_unknown_model_or_tier_is_counted_unpriced_not_as_zero() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prices_from_the_config_replace_the_table_and_an_alias_prices_like_its_target() {
     let h = Harness::start_with(SimConfig::new().org("org-a", &["sk-a1"]), &[key("a1", "sk-a1")], priced).await;
-    assert_eq!(ask(&h, "gpt-5.5", json!({})).await, 200);
-    assert_eq!(ask(&h, "gpt-5.5-mini", json!({"service_tier": "priority"})).await, 200);
-    assert_eq!(ask(&h, "gpt-5.5", json!({"service_tier": "flex"})).await, 200);
+    assert_eq!(ask(&h.base, "gpt-5.5", json!({})).await, 200);
+    assert_eq!(ask(&h.base, "gpt-5.5-mini", json!({"service_tier": "priority"})).await, 200);
+    assert_eq!(ask(&h.base, "gpt-5.5", json!({"service_tier": "flex"})).await, 200);
     let records = records(&Admin::new(&h.root)).await;
     let table = keymux::spend::PriceTable::builtin();
     for r in &records[..2] {
@@ -290,25 +308,13 @@ async fn prices_applied(events: reqwest::Response) {
 /// (not `--ephemeral`), so this gateway has a keychain (the test session's Secret Service).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_price_written_by_hand_applies_while_keymux_runs() {
-    let sim = Sim::start(SimConfig::new().org("org-a", &["sk-a1"])).await.unwrap();
-    let home = tempfile::tempdir().unwrap();
-    let cfg = home.path().join("config.toml");
-    let store = home.path().join("metrics");
-    let config =
-        format!("# my config\nkeychain_service = \"keymux-spend-live\"\nmetrics_dir = \"{}\"\n", store.display());
-    std::fs::write(&cfg, config).unwrap();
-    let mut env = base_env(home.path());
-    env.push(("KEYMUX_KEY_A1".into(), "sk-a1".into()));
-    env.push(("KEYMUX_CLIENT_TOKEN".into(), TOKEN.into()));
+    let (sim, _home, cfg, env) = home_with_key_a1(|metrics| {
+        format!("# my config\nkeychain_service = \"keymux-spend-live\"\nmetrics_dir = \"{}\"\n", metrics.display())
+    })
+    .await;
     let gateway = Keymux::spawn(&["--config", cfg.to_str().unwrap(), "--upstream", &sim.base_url()], &env).await;
     let api = Admin::new(&gateway.root);
-    let c = client();
-    let ask = || async {
-        let body = json!({"model": "gpt-5.5-codex", "input": "hello", "store": false});
-        let r = post(&c, &format!("{}/responses", gateway.base), &[], &body).send().await.unwrap();
-        assert_eq!(r.status(), 200);
-        let _ = r.bytes().await;
-    };
+    let ask = || async { assert_eq!(ask(&gateway.base, "gpt-5.5-codex", json!({})).await, 200) };
     ask().await;
     let events = api.get("/events").await;
     let mut text = std::fs::read_to_string(&cfg).unwrap();
@@ -407,24 +413,14 @@ fn line<'a>(output: &'a str, name: &str) -> &'a str {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keymux_usage_prints_spend_from_the_gateway_and_from_the_store_without_it() {
-    let sim = Sim::start(SimConfig::new().org("org-a", &["sk-a1"])).await.unwrap();
-    let home = tempfile::tempdir().unwrap();
-    let cfg = home.path().join("config.toml");
-    let store = home.path().join("metrics");
-    std::fs::write(&cfg, format!("metrics_dir = \"{}\"\n{PRICES}", store.display())).unwrap();
-    let mut env = base_env(home.path());
-    env.push(("KEYMUX_KEY_A1".into(), "sk-a1".into()));
-    env.push(("KEYMUX_CLIENT_TOKEN".into(), TOKEN.into()));
+    let (sim, _home, cfg, mut env) =
+        home_with_key_a1(|metrics| format!("metrics_dir = \"{}\"\n{PRICES}", metrics.display())).await;
     // Fingerprints stay the same across runs, so the store's rows are named after the restart.
     env.push(("KEYMUX_INSTALL_SECRET".into(), "install-secret-of-the-usage-test".into()));
     let config = cfg.to_str().unwrap();
     let gateway = Keymux::spawn(&["--config", config, "--ephemeral", "--upstream", &sim.base_url()], &env).await;
-    let c = client();
     for model in ["gpt-5.5", "gpt-5.5", "gpt-5.5-codex"] {
-        let body = json!({"model": model, "input": "hello", "store": false});
-        let r = post(&c, &format!("{}/responses", gateway.base), &[], &body).send().await.unwrap();
-        assert_eq!(r.status(), 200);
-        let _ = r.bytes().await;
+        assert_eq!(ask(&gateway.base, model, json!({})).await, 200);
     }
     let records = records(&Admin::new(&gateway.root)).await;
     let spent: u64 = records.iter().filter_map(expected_nanos).sum();
