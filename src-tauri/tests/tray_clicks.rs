@@ -151,6 +151,10 @@ fn key_id(s: &StatusBody, label: &str) -> KeyId {
 fn app_env(home: &Path, xvfb: &Xvfb) -> Vec<(String, String)> {
     let mut env = desktop::env(home, xvfb, &[("KEYMUX_KEY_A1", "sk-a1"), ("KEYMUX_KEY_B1", "sk-b1")], TOKEN, ADMIN);
     env.push(("CODEX_HOME".into(), home.join("codex").display().to_string()));
+    // A pool with a token bound to it, so the status line and the key items show pools.
+    env.push(("KEYMUX_POOL_WORK".into(), "a1".into()));
+    env.push(("KEYMUX_TOKEN_ACME".into(), "km-tray-acme-token-5f1b8c2e9d7a4036".into()));
+    env.push(("KEYMUX_TOKEN_ACME_POOL".into(), "work".into()));
     env
 }
 
@@ -217,6 +221,13 @@ async fn states(desk: &Desk<'_>) {
     desk.wait_status("both keys ready", |s| s.keys.iter().all(|k| k.status.health == HealthState::Ready)).await;
     desk.expect_icon(IconState::Healthy).await;
 
+    // The status line and the key items show the pool (the menu model is what the tray draws).
+    let status = desk.status().await;
+    let line = keymux::desktop::menu::status_line(&keymux::desktop::menu::MenuInput {
+        status: Some(&status),
+        ..Default::default()
+    });
+    assert!(line.ends_with(" · work 1/1"), "{line}");
     // A click opens the menu, status line first.
     let menu = desk.open_menu().await;
     desk.xvfb
