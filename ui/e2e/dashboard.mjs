@@ -711,10 +711,16 @@ async function poolSteps(page) {
   await page.waitForFunction((n) => document.querySelectorAll("[data-testid=decision-row]").length === n, workSent, { timeout: WAIT });
   await page.getByTestId("filter-token").selectOption("");
 
+  step("Live and Keys: what each request cost, and each key's spend today");
+  const costs = await page.locator("[data-testid=decision-row]:not(.is-pending) [data-testid=row-cost]").allInnerTexts();
+  if (!costs.some((c) => /^\$\d/.test(c.trim()))) throw new Error(`no request shows a cost: ${JSON.stringify(costs.slice(0, 10))}`);
+
   step("Keys: grouped by pool; the chooser shows only work's keys under its header");
   await page.getByTestId("nav-keys").click();
   const sections = page.getByTestId("pool-section");
   await page.waitForFunction(() => document.querySelectorAll("[data-testid=pool-section]").length === 3, null, { timeout: WAIT });
+  const spends = await page.getByTestId("key-spend").allInnerTexts();
+  if (!spends.some((t) => /Spent today\s*\$(?!0(\s|$))\d/.test(t))) throw new Error(`no key shows a spend above $0: ${JSON.stringify(spends)}`);
   const order = await sections.evaluateAll((els) => els.map((e) => e.dataset.pool));
   if (order.join(",") !== "work,spare,") throw new Error(`the Keys view's sections are ${JSON.stringify(order)}`);
   await page.locator('[data-testid=keys-pool-chooser] [data-pool="work"]').click();

@@ -1,6 +1,6 @@
 import { memo } from "preact/compat";
 import type { LiveRow } from "../lib/live";
-import { clock, compact, duration, percent } from "../lib/format";
+import { clock, compact, duration, percent, usd } from "../lib/format";
 import { fallbackPool, tokenName } from "../lib/pools";
 import { CLIENT } from "../lib/words";
 import { Badge } from "./Badge";
@@ -81,6 +81,9 @@ export const DecisionRow = memo(function DecisionRow({ row, keyLabel, keyOrg, on
       </td>
       <td class="c-cached num" title="Share of prompt tokens from the provider's cache">
         {cached !== null ? percent(cached) : ""}
+      </td>
+      <td class="c-cost num" data-testid="row-cost" title={r?.unpriced ? `No price for this ${r.unpriced}: not counted, and not $0` : "What it cost, from its usage"}>
+        {r?.unpriced ? <span class="muted">unpriced</span> : r?.usage ? usd(r.cost_usd) : ""}
       </td>
     </tr>
   );

@@ -1,7 +1,7 @@
 import { useState } from "preact/hooks";
 import { del, messageOf, post } from "../api/client";
 import type { KeyInfo, KeyTestBody } from "../api/types";
-import { compact, duration, percent } from "../lib/format";
+import { compact, duration, percent, usd } from "../lib/format";
 import { HEALTH, PROVIDER } from "../lib/words";
 import { keys, refreshStatus, status } from "../state/store";
 import { Tag } from "./Badge";
@@ -125,6 +125,14 @@ export function KeyCard({ info, spark, showOrg = false }: Props) {
             {budget !== null ? <span class="muted"> / {compact(budget)}</span> : <span class="muted"> tokens</span>}
           </span>
           {budget !== null && <Bar left={1 - info.tokens_today / Math.max(1, budget)} label="Daily budget left" />}
+        </div>
+        <div class="key-stat" data-testid="key-spend" title="Spent today and this month (local day and month)">
+          <span class="muted small">Spent today</span>
+          <span class="num">{usd(info.spend_today_usd)}</span>
+          <span class="muted small">
+            {usd(info.spend_month_usd)} this month
+            {info.unpriced_requests_month > 0 ? ` · ${info.unpriced_requests_month} unpriced` : ""}
+          </span>
         </div>
         <div class="key-stat">
           <span class="muted small">Cached</span>

@@ -1,6 +1,7 @@
 import { useState } from "preact/hooks";
 import { del, messageOf } from "../api/client";
 import type { PoolInfo } from "../api/types";
+import { usd } from "../lib/format";
 import { emptyPoolSentence, fallbackSentence, keysOf } from "../lib/pools";
 import { HEALTH } from "../lib/words";
 import { NO_FILTERS, keysPool, liveFilters } from "../state/filters";
@@ -96,6 +97,11 @@ export function PoolCard({ pool, onEdit }: Props) {
               None yet: bind one on the <a href="#/connect">Connect</a> page.
             </span>
           )}
+        </dd>
+        <dt>Spent</dt>
+        <dd data-testid="pool-spend">
+          {usd(pool.spend_today_usd)} today · {usd(pool.spend_month_usd)} this month
+          {pool.unpriced_requests_month > 0 && <span class="muted"> · {pool.unpriced_requests_month} unpriced</span>}
         </dd>
       </dl>
       <footer class="key-actions pool-actions">

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { ago, compact, count, countdown, duration, pace, percent } from "./format";
+import { ago, compact, count, countdown, duration, pace, percent, usd } from "./format";
 
 describe("numbers", () => {
   it("counts with thousands separators and a dash for nothing", () => {
@@ -72,5 +72,15 @@ describe("pace", () => {
 
   it("says when the provider has not told the pace", () => {
     expect(pace(null).level).toBe("unknown");
+  });
+});
+
+describe("usd", () => {
+  it("shows cents, fractions of a cent, and no figure", () => {
+    expect(usd(12.345)).toBe("$12.35");
+    expect(usd(0.00042)).toBe("$0.0004");
+    expect(usd(0)).toBe("$0");
+    expect(usd(1234.5)).toBe("$1,235");
+    expect(usd(null)).toBe("—");
   });
 });

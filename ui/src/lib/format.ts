@@ -128,3 +128,15 @@ export function date(unixSeconds: number): string {
 function pad(n: number): string {
   return n < 10 ? `0${n}` : `${n}`;
 }
+
+/**
+ * US dollars for a glance: cents from $0.01 up, four decimals below (a single turn often costs a
+ * fraction of a cent), "—" when there is no figure.
+ */
+export function usd(amount: number | null | undefined): string {
+  if (amount === null || amount === undefined || !Number.isFinite(amount)) return "—";
+  if (amount === 0) return "$0";
+  if (amount < 0.01) return `$${amount.toFixed(4)}`;
+  if (amount < 1000) return `$${amount.toFixed(2)}`;
+  return `$${Math.round(amount).toLocaleString("en-US")}`;
+}

@@ -162,6 +162,7 @@ export function LiveView() {
                 <th class="c-dur">Duration</th>
                 <th class="c-tokens">Tokens</th>
                 <th class="c-cached">Cached</th>
+                <th class="c-cost">Cost</th>
               </tr>
             </thead>
             <tbody>
