@@ -73,14 +73,8 @@ impl Gateway {
     }
 
     fn key_edited(&self, old: &KeyConfig, key: &KeyConfig) -> String {
-        self.pool().update(&key.id, |entry| {
-            entry.label.clone_from(&key.label);
-            entry.priority = key.priority;
-            entry.daily_token_budget = key.daily_token_budget;
-            entry.models.clone_from(&key.models);
-            entry.exclude_models.clone_from(&key.exclude_models);
-            entry.org.clone_from(&key.org);
-        });
+        // The entry the file describes, with the secret the key already has.
+        self.pool().update(&key.id, |entry| *entry = key.entry(entry.secret.clone()));
         if old.disabled != key.disabled {
             self.pool().set_disabled(&key.id, key.disabled);
             self.announce(&key.id, if key.disabled { KeyChange::Disabled } else { KeyChange::Enabled });

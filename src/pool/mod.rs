@@ -215,11 +215,17 @@ impl Pool {
         Self { slots: ArcSwap::from_pointee(slots), markers }
     }
 
-    fn slot_for(mut entry: KeyEntry, markers: &Markers) -> Arc<Slot> {
+    /// Azure sends no organization header: each resource is its own organization, read from the base
+    /// URL when none is configured.
+    fn with_azure_org(mut entry: KeyEntry) -> KeyEntry {
         if entry.org.is_none() && entry.provider == Provider::Azure {
-            // Azure sends no organization header; each resource is its own organization.
             entry.org = entry.base_url.as_deref().and_then(azure_resource);
         }
+        entry
+    }
+
+    fn slot_for(entry: KeyEntry, markers: &Markers) -> Arc<Slot> {
+        let entry = Self::with_azure_org(entry);
         let org_tag = markers.org_tag(entry.org.as_deref(), &entry.id);
         Arc::new(Slot {
             fingerprint: markers.digest().fingerprint(&entry.secret),
@@ -391,7 +397,9 @@ impl Pool {
     /// minute, so a probe still running is not started twice (its outcome sets the next try).
     pub fn claim_retries(&self, now: Instant) -> Vec<KeyId> {
         let mut due = Vec::new();
-        for slot in self.slots.load().iter() {
+        let is_due = |health: Health| matches!(health, Health::Unreachable { until, .. } if until <= now);
+        // Most ticks find nothing due: only a due key's live state is written.
+        for slot in self.slots.load().iter().filter(|s| is_due(s.live.load().health)) {
             let claimed = slot.live.rcu(|live| match live.health {
                 Health::Unreachable { until, streak } if until <= now => Live {
                     health: Health::Unreachable { until: crate::clock::later(now, RETRY_CLAIM), streak },
@@ -399,7 +407,7 @@ impl Pool {
                 },
                 _ => Live::clone(live),
             });
-            if matches!(claimed.health, Health::Unreachable { until, .. } if until <= now) {
+            if is_due(claimed.health) {
                 due.push(slot.entry.load().id.clone());
             }
         }
@@ -433,6 +441,7 @@ impl Pool {
         let mut entry = KeyEntry::clone(&slot.entry.load());
         change(&mut entry);
         entry.id = key.clone();
+        let entry = Self::with_azure_org(entry);
         let org = entry.org.clone();
         slot.entry.store(Arc::new(entry));
         let live = slot.live.load();

@@ -84,6 +84,15 @@ fn azure_keys_of_one_resource_share_an_organization() {
     assert_eq!(view.keys[0].org_tag, view.keys[1].org_tag);
     assert_ne!(view.keys[0].org_tag, view.keys[2].org_tag);
     assert_eq!(view.keys[0].org.as_deref(), Some("azure:east.openai.azure.com"));
+    // A settings change that names no organization keeps the resource's (a hand edit of the config
+    // hands over the entry the file describes, whose `org` is empty).
+    let before = view.keys[0].org_tag;
+    assert!(pool.update(&KeyId::new("x"), |e| {
+        e.org = None;
+        e.label = "renamed".into();
+    }));
+    let after = self::view(&pool, clock_now());
+    assert_eq!((after.keys[0].org.as_deref(), after.keys[0].org_tag), (Some("azure:east.openai.azure.com"), before));
 }
 
 #[tokio::test(start_paused = true)]
