@@ -13,8 +13,6 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::time::Duration;
 
 use keymux_sim::{Fault, LogEntry, Sim, SimConfig};
 use support::*;
@@ -94,20 +92,8 @@ impl Desk {
     /// Runs a real client in `dir` with nothing in its environment but PATH, HOME and what it needs:
     /// (succeeded, everything it printed).
     async fn client(&self, bin: PathBuf, dir: &Path, args: &[&str]) -> (bool, String) {
-        let out = tokio::process::Command::new(bin)
-            .args(args)
-            .current_dir(dir)
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", &self.home)
-            .env("CODEX_HOME", &self.codex_home)
-            .env("PI_OFFLINE", "1")
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .output();
-        let out = tokio::time::timeout(Duration::from_secs(180), out).await.expect("the client finished").unwrap();
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        (out.status.success(), text)
+        let (home, codex_home) = (self.home.to_str().unwrap(), self.codex_home.to_str().unwrap());
+        run_client(bin, dir, &[("HOME", home), ("CODEX_HOME", codex_home), ("PI_OFFLINE", "1")], args).await
     }
 
     async fn codex(&self, dir: &Path, args: &[&str]) -> (bool, String) {

@@ -7,8 +7,6 @@
 mod support;
 
 use std::path::Path;
-use std::process::Stdio;
-use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -31,19 +29,8 @@ async fn codex_turn(home: &Path, work: &Path, resume: bool, prompt: &str) -> (bo
         args.extend(["resume", "--last"]);
     }
     args.push(prompt);
-    let out = tokio::process::Command::new(codex_bin())
-        .args(&args)
-        .current_dir(work)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", home)
-        .env("CODEX_HOME", home)
-        .env("KEYMUX_TOKEN", TOKEN)
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(180), out).await.expect("codex finished").expect("codex runs");
-    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    let home = home.to_str().unwrap();
+    run_client(codex_bin(), work, &[("HOME", home), ("CODEX_HOME", home), ("KEYMUX_TOKEN", TOKEN)], &args).await
 }
 
 async fn switch(admin: &Admin, keys: &[&str], on: bool) {
@@ -101,18 +88,7 @@ async fn pi_turn(home: &Path, work: &Path, resume: bool, prompt: &str) -> (bool,
     if resume {
         args.insert(0, "-c");
     }
-    let out = tokio::process::Command::new(pi_bin())
-        .args(&args)
-        .current_dir(work)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", home)
-        .env("PI_OFFLINE", "1")
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(180), out).await.expect("pi finished").expect("pi runs");
-    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    run_client(pi_bin(), work, &[("HOME", home.to_str().unwrap()), ("PI_OFFLINE", "1")], &args).await
 }
 
 async fn session_survives_its_organization_coming_back(client: Client) {

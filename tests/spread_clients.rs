@@ -6,27 +6,8 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::Stdio;
-use std::time::Duration;
 
 use support::*;
-
-async fn codex(home: &Path, work: &Path, env: &[(&str, &str)], prompt: &str) -> (bool, String) {
-    let out = tokio::process::Command::new(codex_bin())
-        .args(["exec", "--skip-git-repo-check", prompt])
-        .current_dir(work)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", home)
-        .env("CODEX_HOME", home)
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(180), out).await.expect("codex finished").expect("codex runs");
-    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
-}
 
 /// Per key, how many sessions' first request it served (the first record of each session digest).
 async fn first_turns(root: &str) -> BTreeMap<String, usize> {
@@ -47,8 +28,7 @@ async fn spread(config: &str, env: &[(&str, &str)], name: &str, transport: &str)
     let home = tempfile::tempdir().unwrap();
     std::fs::write(home.path().join("config.toml"), config.replace("BASE", &h.base)).unwrap();
     for n in 0..10 {
-        let work = tempfile::tempdir().unwrap();
-        let (ok, out) = codex(home.path(), work.path(), env, &format!("Session {n}: say hello.")).await;
+        let (ok, out) = run_codex_in(home.path(), env, &format!("Session {n}: say hello.")).await;
         assert!(ok, "{name} session {n}: {out}");
     }
     let decisions = decisions_api(&h.root).await;

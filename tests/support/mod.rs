@@ -760,18 +760,26 @@ pub async fn run_codex(codex_home: &Path, config: &str, token: &str, prompt: &st
 /// its environment but PATH, HOME, CODEX_HOME and `env`: (succeeded, everything it printed).
 pub async fn run_codex_in(codex_home: &Path, env: &[(&str, &str)], prompt: &str) -> (bool, String) {
     let work = tempfile::tempdir().unwrap();
-    let out = tokio::process::Command::new(codex_bin())
-        .args(["exec", "--skip-git-repo-check", prompt])
-        .current_dir(work.path())
+    let home = codex_home.to_str().unwrap();
+    let mut all = vec![("HOME", home), ("CODEX_HOME", home)];
+    all.extend_from_slice(env);
+    run_client(codex_bin(), work.path(), &all, &["exec", "--skip-git-repo-check", prompt]).await
+}
+
+/// Runs a real client `bin` with `args` in `dir`, with nothing in its environment but PATH and `env`,
+/// no stdin, and a generous three minutes that only a hung client exceeds: (succeeded, everything it
+/// printed).
+pub async fn run_client(bin: PathBuf, dir: &Path, env: &[(&str, &str)], args: &[&str]) -> (bool, String) {
+    let out = tokio::process::Command::new(bin)
+        .args(args)
+        .current_dir(dir)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", codex_home)
-        .env("CODEX_HOME", codex_home)
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .output();
-    let out = tokio::time::timeout(Duration::from_secs(180), out).await.expect("codex finished").expect("codex runs");
+    let out = tokio::time::timeout(Duration::from_secs(180), out).await.expect("the client finished").expect("it runs");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     (out.status.success(), text)
 }
