@@ -47,11 +47,21 @@ pub fn admit(gw: &Gateway, incoming: &Incoming<'_>, entry: Entry, trace: &mut Tr
 /// The organizations this request's session was rescued from before: their pins are taken out of the
 /// facts (they do not steer routing any more), and returned so their items are dropped again.
 fn still_rescued(gw: &Gateway, facts: &mut RequestFacts, now: Instant) -> Vec<OrgTag> {
+    let orgs = rescued_from(gw, facts, now);
+    facts.pins.retain(|p| !orgs.contains(&p.org));
+    orgs
+}
+
+/// The organizations among the request's pins that its session was rescued from on an earlier turn,
+/// each once (both transports drop their items again).
+pub fn rescued_from(gw: &Gateway, facts: &RequestFacts, now: Instant) -> Vec<OrgTag> {
     let Some(dropped) = facts.session.and_then(|s| gw.rescued().get(&s, now)) else { return Vec::new() };
-    let (stale, live): (Vec<_>, Vec<_>) = facts.pins.drain(..).partition(|p| dropped.contains(&p.org));
-    facts.pins = live;
-    let mut orgs: Vec<OrgTag> = stale.into_iter().map(|p| p.org).collect();
-    orgs.dedup();
+    let mut orgs: Vec<OrgTag> = Vec::new();
+    for org in facts.pins.iter().map(|p| p.org).filter(|o| dropped.contains(o)) {
+        if !orgs.contains(&org) {
+            orgs.push(org);
+        }
+    }
     orgs
 }
 

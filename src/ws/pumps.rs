@@ -144,9 +144,8 @@ impl Inbound {
         let now = gateway.clock().now();
         let org = gateway.pool().org_tag(&self.key);
         // Items of organizations this session was rescued from stay dropped, on this socket too.
-        let dropped = facts.session.and_then(|s| gateway.rescued().get(&s, now)).unwrap_or_default();
         let stale: Vec<OrgTag> =
-            facts.pins.iter().map(|p| p.org).filter(|o| Some(*o) != org && dropped.contains(o)).collect();
+            pipeline::rescued_from(gateway, facts, now).into_iter().filter(|o| Some(*o) != org).collect();
         self.check_bound(facts, org, &stale, now)?;
         if let Some(session) = facts.session {
             gateway.hints().insert(session, self.key.clone(), now);
