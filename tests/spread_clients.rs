@@ -1,11 +1,19 @@
-//! New sessions spread evenly whatever the transport and the provider form: real Codex sessions in a
-//! row, through the built-in `openai` provider pointed at Keymux (`openai_base_url`, WebSocket first)
-//! and through a custom provider over HTTP, land their first turns within one of even over five keys.
+//! New sessions spread evenly whatever the transport, the provider form and the client: real Codex
+//! sessions in a row, through the built-in `openai` provider pointed at Keymux (`openai_base_url`,
+//! WebSocket first), through a custom provider over HTTP, and the interactive TUI (which opens each
+//! session with a prewarm frame that has no input) taking turns with `codex exec`, land their first turns
+//! within one of even over five keys.
+//!
+//! The TUI runs inside tmux, a real terminal emulator: it answers the terminal queries the TUI waits on
+//! at start (cursor position, colours, keyboard modes), which a bare pseudo-terminal does not.
 #![allow(clippy::unwrap_used, clippy::print_stdout, reason = "tests print the figures they measure")]
 
 mod support;
 
 use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
 
 use support::*;
 
@@ -34,11 +42,21 @@ async fn spread(config: &str, env: &[(&str, &str)], name: &str, transport: &str)
     let decisions = decisions_api(&h.root).await;
     let records = decisions["data"].as_array().unwrap();
     assert!(records.iter().all(|r| r["transport"] == transport), "{name} went over {transport}");
-    let counts = first_turns(&h.root).await;
-    println!("{name}: first turns per key over 10 sessions: {counts:?}");
-    assert_eq!(counts.values().sum::<usize>(), 10);
+    assert_even(&h.root, name, 10).await;
+}
+
+/// The first turns of `sessions` sessions (a multiple of five) are spread over all five keys, each
+/// within one of even.
+async fn assert_even(root: &str, name: &str, sessions: usize) {
+    let counts = first_turns(root).await;
+    println!("{name}: first turns per key over {sessions} sessions: {counts:?}");
+    assert_eq!(counts.values().sum::<usize>(), sessions, "one first turn per session: {counts:?}");
     assert_eq!(counts.len(), 5, "every key started sessions: {counts:?}");
-    assert!(counts.values().all(|&c| (1..=3).contains(&c)), "within one of even (2 each): {counts:?}");
+    let even = sessions / 5;
+    assert!(
+        counts.values().all(|&c| (even - 1..=even + 1).contains(&c)),
+        "within one of even ({even} each): {counts:?}"
+    );
 }
 
 const SETTINGS: &str = "model = \"gpt-5.5\"\napproval_policy = \"never\"\nsandbox_mode = \"read-only\"\ncheck_for_update_on_startup = false\n";
@@ -55,4 +73,101 @@ async fn custom_provider_sessions_spread_evenly() {
         "{SETTINGS}model_provider = \"keymux\"\n\n[analytics]\nenabled = false\n\n[model_providers.keymux]\nname = \"Keymux\"\nbase_url = \"BASE\"\nwire_api = \"responses\"\nenv_key = \"KEYMUX_TOKEN\"\n"
     );
     spread(&config, &[("KEYMUX_TOKEN", TOKEN)], "custom provider over HTTP", "http").await;
+}
+
+/// An interactive Codex TUI running in its own tmux server (a socket in a temporary directory), with
+/// nothing in its environment but PATH, HOME and CODEX_HOME. Dropping it stops the server and the TUI.
+struct Tui {
+    socket: tempfile::TempDir,
+}
+
+impl Tui {
+    fn start(codex_home: &Path, work: &Path, prompt: &str) -> Self {
+        let socket = tempfile::tempdir().unwrap();
+        let home = format!("HOME={}", codex_home.display());
+        let codex_home_var = format!("CODEX_HOME={}", codex_home.display());
+        let command = format!("{} '{prompt}'", codex_bin().display());
+        let tui = Self { socket };
+        let status = tui
+            .tmux()
+            .args(["new-session", "-d", "-x", "160", "-y", "48", "-c"])
+            .arg(work)
+            .args(["-e", &home, "-e", &codex_home_var, &command])
+            .status()
+            .expect("tmux runs (scripts/test installs it)");
+        assert!(status.success(), "tmux started the Codex TUI");
+        tui
+    }
+
+    fn tmux(&self) -> Command {
+        let mut command = Command::new("tmux");
+        command.arg("-S").arg(self.socket.path().join("tmux")).env_clear();
+        command.env("PATH", std::env::var("PATH").unwrap_or_default()).env("TERM", "xterm-256color");
+        command
+    }
+
+    /// What the TUI shows now.
+    fn screen(&self) -> String {
+        let out = self.tmux().args(["capture-pane", "-p", "-t", "0"]).output().expect("tmux runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Waits until a line of the screen holds every one of `parts`: the TUI drew it. A generous two
+    /// minutes that only a hung client exceeds; the screen is checked on every step of a ticker, not
+    /// after a fixed sleep.
+    async fn wait_for(&self, parts: &[&str]) {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        for _ in 0..1200 {
+            tick.tick().await;
+            if self.screen().lines().any(|line| parts.iter().all(|part| line.contains(part))) {
+                return;
+            }
+        }
+        panic!("the Codex TUI never showed {parts:?} on one line; its screen:\n{}", self.screen());
+    }
+}
+
+impl Drop for Tui {
+    fn drop(&mut self) {
+        let _ = self.tmux().arg("kill-server").status();
+    }
+}
+
+/// The built-in provider's settings for both the TUI and `codex exec`, with the notices a first run of
+/// the TUI would stop on (model migration, screen reader) already answered, and `work` trusted.
+fn tui_config(base: &str, work: &Path) -> String {
+    format!(
+        "{SETTINGS}openai_base_url = \"{base}\"\n\n[analytics]\nenabled = false\n\n[projects.\"{}\"]\ntrust_level = \"trusted\"\n\n[tui]\nscreen_reader_detection_done = true\n\n[notice.model_migrations]\n\"gpt-5.5\" = \"gpt-6-sol\"\n",
+        work.display()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tui_and_exec_sessions_spread_evenly() {
+    let h = Harness::start(three_orgs(), &five_keys()).await;
+    let home = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let work = work.path().canonicalize().unwrap();
+    std::fs::write(home.path().join("config.toml"), tui_config(&h.base, &work)).unwrap();
+    // The TUI signs in with what auth.json holds: here the Keymux client token, as an API key.
+    std::fs::write(home.path().join("auth.json"), format!("{{\"OPENAI_API_KEY\":\"{TOKEN}\"}}")).unwrap();
+    for n in 0..10 {
+        let prompt = format!("Session {n}: say hello.");
+        if n % 2 == 0 {
+            let tui = Tui::start(home.path(), &work, &prompt);
+            // The simulator's answer, then the TUI's note that the turn is over.
+            tui.wait_for(&["SIM-REPLY #", &prompt]).await;
+            tui.wait_for(&["Worked for"]).await;
+        } else {
+            let (ok, out) = run_codex_in(home.path(), &[("CODEX_API_KEY", TOKEN)], &prompt).await;
+            assert!(ok, "exec session {n}: {out}");
+        }
+    }
+    let decisions = decisions_api(&h.root).await;
+    let records = decisions["data"].as_array().unwrap();
+    assert!(records.iter().all(|r| r["transport"] == "web_socket"), "every session went over WebSocket");
+    // Each TUI start opens two conversations (the session, and a shorter one of its own with another
+    // `prompt_cache_key`), each with a prewarm frame and a turn on one socket: 5 × 2 + 5 exec sessions.
+    // A prewarm counted apart from its turn would make more.
+    assert_even(&h.root, "TUI and exec in turn", 15).await;
 }

@@ -16,8 +16,10 @@ KEYMUX_PACKAGES_build=(build-essential pkg-config)
 KEYMUX_PACKAGES_tray=(file libwebkit2gtk-4.1-dev libxdo-dev libssl-dev libayatana-appindicator3-dev librsvg2-dev)
 # The tests: a real Secret Service (gnome-keyring in a private D-Bus session), Chromium for the
 # dashboard's browser test, and for the tray app's tests an X server, a tray host (tint2) and the
-# tools that find, click and type into its windows (xdotool, xwininfo from x11-utils).
-KEYMUX_PACKAGES_test=(dbus-x11 gnome-keyring libsecret-tools chromium xvfb xauth tint2 xdotool x11-utils)
+# tools that find, click and type into its windows (xdotool, xwininfo from x11-utils); tmux, the
+# terminal the real Codex TUI runs in; iproute2, to bring up the loopback interface of the private
+# network namespace the tests run in.
+KEYMUX_PACKAGES_test=(dbus-x11 gnome-keyring libsecret-tools chromium xvfb xauth tint2 xdotool x11-utils tmux iproute2)
 
 # Whether a Debian package is installed.
 keymux_has_package() {

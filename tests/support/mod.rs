@@ -739,13 +739,29 @@ pub fn pi_bin() -> PathBuf {
 }
 
 /// The binary `bin` of a client pinned in `tests/clients`, or a failure that says how to install it.
+/// The real clients look up their vendors' hosts whatever their settings, so they only run where the
+/// only network interface is loopback (scripts/test runs the tests in such a namespace).
 fn real_client(bin: &str, name: &str) -> PathBuf {
+    assert_loopback_only(name);
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/node_modules/.bin").join(bin);
     assert!(
         path.exists(),
         "real {name} is not installed for the tests: run `npm ci --prefix tests/clients` (scripts/test does)"
     );
     path
+}
+
+/// Fails unless this process's network namespace has no interface but `lo` (`/proc/net/dev` is read in
+/// the reader's namespace), saying how to run the test so.
+fn assert_loopback_only(name: &str) {
+    let table = std::fs::read_to_string("/proc/net/dev").expect("/proc/net/dev is readable");
+    let outside: Vec<&str> =
+        table.lines().skip(2).filter_map(|l| l.split(':').next()).map(str::trim).filter(|i| *i != "lo").collect();
+    assert!(
+        outside.is_empty(),
+        "real {name} would reach past loopback through {outside:?}: run the tests with scripts/test, which \
+         runs them in a private network namespace (or: unshare --net sh -c 'ip link set lo up && cargo test ...')"
+    );
 }
 
 /// Runs `codex exec` once with `CODEX_HOME` holding `config` and the client token in `KEYMUX_TOKEN`:
