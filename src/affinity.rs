@@ -6,7 +6,10 @@
 //!   last served it to a successful end. It keeps a session on a warm prompt cache.
 //! * the session hints: per session, the key that last served one of its Responses requests. Codex
 //!   opens a resumed session's WebSocket with a prewarm frame that carries no markers, and the hint sends
-//!   that socket to the organization that holds the session's state.
+//!   that socket to the organization that holds the session's state. A request replaying encrypted
+//!   content without a marker (a session begun before Keymux) tries the hint's organization first.
+//!   The rescued table also remembers `OrgTag::UNMARKED` for a session whose unmarked content no
+//!   organization could read, so it is dropped again rather than searched for again.
 //! * the rescued sessions: per session, the organizations whose items Keymux dropped to keep it alive
 //!   (rescue). Their items stay dropped on later turns, even once the organization has a usable key
 //!   again: the session lives on where it was moved instead of dying on a mix Keymux caused.

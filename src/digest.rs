@@ -32,6 +32,11 @@ pub const MARKER_MAC_LEN: usize = 16;
 pub struct OrgTag(pub(crate) [u8; ORG_TAG_LEN]);
 
 impl OrgTag {
+    /// Stands for "the organization that made the request's unmarked encrypted content" in the rescued
+    /// table: a session whose reasoning from before Keymux no organization could read keeps having it
+    /// dropped. No real tag equals it (`~` is not base64url).
+    pub const UNMARKED: Self = Self(*b"~unmarkd");
+
     /// The tag as text (base64url).
     pub fn as_str(&self) -> &str {
         // Built only from base64url output.

@@ -74,6 +74,10 @@ pub enum ApiError {
     /// The organization that can read the body has no usable key and the policy is `fail`.
     #[error("the owning organization has no usable key")]
     LostOrg { label: String },
+    /// No organization could read the request's unmarked encrypted content (a session begun before
+    /// Keymux with a key that is not in the pool), and the policy is `fail`.
+    #[error("no organization can read the session's encrypted content")]
+    Unreadable { tried: usize },
     /// The pool has no keys at all (`pool`: the user's pool the request is bound to, if not `all`).
     #[error("no keys in the pool")]
     NoKeys { pool: Option<String> },
@@ -189,6 +193,9 @@ impl ApiError {
                 req(S::BAD_REQUEST, "keymux_mixed_organizations", "mixed_orgs", mixed_orgs(labels))
             }
             Self::LostOrg { label } => req(S::CONFLICT, "keymux_organization_unavailable", "lost_org", lost_org(label)),
+            Self::Unreadable { tried } => {
+                req(S::CONFLICT, "keymux_organization_unknown", "unreadable", unreadable(*tried))
+            }
             Self::ContinuityLost { label } => {
                 req(S::CONFLICT, "keymux_continuity_unavailable", "continuity_lost", continuity_lost(label))
             }
@@ -315,6 +322,14 @@ fn lost_org(label: &str) -> String {
         "This session's encrypted reasoning can only be read by the organization of Keymux key '{label}', which \
          has no usable key now. Re-add or re-enable that key to continue the session as it is, or set \
          `[affinity] lost_org = \"rescue\"` to continue without the unreadable reasoning."
+    )
+}
+
+fn unreadable(tried: usize) -> String {
+    format!(
+        "This session's encrypted reasoning was made before Keymux, and none of the {tried} organizations of your \
+         keys can read it. Add a key of the organization the session began with (`keymux keys add`) to continue \
+         it as it is, or set `[affinity] lost_org = \"rescue\"` to continue without the unreadable reasoning."
     )
 }
 

@@ -42,6 +42,9 @@ pub enum FailureKind {
     UpstreamCut,
     /// The client's own request was refused (relayed as it was, never failed over).
     ClientError,
+    /// This key's organization cannot read the request's unmarked encrypted content: the next
+    /// organization is tried (a 400 that costs no tokens).
+    WrongOrganization,
     /// The client went away before an answer reached it.
     ClientCancelled,
 }

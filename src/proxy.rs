@@ -78,6 +78,10 @@ impl Transport for Http<'_> {
     type Accepted = Accepted;
     type Declined = ErrorAnswer;
 
+    fn rescue(&mut self, body: Bytes) {
+        self.body = body;
+    }
+
     async fn attempt(&mut self, guard: &InFlight) -> Reply<Accepted, ErrorAnswer> {
         let sent = self
             .upstream

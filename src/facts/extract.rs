@@ -117,6 +117,7 @@ pub fn extract(incoming: &Incoming<'_>, markers: &Markers) -> Result<Extracted, 
     facts.unmarked_response_id = facts.continuity.is_none()
         && peek.previous_response_id.as_ref().and_then(serde_json::Value::as_str).is_some_and(|s| !s.is_empty());
     facts.foreign_markers = stripped.foreign;
+    facts.unmarked_encrypted = operation.carries_org_state() && crate::markers::has_unmarked_encrypted(body);
     let body = match stripped.body {
         std::borrow::Cow::Borrowed(_) => body.clone(),
         std::borrow::Cow::Owned(v) => Bytes::from(v),

@@ -164,6 +164,9 @@ pub struct RequestFacts {
     /// The request refers to a response id that carries no Keymux marker (made before Keymux, or directly
     /// upstream): it is routed by the normal rules.
     pub unmarked_response_id: bool,
+    /// The body replays encrypted content without a Keymux marker (a session made before Keymux, or
+    /// directly upstream): only the organization that made it can read it, and Keymux finds which.
+    pub unmarked_encrypted: bool,
     /// Markers of another Keymux install that were stripped without routing on them.
     pub foreign_markers: usize,
     /// Keyed digest of a valid top-level `prompt_cache_key` (Codex and pi set it to the session id).
@@ -209,6 +212,7 @@ impl RequestFacts {
             session: None,
             continuity: None,
             unmarked_response_id: false,
+            unmarked_encrypted: false,
             signal: None,
         }
     }

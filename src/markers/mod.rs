@@ -42,6 +42,7 @@ pub mod scan;
 mod strip;
 mod tag;
 
+pub use rescue::has_unmarked_encrypted;
 pub use strip::Stripped;
 pub use tag::RawTag;
 

@@ -47,3 +47,51 @@ impl Markers {
         }
     }
 }
+
+/// Whether a request body replays encrypted content that carries no marker of this install (made before
+/// Keymux, or directly upstream): only the organization that made it can read it, and nothing says
+/// which. A byte scan for `"encrypted_content"` keys whose string value does not start with `km1`;
+/// `null` values carry nothing.
+pub fn has_unmarked_encrypted(body: &[u8]) -> bool {
+    const KEY: &[u8] = b"\"encrypted_content\"";
+    memchr::memmem::find_iter(body, KEY).any(|at| {
+        super::scan::value_start(body, at, KEY.len() - 2).is_some_and(|start| {
+            let value = &body[start..];
+            !value.starts_with(super::VERSION) && !value.starts_with(b"\"")
+        })
+    })
+}
+
+impl Markers {
+    /// Removes from a request body every array element whose `encrypted_content` carries no marker (the
+    /// items no organization could read, for a session made before Keymux). Returns the new body and how
+    /// many elements were dropped, or `None` if the body is not JSON.
+    pub fn drop_unmarked_items(&self, body: &[u8]) -> Option<(Vec<u8>, usize)> {
+        let mut value: Value = serde_json::from_slice(body).ok()?;
+        let dropped = drop_unmarked_in(&mut value);
+        Some((serde_json::to_vec(&value).ok()?, dropped))
+    }
+}
+
+fn is_unmarked_item(item: &Value) -> bool {
+    match item.get("encrypted_content") {
+        Some(Value::String(s)) => !s.is_empty() && !s.as_bytes().starts_with(super::VERSION),
+        _ => false,
+    }
+}
+
+fn drop_unmarked_in(value: &mut Value) -> usize {
+    match value {
+        Value::Array(items) => {
+            let before = items.len();
+            items.retain(|item| !is_unmarked_item(item));
+            let mut dropped = before - items.len();
+            for item in items.iter_mut() {
+                dropped += drop_unmarked_in(item);
+            }
+            dropped
+        }
+        Value::Object(map) => map.values_mut().map(drop_unmarked_in).sum(),
+        _ => 0,
+    }
+}

@@ -287,3 +287,39 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn unmarked_encrypted_content_is_told_from_marked_empty_and_null() {
+    let m = markers();
+    let org = m.org_tag(Some("org-a"), &key());
+    let marked = m.wrap_content(&key(), org, "gAAAAABmarked==").expect("wrapped");
+    let body = |content: &str| format!(r#"{{"input":[{{"type":"reasoning","encrypted_content":{content}}}]}}"#);
+    assert!(has_unmarked_encrypted(body("\"gAAAAABplain==\"").as_bytes()));
+    assert!(has_unmarked_encrypted(body(" \"gAAAAABplain==\"").replace(':', " : ").as_bytes()));
+    assert!(!has_unmarked_encrypted(body(&format!("\"{marked}\"")).as_bytes()), "a marked value");
+    assert!(!has_unmarked_encrypted(body("null").as_bytes()), "null carries nothing");
+    assert!(!has_unmarked_encrypted(body("\"\"").as_bytes()), "nor does an empty string");
+    let in_text = r#"{"input":[{"role":"user","content":"\"encrypted_content\":\"gAAAAAB\""}]}"#;
+    assert!(!has_unmarked_encrypted(in_text.as_bytes()), "text inside a string is not a key");
+}
+
+#[test]
+fn dropping_unmarked_items_keeps_marked_ones_and_everything_else() {
+    let m = markers();
+    let org = m.org_tag(Some("org-a"), &key());
+    let marked = m.wrap_content(&key(), org, "gAAAAABmarked==").expect("wrapped");
+    let body = json!({"input": [
+        {"role": "user", "content": "hi"},
+        {"type": "reasoning", "encrypted_content": "gAAAAABplain=="},
+        {"type": "reasoning", "encrypted_content": marked},
+        {"type": "reasoning", "encrypted_content": null},
+        {"type": "compaction", "encrypted_content": "gAAAAABcompacted=="},
+    ]});
+    let (out, dropped) = m.drop_unmarked_items(body.to_string().as_bytes()).expect("JSON");
+    assert_eq!(dropped, 2);
+    let out: Value = serde_json::from_slice(&out).expect("JSON");
+    let kept = out["input"].as_array().expect("input");
+    assert_eq!(kept.len(), 3);
+    assert_eq!(kept[1]["encrypted_content"], json!(marked));
+    assert!(m.drop_unmarked_items(b"not json").is_none());
+}

@@ -40,7 +40,13 @@ pub fn admit(gw: &Gateway, incoming: &Incoming<'_>, entry: Entry, trace: &mut Tr
     if let Some(refusal) = refusal {
         return Err(refusal_error(gw, refusal, &reach));
     }
-    let body = if rescued.is_empty() { extracted.body } else { rescue(gw, incoming.body, &rescued, trace)? };
+    // Unmarked encrypted content belongs to the session's organization (or to none Keymux has): moved
+    // off an organization, or once found unreadable everywhere, its items go too.
+    let unmarked = facts.unmarked_encrypted && (!rescued.is_empty() || kept_unmarked(gw, &facts, now));
+    let body = match (rescued.is_empty(), unmarked) {
+        (true, false) => extracted.body,
+        _ => rescue(gw, incoming.body, &rescued, unmarked, trace)?,
+    };
     Ok(Admitted { facts, decision, body, path: extracted.path, pool: incoming.pool.to_owned() })
 }
 
@@ -63,6 +69,24 @@ pub fn rescued_from(gw: &Gateway, facts: &RequestFacts, now: Instant) -> Vec<Org
         }
     }
     orgs
+}
+
+/// Whether this session's unmarked encrypted content was found unreadable by every organization on an
+/// earlier turn (so it is dropped again rather than searched for again).
+fn kept_unmarked(gw: &Gateway, facts: &RequestFacts, now: Instant) -> bool {
+    facts.session.and_then(|s| gw.rescued().get(&s, now)).is_some_and(|orgs| orgs.contains(&OrgTag::UNMARKED))
+}
+
+/// Remembers that no organization could read this session's unmarked encrypted content, so later turns
+/// drop it again.
+pub fn remember_unreadable(gw: &Gateway, facts: &RequestFacts) {
+    let Some(session) = facts.session else { return };
+    let now = gw.clock().now();
+    let mut remembered = gw.rescued().get(&session, now).unwrap_or_default();
+    if !remembered.contains(&OrgTag::UNMARKED) && remembered.len() < crate::markers::MAX_PINS {
+        remembered.push(OrgTag::UNMARKED);
+    }
+    gw.rescued().insert(session, remembered, now);
 }
 
 /// Drops `kept` again (saying so in the decision), and remembers every organization this session was
@@ -96,7 +120,7 @@ pub fn pool_mismatch(gw: &Gateway, reach: &Reach<'_>, facts: &RequestFacts) -> O
 }
 
 /// What Keymux remembers about a request: the soft-affinity table (only for prompts long enough to
-/// cache), and for a new socket the session hint.
+/// cache), and for a new socket or a request replaying unmarked encrypted content the session hint.
 fn memory(gw: &Gateway, facts: &RequestFacts, entry: Entry, now: Instant) -> Memory {
     let remembered = match (facts.signal, gw.policy().soft_affinity && facts.cache_eligible()) {
         (Some(signal), true) => gw.soft().get(&signal.key, now).map_or(Remembered::Miss, Remembered::Key),
@@ -104,6 +128,7 @@ fn memory(gw: &Gateway, facts: &RequestFacts, entry: Entry, now: Instant) -> Mem
     };
     let session_hint = match (entry, facts.pins.is_empty(), facts.session) {
         (Entry::SocketOpen, true, Some(session)) => gw.hints().get(&session, now),
+        (Entry::Request, true, Some(session)) if facts.unmarked_encrypted => gw.hints().get(&session, now),
         _ => None,
     };
     Memory { remembered, session_hint }
@@ -114,11 +139,16 @@ pub(super) fn view_for<'a>(gw: &Gateway, facts: &'a RequestFacts, now: Instant) 
     ViewFor { model: facts.model.as_deref(), tokens: facts.prompt_tokens, now, day: gw.today() }
 }
 
-/// Rescue: drops what no remaining key can read, then strips the rest of the markers. The same for
-/// both transports: a body that cannot be re-read is refused, never forwarded un-rescued.
-fn rescue(gw: &Gateway, raw: &Bytes, orgs: &[crate::markers::OrgTag], trace: &mut Trace) -> Result<Bytes, ApiError> {
+/// Rescue: drops what no remaining key can read (the items of `orgs`, and with `unmarked` those that
+/// carry no marker), then strips the rest of the markers. The same for both transports: a body that
+/// cannot be re-read is refused, never forwarded un-rescued.
+fn rescue(gw: &Gateway, raw: &Bytes, orgs: &[OrgTag], unmarked: bool, trace: &mut Trace) -> Result<Bytes, ApiError> {
     let reread = || ApiError::BadJson { detail: "the body could not be re-read to drop unreadable items".into() };
-    let (rescued, dropped) = gw.markers().drop_org_items(raw, orgs).ok_or_else(reread)?;
+    let (mut rescued, mut dropped) = gw.markers().drop_org_items(raw, orgs).ok_or_else(reread)?;
+    if unmarked {
+        let (without, more) = gw.markers().drop_unmarked_items(&rescued).ok_or_else(reread)?;
+        (rescued, dropped) = (without, dropped + more);
+    }
     trace.rescued(dropped);
     let stripped = gw.markers().strip(&rescued)?;
     Ok(Bytes::from(stripped.body.into_owned()))

@@ -11,17 +11,42 @@ use crate::gateway::Gateway;
 use crate::keys::KeyId;
 use crate::pool::{Begin, InFlight, Learned, Outcome};
 use crate::relay::{Tagger, Usage};
-use crate::router::{self, Memory, Refusal};
+use crate::router::{self, LostOrgPolicy, Memory, Reason, Refusal, Route};
 
 /// Step 2: one attempt per candidate until one serves, the provider declines the client's own request,
-/// or none is left.
+/// or none is left. A request replaying unmarked encrypted content (`Route::FindingOrg`) moves on to
+/// the next organization when one cannot read it; when none can, `lost_org` decides (`unreadable`).
 pub async fn attempt_all<T: Transport>(
     gw: &Gateway,
     admitted: &Admitted,
     transport: &mut T,
     trace: &mut Trace,
 ) -> Settled<T::Accepted, T::Declined> {
+    let finding = admitted.decision.route == Route::FindingOrg;
+    match attempt_each(gw, admitted, transport, trace, finding).await {
+        Attempts::Settled(settled) => settled,
+        Attempts::Unreadable { tried } => unreadable(gw, admitted, transport, trace, tried).await,
+    }
+}
+
+/// How walking the candidates ended.
+enum Attempts<A, D> {
+    /// As `attempt_all` says.
+    Settled(Settled<A, D>),
+    /// Finding the organization of unmarked encrypted content, every organization tried answered that
+    /// it cannot read it.
+    Unreadable { tried: usize },
+}
+
+async fn attempt_each<T: Transport>(
+    gw: &Gateway,
+    admitted: &Admitted,
+    transport: &mut T,
+    trace: &mut Trace,
+    finding: bool,
+) -> Attempts<T::Accepted, T::Declined> {
     let mut last: Option<Fallback<T::Declined>> = None;
+    let mut cannot_read = 0;
     let begin = Begin { tokens: admitted.facts.prompt_tokens, start: admitted.decision.balanced() };
     for key in admitted.decision.candidates() {
         let started = gw.clock().now();
@@ -31,28 +56,25 @@ pub async fn attempt_all<T: Transport>(
         trace.trying(key.clone(), started);
         let (reply, verdict) = attempt_key(gw, &guard, transport, admitted.attempt_for()).await;
         let heard = reply.heard();
-        let message = match (heard, &reply) {
-            (Some(h), _) => h.message.as_deref().map(Box::from),
-            (None, Reply::Failed(error)) => Some(classify::safe_message(&error.to_string()).into()),
-            (None, _) => None,
-        };
+        let code = heard.and_then(|h| h.code);
+        let wrong_org = finding && code == Some(Code::InvalidEncryptedContent);
         trace.attempted(Attempt {
             key: key.clone(),
             status: heard.map(|h| h.status),
-            failure: verdict.failure,
+            failure: if wrong_org { Some(FailureKind::WrongOrganization) } else { verdict.failure },
             duration_ms: gw.clock().elapsed_ms(started),
-            message,
+            message: attempt_message(&reply),
         });
-        let code = heard.and_then(|h| h.code);
         let status = heard.map_or(401, |h| h.status);
         match (verdict.next, reply) {
+            (_, Reply::Declined(..)) if wrong_org => cannot_read += 1,
             (Next::Relay | Next::Final, Reply::Accepted(_, accepted)) => {
                 served(gw, &admitted.facts, key);
-                return Settled::Served { key: key.clone(), guard, accepted };
+                return Attempts::Settled(Settled::Served { key: key.clone(), guard, accepted });
             }
             (Next::Relay | Next::Final, Reply::Declined(_, declined)) => {
                 trace.upstream_code(code.and_then(Code::notable));
-                return Settled::Relayed { key: key.clone(), declined };
+                return Attempts::Settled(Settled::Relayed { key: key.clone(), declined });
             }
             (Next::Rejected, _) => {
                 let label = guard.entry().label.clone();
@@ -66,7 +88,45 @@ pub async fn attempt_all<T: Transport>(
             (Next::Relay | Next::Final, Reply::Failed(error)) => last = Some(Fallback::Keymux(error.into())),
         }
     }
-    Settled::Failed(after_failover(gw, admitted, last))
+    if cannot_read > 0 && last.is_none() {
+        return Attempts::Unreadable { tried: cannot_read };
+    }
+    Attempts::Settled(Settled::Failed(after_failover(gw, admitted, last)))
+}
+
+/// What an attempt's record says of its answer: the provider's message, or why none came.
+fn attempt_message<A, D>(reply: &Reply<A, D>) -> Option<Box<str>> {
+    match reply {
+        Reply::Accepted(heard, _) | Reply::Declined(heard, _) => heard.message.as_deref().map(Box::from),
+        Reply::Failed(error) => Some(classify::safe_message(&error.to_string()).into()),
+    }
+}
+
+/// No organization could read the request's unmarked encrypted content: with `lost_org = "rescue"`
+/// those items are dropped and the rest is sent to the candidates again (any organization can read
+/// what is left); with `"fail"` the request is refused with what to do. The decision says which.
+async fn unreadable<T: Transport>(
+    gw: &Gateway,
+    admitted: &Admitted,
+    transport: &mut T,
+    trace: &mut Trace,
+    tried: usize,
+) -> Settled<T::Accepted, T::Declined> {
+    trace.reason(Reason::UnreadableEverywhere { tried });
+    if gw.policy().lost_org == LostOrgPolicy::Fail {
+        return Settled::Failed(Fallback::Keymux(ApiError::Unreadable { tried }));
+    }
+    let Some((body, dropped)) = gw.markers().drop_unmarked_items(&admitted.body) else {
+        let detail = "the body could not be re-read to drop unreadable items".into();
+        return Settled::Failed(Fallback::Keymux(ApiError::BadJson { detail }));
+    };
+    trace.rescued(dropped);
+    super::admit::remember_unreadable(gw, &admitted.facts);
+    transport.rescue(bytes::Bytes::from(body));
+    match attempt_each(gw, admitted, transport, trace, false).await {
+        Attempts::Settled(settled) => settled,
+        Attempts::Unreadable { tried } => Settled::Failed(Fallback::Keymux(ApiError::Unreadable { tried })),
+    }
 }
 
 /// One attempt with the key `guard` holds: made by the transport, judged by the one classifier, and

@@ -98,6 +98,9 @@ pub trait Transport {
     type Declined: Send;
     /// Makes one attempt with the key `guard` holds.
     fn attempt(&mut self, guard: &InFlight) -> impl Future<Output = Reply<Self::Accepted, Self::Declined>> + Send;
+    /// The attempts from now on send `body` instead (the request with the items no organization could
+    /// read dropped).
+    fn rescue(&mut self, body: Bytes);
 }
 
 /// What one attempt produced.

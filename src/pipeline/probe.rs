@@ -25,6 +25,9 @@ impl Transport for Probe<'_> {
     type Accepted = ();
     type Declined = ();
 
+    /// A probe sends no body.
+    fn rescue(&mut self, _body: Bytes) {}
+
     async fn attempt(&mut self, guard: &InFlight) -> Reply<(), ()> {
         let sent =
             self.upstream.send(guard.entry(), http::Method::GET, "/models", HeaderMap::new(), Bytes::new()).await;

@@ -72,6 +72,11 @@ impl Trace {
         self.gateway.routed(self.record.routed.clone());
     }
 
+    /// Adds what happened after the decision to its reasons (the decision was already published).
+    pub fn reason(&mut self, reason: crate::router::Reason) {
+        self.record.routed.decision.reasons.push(reason);
+    }
+
     /// Items dropped by rescue.
     pub fn rescued(&mut self, items: usize) {
         self.record.rescued_items = items;

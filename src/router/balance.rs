@@ -157,7 +157,7 @@ fn score(key: &KeyView) -> u32 {
 /// Orders unpinned candidates: lowest priority tier first, then most headroom per step of load, then
 /// the key that recently started the fewest sessions (self-correcting, so new sessions spread evenly),
 /// then a stable hash of the request number.
-fn rank_by_headroom(mut keys: Vec<&KeyView>, seq: u64) -> Vec<&KeyView> {
+pub(super) fn rank_by_headroom(mut keys: Vec<&KeyView>, seq: u64) -> Vec<&KeyView> {
     keys.sort_by(|a, b| {
         (a.priority, std::cmp::Reverse(score(a)))
             .cmp(&(b.priority, std::cmp::Reverse(score(b))))

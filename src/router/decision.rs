@@ -97,6 +97,22 @@ pub enum Reason {
     /// The request names a response id without a Keymux marker (made before Keymux or directly
     /// upstream), so it is routed by the normal rules and may land on a key that does not hold it.
     UnmarkedResponseId,
+    /// The request replays encrypted content without a Keymux marker (a session begun before Keymux, or
+    /// directly upstream): one key of each organization is tried in turn, moving on only when the
+    /// organization answers that it cannot read it (a 400 that costs no tokens). The organization that
+    /// served this session last goes first.
+    FindingOrg {
+        /// How many organizations may be tried.
+        orgs: usize,
+        /// The key that served this session last, when Keymux remembers one.
+        known: Option<KeyId>,
+    },
+    /// No organization could read the request's unmarked encrypted content: by `lost_org`, its items
+    /// were dropped and the rest sent (rescue), or the request was refused.
+    UnreadableEverywhere {
+        /// How many organizations answered that they cannot read it.
+        tried: usize,
+    },
     /// A frame on a Responses WebSocket goes to the upstream socket its connection is bound to.
     WebSocketBound {
         /// The key of that socket.
@@ -256,6 +272,8 @@ pub enum Route {
     Pinned,
     /// A new WebSocket sent to the organization its session used before.
     SessionHint,
+    /// Unmarked encrypted content: each organization tried in turn until one can read it.
+    FindingOrg,
     /// Placed on the remembered key (or its warm organization) to keep a prompt cache warm.
     Affinity,
     /// Placed by headroom and load alone: a new session, as far as Keymux can tell.

@@ -45,7 +45,8 @@ pub enum Remembered {
 pub struct Memory {
     /// The soft-affinity table's answer for the request's signal.
     pub remembered: Remembered,
-    /// For the first frame of a Responses WebSocket: the key that last served this session's requests.
+    /// For the first frame of a Responses WebSocket, and for a request replaying unmarked encrypted
+    /// content: the key that last served this session's requests.
     pub session_hint: Option<KeyId>,
 }
 
@@ -95,8 +96,10 @@ struct Ask<'a> {
 /// 1. Continuity: a marked response id binds the request to exactly the key that holds it.
 /// 2. Encrypted content pins it to the organization that produced it; a lost organization is rescued
 ///    (its items dropped) or refused, by policy.
-/// 3. A new WebSocket with a session hint goes to the organization that served its session.
-/// 4. Everything else is balanced: usable keys, soft limits (used-up windows, budgets), the lowest
+/// 3. Encrypted content without a marker (a session begun before Keymux) tries one key of each
+///    organization in turn, the one that served its session last first.
+/// 4. A new WebSocket with a session hint goes to the organization that served its session.
+/// 5. Everything else is balanced: usable keys, soft limits (used-up windows, budgets), the lowest
 ///    priority tier, the most headroom per step of load, the remembered key of a cache-eligible prompt
 ///    first, and among equals the key that recently started the fewest sessions.
 ///
@@ -145,6 +148,11 @@ fn route(ask: &Ask<'_>, decision: &mut Decision, memory: &Memory) -> Route {
     }
     if let Some(route) = pin::pin_to_org(ask, decision) {
         return route;
+    }
+    if ask.facts.unmarked_encrypted && ask.facts.pins.is_empty() && ask.policy.encrypted_affinity {
+        if let Some(route) = pin::find_org(ask, decision, memory.session_hint.as_ref()) {
+            return route;
+        }
     }
     if let Some(hint) = memory.session_hint.as_ref().filter(|_| decision.pin.is_none()) {
         if let Some(route) = pin::follow_hint(ask, decision, hint) {

@@ -1,6 +1,7 @@
 //! The hard rules: state the provider keeps with one key or one organization decides where a request
 //! may go, whatever the load.
 
+use super::balance::rank_by_headroom;
 use super::{fill, skip_reason, tie_hash, whole_seconds_ceil, Ask};
 use super::{Decision, LostOrgPolicy, PinDecision, Reason, Refusal, Route, SkipWhy};
 use crate::keys::KeyId;
@@ -151,4 +152,28 @@ pub(super) fn follow_hint(ask: &Ask<'_>, decision: &mut Decision, hint: &KeyId) 
 fn rank_in_org<'a>(mut keys: Vec<&'a KeyView>, seq: u64, prefer: &KeyId) -> Vec<&'a KeyView> {
     keys.sort_by_key(|k| (k.in_flight, &k.id != prefer, std::cmp::Reverse(tie_hash(seq, &k.id))));
     keys
+}
+
+/// Encrypted content without a marker (a session begun before Keymux): nothing says which organization
+/// can read it, so each is tried in turn, one key each: the organization that served this session last
+/// first, then the others by the balancer's order (priority tier, headroom, recent starts). The
+/// attempts move on only when an organization answers that it cannot read it. `None` when no key is
+/// open (the balancer then says why).
+pub(super) fn find_org(ask: &Ask<'_>, decision: &mut Decision, last: Option<&KeyId>) -> Option<Route> {
+    let open: Vec<&KeyView> = ask.keys.iter().filter(|k| skip_reason(k, ask.now).is_none()).collect();
+    if open.is_empty() {
+        return None;
+    }
+    let ranked = rank_by_headroom(open, ask.facts.seq);
+    let known = last.and_then(|id| ask.keys.iter().find(|k| &k.id == id)).map(|k| k.org_tag);
+    let mut each: Vec<&KeyView> = Vec::new();
+    for key in known.and_then(|org| ranked.iter().find(|k| k.org_tag == org)).into_iter().chain(&ranked) {
+        if !each.iter().any(|k| k.org_tag == key.org_tag) {
+            each.push(key);
+        }
+    }
+    decision.reasons.push(Reason::FindingOrg { orgs: each.len(), known: last.filter(|_| known.is_some()).cloned() });
+    let orgs = each.len();
+    fill(decision, each, orgs);
+    Some(Route::FindingOrg)
 }

@@ -700,3 +700,40 @@ fn a_fallback_that_can_read_a_session_beats_rescuing_it() {
     let d = decide_within(&pinned(2, "p1", "op"), view, &tiers[..1], &Memory::default(), now, &policy(3));
     assert_eq!((ids(&d), d.rescued_orgs.len()), (vec!["w1"], 1), "inside the pool alone: rescued there");
 }
+
+#[test]
+fn unmarked_encrypted_content_tries_one_key_per_organization_the_sessions_own_first() {
+    let now = clock_now();
+    let keys = vec![
+        org_key("a1", "org-a", 0, Health::Ready),
+        org_key("a2", "org-a", 0, Health::Ready),
+        org_key("b1", "org-b", 0, Health::Ready),
+        org_key("c1", "org-c", 0, Health::Rejected),
+        org_key("d1", "org-d", 0, Health::Ready),
+    ];
+    let view = PoolView { keys };
+    let mut f = facts(7);
+    f.unmarked_encrypted = true;
+    let d = decide(&f, &view, &Memory::default(), now, &policy(2));
+    assert_eq!(d.route, Route::FindingOrg);
+    let tried = ids(&d);
+    assert_eq!(
+        tried.len(),
+        3,
+        "one open key of each of a, b and d (c's only key is rejected), whatever max_attempts: {tried:?}"
+    );
+    let orgs: std::collections::BTreeSet<&str> = tried.iter().map(|k| &k[..1]).collect();
+    assert_eq!(orgs.len(), 3, "{tried:?}");
+    assert!(!d.balanced(), "not counted as a new session's start");
+    // The organization that served the session last goes first.
+    let memory = Memory { session_hint: Some(KeyId::new("b1")), ..Memory::default() };
+    let d = decide(&f, &view, &memory, now, &policy(2));
+    assert_eq!(ids(&d)[0], "b1");
+    assert!(d.reasons.contains(&Reason::FindingOrg { orgs: 3, known: Some(KeyId::new("b1")) }));
+    // Marked content decides by its marker; encrypted-content affinity off means no search either.
+    let mut marked = pinned(8, "a1", "org-a");
+    marked.unmarked_encrypted = true;
+    assert_eq!(decide(&marked, &view, &memory, now, &policy(2)).route, Route::Pinned);
+    let off = Policy { encrypted_affinity: false, ..policy(2) };
+    assert_eq!(decide(&f, &view, &Memory::default(), now, &off).route, Route::Balanced);
+}

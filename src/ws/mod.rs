@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use axum::extract::ws::{Message as AxumMessage, Utf8Bytes, WebSocket};
 use bytes::Bytes;
-use futures::SinkExt as _;
+use futures::{SinkExt as _, StreamExt as _};
 use http::HeaderMap;
 use serde_json::json;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
@@ -111,13 +111,78 @@ pub struct Declined {
 struct Handshake<'a> {
     gateway: &'a Gateway,
     headers: &'a HeaderMap,
+    /// While finding the organization of unmarked encrypted content: the first frame, sent as part of
+    /// each attempt, so that an organization that cannot read it is a declined attempt.
+    first: Option<Bytes>,
+}
+
+/// An upstream socket a handshake opened.
+struct Opened {
+    socket: Upstream,
+    /// The first frame went with the attempt, and this is the upstream's first answer to it.
+    answer: Option<UpMessage>,
 }
 
 impl Transport for Handshake<'_> {
-    type Accepted = Upstream;
+    type Accepted = Opened;
     type Declined = Declined;
 
-    async fn attempt(&mut self, guard: &InFlight) -> Reply<Upstream, Declined> {
+    fn rescue(&mut self, body: Bytes) {
+        self.first = Some(body);
+    }
+
+    async fn attempt(&mut self, guard: &InFlight) -> Reply<Opened, Declined> {
+        match (self.connect(guard).await, self.first.clone()) {
+            (Reply::Accepted(heard, socket), Some(first)) => self.try_first(guard, heard, socket, first).await,
+            (Reply::Accepted(heard, socket), None) => Reply::Accepted(heard, Opened { socket, answer: None }),
+            (Reply::Declined(heard, declined), _) => Reply::Declined(heard, declined),
+            (Reply::Failed(error), _) => Reply::Failed(error),
+        }
+    }
+}
+
+impl Handshake<'_> {
+    /// Sends the first frame on a fresh upstream socket and reads the first answer: an `error` event
+    /// (the organization cannot read the frame's encrypted content, say) declines the attempt like an
+    /// HTTP error status would, anything else accepts it with that answer still to relay.
+    async fn try_first(
+        &self,
+        guard: &InFlight,
+        heard: Heard,
+        mut socket: Upstream,
+        first: Bytes,
+    ) -> Reply<Opened, Declined> {
+        let base = || self.gateway.upstream().base_for(guard.entry()).to_owned();
+        let cut = |detail: &str| Reply::Failed(UpstreamError::Cut { base: base(), detail: detail.to_owned() });
+        if socket.send(UpMessage::Text(String::from_utf8_lossy(&first).into_owned().into())).await.is_err() {
+            return cut("the socket closed before the first frame");
+        }
+        let answer = loop {
+            match tokio::time::timeout(self.gateway.upstream().idle_timeout(), socket.next()).await {
+                Ok(Some(Ok(UpMessage::Ping(_) | UpMessage::Pong(_) | UpMessage::Frame(_)))) => {}
+                Ok(Some(Ok(message))) => break message,
+                Ok(_) => return cut("the socket closed before its first answer"),
+                Err(_) => return cut("no first answer in time"),
+            }
+        };
+        let value = match &answer {
+            UpMessage::Text(text) => serde_json::from_str::<serde_json::Value>(text.as_str()).unwrap_or_default(),
+            _ => serde_json::Value::Null,
+        };
+        if value["type"] != "error" {
+            return Reply::Accepted(heard, Opened { socket, answer: Some(answer) });
+        }
+        let status = value["status"].as_u64().and_then(|s| u16::try_from(s).ok()).unwrap_or(400);
+        let code = value["error"]["code"].as_str().unwrap_or("upstream_error").to_owned();
+        let message = value["error"]["message"].as_str().unwrap_or("The provider refused the frame.").to_owned();
+        let _ = socket.close(None).await;
+        let heard = Heard::from_headers(status, &HeaderMap::new(), self.gateway.clock().now())
+            .with_body(value.to_string().as_bytes());
+        Reply::Declined(heard, Declined { status, code, message })
+    }
+
+    /// The handshake alone: an open socket, the provider's refusal, or no answer.
+    async fn connect(&self, guard: &InFlight) -> Reply<Upstream, Declined> {
         let now = || self.gateway.clock().now();
         let request = match handshake_request(self.gateway, guard, self.headers) {
             Ok(request) => request,
@@ -205,7 +270,9 @@ pub async fn serve_socket(
         Ok(admitted) => admitted,
         Err(error) => return refuse(client, trace, &error).await,
     };
-    let mut handshake = Handshake { gateway: &gateway, headers: &headers };
+    let finding = admitted.decision.route == crate::router::Route::FindingOrg;
+    let mut handshake =
+        Handshake { gateway: &gateway, headers: &headers, first: finding.then(|| admitted.body.clone()) };
     match pipeline::attempt_all(&gateway, &admitted, &mut handshake, &mut trace).await {
         Settled::Served { key, guard, accepted } => {
             let completion = pipeline::completion(&admitted, &key);
@@ -268,13 +335,16 @@ struct Bound {
     tagger: Option<Tagger>,
     key: KeyId,
     turns: Arc<Mutex<VecDeque<Turn>>>,
+    /// The upstream's first answer, when it was read while finding the session's organization.
+    answer: Option<UpMessage>,
 }
 
-/// Sends the first frame on the freshly opened upstream socket; its answer finishes the first turn.
+/// Sends the first frame on the freshly opened upstream socket (unless it went with the attempt); its
+/// answer finishes the first turn.
 #[expect(clippy::too_many_arguments, reason = "everything the first turn hands to the bound socket")]
 async fn bind(
     gateway: &Gateway,
-    mut upstream: Upstream,
+    opened: Opened,
     guard: InFlight,
     key: KeyId,
     admitted: &Admitted,
@@ -283,13 +353,15 @@ async fn bind(
     mut trace: Trace,
 ) -> Option<Bound> {
     trace.serving(&key);
+    let Opened { socket: mut upstream, answer } = opened;
     let text = String::from_utf8_lossy(&admitted.body).into_owned();
-    if upstream.send(UpMessage::Text(text.into())).await.is_err() {
+    // While finding the organization, the first frame went with the attempt that was answered.
+    if answer.is_none() && upstream.send(UpMessage::Text(text.into())).await.is_err() {
         let _ = client.send(lost_state_frame()).await;
         trace.finish(End { served_by: Some(key), status: 502, error: Some("upstream_cut"), usage: None });
         return None;
     }
     let tagger = pipeline::tagger_for(gateway, Operation::ResponsesCreate, &guard);
     let turns = Arc::new(Mutex::new(VecDeque::from([Turn { trace, completion }])));
-    Some(Bound { upstream, guard, tagger, key, turns })
+    Some(Bound { upstream, guard, tagger, key, turns, answer })
 }

@@ -43,9 +43,11 @@ pub(super) async fn relay(
     headers: HeaderMap,
     scope: ClientScope,
 ) {
-    let Bound { upstream, guard, tagger, key, turns } = bound;
+    let Bound { upstream, guard, tagger, key, turns, answer } = bound;
     let (client_tx, client_rx) = client.split();
     let (up_tx, up_rx) = upstream.split();
+    // An answer already read (while finding the session's organization) is relayed first.
+    let up_rx = futures::stream::iter(answer.map(Ok)).chain(up_rx);
     let (notice_tx, notice_rx) = tokio::sync::mpsc::channel::<AxumMessage>(1);
     let inbound = Inbound { gateway: gateway.clone(), key: key.clone(), turns: turns.clone(), headers, scope };
     let outbound = Outbound { gateway: gateway.clone(), key: key.clone(), tagger, turns };
@@ -85,7 +87,10 @@ pub(super) async fn relay(
 
 type ClientRx = futures::stream::SplitStream<WebSocket>;
 type ClientTx = futures::stream::SplitSink<WebSocket, AxumMessage>;
-type UpRx = futures::stream::SplitStream<Upstream>;
+type UpRx = futures::stream::Chain<
+    futures::stream::Iter<std::option::IntoIter<Result<UpMessage, tokio_tungstenite::tungstenite::Error>>>,
+    futures::stream::SplitStream<Upstream>,
+>;
 type UpTx = futures::stream::SplitSink<Upstream, UpMessage>;
 
 /// Client → upstream: markers stripped, each `response.create` a turn with its own record.

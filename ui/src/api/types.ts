@@ -15,7 +15,7 @@ export type AffinitySource = "none" | "prompt_cache_key" | "prompt_prefix";
 
 export type AffinityState = "no_signal" | "cache_miss" | "hit" | "target_unavailable" | "disabled" | "cache_unavailable" | "short_prompt";
 
-export type Route = "refused" | "continuity" | "web_socket_bound" | "pinned" | "session_hint" | "affinity" | "balanced";
+export type Route = "refused" | "continuity" | "web_socket_bound" | "pinned" | "session_hint" | "finding_org" | "affinity" | "balanced";
 
 export type SkipWhy = { "kind": "cooling", 
 /**
@@ -59,7 +59,19 @@ tied: number, } | { "rule": "continuity_binding",
 /**
  * The key.
  */
-key: KeyId, } | { "rule": "unmarked_response_id" } | { "rule": "web_socket_bound", 
+key: KeyId, } | { "rule": "unmarked_response_id" } | { "rule": "finding_org", 
+/**
+ * How many organizations may be tried.
+ */
+orgs: number, 
+/**
+ * The key that served this session last, when Keymux remembers one.
+ */
+known: KeyId | null, } | { "rule": "unreadable_everywhere", 
+/**
+ * How many organizations answered that they cannot read it.
+ */
+tried: number, } | { "rule": "web_socket_bound", 
 /**
  * The key of that socket.
  */
@@ -220,7 +232,7 @@ refusal: Refusal | null,
  */
 route: Route, };
 
-export type FailureKind = "rate_limited" | "quota_exhausted" | "invalid_key" | "model_unavailable" | "upstream_5xx" | "timeout" | "upstream_unreachable" | "upstream_cut" | "client_error" | "client_cancelled";
+export type FailureKind = "rate_limited" | "quota_exhausted" | "invalid_key" | "model_unavailable" | "upstream_5xx" | "timeout" | "upstream_unreachable" | "upstream_cut" | "client_error" | "wrong_organization" | "client_cancelled";
 
 export type Attempt = { 
 /**

@@ -124,6 +124,12 @@ export function reasonSentence(reason: Reason, name: KeyNamer = plain, choice?: 
       return `${name(reason.key)} served this prompt last but could not take it now.`;
     case "warm_organization":
       return "Another key of the remembered key's organization was used: the prompt cache is shared per organization.";
+    case "finding_org":
+      return reason.known
+        ? `Its encrypted reasoning carries no Keymux marker (made before Keymux); ${name(reason.known)} served this session last, so its organization was tried first, then the others (${reason.orgs} in all).`
+        : `Its encrypted reasoning carries no Keymux marker (made before Keymux): one key of each of ${reason.orgs} organization${reason.orgs === 1 ? "" : "s"} was tried in turn until one could read it.`;
+    case "unreadable_everywhere":
+      return `None of the ${reason.tried} organization${reason.tried === 1 ? "" : "s"} tried could read its encrypted reasoning: by the lost-organization policy, those items were dropped (rescue) or the request refused.`;
     case "pinned_to_org":
       return `Its encrypted reasoning was made by ${name(reason.key)}; only its organization can read it (${reason.usable} of ${reason.org_keys} key${reason.org_keys === 1 ? "" : "s"} usable).`;
     case "rescued":

@@ -59,6 +59,10 @@ export const ROUTE: Record<Route, { name: string; why: string }> = {
     name: "Session hint",
     why: "A new WebSocket went to the organization that served this session before.",
   },
+  finding_org: {
+    name: "Finding organization",
+    why: "It replays encrypted reasoning made before Keymux, so one key of each organization was tried until one could read it.",
+  },
   affinity: {
     name: "Cache affinity",
     why: "It went to the key (or organization) whose prompt cache is warm for this session.",
@@ -101,6 +105,7 @@ export const FAILURE: Record<FailureKind, string> = {
   upstream_unreachable: "provider unreachable",
   upstream_cut: "stream cut",
   client_error: "client error (4xx)",
+  wrong_organization: "organization cannot read it",
   client_cancelled: "client went away",
 };
 
