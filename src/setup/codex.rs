@@ -43,7 +43,7 @@ pub(super) fn edit(text: &str, pool: Option<&str>, base_url: &str, token: &str) 
             notes.push(format!("removed `{key}` from [model_providers.{provider}]: the token is now in this file"));
         }
     }
-    Ok(Edited { text: doc.to_string(), notes })
+    Ok(Edited::whole(doc.to_string(), notes))
 }
 
 /// A warning when config.toml still defines the profile `profile` the old way (`profile = "…"` or a

@@ -25,6 +25,8 @@
 mod apply;
 mod client;
 mod codex;
+mod codex_auth;
+mod codex_history;
 mod diff;
 mod error;
 mod files;
@@ -38,10 +40,11 @@ mod target;
 
 pub use apply::{apply, status, undo, Applied, Status, Undone};
 pub use client::{default_state_dir, Client};
+pub use codex_history::resume_command;
 pub use error::SetupError;
-pub use flow::{preview, ConfirmError, Preview};
+pub use flow::{preview, preview_with, ConfirmError, Preview};
 pub use mask::mask;
-pub use plan::{plan, Plan};
+pub use plan::{plan, Choices, Plan};
 pub use record::Restore;
 pub use target::Target;
 
