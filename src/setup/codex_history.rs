@@ -49,6 +49,14 @@ pub(super) fn edit(text: &str, base_url: &str, force: bool, prior: &Prior) -> Re
         }
     };
     let dropped_provider = old_form(&doc);
+    let chosen = top_string(&doc, "model_provider")?;
+    if let Some(other) = chosen.filter(|p| p != "openai" && !dropped_provider) {
+        return Err(Refusal::Conflict(format!(
+            "it chooses model_provider = \"{other}\", so Codex does not use its built-in provider, which is the \
+             one Keymux points at. Set up with --custom-provider instead (it replaces that choice, Undo puts it \
+             back; Codex's sessions then live under the provider `{PROVIDER}`), or remove that line first"
+        )));
+    }
     if dropped_provider {
         doc.as_table_mut().remove("model_provider");
         notes.push(format!(
@@ -232,6 +240,15 @@ mod tests {
         assert!(edited.notes.iter().any(|n| n.contains("model_provider=keymux")), "{:?}", edited.notes);
         let Some(Surgical::BaseUrl { dropped_provider, .. }) = edited.surgical else { panic!() };
         assert!(dropped_provider);
+    }
+
+    #[test]
+    fn a_config_that_chooses_another_provider_is_refused_and_openai_is_fine() {
+        let text = format!("model_provider = \"other\"\n{SAMPLE}");
+        let Err(Refusal::Conflict(why)) = edit(&text, BASE, true, &Prior::default()) else { panic!("refused") };
+        assert!(why.contains("\"other\"") && why.contains("--custom-provider"), "{why}");
+        let openai = format!("model_provider = \"openai\"\n{SAMPLE}");
+        assert!(edit(&openai, BASE, false, &Prior::default()).unwrap().text.contains("model_provider = \"openai\"\n"));
     }
 
     #[test]
