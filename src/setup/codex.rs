@@ -62,7 +62,7 @@ pub(super) fn legacy_profile(config: &str, profile: &str) -> Option<String> {
 
 /// Sets `key` to the string `value`, leaving it untouched when it already is (so an unchanged file
 /// stays byte-identical) and keeping the comment after a replaced value.
-fn set_str(table: &mut dyn TableLike, key: &str, value: &str) {
+pub(super) fn set_str(table: &mut dyn TableLike, key: &str, value: &str) {
     match table.get_mut(key) {
         Some(item) if item.as_str() == Some(value) => {}
         Some(Item::Value(old)) => {

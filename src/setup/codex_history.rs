@@ -11,8 +11,9 @@
 //! Undo is surgical: only Keymux's line is taken out (or the value it replaced put back); everything
 //! Codex or the user wrote since stays byte for byte.
 
-use toml_edit::{DocumentMut, Item, Value};
+use toml_edit::{DocumentMut, Item};
 
+use super::codex::set_str;
 use super::plan::{Edited, Refusal};
 use super::record::Surgical;
 use super::PROVIDER;
@@ -129,21 +130,10 @@ fn top_string(doc: &DocumentMut, key: &str) -> Result<Option<String>, Refusal> {
     }
 }
 
-/// Sets a root key (always written before the first table), keeping the comment after a replaced
+/// Sets a root key: always written before the first table, keeping the comment after a replaced
 /// value and leaving an equal one untouched.
 fn set_top(doc: &mut DocumentMut, key: &str, value: &str) {
-    let root = doc.as_table_mut();
-    match root.get_mut(key) {
-        Some(item) if item.as_str() == Some(value) => {}
-        Some(Item::Value(old)) => {
-            let decor = old.decor().clone();
-            *old = Value::from(value);
-            *old.decor_mut() = decor;
-        }
-        _ => {
-            root.insert(key, toml_edit::value(value));
-        }
-    }
+    set_str(doc.as_table_mut(), key, value);
 }
 
 #[cfg(test)]
