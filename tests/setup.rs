@@ -127,19 +127,26 @@ fn the_pi_models_file_has_the_shape_pi_reads_and_undo_gives_it_back() {
     assert_eq!(std::fs::read_to_string(&path).unwrap(), EXISTING_PI_MODELS);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_setup_command_works_through_a_running_gateway_and_prints_no_secret() {
+/// A gateway run by the `keymux` binary in front of a simulator organization with two keys (one of
+/// them the gateway's), its setup records in the test's own data directory: the simulator, the home
+/// directory, the environment and config path for `keymux` commands, the gateway.
+async fn cli_gateway() -> (Sim, tempfile::TempDir, Vec<(String, String)>, String, Keymux) {
     let sim = Sim::start(SimConfig::new().org("org-a", &["sk-cli-a1", "sk-cli-a2"])).await.unwrap();
     let home = tempfile::tempdir().unwrap();
-    let config = home.path().join("keymux.toml");
-    // The setup records go to this test's own data directory.
+    let cfg = home.path().join("keymux.toml").display().to_string();
     let mut env: Vec<(String, String)> =
         base_env(home.path()).into_iter().filter(|(k, _)| k != "XDG_DATA_HOME").collect();
     env.push(("XDG_DATA_HOME".into(), home.path().join("data").display().to_string()));
     env.push(("KEYMUX_KEY_A1".into(), "sk-cli-a1".into()));
     env.push(("KEYMUX_CLIENT_TOKEN".into(), TOKEN.into()));
-    let cfg = config.to_str().unwrap();
-    let keymux = Keymux::spawn(&["--ephemeral", "--upstream", &sim.base_url(), "--config", cfg], &env).await;
+    let keymux = Keymux::spawn(&["--ephemeral", "--upstream", &sim.base_url(), "--config", &cfg], &env).await;
+    (sim, home, env, cfg, keymux)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_setup_command_works_through_a_running_gateway_and_prints_no_secret() {
+    let (sim, home, env, cfg, keymux) = cli_gateway().await;
+    let cfg = cfg.as_str();
     let codex_home = home.path().join("codex");
     let path = codex_home.join("config.toml");
     let file = path.to_str().unwrap();
@@ -217,4 +224,46 @@ async fn the_setup_command_works_through_a_running_gateway_and_prints_no_secret(
 
     printed.push_str(&keymux.stop().await);
     assert_no_secrets("what keymux printed", &printed, &[&token, &pi_token, TOKEN, "sk-cli-a1", "sk-cli-a2"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_old_codex_setup_is_moved_over_printing_how_to_resume_its_sessions_and_a_chatgpt_login_is_refused() {
+    let (_sim, home, env, cfg, keymux) = cli_gateway().await;
+    let path = home.path().join("codex/config.toml");
+    let original = format!("{EXISTING_CODEX_CONFIG_HEAD}{EXISTING_CODEX_CONFIG_TAIL}");
+    write(&path, &original);
+    let file = path.to_str().unwrap();
+    let setup = |extra: &'static [&'static str]| {
+        let mut args = vec!["--config", cfg.as_str(), "setup", "codex", "--file", file, "--yes"];
+        args.extend_from_slice(extra);
+        args
+    };
+
+    // A ChatGPT login is not an API key: refused, and the other form offered.
+    let auth = path.with_file_name("auth.json");
+    let login = "{\"OPENAI_API_KEY\": null, \"tokens\": {\"access_token\": \"eyJ-chatgpt-access-0123456789\"}}";
+    write(&auth, login);
+    let (ok, out, err) = run_keymux(&setup(&[]), &env, "").await;
+    assert!(!ok && err.contains("ChatGPT login") && err.contains("--custom-provider"), "{out}{err}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), original, "nothing written");
+
+    let (ok, out, err) = run_keymux(&setup(&["--custom-provider"]), &env, "").await;
+    assert!(ok && out.contains("+model_provider = \"keymux\""), "{out}{err}");
+    assert_eq!(std::fs::read_to_string(&auth).unwrap(), login, "the login is left alone");
+
+    // The user logs in with a key later; setup again moves the config over.
+    std::fs::remove_file(&auth).unwrap();
+    let (ok, out, err) = run_keymux(&setup(&[]), &env, "").await;
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("-model_provider = \"keymux\"") && out.contains("+openai_base_url = "), "{out}");
+    assert!(out.contains("codex resume -c model_provider=keymux <SESSION_ID>"), "the resume command: {out}");
+    let moved = std::fs::read_to_string(&path).unwrap();
+    assert!(!moved.contains("model_provider = ") && moved.contains("[model_providers.keymux]"), "{moved}");
+
+    let undo = ["--config", cfg.as_str(), "setup", "codex", "--undo"];
+    let (ok, out, err) = run_keymux(&undo, &env, "").await;
+    assert!(ok && out.contains("model_provider=keymux"), "the table stays, and why: {out}{err}");
+    let undone = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(undone, moved.replace(&format!("openai_base_url = \"{}\"\n", keymux.base), ""));
+    keymux.stop().await;
 }
