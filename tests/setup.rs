@@ -251,10 +251,11 @@ async fn the_old_codex_setup_is_moved_over_printing_how_to_resume_its_sessions_a
     assert!(ok && out.contains("+model_provider = \"keymux\""), "{out}{err}");
     assert_eq!(std::fs::read_to_string(&auth).unwrap(), login, "the login is left alone");
 
-    // The user logs in with a key later; setup again moves the config over.
-    std::fs::remove_file(&auth).unwrap();
-    let (ok, out, err) = run_keymux(&setup(&[]), &env, "").await;
-    assert!(ok, "{out}{err}");
+    // The user logs in with a key Keymux pools already; setup again moves the config over.
+    write(&auth, "{\"auth_mode\": \"apikey\", \"OPENAI_API_KEY\": \"sk-cli-a1\"}");
+    let (ok, out, err) = run_keymux(&setup(&["--import-key"]), &env, "").await;
+    assert!(ok && out.contains("in Keymux's pool already: not added again"), "{out}{err}");
+    assert_no_secrets("the preview of a key's replacement", &format!("{out}{err}"), &["sk-cli-a1", TOKEN]);
     assert!(out.contains("-model_provider = \"keymux\"") && out.contains("+openai_base_url = "), "{out}");
     assert!(out.contains("codex resume -c model_provider=keymux <SESSION_ID>"), "the resume command: {out}");
     let moved = std::fs::read_to_string(&path).unwrap();
@@ -265,5 +266,6 @@ async fn the_old_codex_setup_is_moved_over_printing_how_to_resume_its_sessions_a
     assert!(ok && out.contains("model_provider=keymux"), "the table stays, and why: {out}{err}");
     let undone = std::fs::read_to_string(&path).unwrap();
     assert_eq!(undone, moved.replace(&format!("openai_base_url = \"{}\"\n", keymux.base), ""));
+    assert!(std::fs::read_to_string(&auth).unwrap().contains("sk-cli-a1"), "the user's key is back");
     keymux.stop().await;
 }

@@ -113,7 +113,14 @@ pub(super) async fn setup(config_path: Option<PathBuf>, args: SetupArgs) -> Resu
             exclude_models: Vec::new(),
             secret,
         };
-        manage::add_key(&loaded, new).await?;
+        match manage::add_key(&loaded, new).await {
+            Ok(()) => {}
+            // Imported before (or added by hand): it is in the pool already, which is what was wanted.
+            Err(StartError::Usage(why)) if why.contains("already in the pool") => {
+                out("the API key in auth.json is in Keymux's pool already: not added again");
+            }
+            Err(e) => return Err(e),
+        }
     }
     let made =
         preview.confirm(&state, || manage::new_token(&loaded, remote.as_ref(), &token.name, target.pool())).await;
