@@ -88,7 +88,7 @@ async fn set_up_in(
     for note in preview.plans().iter().flat_map(|plan| plan.notes()) {
         text.push_str(&format!("\n\n{note}"));
     }
-    text.push_str("\n\nThe file is backed up first; Undo in the tray menu puts it back.");
+    text.push_str("\n\nEach file is backed up first; Undo in the tray menu takes Keymux's changes back.");
     if !agree(&text) {
         return Ok(None);
     }
@@ -131,7 +131,11 @@ pub fn undo(app: &AppHandle, client: Client, refresh: Refresh) {
         match result {
             Ok(undone) => {
                 tracing::info!(client = client.id(), file = %undone.path.display(), "client setup undone");
-                say(&app, &title, &format!("{} is back as it was.", undone.path.display()), MessageDialogKind::Info);
+                let mut text = format!("{} is back as it was.", undone.path.display());
+                for note in &undone.notes {
+                    text.push_str(&format!("\n\n{note}"));
+                }
+                say(&app, &title, &text, MessageDialogKind::Info);
             }
             Err(e) => say(&app, &title, &e.to_string(), MessageDialogKind::Error),
         }
