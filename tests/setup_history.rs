@@ -3,7 +3,8 @@
 //! --with-api-key` writes it) is still the one Codex resumes after setup, recorded under the built-in
 //! `openai` provider, and it continues through Keymux. Undo, after Codex's own edits to `config.toml`,
 //! takes out only Keymux's line and gives `auth.json` back byte for byte, and Codex goes straight to
-//! the provider again.
+//! the provider again. pi (0.73.1) keeps sessions per directory whatever the provider, so nothing is
+//! stranded there: an old session continues through Keymux once its provider is named.
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 mod support;
@@ -136,4 +137,68 @@ async fn a_session_from_before_keymux_continues_through_it_and_undo_keeps_codexs
     let (ok, out) = codex(&codex_home, &work, &["After undo."]).await;
     assert!(ok && out.contains("from org-a: After undo.") && session_id(&out) != id, "{out}");
     assert_eq!(requests_through_keymux(&h).await, through, "straight to the provider again");
+}
+
+/// The one session pi recorded in `work` (pi keeps sessions per directory), with every provider its
+/// turns were made with.
+fn pi_sessions(agent: &Path) -> Vec<(String, Vec<String>)> {
+    let mut found = Vec::new();
+    for dir in std::fs::read_dir(agent.join("sessions")).unwrap() {
+        for file in std::fs::read_dir(dir.unwrap().path()).unwrap() {
+            let path = file.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let providers = text
+                .lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .filter_map(|e| e["message"]["provider"].as_str().map(str::to_owned))
+                .collect();
+            found.push((path.file_name().unwrap().to_string_lossy().into_owned(), providers));
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pi_session_from_before_keymux_continues_through_it_when_its_provider_is_named() {
+    let h =
+        Harness::start(SimConfig::new().org("org-a", &["sk-a1", "sk-a2"]), &[key("a1", "sk-a1"), key("a2", "sk-a2")])
+            .await;
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, work, state) = (dir.path().join("agent"), dir.path().join("work"), dir.path().join("state"));
+    std::fs::create_dir_all(&work).unwrap();
+    // pi's built-in `openai` provider, pointed at the simulator as the user's OpenAI.
+    let models = agent.join("models.json");
+    let original = format!("{{\"providers\": {{\"openai\": {{\"baseUrl\": \"{}\"}}}}}}\n", h.sim.base_url());
+    std::fs::create_dir_all(&agent).unwrap();
+    std::fs::write(&models, &original).unwrap();
+    let env = [
+        ("HOME", dir.path().to_str().unwrap()),
+        ("PI_CODING_AGENT_DIR", agent.to_str().unwrap()),
+        ("OPENAI_API_KEY", "sk-a1"),
+    ];
+    let pi = |args: &'static [&'static str]| run_client(pi_bin(), &work, &env, args);
+
+    let (ok, out) = pi(&["--provider", "openai", "--model", "gpt-5.5", "-p", "Before Keymux."]).await;
+    assert!(ok && out.contains("from org-a: Before Keymux."), "{out}");
+
+    let shown =
+        setup::preview_with(Client::Pi, &models, &h.base, Some(Secret::new(TOKEN)), Choices::default(), Some(&state));
+    let never = || std::future::ready(Err::<Secret, &str>("the client token exists already"));
+    shown.unwrap().confirm(&state, never).await.unwrap();
+
+    // Continued as it was made: with `openai`, around Keymux.
+    let (ok, out) = pi(&["-c", "-p", "Continued plainly."]).await;
+    assert!(ok && out.contains("from org-a: Continued plainly."), "{out}");
+    assert_eq!(requests_through_keymux(&h).await, 0, "the session's own provider, not Keymux");
+    // Naming Keymux's provider continues the same session through Keymux.
+    let (ok, out) = pi(&["-c", "--provider", "keymux", "--model", "gpt-5.5", "-p", "Through Keymux."]).await;
+    assert!(ok && out.contains("from org-a: Through Keymux."), "{out}");
+    assert!(requests_through_keymux(&h).await > 0, "through Keymux");
+    let sessions = pi_sessions(&agent);
+    assert_eq!(sessions.len(), 1, "one session: {sessions:?}");
+    assert_eq!(sessions[0].1.last().map(String::as_str), Some("keymux"), "{sessions:?}");
+    assert!(sessions[0].1.iter().any(|p| p == "openai"), "{sessions:?}");
+
+    setup::undo(Client::Pi, &state, false).unwrap();
+    assert_eq!(std::fs::read_to_string(&models).unwrap(), original, "models.json byte for byte");
 }
