@@ -53,37 +53,51 @@ fn session_id(output: &str) -> String {
     line.trim().to_owned()
 }
 
-/// Every session Codex recorded, with the provider it recorded it under.
-fn recorded(codex_home: &Path) -> Vec<(String, String)> {
+/// Every `.jsonl` file under `dir`, where both clients record their sessions.
+fn session_files(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut found = Vec::new();
-    let mut dirs = vec![codex_home.join("sessions")];
+    let mut dirs = vec![dir.to_owned()];
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
             if path.is_dir() {
                 dirs.push(path);
             } else if path.extension().is_some_and(|e| e == "jsonl") {
-                let first = std::fs::read_to_string(&path).unwrap().lines().next().unwrap().to_owned();
-                let meta: serde_json::Value = serde_json::from_str(&first).unwrap();
-                let payload = &meta["payload"];
-                found.push((payload["id"].as_str().unwrap().to_owned(), payload["model_provider"].to_string()));
+                found.push(path);
             }
         }
     }
     found
 }
 
+/// Every session Codex recorded, with the provider it recorded it under.
+fn recorded(codex_home: &Path) -> Vec<(String, String)> {
+    let first_lines = session_files(&codex_home.join("sessions"))
+        .into_iter()
+        .map(|path| std::fs::read_to_string(path).unwrap().lines().next().unwrap().to_owned());
+    first_lines
+        .map(|line| {
+            let meta: serde_json::Value = serde_json::from_str(&line).unwrap();
+            let payload = &meta["payload"];
+            (payload["id"].as_str().unwrap().to_owned(), payload["model_provider"].to_string())
+        })
+        .collect()
+}
+
 async fn requests_through_keymux(h: &Harness) -> usize {
     decisions_api(&h.root).await["data"].as_array().unwrap().len()
 }
 
+/// A gateway whose keys are all in the one organization the sessions start on, and a directory for
+/// the client's files.
+async fn one_organization() -> (Harness, tempfile::TempDir) {
+    let sim = SimConfig::new().org("org-a", &["sk-a1", "sk-a2"]);
+    (Harness::start(sim, &[key("a1", "sk-a1"), key("a2", "sk-a2")]).await, tempfile::tempdir().unwrap())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_from_before_keymux_continues_through_it_and_undo_keeps_codexs_own_edits() {
-    // Every key in the one organization the session was started on.
-    let h =
-        Harness::start(SimConfig::new().org("org-a", &["sk-a1", "sk-a2"]), &[key("a1", "sk-a1"), key("a2", "sk-a2")])
-            .await;
-    let dir = tempfile::tempdir().unwrap();
+    let (h, dir) = one_organization().await;
     let (codex_home, work, state) = (dir.path().join("codex"), dir.path().join("work"), dir.path().join("state"));
     std::fs::create_dir_all(&work).unwrap();
     std::fs::create_dir_all(&codex_home).unwrap();
@@ -139,31 +153,20 @@ async fn a_session_from_before_keymux_continues_through_it_and_undo_keeps_codexs
     assert_eq!(requests_through_keymux(&h).await, through, "straight to the provider again");
 }
 
-/// The one session pi recorded in `work` (pi keeps sessions per directory), with every provider its
-/// turns were made with.
-fn pi_sessions(agent: &Path) -> Vec<(String, Vec<String>)> {
-    let mut found = Vec::new();
-    for dir in std::fs::read_dir(agent.join("sessions")).unwrap() {
-        for file in std::fs::read_dir(dir.unwrap().path()).unwrap() {
-            let path = file.unwrap().path();
-            let text = std::fs::read_to_string(&path).unwrap();
-            let providers = text
-                .lines()
-                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-                .filter_map(|e| e["message"]["provider"].as_str().map(str::to_owned))
-                .collect();
-            found.push((path.file_name().unwrap().to_string_lossy().into_owned(), providers));
-        }
-    }
-    found
+/// Every session pi recorded (it keeps them per directory), with the provider of each of its turns.
+fn pi_sessions(agent: &Path) -> Vec<Vec<String>> {
+    let providers = |text: String| {
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|e| e["message"]["provider"].as_str().map(str::to_owned))
+            .collect()
+    };
+    session_files(&agent.join("sessions")).into_iter().map(|p| providers(std::fs::read_to_string(p).unwrap())).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pi_session_from_before_keymux_continues_through_it_when_its_provider_is_named() {
-    let h =
-        Harness::start(SimConfig::new().org("org-a", &["sk-a1", "sk-a2"]), &[key("a1", "sk-a1"), key("a2", "sk-a2")])
-            .await;
-    let dir = tempfile::tempdir().unwrap();
+    let (h, dir) = one_organization().await;
     let (agent, work, state) = (dir.path().join("agent"), dir.path().join("work"), dir.path().join("state"));
     std::fs::create_dir_all(&work).unwrap();
     // pi's built-in `openai` provider, pointed at the simulator as the user's OpenAI.
@@ -196,8 +199,8 @@ async fn a_pi_session_from_before_keymux_continues_through_it_when_its_provider_
     assert!(requests_through_keymux(&h).await > 0, "through Keymux");
     let sessions = pi_sessions(&agent);
     assert_eq!(sessions.len(), 1, "one session: {sessions:?}");
-    assert_eq!(sessions[0].1.last().map(String::as_str), Some("keymux"), "{sessions:?}");
-    assert!(sessions[0].1.iter().any(|p| p == "openai"), "{sessions:?}");
+    assert_eq!(sessions[0].last().map(String::as_str), Some("keymux"), "{sessions:?}");
+    assert!(sessions[0].iter().any(|p| p == "openai"), "{sessions:?}");
 
     setup::undo(Client::Pi, &state, false).unwrap();
     assert_eq!(std::fs::read_to_string(&models).unwrap(), original, "models.json byte for byte");

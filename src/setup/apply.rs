@@ -120,6 +120,7 @@ pub fn undo(target: impl Into<Target>, state_dir: &Path, force: bool) -> Result<
     let Some(record) = read_record(state_dir, &name)? else { return Err(SetupError::NothingToUndo { target }) };
     let mut undone = match &record.surgical {
         Some(Surgical::BaseUrl { value, replaced, dropped_provider }) => {
+            let replaced = if *replaced { replaced_value(&record)? } else { None };
             let line = Line { value, replaced: replaced.as_deref(), dropped_provider: *dropped_provider };
             undo_line(&target, &record, &line, force)?
         }
@@ -138,6 +139,21 @@ struct Line<'a> {
     value: &'a str,
     replaced: Option<&'a str>,
     dropped_provider: bool,
+}
+
+/// The `openai_base_url` Keymux replaced, as the backup of the file from before holds it.
+fn replaced_value(record: &Record) -> Result<Option<String>, SetupError> {
+    let Some(backup) = &record.backup else { return Ok(None) };
+    let bytes = backup_bytes(&record.path, backup)?;
+    Ok(codex_history::value_in(&String::from_utf8_lossy(&bytes)))
+}
+
+/// The backup of `path`, or why it cannot be had.
+fn backup_bytes(path: &Path, backup: &Path) -> Result<Vec<u8>, SetupError> {
+    std::fs::read(backup).map_err(|source| match source.kind() {
+        std::io::ErrorKind::NotFound => SetupError::BackupMissing { path: path.to_owned(), backup: backup.to_owned() },
+        _ => SetupError::Io { path: backup.to_owned(), source },
+    })
 }
 
 /// Takes Keymux's line out of Codex's config (or puts back the value it replaced).
@@ -207,12 +223,7 @@ fn put_back(record: &Record) -> Result<(), SetupError> {
     let path = &record.path;
     match &record.backup {
         Some(backup) => {
-            let bytes = std::fs::read(backup).map_err(|source| match source.kind() {
-                std::io::ErrorKind::NotFound => {
-                    SetupError::BackupMissing { path: path.clone(), backup: backup.clone() }
-                }
-                _ => SetupError::Io { path: backup.clone(), source },
-            })?;
+            let bytes = backup_bytes(path, backup)?;
             write_atomically_with_mode(path, &bytes, mode_of(backup)).map_err(io(path))
         }
         None => match std::fs::remove_file(path) {

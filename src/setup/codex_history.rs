@@ -26,7 +26,7 @@ pub(super) const KEY: &str = "openai_base_url";
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct Prior {
     pub(super) ours: Option<String>,
-    pub(super) replaced: Option<String>,
+    pub(super) replaced: bool,
 }
 
 /// The file with the built-in provider pointed at `base_url`. Refused when another `openai_base_url`
@@ -36,11 +36,11 @@ pub(super) fn edit(text: &str, base_url: &str, force: bool, prior: &Prior) -> Re
     let mut notes = Vec::new();
     let current = top_string(&doc, KEY)?;
     let replaced = match current.as_deref() {
-        None => None,
-        Some(now) if now == base_url || Some(now) == prior.ours.as_deref() => prior.replaced.clone(),
+        None => false,
+        Some(now) if now == base_url || Some(now) == prior.ours.as_deref() => prior.replaced,
         Some(now) if force => {
             notes.push(format!("{KEY} was \"{now}\"; Codex now reaches Keymux instead (Undo puts \"{now}\" back)"));
-            Some(now.to_owned())
+            true
         }
         Some(now) => {
             return Err(Refusal::Conflict(format!(
@@ -112,7 +112,13 @@ pub(super) fn remove(
 
 /// Whether the top-level line still says `value`; `false` for a file that cannot be read as TOML.
 pub(super) fn holds(text: &str, value: &str) -> bool {
-    parse(text).ok().and_then(|doc| top_string(&doc, KEY).ok().flatten()).as_deref() == Some(value)
+    value_in(text).as_deref() == Some(value)
+}
+
+/// The top-level `openai_base_url` of a config (a backup's, for Undo); `None` when there is none or the
+/// text is not TOML.
+pub(super) fn value_in(text: &str) -> Option<String> {
+    parse(text).ok().and_then(|doc| top_string(&doc, KEY).ok().flatten())
 }
 
 fn parse(text: &str) -> Result<DocumentMut, Refusal> {
@@ -165,7 +171,7 @@ mod tests {
         assert!(!edited.text.contains("model_provider ="), "model_provider is left alone");
         assert_eq!(
             edited.surgical,
-            Some(Surgical::BaseUrl { value: BASE.into(), replaced: None, dropped_provider: false })
+            Some(Surgical::BaseUrl { value: BASE.into(), replaced: false, dropped_provider: false })
         );
     }
 
@@ -184,17 +190,19 @@ mod tests {
         let forced = edit(&text, BASE, true, &Prior::default()).unwrap();
         assert_eq!(changes(&text, &forced.text).1, [format!("{KEY} = \"{BASE}\" # corp\n")]);
         let Some(Surgical::BaseUrl { replaced, .. }) = forced.surgical else { panic!() };
-        assert_eq!(replaced.as_deref(), Some("https://proxy.example/v1"));
-        assert_eq!(remove(&forced.text, BASE, replaced.as_deref()).unwrap().unwrap(), text, "byte for byte");
+        assert!(replaced, "Undo puts it back, from the backup");
+        assert_eq!(value_in(&text).as_deref(), Some("https://proxy.example/v1"), "what Undo reads back");
+        let undone = remove(&forced.text, BASE, Some("https://proxy.example/v1")).unwrap().unwrap();
+        assert_eq!(undone, text, "byte for byte");
     }
 
     #[test]
     fn keymuxs_own_earlier_url_is_replaced_without_force_and_keeps_what_it_replaced() {
         let text = format!("{KEY} = \"http://127.0.0.1:1/v1\"\n{SAMPLE}");
-        let prior = Prior { ours: Some("http://127.0.0.1:1/v1".into()), replaced: Some("https://x/v1".into()) };
+        let prior = Prior { ours: Some("http://127.0.0.1:1/v1".into()), replaced: true };
         let edited = edit(&text, BASE, false, &prior).unwrap();
         let Some(Surgical::BaseUrl { replaced, .. }) = edited.surgical else { panic!() };
-        assert_eq!(replaced.as_deref(), Some("https://x/v1"));
+        assert!(replaced, "still Undo's to put back");
     }
 
     #[test]

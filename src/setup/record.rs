@@ -36,9 +36,11 @@ impl Restore {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub(super) enum Surgical {
-    /// Codex's top-level `openai_base_url = value`; `replaced` is the value it replaced, and
-    /// `dropped_provider` says an old-form `model_provider = "keymux"` line was taken out.
-    BaseUrl { value: String, replaced: Option<String>, dropped_provider: bool },
+    /// Codex's top-level `openai_base_url = value` (Keymux's own URL). `replaced`: it took the place of
+    /// another `openai_base_url`, which Undo reads back from the backup (a URL of the user's may hold a
+    /// credential, so it is not kept here). `dropped_provider`: an old-form `model_provider = "keymux"`
+    /// line was taken out.
+    BaseUrl { value: String, replaced: bool, dropped_provider: bool },
     /// Codex's `auth.json` holds the client token with this SHA-256 as `OPENAI_API_KEY`.
     AuthKey { key_sha256: String },
 }
@@ -61,10 +63,11 @@ pub(super) struct Record {
 impl Record {
     pub(super) fn restore(&self) -> Restore {
         match &self.surgical {
-            Some(Surgical::BaseUrl { value, replaced: Some(old), .. }) => {
-                Restore::Surgical(format!("puts `openai_base_url = \"{old}\"` back in place of Keymux's \"{value}\""))
-            }
-            Some(Surgical::BaseUrl { value, replaced: None, .. }) => {
+            Some(Surgical::BaseUrl { value, replaced: true, .. }) => Restore::Surgical(format!(
+                "puts the openai_base_url it replaced back in place of Keymux's \"{value}\" (from {})",
+                self.backup.as_deref().map_or_else(|| "the backup".into(), |b| b.display().to_string())
+            )),
+            Some(Surgical::BaseUrl { value, replaced: false, .. }) => {
                 Restore::Surgical(format!("takes out Keymux's line `openai_base_url = \"{value}\"`"))
             }
             Some(Surgical::AuthKey { .. }) | None => self.backup.clone().map_or(Restore::Delete, Restore::Backup),

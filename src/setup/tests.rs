@@ -578,6 +578,8 @@ async fn another_base_url_is_refused_by_name_and_forcing_keeps_it_for_undo() {
     assert!(!path.with_file_name("auth.json").exists(), "nothing written");
     let force = Choices { force: true, ..Choices::default() };
     set_up_codex(&path, &place.state(), force).await.unwrap();
+    let record = std::fs::read_to_string(record_path(&place.state(), "codex")).unwrap();
+    assert!(!record.contains("proxy.example"), "their URL stays in the backup, not the record: {record}");
     // The gateway moves: its own earlier line is recognised, no --force needed, the original kept.
     let moved = "http://127.0.0.1:9999/v1";
     let shown = preview_with(Client::Codex, &path, moved, Some(token()), Choices::default(), Some(&place.state()));
