@@ -249,9 +249,10 @@ async fn setup_without_a_gateway_makes_the_token_in_the_keychain_and_reuses_it()
     assert!(ok && out.contains("client token 'codex'"), "{out}{err}");
     let mut produced = out + &err;
     let written: toml::Value = toml::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
-    let provider = &written["model_providers"]["keymux"];
-    assert_eq!(provider["base_url"].as_str(), Some("http://127.0.0.1:1/v1"), "the config's listen address");
-    let token = provider["experimental_bearer_token"].as_str().unwrap().to_owned();
+    assert_eq!(written["openai_base_url"].as_str(), Some("http://127.0.0.1:1/v1"), "the config's listen address");
+    let auth = file.with_file_name("auth.json");
+    let held: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&auth).unwrap()).unwrap();
+    let token = held["OPENAI_API_KEY"].as_str().unwrap().to_owned();
     let (ok, shown, err) = run_keymux(&["--config", cfg, "token", "show", "codex"], &env, "").await;
     assert!(ok && shown.trim() == token, "the file holds the keychain's token 'codex': {err}");
 
@@ -265,6 +266,7 @@ async fn setup_without_a_gateway_makes_the_token_in_the_keychain_and_reuses_it()
     assert!(ok, "{out}{err}");
     produced += &(out + &err);
     assert_eq!(std::fs::read(&file).unwrap(), original.as_bytes());
+    assert!(!auth.exists(), "the auth.json Keymux created is gone");
     assert!(run_keymux(&["--config", cfg, "token", "revoke", "codex"], &env, "").await.0);
     assert_no_secrets("keymux setup's output", &produced, &[&token]);
 }

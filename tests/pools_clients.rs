@@ -173,7 +173,9 @@ async fn set_up_clients(desk: &Desk) -> [String; 2] {
     assert!(!ok && err.contains("keymux pool create acme"), "{out}{err}");
     assert!(!desk.codex_home.join("keymux-acme.config.toml").exists());
 
-    desk.keymux(&["setup", "codex", "--yes"], "").await;
+    // The custom-provider form, over HTTP like the pool's profile: the built-in provider's WebSocket
+    // opens each session with a prewarm frame that names no project, which the tally could not place.
+    desk.keymux(&["setup", "codex", "--custom-provider", "--yes"], "").await;
     desk.keymux(&["token", "set", "codex", "--pool", "personal"], "").await;
     let out = desk.keymux(&["setup", "codex", "--pool", "work", "--yes"], "").await;
     assert!(out.contains("codex -p keymux-work") && out.contains("client token 'codex-work'"), "{out}");

@@ -78,7 +78,9 @@ async fn set_up_in(
     let Places { file, state } = places;
     // The preview shows the token masked, so a stand-in does until the user agrees.
     let existing = gateway.token_secret(client.id()).await;
-    let preview = setup::preview(client, file, &gateway.base_url(), existing).map_err(|e| e.to_string())?;
+    let choices = setup::Choices::default();
+    let preview = setup::preview_with(client, file, &gateway.base_url(), existing, choices, Some(state.as_path()))
+        .map_err(|e| e.to_string())?;
     if !preview.changes_anything() {
         return Ok(Some(format!("{} already uses this Keymux.", file.display())));
     }
@@ -86,7 +88,7 @@ async fn set_up_in(
     for note in preview.plans().iter().flat_map(|plan| plan.notes()) {
         text.push_str(&format!("\n\n{note}"));
     }
-    text.push_str("\n\nThe file is backed up first; Undo in the tray menu puts it back.");
+    text.push_str("\n\nEach file is backed up first; Undo in the tray menu takes Keymux's changes back.");
     if !agree(&text) {
         return Ok(None);
     }
@@ -99,6 +101,7 @@ async fn set_up_in(
         undo.push_str(&match &one.restore {
             Some(Restore::Backup(backup)) => format!("The file as it was is kept at {}.", backup.display()),
             Some(Restore::Delete) => "Keymux created the file.".to_owned(),
+            Some(Restore::Surgical(what)) => format!("{}: Undo {what}.", one.path.display()),
             None => String::new(),
         });
     }
@@ -128,7 +131,11 @@ pub fn undo(app: &AppHandle, client: Client, refresh: Refresh) {
         match result {
             Ok(undone) => {
                 tracing::info!(client = client.id(), file = %undone.path.display(), "client setup undone");
-                say(&app, &title, &format!("{} is back as it was.", undone.path.display()), MessageDialogKind::Info);
+                let mut text = format!("{} is back as it was.", undone.path.display());
+                for note in &undone.notes {
+                    text.push_str(&format!("\n\n{note}"));
+                }
+                say(&app, &title, &text, MessageDialogKind::Info);
             }
             Err(e) => say(&app, &title, &e.to_string(), MessageDialogKind::Error),
         }
@@ -185,7 +192,7 @@ mod tests {
         let (dir, gateway) = (tempfile::tempdir().unwrap(), gateway().await);
         let places = places(dir.path());
         let agree = |text: &str| {
-            assert!(text.contains("+[model_providers.keymux]"), "the dialog shows the change: {text}");
+            assert!(text.contains("+openai_base_url = "), "the dialog shows the change: {text}");
             std::fs::write(&places.file, EDITED).unwrap();
             true
         };
@@ -204,7 +211,9 @@ mod tests {
         assert!(done.contains("Codex now goes through Keymux"), "{done}");
         let token = gateway.token_secret("codex").await.expect("a token named for the client");
         let written = std::fs::read_to_string(&places.file).unwrap();
-        assert!(written.contains(token.expose()) && written.starts_with("# mine\n"), "{written}");
+        assert!(written.contains("openai_base_url = ") && written.starts_with("# mine\n"), "{written}");
+        let auth = std::fs::read_to_string(places.file.with_file_name("auth.json")).unwrap();
+        assert!(auth.contains(token.expose()), "Codex's built-in provider sends the client's own token");
         assert!(setup::status(Client::Codex, &places.state).unwrap().is_some(), "Undo is offered");
     }
 

@@ -127,7 +127,7 @@ pub(super) async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Resu
     }
 }
 
-async fn add_key(loaded: &Loaded, new: NewKey) -> Result<(), StartError> {
+pub(super) async fn add_key(loaded: &Loaded, new: NewKey) -> Result<(), StartError> {
     let label = new.label.clone();
     if let Some(remote) = remote(loaded).await? {
         let body = json!({

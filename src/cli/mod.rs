@@ -102,12 +102,22 @@ struct SetupArgs {
     /// Apply without asking (needed when stdin is not a terminal).
     #[arg(long, conflicts_with = "undo")]
     yes: bool,
-    /// Take Keymux's setup of this client back: the file as it was before is restored.
+    /// Take Keymux's setup of this client back: only what Keymux added goes (Codex), or the file as it
+    /// was before is restored (pi, pools).
     #[arg(long)]
     undo: bool,
-    /// With --undo: restore even though the file was changed since (your version is kept next to it).
-    #[arg(long, requires = "undo")]
+    /// Codex: point its built-in provider at Keymux even though `openai_base_url` names another URL
+    /// (Undo puts it back). With --undo: take the setup back even though the file changed since.
+    #[arg(long)]
     force: bool,
+    /// Codex: the custom-provider form (`model_provider = "keymux"`), e.g. for a ChatGPT login. Codex
+    /// then records sessions under the provider `keymux`, apart from the ones you have now.
+    #[arg(long, conflicts_with = "undo")]
+    custom_provider: bool,
+    /// Codex: add the API key its auth.json holds to Keymux's keys (label LABEL) before the client
+    /// token takes its place.
+    #[arg(long, value_name = "LABEL", num_args = 0..=1, default_missing_value = "codex", conflicts_with_all = ["undo", "custom_provider"])]
+    import_key: Option<String>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]

@@ -12,9 +12,10 @@ use http::Method;
 use super::manage::{self, usage, Loaded};
 use super::{out, SetupArgs};
 use crate::api::types::PoolInfo;
+use crate::control::NewKey;
 use crate::remote::Remote;
 use crate::secrets::{self, account, Secret};
-use crate::setup::{self, Applied, Client, ConfirmError, Restore, Target};
+use crate::setup::{self, Applied, Choices, Client, ConfirmError, Restore, Target};
 use crate::startup::StartError;
 
 /// The client token the files will hold: the one named for the setup (`codex`, `pi`, `codex-work`…)
@@ -80,7 +81,10 @@ pub(super) async fn setup(config_path: Option<PathBuf>, args: SetupArgs) -> Resu
             .ok_or_else(|| usage(format!("listen = {:?} in the config is not an address", loaded.config.listen)))?,
     };
     let token = Token::find(&loaded, remote.as_ref(), &target).await?;
-    let preview = setup::preview(target.clone(), &path, &base_url, token.existing).map_err(usage)?;
+    let choices =
+        Choices { custom_provider: args.custom_provider, force: args.force, import_key: args.import_key.is_some() };
+    let preview =
+        setup::preview_with(target.clone(), &path, &base_url, token.existing, choices, Some(&state)).map_err(usage)?;
     out(preview.text().trim_end());
     if !preview.changes_anything() {
         return Ok(());
@@ -89,8 +93,34 @@ pub(super) async fn setup(config_path: Option<PathBuf>, args: SetupArgs) -> Resu
         let name = &token.name;
         out(&format!("(a new client token '{name}' is created when this is applied; the preview shows a stand-in)"));
     }
+    let import = args.import_key.as_deref().zip(preview.key_to_import().cloned());
+    if let Some((label, _)) = &import {
+        out(&format!("the API key in auth.json is added to Keymux's keys as '{label}' first"));
+    }
     if !args.yes && !confirm()? {
         return Ok(());
+    }
+    if let Some((label, secret)) = import {
+        // Before the file loses it: a key that cannot be added leaves auth.json as it is.
+        let new = NewKey {
+            label: label.to_owned(),
+            provider: Default::default(),
+            base_url: None,
+            org: None,
+            priority: 0,
+            daily_token_budget: None,
+            models: Vec::new(),
+            exclude_models: Vec::new(),
+            secret,
+        };
+        match manage::add_key(&loaded, new).await {
+            Ok(()) => {}
+            // Imported before (or added by hand): it is in the pool already, which is what was wanted.
+            Err(StartError::Usage(why)) if why.contains("already in the pool") => {
+                out("the API key in auth.json is in Keymux's pool already: not added again");
+            }
+            Err(e) => return Err(e),
+        }
     }
     let made =
         preview.confirm(&state, || manage::new_token(&loaded, remote.as_ref(), &token.name, target.pool())).await;
@@ -151,6 +181,10 @@ fn report(target: &Target, base_url: &str, token: &str, applied: &[Applied]) {
     }
     let provider = target.provider();
     match target {
+        Target::Default(Client::Codex) if applied.iter().any(|a| matches!(a.restore, Some(Restore::Surgical(_)))) => {
+            out("Codex keeps recording sessions under its own provider `openai`: `codex resume` lists the ones from \
+                 before Keymux too, and they continue through Keymux")
+        }
         Target::Default(_) => {}
         Target::CodexPool { .. } => out(&format!(
             "Codex 0.171 cannot choose a provider per directory: in that project run `codex -p {provider}` (also \
@@ -180,6 +214,7 @@ fn restore_line(applied: &Applied) -> String {
             format!("Undo still restores the file from before Keymux set it up: {}", backup.display())
         }
         (Some(Restore::Delete), _) => "the file is new: Undo deletes it".to_owned(),
+        (Some(Restore::Surgical(what)), _) => format!("Undo {what}; everything else stays"),
         (None, Some(backup)) => {
             format!("backup of the file as it was: {} (Undo of a project leaves this provider)", backup.display())
         }
@@ -224,6 +259,7 @@ fn undo(target: &Target, file: Option<&Path>, state: &Path, force: bool) -> Resu
     }
     let undone = setup::undo(target.clone(), state, force).map_err(usage)?;
     out(&match &undone.restored {
+        Restore::Surgical(what) => format!("{}: Keymux {what}; everything else in it stays", undone.path.display()),
         Restore::Backup(backup) => {
             format!("restored {} from {} (the backup stays)", undone.path.display(), backup.display())
         }
@@ -231,6 +267,9 @@ fn undo(target: &Target, file: Option<&Path>, state: &Path, force: bool) -> Resu
     });
     if let Some(kept) = &undone.kept {
         out(&format!("your changed version is kept in {}", kept.display()));
+    }
+    for note in &undone.notes {
+        out(note);
     }
     if let Target::PiPool { .. } = target {
         out(&format!(

@@ -2,10 +2,12 @@
 
 use std::path::{Path, PathBuf};
 
+use super::codex_history;
 use super::error::io;
 use super::files::{keep_copy, mode_of, read_limited, real_path};
-use super::record::{read_record, record_path, sha256, write_record, Record, Restore};
-use super::{Plan, SetupError, Target, PRIVATE};
+use super::record::{read_record, record_path, sha256, write_record, Record, Restore, Surgical};
+use super::target::CODEX_AUTH_RECORD;
+use super::{Client, Plan, SetupError, Target, PRIVATE};
 use crate::clock::Clock;
 use crate::config_file::write_atomically_with_mode;
 
@@ -31,6 +33,9 @@ pub struct Undone {
     pub restored: Restore,
     /// With `force`, where the file as it was (with the user's changes) was kept.
     pub kept: Option<PathBuf>,
+    /// What else a person should know: Codex's `auth.json` put back or left (and why), a table that
+    /// stays for old sessions, a file left as it was.
+    pub notes: Vec<String>,
 }
 
 /// A setup that can be undone, for the tray's "Undo Codex setup".
@@ -88,6 +93,7 @@ pub fn apply(plan: &Plan, state_dir: &Path) -> Result<Applied, SetupError> {
         backup: restore_from,
         sha256: sha256(plan.text.as_bytes()),
         written_unix: now,
+        surgical: plan.surgical.clone(),
     };
     // The record first: whenever the file holds Keymux's text, Undo knows how to take it back.
     write_record(state_dir, &name, &record)?;
@@ -101,14 +107,93 @@ pub fn apply(plan: &Plan, state_dir: &Path) -> Result<Applied, SetupError> {
     Ok(Applied { path, restore: Some(record.restore()), backup })
 }
 
-/// Takes a setup back: the backup is put back byte for byte (with its permissions), or the file
-/// Keymux created is deleted. Refused when the file changed since Keymux wrote it, unless `force`
-/// (then the changed file is kept next to it). The backup itself stays.
+/// Takes a setup back. A file Keymux edited in place (Codex's `config.toml` in the history-keeping
+/// form) loses only Keymux's line, whatever Codex or the user wrote since; that is refused when the
+/// line itself was changed, unless `force` (then the setup is forgotten and the file left as it is).
+/// Any other file: the backup is put back byte for byte (with its permissions), or the file Keymux
+/// created is deleted; refused when the file changed since Keymux wrote it, unless `force` (then the
+/// changed file is kept next to it). Codex's `auth.json` goes back as it was when it still holds
+/// Keymux's token. Backups stay.
 pub fn undo(target: impl Into<Target>, state_dir: &Path, force: bool) -> Result<Undone, SetupError> {
     let target = target.into();
     let name = target.undo_record();
-    let client = target.client();
     let Some(record) = read_record(state_dir, &name)? else { return Err(SetupError::NothingToUndo { target }) };
+    let mut undone = match &record.surgical {
+        Some(Surgical::BaseUrl { value, replaced, dropped_provider }) => {
+            let replaced = if *replaced { replaced_value(&record)? } else { None };
+            let line = Line { value, replaced: replaced.as_deref(), dropped_provider: *dropped_provider };
+            undo_line(&target, &record, &line, force)?
+        }
+        Some(Surgical::AuthKey { .. }) | None => undo_whole(&target, &record, force)?,
+    };
+    let record_file = record_path(state_dir, &name);
+    std::fs::remove_file(&record_file).map_err(io(&record_file))?;
+    if target == Target::Default(Client::Codex) {
+        undone.notes.extend(undo_auth(state_dir)?);
+    }
+    Ok(undone)
+}
+
+/// Keymux's `openai_base_url` line, as its record has it.
+struct Line<'a> {
+    value: &'a str,
+    replaced: Option<&'a str>,
+    dropped_provider: bool,
+}
+
+/// The `openai_base_url` Keymux replaced, as the backup of the file from before holds it.
+fn replaced_value(record: &Record) -> Result<Option<String>, SetupError> {
+    let Some(backup) = &record.backup else { return Ok(None) };
+    let bytes = backup_bytes(&record.path, backup)?;
+    Ok(codex_history::value_in(&String::from_utf8_lossy(&bytes)))
+}
+
+/// The backup of `path`, or why it cannot be had.
+fn backup_bytes(path: &Path, backup: &Path) -> Result<Vec<u8>, SetupError> {
+    std::fs::read(backup).map_err(|source| match source.kind() {
+        std::io::ErrorKind::NotFound => SetupError::BackupMissing { path: path.to_owned(), backup: backup.to_owned() },
+        _ => SetupError::Io { path: backup.to_owned(), source },
+    })
+}
+
+/// Takes Keymux's line out of Codex's config (or puts back the value it replaced).
+fn undo_line(target: &Target, record: &Record, line: &Line<'_>, force: bool) -> Result<Undone, SetupError> {
+    let path = record.path.clone();
+    let now = read_limited(&path)?;
+    let text = now.as_deref().map(String::from_utf8_lossy).unwrap_or_default();
+    let removed = codex_history::remove(&text, line.value, line.replaced).map_err(|_| SetupError::Unreadable {
+        path: path.clone(),
+        format: "TOML",
+        message: "Undo needs to find Keymux's line in it".into(),
+    })?;
+    let mut notes = Vec::new();
+    match removed {
+        // A file Keymux created and nothing else wrote to goes again.
+        Ok(new) if new.trim().is_empty() && record.backup.is_none() => put_back(record)?,
+        Ok(new) => write_atomically_with_mode(&path, new.as_bytes(), mode_of(&path)).map_err(io(&path))?,
+        Err(found) if force => {
+            let found =
+                found.map_or_else(|| "Keymux's line is gone".to_owned(), |v| format!("the line says \"{v}\" now"));
+            notes.push(format!("{} was left as it is ({found}); Keymux forgot this setup", path.display()));
+        }
+        Err(found) => {
+            let (key, ours, undo) = (codex_history::KEY, line.value.to_owned(), target.undo_command());
+            return Err(SetupError::LineChanged { path, key, ours, found, undo });
+        }
+    }
+    if line.dropped_provider {
+        notes.push(format!(
+            "the [model_providers.keymux] table from the old setup stays, so the sessions recorded under `keymux` \
+             still resume while Keymux runs: {}. Remove the table by hand once you no longer need them",
+            codex_history::resume_command()
+        ));
+    }
+    Ok(Undone { path, restored: record.restore(), kept: None, notes })
+}
+
+/// Puts a whole file back from its backup, or deletes the file Keymux created.
+fn undo_whole(target: &Target, record: &Record, force: bool) -> Result<Undone, SetupError> {
+    let client = target.client();
     let path = record.path.clone();
     let now_bytes = match std::fs::read(&path) {
         Ok(bytes) => Some(bytes),
@@ -125,29 +210,51 @@ pub fn undo(target: impl Into<Target>, state_dir: &Path, force: bool) -> Result<
             kept = Some(keep_copy(&path, "keymux-before-undo", bytes, mode_of(&path), now)?);
         }
     }
-    match &record.backup {
-        Some(backup) => {
-            let bytes = std::fs::read(backup).map_err(|source| match source.kind() {
-                std::io::ErrorKind::NotFound => {
-                    SetupError::BackupMissing { path: path.clone(), backup: backup.clone() }
-                }
-                _ => SetupError::Io { path: backup.clone(), source },
-            })?;
-            write_atomically_with_mode(&path, &bytes, mode_of(backup)).map_err(io(&path))?;
-        }
-        None => match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => return Err(SetupError::Io { path, source }),
-        },
-    }
-    if let (None, Target::PiPool { .. }) = (&record.backup, &target) {
+    put_back(record)?;
+    if let (None, Target::PiPool { .. }) = (&record.backup, target) {
         // The project's `.pi` directory goes too when nothing else is in it (it fails otherwise).
         let _ = path.parent().map(std::fs::remove_dir);
     }
-    let record_file = record_path(state_dir, &name);
+    Ok(Undone { path, restored: record.restore(), kept, notes: Vec::new() })
+}
+
+/// The file as it was before Keymux: its backup, byte for byte, or no file at all.
+fn put_back(record: &Record) -> Result<(), SetupError> {
+    let path = &record.path;
+    match &record.backup {
+        Some(backup) => {
+            let bytes = backup_bytes(path, backup)?;
+            write_atomically_with_mode(path, &bytes, mode_of(backup)).map_err(io(path))
+        }
+        None => match std::fs::remove_file(path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(SetupError::Io { path: path.clone(), source }),
+        },
+    }
+}
+
+/// Puts Codex's `auth.json` back when it still holds Keymux's token; says what was done.
+fn undo_auth(state_dir: &Path) -> Result<Option<String>, SetupError> {
+    let Some(record) = read_record(state_dir, CODEX_AUTH_RECORD)? else { return Ok(None) };
+    let path = record.path.clone();
+    let note = if record.intact(read_limited(&path)?.as_deref()) {
+        put_back(&record)?;
+        match &record.backup {
+            Some(backup) => format!("{} is back as it was (from {})", path.display(), backup.display()),
+            None => format!("deleted {}: Keymux had created it", path.display()),
+        }
+    } else {
+        let before = record.backup.as_ref().map_or_else(|| "no file".to_owned(), |b| b.display().to_string());
+        format!(
+            "{} no longer holds Keymux's client token (it was changed since, by Codex or by you), so it is left as \
+             it is; before Keymux it was: {before}",
+            path.display()
+        )
+    };
+    let record_file = record_path(state_dir, CODEX_AUTH_RECORD);
     std::fs::remove_file(&record_file).map_err(io(&record_file))?;
-    Ok(Undone { path, restored: record.restore(), kept })
+    Ok(Some(note))
 }
 
 /// The setup that Undo would take back for `target`, if there is one.

@@ -43,7 +43,7 @@ pub(super) fn edit(text: &str, pool: Option<&str>, base_url: &str, token: &str) 
             notes.push(format!("removed `{key}` from [model_providers.{provider}]: the token is now in this file"));
         }
     }
-    Ok(Edited { text: doc.to_string(), notes })
+    Ok(Edited::whole(doc.to_string(), notes))
 }
 
 /// A warning when config.toml still defines the profile `profile` the old way (`profile = "…"` or a
@@ -62,7 +62,7 @@ pub(super) fn legacy_profile(config: &str, profile: &str) -> Option<String> {
 
 /// Sets `key` to the string `value`, leaving it untouched when it already is (so an unchanged file
 /// stays byte-identical) and keeping the comment after a replaced value.
-fn set_str(table: &mut dyn TableLike, key: &str, value: &str) {
+pub(super) fn set_str(table: &mut dyn TableLike, key: &str, value: &str) {
     match table.get_mut(key) {
         Some(item) if item.as_str() == Some(value) => {}
         Some(Item::Value(old)) => {

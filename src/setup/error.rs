@@ -25,6 +25,36 @@ pub enum SetupError {
         /// What is wrong.
         message: String,
     },
+    /// The file is set up in a way this setup would override; the message names the choice that does.
+    #[error("{}: {message}", path.display())]
+    Refused {
+        /// The file.
+        path: PathBuf,
+        /// What is there and what to do.
+        message: String,
+    },
+    /// The line Keymux added was changed or removed since, so Undo does not know what to take out.
+    #[error("{} no longer has the line Keymux added (`{key} = \"{ours}\"`): {}. Keymux leaves the file as it is; fix the line by hand, then forget this setup with `{undo} --force`", path.display(), found.as_ref().map_or_else(|| "it was removed".to_owned(), |v| format!("it says \"{v}\" now")))]
+    LineChanged {
+        /// The file.
+        path: PathBuf,
+        /// The setting.
+        key: &'static str,
+        /// What Keymux wrote.
+        ours: String,
+        /// What the file says now (`None`: no such line).
+        found: Option<String>,
+        /// The undo command.
+        undo: String,
+    },
+    /// The file is there but cannot be read.
+    #[error("Keymux cannot read {} ({source}): make it a file your user can read, or move it aside; nothing was written", path.display())]
+    CannotRead {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
     /// The file is larger than any client config.
     #[error("{} is {size} bytes, more than the 1 MiB a client config could need: Keymux will not rewrite it; move it aside or pass another file", path.display())]
     TooLarge {

@@ -12,19 +12,23 @@ pub(super) fn read_limited(path: &Path) -> Result<Option<Vec<u8>>, SetupError> {
     let file = match std::fs::File::open(path) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(SetupError::Io { path: path.to_owned(), source }),
+        Err(source) => return Err(cannot_read(path)(source)),
     };
-    let size = file.metadata().map_err(io(path))?.len();
+    let size = file.metadata().map_err(cannot_read(path))?.len();
     let too_large = |size| SetupError::TooLarge { path: path.to_owned(), size };
     if size > MAX_FILE_BYTES {
         return Err(too_large(size));
     }
     let mut bytes = Vec::new();
-    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(io(path))?;
+    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(cannot_read(path))?;
     if bytes.len() as u64 > MAX_FILE_BYTES {
         return Err(too_large(bytes.len() as u64));
     }
     Ok(Some(bytes))
+}
+
+fn cannot_read(path: &Path) -> impl FnOnce(std::io::Error) -> SetupError + '_ {
+    move |source| SetupError::CannotRead { path: path.to_owned(), source }
 }
 
 /// The file a path names, links followed (so a config kept in a dotfiles repository stays a link),

@@ -6,9 +6,10 @@
 use std::future::Future;
 use std::path::{Path, PathBuf};
 
+use super::codex_auth::{self, Held};
 use super::files::read_limited;
-use super::plan::plan_target;
-use super::{apply, Applied, Plan, SetupError, Target};
+use super::plan::{codex_auth_path, plan_target, Choices, Places};
+use super::{apply, Applied, Client, Plan, SetupError, Target};
 use crate::secrets::{self, Secret};
 
 /// A change shown to a person and not made yet: the plans as they were previewed (one per file, the
@@ -20,8 +21,11 @@ pub struct Preview {
     path: PathBuf,
     shown: Vec<Plan>,
     base_url: String,
+    choices: Choices,
     /// `None`: the preview shows a stand-in, and [`Preview::confirm`] makes the real token.
     existing: Option<Secret>,
+    /// With [`Choices::import_key`]: the API key Codex's `auth.json` holds now.
+    import: Option<Secret>,
 }
 
 /// Why a setup the person agreed to was not made.
@@ -38,19 +42,45 @@ pub enum ConfirmError<E> {
 /// Works out what setting up `target` would change, for a person to look at: `path` is the client's
 /// file (see [`Target::default_path`]). `existing` is the client token the files will hold if the
 /// client has one already; without it the preview shows a stand-in (masked like any token), and no
-/// token is made before the person agrees. Writes nothing.
+/// token is made before the person agrees. Writes nothing. The default choices, with the records in
+/// [`super::default_state_dir`]; [`preview_with`] takes the person's.
 pub fn preview(
     target: impl Into<Target>,
     path: &Path,
     base_url: &str,
     existing: Option<Secret>,
 ) -> Result<Preview, SetupError> {
+    let state_dir = super::default_state_dir();
+    preview_with(target, path, base_url, existing, Choices::default(), state_dir.as_deref())
+}
+
+/// [`preview`] with the person's `choices` (see [`Choices`]); `state_dir` is where the setup records
+/// are, the same directory [`Preview::confirm`] gets.
+pub fn preview_with(
+    target: impl Into<Target>,
+    path: &Path,
+    base_url: &str,
+    existing: Option<Secret>,
+    choices: Choices,
+    state_dir: Option<&Path>,
+) -> Result<Preview, SetupError> {
     let target = target.into();
+    let places = Places { path, base_url, choices, state_dir };
     let shown = match &existing {
-        Some(token) => plan_target(&target, path, base_url, token)?,
-        None => plan_target(&target, path, base_url, &secrets::generate(crate::tokens::TOKEN_PREFIX))?,
+        Some(token) => plan_target(&target, &places, token)?,
+        None => plan_target(&target, &places, &secrets::generate(crate::tokens::TOKEN_PREFIX))?,
     };
-    Ok(Preview { target, path: path.to_owned(), shown, base_url: base_url.to_owned(), existing })
+    let import = match (choices.import_key, shown.iter().find(|p| p.path == codex_auth_path(path))) {
+        (true, Some(auth)) if target == Target::Default(Client::Codex) => {
+            let text = String::from_utf8_lossy(auth.current().unwrap_or_default());
+            match codex_auth::held(&text) {
+                Ok((Held::ApiKey, Some(key))) => Some(Secret::new(key)),
+                Ok(_) | Err(_) => None,
+            }
+        }
+        (true | false, _) => None,
+    };
+    Ok(Preview { target, path: path.to_owned(), shown, base_url: base_url.to_owned(), choices, existing, import })
 }
 
 impl Preview {
@@ -74,6 +104,13 @@ impl Preview {
         self.existing.is_none()
     }
 
+    /// With [`Choices::import_key`], the API key Codex's `auth.json` holds, for the caller to add to
+    /// Keymux's keys (as `keymux keys add` does) before [`Preview::confirm`] puts the client token in
+    /// its place. Never shown or logged.
+    pub fn key_to_import(&self) -> Option<&Secret> {
+        self.import.as_ref()
+    }
+
     /// Makes the change the person agreed to, file by file (the client's first, so a project never
     /// names a provider that is not there yet); returns what was done to each file that changed.
     /// `make_token` makes the client token; it is called only when the client has none, and only while
@@ -85,7 +122,7 @@ impl Preview {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Secret, E>>,
     {
-        let Preview { target, path, shown, base_url, existing } = self;
+        let Preview { target, path, shown, base_url, choices, existing, import: _ } = self;
         let plans = match existing {
             // The preview was made with the real token: it is the plan, and `apply` checks each file.
             Some(_) => shown,
@@ -94,7 +131,8 @@ impl Preview {
                     unchanged(plan, read_limited(&plan.path)?.as_deref())?;
                 }
                 let token = make_token().await.map_err(ConfirmError::Token)?;
-                let plans = plan_target(&target, &path, &base_url, &token)?;
+                let places = Places { path: &path, base_url: &base_url, choices, state_dir: Some(state_dir) };
+                let plans = plan_target(&target, &places, &token)?;
                 for (plan, shown) in plans.iter().zip(&shown) {
                     unchanged(shown, plan.current())?;
                 }

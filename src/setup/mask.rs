@@ -1,19 +1,18 @@
 //! Secrets kept out of a preview: the token and every credential the file holds, masked.
 
-use super::Client;
-
 /// The secret values a preview must not show: the token, and every credential in the file before and
 /// after (a provider's key, an old token), wherever the preview's lines happen to cross them.
 pub(super) struct Secrets(Vec<String>);
 
 impl Secrets {
-    pub(super) fn of(client: Client, old: &str, new: &str, token: &str) -> Self {
+    /// `format` is the file's: "TOML" or "JSON".
+    pub(super) fn of(format: &str, old: &str, new: &str, token: &str) -> Self {
         let mut found = vec![token.to_owned()];
         for text in [old, new] {
             // Both formats read into one tree, so one walk finds the credentials.
-            let tree = match client {
-                Client::Codex => toml::from_str::<serde_json::Value>(text).ok(),
-                Client::Pi => serde_json::from_str::<serde_json::Value>(text).ok(),
+            let tree = match format {
+                "TOML" => toml::from_str::<serde_json::Value>(text).ok(),
+                _ => serde_json::from_str::<serde_json::Value>(text).ok(),
             };
             if let Some(tree) = tree {
                 collect_secrets("", &tree, &mut found);

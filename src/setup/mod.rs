@@ -1,30 +1,40 @@
 //! Pointing Codex CLI and pi at Keymux by editing their own config files, for the tray's "Set up
-//! Codex…" and "Set up pi…" and for `keymux setup`. Both take one path, [`preview`] then
-//! [`Preview::confirm`] (`flow`): the change is shown with a stand-in token, the real token is made
-//! once the user agrees, and nothing is written if a file changed since the preview.
+//! Codex…" and "Set up pi…" and for `keymux setup`. Both take one path, [`preview_with`] (with the
+//! person's [`Choices`]) then [`Preview::confirm`] (`flow`): the change is shown with a stand-in token,
+//! the real token is made once the user agrees, and nothing is written if a file changed since the
+//! preview.
 //!
 //! What is set up is a [`Target`] (`target`): the client's own file for the built-in pool `all`, or
 //! for one pool a Codex profile file (`keymux-work.config.toml`, used with `codex -p keymux-work`) or a
-//! pi provider plus one project's `.pi/settings.json` (`pi_project`). Underneath, three steps, each a
-//! call, per file:
+//! pi provider plus one project's `.pi/settings.json` (`pi_project`). Codex for the pool `all` keeps its
+//! history: one `openai_base_url` line points its built-in provider at Keymux (`codex_history`) and the
+//! client token goes into its `auth.json` (`codex_auth`), so sessions stay under the provider `openai`;
+//! [`Choices::custom_provider`] writes a provider of Keymux's own instead (`codex`). Underneath, three
+//! steps, each a call, per file:
 //!
 //! * [`plan`] reads the file and works out the new text and a preview (a small diff with the token
 //!   masked, `mask`). It writes nothing, so the change can be shown before it is made.
 //! * [`apply`] keeps a backup of the file first (`files`), then writes the new text atomically,
-//!   readable by the user only (it now holds a client token), and records what it did in a state
+//!   readable by the user only when it holds a client token, and records what it did in a state
 //!   directory (`record`).
-//! * [`undo`] puts the backup back byte for byte (or deletes a file Keymux created), unless the file
-//!   was changed since Keymux wrote it. Backups are never deleted. Undo of a pi project leaves the
-//!   pool's provider in `models.json`, where other projects may select it.
+//! * [`undo`] takes out exactly the line Keymux added to a file it edits in place (Codex's
+//!   `config.toml`), keeping whatever Codex or the user wrote since; any other file gets its backup
+//!   back byte for byte (or is deleted when Keymux created it), unless it was changed since Keymux wrote
+//!   it. Backups are never deleted. Undo of a pi project leaves the pool's provider in `models.json`,
+//!   where other projects may select it.
 //!
-//! Only the gateway's base URL and a local client token are written, never an OpenAI key. Everything
-//! else in the file stays as it was: Codex's TOML is edited in place (`codex`), pi's JSON keeps every
-//! other provider and the order of keys (`pi`). The record holds paths, a digest and a time; nothing
-//! secret. Where each client's file is: `client`; why a step is refused: `error`.
+//! Only the gateway's base URL and a local client token are written, never an OpenAI key (an API key
+//! found in Codex's `auth.json` is handed to the caller to import, and kept in the backup). Everything
+//! else in the file stays as it was: Codex's TOML is edited in place, pi's JSON keeps every other
+//! provider and the order of keys (`pi`), `auth.json` loses only its key's string. The record holds
+//! paths, URLs, digests and a time; nothing secret. Where each client's file is: `client`; why a step
+//! is refused: `error`.
 
 mod apply;
 mod client;
 mod codex;
+mod codex_auth;
+mod codex_history;
 mod diff;
 mod error;
 mod files;
@@ -38,10 +48,11 @@ mod target;
 
 pub use apply::{apply, status, undo, Applied, Status, Undone};
 pub use client::{default_state_dir, Client};
+pub use codex_history::resume_command;
 pub use error::SetupError;
-pub use flow::{preview, ConfirmError, Preview};
+pub use flow::{preview, preview_with, ConfirmError, Preview};
 pub use mask::mask;
-pub use plan::{plan, Plan};
+pub use plan::{plan, Choices, Plan};
 pub use record::Restore;
 pub use target::Target;
 

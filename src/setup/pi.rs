@@ -59,7 +59,7 @@ pub(super) fn edit(text: &str, pool: Option<&str>, base_url: &str, token: &str) 
     let keymux = Value::Object(keymux);
     if existing == Some(&keymux) {
         // Already set up: the file is left exactly as it is, however it is formatted.
-        return Ok(Edited { text: text.to_owned(), notes });
+        return Ok(Edited::whole(text.to_owned(), notes));
     }
     providers.insert(provider.clone(), keymux);
     let mut text = serde_json::to_string_pretty(&root).map_err(|e| Refusal::Shape(e.to_string()))?;
@@ -72,7 +72,7 @@ pub(super) fn edit(text: &str, pool: Option<&str>, base_url: &str, token: &str) 
             format!("the project's .pi/settings.json selects {provider}; every other directory keeps its choice")
         }
     });
-    Ok(Edited { text, notes })
+    Ok(Edited::whole(text, notes))
 }
 
 /// The id of the first model `provider` lists in the models file `text`.

@@ -21,7 +21,7 @@ pub(super) fn edit(text: &str, pool: &str, model: &str) -> Result<Edited, Refusa
     let wanted = [("defaultProvider", provider.as_str()), ("defaultModel", model)];
     if wanted.iter().all(|(key, value)| settings.get(*key).and_then(Value::as_str) == Some(*value)) {
         // Already set up: the file is left exactly as it is, however it is formatted.
-        return Ok(Edited { text: text.to_owned(), notes: Vec::new() });
+        return Ok(Edited::whole(text.to_owned(), Vec::new()));
     }
     let mut notes = Vec::new();
     for (key, value) in wanted {
@@ -37,7 +37,7 @@ pub(super) fn edit(text: &str, pool: &str, model: &str) -> Result<Edited, Refusa
     ));
     let mut text = serde_json::to_string_pretty(&root).map_err(|e| Refusal::Shape(e.to_string()))?;
     text.push('\n');
-    Ok(Edited { text, notes })
+    Ok(Edited::whole(text, notes))
 }
 
 #[cfg(test)]

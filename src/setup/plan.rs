@@ -2,16 +2,43 @@
 
 use std::path::{Path, PathBuf};
 
-use super::files::read_limited;
+use super::codex_history::{self, Prior};
+use super::files::{read_limited, real_path};
 use super::mask::Secrets;
+use super::record::{read_record, Surgical};
 use super::target::{provider_id, Edit};
-use super::{codex, diff, pi, pi_project, Client, SetupError, Target};
+use super::{codex, codex_auth, diff, pi, pi_project, Client, SetupError, Target};
 use crate::secrets::Secret;
 
-/// What a client module makes of a file: the new text and what the user should know about the change.
+/// What a client module makes of a file: the new text, what the user should know about the change,
+/// and for a file edited in place what Undo takes out again.
 pub(super) struct Edited {
     pub(super) text: String,
     pub(super) notes: Vec<String>,
+    pub(super) surgical: Option<Surgical>,
+}
+
+impl Edited {
+    /// A file Undo puts back whole.
+    pub(super) fn whole(text: String, notes: Vec<String>) -> Edited {
+        Edited { text, notes, surgical: None }
+    }
+}
+
+/// The choices a person makes about a setup, the same in the CLI, the tray and the dashboard. They
+/// matter for Codex with the pool `all`; the other setups ignore them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Choices {
+    /// Codex: the custom-provider form (`model_provider = "keymux"` and its table) instead of the
+    /// history-keeping one. Sessions are then recorded under the provider `keymux`, apart from the
+    /// ones made before. The only form for a ChatGPT login.
+    pub custom_provider: bool,
+    /// Codex: point the built-in provider at Keymux even though `openai_base_url` names another URL
+    /// (Undo puts that one back).
+    pub force: bool,
+    /// Codex: hand the API key `auth.json` holds to the caller ([`crate::setup::Preview::key_to_import`])
+    /// so it can join Keymux's keys before the client token takes its place.
+    pub import_key: bool,
 }
 
 /// Why a client module will not edit a file.
@@ -21,6 +48,9 @@ pub(super) enum Refusal {
     Syntax(String),
     /// Valid, but not shaped as the client reads it.
     Shape(String),
+    /// Readable, but set up in a way this setup would undo for the user (another base URL, a ChatGPT
+    /// login): refused, saying which choice makes it.
+    Conflict(String),
 }
 
 /// A change to a client's file, worked out and not yet made.
@@ -30,6 +60,7 @@ pub struct Plan {
     pub(super) path: PathBuf,
     pub(super) current: Option<Vec<u8>>,
     pub(super) text: String,
+    pub(super) surgical: Option<Surgical>,
     preview: String,
     notes: Vec<String>,
 }
@@ -88,15 +119,26 @@ pub fn plan(client: Client, path: &Path, base_url: &str, token: &Secret) -> Resu
     plan_edit(Edit::default_for(client), path, base_url, token)
 }
 
-/// Works out every file `target` writes: `path` is the client's file (see [`Target::default_path`]),
-/// then, for pi with a pool, the project's settings. Reads the files; writes nothing.
-pub(super) fn plan_target(
-    target: &Target,
-    path: &Path,
-    base_url: &str,
-    token: &Secret,
-) -> Result<Vec<Plan>, SetupError> {
+/// Where a setup is made and how: the client's file (see [`Target::default_path`]), the gateway, the
+/// person's choices, and the record directory (which tells Keymux's own earlier lines apart).
+pub(super) struct Places<'a> {
+    pub(super) path: &'a Path,
+    pub(super) base_url: &'a str,
+    pub(super) choices: Choices,
+    pub(super) state_dir: Option<&'a Path>,
+}
+
+/// Works out every file `target` writes: the client's file, then Codex's `auth.json` (history form)
+/// or, for pi with a pool, the project's settings. Reads the files; writes nothing.
+pub(super) fn plan_target(target: &Target, places: &Places<'_>, token: &Secret) -> Result<Vec<Plan>, SetupError> {
+    let Places { path, base_url, .. } = *places;
     match target {
+        Target::Default(Client::Codex) if !places.choices.custom_provider => {
+            let prior = prior_line(places.state_dir, path);
+            let config = plan_edit(Edit::CodexHistory { force: places.choices.force, prior }, path, base_url, token)?;
+            let auth = plan_edit(Edit::CodexAuth, &codex_auth_path(path), base_url, token)?;
+            Ok(vec![config, auth])
+        }
         Target::Default(client) => Ok(vec![plan(*client, path, base_url, token)?]),
         Target::CodexPool { pool } => {
             Ok(vec![plan_edit(Edit::Codex { pool: Some(pool.clone()) }, path, base_url, token)?])
@@ -125,25 +167,27 @@ fn plan_edit(edit: Edit, path: &Path, base_url: &str, token: &Secret) -> Result<
     }
     check_token(token.expose())?;
     let client = edit.client();
+    let format = edit.format();
     let current = read_limited(path)?;
     let old = match &current {
         Some(bytes) => Some(std::str::from_utf8(bytes).map_err(|_| SetupError::Unreadable {
             path: path.to_owned(),
-            format: client.format(),
+            format,
             message: "it is not UTF-8 text".into(),
         })?),
         None => None,
     };
     let mut edited = edit_text(&edit, old.unwrap_or(""), base_url, token).map_err(|refusal| match refusal {
-        Refusal::Syntax(message) => SetupError::Unreadable { path: path.to_owned(), format: client.format(), message },
+        Refusal::Syntax(message) => SetupError::Unreadable { path: path.to_owned(), format, message },
         Refusal::Shape(message) => SetupError::Unexpected { path: path.to_owned(), message },
+        Refusal::Conflict(message) => SetupError::Refused { path: path.to_owned(), message },
     })?;
     if let Edit::Codex { pool: Some(pool) } = &edit {
         // `codex -p` fails while config.toml still holds a profile of that name the old way.
         let config = read_limited(&path.with_file_name("config.toml")).ok().flatten().unwrap_or_default();
         edited.notes.extend(codex::legacy_profile(&String::from_utf8_lossy(&config), &provider_id(Some(pool))));
     }
-    let secrets = Secrets::of(client, old.unwrap_or(""), &edited.text, token.expose());
+    let secrets = Secrets::of(format, old.unwrap_or(""), &edited.text, token.expose());
     let title = path.display().to_string();
     let (preview, notes) = if old == Some(edited.text.as_str()) {
         (already(&edit, &title, base_url), Vec::new())
@@ -155,21 +199,42 @@ fn plan_edit(edit: Edit, path: &Path, base_url: &str, token: &Secret) -> Result<
         }
         (preview, notes)
     };
-    Ok(Plan { client, edit, path: path.to_owned(), current, text: edited.text, preview, notes })
+    let surgical = edited.surgical;
+    Ok(Plan { client, edit, path: path.to_owned(), current, text: edited.text, surgical, preview, notes })
 }
 
 fn edit_text(edit: &Edit, old: &str, base_url: &str, token: &Secret) -> Result<Edited, Refusal> {
     match edit {
         Edit::Codex { pool } => codex::edit(old, pool.as_deref(), base_url, token.expose()),
+        Edit::CodexHistory { force, prior } => codex_history::edit(old, base_url, *force, prior),
+        Edit::CodexAuth => codex_auth::edit(old, token.expose()),
         Edit::PiModels { pool } => pi::edit(old, pool.as_deref(), base_url, token.expose()),
         Edit::PiProject { pool, model } => pi_project::edit(old, pool, model),
+    }
+}
+
+/// Codex's `auth.json`, beside its `config.toml`.
+pub(super) fn codex_auth_path(config: &Path) -> PathBuf {
+    config.with_file_name("auth.json")
+}
+
+/// The `openai_base_url` Keymux wrote into this config last time, as its record says.
+fn prior_line(state_dir: Option<&Path>, path: &Path) -> Prior {
+    let record = state_dir.and_then(|dir| read_record(dir, Client::Codex.id()).ok().flatten());
+    match record {
+        Some(r) if r.path == real_path(path) => match r.surgical {
+            Some(Surgical::BaseUrl { value, replaced, .. }) => Prior { ours: Some(value), replaced },
+            Some(Surgical::AuthKey { .. }) | None => Prior::default(),
+        },
+        Some(_) | None => Prior::default(),
     }
 }
 
 /// What the preview says when the file is set up already.
 fn already(edit: &Edit, title: &str, base_url: &str) -> String {
     match edit {
-        Edit::Codex { .. } | Edit::PiModels { .. } => format!(
+        Edit::CodexAuth => format!("{title} already holds this client token: nothing to change\n"),
+        Edit::Codex { .. } | Edit::CodexHistory { .. } | Edit::PiModels { .. } => format!(
             "{title} already points {} at Keymux ({base_url}) with this token: nothing to change\n",
             edit.client()
         ),

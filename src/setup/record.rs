@@ -16,6 +16,9 @@ pub enum Restore {
     Backup(PathBuf),
     /// Delete the file: it did not exist before Keymux wrote it.
     Delete,
+    /// Take out only what Keymux added, in these words (Codex's `openai_base_url` line); everything
+    /// else in the file stays as Codex or the user left it.
+    Surgical(String),
 }
 
 impl Restore {
@@ -23,8 +26,23 @@ impl Restore {
         match self {
             Restore::Backup(path) => path.display().to_string(),
             Restore::Delete => "nowhere: Keymux created the file".into(),
+            Restore::Surgical(what) => format!("not needed: Undo only {what}"),
         }
     }
+}
+
+/// What Keymux added to a file it edits in place, so Undo takes out exactly that. Nothing secret: a
+/// URL, and a digest of the token.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub(super) enum Surgical {
+    /// Codex's top-level `openai_base_url = value` (Keymux's own URL). `replaced`: it took the place of
+    /// another `openai_base_url`, which Undo reads back from the backup (a URL of the user's may hold a
+    /// credential, so it is not kept here). `dropped_provider`: an old-form `model_provider = "keymux"`
+    /// line was taken out.
+    BaseUrl { value: String, replaced: bool, dropped_provider: bool },
+    /// Codex's `auth.json` holds the client token with this SHA-256 as `OPENAI_API_KEY`.
+    AuthKey { key_sha256: String },
 }
 
 /// What the state directory keeps about one client's setup. Nothing secret: paths, a digest, a time.
@@ -37,16 +55,34 @@ pub(super) struct Record {
     /// SHA-256 of the text Keymux wrote, to tell whether the file changed since.
     pub(super) sha256: String,
     pub(super) written_unix: u64,
+    /// For a file edited in place: what Keymux added. `None`: Undo puts the whole file back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) surgical: Option<Surgical>,
 }
 
 impl Record {
     pub(super) fn restore(&self) -> Restore {
-        self.backup.clone().map_or(Restore::Delete, Restore::Backup)
+        match &self.surgical {
+            Some(Surgical::BaseUrl { value, replaced: true, .. }) => Restore::Surgical(format!(
+                "puts the openai_base_url it replaced back in place of Keymux's \"{value}\" (from {})",
+                self.backup.as_deref().map_or_else(|| "the backup".into(), |b| b.display().to_string())
+            )),
+            Some(Surgical::BaseUrl { value, replaced: false, .. }) => {
+                Restore::Surgical(format!("takes out Keymux's line `openai_base_url = \"{value}\"`"))
+            }
+            Some(Surgical::AuthKey { .. }) | None => self.backup.clone().map_or(Restore::Delete, Restore::Backup),
+        }
     }
 
-    /// Whether the file is still exactly what Keymux wrote.
+    /// Whether the file still holds what Keymux wrote: the same bytes, or for a file edited in place,
+    /// Keymux's own part unchanged.
     pub(super) fn intact(&self, now: Option<&[u8]>) -> bool {
-        now.is_some_and(|bytes| sha256(bytes) == self.sha256)
+        let text = || now.map(String::from_utf8_lossy);
+        match &self.surgical {
+            None => now.is_some_and(|bytes| sha256(bytes) == self.sha256),
+            Some(Surgical::BaseUrl { value, .. }) => text().is_some_and(|t| super::codex_history::holds(&t, value)),
+            Some(Surgical::AuthKey { key_sha256 }) => text().is_some_and(|t| super::codex_auth::holds(&t, key_sha256)),
+        }
     }
 }
 

@@ -9,6 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::codex_history::Prior;
 use super::files::real_path;
 use super::record::sha256;
 use super::{Client, SetupError, PROVIDER};
@@ -45,6 +46,10 @@ impl From<Client> for Target {
 pub(super) enum Edit {
     /// A Codex config (`config.toml`, or a pool's profile file): `model_provider` and its table.
     Codex { pool: Option<String> },
+    /// Codex's `config.toml` in the history-keeping form: the top-level `openai_base_url` line.
+    CodexHistory { force: bool, prior: Prior },
+    /// Codex's `auth.json`: the client token as its API key.
+    CodexAuth,
     /// pi's `models.json`: the provider.
     PiModels { pool: Option<String> },
     /// A project's `.pi/settings.json`: `defaultProvider` and `defaultModel`.
@@ -179,23 +184,37 @@ impl Edit {
 
     pub(super) fn client(&self) -> Client {
         match self {
-            Edit::Codex { .. } => Client::Codex,
+            Edit::Codex { .. } | Edit::CodexHistory { .. } | Edit::CodexAuth => Client::Codex,
             Edit::PiModels { .. } | Edit::PiProject { .. } => Client::Pi,
+        }
+    }
+
+    /// The file's format, "TOML" or "JSON".
+    pub(super) fn format(&self) -> &'static str {
+        match self {
+            Edit::CodexAuth => "JSON",
+            Edit::Codex { .. } | Edit::CodexHistory { .. } | Edit::PiModels { .. } | Edit::PiProject { .. } => {
+                self.client().format()
+            }
         }
     }
 
     /// Whether the file will hold a client token (and so is made readable by the user only).
     pub(super) fn holds_token(&self) -> bool {
         match self {
-            Edit::Codex { .. } | Edit::PiModels { .. } => true,
-            Edit::PiProject { .. } => false,
+            Edit::Codex { .. } | Edit::CodexAuth | Edit::PiModels { .. } => true,
+            // The line is a URL; the file keeps its permissions.
+            Edit::CodexHistory { .. } | Edit::PiProject { .. } => false,
         }
     }
 
     /// How a person takes this change back, for a message that names a setup made earlier.
     pub(super) fn undo_command(&self) -> String {
         match self {
-            Edit::Codex { pool: None } | Edit::PiModels { pool: None } => Target::Default(self.client()).undo_command(),
+            Edit::Codex { pool: None }
+            | Edit::CodexHistory { .. }
+            | Edit::CodexAuth
+            | Edit::PiModels { pool: None } => Target::Default(self.client()).undo_command(),
             Edit::Codex { pool: Some(pool) } => Target::CodexPool { pool: pool.clone() }.undo_command(),
             Edit::PiModels { pool: Some(pool) } | Edit::PiProject { pool, .. } => {
                 format!("keymux setup pi --pool {pool} --project DIR --undo")
@@ -207,7 +226,10 @@ impl Edit {
     /// (a pi pool's provider, which other projects may select).
     pub(super) fn record(&self, path: &Path) -> Option<String> {
         match self {
-            Edit::Codex { pool: None } | Edit::PiModels { pool: None } => Some(self.client().id().to_owned()),
+            Edit::Codex { pool: None } | Edit::CodexHistory { .. } | Edit::PiModels { pool: None } => {
+                Some(self.client().id().to_owned())
+            }
+            Edit::CodexAuth => Some(CODEX_AUTH_RECORD.to_owned()),
             Edit::Codex { pool: Some(pool) } => Some(codex_pool_record(pool)),
             Edit::PiModels { pool: Some(_) } => None,
             Edit::PiProject { .. } => Some(project_record(path)),
@@ -230,6 +252,9 @@ pub(super) fn provider_name(pool: Option<&str>) -> String {
         Some(pool) => format!("Keymux (pool {pool})"),
     }
 }
+
+/// The record of the client token Keymux put into Codex's `auth.json`.
+pub(super) const CODEX_AUTH_RECORD: &str = "codex-auth";
 
 fn codex_pool_record(pool: &str) -> String {
     format!("codex-pool-{}", pool.to_ascii_lowercase())

@@ -193,7 +193,8 @@ fn maker<'a>(
 async fn a_confirmed_preview_writes_the_token_made_after_the_stand_in_was_shown() {
     let place = Place::new();
     let path = place.write("config.toml", CODEX);
-    let shown = preview(Client::Codex, &path, BASE, None).unwrap();
+    let custom = Choices { custom_provider: true, ..Choices::default() };
+    let shown = preview_with(Client::Codex, &path, BASE, None, custom, Some(&place.state())).unwrap();
     assert!(shown.makes_token() && shown.text().contains("+experimental_bearer_token = \"km-…"));
     assert!(!shown.plans()[0].text().contains(TOKEN), "the preview holds a stand-in");
     let calls = std::cell::Cell::new(0);
@@ -210,7 +211,8 @@ async fn a_file_changed_since_the_preview_is_not_written_whenever_it_changed() {
     for (existing, edit_in_maker, made) in [(None, false, 0), (None, true, 1), (Some(token()), false, 0)] {
         let place = Place::new();
         let path = place.write("config.toml", CODEX);
-        let shown = preview(Client::Codex, &path, BASE, existing).unwrap();
+        let shown =
+            preview_with(Client::Codex, &path, BASE, existing, Choices::default(), Some(&place.state())).unwrap();
         if !edit_in_maker {
             std::fs::write(&path, &edited).unwrap();
         }
@@ -336,7 +338,7 @@ fn masks_keep_only_a_prefix_and_four_characters() {
 
 /// Previews and confirms `target` with the client's file at `path`, the token made on confirming.
 async fn set_up(target: &Target, path: &Path, state: &Path) -> Vec<Applied> {
-    let shown = preview(target.clone(), path, BASE, None).unwrap();
+    let shown = preview_with(target.clone(), path, BASE, None, Choices::default(), Some(state)).unwrap();
     let calls = std::cell::Cell::new(0);
     shown.confirm(state, maker(&calls, None)).await.unwrap()
 }
@@ -463,4 +465,178 @@ fn a_pool_target_that_cannot_be_set_up_says_what_to_do() {
     assert_eq!(Target::new(Client::Codex, "ALL", None).unwrap(), Target::Default(Client::Codex));
     let work = Target::new(Client::Codex, "work", None).unwrap();
     assert_eq!((work.provider(), work.token_name()), ("keymux-work".to_owned(), "codex-work".to_owned()));
+}
+
+/// What Codex 0.171 appends to its own config.toml on first run in a directory.
+const CODEX_OWN_EDIT: &str =
+    "\n[projects.\"/home/me/work\"]\ntrust_level = \"trusted\"\n\n[tui]\nshow_tooltips = false\n";
+
+/// Codex's auth.json as `codex login --with-api-key` writes it (0.171).
+const AUTH_WITH_KEY: &str =
+    "{\n  \"auth_mode\": \"apikey\",\n  \"OPENAI_API_KEY\": \"sk-proj-users-own-key-0123456789abcdef\"\n}";
+
+/// Sets Codex up in the history-keeping form with `choices`, the token made on confirming.
+async fn set_up_codex(path: &Path, state: &Path, choices: Choices) -> Result<Vec<Applied>, SetupError> {
+    let shown = preview_with(Client::Codex, path, BASE, None, choices, Some(state))?;
+    let calls = std::cell::Cell::new(0);
+    shown.confirm(state, maker(&calls, None)).await.map_err(|e| match e {
+        ConfirmError::Setup(e) => e,
+        ConfirmError::Token(never) => match never {},
+    })
+}
+
+#[tokio::test]
+async fn codex_gets_one_line_and_a_new_auth_json_and_undo_after_codex_edits_takes_out_only_those() {
+    let place = Place::new();
+    let path = place.write("config.toml", CODEX);
+    let auth = path.with_file_name("auth.json");
+    let shown = preview_with(Client::Codex, &path, BASE, None, Choices::default(), Some(&place.state())).unwrap();
+    assert!(shown.text().contains("+openai_base_url = \"http://127.0.0.1:8787/v1\"\n"), "{}", shown.text());
+    assert!(!shown.text().contains("sk-proj-other"), "every secret is masked: {}", shown.text());
+    set_up_codex(&path, &place.state(), Choices::default()).await.unwrap();
+    let written = std::fs::read_to_string(&path).unwrap();
+    let (removed, added) = diff::changed_lines(
+        &CODEX.split_inclusive('\n').collect::<Vec<_>>(),
+        &written.split_inclusive('\n').collect::<Vec<_>>(),
+    );
+    assert!(removed.is_empty(), "model_provider and every other line stay: {removed:?}");
+    assert_eq!(added, [format!("openai_base_url = \"{BASE}\"\n")]);
+    let held: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&auth).unwrap()).unwrap();
+    assert_eq!(held["OPENAI_API_KEY"], TOKEN);
+    #[cfg(unix)]
+    assert_eq!(mode(&auth), 0o600, "auth.json holds the token");
+    // Codex writes its own settings, then the user takes Keymux away.
+    std::fs::write(&path, format!("{written}{CODEX_OWN_EDIT}")).unwrap();
+    assert!(status(Client::Codex, &place.state()).unwrap().is_some_and(|s| !s.edited_since));
+    let undone = undo(Client::Codex, &place.state(), false).unwrap();
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), format!("{CODEX}{CODEX_OWN_EDIT}"), "Codex's edits stay");
+    assert!(!auth.exists(), "the auth.json Keymux created is gone: {:?}", undone.notes);
+    assert!(status(Client::Codex, &place.state()).unwrap().is_none());
+}
+
+#[tokio::test]
+async fn an_api_key_in_auth_json_is_offered_for_import_replaced_in_place_and_put_back_byte_for_byte() {
+    let place = Place::new();
+    let path = place.write("config.toml", CODEX);
+    let auth = place.write("auth.json", AUTH_WITH_KEY);
+    let import = Choices { import_key: true, ..Choices::default() };
+    let shown = preview_with(Client::Codex, &path, BASE, None, import, Some(&place.state())).unwrap();
+    assert_eq!(shown.key_to_import().map(Secret::expose), Some("sk-proj-users-own-key-0123456789abcdef"));
+    assert!(!shown.text().contains("users-own-key") && !format!("{shown:?}").contains("users-own-key"));
+    let plain = preview_with(Client::Codex, &path, BASE, None, Choices::default(), Some(&place.state())).unwrap();
+    assert!(plain.key_to_import().is_none(), "handed out only when asked for");
+    assert!(plain.text().contains("--import-key"), "the key is offered: {}", plain.text());
+    set_up_codex(&path, &place.state(), import).await.unwrap();
+    let expected = AUTH_WITH_KEY.replace("sk-proj-users-own-key-0123456789abcdef", TOKEN);
+    assert_eq!(std::fs::read_to_string(&auth).unwrap(), expected, "only the key changed");
+    let records =
+        std::fs::read_dir(place.state()).unwrap().map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap());
+    for record in records {
+        assert!(!record.contains(TOKEN) && !record.contains("users-own-key"), "no secret in a record: {record}");
+    }
+    let undone = undo(Client::Codex, &place.state(), false).unwrap();
+    assert_eq!(std::fs::read_to_string(&auth).unwrap(), AUTH_WITH_KEY, "{:?}", undone.notes);
+}
+
+#[tokio::test]
+async fn an_auth_json_changed_since_is_left_by_undo_which_says_why() {
+    let place = Place::new();
+    let path = place.write("config.toml", CODEX);
+    let auth = place.write("auth.json", AUTH_WITH_KEY);
+    set_up_codex(&path, &place.state(), Choices::default()).await.unwrap();
+    let relogged = "{\"auth_mode\":\"apikey\",\"OPENAI_API_KEY\":\"sk-proj-a-new-login-0123456789\"}";
+    std::fs::write(&auth, relogged).unwrap();
+    let undone = undo(Client::Codex, &place.state(), false).unwrap();
+    assert_eq!(std::fs::read_to_string(&auth).unwrap(), relogged, "the new login stays");
+    assert!(undone.notes.iter().any(|n| n.contains("no longer holds Keymux's client token")), "{:?}", undone.notes);
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), CODEX);
+}
+
+#[tokio::test]
+async fn a_chatgpt_login_is_refused_and_the_custom_provider_form_still_sets_it_up() {
+    let place = Place::new();
+    let path = place.write("config.toml", CODEX);
+    let login = "{\"OPENAI_API_KEY\":null,\"tokens\":{\"access_token\":\"eyJ-access-0123456789\"}}";
+    let auth = place.write("auth.json", login);
+    let refused = set_up_codex(&path, &place.state(), Choices::default()).await.unwrap_err().to_string();
+    assert!(refused.contains("ChatGPT login") && refused.contains("--custom-provider"), "{refused}");
+    assert!(refused.contains("sessions then live under the provider `keymux`"), "{refused}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), CODEX, "nothing written");
+    let custom = Choices { custom_provider: true, ..Choices::default() };
+    set_up_codex(&path, &place.state(), custom).await.unwrap();
+    assert!(std::fs::read_to_string(&path).unwrap().contains("model_provider = \"keymux\""));
+    assert_eq!(std::fs::read_to_string(&auth).unwrap(), login, "the login is not touched");
+}
+
+#[tokio::test]
+async fn another_base_url_is_refused_by_name_and_forcing_keeps_it_for_undo() {
+    let place = Place::new();
+    let theirs = format!("openai_base_url = \"https://proxy.example/v1\"\n{CODEX}");
+    let path = place.write("config.toml", &theirs);
+    let refused = set_up_codex(&path, &place.state(), Choices::default()).await.unwrap_err().to_string();
+    assert!(refused.contains("https://proxy.example/v1") && refused.contains("--force"), "{refused}");
+    assert!(!path.with_file_name("auth.json").exists(), "nothing written");
+    let force = Choices { force: true, ..Choices::default() };
+    set_up_codex(&path, &place.state(), force).await.unwrap();
+    let record = std::fs::read_to_string(record_path(&place.state(), "codex")).unwrap();
+    assert!(!record.contains("proxy.example"), "their URL stays in the backup, not the record: {record}");
+    // The gateway moves: its own earlier line is recognised, no --force needed, the original kept.
+    let moved = "http://127.0.0.1:9999/v1";
+    let shown = preview_with(Client::Codex, &path, moved, Some(token()), Choices::default(), Some(&place.state()));
+    shown.unwrap().confirm(&place.state(), maker(&std::cell::Cell::new(0), None)).await.unwrap();
+    undo(Client::Codex, &place.state(), false).unwrap();
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), theirs, "their URL is back");
+}
+
+#[tokio::test]
+async fn the_old_form_is_moved_over_keeping_the_table_for_sessions_recorded_under_keymux() {
+    let place = Place::new();
+    let path = place.write("config.toml", CODEX);
+    apply(&plan(Client::Codex, &path, BASE, &token()).unwrap(), &place.state()).unwrap();
+    let old = std::fs::read_to_string(&path).unwrap();
+    let shown = preview_with(Client::Codex, &path, BASE, Some(token()), Choices::default(), Some(&place.state()));
+    let shown = shown.unwrap();
+    assert!(shown.text().contains("codex resume -c model_provider=keymux"), "{}", shown.text());
+    shown.confirm(&place.state(), maker(&std::cell::Cell::new(0), None)).await.unwrap();
+    let moved = std::fs::read_to_string(&path).unwrap();
+    assert!(!moved.contains("model_provider = \"keymux\""), "{moved}");
+    assert!(moved.contains("[model_providers.keymux]") && moved.contains("openai_base_url"), "{moved}");
+    let undone = undo(Client::Codex, &place.state(), false).unwrap();
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), moved.replace(&format!("openai_base_url = \"{BASE}\"\n"), ""));
+    assert!(old.contains("[model_providers.keymux]"));
+    assert!(undone.notes.iter().any(|n| n.contains("model_provider=keymux")), "{:?}", undone.notes);
+}
+
+#[tokio::test]
+async fn undo_refuses_when_keymuxs_own_line_was_changed_and_force_leaves_the_file() {
+    let place = Place::new();
+    let path = place.write("config.toml", CODEX);
+    set_up_codex(&path, &place.state(), Choices::default()).await.unwrap();
+    let changed = std::fs::read_to_string(&path).unwrap().replace(BASE, "http://127.0.0.1:1234/v1");
+    std::fs::write(&path, &changed).unwrap();
+    assert!(status(Client::Codex, &place.state()).unwrap().is_some_and(|s| s.edited_since));
+    let refused = undo(Client::Codex, &place.state(), false).unwrap_err().to_string();
+    assert!(refused.contains("it says \"http://127.0.0.1:1234/v1\" now") && refused.contains("--force"), "{refused}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), changed);
+    let undone = undo(Client::Codex, &place.state(), true).unwrap();
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), changed, "left as it is: {:?}", undone.notes);
+    assert!(!path.with_file_name("auth.json").exists(), "auth.json still goes");
+}
+
+#[tokio::test]
+async fn a_bad_auth_json_or_an_unreadable_one_is_refused_naming_it_and_nothing_is_written() {
+    let place = Place::new();
+    let path = place.write("config.toml", CODEX);
+    let auth = place.write("auth.json", "{\"OPENAI_API_KEY\": ");
+    let refused = set_up_codex(&path, &place.state(), Choices::default()).await.unwrap_err().to_string();
+    assert!(refused.contains("auth.json is not valid JSON") && refused.contains("Fix or move it"), "{refused}");
+    std::fs::remove_file(&auth).unwrap();
+    std::fs::create_dir(&auth).unwrap();
+    let refused = set_up_codex(&path, &place.state(), Choices::default()).await.unwrap_err().to_string();
+    assert!(
+        refused.contains("cannot read") && refused.contains("auth.json") && refused.contains("move it aside"),
+        "{refused}"
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), CODEX, "nothing written");
+    assert!(status(Client::Codex, &place.state()).unwrap().is_none());
 }

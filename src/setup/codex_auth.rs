@@ -1,0 +1,173 @@
+//! Codex's `auth.json`, beside `config.toml`: with the built-in `openai` provider Codex sends what it
+//! holds as `Authorization: Bearer`, so the history-keeping setup puts the Keymux client token there.
+//! Codex 0.171 writes `{"auth_mode": "apikey", "OPENAI_API_KEY": "sk-…"}` for an API key (`codex login
+//! --with-api-key`), and `tokens` (with `OPENAI_API_KEY` null or absent) for a ChatGPT login.
+//!
+//! * No file: Keymux creates it with the token (Undo deletes it while it still holds that token).
+//! * An API key: only that string is replaced, every other byte stays; the key itself is kept in the
+//!   backup, and can be imported into Keymux's keychain (Undo puts the file back byte for byte).
+//! * A ChatGPT login: refused; it is not an API key, and only the custom-provider form can go through
+//!   Keymux without replacing it.
+
+use serde_json::Value;
+
+use super::plan::{Edited, Refusal};
+use super::record::{sha256, Surgical};
+
+/// The field Codex reads an API key from.
+const FIELD: &str = "OPENAI_API_KEY";
+
+/// What `auth.json` holds now.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Held {
+    /// No file (or an empty one).
+    Nothing,
+    /// An API key (not one of Keymux's tokens): it may be imported.
+    ApiKey,
+    /// A Keymux client token.
+    Token,
+    /// A ChatGPT login.
+    ChatGpt,
+}
+
+/// What the file holds, and the API key's text when it holds one.
+pub(super) fn held(text: &str) -> Result<(Held, Option<String>), Refusal> {
+    if text.trim().is_empty() {
+        return Ok((Held::Nothing, None));
+    }
+    let root: Value = serde_json::from_str(text).map_err(|e| Refusal::Syntax(e.to_string()))?;
+    let object = root.as_object().ok_or_else(|| Refusal::Shape("it must hold a JSON object".into()))?;
+    let key = object.get(FIELD).and_then(Value::as_str).filter(|k| !k.is_empty());
+    let chatgpt = object.get("tokens").is_some_and(|t| !t.is_null())
+        || object.get("auth_mode").and_then(Value::as_str).is_some_and(|m| m.eq_ignore_ascii_case("chatgpt"));
+    Ok(match key {
+        _ if chatgpt => (Held::ChatGpt, None),
+        Some(key) if key.starts_with(crate::tokens::TOKEN_PREFIX) => (Held::Token, None),
+        Some(key) => (Held::ApiKey, Some(key.to_owned())),
+        None => {
+            return Err(Refusal::Shape(format!(
+                "it holds neither an API key ({FIELD}) nor a ChatGPT login; run `codex logout` or move it aside"
+            )))
+        }
+    })
+}
+
+/// The file holding `token`: created, or its API key replaced in place.
+pub(super) fn edit(text: &str, token: &str) -> Result<Edited, Refusal> {
+    let surgical = Some(Surgical::AuthKey { key_sha256: sha256(token.as_bytes()) });
+    let (held, _) = held(text)?;
+    let text = match held {
+        Held::Nothing => format!("{{\n  \"auth_mode\": \"apikey\",\n  \"{FIELD}\": \"{token}\"\n}}"),
+        Held::ApiKey | Held::Token => replace_key(text, token)?,
+        Held::ChatGpt => {
+            return Err(Refusal::Conflict(
+                "it holds a ChatGPT login, not an API key: Keymux pools API keys and cannot send a ChatGPT \
+                 login on. Set Codex up with --custom-provider instead (Codex's sessions then live under the \
+                 provider `keymux`, apart from the ones you have now), or log in with an API key"
+                    .into(),
+            ))
+        }
+    };
+    let notes = match held {
+        Held::ApiKey => vec![format!(
+            "auth.json holds an OpenAI API key: Keymux's client token takes its place (the file as it is now is \
+             backed up, and Undo puts it back); add the key to Keymux's pool with --import-key"
+        )],
+        Held::Nothing | Held::Token | Held::ChatGpt => Vec::new(),
+    };
+    Ok(Edited { text, notes, surgical })
+}
+
+/// Whether the file still holds the token with this digest.
+pub(super) fn holds(text: &str, key_sha256: &str) -> bool {
+    serde_json::from_str::<Value>(text)
+        .ok()
+        .and_then(|root| root.get(FIELD).and_then(Value::as_str).map(|k| sha256(k.as_bytes())))
+        .is_some_and(|digest| digest == key_sha256)
+}
+
+/// The text with only the top-level `OPENAI_API_KEY` string replaced: found by its position in the
+/// text, then checked by parsing both texts, so nothing else can have moved.
+fn replace_key(text: &str, token: &str) -> Result<String, Refusal> {
+    let unchanged = || Refusal::Shape(format!("{FIELD} could not be replaced on its own; move the file aside"));
+    let name = format!("\"{FIELD}\"");
+    let start = text.find(&name).ok_or_else(unchanged)? + name.len();
+    let rest = &text[start..];
+    let colon = rest.find(':').filter(|&at| rest[..at].trim().is_empty()).ok_or_else(unchanged)?;
+    let open = start + colon + 1 + (rest[colon + 1..].len() - rest[colon + 1..].trim_start().len());
+    let close = string_end(text, open).ok_or_else(unchanged)?;
+    let new = format!("{}\"{token}\"{}", &text[..open], &text[close..]);
+    let (mut before, mut after): (Value, Value) = (
+        serde_json::from_str(text).map_err(|e| Refusal::Syntax(e.to_string()))?,
+        serde_json::from_str(&new).map_err(|_| unchanged())?,
+    );
+    if after.get(FIELD).and_then(Value::as_str) != Some(token) {
+        return Err(unchanged());
+    }
+    before.as_object_mut().map(|o| o.remove(FIELD));
+    after.as_object_mut().map(|o| o.remove(FIELD));
+    if before != after {
+        return Err(unchanged());
+    }
+    Ok(new)
+}
+
+/// The byte just past the JSON string that opens at `open`.
+fn string_end(text: &str, open: usize) -> Option<usize> {
+    let bytes = text.as_bytes();
+    if bytes.get(open) != Some(&b'"') {
+        return None;
+    }
+    let mut at = open + 1;
+    while at < bytes.len() {
+        match bytes[at] {
+            b'\\' => at += 2,
+            b'"' => return Some(at + 1),
+            _ => at += 1,
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    #![expect(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+
+    const TOKEN: &str = "km-unit-test-token-5c1e0a97d3b2";
+
+    #[test]
+    fn a_new_file_holds_the_token_as_codex_writes_an_api_key() {
+        let edited = edit("", TOKEN).unwrap();
+        let parsed: Value = serde_json::from_str(&edited.text).unwrap();
+        assert_eq!(parsed, serde_json::json!({"auth_mode": "apikey", "OPENAI_API_KEY": TOKEN}));
+        assert!(holds(&edited.text, &sha256(TOKEN.as_bytes())));
+    }
+
+    #[test]
+    fn an_api_key_is_replaced_and_every_other_byte_stays() {
+        let text =
+            "{\n  \"auth_mode\": \"apikey\",\n  \"OPENAI_API_KEY\" :  \"sk-proj-a\\\"b\",\n  \"last_refresh\": null\n}";
+        assert_eq!(held(text).unwrap(), (Held::ApiKey, Some("sk-proj-a\"b".into())));
+        let edited = edit(text, TOKEN).unwrap();
+        assert_eq!(edited.text, text.replace("\"sk-proj-a\\\"b\"", &format!("\"{TOKEN}\"")));
+        assert!(edited.notes.iter().any(|n| n.contains("--import-key")), "{:?}", edited.notes);
+        assert!(!edited.notes.iter().any(|n| n.contains("sk-proj")), "the key is never in a note");
+    }
+
+    #[test]
+    fn a_chatgpt_login_is_refused_with_the_custom_provider_offered() {
+        let text =
+            r#"{"OPENAI_API_KEY": null, "tokens": {"id_token": "x", "access_token": "y"}, "last_refresh": "2026"}"#;
+        assert_eq!(held(text).unwrap().0, Held::ChatGpt);
+        let Err(Refusal::Conflict(why)) = edit(text, TOKEN) else { panic!("refused") };
+        assert!(why.contains("not an API key") && why.contains("--custom-provider"), "{why}");
+    }
+
+    #[test]
+    fn files_that_are_not_json_or_hold_nothing_usable_are_refused() {
+        assert!(matches!(edit("{\"OPENAI_API_KEY\": ", TOKEN), Err(Refusal::Syntax(_))));
+        assert!(matches!(edit("[1]", TOKEN), Err(Refusal::Shape(_))));
+        assert!(matches!(edit("{\"other\": 1}", TOKEN), Err(Refusal::Shape(_))));
+    }
+}

@@ -1,0 +1,207 @@
+//! Setting Codex up keeps the user's history, with real Codex 0.171: a session recorded before Keymux
+//! (Codex pointed straight at one simulator organization, its key in `auth.json` as `codex login
+//! --with-api-key` writes it) is still the one Codex resumes after setup, recorded under the built-in
+//! `openai` provider, and it continues through Keymux. Undo, after Codex's own edits to `config.toml`,
+//! takes out only Keymux's line and gives `auth.json` back byte for byte, and Codex goes straight to
+//! the provider again. pi (0.73.1) keeps sessions per directory whatever the provider, so nothing is
+//! stranded there: an old session continues through Keymux once its provider is named.
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+mod support;
+
+use std::path::Path;
+use std::process::Stdio;
+
+use keymux::secrets::Secret;
+use keymux::setup::{self, Choices, Client, SetupError};
+use keymux_sim::SimConfig;
+use support::*;
+
+/// What the user had: settings, and the simulator's organization as their OpenAI.
+const SETTINGS: &str = "# my Codex settings\nmodel = \"gpt-5.5\"\napproval_policy = \"never\"\nsandbox_mode = \"read-only\"\ncheck_for_update_on_startup = false\n";
+
+/// `codex login --with-api-key`, the key read from stdin as a user pipes it in.
+async fn codex_login(codex_home: &Path, key: &str) {
+    use tokio::io::AsyncWriteExt as _;
+    let home = codex_home.to_str().unwrap();
+    let mut child = tokio::process::Command::new(codex_bin())
+        .args(["login", "--with-api-key"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs([("HOME", home), ("CODEX_HOME", home)])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(key.as_bytes()).await.unwrap();
+    assert!(child.wait().await.unwrap().success(), "codex login --with-api-key");
+}
+
+/// Runs `codex exec` with `args` in `work`: (succeeded, what it printed).
+async fn codex(codex_home: &Path, work: &Path, args: &[&str]) -> (bool, String) {
+    let home = codex_home.to_str().unwrap();
+    let mut all = vec!["exec", "--skip-git-repo-check"];
+    all.extend_from_slice(args);
+    run_client(codex_bin(), work, &[("HOME", home), ("CODEX_HOME", home)], &all).await
+}
+
+/// The session id Codex printed.
+fn session_id(output: &str) -> String {
+    let line = output.lines().find_map(|l| l.strip_prefix("session id: ")).unwrap_or_else(|| panic!("{output}"));
+    line.trim().to_owned()
+}
+
+/// Every `.jsonl` file under `dir`, where both clients record their sessions.
+fn session_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![dir.to_owned()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "jsonl") {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// Every session Codex recorded, with the provider it recorded it under.
+fn recorded(codex_home: &Path) -> Vec<(String, String)> {
+    let first_lines = session_files(&codex_home.join("sessions"))
+        .into_iter()
+        .map(|path| std::fs::read_to_string(path).unwrap().lines().next().unwrap().to_owned());
+    first_lines
+        .map(|line| {
+            let meta: serde_json::Value = serde_json::from_str(&line).unwrap();
+            let payload = &meta["payload"];
+            (payload["id"].as_str().unwrap().to_owned(), payload["model_provider"].to_string())
+        })
+        .collect()
+}
+
+async fn requests_through_keymux(h: &Harness) -> usize {
+    decisions_api(&h.root).await["data"].as_array().unwrap().len()
+}
+
+/// A gateway whose keys are all in the one organization the sessions start on, and a directory for
+/// the client's files.
+async fn one_organization() -> (Harness, tempfile::TempDir) {
+    let sim = SimConfig::new().org("org-a", &["sk-a1", "sk-a2"]);
+    (Harness::start(sim, &[key("a1", "sk-a1"), key("a2", "sk-a2")]).await, tempfile::tempdir().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_from_before_keymux_continues_through_it_and_undo_keeps_codexs_own_edits() {
+    let (h, dir) = one_organization().await;
+    let (codex_home, work, state) = (dir.path().join("codex"), dir.path().join("work"), dir.path().join("state"));
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::create_dir_all(&codex_home).unwrap();
+    let config_path = codex_home.join("config.toml");
+    let original = format!("{SETTINGS}openai_base_url = \"{}\"\n\n[analytics]\nenabled = false\n", h.sim.base_url());
+    std::fs::write(&config_path, &original).unwrap();
+    codex_login(&codex_home, "sk-a1").await;
+    let auth_path = codex_home.join("auth.json");
+    let auth_before = std::fs::read(&auth_path).unwrap();
+
+    let (ok, out) = codex(&codex_home, &work, &["Before Keymux."]).await;
+    assert!(ok && out.contains("from org-a: Before Keymux."), "{out}");
+    let id = session_id(&out);
+    assert_eq!(requests_through_keymux(&h).await, 0, "straight to the provider");
+
+    // Their own base URL is named and refused; the person chooses to replace it and import the key.
+    let token = Some(Secret::new(TOKEN));
+    let refused =
+        setup::preview_with(Client::Codex, &config_path, &h.base, token.clone(), Choices::default(), Some(&state));
+    let refused = refused.unwrap_err();
+    assert!(
+        matches!(refused, SetupError::Refused { .. }) && refused.to_string().contains(&h.sim.base_url()),
+        "{refused}"
+    );
+    let choices = Choices { force: true, import_key: true, ..Choices::default() };
+    let shown = setup::preview_with(Client::Codex, &config_path, &h.base, token, choices, Some(&state)).unwrap();
+    assert_eq!(shown.key_to_import().map(Secret::expose), Some("sk-a1"), "the key is offered for import");
+    assert_no_secrets("the preview", &shown.text(), &[TOKEN]);
+    let never = || std::future::ready(Err::<Secret, &str>("the client token exists already"));
+    shown.confirm(&state, never).await.unwrap();
+
+    let (ok, out) = codex(&codex_home, &work, &["resume", "--last", "Through Keymux."]).await;
+    assert!(ok, "{out}");
+    assert_eq!(session_id(&out), id, "the session from before Keymux is the one Codex resumes:\n{out}");
+    assert!(out.contains("from org-a: Through Keymux."), "it continues:\n{out}");
+    assert!(requests_through_keymux(&h).await > 0, "through Keymux");
+    let sessions = recorded(&codex_home);
+    assert_eq!(sessions, [(id.clone(), "\"openai\"".to_owned())], "one session, under the built-in provider");
+
+    // Codex records a project's trust itself, then Keymux is taken away.
+    let with_keymux = std::fs::read_to_string(&config_path).unwrap();
+    let codex_edit = format!("\n[projects.\"{}\"]\ntrust_level = \"trusted\"\n", work.display());
+    std::fs::write(&config_path, format!("{with_keymux}{codex_edit}")).unwrap();
+    let undone = setup::undo(Client::Codex, &state, false).unwrap();
+    assert_eq!(std::fs::read_to_string(&config_path).unwrap(), format!("{original}{codex_edit}"), "{:?}", undone.notes);
+    assert_eq!(std::fs::read(&auth_path).unwrap(), auth_before, "auth.json byte for byte");
+
+    // Codex goes straight to the provider again. (Not by resuming the session: its later turns hold
+    // reasoning Keymux tagged, which the provider cannot read without Keymux.)
+    let through = requests_through_keymux(&h).await;
+    let (ok, out) = codex(&codex_home, &work, &["After undo."]).await;
+    assert!(ok && out.contains("from org-a: After undo.") && session_id(&out) != id, "{out}");
+    assert_eq!(requests_through_keymux(&h).await, through, "straight to the provider again");
+}
+
+/// Every session pi recorded (it keeps them per directory), with the provider of each of its turns.
+fn pi_sessions(agent: &Path) -> Vec<Vec<String>> {
+    let providers = |text: String| {
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|e| e["message"]["provider"].as_str().map(str::to_owned))
+            .collect()
+    };
+    session_files(&agent.join("sessions")).into_iter().map(|p| providers(std::fs::read_to_string(p).unwrap())).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pi_session_from_before_keymux_continues_through_it_when_its_provider_is_named() {
+    let (h, dir) = one_organization().await;
+    let (agent, work, state) = (dir.path().join("agent"), dir.path().join("work"), dir.path().join("state"));
+    std::fs::create_dir_all(&work).unwrap();
+    // pi's built-in `openai` provider, pointed at the simulator as the user's OpenAI.
+    let models = agent.join("models.json");
+    let original = format!("{{\"providers\": {{\"openai\": {{\"baseUrl\": \"{}\"}}}}}}\n", h.sim.base_url());
+    std::fs::create_dir_all(&agent).unwrap();
+    std::fs::write(&models, &original).unwrap();
+    let env = [
+        ("HOME", dir.path().to_str().unwrap()),
+        ("PI_CODING_AGENT_DIR", agent.to_str().unwrap()),
+        ("OPENAI_API_KEY", "sk-a1"),
+    ];
+    let pi = |args: &'static [&'static str]| run_client(pi_bin(), &work, &env, args);
+
+    let (ok, out) = pi(&["--provider", "openai", "--model", "gpt-5.5", "-p", "Before Keymux."]).await;
+    assert!(ok && out.contains("from org-a: Before Keymux."), "{out}");
+
+    let shown =
+        setup::preview_with(Client::Pi, &models, &h.base, Some(Secret::new(TOKEN)), Choices::default(), Some(&state));
+    let never = || std::future::ready(Err::<Secret, &str>("the client token exists already"));
+    shown.unwrap().confirm(&state, never).await.unwrap();
+
+    // Continued as it was made: with `openai`, around Keymux.
+    let (ok, out) = pi(&["-c", "-p", "Continued plainly."]).await;
+    assert!(ok && out.contains("from org-a: Continued plainly."), "{out}");
+    assert_eq!(requests_through_keymux(&h).await, 0, "the session's own provider, not Keymux");
+    // Naming Keymux's provider continues the same session through Keymux.
+    let (ok, out) = pi(&["-c", "--provider", "keymux", "--model", "gpt-5.5", "-p", "Through Keymux."]).await;
+    assert!(ok && out.contains("from org-a: Through Keymux."), "{out}");
+    assert!(requests_through_keymux(&h).await > 0, "through Keymux");
+    let sessions = pi_sessions(&agent);
+    assert_eq!(sessions.len(), 1, "one session: {sessions:?}");
+    assert_eq!(sessions[0].last().map(String::as_str), Some("keymux"), "{sessions:?}");
+    assert!(sessions[0].iter().any(|p| p == "openai"), "{sessions:?}");
+
+    setup::undo(Client::Pi, &state, false).unwrap();
+    assert_eq!(std::fs::read_to_string(&models).unwrap(), original, "models.json byte for byte");
+}
