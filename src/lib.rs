@@ -76,6 +76,8 @@
 //! * [`digest`]: every keyed digest under the install secret (fingerprints, org tags, marker MACs,
 //!   session digests).
 //! * [`keys`]: key identity (`KeyId`), providers (OpenAI, Azure), the runtime `KeyEntry`.
+//! * [`keys_import`]: the API keys a user already has in plaintext (`OPENAI_API_KEY`, Codex's and pi's
+//!   files, a pasted list), found for `keymux keys import`, and their plaintext copies taken out after.
 //! * [`secrets`]: the `Secret` newtype that never prints itself, the keychain and memory stores.
 //! * [`tokens`]: local client tokens and their constant-time check.
 //! * [`config`]: the TOML config file (ids and labels, never secrets); `config::env`, the `KEYMUX_*`
@@ -105,6 +107,7 @@ pub mod facts;
 pub mod gateway;
 pub mod http;
 pub mod keys;
+pub mod keys_import;
 pub mod limits;
 pub mod logging;
 pub mod markers;

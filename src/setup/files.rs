@@ -8,7 +8,7 @@ use super::error::io;
 use super::{SetupError, MAX_FILE_BYTES, PRIVATE};
 
 /// The file's bytes (`None`: it does not exist), refused past `MAX_FILE_BYTES`.
-pub(super) fn read_limited(path: &Path) -> Result<Option<Vec<u8>>, SetupError> {
+pub(crate) fn read_limited(path: &Path) -> Result<Option<Vec<u8>>, SetupError> {
     let file = match std::fs::File::open(path) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -45,7 +45,7 @@ pub(super) fn real_path(path: &Path) -> PathBuf {
 }
 
 /// The Unix permissions of a file (`None` elsewhere, or when it cannot be read).
-pub(super) fn mode_of(path: &Path) -> Option<u32> {
+pub(crate) fn mode_of(path: &Path) -> Option<u32> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt as _;
@@ -59,7 +59,7 @@ pub(super) fn mode_of(path: &Path) -> Option<u32> {
 }
 
 /// Keeps `bytes` next to `path` as `<file>.<label>-<unix seconds>` with `mode`, never replacing a file.
-pub(super) fn keep_copy(
+pub(crate) fn keep_copy(
     path: &Path,
     label: &str,
     bytes: &[u8],

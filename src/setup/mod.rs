@@ -50,6 +50,7 @@ pub use apply::{apply, status, undo, Applied, Status, Undone};
 pub use client::{default_state_dir, Client};
 pub use codex_history::resume_command;
 pub use error::SetupError;
+pub(crate) use files::{keep_copy, mode_of, read_limited};
 pub use flow::{preview, preview_with, ConfirmError, Preview};
 pub use mask::mask;
 pub use plan::{plan, Choices, Plan};
