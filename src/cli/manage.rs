@@ -94,6 +94,9 @@ pub(super) async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Resu
             .map_err(usage)?;
             add_key(&loaded, NewKey { secret: read_secret()?, ..new }).await
         }
+        KeysCommand::Import { from, yes, remove_plaintext } => {
+            super::import::import(&loaded, super::import::ImportArgs { from, yes, remove_plaintext }).await
+        }
         KeysCommand::List => list_keys(&loaded).await,
         KeysCommand::Remove { key } => remove_key(&loaded, &key).await,
         KeysCommand::Set { key, label, priority, daily_token_budget, no_budget, models, exclude_models, secret } => {

@@ -2,6 +2,7 @@
 //! routing (`manage`): on the running gateway when there is one, in the keychain and the config
 //! otherwise, and `setup`, which points Codex or pi at the gateway.
 
+mod import;
 mod manage;
 mod pools;
 mod setup;
@@ -159,6 +160,20 @@ enum KeysCommand {
         /// Soft daily token budget (input + output tokens per UTC day).
         #[arg(long, value_name = "TOKENS")]
         daily_token_budget: Option<u64>,
+    },
+    /// Import the OpenAI API keys you already have in plaintext: OPENAI_API_KEY, Codex's auth.json and
+    /// pi's auth.json/models.json (or a pasted list with --from). Shows what it found first.
+    #[command(after_help = "A list has one key a line, optionally LABEL=KEY; blank lines and # comments are skipped.")]
+    Import {
+        /// Read keys from this list instead (`-`: stdin) rather than from the usual places.
+        #[arg(long, value_name = "FILE")]
+        from: Option<PathBuf>,
+        /// Import without asking (needed when stdin is not a terminal).
+        #[arg(long)]
+        yes: bool,
+        /// Take each imported key out of the file it was found in without asking (a backup is kept).
+        #[arg(long)]
+        remove_plaintext: bool,
     },
     /// List keys: label, id, provider, org and a short fingerprint (never the secret).
     List,

@@ -228,15 +228,20 @@ fn confirm() -> Result<bool, StartError> {
         eprintln!("nothing written: nobody can answer on this input; pass --yes to apply");
         return Ok(false);
     }
-    eprint!("Apply? [y/N] ");
-    let _ = std::io::stderr().flush();
-    let mut answer = String::new();
-    std::io::stdin().lock().read_line(&mut answer).map_err(|e| usage(format!("cannot read the answer: {e}")))?;
-    let yes = matches!(answer.trim(), "y" | "Y" | "yes" | "Yes" | "YES");
+    let yes = ask("Apply? [y/N] ")?;
     if !yes {
         eprintln!("nothing written");
     }
     Ok(yes)
+}
+
+/// Asks a yes/no question on the terminal; only a yes is yes.
+pub(super) fn ask(question: &str) -> Result<bool, StartError> {
+    eprint!("{question}");
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer).map_err(|e| usage(format!("cannot read the answer: {e}")))?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "Yes" | "YES"))
 }
 
 fn undo(target: &Target, file: Option<&Path>, state: &Path, force: bool) -> Result<(), StartError> {

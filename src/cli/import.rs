@@ -1,0 +1,235 @@
+//! `keymux keys import`: the OpenAI keys a user already has in plaintext (found by `keys_import`)
+//! join the pool the way `keymux keys add` adds one, once the user says yes; then each file they came
+//! from may lose its plaintext copy (a backup kept).
+
+use std::io::{IsTerminal as _, Read as _};
+use std::path::{Path, PathBuf};
+
+use super::manage::{self, usage, Loaded};
+use super::out;
+use crate::api::types::KeyInfo;
+use crate::control::NewKey;
+use crate::digest::InstallKey;
+use crate::keys_import::{self, Candidate, Found, Origin, Sources};
+use crate::secrets::{self, account, Secret};
+use crate::setup::mask;
+use crate::startup::StartError;
+
+/// What `keys import` was asked to do.
+pub(super) struct ImportArgs {
+    pub(super) from: Option<PathBuf>,
+    pub(super) yes: bool,
+    pub(super) remove_plaintext: bool,
+}
+
+/// Where one candidate stands against the pool.
+enum Standing {
+    /// Not in the pool: imported once the user says yes.
+    New,
+    /// In the pool already, as this key.
+    Pooled(String),
+    /// The same key as a candidate listed above it.
+    Twin(String),
+}
+
+pub(super) async fn import(loaded: &Loaded, args: ImportArgs) -> Result<(), StartError> {
+    let mut found = match &args.from {
+        Some(path) => read_list(path)?,
+        None => {
+            let home = dirs::home_dir().unwrap_or_default();
+            Sources::from_vars(std::env::vars(), &home).find()
+        }
+    };
+    let remote = manage::remote(loaded).await?;
+    let live: Vec<KeyInfo> = match &remote {
+        Some(remote) => remote.get("/keys").await.map_err(usage)?,
+        None => Vec::new(),
+    };
+    let mut in_use: Vec<String> = loaded.config.keys.iter().map(|k| k.label.clone()).collect();
+    in_use.extend(live.iter().map(|k| k.status.label.clone()));
+    found.label(&in_use);
+    let standings = standings(loaded, &live, &found.candidates).await?;
+    show(&found, &standings);
+    let new = standings.iter().filter(|s| matches!(s, Standing::New)).count();
+    if found.candidates.is_empty() {
+        return finish(&found, 0);
+    }
+    if !args.yes {
+        if !std::io::stdin().is_terminal() {
+            eprintln!("nothing imported: nobody can answer on this input; pass --yes to import");
+            return finish(&found, 0);
+        }
+        if new > 0 && !super::setup::ask(&format!("Import {new} key(s)? [y/N] "))? {
+            eprintln!("nothing imported");
+            return finish(&found, 0);
+        }
+    }
+    let mut failed = 0;
+    let mut pooled = Vec::new();
+    for (candidate, standing) in found.candidates.iter().zip(&standings) {
+        match add(loaded, candidate, standing).await {
+            Ok(()) => pooled.push(candidate),
+            Err(why) => {
+                failed += 1;
+                out(&format!("{} ({}): not imported: {why}", candidate.label, mask(candidate.secret.expose())));
+            }
+        }
+    }
+    remove_copies(&pooled, args.remove_plaintext)?;
+    finish(&found, failed)
+}
+
+/// The keys in a pasted list (`-`: stdin).
+fn read_list(path: &Path) -> Result<Found, StartError> {
+    if path == Path::new("-") {
+        let mut text = String::new();
+        std::io::stdin()
+            .take(crate::setup::MAX_FILE_BYTES)
+            .read_to_string(&mut text)
+            .map_err(|e| usage(format!("cannot read the list from stdin: {e}")))?;
+        return Ok(keys_import::pasted(&text, None));
+    }
+    let bytes = crate::setup::read_limited(path).map_err(usage)?;
+    let bytes = bytes.ok_or_else(|| usage(format!("{} does not exist; check the path", path.display())))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| usage(format!("{} is not UTF-8 text; save the list as plain text", path.display())))?;
+    Ok(keys_import::pasted(&text, Some(path)))
+}
+
+/// Each candidate against the pool, by the keyed fingerprint: the running gateway's keys, else the
+/// keys in the keychain.
+async fn standings(loaded: &Loaded, live: &[KeyInfo], candidates: &[Candidate]) -> Result<Vec<Standing>, StartError> {
+    let install = secrets::blocking(loaded.store.clone(), |s| s.get(account::INSTALL_SECRET)).await?;
+    let Some(install) = install.map(|s| InstallKey::new(&s)) else {
+        // No install secret: no key was ever added with this keychain.
+        return Ok(twins(candidates, |_| None));
+    };
+    let mut held: Vec<(String, String)> =
+        live.iter().map(|k| (k.status.fingerprint.clone(), k.status.label.clone())).collect();
+    if live.is_empty() {
+        for key in &loaded.config.keys {
+            let account = account::key(key.id.as_str());
+            if let Some(secret) = secrets::blocking(loaded.store.clone(), move |s| s.get(&account)).await? {
+                held.push((install.fingerprint(&secret), key.label.clone()));
+            }
+        }
+    }
+    Ok(twins(candidates, |secret| {
+        let fp = install.fingerprint(secret);
+        held.iter().find(|(held, _)| *held == fp).map(|(_, label)| label.clone())
+    }))
+}
+
+fn twins(candidates: &[Candidate], holder: impl Fn(&Secret) -> Option<String>) -> Vec<Standing> {
+    candidates
+        .iter()
+        .enumerate()
+        .map(|(n, c)| {
+            if let Some(label) = holder(&c.secret) {
+                return Standing::Pooled(label);
+            }
+            match candidates[..n].iter().find(|e| e.secret.expose() == c.secret.expose()) {
+                Some(earlier) => Standing::Twin(earlier.label.clone()),
+                None => Standing::New,
+            }
+        })
+        .collect()
+}
+
+fn show(found: &Found, standings: &[Standing]) {
+    if found.candidates.is_empty() {
+        out("no OpenAI API keys found to import");
+    } else {
+        out(&format!("{:<14} {:<16} {:<28} FROM", "KEY", "LABEL", "POOL"));
+    }
+    for (c, standing) in found.candidates.iter().zip(standings) {
+        let pool = match standing {
+            Standing::New => "new".to_owned(),
+            Standing::Pooled(label) => format!("already in the pool as '{label}'"),
+            Standing::Twin(label) => format!("same key as '{label}'"),
+        };
+        out(&format!("{:<14} {:<16} {pool:<28} {}", mask(c.secret.expose()), c.label, c.origin.describe()));
+    }
+    for note in &found.notes {
+        out(&format!("note: {note}"));
+    }
+    for refusal in &found.refusals {
+        eprintln!("keymux: {refusal}");
+    }
+}
+
+/// Adds one key as `keys add` does; a key in the pool already is not an error here.
+async fn add(loaded: &Loaded, candidate: &Candidate, standing: &Standing) -> Result<(), String> {
+    match standing {
+        Standing::Pooled(label) => {
+            out(&format!("{}: already in the pool as '{label}'", candidate.label));
+            return Ok(());
+        }
+        Standing::Twin(label) => {
+            out(&format!("{}: the same key as '{label}'", candidate.label));
+            return Ok(());
+        }
+        Standing::New => {}
+    }
+    let new = NewKey {
+        label: candidate.label.clone(),
+        provider: Default::default(),
+        base_url: None,
+        org: None,
+        priority: 0,
+        daily_token_budget: None,
+        models: Vec::new(),
+        exclude_models: Vec::new(),
+        secret: candidate.secret.clone(),
+    };
+    match manage::add_key(loaded, new).await {
+        Ok(()) => Ok(()),
+        Err(StartError::Usage(why)) if why.contains("already in the pool") => {
+            out(&format!("{}: {why}", candidate.label));
+            Ok(())
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Offers to take each pooled key's plaintext copy out of its file; the environment's copy is the
+/// user's to remove, so the line to delete is named instead.
+fn remove_copies(pooled: &[&Candidate], up_front: bool) -> Result<(), StartError> {
+    for candidate in pooled {
+        let masked = mask(candidate.secret.expose());
+        match &candidate.origin {
+            Origin::Env(var) => out(&format!(
+                "{var} still holds the key ({masked}): delete the line `export {var}=…` that sets it from your shell \
+                 profile (~/.bashrc, ~/.zshrc or ~/.profile) and open a new shell; Keymux does not edit shell files"
+            )),
+            Origin::Pasted(..) => {}
+            Origin::CodexAuth(path) | Origin::PiAuth(path, _) | Origin::PiModels(path, _) => {
+                let question = format!("Remove the key ({masked}) from {}? [y/N] ", path.display());
+                let yes = up_front || (std::io::stdin().is_terminal() && super::setup::ask(&question)?);
+                if !yes {
+                    out(&format!("{} still holds the key ({masked}) in plaintext", path.display()));
+                    continue;
+                }
+                match keys_import::remove_plaintext(&candidate.origin, &candidate.secret) {
+                    Ok(removed) => out(&format!(
+                        "removed the key from {} (the file as it was is kept in {})",
+                        removed.path.display(),
+                        removed.backup.display()
+                    )),
+                    Err(why) => eprintln!("keymux: {why}"),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The exit: a failure when a source was refused or a key could not be added.
+fn finish(found: &Found, failed: usize) -> Result<(), StartError> {
+    match (found.refusals.len(), failed) {
+        (0, 0) => Ok(()),
+        (refused, failed) => {
+            Err(usage(format!("{refused} source(s) refused and {failed} key(s) not imported; see above")))
+        }
+    }
+}
