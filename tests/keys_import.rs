@@ -97,6 +97,7 @@ async fn keys_in_codex_and_the_environment_are_imported_only_on_yes_and_the_plai
     assert!(ok, "{err}");
     printed.push_str(&(out.clone() + &err));
     assert!(out.contains("already in the pool as 'env'"), "{out}");
+    assert!(!out.contains("env-2"), "a pooled key goes by its label in the pool: {out}");
     assert!(!out.contains("sk-…aaaa"), "the key is gone from auth.json: {out}");
     let (_, list, _) = cli(&cfg, &env, &["keys", "list"], "").await;
     assert_eq!(list.matches("in keychain").count(), 2, "{list}");
@@ -135,12 +136,14 @@ async fn a_pasted_list_through_the_running_gateway_recognises_a_duplicate_and_na
     assert!(out.contains("already in the pool as 'work'"), "{out}");
     assert!(out.contains("added key 'mine'") && out.contains("organization: org-p"), "the probe's verdict: {out}");
     assert!(out.contains("bad (sk-…eeee): not imported: the provider refused this key"), "{out}");
+    assert!(out.contains("taken out of the pool again"), "{out}");
     assert!(!ok, "a refused key makes the run fail: {err}");
 
     let keys: Vec<KeyInfo> = serde_json::from_value(Admin::new(&keymux.root).get_json("/keys").await).unwrap();
     let labels: Vec<&str> = keys.iter().map(|k| k.status.label.as_str()).collect();
     assert!(labels.contains(&"mine") && labels.contains(&"work"), "{labels:?}");
     assert_eq!(labels.iter().filter(|l| **l == "work").count(), 1, "the duplicate is not added twice");
+    assert!(!labels.contains(&"bad"), "a refused key is not kept: {labels:?}");
     printed.push_str(&keymux.stop().await);
     assert_no_secrets("the output", &printed, &ALL);
     assert_no_secret_files(home.path(), &[]);

@@ -49,6 +49,13 @@ pub(super) async fn import(loaded: &Loaded, args: ImportArgs) -> Result<(), Star
     in_use.extend(live.iter().map(|k| k.status.label.clone()));
     found.label(&in_use);
     let standings = standings(loaded, &live, &found.candidates).await?;
+    // A key in the pool already goes by the label it has there.
+    for (candidate, standing) in found.candidates.iter_mut().zip(&standings) {
+        match standing {
+            Standing::Pooled(label) | Standing::Twin(label) => candidate.label.clone_from(label),
+            Standing::New => {}
+        }
+    }
     show(&found, &standings);
     let new = standings.iter().filter(|s| matches!(s, Standing::New)).count();
     if found.candidates.is_empty() {
@@ -188,6 +195,14 @@ async fn add(loaded: &Loaded, candidate: &Candidate, standing: &Standing) -> Res
             out(&format!("{}: {why}", candidate.label));
             Ok(())
         }
+        Err(StartError::Usage(why)) if why.starts_with("the provider refused this key") => {
+            // `keys add` keeps a refused key to be replaced; an import takes it back out.
+            manage::remove_key(loaded, &candidate.label).await.map_err(|e| e.to_string())?;
+            Err(format!(
+                "{why}; it was taken out of the pool again: check the key at https://platform.openai.com/api-keys"
+            )
+            .replace(&format!(", or `keymux keys set {} --secret` to replace it", candidate.label), ""))
+        }
         Err(e) => Err(e.to_string()),
     }
 }
@@ -226,10 +241,15 @@ fn remove_copies(pooled: &[&Candidate], up_front: bool) -> Result<(), StartError
 
 /// The exit: a failure when a source was refused or a key could not be added.
 fn finish(found: &Found, failed: usize) -> Result<(), StartError> {
-    match (found.refusals.len(), failed) {
-        (0, 0) => Ok(()),
-        (refused, failed) => {
-            Err(usage(format!("{refused} source(s) refused and {failed} key(s) not imported; see above")))
-        }
+    let mut why = Vec::new();
+    if !found.refusals.is_empty() {
+        why.push(format!("{} source(s) refused", found.refusals.len()));
+    }
+    if failed > 0 {
+        why.push(format!("{failed} key(s) not imported"));
+    }
+    match why.is_empty() {
+        true => Ok(()),
+        false => Err(usage(format!("{}; see above", why.join(" and ")))),
     }
 }

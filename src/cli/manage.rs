@@ -192,7 +192,7 @@ fn key_id(keys: &[KeyInfo], config: &Config, label_or_id: &str) -> Result<String
     found.ok_or_else(|| usage(format!("no key labelled or with id '{label_or_id}'; see `keymux keys list`")))
 }
 
-async fn remove_key(loaded: &Loaded, label_or_id: &str) -> Result<(), StartError> {
+pub(super) async fn remove_key(loaded: &Loaded, label_or_id: &str) -> Result<(), StartError> {
     if let Some(remote) = remote(loaded).await? {
         let keys: Vec<KeyInfo> = remote.get("/keys").await.map_err(usage)?;
         let id = key_id(&keys, &loaded.config, label_or_id)?;
