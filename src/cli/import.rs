@@ -178,17 +178,7 @@ async fn add(loaded: &Loaded, candidate: &Candidate, standing: &Standing) -> Res
         }
         Standing::New => {}
     }
-    let new = NewKey {
-        label: candidate.label.clone(),
-        provider: Default::default(),
-        base_url: None,
-        org: None,
-        priority: 0,
-        daily_token_budget: None,
-        models: Vec::new(),
-        exclude_models: Vec::new(),
-        secret: candidate.secret.clone(),
-    };
+    let new = NewKey::openai(candidate.label.clone(), candidate.secret.clone());
     match manage::add_key(loaded, new).await {
         Ok(()) => Ok(()),
         Err(StartError::Usage(why)) if why.contains("already in the pool") => {

@@ -102,17 +102,7 @@ pub(super) async fn setup(config_path: Option<PathBuf>, args: SetupArgs) -> Resu
     }
     if let Some((label, secret)) = import {
         // Before the file loses it: a key that cannot be added leaves auth.json as it is.
-        let new = NewKey {
-            label: label.to_owned(),
-            provider: Default::default(),
-            base_url: None,
-            org: None,
-            priority: 0,
-            daily_token_budget: None,
-            models: Vec::new(),
-            exclude_models: Vec::new(),
-            secret,
-        };
+        let new = NewKey::openai(label.to_owned(), secret);
         match manage::add_key(&loaded, new).await {
             Ok(()) => {}
             // Imported before (or added by hand): it is in the pool already, which is what was wanted.

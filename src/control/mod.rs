@@ -58,6 +58,23 @@ pub struct NewKey {
     pub secret: Secret,
 }
 
+impl NewKey {
+    /// An OpenAI key with every setting at its default, as an import adds one.
+    pub fn openai(label: String, secret: Secret) -> Self {
+        Self {
+            label,
+            provider: Provider::default(),
+            base_url: None,
+            org: None,
+            priority: 0,
+            daily_token_budget: None,
+            models: Vec::new(),
+            exclude_models: Vec::new(),
+            secret,
+        }
+    }
+}
+
 impl std::fmt::Debug for NewKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NewKey").field("label", &self.label).field("provider", &self.provider).finish_non_exhaustive()

@@ -153,7 +153,11 @@ impl Sources {
         Self {
             env_key: get(ENV_VAR),
             codex_auth: get("CODEX_HOME").map_or_else(|| home.join(".codex"), PathBuf::from).join("auth.json"),
-            pi_dir: get("PI_CODING_AGENT_DIR").map_or_else(|| home.join(".pi/agent"), PathBuf::from),
+            // pi expands a leading `~` itself.
+            pi_dir: get("PI_CODING_AGENT_DIR").map_or_else(
+                || home.join(".pi/agent"),
+                |dir| dir.strip_prefix("~/").map_or_else(|| PathBuf::from(&dir), |rest| home.join(rest)),
+            ),
             env_names: vars.into_iter().filter(|(_, v)| !v.is_empty()).map(|(k, _)| k).collect(),
         }
     }

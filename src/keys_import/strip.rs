@@ -134,21 +134,7 @@ mod scan {
         at
     }
 
-    /// The byte just past the string that opens at `open`.
-    pub(super) fn string_end(bytes: &[u8], open: usize) -> Option<usize> {
-        if bytes.get(open) != Some(&b'"') {
-            return None;
-        }
-        let mut at = open + 1;
-        while at < bytes.len() {
-            match bytes[at] {
-                b'\\' => at += 2,
-                b'"' => return Some(at + 1),
-                _ => at += 1,
-            }
-        }
-        None
-    }
+    pub(super) use crate::setup::string_end;
 
     /// The byte just past the value that starts at `at`.
     pub(super) fn value_end(bytes: &[u8], at: usize) -> Option<usize> {

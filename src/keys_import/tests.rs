@@ -61,6 +61,12 @@ fn pi_keys_are_literal_unless_they_are_a_command_or_name_a_variable() {
 }
 
 #[test]
+fn pi_s_directory_may_start_with_a_tilde() {
+    let vars = vec![("PI_CODING_AGENT_DIR".to_owned(), "~/pi-agent".to_owned())];
+    assert_eq!(Sources::from_vars(vars, Path::new("/h")).pi_dir, Path::new("/h/pi-agent"));
+}
+
+#[test]
 fn a_pasted_list_takes_labels_skips_comments_and_names_a_bad_line() {
     let text = format!("# my keys\n\nwork={KEY}\n  {KEY2}  \n");
     let found = pasted(&text, None);
@@ -101,6 +107,11 @@ fn the_plaintext_goes_and_every_other_byte_stays() {
     let origin = Origin::PiModels("models.json".into(), "mine".into());
     assert_eq!(strip_text(&models, &origin, KEY), "{\"providers\": {\"mine\": {\n  \"api\": \"openai-responses\"\n}}}");
     assert!(strip::check(&models, &origin, KEY2).is_err(), "another key is not taken out");
+    let last = format!("{{\"providers\": {{\"mine\": {{ \"api\": \"x\", \"apiKey\": \"{KEY}\" }}}}}}");
+    assert_eq!(strip_text(&last, &origin, KEY), "{\"providers\": {\"mine\": { \"api\": \"x\" }}}");
+    let only = format!("{{\n  \"openai\": {{ \"type\": \"api_key\", \"key\": \"{KEY}\" }}\n}}");
+    let origin = Origin::PiAuth("auth.json".into(), "openai".into());
+    assert_eq!(strip_text(&only, &origin, KEY), "{}");
 }
 
 fn strip_text(text: &str, origin: &Origin, key: &str) -> String {

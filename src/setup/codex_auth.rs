@@ -95,7 +95,7 @@ fn replace_key(text: &str, token: &str) -> Result<String, Refusal> {
     let rest = &text[start..];
     let colon = rest.find(':').filter(|&at| rest[..at].trim().is_empty()).ok_or_else(unchanged)?;
     let open = start + colon + 1 + (rest[colon + 1..].len() - rest[colon + 1..].trim_start().len());
-    let close = string_end(text, open).ok_or_else(unchanged)?;
+    let close = string_end(text.as_bytes(), open).ok_or_else(unchanged)?;
     let new = format!("{}\"{token}\"{}", &text[..open], &text[close..]);
     let (mut before, mut after): (Value, Value) = (
         serde_json::from_str(text).map_err(|e| Refusal::Syntax(e.to_string()))?,
@@ -113,8 +113,7 @@ fn replace_key(text: &str, token: &str) -> Result<String, Refusal> {
 }
 
 /// The byte just past the JSON string that opens at `open`.
-fn string_end(text: &str, open: usize) -> Option<usize> {
-    let bytes = text.as_bytes();
+pub(crate) fn string_end(bytes: &[u8], open: usize) -> Option<usize> {
     if bytes.get(open) != Some(&b'"') {
         return None;
     }

@@ -48,6 +48,7 @@ mod target;
 
 pub use apply::{apply, status, undo, Applied, Status, Undone};
 pub use client::{default_state_dir, Client};
+pub(crate) use codex_auth::string_end;
 pub use codex_history::resume_command;
 pub use error::SetupError;
 pub(crate) use files::{keep_copy, mode_of, read_limited};
