@@ -83,6 +83,7 @@ async fn keys_in_codex_and_the_environment_are_imported_only_on_yes_and_the_plai
     printed.push_str(&(out.clone() + &err));
     assert!(out.contains("added key 'env'") && out.contains("added key 'codex'"), "{out}");
     assert!(out.contains("delete the line `export OPENAI_API_KEY=…`"), "{out}");
+    assert!(out.contains("`keymux setup codex` puts a Keymux client token in its place"), "{out}");
     let after = std::fs::read_to_string(&auth).unwrap();
     assert_eq!(after, original.replace(&format!("\"{CODEX_KEY}\""), "null"), "only the key's value went");
     let backup = std::fs::read_dir(auth.parent().unwrap())

@@ -216,11 +216,16 @@ fn remove_copies(pooled: &[&Candidate], up_front: bool) -> Result<(), StartError
                     continue;
                 }
                 match keys_import::remove_plaintext(&candidate.origin, &candidate.secret) {
-                    Ok(removed) => out(&format!(
-                        "removed the key from {} (the file as it was is kept in {})",
-                        removed.path.display(),
-                        removed.backup.display()
-                    )),
+                    Ok(removed) => {
+                        out(&format!(
+                            "removed the key from {} (the file as it was is kept in {})",
+                            removed.path.display(),
+                            removed.backup.display()
+                        ));
+                        if matches!(candidate.origin, Origin::CodexAuth(_)) {
+                            out("Codex now has no key there: `keymux setup codex` puts a Keymux client token in its place");
+                        }
+                    }
                     Err(why) => eprintln!("keymux: {why}"),
                 }
             }
