@@ -74,6 +74,11 @@ pub(super) async fn import(loaded: &Loaded, args: ImportArgs) -> Result<(), Star
     let mut failed = 0;
     let mut pooled = Vec::new();
     for (candidate, standing) in found.candidates.iter().zip(&standings) {
+        let same = |c: &&Candidate| c.secret.expose() == candidate.secret.expose();
+        if matches!(standing, Standing::Twin(_)) && !pooled.iter().any(same) {
+            // Its twin above was not imported: neither is it, and its file keeps it.
+            continue;
+        }
         match add(loaded, candidate, standing).await {
             Ok(()) => pooled.push(candidate),
             Err(why) => {
