@@ -79,7 +79,7 @@ impl Store {
 
     fn reopen(&mut self) -> Result<(), Failure> {
         std::fs::create_dir_all(&self.path).map_err(|e| Failure::Io(e.to_string()))?;
-        let db = sled::open(&self.path).map_err(Failure::from)?;
+        let db = open_when_free(&self.path).map_err(Failure::from)?;
         migrate_day_rows(&db).map_err(Failure::from)?;
         self.generation = read_generation(&db).map_err(Failure::from)?;
         self.db = Some(db);
@@ -290,4 +290,20 @@ impl Failure {
         let (Self::Corrupt(e) | Self::Io(e)) = self;
         format!("the metrics store {} could not be opened ({e})", dir.display())
     }
+}
+
+/// Opens the store, waiting up to two seconds for the directory's lock: a handle just closed is let go
+/// on one of sled's own threads a moment later (this process reopening its store, or a Keymux that is
+/// exiting), and opening before that fails. Another Keymux that keeps running holds the lock longer,
+/// and that is reported as usual.
+fn open_when_free(path: &Path) -> sled::Result<sled::Db> {
+    let locked =
+        |e: &sled::Error| matches!(e, sled::Error::Io(io) if io.to_string().contains("could not acquire lock"));
+    for _ in 0..400 {
+        match sled::open(path) {
+            Err(e) if locked(&e) => std::thread::sleep(std::time::Duration::from_millis(5)),
+            other => return other,
+        }
+    }
+    sled::open(path)
 }
