@@ -291,6 +291,8 @@ pub struct Keymux {
     pub root: String,
     /// Everything the process wrote to stdout and stderr.
     pub output: Arc<Mutex<Vec<u8>>>,
+    /// The tasks copying its stdout and stderr into `output`; each ends when its pipe closes.
+    readers: Vec<tokio::task::JoinHandle<()>>,
 }
 
 pub fn keymux_bin() -> PathBuf {
@@ -329,7 +331,7 @@ impl Keymux {
         let output = Arc::new(Mutex::new(Vec::new()));
         let mut stderr = child.stderr.take().expect("stderr");
         let sink = output.clone();
-        tokio::spawn(async move {
+        let stderr_reader = tokio::spawn(async move {
             let mut buf = [0u8; 4096];
             while let Ok(n) = stderr.read(&mut buf).await {
                 if n == 0 {
@@ -347,11 +349,11 @@ impl Keymux {
             let _ = child.wait().await;
             panic!("keymux exited early: {}", String::from_utf8_lossy(&output.lock().unwrap()));
         };
-        output.lock().unwrap().extend_from_slice(line.as_bytes());
+        output.lock().unwrap().extend_from_slice(format!("{line}\n").as_bytes());
         let sink = output.clone();
-        tokio::spawn(async move {
+        let stdout_reader = tokio::spawn(async move {
             while let Ok(Some(line)) = lines.next_line().await {
-                sink.lock().unwrap().extend_from_slice(line.as_bytes());
+                sink.lock().unwrap().extend_from_slice(format!("{line}\n").as_bytes());
             }
         });
         let base = line
@@ -360,7 +362,7 @@ impl Keymux {
             .expect("listening line names the base URL")
             .to_owned();
         let root = base.trim_end_matches("/v1").to_owned();
-        Self { child, base, root, output }
+        Self { child, base, root, output, readers: vec![stderr_reader, stdout_reader] }
     }
 
     pub fn output_text(&self) -> String {
@@ -373,7 +375,10 @@ impl Keymux {
             let _ = std::process::Command::new("kill").arg(pid.to_string()).status();
         }
         let _ = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Everything it wrote, up to both pipes' end (not whatever the copying tasks had got to).
+        for reader in std::mem::take(&mut self.readers) {
+            let _ = tokio::time::timeout(Duration::from_secs(10), reader).await;
+        }
         self.output_text()
     }
 }
