@@ -182,3 +182,33 @@ async fn a_websocket_session_no_organization_can_read_is_rescued() {
     let answer = again.create(&s.next_body(false)).await;
     assert!(answer.error.is_none() && !answer.closed, "the next socket: {:?}", answer.error);
 }
+
+/// Codex opens a resumed session's socket with a prewarm frame that replays nothing, so the socket is
+/// bound before Keymux sees the old reasoning. The first frame that replays it there is answered with
+/// the lost-state error (never sent to an organization that cannot read it); Codex reconnects and sends
+/// the whole history first, and Keymux finds the organization.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_bound_by_a_prewarm_is_reconnected_to_find_the_organization() {
+    let h = Harness::start(four_orgs(), &five_keys()).await;
+    let mut s = begun_directly(&h, Shape::Codex, 40, true, "sk-c1").await;
+    let body = s.next_body(false);
+    let mut prewarm = body.clone();
+    prewarm["input"] = serde_json::json!([]);
+    prewarm["generate"] = false.into();
+    let mut ws = WsClient::connect(&h.base, &s.id).await.unwrap();
+    let answer = ws.create(&prewarm).await;
+    assert!(answer.error.is_none(), "the prewarm is served: {:?}", answer.error);
+    let answer = ws.create(&body).await;
+    let error = answer.error.expect("the old reasoning is not sent on the bound socket");
+    assert_eq!(error["error"]["code"], "previous_response_not_found", "{error}");
+    let upstream_400s =
+        h.sim.log().iter().filter(|e| e.error_code.as_deref() == Some("invalid_encrypted_content")).count();
+    let mut again = WsClient::connect(&h.base, &s.id).await.unwrap();
+    let answer = again.create(&body).await;
+    assert!(answer.error.is_none() && !answer.closed, "found on the new socket: {:?}", answer.error);
+    let records = records_of(&h, 3).await;
+    let found = records.iter().find(|r| r["decision"]["route"] == "finding_org").expect("found on reconnect");
+    assert_eq!(org_of_key(found["served_by"].as_str().unwrap()), "org-c", "{found}");
+    assert!(records.iter().any(|r| r["error"] == "reconnect_to_find_org"), "the bounced frame is recorded as such");
+    assert_eq!(upstream_400s, 0, "the bound socket never sent the old reasoning to its organization");
+}

@@ -1,7 +1,8 @@
 //! Setting Codex up keeps the user's history, with real Codex 0.171: a session recorded before Keymux
 //! (Codex pointed straight at one simulator organization, its key in `auth.json` as `codex login
 //! --with-api-key` writes it) is still the one Codex resumes after setup, recorded under the built-in
-//! `openai` provider, and it continues through Keymux. Undo, after Codex's own edits to `config.toml`,
+//! `openai` provider, and it continues through Keymux on the organization that made it, among keys of
+//! three (Keymux finds which can read its reasoning). Undo, after Codex's own edits to `config.toml`,
 //! takes out only Keymux's line and gives `auth.json` back byte for byte, and Codex goes straight to
 //! the provider again. pi (0.73.1) keeps sessions per directory whatever the provider, so nothing is
 //! stranded there: an old session continues through Keymux once its provider is named.
@@ -14,7 +15,6 @@ use std::process::Stdio;
 
 use keymux::secrets::Secret;
 use keymux::setup::{self, Choices, Client, SetupError};
-use keymux_sim::SimConfig;
 use support::*;
 
 /// What the user had: settings, and the simulator's organization as their OpenAI.
@@ -88,28 +88,36 @@ async fn requests_through_keymux(h: &Harness) -> usize {
     decisions_api(&h.root).await["data"].as_array().unwrap().len()
 }
 
-/// A gateway whose keys are all in the one organization the sessions start on, and a directory for
-/// the client's files.
-async fn one_organization() -> (Harness, tempfile::TempDir) {
-    let sim = SimConfig::new().org("org-a", &["sk-a1", "sk-a2"]);
-    (Harness::start(sim, &[key("a1", "sk-a1"), key("a2", "sk-a2")]).await, tempfile::tempdir().unwrap())
+/// Whether a request through Keymux was placed by finding the organization of reasoning made before
+/// Keymux, and served there (on org-b, where the sessions begin).
+async fn found_its_organization(h: &Harness) -> bool {
+    let decisions = decisions_api(&h.root).await;
+    decisions["data"].as_array().unwrap().iter().any(|r| {
+        r["decision"]["route"] == "finding_org" && r["served_by"].as_str().is_some_and(|k| k.starts_with("k_b"))
+    })
+}
+
+/// A gateway with five keys in three organizations (the sessions start on one of them, whose reasoning
+/// the others cannot read), and a directory for the client's files.
+async fn three_organizations() -> (Harness, tempfile::TempDir) {
+    (Harness::start(three_orgs(), &five_keys()).await, tempfile::tempdir().unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_from_before_keymux_continues_through_it_and_undo_keeps_codexs_own_edits() {
-    let (h, dir) = one_organization().await;
+    let (h, dir) = three_organizations().await;
     let (codex_home, work, state) = (dir.path().join("codex"), dir.path().join("work"), dir.path().join("state"));
     std::fs::create_dir_all(&work).unwrap();
     std::fs::create_dir_all(&codex_home).unwrap();
     let config_path = codex_home.join("config.toml");
     let original = format!("{SETTINGS}openai_base_url = \"{}\"\n\n[analytics]\nenabled = false\n", h.sim.base_url());
     std::fs::write(&config_path, &original).unwrap();
-    codex_login(&codex_home, "sk-a1").await;
+    codex_login(&codex_home, "sk-b1").await;
     let auth_path = codex_home.join("auth.json");
     let auth_before = std::fs::read(&auth_path).unwrap();
 
     let (ok, out) = codex(&codex_home, &work, &["Before Keymux."]).await;
-    assert!(ok && out.contains("from org-a: Before Keymux."), "{out}");
+    assert!(ok && out.contains("from org-b: Before Keymux."), "{out}");
     let id = session_id(&out);
     assert_eq!(requests_through_keymux(&h).await, 0, "straight to the provider");
 
@@ -124,7 +132,7 @@ async fn a_session_from_before_keymux_continues_through_it_and_undo_keeps_codexs
     );
     let choices = Choices { force: true, import_key: true, ..Choices::default() };
     let shown = setup::preview_with(Client::Codex, &config_path, &h.base, token, choices, Some(&state)).unwrap();
-    assert_eq!(shown.key_to_import().map(Secret::expose), Some("sk-a1"), "the key is offered for import");
+    assert_eq!(shown.key_to_import().map(Secret::expose), Some("sk-b1"), "the key is offered for import");
     assert_no_secrets("the preview", &shown.text(), &[TOKEN]);
     let never = || std::future::ready(Err::<Secret, &str>("the client token exists already"));
     shown.confirm(&state, never).await.unwrap();
@@ -132,8 +140,9 @@ async fn a_session_from_before_keymux_continues_through_it_and_undo_keeps_codexs
     let (ok, out) = codex(&codex_home, &work, &["resume", "--last", "Through Keymux."]).await;
     assert!(ok, "{out}");
     assert_eq!(session_id(&out), id, "the session from before Keymux is the one Codex resumes:\n{out}");
-    assert!(out.contains("from org-a: Through Keymux."), "it continues:\n{out}");
+    assert!(out.contains("from org-b: Through Keymux."), "it continues:\n{out}");
     assert!(requests_through_keymux(&h).await > 0, "through Keymux");
+    assert!(found_its_organization(&h).await, "Keymux found the organization of its reasoning");
     let sessions = recorded(&codex_home);
     assert_eq!(sessions, [(id.clone(), "\"openai\"".to_owned())], "one session, under the built-in provider");
 
@@ -149,7 +158,7 @@ async fn a_session_from_before_keymux_continues_through_it_and_undo_keeps_codexs
     // reasoning Keymux tagged, which the provider cannot read without Keymux.)
     let through = requests_through_keymux(&h).await;
     let (ok, out) = codex(&codex_home, &work, &["After undo."]).await;
-    assert!(ok && out.contains("from org-a: After undo.") && session_id(&out) != id, "{out}");
+    assert!(ok && out.contains("from org-b: After undo.") && session_id(&out) != id, "{out}");
     assert_eq!(requests_through_keymux(&h).await, through, "straight to the provider again");
 }
 
@@ -166,7 +175,7 @@ fn pi_sessions(agent: &Path) -> Vec<Vec<String>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pi_session_from_before_keymux_continues_through_it_when_its_provider_is_named() {
-    let (h, dir) = one_organization().await;
+    let (h, dir) = three_organizations().await;
     let (agent, work, state) = (dir.path().join("agent"), dir.path().join("work"), dir.path().join("state"));
     std::fs::create_dir_all(&work).unwrap();
     // pi's built-in `openai` provider, pointed at the simulator as the user's OpenAI.
@@ -177,12 +186,12 @@ async fn a_pi_session_from_before_keymux_continues_through_it_when_its_provider_
     let env = [
         ("HOME", dir.path().to_str().unwrap()),
         ("PI_CODING_AGENT_DIR", agent.to_str().unwrap()),
-        ("OPENAI_API_KEY", "sk-a1"),
+        ("OPENAI_API_KEY", "sk-b1"),
     ];
     let pi = |args: &'static [&'static str]| run_client(pi_bin(), &work, &env, args);
 
     let (ok, out) = pi(&["--provider", "openai", "--model", "gpt-5.5", "-p", "Before Keymux."]).await;
-    assert!(ok && out.contains("from org-a: Before Keymux."), "{out}");
+    assert!(ok && out.contains("from org-b: Before Keymux."), "{out}");
 
     let shown =
         setup::preview_with(Client::Pi, &models, &h.base, Some(Secret::new(TOKEN)), Choices::default(), Some(&state));
@@ -191,11 +200,12 @@ async fn a_pi_session_from_before_keymux_continues_through_it_when_its_provider_
 
     // Continued as it was made: with `openai`, around Keymux.
     let (ok, out) = pi(&["-c", "-p", "Continued plainly."]).await;
-    assert!(ok && out.contains("from org-a: Continued plainly."), "{out}");
+    assert!(ok && out.contains("from org-b: Continued plainly."), "{out}");
     assert_eq!(requests_through_keymux(&h).await, 0, "the session's own provider, not Keymux");
     // Naming Keymux's provider continues the same session through Keymux.
+    // pi replays no encrypted reasoning here, so any organization may answer.
     let (ok, out) = pi(&["-c", "--provider", "keymux", "--model", "gpt-5.5", "-p", "Through Keymux."]).await;
-    assert!(ok && out.contains("from org-a: Through Keymux."), "{out}");
+    assert!(ok && out.contains(": Through Keymux."), "{out}");
     assert!(requests_through_keymux(&h).await > 0, "through Keymux");
     let sessions = pi_sessions(&agent);
     assert_eq!(sessions.len(), 1, "one session: {sessions:?}");

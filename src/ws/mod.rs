@@ -337,6 +337,8 @@ struct Bound {
     turns: Arc<Mutex<VecDeque<Turn>>>,
     /// The upstream's first answer, when it was read while finding the session's organization.
     answer: Option<UpMessage>,
+    /// The first frame replayed encrypted content without a marker, and this key's organization read it.
+    found: bool,
 }
 
 /// Sends the first frame on the freshly opened upstream socket (unless it went with the attempt); its
@@ -363,5 +365,6 @@ async fn bind(
     }
     let tagger = pipeline::tagger_for(gateway, Operation::ResponsesCreate, &guard);
     let turns = Arc::new(Mutex::new(VecDeque::from([Turn { trace, completion }])));
-    Some(Bound { upstream, guard, tagger, key, turns, answer })
+    let found = admitted.facts.unmarked_encrypted;
+    Some(Bound { upstream, guard, tagger, key, turns, answer, found })
 }

@@ -33,6 +33,10 @@ enum Stop {
     Misbound(KeyId),
     /// The frame carries a marker that must not be used.
     Refused(String),
+    /// The frame replays encrypted content without a marker on a socket that was bound before any
+    /// such content came (Codex opens a resumed session with a prewarm frame that carries none): the
+    /// client must reconnect and send it first, so its organization is found.
+    Unfound,
 }
 
 /// The two pumps, until either side closes or the gateway shuts down.
@@ -43,13 +47,13 @@ pub(super) async fn relay(
     headers: HeaderMap,
     scope: ClientScope,
 ) {
-    let Bound { upstream, guard, tagger, key, turns, answer } = bound;
+    let Bound { upstream, guard, tagger, key, turns, answer, found } = bound;
     let (client_tx, client_rx) = client.split();
     let (up_tx, up_rx) = upstream.split();
     // An answer already read (while finding the session's organization) is relayed first.
     let up_rx = futures::stream::iter(answer.map(Ok)).chain(up_rx);
     let (notice_tx, notice_rx) = tokio::sync::mpsc::channel::<AxumMessage>(1);
-    let inbound = Inbound { gateway: gateway.clone(), key: key.clone(), turns: turns.clone(), headers, scope };
+    let inbound = Inbound { gateway: gateway.clone(), key: key.clone(), turns: turns.clone(), headers, scope, found };
     let outbound = Outbound { gateway: gateway.clone(), key: key.clone(), tagger, turns };
     let inbound = inbound.pump(client_rx, up_tx);
     let outbound = outbound.pump(up_rx, client_tx, notice_rx);
@@ -62,6 +66,10 @@ pub(super) async fn relay(
                 Ok(()) => None,
                 Err(Stop::Misbound(other)) => {
                     tracing::info!(key = %key, other = %other, "session belongs to another organization; asking the client to reconnect");
+                    Some(lost_state_frame())
+                }
+                Err(Stop::Unfound) => {
+                    tracing::info!(key = %key, "a session begun before Keymux; asking the client to reconnect so its organization is found");
                     Some(lost_state_frame())
                 }
                 Err(Stop::Refused(message)) => {
@@ -100,6 +108,9 @@ struct Inbound {
     turns: Arc<Mutex<VecDeque<Turn>>>,
     headers: HeaderMap,
     scope: ClientScope,
+    /// The socket was opened by finding the organization of unmarked encrypted content: such content
+    /// may come again on it.
+    found: bool,
 }
 
 impl Inbound {
@@ -151,7 +162,14 @@ impl Inbound {
         // Items of organizations this session was rescued from stay dropped, on this socket too.
         let stale: Vec<OrgTag> =
             pipeline::rescued_from(gateway, facts, now).into_iter().filter(|o| Some(*o) != org).collect();
-        self.check_bound(facts, org, &stale, now)?;
+        if let Err(stop) = self.check_bound(facts, org, &stale, now) {
+            if matches!(stop, Stop::Unfound) {
+                // Recorded as what it is: the client is asked to reconnect, not a client that left.
+                trace.facts(facts);
+                trace.finish(End { served_by: None, status: 409, error: Some("reconnect_to_find_org"), usage: None });
+            }
+            return Err(stop);
+        }
         if let Some(session) = facts.session {
             gateway.hints().insert(session, self.key.clone(), now);
         }
@@ -198,6 +216,10 @@ impl Inbound {
             .iter()
             .find(|p| Some(p.org) != org && p.key != self.key && !stale.contains(&p.org))
             .or(facts.continuity.as_ref().filter(|c| c.key != self.key));
+        if facts.unmarked_encrypted && facts.pins.is_empty() && !self.found && self.gateway.policy().encrypted_affinity
+        {
+            return Err(Stop::Unfound);
+        }
         let Some(pin) = misbound else { return Ok(()) };
         if let Some(session) = facts.session {
             self.gateway.hints().insert(session, pin.key.clone(), now);
