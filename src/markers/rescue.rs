@@ -22,29 +22,35 @@ impl Markers {
             }
     }
 
-    /// Removes from a request body every array element that carries a valid marker naming one of `orgs`
-    /// (reasoning and compaction items in `input`, entries of a Chat message's `reasoning_items`).
-    /// Returns the new body and how many elements were dropped, or `None` if the body is not JSON.
-    pub fn drop_org_items(&self, body: &[u8], orgs: &[OrgTag]) -> Option<(Vec<u8>, usize)> {
+    /// Removes from a request body every array element that no remaining key can read: those that carry
+    /// a valid marker naming one of `orgs` (reasoning and compaction items in `input`, entries of a Chat
+    /// message's `reasoning_items`), and with `unmarked` those whose `encrypted_content` carries no
+    /// marker at all (a session made before Keymux that no organization could read, or that was moved
+    /// off its organization). One parse and one write, whatever is dropped. Returns the new body and how
+    /// many elements were dropped, or `None` if the body is not JSON.
+    pub fn drop_unreadable(&self, body: &[u8], orgs: &[OrgTag], unmarked: bool) -> Option<(Vec<u8>, usize)> {
+        let unreadable =
+            |item: &Value| (unmarked && is_unmarked_item(item)) || orgs.iter().any(|org| self.names_org(item, *org));
         let mut value: Value = serde_json::from_slice(body).ok()?;
-        let dropped = self.drop_in(&mut value, orgs);
+        let dropped = drop_in(&mut value, &unreadable);
         Some((serde_json::to_vec(&value).ok()?, dropped))
     }
+}
 
-    fn drop_in(&self, value: &mut Value, orgs: &[OrgTag]) -> usize {
-        match value {
-            Value::Array(items) => {
-                let before = items.len();
-                items.retain(|item| !orgs.iter().any(|org| self.names_org(item, *org)));
-                let mut dropped = before - items.len();
-                for item in items.iter_mut() {
-                    dropped += self.drop_in(item, orgs);
-                }
-                dropped
+/// Removes every array element, at any depth, for which `unreadable` holds; returns how many.
+fn drop_in(value: &mut Value, unreadable: &dyn Fn(&Value) -> bool) -> usize {
+    match value {
+        Value::Array(items) => {
+            let before = items.len();
+            items.retain(|item| !unreadable(item));
+            let mut dropped = before - items.len();
+            for item in items.iter_mut() {
+                dropped += drop_in(item, unreadable);
             }
-            Value::Object(map) => map.values_mut().map(|v| self.drop_in(v, orgs)).sum(),
-            _ => 0,
+            dropped
         }
+        Value::Object(map) => map.values_mut().map(|v| drop_in(v, unreadable)).sum(),
+        _ => 0,
     }
 }
 
@@ -62,36 +68,9 @@ pub fn has_unmarked_encrypted(body: &[u8]) -> bool {
     })
 }
 
-impl Markers {
-    /// Removes from a request body every array element whose `encrypted_content` carries no marker (the
-    /// items no organization could read, for a session made before Keymux). Returns the new body and how
-    /// many elements were dropped, or `None` if the body is not JSON.
-    pub fn drop_unmarked_items(&self, body: &[u8]) -> Option<(Vec<u8>, usize)> {
-        let mut value: Value = serde_json::from_slice(body).ok()?;
-        let dropped = drop_unmarked_in(&mut value);
-        Some((serde_json::to_vec(&value).ok()?, dropped))
-    }
-}
-
 fn is_unmarked_item(item: &Value) -> bool {
     match item.get("encrypted_content") {
         Some(Value::String(s)) => !s.is_empty() && !s.as_bytes().starts_with(super::VERSION),
         _ => false,
-    }
-}
-
-fn drop_unmarked_in(value: &mut Value) -> usize {
-    match value {
-        Value::Array(items) => {
-            let before = items.len();
-            items.retain(|item| !is_unmarked_item(item));
-            let mut dropped = before - items.len();
-            for item in items.iter_mut() {
-                dropped += drop_unmarked_in(item);
-            }
-            dropped
-        }
-        Value::Object(map) => map.values_mut().map(drop_unmarked_in).sum(),
-        _ => 0,
     }
 }

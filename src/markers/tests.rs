@@ -315,11 +315,11 @@ fn dropping_unmarked_items_keeps_marked_ones_and_everything_else() {
         {"type": "reasoning", "encrypted_content": null},
         {"type": "compaction", "encrypted_content": "gAAAAABcompacted=="},
     ]});
-    let (out, dropped) = m.drop_unmarked_items(body.to_string().as_bytes()).expect("JSON");
+    let (out, dropped) = m.drop_unreadable(body.to_string().as_bytes(), &[], true).expect("JSON");
     assert_eq!(dropped, 2);
     let out: Value = serde_json::from_slice(&out).expect("JSON");
     let kept = out["input"].as_array().expect("input");
     assert_eq!(kept.len(), 3);
     assert_eq!(kept[1]["encrypted_content"], json!(marked));
-    assert!(m.drop_unmarked_items(b"not json").is_none());
+    assert!(m.drop_unreadable(b"not json", &[], true).is_none());
 }

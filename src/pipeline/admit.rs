@@ -8,7 +8,7 @@ use crate::error::ApiError;
 use crate::facts::{self, FactsError, Incoming, RequestFacts};
 use crate::gateway::Gateway;
 use crate::keys::KeyId;
-use crate::markers::OrgTag;
+use crate::markers::{OrgTag, SessionKey};
 use crate::pool::ViewFor;
 use crate::pools::Reach;
 use crate::router::{self, Decision, Memory, Reason, Refusal, Remembered};
@@ -80,11 +80,19 @@ fn kept_unmarked(gw: &Gateway, facts: &RequestFacts, now: Instant) -> bool {
 /// Remembers that no organization could read this session's unmarked encrypted content, so later turns
 /// drop it again.
 pub fn remember_unreadable(gw: &Gateway, facts: &RequestFacts) {
-    let Some(session) = facts.session else { return };
-    let now = gw.clock().now();
+    if let Some(session) = facts.session {
+        remember_rescued(gw, session, &[OrgTag::UNMARKED], gw.clock().now());
+    }
+}
+
+/// Adds `orgs` to the organizations the rescued table remembers for `session` (each once, at most
+/// `markers::MAX_PINS`).
+fn remember_rescued(gw: &Gateway, session: SessionKey, orgs: &[OrgTag], now: Instant) {
     let mut remembered = gw.rescued().get(&session, now).unwrap_or_default();
-    if !remembered.contains(&OrgTag::UNMARKED) && remembered.len() < crate::markers::MAX_PINS {
-        remembered.push(OrgTag::UNMARKED);
+    for org in orgs {
+        if !remembered.contains(org) && remembered.len() < crate::markers::MAX_PINS {
+            remembered.push(*org);
+        }
     }
     gw.rescued().insert(session, remembered, now);
 }
@@ -100,16 +108,9 @@ fn keep_rescued(gw: &Gateway, facts: &RequestFacts, decision: &mut Decision, kep
             }
         }
     }
-    let (Some(session), false, None) = (facts.session, decision.rescued_orgs.is_empty(), &decision.refusal) else {
-        return;
-    };
-    let mut remembered = gw.rescued().get(&session, now).unwrap_or_default();
-    for org in &decision.rescued_orgs {
-        if !remembered.contains(org) && remembered.len() < crate::markers::MAX_PINS {
-            remembered.push(*org);
-        }
+    if let (Some(session), false, None) = (facts.session, decision.rescued_orgs.is_empty(), &decision.refusal) {
+        remember_rescued(gw, session, &decision.rescued_orgs, now);
     }
-    gw.rescued().insert(session, remembered, now);
 }
 
 /// The pool-mismatch refusal, when the request replays state made by a key outside its pool.
@@ -144,11 +145,7 @@ pub(super) fn view_for<'a>(gw: &Gateway, facts: &'a RequestFacts, now: Instant) 
 /// cannot be re-read is refused, never forwarded un-rescued.
 fn rescue(gw: &Gateway, raw: &Bytes, orgs: &[OrgTag], unmarked: bool, trace: &mut Trace) -> Result<Bytes, ApiError> {
     let reread = || ApiError::BadJson { detail: "the body could not be re-read to drop unreadable items".into() };
-    let (mut rescued, mut dropped) = gw.markers().drop_org_items(raw, orgs).ok_or_else(reread)?;
-    if unmarked {
-        let (without, more) = gw.markers().drop_unmarked_items(&rescued).ok_or_else(reread)?;
-        (rescued, dropped) = (without, dropped + more);
-    }
+    let (rescued, dropped) = gw.markers().drop_unreadable(raw, orgs, unmarked).ok_or_else(reread)?;
     trace.rescued(dropped);
     let stripped = gw.markers().strip(&rescued)?;
     Ok(Bytes::from(stripped.body.into_owned()))

@@ -11,7 +11,7 @@ use crate::gateway::Gateway;
 use crate::keys::KeyId;
 use crate::pool::{Begin, InFlight, Learned, Outcome};
 use crate::relay::{Tagger, Usage};
-use crate::router::{self, LostOrgPolicy, Memory, Reason, Refusal, Route};
+use crate::router::{self, LostOrgPolicy, Memory, Reason, Refusal};
 
 /// Step 2: one attempt per candidate until one serves, the provider declines the client's own request,
 /// or none is left. A request replaying unmarked encrypted content (`Route::FindingOrg`) moves on to
@@ -22,7 +22,7 @@ pub async fn attempt_all<T: Transport>(
     transport: &mut T,
     trace: &mut Trace,
 ) -> Settled<T::Accepted, T::Declined> {
-    let finding = admitted.decision.route == Route::FindingOrg;
+    let finding = admitted.decision.finding_org();
     match attempt_each(gw, admitted, transport, trace, finding).await {
         Attempts::Settled(settled) => settled,
         Attempts::Unreadable { tried } => unreadable(gw, admitted, transport, trace, tried).await,
@@ -116,7 +116,7 @@ async fn unreadable<T: Transport>(
     if gw.policy().lost_org == LostOrgPolicy::Fail {
         return Settled::Failed(Fallback::Keymux(ApiError::Unreadable { tried }));
     }
-    let Some((body, dropped)) = gw.markers().drop_unmarked_items(&admitted.body) else {
+    let Some((body, dropped)) = gw.markers().drop_unreadable(&admitted.body, &[], true) else {
         let detail = "the body could not be re-read to drop unreadable items".into();
         return Settled::Failed(Fallback::Keymux(ApiError::BadJson { detail }));
     };

@@ -331,6 +331,12 @@ impl Decision {
     pub fn balanced(&self) -> bool {
         self.route == Route::Balanced
     }
+
+    /// Whether the request is finding the organization of encrypted content that carries no marker
+    /// (each candidate is one organization's key).
+    pub fn finding_org(&self) -> bool {
+        self.route == Route::FindingOrg
+    }
 }
 
 /// What happens when the organization that can read a request has no usable key left.

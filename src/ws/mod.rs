@@ -22,7 +22,7 @@ use serde_json::json;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use tokio_tungstenite::tungstenite::Message as UpMessage;
 
-use crate::classify::{error_code, Heard};
+use crate::classify::{error_detail, Heard};
 use crate::error::ApiError;
 use crate::events::Wire;
 use crate::facts::{Incoming, Operation};
@@ -107,6 +107,19 @@ pub struct Declined {
     message: String,
 }
 
+impl Declined {
+    /// A refusal as the provider worded it (`error.code` and `error.message`), with `fallback` for a
+    /// body that says nothing: a declined handshake's body, or an `error` event on a fresh socket.
+    fn from_body(status: u16, body: &[u8], fallback: impl FnOnce() -> String) -> Self {
+        let (code, message) = error_detail(body);
+        Self {
+            status,
+            code: code.unwrap_or_else(|| "upstream_error".to_owned()),
+            message: message.unwrap_or_else(fallback),
+        }
+    }
+}
+
 /// How a socket reaches the upstream: a handshake with the key.
 struct Handshake<'a> {
     gateway: &'a Gateway,
@@ -165,20 +178,23 @@ impl Handshake<'_> {
                 Err(_) => return cut("no first answer in time"),
             }
         };
-        let value = match &answer {
-            UpMessage::Text(text) => serde_json::from_str::<serde_json::Value>(text.as_str()).unwrap_or_default(),
-            _ => serde_json::Value::Null,
+        let error = match &answer {
+            UpMessage::Text(text)
+                if crate::relay::EndEvent::read(text.as_bytes()).is_some_and(|e| e.kind() == Some("error")) =>
+            {
+                text.as_bytes().to_vec()
+            }
+            _ => return Reply::Accepted(heard, Opened { socket, answer: Some(answer) }),
         };
-        if value["type"] != "error" {
-            return Reply::Accepted(heard, Opened { socket, answer: Some(answer) });
-        }
-        let status = value["status"].as_u64().and_then(|s| u16::try_from(s).ok()).unwrap_or(400);
-        let code = value["error"]["code"].as_str().unwrap_or("upstream_error").to_owned();
-        let message = value["error"]["message"].as_str().unwrap_or("The provider refused the frame.").to_owned();
         let _ = socket.close(None).await;
-        let heard = Heard::from_headers(status, &HeaderMap::new(), self.gateway.clock().now())
-            .with_body(value.to_string().as_bytes());
-        Reply::Declined(heard, Declined { status, code, message })
+        // OpenAI's error events carry the status an HTTP answer would have had.
+        let status = serde_json::from_slice::<serde_json::Value>(&error)
+            .ok()
+            .and_then(|v| v["status"].as_u64())
+            .and_then(|s| u16::try_from(s).ok())
+            .unwrap_or(400);
+        let heard = Heard::from_headers(status, &HeaderMap::new(), self.gateway.clock().now()).with_body(&error);
+        Reply::Declined(heard, Declined::from_body(status, &error, || "The provider refused the frame.".to_owned()))
     }
 
     /// The handshake alone: an open socket, the provider's refusal, or no answer.
@@ -200,12 +216,8 @@ impl Handshake<'_> {
                 let status = response.status().as_u16();
                 let body = response.body().clone().unwrap_or_default();
                 let heard = Heard::from_headers(status, response.headers(), now()).with_body(&body);
-                let code = error_code(&body).unwrap_or_else(|| "upstream_error".to_owned());
-                let message = serde_json::from_slice::<serde_json::Value>(&body)
-                    .ok()
-                    .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
-                    .unwrap_or_else(|| format!("The provider refused the WebSocket with status {status}."));
-                Reply::Declined(heard, Declined { status, code, message })
+                let fallback = || format!("The provider refused the WebSocket with status {status}.");
+                Reply::Declined(heard, Declined::from_body(status, &body, fallback))
             }
             Ok(Err(e)) => Reply::Failed(UpstreamError::Connect { base, detail: e.to_string() }),
         }
@@ -270,7 +282,7 @@ pub async fn serve_socket(
         Ok(admitted) => admitted,
         Err(error) => return refuse(client, trace, &error).await,
     };
-    let finding = admitted.decision.route == crate::router::Route::FindingOrg;
+    let finding = admitted.decision.finding_org();
     let mut handshake =
         Handshake { gateway: &gateway, headers: &headers, first: finding.then(|| admitted.body.clone()) };
     match pipeline::attempt_all(&gateway, &admitted, &mut handshake, &mut trace).await {

@@ -202,8 +202,10 @@ impl Inbound {
 
     /// Bound to this socket: markers of another organization cannot be read here (except those of an
     /// organization the session was rescued from: `stale`, dropped again), and a response made on
-    /// another socket's key cannot be continued here. Remember where the session belongs and make the
-    /// client reconnect (on `previous_response_not_found` Codex reconnects and resends all).
+    /// another socket's key cannot be continued here, and encrypted content without a marker cannot be
+    /// sent on a socket that was bound before it showed (its organization is unknown). Remember where
+    /// the session belongs and make the client reconnect (on `previous_response_not_found` Codex
+    /// reconnects and resends all).
     fn check_bound(
         &self,
         facts: &RequestFacts,
@@ -211,15 +213,15 @@ impl Inbound {
         stale: &[OrgTag],
         now: Instant,
     ) -> Result<(), Stop> {
+        if facts.unmarked_encrypted && facts.pins.is_empty() && !self.found && self.gateway.policy().encrypted_affinity
+        {
+            return Err(Stop::Unfound);
+        }
         let misbound = facts
             .pins
             .iter()
             .find(|p| Some(p.org) != org && p.key != self.key && !stale.contains(&p.org))
             .or(facts.continuity.as_ref().filter(|c| c.key != self.key));
-        if facts.unmarked_encrypted && facts.pins.is_empty() && !self.found && self.gateway.policy().encrypted_affinity
-        {
-            return Err(Stop::Unfound);
-        }
         let Some(pin) = misbound else { return Ok(()) };
         if let Some(session) = facts.session {
             self.gateway.hints().insert(session, pin.key.clone(), now);
@@ -255,7 +257,7 @@ struct Outbound {
 /// A frame with the items of `orgs` dropped and the remaining markers stripped.
 fn drop_again(gateway: &Gateway, raw: &[u8], orgs: &[OrgTag]) -> Result<Vec<u8>, Stop> {
     let unreadable = || Stop::Refused("Keymux: the frame could not be re-read to drop unreadable items.".into());
-    let (rescued, _) = gateway.markers().drop_org_items(raw, orgs).ok_or_else(unreadable)?;
+    let (rescued, _) = gateway.markers().drop_unreadable(raw, orgs, false).ok_or_else(unreadable)?;
     let stripped = gateway.markers().strip(&rescued).map_err(|e| Stop::Refused(format!("Keymux: {e}.")))?;
     Ok(stripped.body.into_owned())
 }
