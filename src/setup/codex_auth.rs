@@ -11,7 +11,7 @@
 
 use serde_json::Value;
 
-use super::plan::{Edited, Refusal};
+use super::plan::{Edited, Refusal, Remedy};
 use super::record::{sha256, Surgical};
 
 /// The field Codex reads an API key from.
@@ -65,6 +65,7 @@ pub(super) fn edit(text: &str, token: &str) -> Result<Edited, Refusal> {
                  login on. Set Codex up with --custom-provider instead (Codex's sessions then live under the \
                  provider `keymux`, apart from the ones you have now), or log in with an API key"
                     .into(),
+                Remedy::CustomProvider,
             ))
         }
     };
@@ -159,7 +160,7 @@ mod tests {
         let text =
             r#"{"OPENAI_API_KEY": null, "tokens": {"id_token": "x", "access_token": "y"}, "last_refresh": "2026"}"#;
         assert_eq!(held(text).unwrap().0, Held::ChatGpt);
-        let Err(Refusal::Conflict(why)) = edit(text, TOKEN) else { panic!("refused") };
+        let Err(Refusal::Conflict(why, Remedy::CustomProvider)) = edit(text, TOKEN) else { panic!("refused") };
         assert!(why.contains("not an API key") && why.contains("--custom-provider"), "{why}");
     }
 

@@ -14,7 +14,7 @@
 use toml_edit::{DocumentMut, Item};
 
 use super::codex::set_str;
-use super::plan::{Edited, Refusal};
+use super::plan::{Edited, Refusal, Remedy};
 use super::record::Surgical;
 use super::PROVIDER;
 
@@ -43,20 +43,26 @@ pub(super) fn edit(text: &str, base_url: &str, force: bool, prior: &Prior) -> Re
             true
         }
         Some(now) => {
-            return Err(Refusal::Conflict(format!(
-                "it already sets {KEY} = \"{now}\", which is not Keymux's: Codex sends its requests there now. \
+            return Err(Refusal::Conflict(
+                format!(
+                    "it already sets {KEY} = \"{now}\", which is not Keymux's: Codex sends its requests there now. \
                  Set up anyway with --force (Undo puts \"{now}\" back), or remove that line first"
-            )))
+                ),
+                Remedy::Force,
+            ))
         }
     };
     let dropped_provider = old_form(&doc);
     let chosen = top_string(&doc, "model_provider")?;
     if let Some(other) = chosen.filter(|p| p != "openai" && !dropped_provider) {
-        return Err(Refusal::Conflict(format!(
-            "it chooses model_provider = \"{other}\", so Codex does not use its built-in provider, which is the \
+        return Err(Refusal::Conflict(
+            format!(
+                "it chooses model_provider = \"{other}\", so Codex does not use its built-in provider, which is the \
              one Keymux points at. Set up with --custom-provider instead (it replaces that choice, Undo puts it \
              back; Codex's sessions then live under the provider `{PROVIDER}`), or remove that line first"
-        )));
+            ),
+            Remedy::CustomProvider,
+        ));
     }
     if dropped_provider {
         doc.as_table_mut().remove("model_provider");
@@ -185,7 +191,9 @@ mod tests {
     #[test]
     fn someone_elses_base_url_is_refused_by_name_unless_forced_and_then_kept_for_undo() {
         let text = format!("{KEY} = \"https://proxy.example/v1\" # corp\n{SAMPLE}");
-        let Err(Refusal::Conflict(why)) = edit(&text, BASE, false, &Prior::default()) else { panic!("refused") };
+        let Err(Refusal::Conflict(why, Remedy::Force)) = edit(&text, BASE, false, &Prior::default()) else {
+            panic!("refused")
+        };
         assert!(why.contains("https://proxy.example/v1") && why.contains("--force"), "{why}");
         let forced = edit(&text, BASE, true, &Prior::default()).unwrap();
         assert_eq!(changes(&text, &forced.text).1, [format!("{KEY} = \"{BASE}\" # corp\n")]);
@@ -243,7 +251,9 @@ mod tests {
     #[test]
     fn a_config_that_chooses_another_provider_is_refused_and_openai_is_fine() {
         let text = format!("model_provider = \"other\"\n{SAMPLE}");
-        let Err(Refusal::Conflict(why)) = edit(&text, BASE, true, &Prior::default()) else { panic!("refused") };
+        let Err(Refusal::Conflict(why, Remedy::CustomProvider)) = edit(&text, BASE, true, &Prior::default()) else {
+            panic!("refused")
+        };
         assert!(why.contains("\"other\"") && why.contains("--custom-provider"), "{why}");
         let openai = format!("model_provider = \"openai\"\n{SAMPLE}");
         assert!(edit(&openai, BASE, false, &Prior::default()).unwrap().text.contains("model_provider = \"openai\"\n"));

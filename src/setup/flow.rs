@@ -24,8 +24,8 @@ pub struct Preview {
     choices: Choices,
     /// `None`: the preview shows a stand-in, and [`Preview::confirm`] makes the real token.
     existing: Option<Secret>,
-    /// With [`Choices::import_key`]: the API key Codex's `auth.json` holds now.
-    import: Option<Secret>,
+    /// The API key Codex's `auth.json` holds now, if it holds one.
+    found: Option<Secret>,
 }
 
 /// Why a setup the person agreed to was not made.
@@ -70,17 +70,17 @@ pub fn preview_with(
         Some(token) => plan_target(&target, &places, token)?,
         None => plan_target(&target, &places, &secrets::generate(crate::tokens::TOKEN_PREFIX))?,
     };
-    let import = match (choices.import_key, shown.iter().find(|p| p.path == codex_auth_path(path))) {
-        (true, Some(auth)) if target == Target::Default(Client::Codex) => {
+    let found = match shown.iter().find(|p| p.path == codex_auth_path(path)) {
+        Some(auth) if target == Target::Default(Client::Codex) => {
             let text = String::from_utf8_lossy(auth.current().unwrap_or_default());
             match codex_auth::held(&text) {
                 Ok((Held::ApiKey, Some(key))) => Some(Secret::new(key)),
                 Ok(_) | Err(_) => None,
             }
         }
-        (true | false, _) => None,
+        Some(_) | None => None,
     };
-    Ok(Preview { target, path: path.to_owned(), shown, base_url: base_url.to_owned(), choices, existing, import })
+    Ok(Preview { target, path: path.to_owned(), shown, base_url: base_url.to_owned(), choices, existing, found })
 }
 
 impl Preview {
@@ -108,7 +108,23 @@ impl Preview {
     /// Keymux's keys (as `keymux keys add` does) before [`Preview::confirm`] puts the client token in
     /// its place. Never shown or logged.
     pub fn key_to_import(&self) -> Option<&Secret> {
-        self.import.as_ref()
+        self.found.as_ref().filter(|_| self.choices.import_key)
+    }
+
+    /// Whether Codex's `auth.json` holds an OpenAI API key, which [`Choices::import_key`] would add to
+    /// Keymux's keys: for a dialog to offer it.
+    pub fn finds_api_key(&self) -> bool {
+        self.found.is_some()
+    }
+
+    /// The choices this preview was made with.
+    pub fn choices(&self) -> Choices {
+        self.choices
+    }
+
+    /// What is set up.
+    pub fn target(&self) -> &Target {
+        &self.target
     }
 
     /// Makes the change the person agreed to, file by file (the client's first, so a project never
@@ -122,7 +138,7 @@ impl Preview {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Secret, E>>,
     {
-        let Preview { target, path, shown, base_url, choices, existing, import: _ } = self;
+        let Preview { target, path, shown, base_url, choices, existing, found: _ } = self;
         let plans = match existing {
             // The preview was made with the real token: it is the plan, and `apply` checks each file.
             Some(_) => shown,

@@ -43,14 +43,16 @@ pub fn mask(secret: &str) -> String {
 /// Whether the string `value` under `key` is a credential: an API key or token by its prefix, or any
 /// value under a key named for a credential, except the name of an environment variable or a command.
 fn is_secret(key: &str, value: &str) -> bool {
+    // An OpenAI key or a Keymux token by its prefix, however short (a test key, a truncated paste).
+    if value.len() > 3 && (value.starts_with("sk-") || value.starts_with(crate::tokens::TOKEN_PREFIX)) {
+        return true;
+    }
     let env_name = value.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
     if value.len() < 8 || env_name || value.starts_with('!') {
         return false;
     }
     let key = key.to_ascii_lowercase();
-    value.starts_with("sk-")
-        || value.starts_with(crate::tokens::TOKEN_PREFIX)
-        || ["key", "token", "secret", "auth", "password"].iter().any(|word| key.contains(word))
+    ["key", "token", "secret", "auth", "password"].iter().any(|word| key.contains(word))
 }
 
 fn collect_secrets(key: &str, value: &serde_json::Value, out: &mut Vec<String>) {

@@ -50,7 +50,17 @@ pub(super) enum Refusal {
     Shape(String),
     /// Readable, but set up in a way this setup would undo for the user (another base URL, a ChatGPT
     /// login): refused, saying which choice makes it.
-    Conflict(String),
+    Conflict(String, Remedy),
+}
+
+/// The one choice that makes a refused Codex setup possible, for a dialog to offer as a button.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Remedy {
+    /// [`Choices::custom_provider`]: a ChatGPT login, or another `model_provider` chosen.
+    CustomProvider,
+    /// [`Choices::force`]: `openai_base_url` names another URL.
+    Force,
 }
 
 /// A change to a client's file, worked out and not yet made.
@@ -62,6 +72,8 @@ pub struct Plan {
     pub(super) text: String,
     pub(super) surgical: Option<Surgical>,
     preview: String,
+    /// Where the notes begin in `preview`: before it, the diff alone.
+    diff_end: usize,
     notes: Vec<String>,
 }
 
@@ -102,7 +114,13 @@ impl Plan {
         &self.preview
     }
 
-    /// What else to know: a setting that is replaced, a profile that wins, how to pick the provider.
+    /// The diff alone, the token masked (the preview without its notes).
+    pub fn diff(&self) -> &str {
+        &self.preview[..self.diff_end]
+    }
+
+    /// What else to know: a setting that is replaced, a profile that wins, how to pick the provider
+    /// (the preview ends with them too).
     pub fn notes(&self) -> &[String] {
         &self.notes
     }
@@ -180,7 +198,7 @@ fn plan_edit(edit: Edit, path: &Path, base_url: &str, token: &Secret) -> Result<
     let mut edited = edit_text(&edit, old.unwrap_or(""), base_url, token).map_err(|refusal| match refusal {
         Refusal::Syntax(message) => SetupError::Unreadable { path: path.to_owned(), format, message },
         Refusal::Shape(message) => SetupError::Unexpected { path: path.to_owned(), message },
-        Refusal::Conflict(message) => SetupError::Refused { path: path.to_owned(), message },
+        Refusal::Conflict(message, remedy) => SetupError::Refused { path: path.to_owned(), message, remedy },
     })?;
     if let Edit::Codex { pool: Some(pool) } = &edit {
         // `codex -p` fails while config.toml still holds a profile of that name the old way.
@@ -189,18 +207,21 @@ fn plan_edit(edit: Edit, path: &Path, base_url: &str, token: &Secret) -> Result<
     }
     let secrets = Secrets::of(format, old.unwrap_or(""), &edited.text, token.expose());
     let title = path.display().to_string();
-    let (preview, notes) = if old == Some(edited.text.as_str()) {
-        (already(&edit, &title, base_url), Vec::new())
+    let (preview, diff_end, notes) = if old == Some(edited.text.as_str()) {
+        let preview = already(&edit, &title, base_url);
+        (preview.clone(), preview.len(), Vec::new())
     } else {
         let notes: Vec<String> = edited.notes.iter().map(|n| secrets.mask(n)).collect();
         let mut preview = diff::unified(&title, old, &edited.text, &|line: &str| secrets.mask(line));
+        let diff_end = preview.len();
         for note in &notes {
             preview.push_str(&format!("note: {note}\n"));
         }
-        (preview, notes)
+        (preview, diff_end, notes)
     };
     let surgical = edited.surgical;
-    Ok(Plan { client, edit, path: path.to_owned(), current, text: edited.text, surgical, preview, notes })
+    let path = path.to_owned();
+    Ok(Plan { client, edit, path, current, text: edited.text, surgical, preview, diff_end, notes })
 }
 
 fn edit_text(edit: &Edit, old: &str, base_url: &str, token: &Secret) -> Result<Edited, Refusal> {

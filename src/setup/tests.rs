@@ -538,6 +538,24 @@ async fn an_api_key_in_auth_json_is_offered_for_import_replaced_in_place_and_put
     assert_eq!(std::fs::read_to_string(&auth).unwrap(), AUTH_WITH_KEY, "{:?}", undone.notes);
 }
 
+#[test]
+fn a_short_api_key_in_auth_json_is_masked_too_and_the_diff_comes_without_its_notes() {
+    let place = Place::new();
+    let path = place.write("config.toml", CODEX);
+    place.write("auth.json", "{\n  \"auth_mode\": \"apikey\",\n  \"OPENAI_API_KEY\": \"sk-f1\"\n}\n");
+    let shown = preview_with(Client::Codex, &path, BASE, None, Choices::default(), Some(&place.state())).unwrap();
+    assert!(shown.finds_api_key());
+    let auth = &shown.plans()[1];
+    assert!(
+        !auth.preview().contains("sk-f1") && auth.diff().contains("-  \"OPENAI_API_KEY\": \"…\""),
+        "{}",
+        auth.diff()
+    );
+    assert!(!auth.diff().contains("note:") && auth.preview().contains("note:"), "{}", auth.preview());
+    assert!(auth.notes().iter().all(|n| auth.preview().contains(n.as_str())));
+    assert!(auth.preview().starts_with(auth.diff()));
+}
+
 #[tokio::test]
 async fn an_auth_json_changed_since_is_left_by_undo_which_says_why() {
     let place = Place::new();
