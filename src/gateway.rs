@@ -70,6 +70,8 @@ pub struct Gateway {
     sockets: TaskTracker,
     /// Cancelled when the gateway shuts down: open WebSockets close with 1001.
     closing: CancellationToken,
+    /// Client setups previewed through the control API, waiting for a yes (bounded).
+    setup_pending: crate::setup::Pending,
 }
 
 impl Gateway {
@@ -123,6 +125,7 @@ impl Gateway {
             refused: Mutex::new(None),
             sockets: TaskTracker::new(),
             closing: CancellationToken::new(),
+            setup_pending: crate::setup::Pending::default(),
         })
     }
 
@@ -213,6 +216,11 @@ impl Gateway {
     /// The recent sessions.
     pub fn sessions(&self) -> &Sessions {
         &self.sessions
+    }
+
+    /// Client setups previewed through the control API, waiting for a yes.
+    pub fn setup_pending(&self) -> &crate::setup::Pending {
+        &self.setup_pending
     }
 
     /// Who may call the control API.

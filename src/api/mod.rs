@@ -6,6 +6,7 @@
 //! `/v1` client token is refused here, as a control credential is refused on `/v1`. A body is read
 //! only after the guard let the call through, under [`CONTROL_MAX_BODY`] and within the body deadline.
 
+pub mod setup;
 pub mod spend;
 pub mod stream;
 pub mod types;
@@ -54,6 +55,7 @@ pub fn routes() -> Router<Arc<Gateway>> {
         .route("/logout", post(logout))
         .route("/login-link", post(login_link))
         .route("/challenge", post(challenge))
+        .merge(setup::routes())
 }
 
 /// Lets a call through, or says why not.

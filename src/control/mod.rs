@@ -7,8 +7,10 @@
 //! The steps that need no running gateway (checking a new key, storing its secret, writing the config)
 //! are also used by the CLI when no gateway runs.
 
+pub mod import;
 pub mod live;
 pub mod pools;
+pub mod setup;
 
 use axum::http::StatusCode;
 use serde::Deserialize;
@@ -56,6 +58,10 @@ pub struct NewKey {
     /// The API key.
     #[ts(type = "string")]
     pub secret: Secret,
+    /// Found in a client's own login by an import (never set through the API).
+    #[serde(skip)]
+    #[ts(skip)]
+    pub imported: bool,
 }
 
 impl NewKey {
@@ -71,7 +77,13 @@ impl NewKey {
             models: Vec::new(),
             exclude_models: Vec::new(),
             secret,
+            imported: false,
         }
+    }
+
+    /// An OpenAI key found in a client's own login (Codex's or pi's files, `OPENAI_API_KEY`).
+    pub fn imported(label: String, secret: Secret) -> Self {
+        Self { imported: true, ..Self::openai(label, secret) }
     }
 }
 
@@ -151,6 +163,9 @@ pub enum ControlError {
     /// The config file could not be written.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// A client's setup was refused or failed (`setup`); the message says what to do.
+    #[error(transparent)]
+    Setup(crate::setup::SetupError),
 }
 
 impl ControlError {
@@ -162,8 +177,31 @@ impl ControlError {
             Self::Secrets(_) | Self::Config(_) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "server_error", "keymux_control_failed")
             }
+            Self::Setup(e) => setup_failure(e),
         };
         ChangeFailure { status, kind, code, message: self.to_string() }
+    }
+}
+
+/// How a refused setup answers: 409 with a code that names what the person can do (the choice that
+/// makes it, a new preview, an undo first), 422 for a file Keymux will not rewrite.
+fn setup_failure(e: &crate::setup::SetupError) -> (StatusCode, &'static str, &'static str) {
+    use crate::setup::{Remedy, SetupError as E};
+    let conflict = |code| (StatusCode::CONFLICT, "invalid_request_error", code);
+    match e {
+        E::Refused { remedy: Remedy::CustomProvider, .. } => conflict("setup_needs_custom_provider"),
+        E::Refused { remedy: Remedy::Force, .. } => conflict("setup_needs_force"),
+        E::ChangedSincePreview { .. } => conflict("setup_changed_since_preview"),
+        E::NothingToDo { .. } => conflict("setup_nothing_to_do"),
+        E::OtherSetup { .. } => conflict("setup_other_setup"),
+        E::NothingToUndo { .. } => (StatusCode::NOT_FOUND, "invalid_request_error", "setup_nothing_to_undo"),
+        E::EditedSince { .. } => conflict("setup_edited_since"),
+        E::LineChanged { .. } => conflict("setup_line_changed"),
+        E::Unreadable { .. } | E::Unexpected { .. } | E::CannotRead { .. } | E::TooLarge { .. } => {
+            (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request_error", "setup_file_refused")
+        }
+        E::Invalid(_) => (StatusCode::BAD_REQUEST, "invalid_request_error", "invalid_value"),
+        E::BackupMissing { .. } | E::Io { .. } => (StatusCode::SERVICE_UNAVAILABLE, "server_error", "setup_failed"),
     }
 }
 
@@ -212,6 +250,7 @@ pub fn key_config(id: KeyId, new: &NewKey) -> KeyConfig {
         models: new.models.clone(),
         exclude_models: new.exclude_models.clone(),
         disabled: false,
+        imported: new.imported,
     }
 }
 

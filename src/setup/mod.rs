@@ -28,7 +28,7 @@
 //! else in the file stays as it was: Codex's TOML is edited in place, pi's JSON keeps every other
 //! provider and the order of keys (`pi`), `auth.json` loses only its key's string. The record holds
 //! paths, URLs, digests and a time; nothing secret. Where each client's file is: `client`; why a step
-//! is refused: `error`.
+//! is refused: `error`; previews the dashboard made, waiting for a yes: `pending` (bounded).
 
 mod apply;
 mod client;
@@ -40,6 +40,7 @@ mod error;
 mod files;
 mod flow;
 mod mask;
+mod pending;
 mod pi;
 mod pi_project;
 mod plan;
@@ -54,7 +55,8 @@ pub use error::SetupError;
 pub(crate) use files::{keep_copy, mode_of, read_limited};
 pub use flow::{preview, preview_with, ConfirmError, Preview};
 pub use mask::mask;
-pub use plan::{plan, Choices, Plan};
+pub use pending::{Offer, Pending, MAX_PENDING, PENDING_FOR};
+pub use plan::{plan, Choices, Plan, Remedy};
 pub use record::Restore;
 pub use target::Target;
 

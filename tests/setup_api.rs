@@ -1,0 +1,159 @@
+//! The dashboard's "Set up Codex" through the control API of the real binary, with the real keychain:
+//! the preview names both files and offers the API key Codex's `auth.json` holds, a refusal names the
+//! choice that makes it (`setup_needs_force`), the yes imports the key (probed: its organization is
+//! known) and writes exactly what was shown, a file edited after the preview is never overwritten
+//! (409 `setup_changed_since_preview`), a preview is confirmed once, and Undo puts `auth.json` back
+//! byte for byte. No secret is in any answer, in the output or in a file but the keychain's.
+#![allow(clippy::unwrap_used, clippy::disallowed_methods, reason = "tests")]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use keymux_sim::{Sim, SimConfig};
+use serde_json::{json, Value};
+use support::admin::Admin;
+use support::*;
+
+const CODEX_KEY: &str = "sk-setup-api-codex-0001aaaa";
+const SETTINGS: &str = "# my Codex settings\nmodel = \"gpt-5.5\"\n";
+
+struct Setup {
+    home: tempfile::TempDir,
+    keymux: Keymux,
+    admin: Admin,
+}
+
+impl Setup {
+    fn codex(&self, file: &str) -> PathBuf {
+        self.home.path().join(".codex").join(file)
+    }
+
+    async fn preview(&self, body: Value) -> (u16, Value) {
+        self.admin.post_json("/setup/codex/preview", Some(body)).await
+    }
+
+    async fn confirm(&self, id: &Value) -> (u16, Value) {
+        self.admin.post_json(&format!("/setup/codex/confirm/{}", id.as_str().unwrap()), None).await
+    }
+
+    async fn codex_set_up(&self) -> bool {
+        let all = self.admin.get_json("/setup").await;
+        let codex = all.as_array().unwrap().iter().find(|c| c["client"] == "codex").unwrap().clone();
+        assert_eq!(codex["file"].as_str().map(PathBuf::from), Some(self.codex("config.toml")), "{codex}");
+        codex["set_up"].as_bool().unwrap()
+    }
+}
+
+/// A gateway whose home holds a Codex config and an `auth.json` with an API key of `org-s`, the one
+/// organization the simulator has; no keys in the pool yet.
+async fn start(sim: &Sim) -> Setup {
+    assert!(
+        std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_some(),
+        "the keychain tests need a Secret Service in a D-Bus session: run them through `scripts/test`"
+    );
+    let home = tempfile::tempdir().unwrap();
+    let cfg = home.path().join("config.toml");
+    let service = format!("keymux-setup-api-{}", std::process::id());
+    std::fs::write(&cfg, format!("keychain_service = \"{service}\"\nupstream = \"{}\"\n", sim.base_url())).unwrap();
+    std::fs::create_dir_all(home.path().join(".codex")).unwrap();
+    std::fs::write(home.path().join(".codex/config.toml"), SETTINGS).unwrap();
+    let auth = format!("{{\n  \"auth_mode\": \"apikey\",\n  \"OPENAI_API_KEY\": \"{CODEX_KEY}\"\n}}\n");
+    std::fs::write(home.path().join(".codex/auth.json"), auth).unwrap();
+    let mut env = base_env(home.path());
+    env.push(("XDG_DATA_HOME".into(), home.path().join("data").display().to_string()));
+    let keymux = Keymux::spawn(&["--config", cfg.to_str().unwrap()], &env).await;
+    let admin = Admin::new(&keymux.root);
+    Setup { home, keymux, admin }
+}
+
+fn file_paths(answer: &Value) -> Vec<PathBuf> {
+    answer["files"].as_array().unwrap().iter().map(|f| PathBuf::from(f["path"].as_str().unwrap())).collect()
+}
+
+/// The client token Codex's `auth.json` holds now.
+fn token_in(auth: &Path) -> String {
+    let held: Value = serde_json::from_slice(&std::fs::read(auth).unwrap()).unwrap();
+    held["OPENAI_API_KEY"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboards_setup_imports_the_key_writes_what_it_showed_and_undoes_byte_for_byte() {
+    let sim = Sim::start(SimConfig::new().org("org-s", &[CODEX_KEY])).await.unwrap();
+    let s = start(&sim).await;
+    let auth_before = std::fs::read(s.codex("auth.json")).unwrap();
+    let mut answers = String::new();
+    assert!(!s.codex_set_up().await);
+
+    // The plain preview: both files, the key found and offered, a stand-in for the token to make.
+    let (status, plain) = s.preview(json!({})).await;
+    answers.push_str(&plain.to_string());
+    assert_eq!(status, 200, "{plain}");
+    assert_eq!(file_paths(&plain), [s.codex("config.toml"), s.codex("auth.json")]);
+    assert!(plain["files"][0]["diff"].as_str().unwrap().contains("+openai_base_url = "), "{plain}");
+    assert_eq!((plain["finds_api_key"].as_bool(), plain["makes_token"].as_bool()), (Some(true), Some(true)));
+
+    // The person chooses to import it; the yes applies exactly that preview, once.
+    let (status, shown) = s.preview(json!({ "import_label": "codex-own" })).await;
+    assert_eq!(status, 200, "{shown}");
+    let (status, done) = s.confirm(&shown["id"]).await;
+    answers.push_str(&done.to_string());
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["imported"], "codex-own", "{done}");
+    assert_eq!(s.confirm(&shown["id"]).await.0, 404, "a preview is confirmed once");
+    let keys = s.admin.get_json("/keys").await;
+    let key = keys.as_array().unwrap().iter().find(|k| k["label"] == "codex-own").expect("the key joined");
+    assert_eq!(key["org"], "org-s", "probed, so its organization is known: {key}");
+    let config = std::fs::read_to_string(s.codex("config.toml")).unwrap();
+    assert!(config.starts_with(SETTINGS) && config.contains(&format!("openai_base_url = \"{}\"", s.keymux.base)));
+    let token = token_in(&s.codex("auth.json"));
+    assert!(token.starts_with("km-") && s.codex_set_up().await, "the client's own token in auth.json");
+    assert_eq!(small_request_as(&client(), &s.keymux.base, &token).await, 200, "the token it wrote works");
+
+    // The plain preview's id is still held, but it showed the file as it was: refused, nothing written.
+    let (status, refused) = s.confirm(&plain["id"]).await;
+    assert_eq!((status, refused["error"]["code"].as_str()), (409, Some("setup_changed_since_preview")), "{refused}");
+
+    let (status, undone) = s.admin.post_json("/setup/codex/undo", Some(json!({}))).await;
+    assert_eq!(status, 200, "{undone}");
+    assert_eq!(std::fs::read(s.codex("auth.json")).unwrap(), auth_before, "auth.json back byte for byte");
+    assert_eq!(std::fs::read_to_string(s.codex("config.toml")).unwrap(), SETTINGS);
+    assert!(!s.codex_set_up().await);
+
+    let output = s.keymux.stop().await;
+    assert_no_secrets("the control API's answers", &answers, &[CODEX_KEY, &token]);
+    assert_no_secrets("keymux's output", &output, &[CODEX_KEY, &token]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_edited_after_the_preview_is_kept_and_a_refusal_names_its_choice() {
+    let sim = Sim::start(SimConfig::new().org("org-s", &[CODEX_KEY])).await.unwrap();
+    let s = start(&sim).await;
+
+    let (status, shown) = s.preview(json!({})).await;
+    assert_eq!(status, 200, "{shown}");
+    let edited = format!("{SETTINGS}[tui]\nscreen_reader_detection_done = true\n");
+    std::fs::write(s.codex("config.toml"), &edited).unwrap();
+    let (status, refused) = s.confirm(&shown["id"]).await;
+    assert_eq!((status, refused["error"]["code"].as_str()), (409, Some("setup_changed_since_preview")), "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("changed after the preview"), "{refused}");
+    assert_eq!(std::fs::read_to_string(s.codex("config.toml")).unwrap(), edited, "the edit stays");
+    assert!(!s.codex_set_up().await, "nothing to undo");
+    let tokens = s.admin.get_json("/tokens").await;
+    let codex_token = tokens.as_array().unwrap().iter().any(|t| t["name"] == "codex");
+    assert!(!codex_token, "no token made for a refused setup: {tokens}");
+
+    // Someone else's base URL: refused, naming it and the choice; with that choice, it goes through.
+    let theirs = "http://10.9.8.7:4000/v1";
+    std::fs::write(s.codex("config.toml"), format!("openai_base_url = \"{theirs}\"\n{SETTINGS}")).unwrap();
+    let (status, refused) = s.preview(json!({})).await;
+    assert_eq!((status, refused["error"]["code"].as_str()), (409, Some("setup_needs_force")), "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains(theirs), "{refused}");
+    let (status, forced) = s.preview(json!({ "force": true })).await;
+    assert_eq!(status, 200, "{forced}");
+    assert!(forced["files"][0]["notes"].to_string().contains(theirs), "the note says what Undo puts back: {forced}");
+    assert_eq!(s.confirm(&forced["id"]).await.0, 200);
+    let (status, bad) = s.admin.post_json("/setup/vim/preview", Some(json!({}))).await;
+    assert_eq!((status, bad["error"]["code"].as_str()), (404, Some("not_found")), "{bad}");
+    s.keymux.stop().await;
+}
