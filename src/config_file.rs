@@ -277,6 +277,7 @@ priority = 0 # tier 0
             models: Vec::new(),
             exclude_models: Vec::new(),
             disabled: false,
+            imported: false,
         }
     }
 

@@ -118,6 +118,8 @@ pub struct KeyEntry {
     pub models: Vec<String>,
     /// Models this key never serves.
     pub exclude_models: Vec<String>,
+    /// Imported from a client's own login (see `KeyConfig::imported`).
+    pub imported: bool,
 }
 
 impl KeyEntry {
@@ -135,6 +137,7 @@ impl KeyEntry {
             daily_token_budget: None,
             models: Vec::new(),
             exclude_models: Vec::new(),
+            imported: false,
         }
     }
 

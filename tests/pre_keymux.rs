@@ -91,6 +91,47 @@ async fn http_sessions_begun_before_keymux_continue_on_their_organization() {
     println!("6 sessions begun before Keymux: 0 failed turns, {tried} organizations answered they could not read");
 }
 
+/// How many answers the simulator gave with `invalid_encrypted_content`, from the request numbered
+/// `after` on.
+fn unreadable_at_the_provider(h: &Harness, after: u64) -> usize {
+    let log = h.sim.log();
+    log.iter().filter(|e| e.seq > after && e.error_code.as_deref() == Some("invalid_encrypted_content")).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_users_own_key_imported_its_sessions_are_found_at_the_first_try_over_http_and_websocket() {
+    // b1 is the key the user had in Codex's auth.json, imported by setup; their sessions began on org-b.
+    // org-b's keys are in the second tier, so the balancer alone would try org-b last.
+    let keys = five_keys().into_iter().map(|k| match k.label.as_str() {
+        "b1" => k.priority(1).imported(),
+        "b2" => k.priority(1),
+        _ => k,
+    });
+    let keys: Vec<TestKey> = keys.collect();
+    let h = Harness::start(four_orgs(), &keys).await;
+    let c = client();
+    let mut http = begun_directly(&h, Shape::Codex, 31, true, "sk-b1").await;
+    let mut socket = begun_directly(&h, Shape::Codex, 32, true, "sk-b2").await;
+    let after = h.sim.log().last().map_or(0, |e| e.seq);
+    for turn in 0..3 {
+        let r = http.turn(&c, &h.base, turn == 1).await;
+        assert_eq!(r.status, 200, "HTTP turn {turn}: {}", r.body);
+    }
+    let mut ws = WsClient::connect(&h.base, &socket.id).await.unwrap();
+    for turn in 0..2 {
+        let answer = ws.create(&socket.next_body(false)).await;
+        assert!(answer.error.is_none() && !answer.closed, "WebSocket turn {turn}: {:?}", answer.error);
+        socket.absorb(answer.output_items());
+    }
+    let records = records_of(&h, 5).await;
+    for first in [&records[0], &records[3]] {
+        assert_eq!(first["decision"]["route"], "finding_org", "{first}");
+        assert_eq!(wrong_org_attempts(first), 0, "the imported key's organization first: {first}");
+        assert_eq!(org_of_key(first["served_by"].as_str().unwrap()), "org-b", "{first}");
+    }
+    assert_eq!(unreadable_at_the_provider(&h, after), 0, "not one invalid_encrypted_content, at the provider either");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_organization_found_is_tried_first_on_the_sessions_next_turn() {
     let h = Harness::start(four_orgs(), &five_keys()).await;

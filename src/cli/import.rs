@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use super::manage::{self, usage, Loaded};
 use super::out;
 use crate::api::types::KeyInfo;
-use crate::control::NewKey;
 use crate::digest::InstallKey;
 use crate::keys_import::{self, Candidate, Found, Origin, Sources};
 use crate::secrets::{self, account, Secret};
@@ -183,7 +182,7 @@ async fn add(loaded: &Loaded, candidate: &Candidate, standing: &Standing) -> Res
         }
         Standing::New => {}
     }
-    let new = NewKey::openai(candidate.label.clone(), candidate.secret.clone());
+    let new = crate::control::import::new_key(candidate);
     match manage::add_key(loaded, new).await {
         Ok(()) => Ok(()),
         Err(StartError::Usage(why)) if why.contains("already in the pool") => {

@@ -84,6 +84,7 @@ pub(super) async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Resu
                 models: Vec::new(),
                 exclude_models: Vec::new(),
                 secret: Secret::new(""),
+                imported: false,
             };
             // Checked before the secret is asked for, so a typo in the label costs no paste.
             control::check_new_key(

@@ -102,7 +102,7 @@ pub(super) async fn setup(config_path: Option<PathBuf>, args: SetupArgs) -> Resu
     }
     if let Some((label, secret)) = import {
         // Before the file loses it: a key that cannot be added leaves auth.json as it is.
-        let new = NewKey::openai(label.to_owned(), secret);
+        let new = NewKey::imported(label.to_owned(), secret);
         match manage::add_key(&loaded, new).await {
             Ok(()) => {}
             // Imported before (or added by hand): it is in the pool already, which is what was wanted.

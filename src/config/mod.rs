@@ -134,6 +134,10 @@ pub struct KeyConfig {
     /// Switched off by the user (`keymux keys disable`): kept off across restarts until enabled.
     #[serde(default, skip_serializing_if = "is_false")]
     pub disabled: bool,
+    /// Imported from a client's own login (Codex's or pi's `auth.json`, `OPENAI_API_KEY`): a session
+    /// begun before Keymux most likely began on this key's organization, so it is tried there first.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub imported: bool,
 }
 
 fn is_zero(n: &u8) -> bool {
@@ -368,6 +372,7 @@ impl KeyConfig {
             daily_token_budget: self.daily_token_budget,
             models: self.models.clone(),
             exclude_models: self.exclude_models.clone(),
+            imported: self.imported,
             ..KeyEntry::new(self.id.clone(), self.label.clone(), self.provider, secret, KeySource::Keychain)
         }
     }
@@ -406,6 +411,7 @@ mod tests {
             models: vec!["gpt-5.5".into()],
             exclude_models: Vec::new(),
             disabled: true,
+            imported: true,
         });
         config.save(&path).expect("save");
         assert_eq!(Config::load(&path).expect("load"), config);

@@ -17,6 +17,9 @@ pub struct KeyView {
     pub org: Option<String>,
     /// Tag of the organization (or of the key itself while its organization is unknown).
     pub org_tag: OrgTag,
+    /// Imported from a client's own login: a session from before Keymux is looked for on its
+    /// organization first.
+    pub imported: bool,
     /// Requests currently being served by this key.
     pub in_flight: u32,
     /// Priority tier (lower first).
@@ -67,6 +70,7 @@ pub(super) fn key_view(s: &Slot, request: ViewFor<'_>) -> KeyView {
         id: entry.id.clone(),
         org: entry.org.clone().or_else(|| live.learned_org.clone()),
         org_tag: live.org_tag,
+        imported: entry.imported,
         in_flight: s.in_flight.load(Ordering::Acquire),
         priority: entry.priority,
         headroom: state.quota.headroom(request.now),

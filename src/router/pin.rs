@@ -156,7 +156,8 @@ fn rank_in_org<'a>(mut keys: Vec<&'a KeyView>, seq: u64, prefer: &KeyId) -> Vec<
 
 /// Encrypted content without a marker (a session begun before Keymux): nothing says which organization
 /// can read it, so each is tried in turn, one key each: the organization that served this session last
-/// first, then the others by the balancer's order (priority tier, headroom, recent starts). The
+/// first, then the organizations of keys imported from a client's own login (where such a session most
+/// likely began), then the others by the balancer's order (priority tier, headroom, recent starts). The
 /// attempts move on only when an organization answers that it cannot read it. `None` when no key is
 /// open (the balancer then says why).
 pub(super) fn find_org(ask: &Ask<'_>, decision: &mut Decision, last: Option<&KeyId>) -> Option<Route> {
@@ -166,8 +167,10 @@ pub(super) fn find_org(ask: &Ask<'_>, decision: &mut Decision, last: Option<&Key
     }
     let ranked = rank_by_headroom(open, ask.facts.seq);
     let known = last.and_then(|id| ask.keys.iter().find(|k| &k.id == id)).map(|k| k.org_tag);
+    let first = known.and_then(|org| ranked.iter().find(|k| k.org_tag == org));
+    let imported = ranked.iter().filter(|k| k.imported);
     let mut each: Vec<&KeyView> = Vec::new();
-    for key in known.and_then(|org| ranked.iter().find(|k| k.org_tag == org)).into_iter().chain(&ranked) {
+    for key in first.into_iter().chain(imported).chain(&ranked) {
         if !each.iter().any(|k| k.org_tag == key.org_tag) {
             each.push(key);
         }

@@ -25,6 +25,7 @@ fn key(id: &str, in_flight: u32, health: Health) -> KeyView {
         org_tag: markers().org_tag(None, &id),
         id,
         org: None,
+        imported: false,
         in_flight,
         health,
         priority: 0,
@@ -730,6 +731,14 @@ fn unmarked_encrypted_content_tries_one_key_per_organization_the_sessions_own_fi
     let d = decide(&f, &view, &memory, now, &policy(2));
     assert_eq!(ids(&d)[0], "b1");
     assert!(d.reasons.contains(&Reason::FindingOrg { orgs: 3, known: Some(KeyId::new("b1")) }));
+    // An imported key's organization comes next: second behind the session's own, first without it.
+    let mut keys = view.keys.clone();
+    keys[4].imported = true;
+    let imported = PoolView { keys };
+    let d = decide(&f, &imported, &memory, now, &policy(2));
+    assert_eq!(ids(&d)[..2], ["b1", "d1"], "{:?}", ids(&d));
+    let d = decide(&f, &imported, &Memory::default(), now, &policy(2));
+    assert_eq!((ids(&d)[0], ids(&d).len()), ("d1", 3), "{:?}", ids(&d));
     // Marked content decides by its marker; encrypted-content affinity off means no search either.
     let mut marked = pinned(8, "a1", "org-a");
     marked.unmarked_encrypted = true;

@@ -48,6 +48,7 @@ pub struct TestKey {
     pub provider: Provider,
     pub priority: u8,
     pub budget: Option<u64>,
+    pub imported: bool,
 }
 
 impl TestKey {
@@ -60,6 +61,12 @@ impl TestKey {
         self.budget = Some(tokens);
         self
     }
+
+    /// Imported from a client's own login, as `keymux setup codex --import-key` adds one.
+    pub fn imported(mut self) -> Self {
+        self.imported = true;
+        self
+    }
 }
 
 /// An OpenAI key with id `k_<label>`.
@@ -70,6 +77,7 @@ pub fn key(label: &str, secret: &str) -> TestKey {
         provider: Provider::Openai,
         priority: 0,
         budget: None,
+        imported: false,
     }
 }
 
@@ -97,6 +105,7 @@ fn harness_config(sim: &Sim, keys: &[TestKey], store: &MemoryStore) -> Config {
             models: Vec::new(),
             exclude_models: Vec::new(),
             disabled: false,
+            imported: k.imported,
         });
     }
     config.tokens.push(TokenConfig { id: "t_test".into(), name: "test".into(), created_unix: 0, pool: "all".into() });
