@@ -2,11 +2,13 @@
 //! backup is kept, and nothing but the client's own entry changes (`keymux::setup` does the work and
 //! keeps the record that makes Undo possible). The file gets a client token of its own, never a key.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
+use keymux::api::types::SetupRequest;
+use keymux::control::setup::SetupPlaces;
+use keymux::control::ControlError;
 use keymux::gateway::Gateway;
-use keymux::setup::{self, Client, Restore};
+use keymux::setup::{self, Client, Remedy, SetupError};
 use tauri::AppHandle;
 use tauri_plugin_dialog::{DialogExt as _, MessageDialogButtons, MessageDialogKind};
 
@@ -24,11 +26,11 @@ fn say(app: &AppHandle, title: &str, text: &str, kind: MessageDialogKind) {
     app.dialog().message(text).title(title).kind(kind).blocking_show();
 }
 
-fn ask(app: &AppHandle, title: &str, text: &str, yes: &str) -> bool {
+fn ask(app: &AppHandle, title: &str, text: &str, yes: &str, no: &str) -> bool {
     app.dialog()
         .message(text)
         .title(title)
-        .buttons(MessageDialogButtons::OkCancelCustom(yes.to_owned(), "Cancel".to_owned()))
+        .buttons(MessageDialogButtons::OkCancelCustom(yes.to_owned(), no.to_owned()))
         .blocking_show()
 }
 
@@ -37,10 +39,14 @@ pub fn set_up(app: &AppHandle, gateway: &Arc<Gateway>, client: Client, refresh: 
     let (app, gateway) = (app.clone(), gateway.clone());
     tauri::async_runtime::spawn(async move {
         let title = format!("Set up {client}");
-        let agree = |text: &str| ask(&app, &title, text, "Apply");
-        let done = match Places::default_for(client) {
-            Ok(places) => set_up_in(&gateway, client, &places, agree).await,
-            Err(problem) => Err(problem),
+        let dialog = |question: Question<'_>| match question {
+            Question::Choice(text, yes) => ask(&app, &title, text, yes, "Cancel"),
+            Question::Import(text) => ask(&app, &title, text, "Import it", "Keep it out"),
+            Question::Apply(text) => ask(&app, &title, text, "Apply", "Cancel"),
+        };
+        let done = match SetupPlaces::of(client) {
+            Ok(places) => set_up_in(&gateway, client, &places, dialog).await,
+            Err(problem) => Err(problem.to_string()),
         };
         match done {
             Ok(Some(done)) => say(&app, &title, &done, MessageDialogKind::Info),
@@ -51,61 +57,106 @@ pub fn set_up(app: &AppHandle, gateway: &Arc<Gateway>, client: Client, refresh: 
     });
 }
 
-/// Where a setup is made: the client's own file and the directory of Keymux's setup records.
-struct Places {
-    file: PathBuf,
-    state: PathBuf,
+/// What the setup asks the user, in order: a choice that makes a refused setup possible (the
+/// custom-provider form, replacing another base URL), whether to import the API key Codex's
+/// `auth.json` holds, then the change itself.
+#[derive(Clone, Copy, Debug)]
+enum Question<'a> {
+    /// The refusal and the choice's button.
+    Choice(&'a str, &'a str),
+    /// Import the key `auth.json` holds?
+    Import(&'a str),
+    /// The change: apply it?
+    Apply(&'a str),
 }
 
-impl Places {
-    /// Where the client looks for its file now, and the platform data directory.
-    fn default_for(client: Client) -> Result<Places, String> {
-        let file = client.default_path().ok_or("no home directory to find the client's file in")?;
-        let state = setup::default_state_dir().ok_or("no data directory to keep the setup record in")?;
-        Ok(Places { file, state })
-    }
-}
-
-/// The tray's setup: the preview goes to `agree` (the dialog), and once it says yes `keymux::setup`
-/// makes the change, refusing it if the file changed while the dialog was open. What to tell the user
-/// (`None`: they said no).
+/// The tray's setup, through the gateway's library flow (`Gateway::setup_offer`, then
+/// `setup_apply`) that the dashboard and `keymux setup` share: the questions go to `ask` (the
+/// dialogs), and once the user says yes the change is made, refused if a file changed while the
+/// dialog was open. What to tell the user (`None`: they said no).
 async fn set_up_in(
     gateway: &Gateway,
     client: Client,
-    places: &Places,
-    agree: impl FnOnce(&str) -> bool,
+    places: &SetupPlaces,
+    mut ask: impl FnMut(Question<'_>) -> bool,
 ) -> Result<Option<String>, String> {
-    let Places { file, state } = places;
-    // The preview shows the token masked, so a stand-in does until the user agrees.
-    let existing = gateway.token_secret(client.id()).await;
-    let choices = setup::Choices::default();
-    let preview = setup::preview_with(client, file, &gateway.base_url(), existing, choices, Some(state.as_path()))
-        .map_err(|e| e.to_string())?;
-    if !preview.changes_anything() {
-        return Ok(Some(format!("{} already uses this Keymux.", file.display())));
+    let mut request = SetupRequest::default();
+    let mut import_asked = false;
+    let offer = loop {
+        let offer = match gateway.setup_offer(client, &request, places).await {
+            Ok(offer) => offer,
+            Err(ControlError::Setup(SetupError::Refused { message, remedy, .. })) if !choice_made(&request) => {
+                let (button, why) = remedy_words(remedy);
+                if !ask(Question::Choice(&format!("{message}\n\n{why}"), button)) {
+                    return Ok(None);
+                }
+                choose(&mut request, remedy);
+                continue;
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        if offer.preview.finds_api_key() && !import_asked {
+            import_asked = true;
+            let label = gateway.free_key_label(client.id());
+            let text = format!(
+                "Codex's auth.json holds an OpenAI API key. Import it into Keymux's keys as '{label}' (kept in the \
+                 system keychain, probed, pooled with your other keys)? Either way the file gets Keymux's client \
+                 token in its place, and Undo puts the key back in the file."
+            );
+            if ask(Question::Import(&text)) {
+                request.import_label = Some(label);
+                continue;
+            }
+        }
+        break offer;
+    };
+    if !offer.preview.changes_anything() {
+        return Ok(Some(format!("{} already uses this Keymux.", places.file.display())));
     }
-    let mut text = format!("Keymux will change {}:\n\n{}", file.display(), preview.text().trim_end());
+    if !ask(Question::Apply(&change_text(&offer.preview))) {
+        return Ok(None);
+    }
+    let done = gateway.setup_apply(client, offer, places).await.map_err(|e| e.to_string())?;
+    let undo: Vec<String> =
+        done.files.iter().flat_map(|f| f.notes.iter().map(|n| format!("{}: {n}.", f.path))).collect();
+    Ok(Some(format!("{} {} Undo is in the tray menu.", done.message, undo.join(" "))))
+}
+
+/// Whether the user already made the one choice a refusal asks for (a second refusal is an error).
+fn choice_made(request: &SetupRequest) -> bool {
+    request.custom_provider || request.force
+}
+
+fn choose(request: &mut SetupRequest, remedy: Remedy) {
+    match remedy {
+        Remedy::CustomProvider => request.custom_provider = true,
+        Remedy::Force => request.force = true,
+    }
+}
+
+/// The button that makes the choice, and what it means.
+fn remedy_words(remedy: Remedy) -> (&'static str, &'static str) {
+    match remedy {
+        Remedy::CustomProvider => (
+            "Use Keymux's own provider",
+            "Keymux can add a provider of its own to config.toml instead. Codex then records new sessions under \
+             the provider `keymux`: the sessions you have now stay under `openai` and resume only without Keymux.",
+        ),
+        Remedy::Force => {
+            ("Point it at Keymux", "Keymux can point openai_base_url at itself anyway; Undo puts the current URL back.")
+        }
+    }
+}
+
+/// The dialog's text: every file the setup changes (config.toml, auth.json…), the change and notes.
+fn change_text(preview: &setup::Preview) -> String {
+    let files: Vec<String> = preview.plans().iter().map(|p| p.path().display().to_string()).collect();
+    let mut text = format!("Keymux will change {}:\n\n{}", files.join(" and "), preview.text().trim_end());
     for note in preview.plans().iter().flat_map(|plan| plan.notes()) {
         text.push_str(&format!("\n\n{note}"));
     }
     text.push_str("\n\nEach file is backed up first; Undo in the tray menu takes Keymux's changes back.");
-    if !agree(&text) {
-        return Ok(None);
-    }
-    let made = preview.confirm(state, || gateway.token_for_client(client.id())).await;
-    let applied = made.map_err(|e| e.to_string())?;
-    let mut undo = String::new();
-    // The tray sets up the client's own file only: one file.
-    for one in &applied {
-        tracing::info!(client = client.id(), file = %one.path.display(), "client set up");
-        undo.push_str(&match &one.restore {
-            Some(Restore::Backup(backup)) => format!("The file as it was is kept at {}.", backup.display()),
-            Some(Restore::Delete) => "Keymux created the file.".to_owned(),
-            Some(Restore::Surgical(what)) => format!("{}: Undo {what}.", one.path.display()),
-            None => String::new(),
-        });
-    }
-    Ok(Some(format!("{client} now goes through Keymux. {undo} Undo is in the tray menu.")))
+    text
 }
 
 /// Puts the client's file back as it was before Keymux set it up.
@@ -123,6 +174,7 @@ pub fn undo(app: &AppHandle, client: Client, refresh: Refresh) {
                     &title,
                     &format!("{e}\n\nPut the old file back anyway? Your version is kept beside it."),
                     "Put it back",
+                    "Cancel",
                 )
             {
                 result = setup::undo(client, &state, true);
@@ -180,19 +232,29 @@ mod tests {
     }
 
     /// A Codex config the user has, and where the setup records go, in a temporary directory.
-    fn places(dir: &Path) -> Places {
+    fn places(dir: &Path) -> SetupPlaces {
         let file = dir.join("codex").join("config.toml");
         std::fs::create_dir_all(file.parent().unwrap()).unwrap();
         std::fs::write(&file, BEFORE).unwrap();
-        Places { file, state: dir.join("state") }
+        SetupPlaces { file, state: dir.join("state") }
+    }
+
+    /// Answers every question with `yes`, and keeps what was asked.
+    fn answer(yes: bool, asked: &mut Vec<String>) -> impl FnMut(Question<'_>) -> bool + '_ {
+        move |question| {
+            asked.push(format!("{question:?}"));
+            yes
+        }
     }
 
     #[tokio::test]
     async fn a_file_edited_while_the_dialog_is_open_is_not_overwritten() {
         let (dir, gateway) = (tempfile::tempdir().unwrap(), gateway().await);
         let places = places(dir.path());
-        let agree = |text: &str| {
+        let agree = |question: Question<'_>| {
+            let Question::Apply(text) = question else { panic!("only the change is asked: {question:?}") };
             assert!(text.contains("+openai_base_url = "), "the dialog shows the change: {text}");
+            assert!(text.contains("config.toml and ") && text.contains("auth.json:"), "both files named: {text}");
             std::fs::write(&places.file, EDITED).unwrap();
             true
         };
@@ -207,8 +269,10 @@ mod tests {
     async fn a_setup_the_user_agrees_to_writes_the_clients_own_token() {
         let (dir, gateway) = (tempfile::tempdir().unwrap(), gateway().await);
         let places = places(dir.path());
-        let done = set_up_in(&gateway, Client::Codex, &places, |_| true).await.unwrap().unwrap();
+        let mut asked = Vec::new();
+        let done = set_up_in(&gateway, Client::Codex, &places, answer(true, &mut asked)).await.unwrap().unwrap();
         assert!(done.contains("Codex now goes through Keymux"), "{done}");
+        assert_eq!(asked.len(), 1, "no key to import, nothing refused: {asked:?}");
         let token = gateway.token_secret("codex").await.expect("a token named for the client");
         let written = std::fs::read_to_string(&places.file).unwrap();
         assert!(written.contains("openai_base_url = ") && written.starts_with("# mine\n"), "{written}");
@@ -221,8 +285,24 @@ mod tests {
     async fn a_setup_the_user_declines_writes_nothing() {
         let (dir, gateway) = (tempfile::tempdir().unwrap(), gateway().await);
         let places = places(dir.path());
-        assert_eq!(set_up_in(&gateway, Client::Codex, &places, |_| false).await.unwrap(), None);
+        let mut asked = Vec::new();
+        assert_eq!(set_up_in(&gateway, Client::Codex, &places, answer(false, &mut asked)).await.unwrap(), None);
         assert_eq!(std::fs::read_to_string(&places.file).unwrap(), BEFORE);
         assert!(gateway.token_secret("codex").await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_chatgpt_login_is_offered_keymuxs_own_provider_and_gets_it_when_chosen() {
+        let (dir, gateway) = (tempfile::tempdir().unwrap(), gateway().await);
+        let places = places(dir.path());
+        let auth = places.file.with_file_name("auth.json");
+        std::fs::write(&auth, r#"{"auth_mode":"chatgpt","tokens":{"id_token":"x"}}"#).unwrap();
+        let mut asked = Vec::new();
+        set_up_in(&gateway, Client::Codex, &places, answer(true, &mut asked)).await.unwrap().unwrap();
+        assert!(asked[0].starts_with("Choice(") && asked[0].contains("ChatGPT login"), "{asked:?}");
+        assert!(asked[0].contains("Use Keymux's own provider"), "{asked:?}");
+        let written = std::fs::read_to_string(&places.file).unwrap();
+        assert!(written.contains("model_provider = \"keymux\""), "the custom-provider form: {written}");
+        assert!(std::fs::read_to_string(&auth).unwrap().contains("chatgpt"), "the login is left alone");
     }
 }
