@@ -69,6 +69,8 @@ async fn serve(sim: &Sim, home: &Path) -> Served {
     }
     env.push(("KEYMUX_CLIENT_TOKEN".to_owned(), TOKEN.to_owned()));
     env.push(("KEYMUX_LOG".to_owned(), "info".to_owned()));
+    // Setup records go under this home, never the user's.
+    env.push(("XDG_DATA_HOME".to_owned(), home.join("data").display().to_string()));
     let mut cmd = tokio::process::Command::new(keymux_bin());
     cmd.args(["serve", "--ephemeral", "--listen", "127.0.0.1:0", "--upstream", &sim.base_url()]);
     // Only what is given: in particular no KEYMUX_UI_DIR, so the embedded dashboard is served.
@@ -124,9 +126,19 @@ async fn the_dashboard_shows_what_the_gateway_does() {
         .org("org-b", &["sk-b1"])
         .org("org-c", &["sk-c1"])
         .org("org-d", &["sk-d1"])
-        .org("org-e", &["sk-e1"]);
+        .org("org-e", &["sk-e1"])
+        .org("org-f", &["sk-f1"]);
     let sim = Sim::start(config).await.expect("simulator starts");
     let home = tempfile::tempdir().unwrap();
+    // The user's Codex, logged in with an API key of org-f: the page sets it up and imports that key.
+    let codex_home = home.path().join(".codex");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    std::fs::write(codex_home.join("config.toml"), "# my settings\nmodel = \"gpt-5.5\"\n").unwrap();
+    std::fs::write(
+        codex_home.join("auth.json"),
+        "{\n  \"auth_mode\": \"apikey\",\n  \"OPENAI_API_KEY\": \"sk-f1\"\n}\n",
+    )
+    .unwrap();
     let mut served = serve(&sim, home.path()).await;
 
     let page = support::client().get(format!("{}/", served.root)).send().await.unwrap();
@@ -153,6 +165,7 @@ async fn the_dashboard_shows_what_the_gateway_does() {
         .env("KEYMUX_TOKEN", TOKEN)
         .env("KEYMUX_FIXTURES", Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures"))
         .env("KEYMUX_SHOTS", &shots)
+        .env("KEYMUX_CODEX_HOME", &codex_home)
         .env("CHROMIUM", chromium())
         .stdin(Stdio::null())
         .kill_on_drop(true);

@@ -27,6 +27,7 @@ const SIM = need("KEYMUX_SIM").replace(/\/$/, "");
 const TOKEN = need("KEYMUX_TOKEN");
 const FIXTURES = need("KEYMUX_FIXTURES");
 const SHOTS = need("KEYMUX_SHOTS");
+const CODEX_HOME = need("KEYMUX_CODEX_HOME");
 const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
 const BASE = `${ROOT}/v1`;
 /** Generous: the machine is small and shared. */
@@ -508,9 +509,11 @@ async function run() {
       await shot("connect");
     }
   }
-  step("Remove d1: the dialog names it and what becomes of its pinned sessions");
   await page.emulateMedia({ colorScheme: "light" });
   await page.setViewportSize({ width: 1280, height: 800 });
+  await setupSteps(page);
+
+  step("Remove d1: the dialog names it and what becomes of its pinned sessions");
   await page.getByTestId("nav-keys").click();
   const d1Card = page.locator('[data-testid=key-card][data-label="d1"]');
   await d1Card.getByRole("button", { name: "Remove" }).click();
@@ -534,6 +537,69 @@ async function run() {
   if (afterLogout.status !== 401) throw new Error(`the session still works after logout: ${afterLogout.status}`);
 
   await context.close();
+}
+
+/**
+ * Sets Codex up from the Connect view, through the gateway's setup flow: the preview names both files
+ * and offers the key in auth.json, Codex editing config.toml while the preview is on screen gets the
+ * Apply refused with the edit kept, a new preview applies (the key imported, the token written works),
+ * and Undo puts auth.json back byte for byte while keeping Codex's edit.
+ */
+async function setupSteps(page) {
+  const configPath = join(CODEX_HOME, "config.toml");
+  const authPath = join(CODEX_HOME, "auth.json");
+  const authBefore = readFileSync(authPath, "utf8");
+  step("Connect: Set up Codex shows both files' changes and offers the key in auth.json");
+  await page.getByTestId("nav-connect").click();
+  const card = page.getByTestId("setup-codex");
+  await card.getByTestId("setup-codex-state").filter({ hasText: "not set up" }).waitFor({ timeout: WAIT });
+  await card.getByTestId("setup-codex-preview").click();
+  const diff = card.getByTestId("setup-codex-diff");
+  await diff.waitFor({ timeout: WAIT });
+  const shown = await diff.innerText();
+  if (!shown.includes(`+openai_base_url = "${BASE}"`) || !shown.includes("auth.json")) throw new Error(`the preview reads:\n${shown}`);
+  if (shown.includes("sk-f1")) throw new Error("the preview shows the API key from auth.json");
+  if (!(await card.getByTestId("setup-codex-import").isChecked())) throw new Error("importing the key is not offered");
+  for (const colorScheme of ["dark", "light"]) {
+    await page.emulateMedia({ colorScheme });
+    await card.scrollIntoViewIfNeeded();
+    await page.screenshot({ path: join(SHOTS, `${colorScheme}-1280x800-connect-setup.png`) });
+  }
+
+  step("Connect: Codex edits config.toml while the preview is on screen; Apply is refused and the edit kept");
+  const edited = `${readFileSync(configPath, "utf8")}\n[tui]\nscreen_reader_detection_done = true\n`;
+  writeFileSync(configPath, edited);
+  provoked = { status: 409, path: "/setup/codex/confirm/" };
+  await card.getByTestId("setup-codex-apply").click();
+  await card.getByTestId("setup-codex-result").filter({ hasText: "changed after the preview" }).waitFor({ timeout: WAIT });
+  provoked = null;
+  if (readFileSync(configPath, "utf8") !== edited) throw new Error("the file edited after the preview was overwritten");
+
+  step("Connect: a new preview applies: the key joins the pool and Codex's auth.json holds a token that works");
+  await card.getByTestId("setup-codex-preview").click();
+  await diff.waitFor({ timeout: WAIT });
+  await card.getByTestId("setup-codex-apply").click();
+  await card.getByTestId("setup-codex-result").filter({ hasText: "Codex now goes through Keymux" }).waitFor({ timeout: WAIT });
+  await card.getByTestId("setup-codex-state").filter({ hasText: "set up" }).waitFor({ timeout: WAIT });
+  await page.screenshot({ path: join(SHOTS, "light-1280x800-connect-setup-done.png") });
+  const token = JSON.parse(readFileSync(authPath, "utf8")).OPENAI_API_KEY;
+  if (typeof token !== "string" || !token.startsWith("km-")) throw new Error("auth.json holds no client token");
+  const setUp = readFileSync(configPath, "utf8");
+  if (!setUp.includes("[tui]\nscreen_reader_detection_done = true\n") || !setUp.includes(`openai_base_url = "${BASE}"`)) {
+    throw new Error(`setup lost Codex's own edit or wrote no line:\n${setUp}`);
+  }
+  await send({ model: "gpt-5.5", input: "hello through the set-up token", store: false }, {}, token);
+  await page.getByTestId("nav-keys").click();
+  await page.locator('[data-testid=key-card][data-label="codex"]').filter({ hasText: "org-f" }).waitFor({ timeout: WAIT });
+  if ((await page.locator("body").innerText()).includes(token)) throw new Error("the client token shows on the page");
+
+  step("Connect: Undo puts auth.json back byte for byte and keeps Codex's edit");
+  await page.getByTestId("nav-connect").click();
+  await card.getByTestId("setup-codex-undo").click();
+  await card.getByTestId("setup-codex-result").filter({ hasText: "back as it was" }).waitFor({ timeout: WAIT });
+  await card.getByTestId("setup-codex-state").filter({ hasText: "not set up" }).waitFor({ timeout: WAIT });
+  if (readFileSync(authPath, "utf8") !== authBefore) throw new Error("auth.json is not back as it was");
+  if (readFileSync(configPath, "utf8") !== edited) throw new Error("Undo did not keep exactly Codex's edit");
 }
 
 /** Adds a key through the Keys view's form, which must say it was added and forget the secret. */

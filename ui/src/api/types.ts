@@ -1115,6 +1115,192 @@ export type SessionToken = {
  */
 token: string, };
 
+export type Client = "codex" | "pi";
+
+export type ClientSetup = { 
+/**
+ * The client.
+ */
+client: Client, 
+/**
+ * The file the client reads, where Keymux looks for it (`None`: no home directory).
+ */
+file: string | null, 
+/**
+ * Keymux set it up and can undo it.
+ */
+set_up: boolean, 
+/**
+ * The file changed after Keymux wrote it: Undo keeps what changed, or needs `force`.
+ */
+edited_since: boolean, };
+
+export type SetupRequest = { 
+/**
+ * Codex: the custom-provider form (`--custom-provider`), for a ChatGPT login or another
+ * `model_provider`. Codex's sessions are then recorded under the provider `keymux`.
+ */
+custom_provider: boolean, 
+/**
+ * Codex: replace an `openai_base_url` that names another URL (`--force`; Undo puts it back).
+ */
+force: boolean, 
+/**
+ * Codex: add the API key `auth.json` holds to Keymux's keys under this label before the client
+ * token takes its place (`--import-key LABEL`).
+ */
+import_label: string | null, };
+
+export type SetupFile = { 
+/**
+ * The file.
+ */
+path: string, 
+/**
+ * The change, a small diff with any token masked.
+ */
+diff: string, 
+/**
+ * What else the person should know about this file.
+ */
+notes: Array<string>, };
+
+export type SetupPreview = { 
+/**
+ * Names this preview in the confirmation (valid for 15 minutes, once).
+ */
+id: string, 
+/**
+ * The client.
+ */
+client: Client, 
+/**
+ * Each file that changes, the client's own first.
+ */
+files: Array<SetupFile>, 
+/**
+ * Confirming would change a file (otherwise the client uses this Keymux already).
+ */
+changes_anything: boolean, 
+/**
+ * A new client token is made on confirming (the diff shows a stand-in for it).
+ */
+makes_token: boolean, 
+/**
+ * Codex's `auth.json` holds an OpenAI API key, which `import_label` adds to Keymux's keys.
+ */
+finds_api_key: boolean, 
+/**
+ * The answers it was made with.
+ */
+request: SetupRequest, };
+
+export type SetupDone = { 
+/**
+ * The client.
+ */
+client: Client, 
+/**
+ * Each file written, and what Undo does to it.
+ */
+files: Array<SetupFile>, 
+/**
+ * The key added from `auth.json` (its label), if one was.
+ */
+imported: string | null, 
+/**
+ * What was done, for a person.
+ */
+message: string, };
+
+export type SetupUndone = { 
+/**
+ * The client.
+ */
+client: Client, 
+/**
+ * The file put back.
+ */
+path: string, 
+/**
+ * What else a person should know (a table kept for old sessions, `auth.json` put back).
+ */
+notes: Array<string>, };
+
+export type FoundKey = { 
+/**
+ * Names the key in the import (the keyed fingerprint, as on the key cards).
+ */
+fingerprint: string, 
+/**
+ * The key masked (`sk-…abcd`).
+ */
+masked: string, 
+/**
+ * The label it gets.
+ */
+label: string, 
+/**
+ * Where it is, in words.
+ */
+source: string, 
+/**
+ * The file holding it, which can lose its copy once it is imported (`None`: the environment).
+ */
+file: string | null, 
+/**
+ * The pool has it already, as this key.
+ */
+pooled_as: string | null, };
+
+export type ImportOffer = { 
+/**
+ * Each key found, in the order the sources were read.
+ */
+keys: Array<FoundKey>, 
+/**
+ * What was passed over and why (a ChatGPT login…).
+ */
+notes: Array<string>, 
+/**
+ * Sources that could not be read, each naming the file and the fix.
+ */
+refusals: Array<string>, };
+
+export type ImportRequest = { 
+/**
+ * The picked keys' fingerprints, from `GET /import`.
+ */
+fingerprints: Array<string>, 
+/**
+ * Take each imported key's plaintext copy out of its file (a backup kept beside it).
+ */
+remove_plaintext: boolean, };
+
+export type NotImported = { 
+/**
+ * Its label (or its fingerprint when it was no longer found).
+ */
+label: string, 
+/**
+ * Why, and what to do.
+ */
+message: string, };
+
+export type ImportDone = { 
+/**
+ * The labels of the keys now in the pool (a key pooled before keeps its label).
+ */
+imported: Array<string>, 
+/**
+ * The keys that were not imported.
+ */
+not_imported: Array<NotImported>, 
+/**
+ * What happened to the plaintext copies.
+ */
+notes: Array<string>, };
+
 export type KeyTestBody = { 
 /**
  * The provider accepted the key.

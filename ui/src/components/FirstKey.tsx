@@ -1,4 +1,5 @@
 import { AddKeyForm } from "./AddKeyForm";
+import { ImportKeys } from "./ImportKeys";
 
 /** The first screen while the pool is empty: how to add a key, here or from the command line. */
 export function FirstKey() {
@@ -17,6 +18,7 @@ export function FirstKey() {
         The key goes to the OS keychain; Keymux asks the provider once (a free call) to learn its organization and
         check it works. Add keys of several organizations and Keymux spreads the load without breaking a conversation.
       </p>
+      <ImportKeys firstRun />
       <div class="card">
         <AddKeyForm />
       </div>

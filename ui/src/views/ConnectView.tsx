@@ -2,6 +2,7 @@ import { useState } from "preact/hooks";
 import type { CreatedToken } from "../api/types";
 import { CopyButton } from "../components/CopyButton";
 import { NewClient } from "../components/NewClient";
+import { SetupClient } from "../components/SetupClient";
 import { TokenList } from "../components/TokenList";
 import { codexConfig, piModels } from "../lib/snippets";
 import { status } from "../state/store";
@@ -18,6 +19,13 @@ export function ConnectView() {
       <header class="view-head">
         <h1 id="connect-title">Connect</h1>
       </header>
+
+      <div class="card">
+        <SetupClient client="codex" />
+      </div>
+      <div class="card">
+        <SetupClient client="pi" />
+      </div>
 
       <NewClient created={created} onCreated={setCreated} />
 
@@ -41,12 +49,12 @@ export function ConnectView() {
       <div class="card">
         <div class="card-head">
           <h2>
-            Codex CLI <span class="muted small">~/.codex/config.toml</span>
+            Codex CLI by hand <span class="muted small">~/.codex/config.toml</span>
           </h2>
           <CopyButton text={codex} />
         </div>
         <p class="muted small">
-          A new file takes all of it. In an existing file, the first line goes at the top, before any{" "}
+          Keymux's own provider, for a ChatGPT login or by hand: Codex records these sessions under <code>keymux</code>, apart from the ones made before. A new file takes all of it. In an existing file, the first line goes at the top, before any{" "}
           <code>[section]</code>; the <code>[model_providers.keymux]</code> section can go anywhere below it.
         </p>
         <pre class="code" data-testid="codex-snippet">
@@ -61,7 +69,7 @@ export function ConnectView() {
       <div class="card">
         <div class="card-head">
           <h2>
-            pi <span class="muted small">$PI_CODING_AGENT_DIR/models.json</span>
+            pi by hand <span class="muted small">$PI_CODING_AGENT_DIR/models.json</span>
           </h2>
           <CopyButton text={pi} />
         </div>

@@ -5,6 +5,7 @@ import type { KeyInfo, UsageBody } from "../api/types";
 import { AddKeyForm } from "../components/AddKeyForm";
 import { Dialog } from "../components/Dialog";
 import { FirstKey } from "../components/FirstKey";
+import { ImportKeys } from "../components/ImportKeys";
 import { KeyCard } from "../components/KeyCard";
 import { PoolSection } from "../components/PoolSection";
 import { keySections } from "../lib/pools";
@@ -151,6 +152,7 @@ export function KeysView() {
           ))}
         </div>
       )}
+      <ImportKeys />
       <Dialog open={adding} onClose={() => setAdding(false)} title="Add a key" testid="add-key-dialog">
         <AddKeyForm />
       </Dialog>
