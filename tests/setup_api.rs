@@ -3,7 +3,8 @@
 //! choice that makes it (`setup_needs_force`), the yes imports the key (probed: its organization is
 //! known) and writes exactly what was shown, a file edited after the preview is never overwritten
 //! (409 `setup_changed_since_preview`), a preview is confirmed once, and Undo puts `auth.json` back
-//! byte for byte. No secret is in any answer, in the output or in a file but the keychain's.
+//! byte for byte. The first-run import lists the keys found (masked) and imports only the picked ones.
+//! No secret is in any answer or in the output.
 #![allow(clippy::unwrap_used, clippy::disallowed_methods, reason = "tests")]
 
 mod support;
@@ -48,6 +49,11 @@ impl Setup {
 /// A gateway whose home holds a Codex config and an `auth.json` with an API key of `org-s`, the one
 /// organization the simulator has; no keys in the pool yet.
 async fn start(sim: &Sim) -> Setup {
+    start_with(sim, &[]).await
+}
+
+/// [`start`] with more variables in the gateway's environment.
+async fn start_with(sim: &Sim, vars: &[(&str, &str)]) -> Setup {
     assert!(
         std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_some(),
         "the keychain tests need a Secret Service in a D-Bus session: run them through `scripts/test`"
@@ -62,6 +68,7 @@ async fn start(sim: &Sim) -> Setup {
     std::fs::write(home.path().join(".codex/auth.json"), auth).unwrap();
     let mut env = base_env(home.path());
     env.push(("XDG_DATA_HOME".into(), home.path().join("data").display().to_string()));
+    env.extend(vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
     let keymux = Keymux::spawn(&["--config", cfg.to_str().unwrap()], &env).await;
     let admin = Admin::new(&keymux.root);
     Setup { home, keymux, admin }
@@ -156,4 +163,41 @@ async fn a_file_edited_after_the_preview_is_kept_and_a_refusal_names_its_choice(
     let (status, bad) = s.admin.post_json("/setup/vim/preview", Some(json!({}))).await;
     assert_eq!((status, bad["error"]["code"].as_str()), (404, Some("not_found")), "{bad}");
     s.keymux.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_run_offer_lists_the_keys_found_masked_and_imports_only_the_picked_ones() {
+    const ENV_KEY: &str = "sk-setup-api-env-0002bbbb";
+    let sim = Sim::start(SimConfig::new().org("org-s", &[CODEX_KEY, ENV_KEY])).await.unwrap();
+    let s = start_with(&sim, &[("OPENAI_API_KEY", ENV_KEY)]).await;
+    let auth = s.codex("auth.json");
+    let offer = s.admin.get_json("/import").await;
+    let text = offer.to_string();
+    assert_no_secrets("the offer", &text, &[CODEX_KEY, ENV_KEY]);
+    let keys = offer["keys"].as_array().unwrap();
+    assert_eq!(keys.len(), 2, "{offer}");
+    let from_codex = keys.iter().find(|k| k["file"].as_str().is_some_and(|f| Path::new(f) == auth)).unwrap();
+    assert_eq!((from_codex["masked"].as_str(), from_codex["label"].as_str()), (Some("sk-…aaaa"), Some("codex")));
+    assert!(keys.iter().any(|k| k["source"] == "environment variable OPENAI_API_KEY" && k["masked"] == "sk-…bbbb"));
+    assert!(s.admin.get_json("/keys").await.as_array().unwrap().is_empty(), "nothing imported by looking");
+
+    // Only the picked key joins, probed and marked imported; its file loses the plaintext (backup kept).
+    let pick = json!({ "fingerprints": [from_codex["fingerprint"]], "remove_plaintext": true });
+    let (status, done) = s.admin.post_json("/import", Some(pick.clone())).await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["imported"], json!(["codex"]), "{done}");
+    let pooled = s.admin.get_json("/keys").await;
+    assert_eq!(pooled.as_array().unwrap().len(), 1, "only the picked key: {pooled}");
+    assert_eq!(pooled[0]["org"], "org-s", "{pooled}");
+    let config = std::fs::read_to_string(s.home.path().join("config.toml")).unwrap();
+    assert!(config.contains("imported = true"), "marked imported, so old sessions are looked for there: {config}");
+    assert!(!std::fs::read_to_string(&auth).unwrap().contains(CODEX_KEY), "the plaintext copy is gone");
+    let backups = std::fs::read_dir(auth.parent().unwrap()).unwrap().filter_map(Result::ok);
+    assert!(backups.into_iter().any(|e| e.file_name().to_string_lossy().contains("keymux-backup")), "a backup is kept");
+    let again = s.admin.get_json("/import").await;
+    assert!(again["keys"].as_array().unwrap().iter().all(|k| k["source"] != from_codex["source"]), "{again}");
+    let (status, done) = s.admin.post_json("/import", Some(json!({ "fingerprints": [] }))).await;
+    assert_eq!((status, done["error"]["code"].as_str()), (400, Some("invalid_value")), "{done}");
+    let output = s.keymux.stop().await;
+    assert_no_secrets("keymux's output", &output, &[CODEX_KEY, ENV_KEY]);
 }

@@ -15,6 +15,7 @@ use std::process::Stdio;
 
 use keymux::secrets::Secret;
 use keymux::setup::{self, Choices, Client, SetupError};
+use support::tui::Tui;
 use support::*;
 
 /// What the user had: settings, and the simulator's organization as their OpenAI.
@@ -110,12 +111,23 @@ async fn a_session_from_before_keymux_continues_through_it_and_undo_keeps_codexs
     std::fs::create_dir_all(&work).unwrap();
     std::fs::create_dir_all(&codex_home).unwrap();
     let config_path = codex_home.join("config.toml");
-    let original = format!("{SETTINGS}openai_base_url = \"{}\"\n\n[analytics]\nenabled = false\n", h.sim.base_url());
+    // What Codex itself wrote on its first interactive run (the directory trusted, the notices seen).
+    let tui = format!(
+        "\n[projects.\"{}\"]\ntrust_level = \"trusted\"\n\n[tui]\nscreen_reader_detection_done = true\n\n[notice.model_migrations]\n\"gpt-5.5\" = \"gpt-6-sol\"\n",
+        work.display()
+    );
+    let original =
+        format!("{SETTINGS}openai_base_url = \"{}\"\n\n[analytics]\nenabled = false\n{tui}", h.sim.base_url());
     std::fs::write(&config_path, &original).unwrap();
     codex_login(&codex_home, "sk-b1").await;
     let auth_path = codex_home.join("auth.json");
     let auth_before = std::fs::read(&auth_path).unwrap();
 
+    // An interactive session (the TUI's `codex resume` lists only those), then one from `codex exec`.
+    let before = Tui::start(&codex_home, &work, &["Before Keymux, in the TUI."]);
+    before.wait_for(&["SIM-REPLY #", "Before Keymux, in the TUI."]).await;
+    before.wait_for(&["Worked for"]).await;
+    drop(before);
     let (ok, out) = codex(&codex_home, &work, &["Before Keymux."]).await;
     assert!(ok && out.contains("from org-b: Before Keymux."), "{out}");
     let id = session_id(&out);
@@ -137,6 +149,10 @@ async fn a_session_from_before_keymux_continues_through_it_and_undo_keeps_codexs
     let never = || std::future::ready(Err::<Secret, &str>("the client token exists already"));
     shown.confirm(&state, never).await.unwrap();
 
+    // The TUI's `codex resume` picker lists the interactive session from before Keymux.
+    let picker = Tui::start(&codex_home, &work, &["resume"]);
+    picker.wait_for(&["Before Keymux, in the TUI."]).await;
+    drop(picker);
     let (ok, out) = codex(&codex_home, &work, &["resume", "--last", "Through Keymux."]).await;
     assert!(ok, "{out}");
     assert_eq!(session_id(&out), id, "the session from before Keymux is the one Codex resumes:\n{out}");
@@ -144,14 +160,22 @@ async fn a_session_from_before_keymux_continues_through_it_and_undo_keeps_codexs
     assert!(requests_through_keymux(&h).await > 0, "through Keymux");
     assert!(found_its_organization(&h).await, "Keymux found the organization of its reasoning");
     let sessions = recorded(&codex_home);
-    assert_eq!(sessions, [(id.clone(), "\"openai\"".to_owned())], "one session, under the built-in provider");
+    assert!(sessions.iter().any(|(one, _)| *one == id), "{sessions:?}");
+    assert!(
+        sessions.iter().all(|(_, provider)| provider == "\"openai\""),
+        "all under the built-in provider: {sessions:?}"
+    );
 
     // Codex records a project's trust itself, then Keymux is taken away.
     let with_keymux = std::fs::read_to_string(&config_path).unwrap();
-    let codex_edit = format!("\n[projects.\"{}\"]\ntrust_level = \"trusted\"\n", work.display());
+    let codex_edit = format!("\n[projects.\"{}\"]\ntrust_level = \"trusted\"\n", dir.path().join("other").display());
     std::fs::write(&config_path, format!("{with_keymux}{codex_edit}")).unwrap();
     let undone = setup::undo(Client::Codex, &state, false).unwrap();
-    assert_eq!(std::fs::read_to_string(&config_path).unwrap(), format!("{original}{codex_edit}"), "{:?}", undone.notes);
+    // Everything Codex wrote since stays (the TUI adds a table of its own on its first turn, too); only
+    // Keymux's line goes, and the user's own base URL comes back in its place.
+    let after = std::fs::read_to_string(&config_path).unwrap();
+    assert_eq!(after, format!("{}{codex_edit}", with_keymux.replace(&h.base, &h.sim.base_url())), "{:?}", undone.notes);
+    assert!(after.starts_with(&original[..original.find("[projects").unwrap()]), "{after}");
     assert_eq!(std::fs::read(&auth_path).unwrap(), auth_before, "auth.json byte for byte");
 
     // Codex goes straight to the provider again. (Not by resuming the session: its later turns hold

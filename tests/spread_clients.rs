@@ -4,17 +4,17 @@
 //! session with a prewarm frame that has no input) taking turns with `codex exec`, land their first turns
 //! within one of even over five keys.
 //!
-//! The TUI runs inside tmux, a real terminal emulator: it answers the terminal queries the TUI waits on
-//! at start (cursor position, colours, keyboard modes), which a bare pseudo-terminal does not.
+//! The TUI runs inside tmux (`support::tui`), a real terminal emulator: it answers the terminal queries
+//! the TUI waits on at start (cursor position, colours, keyboard modes), which a bare pseudo-terminal
+//! does not.
 #![allow(clippy::unwrap_used, clippy::print_stdout, reason = "tests print the figures they measure")]
 
 mod support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
-use std::time::Duration;
 
+use support::tui::Tui;
 use support::*;
 
 /// Per key, how many sessions' first request it served (the first record of each session digest).
@@ -75,64 +75,6 @@ async fn custom_provider_sessions_spread_evenly() {
     spread(&config, &[("KEYMUX_TOKEN", TOKEN)], "custom provider over HTTP", "http").await;
 }
 
-/// An interactive Codex TUI running in its own tmux server (a socket in a temporary directory), with
-/// nothing in its environment but PATH, HOME and CODEX_HOME. Dropping it stops the server and the TUI.
-struct Tui {
-    socket: tempfile::TempDir,
-}
-
-impl Tui {
-    fn start(codex_home: &Path, work: &Path, prompt: &str) -> Self {
-        let socket = tempfile::tempdir().unwrap();
-        let home = format!("HOME={}", codex_home.display());
-        let codex_home_var = format!("CODEX_HOME={}", codex_home.display());
-        let command = format!("{} '{prompt}'", codex_bin().display());
-        let tui = Self { socket };
-        let status = tui
-            .tmux()
-            .args(["new-session", "-d", "-x", "160", "-y", "48", "-c"])
-            .arg(work)
-            .args(["-e", &home, "-e", &codex_home_var, &command])
-            .status()
-            .expect("tmux runs (scripts/test installs it)");
-        assert!(status.success(), "tmux started the Codex TUI");
-        tui
-    }
-
-    fn tmux(&self) -> Command {
-        let mut command = Command::new("tmux");
-        command.arg("-S").arg(self.socket.path().join("tmux")).env_clear();
-        command.env("PATH", std::env::var("PATH").unwrap_or_default()).env("TERM", "xterm-256color");
-        command
-    }
-
-    /// What the TUI shows now.
-    fn screen(&self) -> String {
-        let out = self.tmux().args(["capture-pane", "-p", "-t", "0"]).output().expect("tmux runs");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// Waits until a line of the screen holds every one of `parts`: the TUI drew it. A generous two
-    /// minutes that only a hung client exceeds; the screen is checked on every step of a ticker, not
-    /// after a fixed sleep.
-    async fn wait_for(&self, parts: &[&str]) {
-        let mut tick = tokio::time::interval(Duration::from_millis(100));
-        for _ in 0..1200 {
-            tick.tick().await;
-            if self.screen().lines().any(|line| parts.iter().all(|part| line.contains(part))) {
-                return;
-            }
-        }
-        panic!("the Codex TUI never showed {parts:?} on one line; its screen:\n{}", self.screen());
-    }
-}
-
-impl Drop for Tui {
-    fn drop(&mut self) {
-        let _ = self.tmux().arg("kill-server").status();
-    }
-}
-
 /// The built-in provider's settings for both the TUI and `codex exec`, with the notices a first run of
 /// the TUI would stop on (model migration, screen reader) already answered, and `work` trusted.
 fn tui_config(base: &str, work: &Path) -> String {
@@ -154,7 +96,7 @@ async fn tui_and_exec_sessions_spread_evenly() {
     for n in 0..10 {
         let prompt = format!("Session {n}: say hello.");
         if n % 2 == 0 {
-            let tui = Tui::start(home.path(), &work, &prompt);
+            let tui = Tui::start(home.path(), &work, &[&prompt]);
             // The simulator's answer, then the TUI's note that the turn is over.
             tui.wait_for(&["SIM-REPLY #", &prompt]).await;
             tui.wait_for(&["Worked for"]).await;

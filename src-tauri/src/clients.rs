@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use keymux::api::types::SetupRequest;
+use keymux::api::types::{ImportDone, ImportOffer, ImportRequest, SetupRequest};
 use keymux::control::setup::SetupPlaces;
 use keymux::control::ControlError;
 use keymux::gateway::Gateway;
@@ -159,6 +159,50 @@ fn change_text(preview: &setup::Preview) -> String {
     text
 }
 
+/// The first-run offer, when the pool is empty: the keys found on this machine in plaintext, offered
+/// for import with where each is (masked); nothing is imported without the user's yes.
+pub fn offer_import(app: &AppHandle, gateway: &Arc<Gateway>, refresh: Refresh) {
+    let (app, gateway) = (app.clone(), gateway.clone());
+    tauri::async_runtime::spawn(async move {
+        let Some((text, request)) = import_question(&gateway.import_offer()) else { return };
+        let title = "Import your API keys";
+        if !ask(&app, title, &text, "Import", "Not now") {
+            return;
+        }
+        match gateway.import_keys(request).await {
+            Ok(done) => say(&app, title, &import_summary(&done), MessageDialogKind::Info),
+            Err(e) => say(&app, title, &e.to_string(), MessageDialogKind::Error),
+        }
+        refresh(&app);
+    });
+}
+
+/// What the first-run offer asks, and the import a yes makes (`None`: nothing new to offer).
+fn import_question(offer: &ImportOffer) -> Option<(String, ImportRequest)> {
+    let fresh: Vec<_> = offer.keys.iter().filter(|k| k.pooled_as.is_none()).collect();
+    if fresh.is_empty() {
+        return None;
+    }
+    let list: Vec<String> = fresh.iter().map(|k| format!("• {} ({}), {}", k.label, k.masked, k.source)).collect();
+    let text = format!(
+        "Keymux has no API keys yet. It found these OpenAI API keys on this machine:\n\n{}\n\nImport them into \
+         the system keychain? Each is probed once to learn its organization. The files keep their copies; the \
+         dashboard's Keys view or `keymux keys import --remove-plaintext` can take them out.",
+        list.join("\n")
+    );
+    let fingerprints = fresh.iter().map(|k| k.fingerprint.clone()).collect();
+    Some((text, ImportRequest { fingerprints, remove_plaintext: false }))
+}
+
+fn import_summary(done: &ImportDone) -> String {
+    let mut lines = Vec::new();
+    if !done.imported.is_empty() {
+        lines.push(format!("Imported {}.", done.imported.join(", ")));
+    }
+    lines.extend(done.not_imported.iter().map(|n| format!("{}: {}", n.label, n.message)));
+    lines.join("\n")
+}
+
 /// Puts the client's file back as it was before Keymux set it up.
 pub fn undo(app: &AppHandle, client: Client, refresh: Refresh) {
     let app = app.clone();
@@ -304,5 +348,27 @@ mod tests {
         let written = std::fs::read_to_string(&places.file).unwrap();
         assert!(written.contains("model_provider = \"keymux\""), "the custom-provider form: {written}");
         assert!(std::fs::read_to_string(&auth).unwrap().contains("chatgpt"), "the login is left alone");
+    }
+
+    fn found(label: &str, pooled_as: Option<&str>) -> keymux::api::types::FoundKey {
+        keymux::api::types::FoundKey {
+            fingerprint: format!("fp-{label}"),
+            masked: "sk-…abcd".into(),
+            label: label.into(),
+            source: format!("{label}'s file"),
+            file: None,
+            pooled_as: pooled_as.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn the_first_run_offer_lists_only_keys_not_pooled_yet_and_imports_exactly_those() {
+        let offer = |keys| ImportOffer { keys, notes: Vec::new(), refusals: Vec::new() };
+        assert!(import_question(&offer(Vec::new())).is_none(), "nothing found: no question");
+        assert!(import_question(&offer(vec![found("codex", Some("codex"))])).is_none(), "all pooled: no question");
+        let (text, request) = import_question(&offer(vec![found("codex", None), found("env", Some("work"))])).unwrap();
+        assert!(text.contains("codex (sk-…abcd), codex's file") && !text.contains("env's file"), "{text}");
+        assert_eq!(request.fingerprints, ["fp-codex"]);
+        assert!(!request.remove_plaintext, "the files keep their copies unless asked");
     }
 }

@@ -130,8 +130,14 @@ impl Desk<'_> {
         })
         .await;
         if let Some(name) = picture {
-            let screen = self.xvfb.screen();
-            screen.crop(dialog.rect).write_png(&shots().join(name));
+            // A dialog is black from when it is mapped until GTK paints it: the picture waits for that.
+            let drawn = x11::until(&format!("the {title:?} dialog is drawn"), WAIT, || {
+                let shot = self.xvfb.screen().crop(dialog.rect);
+                let lit = shot.pixels().chunks(3).filter(|px| px.iter().any(|&c| c > 24)).count();
+                (lit * 3 > shot.pixels().len() / 3).then_some(shot)
+            })
+            .await;
+            drawn.write_png(&shots().join(name));
         }
         x11::xdotool(&self.xvfb.display, &["windowfocus", "--sync", &dialog.id]);
         x11::xdotool(&self.xvfb.display, &["key", "Return"]);

@@ -5,6 +5,7 @@
 
 pub mod admin;
 pub mod disk;
+pub mod tui;
 
 pub use admin::Admin;
 
