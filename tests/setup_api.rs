@@ -201,3 +201,24 @@ async fn the_first_run_offer_lists_the_keys_found_masked_and_imports_only_the_pi
     let output = s.keymux.stop().await;
     assert_no_secrets("keymux's output", &output, &[CODEX_KEY, ENV_KEY]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_the_provider_refuses_stops_the_setup_before_anything_is_written() {
+    // The simulator knows another key: the one in auth.json is refused when it is probed.
+    let sim = Sim::start(SimConfig::new().org("org-s", &["sk-setup-api-someone-else-9999"])).await.unwrap();
+    let s = start(&sim).await;
+    let files = || [std::fs::read(s.codex("config.toml")).unwrap(), std::fs::read(s.codex("auth.json")).unwrap()];
+    let before = files();
+    let (status, shown) = s.preview(json!({ "import_label": "codex" })).await;
+    assert_eq!(status, 200, "{shown}");
+    let (status, refused) = s.confirm(&shown["id"]).await;
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert_eq!(status, 400, "{refused}");
+    assert!(message.contains(&s.codex("auth.json").display().to_string()), "names the file: {message}");
+    assert!(message.contains("refused") && message.contains("Nothing was written"), "{message}");
+    assert_eq!(files(), before, "neither file was touched");
+    assert!(s.admin.get_json("/keys").await.as_array().unwrap().is_empty(), "the refused key was taken out");
+    assert!(!s.codex_set_up().await);
+    let output = s.keymux.stop().await;
+    assert_no_secrets("keymux's output", &output, &[CODEX_KEY]);
+}

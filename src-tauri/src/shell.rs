@@ -80,7 +80,7 @@ async fn start(app: AppHandle) {
             let _ = writeln!(std::io::stdout(), "{line}");
             *lock(&shell.gateway) = Some(gateway.clone());
             *shell.runtime.lock().await = Some(runtime);
-            if gateway.pool().len() == 0 && shell.args.hidden {
+            if gateway.pool().is_empty() && shell.args.hidden {
                 // Started at login with an empty pool: the tray offers the keys found on this machine
                 // (an open window shows the same offer on its first-run screen).
                 crate::clients::offer_import(&app, &gateway, tray::refresh);

@@ -546,6 +546,24 @@ fn extending(decl: String, base: &str) -> String {
     }
 }
 
+/// The bodies of setting clients up and importing keys (`api::setup`).
+fn setup_decls() -> [String; 12] {
+    [
+        Client::decl(),
+        ClientSetup::decl(),
+        SetupRequest::decl(),
+        SetupFile::decl(),
+        SetupPreview::decl(),
+        SetupDone::decl(),
+        SetupUndone::decl(),
+        FoundKey::decl(),
+        ImportOffer::decl(),
+        ImportRequest::decl(),
+        NotImported::decl(),
+        ImportDone::decl(),
+    ]
+}
+
 /// The TypeScript of every type the dashboard reads or sends, in one file.
 pub fn typescript() -> String {
     use crate::control::{KeyChanges, NewKey};
@@ -609,18 +627,6 @@ pub fn typescript() -> String {
         SpendReport::decl(),
         LoginLink::decl(),
         SessionToken::decl(),
-        Client::decl(),
-        ClientSetup::decl(),
-        SetupRequest::decl(),
-        SetupFile::decl(),
-        SetupPreview::decl(),
-        SetupDone::decl(),
-        SetupUndone::decl(),
-        FoundKey::decl(),
-        ImportOffer::decl(),
-        ImportRequest::decl(),
-        NotImported::decl(),
-        ImportDone::decl(),
         KeyTestBody::decl(),
         KeyBody::decl(),
         ErrorDetail::decl(),
@@ -632,7 +638,7 @@ pub fn typescript() -> String {
         "// Generated from Keymux's Rust types by `api::types::typescript()`; do not edit.\n\
          // Regenerate: KEYMUX_WRITE_TYPES=1 cargo test -p keymux --lib typescript_types\n\n",
     );
-    for decl in decls {
+    for decl in decls.into_iter().chain(setup_decls()) {
         out.push_str("export ");
         // JSON numbers arrive as JavaScript numbers; every integer Keymux sends (counts, milliseconds)
         // stays far below 2^53.

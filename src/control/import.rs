@@ -82,23 +82,32 @@ impl Gateway {
 
     /// Adds one key; its label in the pool (the one it had, when it was pooled already).
     async fn import_one(&self, candidate: &Candidate) -> Result<String, String> {
-        if let Some(label) = self.pooled_as(candidate) {
-            return Ok(label);
+        self.import_key(new_key(candidate)).await.map_err(|e| e.to_string())
+    }
+
+    /// Adds a key found in plaintext as `keys add` adds one, and says which label holds it: the one it
+    /// already had when the pool has it (by fingerprint). A key the provider refuses is taken out again
+    /// (an import keeps no dead key) and refused with the fix.
+    pub async fn import_key(&self, new: NewKey) -> Result<String, ControlError> {
+        if let Some(holder) = self.pool().holder_of(&self.markers().digest().fingerprint(&new.secret)) {
+            return Ok(self.pool().label(&holder));
         }
-        let id: KeyId = self.add_key(new_key(candidate)).await.map_err(|e| e.to_string())?;
+        let label = new.label.clone();
+        let id: KeyId = self.add_key(new).await?;
         let rejected = self
             .pool()
             .status(self.clock().now(), self.today())
             .into_iter()
             .any(|k| k.id == id && k.health == HealthState::Rejected);
         if rejected {
-            // The provider refused it: an import takes it back out rather than keep a dead key.
-            self.remove_key(&id).await.map_err(|e| e.to_string())?;
-            return Err("the provider refused this key, so it was not imported: check it at \
-                        https://platform.openai.com/api-keys"
-                .into());
+            self.remove_key(&id).await?;
+            return Err(ControlError::Invalid(
+                "the provider refused this key, so it was not imported: check it at \
+                 https://platform.openai.com/api-keys"
+                    .into(),
+            ));
         }
-        Ok(candidate.label.clone())
+        Ok(label)
     }
 }
 

@@ -94,7 +94,11 @@ impl Gateway {
         let state = &places.state;
         let Offer { preview, import_label } = offer;
         let imported = match (import_label, preview.key_to_import()) {
-            (Some(label), Some(secret)) => Some(self.import_from_auth(label, secret.clone()).await?),
+            (Some(label), Some(secret)) => {
+                let auth = preview.plans().iter().find(|p| p.path().ends_with("auth.json")).map(|p| p.path());
+                let imported = self.import_key(NewKey::imported(label, secret.clone())).await;
+                Some(imported.map_err(|e| refused_key(auth, e))?)
+            }
             (Some(_) | None, None) | (None, Some(_)) => None,
         };
         let applied = preview.confirm(state, || self.token_for_client(client.id())).await.map_err(|e| match e {
@@ -123,17 +127,6 @@ impl Gateway {
             self.pool().status(self.clock().now(), self.today()).into_iter().map(|k| k.label).collect();
         super::free_token_name(base, &labels)
     }
-
-    /// Adds the API key Codex's `auth.json` holds to the pool as `label`; the key's label when it is
-    /// in the pool already (added before, by hand or by an earlier import).
-    async fn import_from_auth(&self, label: String, secret: crate::secrets::Secret) -> Result<String, ControlError> {
-        let fingerprint = self.markers().digest().fingerprint(&secret);
-        if let Some(holder) = self.pool().holder_of(&fingerprint) {
-            return Ok(self.pool().label(&holder));
-        }
-        self.add_key(NewKey::imported(label.clone(), secret)).await?;
-        Ok(label)
-    }
 }
 
 /// Where a setup is made: the client's own file and the directory of Keymux's setup records.
@@ -159,6 +152,21 @@ impl SetupPlaces {
             ControlError::Invalid("the gateway has no data directory to keep the setup record in".into())
         })?;
         Ok(SetupPlaces { file, state })
+    }
+}
+
+/// Why the setup stops when the key in `auth.json` cannot join the pool: nothing was written.
+fn refused_key(auth: Option<&std::path::Path>, e: ControlError) -> ControlError {
+    let file = auth.map_or_else(|| "auth.json".to_owned(), |p| p.display().to_string());
+    match e {
+        ControlError::Invalid(why) => ControlError::Invalid(format!(
+            "the API key in {file} could not join Keymux's keys: {why}. Nothing was written; set up without \
+             importing it, or fix the key first"
+        )),
+        other @ (ControlError::NotFound(_)
+        | ControlError::Secrets(_)
+        | ControlError::Config(_)
+        | ControlError::Setup(_)) => other,
     }
 }
 

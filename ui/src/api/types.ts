@@ -1115,6 +1115,118 @@ export type SessionToken = {
  */
 token: string, };
 
+export type KeyTestBody = { 
+/**
+ * The provider accepted the key.
+ */
+ok: boolean, 
+/**
+ * The HTTP status of the provider's answer (`None`: no answer, e.g. it could not be reached).
+ */
+status: number | null, 
+/**
+ * The organization the provider said the key belongs to (`openai-organization`), if it said.
+ */
+org: string | null, 
+/**
+ * What the test found and what to do about it, for a person.
+ */
+message: string, 
+/**
+ * From sending the test request to its answer, milliseconds.
+ */
+duration_ms: number, };
+
+export type KeyBody = { 
+/**
+ * The key after the change (`None` only if it was removed meanwhile).
+ */
+key: KeyInfo | null, };
+
+export type ErrorDetail = { 
+/**
+ * What happened and what to do next.
+ */
+message: string, 
+/**
+ * OpenAI's error type.
+ */
+type: string, 
+/**
+ * A short machine-readable reason (`invalid_api_key`, `keymux_key_rejected`…) a client can match on.
+ */
+code: string | null, 
+/**
+ * The request parameter at fault, in OpenAI's shape; Keymux always sends null.
+ */
+param: string | null, };
+
+export type ErrorBody = { 
+/**
+ * What went wrong, in OpenAI's shape: message, type, code, param.
+ */
+error: ErrorDetail, };
+
+export type NewKey = { 
+/**
+ * A short name: work, personal, azure-eu…
+ */
+label: string, 
+/**
+ * The API dialect (default OpenAI).
+ */
+provider: Provider, 
+/**
+ * Base URL (required for Azure).
+ */
+base_url: string | null, 
+/**
+ * The key's organization, if known (otherwise learned from the provider).
+ */
+org: string | null, 
+/**
+ * Priority tier (lower first).
+ */
+priority: number, 
+/**
+ * Soft daily token budget.
+ */
+daily_token_budget: number | null, 
+/**
+ * If not empty, the only models this key serves.
+ */
+models: Array<string>, 
+/**
+ * Models this key never serves.
+ */
+exclude_models: Array<string>, 
+/**
+ * The API key.
+ */
+secret: string, };
+
+export type KeyChanges = { 
+/**
+ * A new label.
+ */
+label?: string | null, 
+/**
+ * A new priority tier.
+ */
+priority?: number | null, 
+/**
+ * A new daily budget (`null` removes it).
+ */
+daily_token_budget?: number | null, 
+/**
+ * The only models this key serves (empty: all).
+ */
+models?: Array<string> | null, 
+/**
+ * Models this key never serves.
+ */
+exclude_models?: Array<string> | null, };
+
 export type Client = "codex" | "pi";
 
 export type ClientSetup = { 
@@ -1300,116 +1412,4 @@ not_imported: Array<NotImported>,
  * What happened to the plaintext copies.
  */
 notes: Array<string>, };
-
-export type KeyTestBody = { 
-/**
- * The provider accepted the key.
- */
-ok: boolean, 
-/**
- * The HTTP status of the provider's answer (`None`: no answer, e.g. it could not be reached).
- */
-status: number | null, 
-/**
- * The organization the provider said the key belongs to (`openai-organization`), if it said.
- */
-org: string | null, 
-/**
- * What the test found and what to do about it, for a person.
- */
-message: string, 
-/**
- * From sending the test request to its answer, milliseconds.
- */
-duration_ms: number, };
-
-export type KeyBody = { 
-/**
- * The key after the change (`None` only if it was removed meanwhile).
- */
-key: KeyInfo | null, };
-
-export type ErrorDetail = { 
-/**
- * What happened and what to do next.
- */
-message: string, 
-/**
- * OpenAI's error type.
- */
-type: string, 
-/**
- * A short machine-readable reason (`invalid_api_key`, `keymux_key_rejected`…) a client can match on.
- */
-code: string | null, 
-/**
- * The request parameter at fault, in OpenAI's shape; Keymux always sends null.
- */
-param: string | null, };
-
-export type ErrorBody = { 
-/**
- * What went wrong, in OpenAI's shape: message, type, code, param.
- */
-error: ErrorDetail, };
-
-export type NewKey = { 
-/**
- * A short name: work, personal, azure-eu…
- */
-label: string, 
-/**
- * The API dialect (default OpenAI).
- */
-provider: Provider, 
-/**
- * Base URL (required for Azure).
- */
-base_url: string | null, 
-/**
- * The key's organization, if known (otherwise learned from the provider).
- */
-org: string | null, 
-/**
- * Priority tier (lower first).
- */
-priority: number, 
-/**
- * Soft daily token budget.
- */
-daily_token_budget: number | null, 
-/**
- * If not empty, the only models this key serves.
- */
-models: Array<string>, 
-/**
- * Models this key never serves.
- */
-exclude_models: Array<string>, 
-/**
- * The API key.
- */
-secret: string, };
-
-export type KeyChanges = { 
-/**
- * A new label.
- */
-label?: string | null, 
-/**
- * A new priority tier.
- */
-priority?: number | null, 
-/**
- * A new daily budget (`null` removes it).
- */
-daily_token_budget?: number | null, 
-/**
- * The only models this key serves (empty: all).
- */
-models?: Array<string> | null, 
-/**
- * Models this key never serves.
- */
-exclude_models?: Array<string> | null, };
 
