@@ -104,7 +104,7 @@ pub fn utc_day(unix_ms: u64) -> u32 {
 }
 
 /// The local day and month a moment falls in, as spend is counted.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 pub struct LocalPeriods {
     /// The time zone they follow: its IANA name (`Europe/Berlin`), else its offset now (`UTC+05:30`).
     pub zone: String,
@@ -112,6 +112,10 @@ pub struct LocalPeriods {
     pub day_start_unix_ms: u64,
     /// When this month began: local midnight of its first day, Unix milliseconds.
     pub month_start_unix_ms: u64,
+    /// When tomorrow begins (today's budgets reset): the next local midnight, Unix milliseconds.
+    pub day_end_unix_ms: u64,
+    /// When next month begins (this month's budgets reset), Unix milliseconds.
+    pub month_end_unix_ms: u64,
 }
 
 /// The local day and month of `unix_ms` in `zone`.
@@ -119,10 +123,14 @@ pub fn local_periods(unix_ms: u64, zone: &TimeZone) -> LocalPeriods {
     let at = timestamp(unix_ms);
     let date = at.to_zoned_datetime(zone.clone()).date();
     let name = zone.iana_name().map_or_else(|| format!("UTC{}", zone.to_offset(at)), str::to_owned);
+    let month = date.first_of_month();
+    let next = |d: jiff::civil::Date, by: Span| d.checked_add(by).map_or(u64::MAX, |d| midnight(d, zone));
     LocalPeriods {
         zone: name,
         day_start_unix_ms: midnight(date, zone),
-        month_start_unix_ms: midnight(date.first_of_month(), zone),
+        month_start_unix_ms: midnight(month, zone),
+        day_end_unix_ms: next(date, Span::new().days(1)),
+        month_end_unix_ms: next(month, Span::new().months(1)),
     }
 }
 
@@ -182,6 +190,10 @@ mod tests {
         assert_eq!(ny.day_start_unix_ms, 1_772_928_000_000 + 5 * 3_600_000);
         assert_eq!(ny.month_start_unix_ms, 1_772_323_200_000 + 5 * 3_600_000);
         assert_eq!(ny.zone, "UTC-04", "a zone without a name is shown by its offset now");
+        // The day of the change ends 23 hours after it began; the month at 00:00 EDT on April 1st.
+        assert_eq!(ny.day_end_unix_ms, ny.day_start_unix_ms + 23 * 3_600_000);
+        assert_eq!(ny.month_end_unix_ms, 1_775_001_600_000 + 4 * 3_600_000, "2026-04-01T04:00Z");
+        assert_eq!(utc.day_end_unix_ms, utc.day_start_unix_ms + 24 * 3_600_000);
         // The day before lasted 24 hours, the day of the change 23.
         assert_eq!(local_day_start(SPRING, &new_york, 1), ny.day_start_unix_ms - 24 * 3_600_000);
         let monday = SPRING + 12 * 3_600_000;

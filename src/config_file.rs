@@ -278,6 +278,10 @@ priority = 0 # tier 0
             exclude_models: Vec::new(),
             disabled: false,
             imported: false,
+            daily_budget_usd: None,
+            monthly_budget_usd: None,
+            reserve_at: None,
+            on_limit: crate::budget::OnLimit::Reserve,
         }
     }
 

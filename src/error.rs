@@ -91,6 +91,28 @@ pub enum ApiError {
         /// The user's pool the request is bound to, if not `all`.
         pool: Option<String>,
     },
+    /// Every key a new session may use is past its budget in money (the user's `reserve_at` or limit).
+    #[error("every key is past its budget")]
+    BudgetReached {
+        /// Whole seconds until the first budget resets (at least 1).
+        retry_after_secs: u64,
+        /// How many keys are past their budget.
+        keys: usize,
+        /// The user's pool the request is bound to, if not `all`.
+        pool: Option<String>,
+    },
+    /// The key a pinned request needs reached its budget with `on_limit = "stop"`.
+    #[error("the key reached its budget")]
+    BudgetStopped {
+        /// The key's label.
+        label: String,
+        /// Which budget.
+        period: crate::budget::Period,
+        /// Its amount.
+        limit: crate::spend::Usd,
+        /// Whole seconds until it resets (at least 1).
+        retry_after_secs: u64,
+    },
     /// Keys exist but none is usable (invalid, disabled).
     #[error("no usable key")]
     NoUsableKey { unusable: usize, pool: Option<String> },
@@ -156,6 +178,11 @@ fn req(status: StatusCode, code: &'static str, label: &'static str, message: imp
     Spec { status, kind: REQUEST, code: Some(code), label, message: message.into() }
 }
 
+/// A 429 of type `requests` that says how long to wait (`retry-after` goes with it).
+fn wait(code: &'static str, label: &'static str, message: String) -> Spec {
+    Spec { kind: "requests", ..req(StatusCode::TOO_MANY_REQUESTS, code, label, message) }
+}
+
 /// A `server_error`: Keymux, its keys or the provider cannot serve now.
 fn srv(status: StatusCode, code: &'static str, label: &'static str, message: impl Into<Cow<'static, str>>) -> Spec {
     Spec { status, kind: SERVER, code: Some(code), label, message: message.into() }
@@ -203,10 +230,15 @@ impl ApiError {
             Self::NoKeys { pool: Some(pool) } => {
                 srv(S::SERVICE_UNAVAILABLE, "keymux_pool_empty", "pool_empty", pool_empty(pool))
             }
-            Self::AllCooling { retry_after_secs: secs, cooling, pool } => Spec {
-                kind: "requests",
-                ..req(S::TOO_MANY_REQUESTS, "rate_limit_exceeded", "all_cooling", all_cooling(*secs, *cooling, pool))
-            },
+            Self::AllCooling { retry_after_secs: secs, cooling, pool } => {
+                wait("rate_limit_exceeded", "all_cooling", all_cooling(*secs, *cooling, pool))
+            }
+            Self::BudgetReached { retry_after_secs: secs, keys, pool } => {
+                wait("keymux_budget_reached", "budget_reached", budget_reached(*secs, *keys, pool))
+            }
+            Self::BudgetStopped { label, period, limit, retry_after_secs: secs } => {
+                wait("keymux_budget_reached", "budget_stopped", budget_stopped(label, *period, *limit, *secs))
+            }
             Self::NoUsableKey { unusable, pool } => {
                 srv(S::SERVICE_UNAVAILABLE, "keymux_no_usable_key", "no_usable_key", no_usable_key(*unusable, pool))
             }
@@ -260,7 +292,10 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let spec = self.spec();
         let mut response = (spec.status, axum::Json(body(&spec))).into_response();
-        if let Self::AllCooling { retry_after_secs, .. } = &self {
+        if let Self::AllCooling { retry_after_secs, .. }
+        | Self::BudgetReached { retry_after_secs, .. }
+        | Self::BudgetStopped { retry_after_secs, .. } = &self
+        {
             // Codex retries a 429 only when `retry-after` is present, in whole seconds.
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
         }
@@ -397,6 +432,37 @@ fn all_cooling(retry_after_secs: u64, cooling: usize, pool: &Option<String>) -> 
              (`keymux pool set {pool} --fallback OTHER`)."
         ),
     }
+}
+
+/// A wait in words: `3h 12m`, `45m`, `20s`.
+fn wait_words(secs: u64) -> String {
+    match (secs / 3600, (secs % 3600) / 60) {
+        (0, 0) => format!("{secs}s"),
+        (0, m) => format!("{m}m"),
+        (h, m) => format!("{h}h {m}m"),
+    }
+}
+
+fn budget_reached(retry_after_secs: u64, keys: usize, pool: &Option<String>) -> String {
+    let which = pool.as_ref().map_or_else(|| "Keymux's".to_owned(), |p| format!("the Keymux pool '{p}''s"));
+    format!(
+        "All {keys} of {which} keys a new session may use are past the budget in money you set for them \
+         (reserved for the sessions already on them, or stopped). The first budget resets in {}: new sessions \
+         start then. To go on now, raise a budget (`keymux keys set LABEL --daily-budget-usd N`) or its \
+         reserve_at, in the dashboard's Keys view or the config.",
+        wait_words(retry_after_secs)
+    )
+}
+
+fn budget_stopped(label: &str, period: crate::budget::Period, limit: crate::spend::Usd, secs: u64) -> String {
+    let budget = period.adjective();
+    format!(
+        "Keymux key '{label}' reached its {limit} {budget} budget, and its on_limit is \"stop\": Keymux refuses its \
+         requests, this session's included (only that key's organization can continue it), until the budget \
+         resets in {}. To go on now, raise it (`keymux keys set {label} --{budget}-budget-usd N`) or set \
+         on_limit = \"reserve\", which keeps serving the sessions already on the key.",
+        wait_words(secs)
+    )
 }
 
 fn no_usable_key(unusable: usize, pool: &Option<String>) -> String {

@@ -337,7 +337,12 @@ impl Gateway {
         self.sockets.close();
     }
 
-    /// Today's UTC day number.
+    /// Today's and this month's spend per key (local periods), for the budgets in money.
+    pub fn spend_now(&self) -> std::sync::Arc<crate::budget::SpendNow> {
+        self.metrics.spend_now(&self.clock.periods())
+    }
+
+    /// The UTC day number now.
     pub fn today(&self) -> u32 {
         crate::clock::utc_day(self.clock.unix_ms())
     }
@@ -457,7 +462,10 @@ impl Gateway {
             return false;
         }
         let now = self.clock.now();
-        let mut view = self.pool.view(ViewFor { model: None, tokens: 0, now, day: self.today() });
+        let spend = self.spend_now();
+        let now_unix_ms = self.clock.unix_ms();
+        let view_for = ViewFor { model: None, tokens: 0, now, day: self.today(), now_unix_ms, spend: &spend };
+        let mut view = self.pool.view(view_for);
         let pools = self.pools();
         let tiers = pools.reach(pool);
         if !tiers.tiers().is_empty() {

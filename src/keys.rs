@@ -120,6 +120,8 @@ pub struct KeyEntry {
     pub exclude_models: Vec<String>,
     /// Imported from a client's own login (see `KeyConfig::imported`).
     pub imported: bool,
+    /// Its budget in money.
+    pub money: crate::budget::MoneyBudget,
 }
 
 impl KeyEntry {
@@ -138,6 +140,7 @@ impl KeyEntry {
             models: Vec::new(),
             exclude_models: Vec::new(),
             imported: false,
+            money: crate::budget::MoneyBudget::default(),
         }
     }
 

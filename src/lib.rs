@@ -67,6 +67,8 @@
 //! * [`spend`]: the embedded price table (`spend/prices.toml`), the user's `[prices]` over it (held by
 //!   `settings`), and what one request cost from its usage (exact integers; an unknown model is
 //!   unpriced, not $0). A record is priced once, when its request finishes (`RequestRecord::price`).
+//! * [`budget`]: budgets in money per key (`daily_budget_usd`, `monthly_budget_usd`, `reserve_at`,
+//!   `on_limit`) and where a key stands against them (open, reserved, stopped). Pure.
 //! * [`metrics`]: hashed per-hour counters (key fingerprints only), spend included, aggregated in
 //!   memory, kept in sled (`metrics::store` owns its failures: idempotent flushes, reopen, corrupt
 //!   stores moved aside); the last weeks' spend per key also in memory (`metrics::tally`).
@@ -92,6 +94,7 @@
 pub mod access;
 pub mod affinity;
 pub mod api;
+pub mod budget;
 pub mod classify;
 pub mod cli;
 pub mod clock;

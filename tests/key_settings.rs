@@ -48,12 +48,26 @@ async fn settings_read_back_exactly_after_a_restart() {
     assert!(ok, "{err}");
     let (ok, _, err) = cli(&cfg, &env, &["keys", "disable", "main"], "").await;
     assert!(ok, "{err}");
-    keymux.stop().await;
     let text = std::fs::read_to_string(&cfg).unwrap();
     assert!(!text.contains("daily_token_budget = 0"), "no budget is not a budget of 0:\n{text}");
 
+    // Budgets in money, from the command line, while it runs; a bad amount is refused in words.
+    let money = ["keys", "set", "main", "--daily-budget-usd", "5", "--reserve-at", "80%", "--on-limit", "stop"];
+    let (ok, _, err) = cli(&cfg, &env, &money, "").await;
+    assert!(ok, "{err}");
+    let (ok, _, err) = cli(&cfg, &env, &["keys", "set", "main", "--monthly-budget-usd", "-3"], "").await;
+    assert!(!ok && err.contains("zero or more US dollars"), "{err}");
+    let (ok, _, err) = cli(&cfg, &env, &["keys", "set", "main", "--on-limit", "later"], "").await;
+    assert!(!ok && err.contains("`reserve`"), "{err}");
+    keymux.stop().await;
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    assert!(text.contains("daily_budget_usd = 5.0") && text.contains("on_limit = \"stop\""), "{text}");
+
     let keymux = Keymux::spawn(&["--config", cfg.to_str().unwrap()], &env).await;
     let keys = keys_of(&keymux).await;
+    let main = &find(&keys, "main").status;
+    assert_eq!((main.daily_budget_usd.map(|u| u.nanos()), main.reserve_at), (Some(5_000_000_000), Some(80)));
+    assert_eq!(main.on_limit, keymux::budget::OnLimit::Stop);
     assert_eq!(find(&keys, "backup").status.daily_token_budget, None);
     assert!(find(&keys, "backup").status.models.is_empty());
     assert_eq!(format!("{:?}", find(&keys, "main").status.health), "Disabled", "still off after a restart");

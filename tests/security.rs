@@ -410,6 +410,10 @@ fn plain_http_base_urls_are_refused_off_this_machine() {
         exclude_models: Vec::new(),
         secret: keymux::secrets::Secret::new("sk-remote-0123456789"),
         imported: false,
+        daily_budget_usd: None,
+        monthly_budget_usd: None,
+        reserve_at: None,
+        on_limit: None,
     };
     for bad in ["http://api.example.com/v1", "http://10.0.0.7:8080/v1", "http://127.0.0.1.example.com/v1", "ftp://x/v1"]
     {

@@ -10,7 +10,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use keymux::clock::local_day_start;
 use keymux::config::Config;
 use keymux::pools::PoolConfig;
 use keymux_sim::{Sim, SimConfig};
@@ -29,9 +28,6 @@ priority = 2.0
 [prices."gpt-5.5-mini"]
 alias = "gpt-5.5"
 "#;
-
-const MINUTE_MS: u64 = 60_000;
-const HOUR_MS: u64 = 60 * MINUTE_MS;
 
 fn two_orgs() -> SimConfig {
     SimConfig::new().org("org-a", &["sk-a1"]).org("org-b", &["sk-b1"])
@@ -63,23 +59,6 @@ fn expected_nanos(record: &Value) -> Option<u64> {
 /// An amount the API sent (US dollars as a JSON number), in nano-dollars.
 fn nanos(amount: &Value) -> u64 {
     (amount.as_f64().unwrap_or_else(|| panic!("an amount, got {amount}")) * 1e9).round() as u64
-}
-
-/// Moves the gateway's and the simulator's clocks past the next local midnight when it is under a
-/// quarter of an hour away, so that the requests and the figures read after them share one local day
-/// and month whenever the test runs. Returns how far the clocks moved.
-fn clear_of_midnight(h: &Harness) -> Duration {
-    let clock = h.gateway.clock();
-    let (zone, now) = (clock.zone(), clock.unix_ms());
-    let today = local_day_start(now, &zone, 0);
-    // 25 hours after a local midnight is always within the next local day (days last 23 to 25 hours).
-    let tomorrow = local_day_start(today + 25 * HOUR_MS, &zone, 0);
-    if tomorrow - now > 15 * MINUTE_MS {
-        return Duration::ZERO;
-    }
-    let by = Duration::from_millis(tomorrow - now + MINUTE_MS);
-    h.advance(by);
-    by
 }
 
 /// A non-streamed request of `model` (with `extra` fields) to the gateway at `base`; its status.

@@ -146,6 +146,8 @@ pub struct KeyInfo {
     /// What it spent today and this month.
     #[serde(flatten)]
     pub spend: PeriodSpend,
+    /// Where it stands against its budgets in money now.
+    pub budget: crate::budget::BudgetState,
 }
 
 /// A client token as listed (never the token itself).
@@ -638,7 +640,8 @@ pub fn typescript() -> String {
         "// Generated from Keymux's Rust types by `api::types::typescript()`; do not edit.\n\
          // Regenerate: KEYMUX_WRITE_TYPES=1 cargo test -p keymux --lib typescript_types\n\n",
     );
-    for decl in decls.into_iter().chain(setup_decls()) {
+    let budget = [crate::budget::Period::decl(), crate::budget::OnLimit::decl(), crate::budget::BudgetState::decl()];
+    for decl in decls.into_iter().chain(budget).chain(setup_decls()) {
         out.push_str("export ");
         // JSON numbers arrive as JavaScript numbers; every integer Keymux sends (counts, milliseconds)
         // stays far below 2^53.

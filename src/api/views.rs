@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::types::{
     GatewayInfo, KeyInfo, KeychainInfo, PeriodSpend, PoolInfo, StatusBody, TokenInfo, UsageBody, UsagePoint, WindowInfo,
 };
+use crate::budget::{MoneyBudget, SpendNow};
 use crate::gateway::Gateway;
 use crate::keys::KeyId;
 use crate::pool::{HealthState, KeyStatus};
@@ -61,8 +62,15 @@ impl SpentNow {
     }
 }
 
-fn info(status: KeyStatus, now_unix_ms: u64, pools: &Pools, spent: &SpentNow) -> KeyInfo {
+fn info(status: KeyStatus, now_unix_ms: u64, pools: &Pools, spent: &SpentNow, budgets: &SpendNow) -> KeyInfo {
+    let money = MoneyBudget {
+        daily: status.daily_budget_usd,
+        monthly: status.monthly_budget_usd,
+        reserve_at: status.reserve_at,
+        on_limit: status.on_limit,
+    };
     KeyInfo {
+        budget: budgets.state_of(&status.fingerprint, &money),
         spend: spent.of(std::iter::once(status.fingerprint.as_str())),
         until_unix_ms: (status.cooldown_ms > 0).then(|| now_unix_ms + status.cooldown_ms),
         requests_window: window(status.requests_window, now_unix_ms),
@@ -77,7 +85,9 @@ pub fn keys(gw: &Gateway) -> Vec<KeyInfo> {
     let now_unix_ms = gw.clock().unix_ms();
     let pools = gw.pools();
     let spent = SpentNow::read(gw);
-    gw.pool().status(gw.clock().now(), gw.today()).into_iter().map(|k| info(k, now_unix_ms, &pools, &spent)).collect()
+    let budgets = gw.spend_now();
+    let statuses = gw.pool().status(gw.clock().now(), gw.today());
+    statuses.into_iter().map(|k| info(k, now_unix_ms, &pools, &spent, &budgets)).collect()
 }
 
 /// The user's pools (not `all`) with their keys' fingerprints, for the spend report.

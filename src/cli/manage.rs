@@ -85,6 +85,10 @@ pub(super) async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Resu
                 exclude_models: Vec::new(),
                 secret: Secret::new(""),
                 imported: false,
+                daily_budget_usd: None,
+                monthly_budget_usd: None,
+                reserve_at: None,
+                on_limit: None,
             };
             // Checked before the secret is asked for, so a typo in the label costs no paste.
             control::check_new_key(
@@ -100,7 +104,17 @@ pub(super) async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Resu
         }
         KeysCommand::List => list_keys(&loaded).await,
         KeysCommand::Remove { key } => remove_key(&loaded, &key).await,
-        KeysCommand::Set { key, label, priority, daily_token_budget, no_budget, models, exclude_models, secret } => {
+        KeysCommand::Set {
+            key,
+            label,
+            priority,
+            daily_token_budget,
+            no_budget,
+            models,
+            exclude_models,
+            secret,
+            money,
+        } => {
             let list = |v: Option<String>| {
                 v.map(|v| v.split(',').map(str::trim).filter(|m| !m.is_empty()).map(str::to_owned).collect())
             };
@@ -111,15 +125,12 @@ pub(super) async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Resu
                 daily_token_budget: budget,
                 models: list(models),
                 exclude_models: list(exclude_models),
+                ..money_changes(&money)?
             };
             if secret {
                 replace_secret(&loaded, &key, read_secret()?).await?;
             }
-            let nothing = changes.label.is_none()
-                && changes.priority.is_none()
-                && changes.daily_token_budget.is_none()
-                && changes.models.is_none()
-                && changes.exclude_models.is_none();
+            let nothing = serde_json::to_value(&changes).is_ok_and(|v| v.as_object().is_some_and(|o| o.is_empty()));
             if nothing && secret {
                 return Ok(());
             }
@@ -618,6 +629,45 @@ fn read_secret() -> Result<Secret, StartError> {
     let value = raw.trim_end_matches(['\n', '\r']).trim();
     validate_secret(value).map_err(usage)?;
     Ok(Secret::new(value))
+}
+
+/// The budget changes `keys set` was given: a number of dollars or percent, or `none` to remove one.
+fn money_changes(money: &super::MoneyArgs) -> Result<KeyChanges, StartError> {
+    fn amount(flag: &str, v: &Option<String>) -> Result<Option<Option<crate::spend::Usd>>, StartError> {
+        let Some(v) = v else { return Ok(None) };
+        if v.eq_ignore_ascii_case("none") {
+            return Ok(Some(None));
+        }
+        let dollars: f64 = v.trim_start_matches('$').parse().map_err(|_| {
+            usage(format!("--{flag} {v:?} is not an amount: give US dollars (5, 0.50) or `none` to remove it"))
+        })?;
+        serde_json::from_value(serde_json::json!(dollars))
+            .map(|usd| Some(Some(usd)))
+            .map_err(|_| usage(format!("--{flag} {v}: a budget is zero or more US dollars")))
+    }
+    let reserve_at = match money.reserve_at.as_deref() {
+        None => None,
+        Some(v) if v.eq_ignore_ascii_case("none") => Some(None),
+        Some(v) => Some(Some(
+            v.trim_end_matches('%')
+                .parse::<u8>()
+                .map_err(|_| usage(format!("--reserve-at {v:?} is not a percent: give 1 to 100, or `none`")))?,
+        )),
+    };
+    let on_limit =
+        match money.on_limit.as_deref() {
+            None => None,
+            Some(v) => Some(serde_json::from_value(serde_json::json!(v.to_ascii_lowercase())).map_err(|_| {
+                usage(format!("--on-limit {v:?}: give `reserve` (sessions on the key go on) or `stop`"))
+            })?),
+        };
+    Ok(KeyChanges {
+        daily_budget_usd: amount("daily-budget-usd", &money.daily_budget_usd)?,
+        monthly_budget_usd: amount("monthly-budget-usd", &money.monthly_budget_usd)?,
+        reserve_at,
+        on_limit,
+        ..KeyChanges::default()
+    })
 }
 
 #[cfg(test)]

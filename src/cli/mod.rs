@@ -207,6 +207,9 @@ enum KeysCommand {
         /// Replace the key's secret in place (read from stdin or a hidden prompt, never the command line).
         #[arg(long)]
         secret: bool,
+        /// Its budgets in money.
+        #[command(flatten)]
+        money: MoneyArgs,
     },
     /// Switch a key on (in the running gateway it also clears a rejection or an exhausted quota); kept
     /// across restarts.
@@ -428,4 +431,21 @@ async fn shutdown_signal() {
 
 fn init_logging() {
     crate::logging::init();
+}
+
+/// A key's budgets in money, as `keys set` changes them (`none` removes one).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct MoneyArgs {
+    /// US dollars it may spend per local day, or `none`.
+    #[arg(long, value_name = "DOLLARS|none", allow_hyphen_values = true)]
+    pub daily_budget_usd: Option<String>,
+    /// US dollars it may spend per local month, or `none`.
+    #[arg(long, value_name = "DOLLARS|none", allow_hyphen_values = true)]
+    pub monthly_budget_usd: Option<String>,
+    /// Percent of a budget past which it takes no new sessions (its sessions go on), or `none` (100).
+    #[arg(long, value_name = "PERCENT|none")]
+    pub reserve_at: Option<String>,
+    /// At 100 % of a budget: `reserve` (its sessions go on) or `stop` (refuse everything until it resets).
+    #[arg(long, value_name = "reserve|stop")]
+    pub on_limit: Option<String>,
 }

@@ -7,10 +7,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::budget::{MoneyBudget, OnLimit};
 use crate::keys::{validate_label, KeyEntry, KeyId, KeySource, Provider};
 use crate::pools::PoolConfig;
 use crate::secrets::Secret;
-use crate::spend::{PriceError, PriceOverrides, PriceTable};
+use crate::spend::{PriceError, PriceOverrides, PriceTable, Usd};
 
 mod env;
 mod locate;
@@ -138,6 +139,18 @@ pub struct KeyConfig {
     /// begun before Keymux most likely began on this key's organization, so it is tried there first.
     #[serde(default, skip_serializing_if = "is_false")]
     pub imported: bool,
+    /// US dollars this key may spend per local day (see `budget`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daily_budget_usd: Option<Usd>,
+    /// US dollars this key may spend per local month.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub monthly_budget_usd: Option<Usd>,
+    /// Percent of a budget past which the key takes no new sessions (1 to 100; absent: 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserve_at: Option<u8>,
+    /// At 100 % of a budget: `reserve` (pinned sessions go on) or `stop` (refuse everything).
+    #[serde(default, skip_serializing_if = "OnLimit::is_default")]
+    pub on_limit: OnLimit,
 }
 
 fn is_zero(n: &u8) -> bool {
@@ -310,6 +323,7 @@ impl Config {
             if let Some(org) = &key.org {
                 crate::keys::validate_org(org).map_err(&invalid)?;
             }
+            crate::budget::validate_reserve_at(key.reserve_at).map_err(&invalid)?;
             if let Some(prev) = seen.insert(key.label.to_ascii_lowercase(), key.id.clone()) {
                 return Err(invalid(format!("two keys are labelled {:?} ({} and {})", key.label, prev, key.id)));
             }
@@ -363,6 +377,24 @@ impl Config {
 }
 
 impl KeyConfig {
+    /// Its budget in money.
+    pub fn money(&self) -> MoneyBudget {
+        MoneyBudget {
+            daily: self.daily_budget_usd,
+            monthly: self.monthly_budget_usd,
+            reserve_at: self.reserve_at,
+            on_limit: self.on_limit,
+        }
+    }
+
+    /// Sets its budget in money.
+    pub fn set_money(&mut self, money: MoneyBudget) {
+        self.daily_budget_usd = money.daily;
+        self.monthly_budget_usd = money.monthly;
+        self.reserve_at = money.reserve_at;
+        self.on_limit = money.on_limit;
+    }
+
     /// This key's runtime entry, with its secret.
     pub fn entry(&self, secret: Secret) -> KeyEntry {
         KeyEntry {
@@ -373,6 +405,7 @@ impl KeyConfig {
             models: self.models.clone(),
             exclude_models: self.exclude_models.clone(),
             imported: self.imported,
+            money: self.money(),
             ..KeyEntry::new(self.id.clone(), self.label.clone(), self.provider, secret, KeySource::Keychain)
         }
     }
@@ -381,6 +414,22 @@ impl KeyConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bad_budget_in_money_names_the_file_the_line_and_the_fix() {
+        let key = "[[keys]]\nid = \"k_1\"\nlabel = \"w\"\n";
+        let err =
+            Config::parse(&format!("{key}daily_budget_usd = -5\n"), Path::new("/x/c.toml")).expect_err("negative");
+        let msg = err.to_string();
+        assert!(msg.contains("/x/c.toml") && msg.contains("line 4") && msg.contains("zero or more"), "{msg}");
+        let err = Config::parse(&format!("{key}daily_budget_usd = \"five\"\n"), Path::new("c.toml")).expect_err("text");
+        assert!(err.to_string().contains("line 4"), "{err}");
+        let err = Config::parse(&format!("{key}reserve_at = 120\n"), Path::new("c.toml")).expect_err("120 %");
+        assert!(err.to_string().contains("percent from 1 to 100"), "{err}");
+        let ok = Config::parse(&format!("{key}monthly_budget_usd = 40\non_limit = \"stop\"\n"), Path::new("c.toml"));
+        let money = ok.expect("a whole number of dollars reads").keys[0].money();
+        assert_eq!((money.monthly, money.on_limit), (Some(Usd::from_nanos(40_000_000_000)), OnLimit::Stop));
+    }
 
     #[test]
     fn unknown_fields_are_named_with_the_file() {
@@ -412,6 +461,10 @@ mod tests {
             exclude_models: Vec::new(),
             disabled: true,
             imported: true,
+            daily_budget_usd: Some(Usd::from_nanos(5_000_000_000)),
+            monthly_budget_usd: None,
+            reserve_at: Some(80),
+            on_limit: OnLimit::Stop,
         });
         config.save(&path).expect("save");
         assert_eq!(Config::load(&path).expect("load"), config);

@@ -15,6 +15,7 @@ pub mod setup;
 use axum::http::StatusCode;
 use serde::Deserialize;
 
+use crate::budget::{MoneyBudget, OnLimit};
 use crate::config::{Config, ConfigError, KeyConfig, TokenConfig};
 use crate::config_file;
 use crate::error::{ApiError, ChangeFailure};
@@ -27,6 +28,7 @@ use crate::keys::{
 };
 use crate::secrets::{self, account, Secret, SecretsError};
 use crate::settings::Settings;
+use crate::spend::Usd;
 
 /// A key to add. The secret is read once and goes straight to the keychain.
 #[derive(Clone, Deserialize, ts_rs::TS)]
@@ -55,6 +57,22 @@ pub struct NewKey {
     /// Models this key never serves.
     #[serde(default)]
     pub exclude_models: Vec<String>,
+    /// US dollars per local day (see `budget`).
+    #[serde(default)]
+    #[ts(optional, type = "number | null")]
+    pub daily_budget_usd: Option<Usd>,
+    /// US dollars per local month.
+    #[serde(default)]
+    #[ts(optional, type = "number | null")]
+    pub monthly_budget_usd: Option<Usd>,
+    /// Percent of a budget past which the key takes no new sessions.
+    #[serde(default)]
+    #[ts(optional)]
+    pub reserve_at: Option<u8>,
+    /// At 100 % of a budget: keep serving pinned sessions (the default), or stop.
+    #[serde(default)]
+    #[ts(optional)]
+    pub on_limit: Option<OnLimit>,
     /// The API key.
     #[ts(type = "string")]
     pub secret: Secret,
@@ -76,6 +94,10 @@ impl NewKey {
             daily_token_budget: None,
             models: Vec::new(),
             exclude_models: Vec::new(),
+            daily_budget_usd: None,
+            monthly_budget_usd: None,
+            reserve_at: None,
+            on_limit: None,
             secret,
             imported: false,
         }
@@ -113,6 +135,22 @@ pub struct KeyChanges {
     /// Models this key never serves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exclude_models: Option<Vec<String>>,
+    /// A new daily budget in US dollars (`null` removes it).
+    #[serde(default, with = "double_option", skip_serializing_if = "Option::is_none")]
+    #[ts(optional, type = "number | null")]
+    pub daily_budget_usd: Option<Option<Usd>>,
+    /// A new monthly budget in US dollars (`null` removes it).
+    #[serde(default, with = "double_option", skip_serializing_if = "Option::is_none")]
+    #[ts(optional, type = "number | null")]
+    pub monthly_budget_usd: Option<Option<Usd>>,
+    /// A new reserve threshold, percent (`null`: reserve only at 100 %).
+    #[serde(default, with = "double_option", skip_serializing_if = "Option::is_none")]
+    #[ts(optional, type = "number | null")]
+    pub reserve_at: Option<Option<u8>>,
+    /// What happens at 100 %.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub on_limit: Option<OnLimit>,
 }
 
 impl KeyChanges {
@@ -126,7 +164,7 @@ impl KeyChanges {
                 validate_models(field, models).map_err(ControlError::Invalid)?;
             }
         }
-        Ok(())
+        crate::budget::validate_reserve_at(self.reserve_at.flatten()).map_err(ControlError::Invalid)
     }
 }
 
@@ -251,6 +289,10 @@ pub fn key_config(id: KeyId, new: &NewKey) -> KeyConfig {
         exclude_models: new.exclude_models.clone(),
         disabled: false,
         imported: new.imported,
+        daily_budget_usd: new.daily_budget_usd,
+        monthly_budget_usd: new.monthly_budget_usd,
+        reserve_at: new.reserve_at,
+        on_limit: new.on_limit.unwrap_or_default(),
     }
 }
 
@@ -613,7 +655,9 @@ impl KeyChanges {
         budget: &mut Option<u64>,
         models: &mut Vec<String>,
         exclude: &mut Vec<String>,
+        money: &mut MoneyBudget,
     ) {
+        self.apply_money(money);
         if let Some(new) = &self.label {
             label.clone_from(new);
         }
@@ -632,14 +676,35 @@ impl KeyChanges {
     }
 }
 
+impl KeyChanges {
+    /// The budget in money after these changes.
+    fn apply_money(&self, money: &mut MoneyBudget) {
+        if let Some(new) = self.daily_budget_usd {
+            money.daily = new;
+        }
+        if let Some(new) = self.monthly_budget_usd {
+            money.monthly = new;
+        }
+        if let Some(new) = self.reserve_at {
+            money.reserve_at = new;
+        }
+        if let Some(new) = self.on_limit {
+            money.on_limit = new;
+        }
+    }
+}
+
 fn apply_changes(key: &mut KeyConfig, changes: &KeyChanges) {
+    let mut money = key.money();
     changes.apply_to(
         &mut key.label,
         &mut key.priority,
         &mut key.daily_token_budget,
         &mut key.models,
         &mut key.exclude_models,
+        &mut money,
     );
+    key.set_money(money);
 }
 
 fn apply_entry_changes(entry: &mut KeyEntry, changes: &KeyChanges) {
@@ -649,6 +714,7 @@ fn apply_entry_changes(entry: &mut KeyEntry, changes: &KeyChanges) {
         &mut entry.daily_token_budget,
         &mut entry.models,
         &mut entry.exclude_models,
+        &mut entry.money,
     );
 }
 

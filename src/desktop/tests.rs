@@ -30,6 +30,10 @@ fn key(label: &str, org: &str, health: HealthState, until: Option<u64>) -> KeyIn
             priority: 0,
             daily_token_budget: None,
             tokens_today: 0,
+            daily_budget_usd: None,
+            monthly_budget_usd: None,
+            reserve_at: None,
+            on_limit: crate::budget::OnLimit::Reserve,
             headroom: 0.82,
             served: 0,
             failed: 0,
@@ -47,6 +51,7 @@ fn key(label: &str, org: &str, health: HealthState, until: Option<u64>) -> KeyIn
             requests_window: None,
             tokens_window: None,
         },
+        budget: crate::budget::BudgetState::Open,
         until_unix_ms: until,
         requests_window: None,
         tokens_window: None,
@@ -74,7 +79,13 @@ fn status(keys: Vec<KeyInfo>, paused: bool) -> StatusBody {
         started_unix_ms: NOW,
         now_unix_ms: NOW,
         last_event_id: 0,
-        periods: crate::clock::LocalPeriods { zone: "UTC".into(), day_start_unix_ms: NOW, month_start_unix_ms: NOW },
+        periods: crate::clock::LocalPeriods {
+            zone: "UTC".into(),
+            day_start_unix_ms: NOW,
+            month_start_unix_ms: NOW,
+            day_end_unix_ms: NOW + 86_400_000,
+            month_end_unix_ms: NOW + 86_400_000,
+        },
     };
     StatusBody { gateway, keys, pools: Vec::new() }
 }

@@ -21,7 +21,7 @@ mod tally;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
@@ -31,8 +31,10 @@ use store::{Rows, Store};
 use tally::Tally;
 pub use tally::WINDOW_HOURS as SPEND_WINDOW_HOURS;
 
+use crate::budget::SpendNow;
+use crate::clock::LocalPeriods;
 use crate::events::RequestRecord;
-use crate::spend::Spent;
+use crate::spend::{Spent, Usd};
 
 /// Most pending rows kept while the store is failing; beyond it new combinations are dropped (and
 /// counted), never the process.
@@ -86,6 +88,9 @@ struct Pending {
     dropped: u64,
     /// Spend of the last hours: what the store held at open, plus every request counted since.
     spent: Tally,
+    /// Today's and this month's spend per key, kept up to date as requests are counted (built from
+    /// `spent` when a period begins): what budgets are checked against, without a walk per request.
+    now: Option<Arc<SpendNow>>,
 }
 
 /// The metrics of one gateway.
@@ -153,14 +158,41 @@ impl Metrics {
             fingerprint.unwrap_or_else(|| "none".into()),
             json_name(&record.routed.operation),
         );
+        let counters = Counters::of(record);
         let mut pending = lock(&self.pending);
+        // Spend counts even when the rows waiting for the store are full: budgets depend on it.
+        let spent = counters.spent();
+        pending.spent.add(key.0, &key.1, spent);
+        if let Some(now) = pending.now.as_mut() {
+            Arc::make_mut(now).add(u64::from(key.0) * HOUR_MS, &key.1, spent.usd);
+        }
         if !pending.rows.contains_key(&key) && pending.rows.len() >= MAX_PENDING {
             pending.dropped += 1;
             return;
         }
-        let counters = Counters::of(record);
-        pending.spent.add(key.0, &key.1, counters.spent());
         pending.rows.entry(key).or_default().add(&counters);
+    }
+
+    /// Today's and this month's spend per key for the local periods `periods` (the ones the clock says
+    /// now): kept up to date as requests are counted, made again from the hours in memory when a new
+    /// day or month begins.
+    pub fn spend_now(&self, periods: &LocalPeriods) -> Arc<SpendNow> {
+        let mut pending = lock(&self.pending);
+        if let Some(now) = pending.now.as_ref().filter(|n| n.periods == *periods) {
+            return now.clone();
+        }
+        let (day, month) =
+            (pending.spent.since(periods.day_start_unix_ms), pending.spent.since(periods.month_start_unix_ms));
+        let mut by_key: HashMap<String, (Usd, Usd)> = HashMap::new();
+        for (fingerprint, spent) in month {
+            by_key.entry(fingerprint).or_default().1 = spent.usd;
+        }
+        for (fingerprint, spent) in day {
+            by_key.entry(fingerprint).or_default().0 = spent.usd;
+        }
+        let now = Arc::new(SpendNow { periods: periods.clone(), by_key });
+        pending.now = Some(now.clone());
+        now
     }
 
     /// What each key (by fingerprint, `none` for no key) spent in the hours that start at or after

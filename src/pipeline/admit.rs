@@ -4,6 +4,7 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::{Admitted, Entry, Trace};
+use crate::budget::SpendNow;
 use crate::error::ApiError;
 use crate::facts::{self, FactsError, Incoming, RequestFacts};
 use crate::gateway::Gateway;
@@ -31,7 +32,8 @@ pub fn admit(gw: &Gateway, incoming: &Incoming<'_>, entry: Entry, trace: &mut Tr
     let now = gw.clock().now();
     let kept = still_rescued(gw, &mut facts, now);
     let memory = memory(gw, &facts, entry, now);
-    let view = gw.pool().view(view_for(gw, &facts, now));
+    let spend = gw.spend_now();
+    let view = gw.pool().view(view_for(gw, &facts, now, &spend));
     let mut decision = router::decide_within(&facts, view, reach.tiers(), &memory, now, gw.policy());
     keep_rescued(gw, &facts, &mut decision, kept, now);
     let refusal = decision.refusal.clone();
@@ -136,8 +138,9 @@ fn memory(gw: &Gateway, facts: &RequestFacts, entry: Entry, now: Instant) -> Mem
 }
 
 /// The pool view a request is decided on.
-pub(super) fn view_for<'a>(gw: &Gateway, facts: &'a RequestFacts, now: Instant) -> ViewFor<'a> {
-    ViewFor { model: facts.model.as_deref(), tokens: facts.prompt_tokens, now, day: gw.today() }
+pub(super) fn view_for<'a>(gw: &Gateway, facts: &'a RequestFacts, now: Instant, spend: &'a SpendNow) -> ViewFor<'a> {
+    let now_unix_ms = gw.clock().unix_ms();
+    ViewFor { model: facts.model.as_deref(), tokens: facts.prompt_tokens, now, day: gw.today(), now_unix_ms, spend }
 }
 
 /// Rescue: drops what no remaining key can read (the items of `orgs`, and with `unmarked` those that
@@ -163,6 +166,10 @@ pub fn refusal_error(gw: &Gateway, refusal: Refusal, reach: &Reach<'_>) -> ApiEr
         Refusal::NoKeys => ApiError::NoKeys { pool },
         Refusal::AllCooling { retry_after_secs, cooling } => ApiError::AllCooling { retry_after_secs, cooling, pool },
         Refusal::NoUsableKey { unusable } => ApiError::NoUsableKey { unusable, pool },
+        Refusal::BudgetReached { retry_after_secs, keys } => ApiError::BudgetReached { retry_after_secs, keys, pool },
+        Refusal::BudgetStopped { key, period, limit, retry_after_secs } => {
+            ApiError::BudgetStopped { label: label(&key), period, limit, retry_after_secs }
+        }
         Refusal::PoolMismatch { key, pool, owner } => ApiError::PoolMismatch { label: label(&key), pool, owner },
         Refusal::MixedOrgs { keys } => ApiError::MixedOrgs { labels: keys.iter().map(label).collect() },
         Refusal::LostOrg { key } => ApiError::LostOrg { label: label(&key) },

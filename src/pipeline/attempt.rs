@@ -174,12 +174,15 @@ fn served(gw: &Gateway, facts: &RequestFacts, key: &KeyId) {
 /// retries only that), else the last failure.
 fn after_failover<D>(gw: &Gateway, admitted: &Admitted, last: Option<Fallback<D>>) -> Fallback<D> {
     let (facts, now) = (&admitted.facts, gw.clock().now());
-    let view = gw.pool().view(view_for(gw, facts, now));
+    let spend = gw.spend_now();
+    let view = gw.pool().view(view_for(gw, facts, now, &spend));
     let policy = router::Policy { max_attempts: 1, ..*gw.policy() };
     let pools = gw.pools();
     let reach = pools.reach(&admitted.pool);
     match router::decide_within(facts, view, reach.tiers(), &Memory::default(), now, &policy).refusal {
-        Some(refusal @ Refusal::AllCooling { .. }) => Fallback::Keymux(refusal_error(gw, refusal, &reach)),
+        Some(refusal @ (Refusal::AllCooling { .. } | Refusal::BudgetReached { .. })) => {
+            Fallback::Keymux(refusal_error(gw, refusal, &reach))
+        }
         _ => last.unwrap_or(Fallback::Keymux(ApiError::NoUsableKey { unusable: 0, pool: None })),
     }
 }

@@ -41,6 +41,16 @@ pub struct KeyStatus {
     pub daily_token_budget: Option<u64>,
     /// Tokens used today (UTC); above the budget is an overrun.
     pub tokens_today: u64,
+    /// Its budget in US dollars per local day, if any.
+    #[ts(type = "number | null")]
+    pub daily_budget_usd: Option<crate::spend::Usd>,
+    /// Its budget in US dollars per local month, if any.
+    #[ts(type = "number | null")]
+    pub monthly_budget_usd: Option<crate::spend::Usd>,
+    /// Percent of a budget past which it takes no new sessions (`None`: 100).
+    pub reserve_at: Option<u8>,
+    /// At 100 % of a budget: `reserve` or `stop`.
+    pub on_limit: crate::budget::OnLimit,
     /// Share of the tighter rate-limit window left, 0 to 1.
     pub headroom: f32,
     /// Answers since start that the key itself served: any 2xx, and client errors (the key was fine).
@@ -105,6 +115,10 @@ pub(super) fn key_status(s: &Slot, now: Instant, day: u32) -> KeyStatus {
         priority: entry.priority,
         daily_token_budget: entry.daily_token_budget,
         tokens_today: if state.budget_day == day { state.budget_used } else { 0 },
+        daily_budget_usd: entry.money.daily,
+        monthly_budget_usd: entry.money.monthly,
+        reserve_at: entry.money.reserve_at,
+        on_limit: entry.money.on_limit,
         headroom: state.quota.headroom(now),
         served: counters.served.load(Ordering::Relaxed),
         failed: counters.failed.load(Ordering::Relaxed),

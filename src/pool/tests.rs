@@ -1,6 +1,7 @@
 //! The pool's three doors, tested through their effects on views and status.
 
 use super::*;
+use crate::budget::SpendNow;
 
 fn clock_now() -> Instant {
     crate::clock::Clock::system().now()
@@ -21,7 +22,7 @@ fn answer(key: &str, at: Instant, kind: OutcomeKind) -> Learned {
 }
 
 fn view(pool: &Pool, now: Instant) -> PoolView {
-    pool.view(ViewFor { model: None, tokens: 0, now, day: 0 })
+    pool.view(ViewFor { model: None, tokens: 0, now, day: 0, now_unix_ms: 0, spend: &SpendNow::default() })
 }
 
 fn health(pool: &Pool) -> HealthState {
@@ -132,7 +133,9 @@ async fn usage_counts_against_the_budget_of_its_day_only() {
     let pool = pool(vec![KeyEntry { daily_token_budget: Some(100), ..entry("a") }]);
     let usage = Usage { input: 80, cached: 40, output: 30, ..Usage::default() };
     pool.apply(&Learned::Usage { key: KeyId::new("a"), usage, day: 7 });
-    let on = |day: u32| pool.view(ViewFor { model: None, tokens: 0, now: clock_now(), day }).keys[0].over_budget;
+    let spend = SpendNow::default();
+    let view_for = |day: u32| ViewFor { model: None, tokens: 0, now: clock_now(), day, now_unix_ms: 0, spend: &spend };
+    let on = |day: u32| pool.view(view_for(day)).keys[0].over_budget;
     assert!(on(7), "110 of 100 tokens used on day 7");
     assert!(!on(8), "a new day starts afresh");
     let status = &pool.status(clock_now(), 7)[0];

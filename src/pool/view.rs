@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 use tokio::time::Instant;
 
 use super::{Health, Slot};
+use crate::budget::{BudgetState, SpendNow};
 use crate::keys::KeyId;
 use crate::markers::OrgTag;
 
@@ -20,6 +21,10 @@ pub struct KeyView {
     /// Imported from a client's own login: a session from before Keymux is looked for on its
     /// organization first.
     pub imported: bool,
+    /// Where it stands against its budgets in money.
+    pub budget: BudgetState,
+    /// When that budget resets (reserved or stopped), on the router's clock.
+    pub budget_resets: Option<Instant>,
     /// Requests currently being served by this key.
     pub in_flight: u32,
     /// Priority tier (lower first).
@@ -56,8 +61,12 @@ pub struct ViewFor<'a> {
     pub tokens: u64,
     /// The time.
     pub now: Instant,
-    /// The UTC day number (budgets are per day).
+    /// The UTC day number (token budgets are per day).
     pub day: u32,
+    /// The time, Unix milliseconds (budgets in money reset at local midnights).
+    pub now_unix_ms: u64,
+    /// Today's and this month's spend per key, for the budgets in money.
+    pub spend: &'a SpendNow,
 }
 
 pub(super) fn key_view(s: &Slot, request: ViewFor<'_>) -> KeyView {
@@ -66,11 +75,21 @@ pub(super) fn key_view(s: &Slot, request: ViewFor<'_>) -> KeyView {
     let state = s.lock();
     let model_ok = request.model.is_none_or(|m| entry.allows(m) && !state.missing_models.iter().any(|x| x == m));
     let used = if state.budget_day == request.day { state.budget_used } else { 0 };
+    let budget = request.spend.state_of(&s.fingerprint, &entry.money);
+    let budget_resets = match budget {
+        BudgetState::Open => None,
+        BudgetState::Reserved { resets_unix_ms, .. } | BudgetState::Stopped { resets_unix_ms, .. } => {
+            let left = resets_unix_ms.saturating_sub(request.now_unix_ms);
+            Some(crate::clock::later(request.now, std::time::Duration::from_millis(left)))
+        }
+    };
     KeyView {
         id: entry.id.clone(),
         org: entry.org.clone().or_else(|| live.learned_org.clone()),
         org_tag: live.org_tag,
         imported: entry.imported,
+        budget,
+        budget_resets,
         in_flight: s.in_flight.load(Ordering::Acquire),
         priority: entry.priority,
         headroom: state.quota.headroom(request.now),

@@ -5,6 +5,7 @@ use tokio::time::Instant;
 
 use super::{fill, millis, skip_reason, tie_hash, whole_seconds_ceil, Ask};
 use super::{Decision, Reason, Refusal, Route, SkipWhy};
+use crate::budget::BudgetState;
 use crate::pool::{Health, KeyView};
 
 /// Requests in flight that count as one step of load: keys within a step of each other are equally
@@ -19,8 +20,10 @@ pub const MIN_AFFINITY_HEADROOM: f32 = 0.1;
 struct Sorted<'a> {
     open: Vec<&'a KeyView>,
     skipped: Vec<Reason>,
-    /// Keys cooling or with a used-up window, and when the first frees.
+    /// Keys cooling, with a used-up window or past a budget in money, and when the first frees.
     cooling: usize,
+    /// Of those, the keys past a budget in money.
+    over_money: usize,
     earliest_free: Option<Instant>,
     unusable: usize,
 }
@@ -31,6 +34,11 @@ pub(super) fn balance(ask: &Ask<'_>, decision: &mut Decision) -> Route {
     if sorted.open.is_empty() {
         decision.refusal = Some(match (ask.keys.is_empty(), sorted.earliest_free) {
             (true, _) => Refusal::NoKeys,
+            // Budgets the user set are kept: new sessions wait for the first one to reset.
+            (false, Some(first)) if sorted.over_money == sorted.cooling => Refusal::BudgetReached {
+                retry_after_secs: whole_seconds_ceil(first.saturating_duration_since(ask.now)),
+                keys: sorted.over_money,
+            },
             (false, Some(first)) => Refusal::AllCooling {
                 retry_after_secs: whole_seconds_ceil(first.saturating_duration_since(ask.now)),
                 cooling: sorted.cooling,
@@ -67,7 +75,8 @@ pub(super) fn balance(ask: &Ask<'_>, decision: &mut Decision) -> Route {
 /// Splits the keys into those open to the request and those skipped (with why). Budgets are soft: when
 /// every usable key is over its budget, they serve anyway.
 fn sort_keys<'a>(ask: &Ask<'a>, decision: &mut Decision) -> Sorted<'a> {
-    let mut sorted = Sorted { open: Vec::new(), skipped: Vec::new(), cooling: 0, earliest_free: None, unusable: 0 };
+    let mut sorted =
+        Sorted { open: Vec::new(), skipped: Vec::new(), cooling: 0, over_money: 0, earliest_free: None, unusable: 0 };
     let mut over_budget = Vec::new();
     for key in ask.keys {
         match closed(key, ask.now) {
@@ -80,6 +89,10 @@ fn sort_keys<'a>(ask: &Ask<'a>, decision: &mut Decision) -> Sorted<'a> {
                 let frees = match (why, key.health) {
                     (SkipWhy::Cooling { .. }, Health::Cooling { until }) => Some(until),
                     (SkipWhy::NearExhaustion { .. }, _) => key.exhausted_until,
+                    (SkipWhy::BudgetReserved { .. } | SkipWhy::BudgetStopped { .. }, _) => {
+                        sorted.over_money += 1;
+                        key.budget_resets
+                    }
                     _ => None,
                 };
                 match frees {
@@ -100,12 +113,22 @@ fn sort_keys<'a>(ask: &Ask<'a>, decision: &mut Decision) -> Sorted<'a> {
     sorted
 }
 
-/// Why a key is closed to an unpinned request now (its health, its model, a used-up window); `None`
-/// when it is open.
+/// Why a key is closed to an unpinned request now (its health, its model, a budget in money past
+/// `reserve_at`, a used-up window); `None` when it is open.
 pub(super) fn closed(key: &KeyView, now: Instant) -> Option<SkipWhy> {
-    skip_reason(key, now).or_else(|| {
+    skip_reason(key, now).or_else(|| reserved(key)).or_else(|| {
         key.exhausted_until.filter(|u| *u > now).map(|until| SkipWhy::NearExhaustion { reset_ms: millis(until - now) })
     })
+}
+
+/// A key reserved by its budget in money takes no new sessions (pinned ones still reach it).
+fn reserved(key: &KeyView) -> Option<SkipWhy> {
+    match key.budget {
+        BudgetState::Reserved { period, limit, used_permille, .. } => {
+            Some(SkipWhy::BudgetReserved { period, limit, used_permille })
+        }
+        BudgetState::Open | BudgetState::Stopped { .. } => None,
+    }
 }
 
 /// Soft affinity: a preference inside the candidates, never a widening of them. The remembered key

@@ -3,9 +3,11 @@
 
 use serde::Serialize;
 
+use crate::budget::Period;
 use crate::facts::AffinitySource;
 use crate::keys::KeyId;
 use crate::markers::OrgTag;
+use crate::spend::Usd;
 
 /// What became of the affinity signal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ts_rs::TS)]
@@ -59,6 +61,26 @@ pub enum SkipWhy {
     Unreachable {
         /// Milliseconds until the next try.
         retry_ms: u64,
+    },
+    /// Past `reserve_at` of a budget in money: no new sessions; the ones already on it go on.
+    BudgetReserved {
+        /// Which budget.
+        period: Period,
+        /// Its amount.
+        #[ts(type = "number")]
+        limit: Usd,
+        /// How much of it is spent, in thousandths.
+        used_permille: u32,
+    },
+    /// At a budget in money with `on_limit = "stop"`: nothing until it resets.
+    BudgetStopped {
+        /// Which budget.
+        period: Period,
+        /// Its amount.
+        #[ts(type = "number")]
+        limit: Usd,
+        /// Milliseconds until it resets.
+        resets_ms: u64,
     },
 }
 
@@ -226,6 +248,27 @@ pub enum Refusal {
     NoUsableKey {
         /// Keys that are invalid or disabled.
         unusable: usize,
+    },
+    /// Every key the request may use for a new session is past its budget in money (reserved for the
+    /// sessions already on it, or stopped); the first budget resets after that many whole seconds.
+    BudgetReached {
+        /// Seconds until the first budget resets (at least 1).
+        retry_after_secs: u64,
+        /// Keys past their budget.
+        keys: usize,
+    },
+    /// The key a pinned request needs (every key of its organization) reached its budget in money
+    /// with `on_limit = "stop"`: refused until the budget resets, as the user chose.
+    BudgetStopped {
+        /// That key.
+        key: KeyId,
+        /// Which budget.
+        period: Period,
+        /// Its amount.
+        #[ts(type = "number")]
+        limit: Usd,
+        /// Seconds until it resets (at least 1).
+        retry_after_secs: u64,
     },
 }
 

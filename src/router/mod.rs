@@ -16,6 +16,7 @@ mod within;
 
 use tokio::time::Instant;
 
+use crate::budget::BudgetState;
 use crate::facts::{AffinitySource, RequestFacts};
 use crate::keys::KeyId;
 
@@ -178,6 +179,10 @@ fn soft_target<'a>(facts: &RequestFacts, memory: &'a Memory, policy: &Policy) ->
 fn skip_reason(key: &KeyView, now: Instant) -> Option<SkipWhy> {
     if !key.model_ok {
         return Some(SkipWhy::ModelUnavailable);
+    }
+    if let BudgetState::Stopped { period, limit, .. } = key.budget {
+        let resets_ms = key.budget_resets.map_or(0, |at| millis(at.saturating_duration_since(now)));
+        return Some(SkipWhy::BudgetStopped { period, limit, resets_ms });
     }
     match key.health {
         Health::Ready => None,

@@ -1,9 +1,12 @@
 //! The hard rules: state the provider keeps with one key or one organization decides where a request
 //! may go, whatever the load.
 
+use tokio::time::Instant;
+
 use super::balance::rank_by_headroom;
 use super::{fill, skip_reason, tie_hash, whole_seconds_ceil, Ask};
 use super::{Decision, LostOrgPolicy, PinDecision, Reason, Refusal, Route, SkipWhy};
+use crate::budget::BudgetState;
 use crate::keys::KeyId;
 use crate::markers::Pin;
 use crate::pool::{Health, KeyView};
@@ -16,6 +19,11 @@ pub(super) fn bind_to_key(ask: &Ask<'_>, decision: &mut Decision, bound: &Pin) -
     };
     match (skip_reason(key, ask.now), key.health) {
         (None, _) => {}
+        (Some(SkipWhy::BudgetStopped { period, limit, resets_ms }), _) => {
+            let retry_after_secs = whole_seconds_ceil(std::time::Duration::from_millis(resets_ms));
+            decision.refusal = Some(Refusal::BudgetStopped { key: key.id.clone(), period, limit, retry_after_secs });
+            return Route::Refused;
+        }
         (Some(SkipWhy::Cooling { .. }), Health::Cooling { until })
         | (Some(SkipWhy::Unreachable { .. }), Health::Unreachable { until, .. }) => {
             decision.refusal = Some(Refusal::AllCooling {
@@ -105,20 +113,8 @@ fn place_in_org(ask: &Ask<'_>, decision: &mut Decision, first: &Pin) -> Route {
     });
     let mut pin = PinDecision { key: first.key.clone(), org: first.org, exact: false };
     if usable.is_empty() {
-        // Alive but all cooling: only they can read it, so the client waits for the first.
-        let first_free = members
-            .iter()
-            .filter_map(|k| match k.health {
-                Health::Cooling { until } | Health::Unreachable { until, .. } if until > ask.now => Some(until),
-                _ => None,
-            })
-            .min()
-            .unwrap_or(ask.now);
         decision.pin = Some(pin);
-        decision.refusal = Some(Refusal::AllCooling {
-            retry_after_secs: whole_seconds_ceil(first_free.saturating_duration_since(ask.now)),
-            cooling: members.len(),
-        });
+        decision.refusal = Some(unusable_org(ask, &members));
         return Route::Refused;
     }
     // Inside the organization, the remembered key (warm cache) first, else the producing key.
@@ -129,6 +125,31 @@ fn place_in_org(ask: &Ask<'_>, decision: &mut Decision, first: &Pin) -> Route {
     decision.pin = Some(pin);
     fill(decision, ranked, ask.max_attempts);
     Route::Pinned
+}
+
+/// Why an organization that is alive cannot take a pinned request now: only its keys can read it, so
+/// the client waits for the first to free (cooling), or for the budget that stopped them to reset
+/// (`on_limit = "stop"`, when no key of it is merely cooling).
+fn unusable_org(ask: &Ask<'_>, members: &[&KeyView]) -> Refusal {
+    let cooling = members.iter().filter_map(|k| match k.health {
+        Health::Cooling { until } | Health::Unreachable { until, .. } if until > ask.now => Some(until),
+        _ => None,
+    });
+    let first_free = cooling.min();
+    let stopped = members.iter().find_map(|k| match (k.budget, k.budget_resets) {
+        (BudgetState::Stopped { period, limit, .. }, Some(resets)) => Some((k, period, limit, resets)),
+        _ => None,
+    });
+    let wait = |until: Instant| whole_seconds_ceil(until.saturating_duration_since(ask.now));
+    match (first_free, stopped) {
+        (None, Some((key, period, limit, resets))) => {
+            Refusal::BudgetStopped { key: key.id.clone(), period, limit, retry_after_secs: wait(resets) }
+        }
+        (Some(_), _) | (None, None) => {
+            let first = first_free.or(stopped.map(|s| s.3)).unwrap_or(ask.now);
+            Refusal::AllCooling { retry_after_secs: wait(first), cooling: members.len() }
+        }
+    }
 }
 
 /// A new WebSocket whose first frame carries no markers, for a session Keymux has served: the

@@ -1,6 +1,7 @@
 //! Table tests of every routing rule: facts, pool view and memory in, decision out.
 
 use super::*;
+use crate::budget::{BudgetState, Period};
 
 fn clock_now() -> Instant {
     crate::clock::Clock::system().now()
@@ -26,6 +27,8 @@ fn key(id: &str, in_flight: u32, health: Health) -> KeyView {
         id,
         org: None,
         imported: false,
+        budget: BudgetState::Open,
+        budget_resets: None,
         in_flight,
         health,
         priority: 0,
@@ -745,4 +748,52 @@ fn unmarked_encrypted_content_tries_one_key_per_organization_the_sessions_own_fi
     assert_eq!(decide(&marked, &view, &memory, now, &policy(2)).route, Route::Pinned);
     let off = Policy { encrypted_affinity: false, ..policy(2) };
     assert_eq!(decide(&f, &view, &Memory::default(), now, &off).route, Route::Balanced);
+}
+
+/// A key of `org` at `state` against a budget of $5 a day that resets at `resets`.
+fn budgeted(id: &str, org: &str, state: BudgetState, resets: Instant) -> KeyView {
+    KeyView { budget: state, budget_resets: Some(resets), ..org_key(id, org, 0, Health::Ready) }
+}
+
+const FIVE: crate::spend::Usd = crate::spend::Usd::from_nanos(5_000_000_000);
+
+#[test]
+fn a_key_past_reserve_at_takes_no_new_sessions_but_keeps_its_pinned_ones() {
+    let now = clock_now();
+    let state = BudgetState::Reserved { period: Period::Day, limit: FIVE, used_permille: 850, resets_unix_ms: 0 };
+    let a1 = budgeted("a1", "org-a", state, now + Duration::from_secs(3600));
+    let view = PoolView { keys: vec![a1.clone(), org_key("b1", "org-b", 5, Health::Ready)] };
+    let d = decide(&facts(1), &view, &Memory::default(), now, &policy(2));
+    assert_eq!(ids(&d), ["b1"], "a new session goes elsewhere, however busy b1 is");
+    let why = SkipWhy::BudgetReserved { period: Period::Day, limit: FIVE, used_permille: 850 };
+    assert!(d.reasons.contains(&Reason::Skipped { key: KeyId::new("a1"), why }), "{:?}", d.reasons);
+    let d = decide(&pinned(2, "a1", "org-a"), &view, &Memory::default(), now, &policy(2));
+    assert_eq!((d.route, ids(&d)), (Route::Pinned, vec!["a1"]), "its pinned session goes on");
+    // Every key reserved: the budgets the user set are kept; new sessions wait for the reset.
+    let only = PoolView { keys: vec![a1] };
+    let d = decide(&facts(3), &only, &Memory::default(), now, &policy(2));
+    assert_eq!(d.refusal, Some(Refusal::BudgetReached { retry_after_secs: 3600, keys: 1 }));
+    assert!(!any_open(&only, now), "no new WebSocket either");
+}
+
+#[test]
+fn a_stopped_key_refuses_even_its_pinned_sessions_naming_the_budget_and_its_reset() {
+    let now = clock_now();
+    let state = BudgetState::Stopped { period: Period::Day, limit: FIVE, resets_unix_ms: 0 };
+    let a1 = budgeted("a1", "org-a", state, now + Duration::from_secs(7200));
+    let view = PoolView { keys: vec![a1.clone(), org_key("b1", "org-b", 0, Health::Ready)] };
+    let stopped =
+        Refusal::BudgetStopped { key: KeyId::new("a1"), period: Period::Day, limit: FIVE, retry_after_secs: 7200 };
+    let d = decide(&pinned(1, "a1", "org-a"), &view, &Memory::default(), now, &policy(2));
+    assert_eq!(d.refusal, Some(stopped.clone()), "{d:?}");
+    assert!(d.rescued_orgs.is_empty(), "not rescued onto another organization: the user chose money");
+    let id = KeyId::new("a1");
+    let mut bound = facts(2);
+    bound.continuity = Some(Pin { org: markers().org_tag(Some("org-a"), &id), key: id, field: Field::ResponseId });
+    assert_eq!(decide(&bound, &view, &Memory::default(), now, &policy(2)).refusal, Some(stopped));
+    assert_eq!(ids(&decide(&facts(3), &view, &Memory::default(), now, &policy(2))), ["b1"]);
+    // Another key of the organization that is open serves the session instead.
+    let with_a2 = PoolView { keys: vec![a1, org_key("a2", "org-a", 0, Health::Ready)] };
+    let d = decide(&pinned(4, "a1", "org-a"), &with_a2, &Memory::default(), now, &policy(2));
+    assert_eq!((d.route, ids(&d)), (Route::Pinned, vec!["a2"]));
 }

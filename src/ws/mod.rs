@@ -81,7 +81,9 @@ fn error_frame(status: u16, code: &str, message: &str, retry_after: Option<u64>)
 /// Keymux's own error as a frame.
 fn api_error_frame(error: &ApiError) -> AxumMessage {
     let retry_after = match error {
-        ApiError::AllCooling { retry_after_secs, .. } => Some(*retry_after_secs),
+        ApiError::AllCooling { retry_after_secs, .. }
+        | ApiError::BudgetReached { retry_after_secs, .. }
+        | ApiError::BudgetStopped { retry_after_secs, .. } => Some(*retry_after_secs),
         _ => None,
     };
     let json = error.to_json();

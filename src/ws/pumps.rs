@@ -16,6 +16,8 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame as UpClose;
 use tokio_tungstenite::tungstenite::Message as UpMessage;
 
 use super::{error_frame, lost_state_frame, Bound, Turn, Upstream, MAX_PENDING_TURNS};
+use crate::budget::BudgetState;
+use crate::error::ApiError;
 use crate::events::Wire;
 use crate::facts::{self, Incoming, Operation, RequestFacts};
 use crate::gateway::Gateway;
@@ -37,6 +39,8 @@ enum Stop {
     /// such content came (Codex opens a resumed session with a prewarm frame that carries none): the
     /// client must reconnect and send it first, so its organization is found.
     Unfound,
+    /// The socket's key reached its budget in money with `on_limit = "stop"`.
+    Budget(ApiError),
 }
 
 /// The two pumps, until either side closes or the gateway shuts down.
@@ -71,6 +75,10 @@ pub(super) async fn relay(
                 Err(Stop::Unfound) => {
                     tracing::info!(key = %key, "a session begun before Keymux; asking the client to reconnect so its organization is found");
                     Some(lost_state_frame())
+                }
+                Err(Stop::Budget(error)) => {
+                    tracing::info!(key = %key, "closing websocket: its key reached its budget");
+                    Some(super::api_error_frame(&error))
                 }
                 Err(Stop::Refused(message)) => {
                     tracing::warn!(key = %key, "closing websocket: {message}");
@@ -157,6 +165,11 @@ impl Inbound {
             facts::extract(&incoming, gateway.markers()).map_err(|e| Stop::Refused(format!("Keymux: {e}.")))?;
         let facts = &extracted.facts;
         self.check_pool(facts)?;
+        if let Some(error) = self.budget_stop() {
+            trace.facts(facts);
+            trace.finish(End { served_by: None, status: 429, error: Some("budget_stopped"), usage: None });
+            return Err(Stop::Budget(error));
+        }
         let now = gateway.clock().now();
         let org = gateway.pool().org_tag(&self.key);
         // Items of organizations this session was rescued from stay dropped, on this socket too.
@@ -197,6 +210,22 @@ impl Inbound {
                 Err(Stop::Refused(error.spec().message.into_owned()))
             }
             None => Ok(()),
+        }
+    }
+
+    /// The refusal when this socket's key reached its budget with `on_limit = "stop"`: the user chose
+    /// money over continuity, so even this bound session's next turn waits for the reset.
+    fn budget_stop(&self) -> Option<ApiError> {
+        let gateway = &self.gateway;
+        let entry = gateway.pool().entry(&self.key)?;
+        let fingerprint = gateway.pool().fingerprint(&self.key)?;
+        match gateway.spend_now().state_of(&fingerprint, &entry.money) {
+            BudgetState::Stopped { period, limit, resets_unix_ms } => {
+                let left = resets_unix_ms.saturating_sub(gateway.clock().unix_ms());
+                let retry_after_secs = left.div_ceil(1000).max(1);
+                Some(ApiError::BudgetStopped { label: entry.label, period, limit, retry_after_secs })
+            }
+            BudgetState::Open | BudgetState::Reserved { .. } => None,
         }
     }
 

@@ -50,6 +50,9 @@ pub struct TestKey {
     pub priority: u8,
     pub budget: Option<u64>,
     pub imported: bool,
+    pub daily_usd: Option<keymux::spend::Usd>,
+    pub reserve_at: Option<u8>,
+    pub on_limit: keymux::budget::OnLimit,
 }
 
 impl TestKey {
@@ -60,6 +63,14 @@ impl TestKey {
 
     pub fn budget(mut self, tokens: u64) -> Self {
         self.budget = Some(tokens);
+        self
+    }
+
+    /// A daily budget in US dollars, reserved past `reserve_at` percent, and what happens at 100 %.
+    pub fn daily_usd(mut self, dollars: f64, reserve_at: Option<u8>, on_limit: keymux::budget::OnLimit) -> Self {
+        self.daily_usd = Some(keymux::spend::Usd::from_nanos((dollars * 1e9).round() as u64));
+        self.reserve_at = reserve_at;
+        self.on_limit = on_limit;
         self
     }
 
@@ -79,6 +90,9 @@ pub fn key(label: &str, secret: &str) -> TestKey {
         priority: 0,
         budget: None,
         imported: false,
+        daily_usd: None,
+        reserve_at: None,
+        on_limit: keymux::budget::OnLimit::Reserve,
     }
 }
 
@@ -107,6 +121,10 @@ fn harness_config(sim: &Sim, keys: &[TestKey], store: &MemoryStore) -> Config {
             exclude_models: Vec::new(),
             disabled: false,
             imported: k.imported,
+            daily_budget_usd: k.daily_usd,
+            monthly_budget_usd: None,
+            reserve_at: k.reserve_at,
+            on_limit: k.on_limit,
         });
     }
     config.tokens.push(TokenConfig { id: "t_test".into(), name: "test".into(), created_unix: 0, pool: "all".into() });
@@ -292,6 +310,23 @@ pub async fn read_sse(response: reqwest::Response) -> Vec<SseEvent> {
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Moves the gateway's and the simulator's clocks past the next local midnight when it is under a
+/// quarter of an hour away, so that the requests and the figures read after them share one local day
+/// and month whenever the test runs. Returns how far the clocks moved.
+pub fn clear_of_midnight(h: &Harness) -> Duration {
+    let clock = h.gateway.clock();
+    let (zone, now) = (clock.zone(), clock.unix_ms());
+    let today = keymux::clock::local_day_start(now, &zone, 0);
+    // 25 hours after a local midnight is always within the next local day (days last 23 to 25 hours).
+    let tomorrow = keymux::clock::local_day_start(today + 25 * 3_600_000, &zone, 0);
+    if tomorrow - now > 15 * 60_000 {
+        return Duration::ZERO;
+    }
+    let by = Duration::from_millis(tomorrow - now + 60_000);
+    h.advance(by);
+    by
 }
 
 /// The `keymux` binary run as a child process.

@@ -512,6 +512,7 @@ async function run() {
   await page.emulateMedia({ colorScheme: "light" });
   await page.setViewportSize({ width: 1280, height: 800 });
   await setupSteps(page);
+  await budgetSteps(page);
 
   step("Remove d1: the dialog names it and what becomes of its pinned sessions");
   await page.getByTestId("nav-keys").click();
@@ -600,6 +601,38 @@ async function setupSteps(page) {
   await card.getByTestId("setup-codex-state").filter({ hasText: "not set up" }).waitFor({ timeout: WAIT });
   if (readFileSync(authPath, "utf8") !== authBefore) throw new Error("auth.json is not back as it was");
   if (readFileSync(configPath, "utf8") !== edited) throw new Error("Undo did not keep exactly Codex's edit");
+}
+
+/**
+ * A budget in money set on c1's card, below what c1 spent today: the card shows the spend against it
+ * and "budget: reserved", and the next new session's decision says c1 was skipped for it.
+ */
+async function budgetSteps(page) {
+  step("Keys: a $0.01 daily budget on c1, reserved at 50 %: the card says so, and new sessions skip c1");
+  await page.getByTestId("nav-keys").click();
+  const c1 = page.locator('[data-testid=key-card][data-label="c1"]');
+  await c1.getByRole("button", { name: "Edit" }).click();
+  const edit = page.getByTestId("edit-key-dialog");
+  await edit.getByTestId("edit-daily-usd").fill("0.01");
+  await edit.getByTestId("edit-reserve-at").fill("50");
+  await edit.getByRole("button", { name: "Save" }).click();
+  await edit.waitFor({ state: "hidden", timeout: WAIT });
+  await c1.getByTestId("key-budget-state").filter({ hasText: "budget: reserved" }).waitFor({ timeout: WAIT });
+  const spend = await c1.getByTestId("key-spend").innerText();
+  if (!spend.includes("of $0.01 a day")) throw new Error(`c1's card does not show its budget: ${spend}`);
+  await c1.scrollIntoViewIfNeeded();
+  await page.screenshot({ path: join(SHOTS, "light-1280x800-keys-budget.png") });
+  const c1Id = await c1.getAttribute("data-key-id");
+  for (let i = 0; i < 4; i += 1) await send({ model: "gpt-5.5", input: `budget check ${i}`, store: false });
+  const records = await (await page.evaluate(async () => {
+    const r = await fetch("/keymux/api/decisions?limit=4", { headers: { "x-keymux-session": sessionStorage.getItem("keymux.session") } });
+    return r.json();
+  })).data;
+  const said = records.every((r) =>
+    r.decision.reasons.some((x) => x.rule === "skipped" && x.key === c1Id && x.why.kind === "budget_reserved"),
+  );
+  if (records.length !== 4 || !said) throw new Error(`not every new session's decision says c1 was skipped for its budget: ${JSON.stringify(records.map((r) => r.decision.reasons))}`);
+  if (records.some((r) => r.served_by === c1Id)) throw new Error("a new session went to the reserved key");
 }
 
 /** Adds a key through the Keys view's form, which must say it was added and forget the secret. */

@@ -33,7 +33,31 @@ reset_ms: number, } | { "kind": "over_budget" } | { "kind": "unreachable",
 /**
  * Milliseconds until the next try.
  */
-retry_ms: number, };
+retry_ms: number, } | { "kind": "budget_reserved", 
+/**
+ * Which budget.
+ */
+period: Period, 
+/**
+ * Its amount.
+ */
+limit: number, 
+/**
+ * How much of it is spent, in thousandths.
+ */
+used_permille: number, } | { "kind": "budget_stopped", 
+/**
+ * Which budget.
+ */
+period: Period, 
+/**
+ * Its amount.
+ */
+limit: number, 
+/**
+ * Milliseconds until it resets.
+ */
+resets_ms: number, };
 
 export type Reason = { "rule": "most_headroom", 
 /**
@@ -169,7 +193,31 @@ cooling: number, } | { "kind": "no_usable_key",
 /**
  * Keys that are invalid or disabled.
  */
-unusable: number, };
+unusable: number, } | { "kind": "budget_reached", 
+/**
+ * Seconds until the first budget resets (at least 1).
+ */
+retry_after_secs: number, 
+/**
+ * Keys past their budget.
+ */
+keys: number, } | { "kind": "budget_stopped", 
+/**
+ * That key.
+ */
+key: KeyId, 
+/**
+ * Which budget.
+ */
+period: Period, 
+/**
+ * Its amount.
+ */
+limit: number, 
+/**
+ * Seconds until it resets (at least 1).
+ */
+retry_after_secs: number, };
 
 export type PinDecision = { 
 /**
@@ -560,7 +608,15 @@ day_start_unix_ms: number,
 /**
  * When this month began: local midnight of its first day, Unix milliseconds.
  */
-month_start_unix_ms: number, };
+month_start_unix_ms: number, 
+/**
+ * When tomorrow begins (today's budgets reset): the next local midnight, Unix milliseconds.
+ */
+day_end_unix_ms: number, 
+/**
+ * When next month begins (this month's budgets reset), Unix milliseconds.
+ */
+month_end_unix_ms: number, };
 
 export type GatewayInfo = { 
 /**
@@ -692,6 +748,22 @@ daily_token_budget: number | null,
  */
 tokens_today: number, 
 /**
+ * Its budget in US dollars per local day, if any.
+ */
+daily_budget_usd: number | null, 
+/**
+ * Its budget in US dollars per local month, if any.
+ */
+monthly_budget_usd: number | null, 
+/**
+ * Percent of a budget past which it takes no new sessions (`None`: 100).
+ */
+reserve_at: number | null, 
+/**
+ * At 100 % of a budget: `reserve` or `stop`.
+ */
+on_limit: OnLimit, 
+/**
  * Share of the tighter rate-limit window left, 0 to 1.
  */
 headroom: number, 
@@ -781,6 +853,10 @@ tokens_window: WindowInfo | null,
  * The user's pools that hold it (every key is also in `all`).
  */
 pools: Array<string>, 
+/**
+ * Where it stands against its budgets in money now.
+ */
+budget: BudgetState, 
 /**
  * Spent today, in US dollars.
  */
@@ -1201,6 +1277,22 @@ models: Array<string>,
  */
 exclude_models: Array<string>, 
 /**
+ * US dollars per local day (see `budget`).
+ */
+daily_budget_usd?: number | null, 
+/**
+ * US dollars per local month.
+ */
+monthly_budget_usd?: number | null, 
+/**
+ * Percent of a budget past which the key takes no new sessions.
+ */
+reserve_at?: number, 
+/**
+ * At 100 % of a budget: keep serving pinned sessions (the default), or stop.
+ */
+on_limit?: OnLimit, 
+/**
  * The API key.
  */
 secret: string, };
@@ -1225,7 +1317,57 @@ models?: Array<string> | null,
 /**
  * Models this key never serves.
  */
-exclude_models?: Array<string> | null, };
+exclude_models?: Array<string> | null, 
+/**
+ * A new daily budget in US dollars (`null` removes it).
+ */
+daily_budget_usd?: number | null, 
+/**
+ * A new monthly budget in US dollars (`null` removes it).
+ */
+monthly_budget_usd?: number | null, 
+/**
+ * A new reserve threshold, percent (`null`: reserve only at 100 %).
+ */
+reserve_at?: number | null, 
+/**
+ * What happens at 100 %.
+ */
+on_limit?: OnLimit, };
+
+export type Period = "day" | "month";
+
+export type OnLimit = "reserve" | "stop";
+
+export type BudgetState = { "state": "open" } | { "state": "reserved", 
+/**
+ * The budget that reserves it.
+ */
+period: Period, 
+/**
+ * Its amount.
+ */
+limit: number, 
+/**
+ * How much of it is spent, in thousandths (1000: all of it).
+ */
+used_permille: number, 
+/**
+ * When that budget resets, Unix milliseconds.
+ */
+resets_unix_ms: number, } | { "state": "stopped", 
+/**
+ * The budget that stopped it.
+ */
+period: Period, 
+/**
+ * Its amount.
+ */
+limit: number, 
+/**
+ * When it resets, Unix milliseconds.
+ */
+resets_unix_ms: number, };
 
 export type Client = "codex" | "pi";
 

@@ -129,10 +129,24 @@ export function KeyCard({ info, spark, showOrg = false }: Props) {
         <div class="key-stat" data-testid="key-spend" title="Spent today and this month (local day and month)">
           <span class="muted small">Spent today</span>
           <span class="num">{usd(info.spend_today_usd)}</span>
+          {info.daily_budget_usd !== null && (
+            <>
+              <span class="muted small">of {usd(info.daily_budget_usd)} a day</span>
+              <Bar left={1 - info.spend_today_usd / Math.max(1e-9, info.daily_budget_usd)} label="Daily budget in money left" />
+            </>
+          )}
           <span class="muted small">
-            {usd(info.spend_month_usd)} this month
+            {usd(info.spend_month_usd)}
+            {info.monthly_budget_usd !== null ? ` of ${usd(info.monthly_budget_usd)}` : ""} this month
             {info.unpriced_requests_month > 0 ? ` · ${info.unpriced_requests_month} unpriced` : ""}
           </span>
+          {info.budget.state !== "open" && (
+            <span data-testid="key-budget-state">
+              <Tag tone={info.budget.state === "stopped" ? "bad" : "warn"} title={budgetTitle(info)}>
+                {info.budget.state === "stopped" ? "budget: stopped" : "budget: reserved"}
+              </Tag>
+            </span>
+          )}
         </div>
         <div class="key-stat">
           <span class="muted small">Cached</span>
@@ -205,4 +219,15 @@ export function KeyCard({ info, spark, showOrg = false }: Props) {
       </ConfirmDialog>
     </article>
   );
+}
+
+/** What a key's budget state means, for its tooltip. */
+function budgetTitle(info: KeyInfo): string {
+  const b = info.budget;
+  if (b.state === "open") return "";
+  const which = `${usd(b.limit)} ${b.period === "day" ? "daily" : "monthly"} budget`;
+  const resets = new Date(b.resets_unix_ms).toLocaleString();
+  return b.state === "stopped"
+    ? `Reached its ${which} (on_limit "stop"): it serves nothing until ${resets}.`
+    : `Past ${info.reserve_at ?? 100} % of its ${which}: it takes no new sessions, the ones on it go on, until ${resets}.`;
 }

@@ -140,6 +140,18 @@ describe("sentences", () => {
     );
   });
 
+  it("says a key past its budget is reserved for its sessions, or stopped until the reset", () => {
+    const reserved = { kind: "budget_reserved", period: "day", limit: 5, used_permille: 812 } as const;
+    expect(reasonSentence({ rule: "skipped", key: "k_b1", why: reserved }, name)).toBe(
+      "personal (org-b) was skipped: it is over 81 % of its $5.00 daily budget, reserved for the sessions already on it.",
+    );
+    const stopped = { kind: "budget_stopped", period: "month", limit: 20, resets_ms: 3_600_000 } as const;
+    expect(reasonSentence({ rule: "skipped", key: "k_b1", why: stopped }, name)).toContain("$20.00 monthly budget and is stopped");
+    expect(refusalSentence({ kind: "budget_stopped", key: "k_b1", period: "day", limit: 5, retry_after_secs: 90 }, name)).toBe(
+      'personal (org-b) reached its $5.00 daily budget with on_limit "stop": this session waits until it resets in 1m 30s.',
+    );
+  });
+
   it("says a rescued session's old organization stays dropped", () => {
     expect(reasonSentence({ rule: "still_rescued", orgs: 1 })).toBe(
       "This session was moved off an organization on an earlier turn; its items stay dropped, so it goes on where it was moved.",

@@ -1,7 +1,7 @@
 // What a routing decision says, in badges for a row and in sentences for the drawer.
 
 import type { Decision, Reason, Refusal, RequestRecord, SkipWhy } from "../api/types";
-import { countdown } from "./format";
+import { countdown, usd } from "./format";
 import { AFFINITY_SOURCE, AFFINITY_STATE, ROUTE, type Tone } from "./words";
 
 /** Every badge a row can show, in the order it shows them. */
@@ -90,6 +90,10 @@ function skipWhy(why: SkipWhy): string {
       return "it is over its daily token budget";
     case "unreachable":
       return `its base URL cannot be reached; it is tried again in the background in ${countdown(why.retry_ms)}`;
+    case "budget_reserved":
+      return `it is over ${Math.floor(why.used_permille / 10)} % of its ${usd(why.limit)} ${why.period === "day" ? "daily" : "monthly"} budget, reserved for the sessions already on it`;
+    case "budget_stopped":
+      return `it reached its ${usd(why.limit)} ${why.period === "day" ? "daily" : "monthly"} budget and is stopped until it resets in ${countdown(why.resets_ms)}`;
     default:
       return unknown(why);
   }
@@ -169,6 +173,10 @@ export function refusalSentence(refusal: Refusal, name: KeyNamer = plain, pool =
       return `All ${refusal.cooling} usable key${refusal.cooling === 1 ? " is" : "s are"} rate limited; the first frees in ${countdown(refusal.retry_after_secs * 1000)}.`;
     case "no_usable_key":
       return `No key is usable: ${refusal.unusable} ${refusal.unusable === 1 ? "is" : "are"} rejected or switched off.`;
+    case "budget_reached":
+      return `Every key a new session may use is past the budget you set (${refusal.keys} key${refusal.keys === 1 ? "" : "s"}); the first resets in ${countdown(refusal.retry_after_secs * 1000)}.`;
+    case "budget_stopped":
+      return `${name(refusal.key)} reached its ${usd(refusal.limit)} ${refusal.period === "day" ? "daily" : "monthly"} budget with on_limit "stop": this session waits until it resets in ${countdown(refusal.retry_after_secs * 1000)}.`;
     default:
       return unknown(refusal);
   }

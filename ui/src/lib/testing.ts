@@ -32,6 +32,10 @@ export function keyInfo(id: string, over: Partial<KeyInfo> = {}): KeyInfo {
     priority: 0,
     daily_token_budget: null,
     tokens_today: 0,
+    daily_budget_usd: null,
+    monthly_budget_usd: null,
+    reserve_at: null,
+    on_limit: "reserve",
     headroom: 1,
     served: 0,
     failed: 0,
@@ -53,6 +57,7 @@ export function keyInfo(id: string, over: Partial<KeyInfo> = {}): KeyInfo {
     spend_month_usd: 0,
     unpriced_requests_today: 0,
     unpriced_requests_month: 0,
+    budget: { state: "open" },
     ...over,
   };
 }

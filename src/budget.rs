@@ -1,0 +1,254 @@
+//! Budgets in money, per key: what the user set (`daily_budget_usd`, `monthly_budget_usd`,
+//! `reserve_at`, `on_limit`) and where a key stands against it now. Pure: the spend so far and the
+//! local periods come in, a [`BudgetState`] goes out.
+//!
+//! * Past `reserve_at` percent of either budget the key is **reserved**: it takes no new sessions,
+//!   and keeps serving the sessions already pinned to it (encrypted content, a response id, a bound
+//!   WebSocket), so nobody's conversation breaks.
+//! * At 100 % it stays reserved with `on_limit = "reserve"` (the default), or **stops** with
+//!   `on_limit = "stop"`: even pinned turns are refused with a 429 that names the budget and when it
+//!   resets. The user chose money over continuity.
+//! * Without `reserve_at`, a key is reserved only at 100 %. Periods are the user's local day and
+//!   month; everything opens again by itself when one ends.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::LocalPeriods;
+use crate::spend::Usd;
+
+/// What a key does once a budget is used up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
+#[serde(rename_all = "lowercase")]
+pub enum OnLimit {
+    /// Takes no new sessions; its pinned sessions go on.
+    #[default]
+    Reserve,
+    /// Refuses everything until the budget resets.
+    Stop,
+}
+
+impl OnLimit {
+    /// Whether this is the default (left out of the config).
+    pub fn is_default(&self) -> bool {
+        *self == Self::Reserve
+    }
+}
+
+/// A key's budget in money, as the user set it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MoneyBudget {
+    /// Per local day.
+    pub daily: Option<Usd>,
+    /// Per local month.
+    pub monthly: Option<Usd>,
+    /// Percent of a budget (1 to 100) past which the key takes no new sessions.
+    pub reserve_at: Option<u8>,
+    /// At 100 %.
+    pub on_limit: OnLimit,
+}
+
+/// Which budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
+#[serde(rename_all = "lowercase")]
+pub enum Period {
+    /// The local day's.
+    Day,
+    /// The local month's.
+    Month,
+}
+
+impl Period {
+    /// `daily`, `monthly`: as people and the config name the budget.
+    pub fn adjective(self) -> &'static str {
+        match self {
+            Self::Day => "daily",
+            Self::Month => "monthly",
+        }
+    }
+}
+
+/// Where a key stands against its budgets now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
+#[serde(rename_all = "snake_case", tag = "state")]
+pub enum BudgetState {
+    /// Under every threshold (or no budget).
+    #[default]
+    Open,
+    /// Past `reserve_at` (or at 100 % with `on_limit = "reserve"`): pinned sessions only.
+    Reserved {
+        /// The budget that reserves it.
+        period: Period,
+        /// Its amount.
+        #[ts(type = "number")]
+        limit: Usd,
+        /// How much of it is spent, in thousandths (1000: all of it).
+        #[ts(type = "number")]
+        used_permille: u32,
+        /// When that budget resets, Unix milliseconds.
+        #[ts(type = "number")]
+        resets_unix_ms: u64,
+    },
+    /// At 100 % with `on_limit = "stop"`: nothing until it resets.
+    Stopped {
+        /// The budget that stopped it.
+        period: Period,
+        /// Its amount.
+        #[ts(type = "number")]
+        limit: Usd,
+        /// When it resets, Unix milliseconds.
+        #[ts(type = "number")]
+        resets_unix_ms: u64,
+    },
+}
+
+impl BudgetState {
+    /// How bad it is, to pick the worst of two budgets: open, reserved, stopped.
+    fn rank(&self) -> u8 {
+        match self {
+            Self::Open => 0,
+            Self::Reserved { .. } => 1,
+            Self::Stopped { .. } => 2,
+        }
+    }
+}
+
+impl MoneyBudget {
+    /// Whether any budget in money is set.
+    pub fn is_set(&self) -> bool {
+        self.daily.is_some() || self.monthly.is_some()
+    }
+
+    /// Where the key stands, having spent `day` today and `month` this month (the local periods of
+    /// `periods`); the worse of the two budgets.
+    pub fn state(&self, day: Usd, month: Usd, periods: &LocalPeriods) -> BudgetState {
+        let daily = self.daily.map(|limit| self.against(Period::Day, limit, day, periods.day_end_unix_ms));
+        let monthly = self.monthly.map(|limit| self.against(Period::Month, limit, month, periods.month_end_unix_ms));
+        [daily, monthly].into_iter().flatten().max_by_key(BudgetState::rank).unwrap_or_default()
+    }
+
+    fn against(&self, period: Period, limit: Usd, spent: Usd, resets_unix_ms: u64) -> BudgetState {
+        let used_permille = permille(spent, limit);
+        let reserve_at = u32::from(self.reserve_at.unwrap_or(100).clamp(1, 100)) * 10;
+        match (used_permille >= 1000, self.on_limit) {
+            (true, OnLimit::Stop) => BudgetState::Stopped { period, limit, resets_unix_ms },
+            _ if used_permille >= reserve_at => BudgetState::Reserved { period, limit, used_permille, resets_unix_ms },
+            _ => BudgetState::Open,
+        }
+    }
+}
+
+/// Today's and this month's spend per key (by fingerprint), with the local periods they belong to:
+/// what the budgets are checked against on the request path. One entry per key that spent this month.
+#[derive(Clone, Debug, Default)]
+pub struct SpendNow {
+    /// The local day and month the sums belong to.
+    pub periods: LocalPeriods,
+    /// Per fingerprint: (today, this month).
+    pub by_key: HashMap<String, (Usd, Usd)>,
+}
+
+impl SpendNow {
+    /// Where a key (by its fingerprint) stands against `money`.
+    pub fn state_of(&self, fingerprint: &str, money: &MoneyBudget) -> BudgetState {
+        if !money.is_set() {
+            return BudgetState::Open;
+        }
+        let (day, month) = self.by_key.get(fingerprint).copied().unwrap_or_default();
+        money.state(day, month, &self.periods)
+    }
+
+    /// Counts `usd` spent by `fingerprint` in the hour that starts at `hour_start_unix_ms` (an hour
+    /// counts with the period it starts in, as the hourly metrics do).
+    pub fn add(&mut self, hour_start_unix_ms: u64, fingerprint: &str, usd: Usd) {
+        let periods = &self.periods;
+        if usd == Usd::ZERO || hour_start_unix_ms < periods.month_start_unix_ms {
+            return;
+        }
+        let sums = self.by_key.entry(fingerprint.to_owned()).or_default();
+        sums.1 = sums.1.saturating_add(usd);
+        if hour_start_unix_ms >= periods.day_start_unix_ms {
+            sums.0 = sums.0.saturating_add(usd);
+        }
+    }
+}
+
+/// Checks `reserve_at`: a percent from 1 to 100.
+pub fn validate_reserve_at(reserve_at: Option<u8>) -> Result<(), String> {
+    match reserve_at {
+        Some(0) | Some(101..) => Err(format!(
+            "reserve_at = {} is not a percent from 1 to 100: past it the key takes no new sessions (80 keeps \
+             the last fifth of a budget for sessions already on the key)",
+            reserve_at.unwrap_or_default()
+        )),
+        Some(_) | None => Ok(()),
+    }
+}
+
+/// `spent` of `limit` in thousandths, rounded down (a budget of $0 is used up at once).
+fn permille(spent: Usd, limit: Usd) -> u32 {
+    if limit.nanos() == 0 {
+        return 1000;
+    }
+    let ratio = u128::from(spent.nanos()) * 1000 / u128::from(limit.nanos());
+    u32::try_from(ratio).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DAY_END: u64 = 86_400_000;
+    const MONTH_END: u64 = 30 * 86_400_000;
+
+    fn periods() -> LocalPeriods {
+        LocalPeriods {
+            zone: "UTC".into(),
+            day_start_unix_ms: 0,
+            month_start_unix_ms: 0,
+            day_end_unix_ms: DAY_END,
+            month_end_unix_ms: MONTH_END,
+        }
+    }
+
+    fn usd(cents: u64) -> Usd {
+        Usd::from_nanos(cents * 10_000_000)
+    }
+
+    #[test]
+    fn a_key_is_reserved_past_reserve_at_and_stops_at_the_limit_only_when_told() {
+        let five = MoneyBudget { daily: Some(usd(500)), reserve_at: Some(80), ..MoneyBudget::default() };
+        assert_eq!(five.state(usd(399), usd(399), &periods()), BudgetState::Open);
+        let reserved =
+            BudgetState::Reserved { period: Period::Day, limit: usd(500), used_permille: 800, resets_unix_ms: DAY_END };
+        assert_eq!(five.state(usd(400), usd(400), &periods()), reserved, "80 % of $5 is $4");
+        let full = five.state(usd(700), usd(700), &periods());
+        assert!(matches!(full, BudgetState::Reserved { used_permille: 1400, .. }), "reserve: pinned go on: {full:?}");
+        let stop = MoneyBudget { on_limit: OnLimit::Stop, ..five };
+        assert!(matches!(stop.state(usd(499), usd(0), &periods()), BudgetState::Reserved { .. }));
+        let stopped = BudgetState::Stopped { period: Period::Day, limit: usd(500), resets_unix_ms: DAY_END };
+        assert_eq!(stop.state(usd(500), usd(0), &periods()), stopped);
+    }
+
+    #[test]
+    fn without_reserve_at_only_the_limit_reserves_and_the_worse_budget_wins() {
+        let both = MoneyBudget { daily: Some(usd(500)), monthly: Some(usd(2000)), ..MoneyBudget::default() };
+        assert_eq!(both.state(usd(499), usd(1999), &periods()), BudgetState::Open);
+        let month = both.state(usd(10), usd(2000), &periods());
+        assert!(matches!(month, BudgetState::Reserved { period: Period::Month, resets_unix_ms: MONTH_END, .. }));
+        let stop = MoneyBudget { on_limit: OnLimit::Stop, ..both };
+        // Stopped by the month beats reserved by... nothing: the day is still open; then both.
+        assert!(matches!(stop.state(usd(600), usd(100), &periods()), BudgetState::Stopped { period: Period::Day, .. }));
+        assert!(matches!(stop.state(usd(600), usd(2500), &periods()), BudgetState::Stopped { .. }));
+        assert_eq!(MoneyBudget::default().state(usd(9999), usd(9999), &periods()), BudgetState::Open, "no budget");
+    }
+
+    #[test]
+    fn a_zero_budget_is_used_up_and_permille_is_exact_for_large_amounts() {
+        let zero = MoneyBudget { daily: Some(Usd::ZERO), on_limit: OnLimit::Stop, ..MoneyBudget::default() };
+        assert!(matches!(zero.state(Usd::ZERO, Usd::ZERO, &periods()), BudgetState::Stopped { .. }));
+        assert_eq!(permille(Usd::from_nanos(u64::MAX), usd(1)), u32::MAX);
+        assert_eq!(permille(usd(1), usd(3)), 333);
+    }
+}
