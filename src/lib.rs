@@ -14,8 +14,9 @@
 //!   the oldest idle connection for a new one), bounded drain.
 //! * [`limits`]: every limit on what clients can hold (timeouts, caps, the descriptor limit raised).
 //! * [`http`]: the axum routes: `/v1/*` for clients, `/login`, the dashboard, and the control API.
-//! * [`api`]: the control API under `/keymux/api` (typed bodies, the live event stream, and
-//!   `api::spend`, the spend report per key, pool, token or model that `keymux usage` prints).
+//! * [`api`]: the control API under `/keymux/api` (typed bodies, the live event stream,
+//!   `api::spend`, the spend report per key, pool, token or model that `keymux usage` prints, and
+//!   `api::setup`, client setup and key import for the dashboard).
 //! * [`access`]: who may call what (client tokens, dashboard sessions, the admin credential).
 //! * [`dashboard`]: the dashboard's files, embedded at build time and served at `/`.
 //! * [`desktop`]: what the tray app shows (menu, icon, notifications) as pure functions of the state.
@@ -39,7 +40,9 @@
 //!
 //! Changing it:
 //! * [`control`]: keys, tokens, pools and routing changed at runtime (and offline, by the CLI);
-//!   `control::pools` for pools, `control::live` for hand edits of the config file while it runs.
+//!   `control::pools` for pools, `control::live` for hand edits of the config file while it runs,
+//!   `control::setup` for setting Codex and pi up from the dashboard and the tray (the same flow as
+//!   `keymux setup`), `control::import` for the first-run import of keys found on this machine.
 //! * [`pools`]: the user's boundaries: named sets of keys that each client token is bound to, checked
 //!   and resolved to key ids; what one request may reach (`Reach`), and the `pool_mismatch` check.
 //! * [`settings`]: where those changes are kept: the secret store, the config file, the config now

@@ -119,6 +119,16 @@ async fn with_on_limit_stop_a_pinned_turn_gets_a_429_naming_the_budget_over_http
     let mut fresh = Session::new(Shape::Codex, 12, false);
     assert_eq!(fresh.turn(&client(), &h.base, false).await.status, 200);
     assert_eq!(last_record(&h).await["served_by"], "k_b1", "new sessions still go to b1");
+
+    // Just past the next local midnight (the gateway's clock moved, no waiting) the budget is open
+    // again by itself, and the session on a1 goes on there.
+    let clock = h.gateway.clock();
+    let to_midnight = clock.periods().day_end_unix_ms - clock.unix_ms();
+    h.advance(std::time::Duration::from_millis(to_midnight + 60_000));
+    assert_eq!(budget_state(&h, "k_a1").await, "open");
+    let r = on_a1.turn(&client(), &h.base, false).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(last_record(&h).await["served_by"], "k_a1");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

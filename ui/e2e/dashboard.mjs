@@ -218,7 +218,7 @@ async function run() {
   stopStranger();
   await stranger.close();
 
-  const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, colorScheme: "light" });
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, colorScheme: "light", acceptDownloads: true });
   page = await context.newPage();
   const stopWatching = watch(page, "dashboard", isProvoked);
 
@@ -455,11 +455,21 @@ async function run() {
   await rowWith(0, "", "any");
   await page.waitForFunction(() => document.querySelectorAll("[data-testid=decision-row]").length >= 60, null, { timeout: WAIT });
 
-  step("Sessions and Usage have data");
+  step("Sessions and Usage have data, with what it cost; the usage table exports as CSV");
   await page.getByTestId("nav-sessions").click();
   await page.waitForFunction(() => document.querySelectorAll("[data-testid=session-row]").length >= 3, null, { timeout: WAIT });
+  const costs = await page.getByTestId("session-cost").allInnerTexts();
+  if (!costs.some((c) => /^\$0\.\d+/.test(c.trim()))) throw new Error(`no session shows a cost: ${costs.slice(0, 5)}`);
   await page.getByTestId("nav-usage").click();
   await page.locator("[data-testid=chart-requests] canvas").waitFor({ timeout: WAIT });
+  await page.locator("[data-testid=chart-spend] canvas").waitFor({ timeout: WAIT });
+  const spent = await page.getByTestId("usage-spend").innerText();
+  if (!/\$\d/.test(spent)) throw new Error(`the usage summary shows no spend: ${spent}`);
+  const [download] = await Promise.all([page.waitForEvent("download"), page.getByTestId("usage-csv").click()]);
+  const csv = readFileSync(await download.path(), "utf8").split("\n");
+  if (!csv[0].startsWith("start,key,requests,input_tokens") || !csv.some((l) => /,total,\d+,/.test(l))) {
+    throw new Error(`the CSV export reads:\n${csv.slice(0, 4).join("\n")}`);
+  }
 
   await poolSteps(page);
 

@@ -3,7 +3,7 @@ import { get, messageOf } from "../api/client";
 import type { SessionInfo, SessionsBody } from "../api/types";
 import { Tag } from "../components/Badge";
 import { Notice } from "../components/Notice";
-import { ago, compact, percent } from "../lib/format";
+import { ago, compact, percent, usd } from "../lib/format";
 import { BINDING, CLIENT } from "../lib/words";
 import { finishedCount, keyName, keysById, now } from "../state/store";
 
@@ -62,6 +62,7 @@ export function SessionsView() {
                 <th class="num-col">Turns</th>
                 <th class="num-col">Cached</th>
                 <th class="num-col">Tokens</th>
+                <th class="num-col">Cost</th>
                 <th>Last seen</th>
                 <th>Flags</th>
               </tr>
@@ -90,6 +91,15 @@ export function SessionsView() {
                     </td>
                     <td data-label="Tokens" class="num num-col">
                       {compact(s.input_tokens)} → {compact(s.output_tokens)}
+                    </td>
+                    <td
+                      data-label="Cost"
+                      class="num num-col"
+                      data-testid="session-cost"
+                      title={s.unpriced_requests > 0 ? `${s.unpriced_requests} turn(s) had no price: not counted, and not $0` : "What its turns cost, from their usage"}
+                    >
+                      {usd(s.cost_usd)}
+                      {s.unpriced_requests > 0 && <span class="muted small"> +{s.unpriced_requests} unpriced</span>}
                     </td>
                     <td data-label="Last seen" class="num">
                       {ago(s.last_seen_unix_ms, now.value)}

@@ -3,7 +3,8 @@ import { get, messageOf } from "../api/client";
 import type { UsageBody, UsagePoint } from "../api/types";
 import { Notice } from "../components/Notice";
 import { UsageChart, type Series } from "../components/UsageChart";
-import { compact, count, percent } from "../lib/format";
+import { compact, count, percent, usd } from "../lib/format";
+import { usageCsv } from "../lib/usage";
 import { AFFINITY_SOURCE, AFFINITY_STATE, FAILURE } from "../lib/words";
 import { keysByFingerprint } from "../state/store";
 
@@ -26,7 +27,10 @@ const failureLabel = (key: string) => FAILURE[key as keyof typeof FAILURE] ?? ke
 
 const sum = (m: Counts) => Object.values(m).reduce<number>((a, b) => a + (b ?? 0), 0);
 
-/** Requests, tokens, cache share, errors and affinity states, per hour or day, per key and in total. */
+/**
+ * Requests, spend, tokens, cache share, errors and affinity states, per hour or day, per key and in
+ * total; the table behind them exports as CSV.
+ */
 export function UsageView() {
   const [bucket, setBucket] = useState<Bucket>("hour");
   const [scope, setScope] = useState("total");
@@ -95,10 +99,28 @@ export function UsageView() {
       a.cached += p.cached_tokens;
       a.output += p.output_tokens;
       a.failures += sum(p.failures);
+      a.spend += p.spend_usd;
+      a.unpriced += p.unpriced_requests;
       return a;
     },
-    { requests: 0, input: 0, cached: 0, output: 0, failures: 0 },
+    { requests: 0, input: 0, cached: 0, output: 0, failures: 0, spend: 0, unpriced: 0 },
   );
+  const spendSeries: Series[] =
+    scope === "total" && model
+      ? [
+          ...scopes.map((fp) => ({ label: name(fp), values: (model.perKey.get(fp) ?? []).map((p) => p?.spend_usd ?? 0) })),
+          { label: "total", values: pick((p) => p.spend_usd), strong: true },
+        ]
+      : [{ label: name(scope), values: pick((p) => p.spend_usd) }];
+  const exportCsv = () => {
+    if (!usage) return;
+    const blob = new Blob([usageCsv(usage.points, name)], { type: "text/csv" });
+    const link = document.createElement("a");
+    link.href = URL.createObjectURL(blob);
+    link.download = `keymux-usage-${bucket}-${new Date().toISOString().slice(0, 10)}.csv`;
+    link.click();
+    URL.revokeObjectURL(link.href);
+  };
 
   const requestSeries: Series[] =
     scope === "total" && model
@@ -131,6 +153,9 @@ export function UsageView() {
               ))}
             </select>
           </label>
+          <button type="button" class="button small" onClick={exportCsv} disabled={!usage} data-testid="usage-csv">
+            Export CSV
+          </button>
         </div>
       </header>
       <p class="muted small">{RANGE[bucket].label}. Keys are counted by fingerprint; nothing here names a prompt or session.</p>
@@ -158,9 +183,22 @@ export function UsageView() {
               <span class="muted small">Failed attempts</span>
               <strong class="num">{count(totals.failures)}</strong>
             </div>
+            <div data-testid="usage-spend">
+              <span class="muted small">Spend{totals.unpriced > 0 ? ` (+${count(totals.unpriced)} unpriced)` : ""}</span>
+              <strong class="num">{usd(totals.spend)}</strong>
+            </div>
           </div>
           <div class="chart-grid">
             <UsageChart title="Requests" times={model.times} bucketMs={model.step} series={requestSeries} testid="chart-requests" />
+            <UsageChart
+              title="Spend, US$"
+              times={model.times}
+              bucketMs={model.step}
+              series={spendSeries}
+              testid="chart-spend"
+              format={(v) => usd(v)}
+              integer={false}
+            />
             <UsageChart
               title="Tokens"
               times={model.times}
