@@ -301,7 +301,7 @@ priority = 0 # tier 0
         work.disabled = true;
         let config = file.edit(|doc| update_key(doc, &work)).expect("cleared");
         assert_eq!(config.keys[0], work, "{}", std::fs::read_to_string(file.path()).unwrap_or_default());
-        let pool = PoolConfig { name: "team".into(), keys: vec!["work".into()], fallback: Vec::new() };
+        let pool = PoolConfig { name: "team".into(), keys: vec!["work".into()], ..PoolConfig::default() };
         file.edit(|doc| set_pool(doc, &pool)).expect("pool");
         let office = KeyConfig { label: "office".into(), ..work.clone() };
         let renamed = file.edit(|doc| {

@@ -106,6 +106,8 @@ pub enum ApiError {
     BudgetStopped {
         /// The key's label.
         label: String,
+        /// The user's pool whose budget it is, when it is the pool's rather than the key's.
+        pool: Option<String>,
         /// Which budget.
         period: crate::budget::Period,
         /// Its amount.
@@ -236,8 +238,9 @@ impl ApiError {
             Self::BudgetReached { retry_after_secs: secs, keys, pool } => {
                 wait("keymux_budget_reached", "budget_reached", budget_reached(*secs, *keys, pool))
             }
-            Self::BudgetStopped { label, period, limit, retry_after_secs: secs } => {
-                wait("keymux_budget_reached", "budget_stopped", budget_stopped(label, *period, *limit, *secs))
+            Self::BudgetStopped { label, pool, period, limit, retry_after_secs: secs } => {
+                let whose = pool.as_ref().map_or_else(|| format!("key '{label}'"), |p| format!("pool '{p}'"));
+                wait("keymux_budget_reached", "budget_stopped", budget_stopped(&whose, *period, *limit, *secs))
             }
             Self::NoUsableKey { unusable, pool } => {
                 srv(S::SERVICE_UNAVAILABLE, "keymux_no_usable_key", "no_usable_key", no_usable_key(*unusable, pool))
@@ -454,13 +457,17 @@ fn budget_reached(retry_after_secs: u64, keys: usize, pool: &Option<String>) -> 
     )
 }
 
-fn budget_stopped(label: &str, period: crate::budget::Period, limit: crate::spend::Usd, secs: u64) -> String {
+/// `whose`: `key 'a1'` or `pool 'work'`.
+fn budget_stopped(whose: &str, period: crate::budget::Period, limit: crate::spend::Usd, secs: u64) -> String {
     let budget = period.adjective();
+    let (noun, name) = whose.split_once(' ').unwrap_or(("key", whose));
+    let command = if noun == "pool" { "pool set" } else { "keys set" };
+    let name = name.trim_matches('\'');
     format!(
-        "Keymux key '{label}' reached its {limit} {budget} budget, and its on_limit is \"stop\": Keymux refuses its \
+        "Keymux {whose} reached its {limit} {budget} budget, and its on_limit is \"stop\": Keymux refuses its \
          requests, this session's included (only that key's organization can continue it), until the budget \
-         resets in {}. To go on now, raise it (`keymux keys set {label} --{budget}-budget-usd N`) or set \
-         on_limit = \"reserve\", which keeps serving the sessions already on the key.",
+         resets in {}. To go on now, raise it (`keymux {command} {name} --{budget}-budget-usd N`) or set \
+         on_limit = \"reserve\", which keeps serving the sessions already started.",
         wait_words(secs)
     )
 }

@@ -36,7 +36,7 @@ fn two_orgs() -> SimConfig {
 /// The harness config with `PRICES` and a pool `work` holding `a1`.
 fn priced(config: &mut Config) {
     config.prices = Config::parse(PRICES, Path::new("prices.toml")).unwrap().prices;
-    config.pools.push(PoolConfig { name: "work".into(), keys: vec!["a1".into()], fallback: Vec::new() });
+    config.pools.push(PoolConfig { name: "work".into(), keys: vec!["a1".into()], ..PoolConfig::default() });
 }
 
 /// What a request cost under `PRICES`, in nano-dollars, from the usage the gateway recorded for it

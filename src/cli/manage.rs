@@ -632,7 +632,7 @@ fn read_secret() -> Result<Secret, StartError> {
 }
 
 /// The budget changes `keys set` was given: a number of dollars or percent, or `none` to remove one.
-fn money_changes(money: &super::MoneyArgs) -> Result<KeyChanges, StartError> {
+pub(super) fn money_changes(money: &super::MoneyArgs) -> Result<KeyChanges, StartError> {
     fn amount(flag: &str, v: &Option<String>) -> Result<Option<Option<crate::spend::Usd>>, StartError> {
         let Some(v) = v else { return Ok(None) };
         if v.eq_ignore_ascii_case("none") {

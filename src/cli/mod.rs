@@ -287,6 +287,9 @@ enum PoolCommand {
         /// Its fallback pools, comma-separated ("" for never).
         #[arg(long, value_name = "POOLS")]
         fallback: Option<String>,
+        /// Its budgets in money (its keys together).
+        #[command(flatten)]
+        money: MoneyArgs,
     },
     /// Remove a pool (refused while a token is bound to it or another pool falls back to it).
     Remove {

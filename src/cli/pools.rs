@@ -23,14 +23,28 @@ pub(super) async fn pool(config_path: Option<PathBuf>, cmd: PoolCommand) -> Resu
     match cmd {
         PoolCommand::List => list_pools(&loaded).await,
         PoolCommand::Create { name, keys, fallback } => {
-            let new =
-                PoolConfig { name, keys: list(&keys), fallback: fallback.as_deref().map(list).unwrap_or_default() };
+            let new = PoolConfig {
+                name,
+                keys: list(&keys),
+                fallback: fallback.as_deref().map(list).unwrap_or_default(),
+                ..PoolConfig::default()
+            };
             create(&loaded, new).await
         }
-        PoolCommand::Set { name, keys, fallback } => {
-            let changes = PoolChanges { keys: keys.as_deref().map(list), fallback: fallback.as_deref().map(list) };
-            if changes.keys.is_none() && changes.fallback.is_none() {
-                return Err(usage("nothing to change: pass --keys and/or --fallback"));
+        PoolCommand::Set { name, keys, fallback, money } => {
+            let money = super::manage::money_changes(&money)?;
+            let changes = PoolChanges {
+                keys: keys.as_deref().map(list),
+                fallback: fallback.as_deref().map(list),
+                daily_budget_usd: money.daily_budget_usd,
+                monthly_budget_usd: money.monthly_budget_usd,
+                reserve_at: money.reserve_at,
+                on_limit: money.on_limit,
+            };
+            let budget = [changes.daily_budget_usd.is_some(), changes.monthly_budget_usd.is_some()];
+            let nothing = changes.keys.is_none() && changes.fallback.is_none() && !budget.contains(&true);
+            if nothing && changes.reserve_at.is_none() && changes.on_limit.is_none() {
+                return Err(usage("nothing to change: pass --keys, --fallback or a budget"));
             }
             change(&loaded, &name, changes).await
         }
@@ -54,7 +68,17 @@ async fn change(loaded: &Loaded, name: &str, changes: PoolChanges) -> Result<(),
     if let Some(remote) = remote(loaded).await? {
         let body =
             serde_json::to_value(json!({ "keys": changes.keys, "fallback": changes.fallback })).map_err(usage)?;
-        let body = strip_nulls(body);
+        let mut body = strip_nulls(body);
+        // A budget given as `none` is sent as null, which removes it.
+        let money = [
+            ("daily_budget_usd", changes.daily_budget_usd.map(|v| json!(v))),
+            ("monthly_budget_usd", changes.monthly_budget_usd.map(|v| json!(v))),
+            ("reserve_at", changes.reserve_at.map(|v| json!(v))),
+            ("on_limit", changes.on_limit.map(|v| json!(v))),
+        ];
+        for (field, value) in money.into_iter().filter_map(|(f, v)| v.map(|v| (f, v))) {
+            body[field] = value;
+        }
         let changed: PoolInfo =
             remote.send(Method::PATCH, &format!("/pools/{name}"), Some(body)).await.map_err(usage)?;
         out(&format!("pool {} (in {})", describe(&changed), super::manage::kept_in(&remote).await));
@@ -86,7 +110,8 @@ async fn list_pools(loaded: &Loaded) -> Result<(), StartError> {
     match live {
         Some(pools) => pools.iter().for_each(|p| pool_row(p, Some(p.usable))),
         None => {
-            let builtin = PoolConfig { name: ALL.to_owned(), keys: vec!["(every key)".into()], fallback: Vec::new() };
+            let builtin =
+                PoolConfig { name: ALL.to_owned(), keys: vec!["(every key)".into()], ..PoolConfig::default() };
             for def in std::iter::once(&builtin).chain(&loaded.config.pools) {
                 let tokens = loaded
                     .config
@@ -105,6 +130,11 @@ async fn list_pools(loaded: &Loaded) -> Result<(), StartError> {
                     usable: 0,
                     headroom: 0.0,
                     spend: crate::api::types::PeriodSpend::default(),
+                    daily_budget_usd: def.daily_budget_usd,
+                    monthly_budget_usd: def.monthly_budget_usd,
+                    reserve_at: def.reserve_at,
+                    on_limit: def.on_limit,
+                    budget: crate::budget::BudgetState::Open,
                 };
                 pool_row(&info, None);
             }

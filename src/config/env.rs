@@ -143,7 +143,7 @@ fn env_pools(vars: &BTreeMap<String, String>) -> Result<Vec<PoolConfig>, String>
         let pool = rest.to_ascii_lowercase();
         crate::pools::check_name(&pool).map_err(|e| format!("{name}: {e}"))?;
         let keys = value.split(',').map(str::trim).filter(|k| !k.is_empty()).map(str::to_owned).collect();
-        pools.push(PoolConfig { name: pool, keys, fallback: Vec::new() });
+        pools.push(PoolConfig { name: pool, keys, ..PoolConfig::default() });
     }
     Ok(pools)
 }

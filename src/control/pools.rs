@@ -23,6 +23,22 @@ pub struct PoolChanges {
     /// Its fallback pools, in order (replaces the list; empty: never).
     #[serde(default)]
     pub fallback: Option<Vec<String>>,
+    /// A new daily budget in US dollars for its keys together (`null` removes it).
+    #[serde(default, with = "super::double_option")]
+    #[ts(optional, type = "number | null")]
+    pub daily_budget_usd: Option<Option<crate::spend::Usd>>,
+    /// A new monthly budget in US dollars (`null` removes it).
+    #[serde(default, with = "super::double_option")]
+    #[ts(optional, type = "number | null")]
+    pub monthly_budget_usd: Option<Option<crate::spend::Usd>>,
+    /// A new reserve threshold, percent (`null`: 100).
+    #[serde(default, with = "super::double_option")]
+    #[ts(optional, type = "number | null")]
+    pub reserve_at: Option<Option<u8>>,
+    /// What happens at 100 %.
+    #[serde(default)]
+    #[ts(optional)]
+    pub on_limit: Option<crate::budget::OnLimit>,
 }
 
 /// Creates pool `pool` (refused when the name is taken). `live_keys` are labels a running gateway holds
@@ -53,6 +69,10 @@ pub fn change_pool(
     if let Some(fallback) = &changes.fallback {
         pool.fallback.clone_from(fallback);
     }
+    pool.daily_budget_usd = changes.daily_budget_usd.unwrap_or(pool.daily_budget_usd);
+    pool.monthly_budget_usd = changes.monthly_budget_usd.unwrap_or(pool.monthly_budget_usd);
+    pool.reserve_at = changes.reserve_at.unwrap_or(pool.reserve_at);
+    pool.on_limit = changes.on_limit.unwrap_or(pool.on_limit);
     save(settings, tidy(pool), live_keys)
 }
 

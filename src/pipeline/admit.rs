@@ -4,13 +4,13 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::{Admitted, Entry, Trace};
-use crate::budget::SpendNow;
+use crate::budget::{BudgetState, SpendNow};
 use crate::error::ApiError;
 use crate::facts::{self, FactsError, Incoming, RequestFacts};
 use crate::gateway::Gateway;
 use crate::keys::KeyId;
 use crate::markers::{OrgTag, SessionKey};
-use crate::pool::ViewFor;
+use crate::pool::{PoolView, ViewFor};
 use crate::pools::Reach;
 use crate::router::{self, Decision, Memory, Reason, Refusal, Remembered};
 
@@ -32,8 +32,7 @@ pub fn admit(gw: &Gateway, incoming: &Incoming<'_>, entry: Entry, trace: &mut Tr
     let now = gw.clock().now();
     let kept = still_rescued(gw, &mut facts, now);
     let memory = memory(gw, &facts, entry, now);
-    let spend = gw.spend_now();
-    let view = gw.pool().view(view_for(gw, &facts, now, &spend));
+    let view = pool_view(gw, &facts, now, &reach);
     let mut decision = router::decide_within(&facts, view, reach.tiers(), &memory, now, gw.policy());
     keep_rescued(gw, &facts, &mut decision, kept, now);
     let refusal = decision.refusal.clone();
@@ -138,6 +137,26 @@ fn memory(gw: &Gateway, facts: &RequestFacts, entry: Entry, now: Instant) -> Mem
 }
 
 /// The pool view a request is decided on.
+/// The router's view of the pool for a request bound to `reach`: each key as it stands, and, for the
+/// user's pool with a budget in money, its own keys held to that budget too (the worse of the key's
+/// and the pool's: a pool past `reserve_at` starts no new sessions, a stopped one serves nothing).
+pub(super) fn pool_view(gw: &Gateway, facts: &RequestFacts, now: Instant, reach: &Reach<'_>) -> PoolView {
+    let spend = gw.spend_now();
+    let mut view = gw.pool().view(view_for(gw, facts, now, &spend));
+    let Some(own) = reach.tiers().first() else { return view };
+    let state = gw.pool_budget(own.pool);
+    let resets = match state {
+        BudgetState::Open => return view,
+        BudgetState::Reserved { resets_unix_ms, .. } | BudgetState::Stopped { resets_unix_ms, .. } => resets_unix_ms,
+    };
+    let left = std::time::Duration::from_millis(resets.saturating_sub(gw.clock().unix_ms()));
+    for key in view.keys.iter_mut().filter(|k| own.keys.contains(&k.id) && state.worse_than(&k.budget)) {
+        key.budget = state;
+        key.budget_resets = Some(crate::clock::later(now, left));
+    }
+    view
+}
+
 pub(super) fn view_for<'a>(gw: &Gateway, facts: &'a RequestFacts, now: Instant, spend: &'a SpendNow) -> ViewFor<'a> {
     let now_unix_ms = gw.clock().unix_ms();
     ViewFor { model: facts.model.as_deref(), tokens: facts.prompt_tokens, now, day: gw.today(), now_unix_ms, spend }
@@ -168,7 +187,14 @@ pub fn refusal_error(gw: &Gateway, refusal: Refusal, reach: &Reach<'_>) -> ApiEr
         Refusal::NoUsableKey { unusable } => ApiError::NoUsableKey { unusable, pool },
         Refusal::BudgetReached { retry_after_secs, keys } => ApiError::BudgetReached { retry_after_secs, keys, pool },
         Refusal::BudgetStopped { key, period, limit, retry_after_secs } => {
-            ApiError::BudgetStopped { label: label(&key), period, limit, retry_after_secs }
+            // The pool's budget rather than the key's, when the pool is the one stopped at this limit.
+            let pool = match gw.pool_budget(reach.pool()) {
+                BudgetState::Stopped { period: p, limit: l, .. } if (p, l) == (period, limit) => {
+                    Some(reach.pool().to_owned())
+                }
+                _ => None,
+            };
+            ApiError::BudgetStopped { label: label(&key), pool, period, limit, retry_after_secs }
         }
         Refusal::PoolMismatch { key, pool, owner } => ApiError::PoolMismatch { label: label(&key), pool, owner },
         Refusal::MixedOrgs { keys } => ApiError::MixedOrgs { labels: keys.iter().map(label).collect() },

@@ -1,7 +1,7 @@
 //! Step 2: one attempt per candidate, each judged by the one classifier and taught to the pool, until
 //! one serves, the provider declines the client's own request, or none is left.
 
-use super::admit::{refusal_error, view_for};
+use super::admit::refusal_error;
 use super::{Admitted, AttemptFor, Completion, Fallback, Reply, Settled, Trace, Transport};
 use crate::classify::{self, Code, Context, Next, Verdict};
 use crate::error::ApiError;
@@ -174,11 +174,10 @@ fn served(gw: &Gateway, facts: &RequestFacts, key: &KeyId) {
 /// retries only that), else the last failure.
 fn after_failover<D>(gw: &Gateway, admitted: &Admitted, last: Option<Fallback<D>>) -> Fallback<D> {
     let (facts, now) = (&admitted.facts, gw.clock().now());
-    let spend = gw.spend_now();
-    let view = gw.pool().view(view_for(gw, facts, now, &spend));
     let policy = router::Policy { max_attempts: 1, ..*gw.policy() };
     let pools = gw.pools();
     let reach = pools.reach(&admitted.pool);
+    let view = super::admit::pool_view(gw, facts, now, &reach);
     match router::decide_within(facts, view, reach.tiers(), &Memory::default(), now, &policy).refusal {
         Some(refusal @ (Refusal::AllCooling { .. } | Refusal::BudgetReached { .. })) => {
             Fallback::Keymux(refusal_error(gw, refusal, &reach))

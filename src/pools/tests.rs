@@ -5,6 +5,7 @@ fn pool(name: &str, keys: &[&str], fallback: &[&str]) -> PoolConfig {
         name: name.into(),
         keys: keys.iter().map(|k| (*k).to_owned()).collect(),
         fallback: fallback.iter().map(|f| (*f).to_owned()).collect(),
+        ..PoolConfig::default()
     }
 }
 

@@ -219,11 +219,14 @@ impl Inbound {
         let gateway = &self.gateway;
         let entry = gateway.pool().entry(&self.key)?;
         let fingerprint = gateway.pool().fingerprint(&self.key)?;
-        match gateway.spend_now().state_of(&fingerprint, &entry.money) {
+        let key = gateway.spend_now().state_of(&fingerprint, &entry.money);
+        let pool = gateway.pool_budget(&self.scope.pool);
+        let (state, pool) = if pool.worse_than(&key) { (pool, Some(self.scope.pool.clone())) } else { (key, None) };
+        match state {
             BudgetState::Stopped { period, limit, resets_unix_ms } => {
                 let left = resets_unix_ms.saturating_sub(gateway.clock().unix_ms());
                 let retry_after_secs = left.div_ceil(1000).max(1);
-                Some(ApiError::BudgetStopped { label: entry.label, period, limit, retry_after_secs })
+                Some(ApiError::BudgetStopped { label: entry.label, pool, period, limit, retry_after_secs })
             }
             BudgetState::Open | BudgetState::Reserved { .. } => None,
         }

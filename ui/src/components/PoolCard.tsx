@@ -103,6 +103,26 @@ export function PoolCard({ pool, onEdit }: Props) {
           {usd(pool.spend_today_usd)} today · {usd(pool.spend_month_usd)} this month
           {pool.unpriced_requests_month > 0 && <span class="muted"> · {pool.unpriced_requests_month} unpriced</span>}
         </dd>
+        {(pool.daily_budget_usd !== null || pool.monthly_budget_usd !== null) && (
+          <>
+            <dt>Budget</dt>
+            <dd data-testid="pool-budget">
+              {[
+                pool.daily_budget_usd !== null ? `${usd(pool.daily_budget_usd)} a day` : "",
+                pool.monthly_budget_usd !== null ? `${usd(pool.monthly_budget_usd)} a month` : "",
+              ]
+                .filter(Boolean)
+                .join(" · ")}
+              {pool.reserve_at !== null && <span class="muted"> · new sessions stop at {pool.reserve_at} %</span>}
+              {pool.on_limit === "stop" && <span class="muted"> · stops at 100 %</span>}{" "}
+              {pool.budget.state !== "open" && (
+                <Tag tone={pool.budget.state === "stopped" ? "bad" : "warn"}>
+                  {pool.budget.state === "stopped" ? "stopped" : "reserved"}
+                </Tag>
+              )}
+            </dd>
+          </>
+        )}
       </dl>
       <footer class="key-actions pool-actions">
         <button type="button" class="button small" onClick={showRequests}>
