@@ -104,6 +104,11 @@ pub enum BudgetState {
 }
 
 impl BudgetState {
+    /// Whether this state holds a key back more than `other`: stopped, then reserved, then open.
+    pub fn worse_than(&self, other: &BudgetState) -> bool {
+        self.rank() > other.rank()
+    }
+
     /// How bad it is, to pick the worst of two budgets: open, reserved, stopped.
     fn rank(&self) -> u8 {
         match self {
@@ -126,6 +131,38 @@ impl MoneyBudget {
         let daily = self.daily.map(|limit| self.against(Period::Day, limit, day, periods.day_end_unix_ms));
         let monthly = self.monthly.map(|limit| self.against(Period::Month, limit, month, periods.month_end_unix_ms));
         [daily, monthly].into_iter().flatten().max_by_key(BudgetState::rank).unwrap_or_default()
+    }
+
+    /// When a budget runs out at the pace of the current hour (`pace.0` spent since `pace.1`, the
+    /// hour's start), if before its period ends: now when one is spent already, `None` when neither
+    /// runs out this period at this pace (or nothing was spent this hour).
+    pub fn runs_out(
+        &self,
+        day: Usd,
+        month: Usd,
+        pace: (Usd, u64),
+        now_unix_ms: u64,
+        periods: &LocalPeriods,
+    ) -> Option<u64> {
+        let (this_hour, hour_start) = pace;
+        // At least a minute of the hour, so one early request does not read as a runaway pace.
+        let elapsed = u128::from(now_unix_ms.saturating_sub(hour_start).max(60_000));
+        let at = |limit: Usd, spent: Usd, end: u64| -> Option<u64> {
+            let left = u128::from(limit.nanos().checked_sub(spent.nanos()).filter(|l| *l > 0)?);
+            let rate = u128::from(this_hour.nanos());
+            if rate == 0 {
+                return None;
+            }
+            let when = u128::from(now_unix_ms) + left * elapsed / rate;
+            u64::try_from(when).ok().filter(|w| *w < end)
+        };
+        let spent_out = |limit: Option<Usd>, spent: Usd| limit.is_some_and(|l| spent >= l);
+        if spent_out(self.daily, day) || spent_out(self.monthly, month) {
+            return Some(now_unix_ms);
+        }
+        let daily = self.daily.and_then(|l| at(l, day, periods.day_end_unix_ms));
+        let monthly = self.monthly.and_then(|l| at(l, month, periods.month_end_unix_ms));
+        daily.into_iter().chain(monthly).min()
     }
 
     fn against(&self, period: Period, limit: Usd, spent: Usd, resets_unix_ms: u64) -> BudgetState {
@@ -242,6 +279,26 @@ mod tests {
         assert!(matches!(stop.state(usd(600), usd(100), &periods()), BudgetState::Stopped { period: Period::Day, .. }));
         assert!(matches!(stop.state(usd(600), usd(2500), &periods()), BudgetState::Stopped { .. }));
         assert_eq!(MoneyBudget::default().state(usd(9999), usd(9999), &periods()), BudgetState::Open, "no budget");
+    }
+
+    #[test]
+    fn a_budget_runs_out_at_the_pace_of_the_current_hour_if_before_its_period_ends() {
+        let five = MoneyBudget { daily: Some(usd(500)), ..MoneyBudget::default() };
+        // $1 spent in the first 30 minutes of the hour, $3 today: $2 left at $2 an hour, in an hour.
+        let (now, hour) = (10 * 3_600_000 + 1_800_000, 10 * 3_600_000);
+        assert_eq!(five.runs_out(usd(300), usd(300), (usd(100), hour), now, &periods()), Some(now + 3_600_000));
+        assert_eq!(five.runs_out(usd(300), usd(300), (Usd::ZERO, hour), now, &periods()), None, "nothing this hour");
+        assert_eq!(five.runs_out(usd(500), usd(500), (Usd::ZERO, hour), now, &periods()), Some(now), "spent already");
+        // $0.10 in the half hour: $2 left lasts 10 hours, past the day's end at 24:00.
+        let late = (20 * 3_600_000 + 1_800_000, 20 * 3_600_000);
+        assert_eq!(five.runs_out(usd(300), usd(300), (usd(10), late.1), late.0, &periods()), None);
+        let month = MoneyBudget { monthly: Some(usd(400)), ..five };
+        assert_eq!(
+            month.runs_out(usd(300), usd(300), (usd(100), hour), now, &periods()),
+            Some(now + 1_800_000),
+            "the sooner"
+        );
+        assert_eq!(MoneyBudget::default().runs_out(usd(1), usd(1), (usd(1), hour), now, &periods()), None);
     }
 
     #[test]

@@ -241,6 +241,16 @@ pub enum GatewayEvent {
         /// The pool.
         name: String,
     },
+    /// A key's budget in money changed state: reserved past `reserve_at`, stopped at its limit, or
+    /// open again when its period ended. Told once per state and period.
+    Budget {
+        /// The key.
+        key: KeyId,
+        /// Its label.
+        label: String,
+        /// Where it stands now.
+        state: crate::budget::BudgetState,
+    },
 }
 
 /// A request was routed (before any attempt): the dashboard shows it at once. A finished request's

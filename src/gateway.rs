@@ -16,6 +16,7 @@ use arc_swap::ArcSwap;
 
 use crate::access::Access;
 use crate::affinity::Table;
+use crate::budget::BudgetState;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::events::{Event, Events, GatewayEvent, KeyChange, KeyEvent, RequestRecord, Routed};
@@ -72,6 +73,8 @@ pub struct Gateway {
     closing: CancellationToken,
     /// Client setups previewed through the control API, waiting for a yes (bounded).
     setup_pending: crate::setup::Pending,
+    /// The budget state last told per key (bounded by the pool), so each change is told once.
+    budget_said: Mutex<HashMap<KeyId, BudgetState>>,
 }
 
 impl Gateway {
@@ -126,6 +129,7 @@ impl Gateway {
             sockets: TaskTracker::new(),
             closing: CancellationToken::new(),
             setup_pending: crate::setup::Pending::default(),
+            budget_said: Mutex::default(),
         })
     }
 
@@ -448,6 +452,48 @@ impl Gateway {
                 if was == HealthState::Cooling { KeyChange::CoolingEnded } else { KeyChange::Recovered },
             );
         }
+        self.tell_budgets();
+    }
+
+    /// Where the user's pool `name` stands against its budget in money: what its keys spent together
+    /// (`Open` for `all` and for a pool without one).
+    pub fn pool_budget(&self, name: &str) -> BudgetState {
+        let pools = self.pools();
+        let Some((money, keys)) = pools.money_of(name) else { return BudgetState::Open };
+        let spend = self.spend_now();
+        let (mut day, mut month) = (crate::spend::Usd::ZERO, crate::spend::Usd::ZERO);
+        for fingerprint in keys.iter().filter_map(|k| self.pool.fingerprint(k)) {
+            if let Some((d, m)) = spend.by_key.get(&fingerprint) {
+                (day, month) = (day.saturating_add(*d), month.saturating_add(*m));
+            }
+        }
+        money.state(day, month, &spend.periods)
+    }
+
+    /// Tells the event stream each change of a key's budget state: reserved, stopped, or open again
+    /// once its period ended (read on every tick, so a period's end is told without a request). A
+    /// state first seen open is not news; one first seen reserved or stopped is.
+    fn tell_budgets(&self) {
+        let spend = self.spend_now();
+        let now: Vec<(KeyId, String, BudgetState)> = self
+            .pool
+            .budgeted()
+            .into_iter()
+            .map(|(id, label, fingerprint, money)| (id, label, spend.state_of(&fingerprint, &money)))
+            .collect();
+        let told: Vec<(KeyId, String, BudgetState)> = {
+            let mut said = self.budget_said.lock().unwrap_or_else(|p| p.into_inner());
+            said.retain(|id, _| now.iter().any(|(k, _, _)| k == id));
+            now.into_iter()
+                .filter(|(id, _, state)| {
+                    let before = said.insert(id.clone(), *state);
+                    budget_news(before, *state)
+                })
+                .collect()
+        };
+        for (key, label, state) in told {
+            self.notify(GatewayEvent::Budget { key, label, state });
+        }
     }
 
     /// Tells the event stream that a request was routed.
@@ -502,5 +548,19 @@ impl Gateway {
         let org = record.served_by.as_ref().and_then(|k| self.pool.org_of(k));
         self.sessions.observe(&record, org);
         self.events.publish_record(record);
+    }
+}
+
+/// Whether a budget state is news after `before` (`None`: not seen yet): a change of state or of the
+/// budget that causes it; not the same state again, and not a key first seen open.
+fn budget_news(before: Option<BudgetState>, now: BudgetState) -> bool {
+    let kind = |s: &BudgetState| match s {
+        BudgetState::Open => (0, None),
+        BudgetState::Reserved { period, resets_unix_ms, .. } => (1, Some((*period, *resets_unix_ms))),
+        BudgetState::Stopped { period, resets_unix_ms, .. } => (2, Some((*period, *resets_unix_ms))),
+    };
+    match before {
+        None => now != BudgetState::Open,
+        Some(before) => kind(&before) != kind(&now),
     }
 }

@@ -51,6 +51,27 @@ async fn spend_on_a1_until(h: &Harness, s: &mut Session, state: &str) {
     panic!("a1 never became {state}");
 }
 
+/// Waits (on the event stream, checked on every step of a ticker) for the event telling that a1's
+/// budget is now `state`; a minute at most, which only a gateway that never tells exceeds.
+async fn budget_event(events: &std::sync::Arc<std::sync::Mutex<Vec<Value>>>, state: &str) {
+    let wanted = format!("\"state\":\"{state}\"");
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
+    for _ in 0..600 {
+        tick.tick().await;
+        let seen = events.lock().unwrap().iter().any(|e| {
+            let text = e.to_string();
+            text.contains("\"kind\":\"budget\"") && text.contains("\"key\":\"k_a1\"") && text.contains(&wanted)
+        });
+        if seen {
+            return;
+        }
+    }
+    panic!(
+        "no budget event with {state} for a1: {:?}",
+        events.lock().unwrap().iter().rev().take(5).collect::<Vec<_>>()
+    );
+}
+
 fn with_store(dir: &std::path::Path) -> impl Fn(&mut Config) + '_ {
     move |c: &mut Config| c.metrics_dir = Some(dir.join("metrics"))
 }
@@ -91,6 +112,7 @@ async fn past_reserve_at_a_keys_sessions_go_on_new_ones_go_elsewhere_and_that_su
 async fn with_on_limit_stop_a_pinned_turn_gets_a_429_naming_the_budget_over_http_and_websocket() {
     let h = Harness::start_with(two_orgs(), &keys(None, OnLimit::Stop), |_| {}).await;
     clear_of_midnight(&h);
+    let events = collect_events(Admin::new(&h.root).get("/events?after=0").await);
     // A WebSocket session that starts on a1 while it is open, then an HTTP session that spends it.
     let mut on_socket = Session::new(Shape::Codex, 10, true);
     let mut ws = WsClient::connect(&h.base, &on_socket.id).await.unwrap();
@@ -100,6 +122,7 @@ async fn with_on_limit_stop_a_pinned_turn_gets_a_429_naming_the_budget_over_http
     assert_eq!(last_record(&h).await["served_by"], "k_a1");
     let mut on_a1 = Session::new(Shape::Codex, 11, false);
     spend_on_a1_until(&h, &mut on_a1, "stopped").await;
+    budget_event(&events, "stopped").await;
 
     let body = on_a1.next_body(false);
     let refused = post(&client(), &format!("{}/responses", h.base), &[], &body).send().await.unwrap();
@@ -126,6 +149,9 @@ async fn with_on_limit_stop_a_pinned_turn_gets_a_429_naming_the_budget_over_http
     let to_midnight = clock.periods().day_end_unix_ms - clock.unix_ms();
     h.advance(std::time::Duration::from_millis(to_midnight + 60_000));
     assert_eq!(budget_state(&h, "k_a1").await, "open");
+    budget_event(&events, "open").await;
+    let told = events.lock().unwrap().iter().filter(|e| e.to_string().contains("\"state\":\"stopped\"")).count();
+    assert_eq!(told, 1, "each state is told once per period");
     let r = on_a1.turn(&client(), &h.base, false).await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(last_record(&h).await["served_by"], "k_a1");
@@ -152,4 +178,60 @@ async fn budgets_are_set_through_the_api_and_bad_values_are_refused_in_words() {
     assert_eq!((key["on_limit"].as_str(), key["budget"]["state"].as_str()), (Some("stop"), Some("open")), "{key}");
     let (status, key) = api.patch("/keys/k_b1", serde_json::json!({ "monthly_budget_usd": null })).await;
     assert_eq!((status, key["monthly_budget_usd"].is_null()), (200, true), "null removes it: {key}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pools_budget_holds_its_tokens_requests_and_no_others() {
+    let keys = [key("a1", "sk-a1"), key("a2", "sk-a2"), key("b1", "sk-b1")];
+    let sim = keymux_sim::SimConfig::new().org("org-a", &["sk-a1", "sk-a2"]).org("org-b", &["sk-b1"]);
+    let h = Harness::start_with(sim, &keys, |_| {}).await;
+    clear_of_midnight(&h);
+    let api = Admin::new(&h.root);
+    let work = serde_json::json!({
+        "name": "work", "keys": ["a1", "b1"], "daily_budget_usd": 0.02, "reserve_at": 50, "on_limit": "stop"
+    });
+    let (status, body) = api.post_json("/pools", Some(work)).await;
+    assert_eq!(status, 201, "{body}");
+    let (status, created) = api.post_json("/tokens", Some(serde_json::json!({"name": "acme", "pool": "work"}))).await;
+    assert_eq!(status, 201, "{created}");
+    let acme = created["secret"].as_str().unwrap().to_owned();
+    let pool_state = || async {
+        let pools = Admin::new(&h.root).get_json("/pools").await;
+        let work = pools.as_array().unwrap().iter().find(|p| p["name"] == "work").unwrap().clone();
+        work["budget"]["state"].as_str().unwrap().to_owned()
+    };
+
+    let mut s = Session::new(Shape::Codex, 20, false);
+    s.token.clone_from(&acme);
+    let mut turns = 0;
+    while pool_state().await != "reserved" {
+        assert!(turns < 10, "the pool never became reserved");
+        assert_eq!(s.turn(&client(), &h.base, false).await.status, 200);
+        turns += 1;
+    }
+    // A new session of the pool waits for the reset; one of a token of `all` is served (a1 and b1
+    // have no budget of their own).
+    let mut fresh = Session::new(Shape::Codex, 21, false);
+    fresh.token.clone_from(&acme);
+    let refused = fresh.turn(&client(), &h.base, false).await;
+    assert_eq!(
+        (refused.status, refused.error_code.as_deref()),
+        (429, Some("keymux_budget_reached")),
+        "{}",
+        refused.body
+    );
+    assert!(refused.body.contains("pool 'work'"), "{}", refused.body);
+    let mut other = Session::new(Shape::Codex, 22, false);
+    assert_eq!(other.turn(&client(), &h.base, false).await.status, 200);
+
+    // Its session goes on until the pool's limit, then stops there, named as the pool's.
+    while pool_state().await != "stopped" {
+        assert!(turns < 20, "the pool never stopped");
+        assert_eq!(s.turn(&client(), &h.base, false).await.status, 200, "pinned turns go on while reserved");
+        turns += 1;
+    }
+    let stopped = s.turn(&client(), &h.base, false).await;
+    assert_eq!(stopped.status, 429, "{}", stopped.body);
+    assert!(stopped.body.contains("Keymux pool 'work' reached its $0.02 daily budget"), "{}", stopped.body);
+    assert!(stopped.body.contains("keymux pool set work --daily-budget-usd"), "{}", stopped.body);
 }

@@ -81,7 +81,7 @@ async fn a_codex_session_on_a_reserved_key_goes_on_new_ones_go_elsewhere_and_sto
     let (ok, out) = codex(home.path(), work.path(), &["Session C, a new one."]).await;
     assert!(ok && out.contains("SIM-REPLY"), "{out}");
     assert_eq!(served_last(&h).await, "k_b1");
-    let sessions = session_files_of(home.path());
+    let sessions = session_files(&home.path().join("sessions"));
     let a = sessions.first().unwrap();
     let id = session_id_in(a);
     let (ok, out) = codex(home.path(), work.path(), &["resume", &id, "Session A once more."]).await;
@@ -98,24 +98,6 @@ async fn a_codex_session_on_a_reserved_key_goes_on_new_ones_go_elsewhere_and_sto
         "{last}"
     );
     assert!(last["attempts"].as_array().unwrap().is_empty(), "never sent to another organization: {last}");
-}
-
-/// Codex's session files, oldest first.
-fn session_files_of(home: &Path) -> Vec<std::path::PathBuf> {
-    let mut found = Vec::new();
-    let mut dirs = vec![home.join("sessions")];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "jsonl") {
-                found.push(path);
-            }
-        }
-    }
-    found.sort();
-    found
 }
 
 /// The session id a Codex session file records.

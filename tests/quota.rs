@@ -354,6 +354,31 @@ async fn an_exhausted_key_comes_back_when_the_user_enables_it() {
 }
 
 #[tokio::test]
+async fn test_now_lifts_a_cooldown_the_provider_no_longer_holds_and_keeps_one_it_does() {
+    let sim = SimConfig::new().org("org-a", &["sk-a1"]).org("org-b", &["sk-b1"]);
+    let h = Harness::start(sim, &[key("a1", "sk-a1"), key("b1", "sk-b1")]).await;
+    let c = client();
+    for secret in ["sk-a1", "sk-b1"] {
+        h.sim.inject(secret, Fault::RateLimited { retry_after_secs: 600 });
+    }
+    let (status, body) = small(&c, &h.base).await;
+    assert_eq!(status, 429, "both keys met their 429 and cool for ten minutes: {body}");
+    let cooling = |label: &str| h.status().iter().any(|k| k.label == label && k.health == HealthState::Cooling);
+    assert!(cooling("a1") && cooling("b1"));
+    // a1's quota reset early; b1's provider still says 429.
+    h.sim.inject("sk-b1", Fault::RateLimited { retry_after_secs: 600 });
+    let api = Admin::new(&h.root);
+    let (status, a1) = api.post_json("/keys/k_a1/test", None).await;
+    assert_eq!((status, a1["ok"].as_bool()), (200, Some(true)), "{a1}");
+    assert!(a1["message"].as_str().unwrap().contains("cooldown is lifted"), "{a1}");
+    let (_, b1) = api.post_json("/keys/k_b1/test", None).await;
+    assert_eq!(b1["ok"], false, "{b1}");
+    assert!(!cooling("a1") && cooling("b1"), "only the key the provider accepts takes requests again");
+    assert_eq!(small(&c, &h.base).await.0, 200);
+    assert_eq!(h.sim.log().last().unwrap().key.as_deref(), Some("sk-a1"));
+}
+
+#[tokio::test]
 async fn a_client_that_leaves_early_is_recorded_as_cancelled() {
     let h = Harness::start(SimConfig::new().org("org-a", &["sk-a1"]), &[key("a1", "sk-a1")]).await;
     h.sim.inject("sk-a1", Fault::SlowFirstByte(Duration::from_millis(1500)));

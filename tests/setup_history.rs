@@ -54,23 +54,6 @@ fn session_id(output: &str) -> String {
     line.trim().to_owned()
 }
 
-/// Every `.jsonl` file under `dir`, where both clients record their sessions.
-fn session_files(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut found = Vec::new();
-    let mut dirs = vec![dir.to_owned()];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "jsonl") {
-                found.push(path);
-            }
-        }
-    }
-    found
-}
-
 /// Every session Codex recorded, with the provider it recorded it under.
 fn recorded(codex_home: &Path) -> Vec<(String, String)> {
     let first_lines = session_files(&codex_home.join("sessions"))

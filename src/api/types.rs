@@ -51,6 +51,18 @@ pub struct PoolInfo {
     /// What its keys spent today and this month (`all`: every request, keys removed since included).
     #[serde(flatten)]
     pub spend: PeriodSpend,
+    /// Its budget in US dollars per local day, if any (its keys together).
+    #[ts(type = "number | null")]
+    pub daily_budget_usd: Option<Usd>,
+    /// Its budget in US dollars per local month, if any.
+    #[ts(type = "number | null")]
+    pub monthly_budget_usd: Option<Usd>,
+    /// Percent of a budget past which its requests start no new sessions (`None`: 100).
+    pub reserve_at: Option<u8>,
+    /// At 100 %: `reserve` or `stop`.
+    pub on_limit: crate::budget::OnLimit,
+    /// Where it stands against its budget now.
+    pub budget: crate::budget::BudgetState,
 }
 
 /// What a key or a pool spent in the local day and month (`GatewayInfo.periods`), from the stored
@@ -148,6 +160,9 @@ pub struct KeyInfo {
     pub spend: PeriodSpend,
     /// Where it stands against its budgets in money now.
     pub budget: crate::budget::BudgetState,
+    /// When a budget in money runs out at this hour's pace, Unix milliseconds, if before its period
+    /// ends (now: spent already).
+    pub budget_runs_out_unix_ms: Option<u64>,
 }
 
 /// A client token as listed (never the token itself).

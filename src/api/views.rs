@@ -13,7 +13,7 @@ use crate::keys::KeyId;
 use crate::pool::{HealthState, KeyStatus};
 use crate::pools::{PoolConfig, Pools, ALL};
 use crate::quota::WindowState;
-use crate::spend::Spent;
+use crate::spend::{Spent, Usd};
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -33,15 +33,24 @@ fn window(state: Option<WindowState>, now_unix_ms: u64) -> Option<WindowInfo> {
 struct SpentNow {
     today: HashMap<String, Spent>,
     month: HashMap<String, Spent>,
+    /// This hour's (since `hour_start`), for the pace a forecast follows.
+    hour: HashMap<String, Spent>,
+    hour_start: u64,
+    periods: crate::clock::LocalPeriods,
 }
 
 impl SpentNow {
     fn read(gw: &Gateway) -> Self {
         let periods = gw.clock().periods();
         let metrics = gw.metrics();
+        let now = gw.clock().unix_ms();
+        let hour_start = now - now % 3_600_000;
         Self {
             today: metrics.spent_since(periods.day_start_unix_ms),
             month: metrics.spent_since(periods.month_start_unix_ms),
+            hour: metrics.spent_since(hour_start),
+            hour_start,
+            periods,
         }
     }
 
@@ -69,9 +78,13 @@ fn info(status: KeyStatus, now_unix_ms: u64, pools: &Pools, spent: &SpentNow, bu
         reserve_at: status.reserve_at,
         on_limit: status.on_limit,
     };
+    let spend = spent.of(std::iter::once(status.fingerprint.as_str()));
+    let this_hour = spent.hour.get(&status.fingerprint).map_or(Usd::ZERO, |s| s.usd);
+    let (today, month, pace) = (spend.spend_today_usd, spend.spend_month_usd, (this_hour, spent.hour_start));
     KeyInfo {
         budget: budgets.state_of(&status.fingerprint, &money),
-        spend: spent.of(std::iter::once(status.fingerprint.as_str())),
+        budget_runs_out_unix_ms: money.runs_out(today, month, pace, now_unix_ms, &spent.periods),
+        spend,
         until_unix_ms: (status.cooldown_ms > 0).then(|| now_unix_ms + status.cooldown_ms),
         requests_window: window(status.requests_window, now_unix_ms),
         tokens_window: window(status.tokens_window, now_unix_ms),
@@ -108,7 +121,7 @@ pub fn pool_fingerprints(gw: &Gateway, keys: &[KeyInfo]) -> Vec<(String, Vec<Str
 pub fn pools(gw: &Gateway, keys: &[KeyInfo]) -> Vec<PoolInfo> {
     let resolved = gw.pools();
     let tokens = tokens(gw);
-    let builtin = PoolConfig { name: ALL.to_owned(), keys: Vec::new(), fallback: Vec::new() };
+    let builtin = PoolConfig { name: ALL.to_owned(), ..PoolConfig::default() };
     let spent = SpentNow::read(gw);
     std::iter::once(&builtin)
         .chain(resolved.defs())
@@ -145,6 +158,11 @@ pub fn pools(gw: &Gateway, keys: &[KeyInfo]) -> Vec<PoolInfo> {
                 headroom,
                 key_ids,
                 spend,
+                daily_budget_usd: def.daily_budget_usd,
+                monthly_budget_usd: def.monthly_budget_usd,
+                reserve_at: def.reserve_at,
+                on_limit: def.on_limit,
+                budget: gw.pool_budget(&def.name),
             }
         })
         .collect()

@@ -590,11 +590,18 @@ impl Gateway {
         Ok(())
     }
 
-    /// Tests a key with one free call (`GET /models`); what it teaches goes to the pool as usual.
+    /// Tests a key with one free call (`GET /models`); what it teaches goes to the pool as usual. A
+    /// key cooling or resting for quota that the provider now accepts is ready again at once: the user
+    /// asked ("Test now" on a cooling key, for a quota that reset early).
     pub async fn test_key(&self, id: &KeyId) -> Result<KeyTest, ControlError> {
-        crate::pipeline::probe(self, id.clone())
+        let mut test = crate::pipeline::probe(self, id.clone())
             .await
-            .ok_or_else(|| ControlError::NotFound(format!("no key {id}; see `keymux keys list`")))
+            .ok_or_else(|| ControlError::NotFound(format!("no key {id}; see `keymux keys list`")))?;
+        if test.ok && self.pool().lift_rest(id) {
+            test.message.push_str("; its cooldown is lifted, it takes requests again");
+            self.announce(id, KeyChange::CoolingEnded);
+        }
+        Ok(test)
     }
 
     /// Creates a client token, accepted at once. The token is returned once and never shown again.

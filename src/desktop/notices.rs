@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use crate::api::types::StatusBody;
+use crate::budget::BudgetState;
 use crate::events::{Envelope, Event, KeyChange};
 use crate::pool::HealthState;
 use crate::router::decision::Refusal;
@@ -22,11 +23,13 @@ pub enum NoticeKind {
     /// A session was refused, or rescued by dropping what it replayed, because its organization has no
     /// usable key left.
     SessionLost,
+    /// A key's budget in money reserved or stopped it, or it is open again at its period's end.
+    Budget,
 }
 
 impl NoticeKind {
     /// Every kind.
-    pub const ALL: [NoticeKind; 3] = [Self::AllKeysBlocked, Self::KeyRejected, Self::SessionLost];
+    pub const ALL: [NoticeKind; 4] = [Self::AllKeysBlocked, Self::KeyRejected, Self::SessionLost, Self::Budget];
 
     /// The kind in words, as the menu lists it.
     pub fn describe(self) -> &'static str {
@@ -34,6 +37,7 @@ impl NoticeKind {
             Self::AllKeysBlocked => "No key can serve",
             Self::KeyRejected => "A key is rejected",
             Self::SessionLost => "A session is refused or rescued",
+            Self::Budget => "A budget is reached or resets",
         }
     }
 
@@ -43,6 +47,8 @@ impl NoticeKind {
             Self::AllKeysBlocked => 5 * 60_000,
             Self::KeyRejected => 30 * 60_000,
             Self::SessionLost => 10 * 60_000,
+            // The gateway tells each budget state once per period already.
+            Self::Budget => 60_000,
         }
     }
 }
@@ -117,9 +123,15 @@ impl Notifier {
             Event::Finished(record) => {
                 session_lost(&record.routed.decision.refusal, !record.routed.decision.rescued_orgs.is_empty())
             }
+            Event::Gateway(crate::events::GatewayEvent::Budget { label, state, .. }) => {
+                Some(budget(label, state, now_unix_ms))
+            }
             _ => None,
         }?;
         let subject = match &event.event {
+            Event::Gateway(crate::events::GatewayEvent::Budget { key, state, .. }) => {
+                format!("{key}:{}", budget_word(state))
+            }
             Event::Key(k) if notice.kind == NoticeKind::KeyRejected => k.key.to_string(),
             // One pool blocked is told once per quiet period, whatever the other pools do.
             Event::Key(_) if notice.kind == NoticeKind::AllKeysBlocked => notice.title.clone(),
@@ -246,4 +258,39 @@ fn session_lost(refusal: &Option<Refusal>, rescued: bool) -> Option<Notice> {
         _ => return None,
     };
     Some(Notice { kind: NoticeKind::SessionLost, title: title.to_owned(), body: body.to_owned() })
+}
+
+fn budget_word(state: &BudgetState) -> &'static str {
+    match state {
+        BudgetState::Open => "open",
+        BudgetState::Reserved { .. } => "reserved",
+        BudgetState::Stopped { .. } => "stopped",
+    }
+}
+
+fn budget(label: &str, state: &BudgetState, now_unix_ms: u64) -> Notice {
+    let (title, body) = match *state {
+        BudgetState::Reserved { period, limit, used_permille, resets_unix_ms } => (
+            format!("'{label}' is past {}% of its budget", used_permille / 10),
+            format!(
+                "Its {limit} {} budget: it takes no new sessions until it resets in {}; the sessions already on \
+                 it go on.",
+                period.adjective(),
+                countdown(resets_unix_ms.saturating_sub(now_unix_ms))
+            ),
+        ),
+        BudgetState::Stopped { period, limit, resets_unix_ms } => (
+            format!("'{label}' reached its budget and stopped"),
+            format!(
+                "Its {limit} {} budget is spent and its on_limit is \"stop\": it serves nothing, its sessions \
+                 included, until it resets in {}.",
+                period.adjective(),
+                countdown(resets_unix_ms.saturating_sub(now_unix_ms))
+            ),
+        ),
+        BudgetState::Open => {
+            (format!("'{label}' is open again"), "Its budget's period ended: it takes new sessions again.".to_owned())
+        }
+    };
+    Notice { kind: NoticeKind::Budget, title, body }
 }

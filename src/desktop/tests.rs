@@ -52,6 +52,7 @@ fn key(label: &str, org: &str, health: HealthState, until: Option<u64>) -> KeyIn
             tokens_window: None,
         },
         budget: crate::budget::BudgetState::Open,
+        budget_runs_out_unix_ms: None,
         until_unix_ms: until,
         requests_window: None,
         tokens_window: None,
@@ -167,6 +168,7 @@ fn the_menu_has_every_item_in_order_with_keys_checked_when_on() {
             "No key can serve",
             "A key is rejected",
             "A session is refused or rescued",
+            "A budget is reached or resets",
             "Start at login",
             "Quit Keymux"
         ]
@@ -362,6 +364,11 @@ fn pooled(a: HealthState, b: HealthState) -> StatusBody {
         usable: usize::from(health == HealthState::Ready),
         headroom: 0.5,
         spend: crate::api::types::PeriodSpend::default(),
+        daily_budget_usd: None,
+        monthly_budget_usd: None,
+        reserve_at: None,
+        on_limit: crate::budget::OnLimit::Reserve,
+        budget: crate::budget::BudgetState::Open,
     };
     s.pools = vec![pool("work", Some("acme"), a), pool("home", None, b)];
     for k in &mut s.keys {
@@ -385,4 +392,29 @@ fn the_tray_shows_pools_and_names_a_blocked_one() {
     assert_eq!(n.consider(&key_event(2, "work", cooling), || pooled(Cooling, Ready), NOW), None, "once");
     let home = n.consider(&key_event(3, "home", cooling), || pooled(Ready, Cooling), NOW);
     assert_eq!(home, None, "a pool no token uses blocks nobody's requests");
+}
+
+#[test]
+fn a_budget_state_is_a_notification_with_its_amount_and_its_reset_and_can_be_switched_off() {
+    use crate::budget::{BudgetState, Period};
+    use crate::events::GatewayEvent;
+    let budget = |id: u64, state: BudgetState| Envelope {
+        id,
+        at_unix_ms: NOW,
+        event: Event::Gateway(GatewayEvent::Budget { key: KeyId::new("k_work"), label: "work".into(), state }),
+    };
+    let limit = crate::spend::Usd::from_nanos(5_000_000_000);
+    let reserved =
+        BudgetState::Reserved { period: Period::Day, limit, used_permille: 812, resets_unix_ms: NOW + 3_600_000 };
+    let mut n = Notifier::new();
+    let notice = n.consider(&budget(1, reserved), || two(HealthState::Ready, HealthState::Ready), NOW).expect("told");
+    assert_eq!(notice.kind, NoticeKind::Budget);
+    assert_eq!(notice.title, "'work' is past 81% of its budget");
+    assert!(notice.body.contains("$5.00 daily budget") && notice.body.contains("1h"), "{}", notice.body);
+    let stopped = BudgetState::Stopped { period: Period::Day, limit, resets_unix_ms: NOW + 60_000 };
+    let notice = n.consider(&budget(2, stopped), || two(HealthState::Ready, HealthState::Ready), NOW).expect("told");
+    assert!(notice.title.contains("stopped") && notice.body.contains("\"stop\""), "{notice:?}");
+    n.set(NoticeKind::Budget, false);
+    let later = NOW + 3_600_000;
+    assert_eq!(n.consider(&budget(3, BudgetState::Open), || two(HealthState::Ready, HealthState::Ready), later), None);
 }

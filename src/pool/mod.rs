@@ -424,6 +424,17 @@ impl Pool {
         self.slot(key).map(|s| KeyEntry::clone(&s.entry.load()))
     }
 
+    /// The keys with a budget in money: id, label, fingerprint and the budget.
+    pub fn budgeted(&self) -> Vec<(KeyId, String, String, crate::budget::MoneyBudget)> {
+        let slots = self.slots.load();
+        let with = slots.iter().filter(|s| s.entry.load().money.is_set());
+        with.map(|s| {
+            let entry = s.entry.load();
+            (entry.id.clone(), entry.label.clone(), s.fingerprint.clone(), entry.money)
+        })
+        .collect()
+    }
+
     /// Door 3: removes a key. Requests it is serving finish; nothing new is routed to it.
     pub fn remove(&self, key: &KeyId) -> bool {
         let mut removed = false;
@@ -461,6 +472,24 @@ impl Pool {
             next
         });
         true
+    }
+
+    /// Door 3: the user tested a cooling (or quota-resting) key and the provider answered ("Test
+    /// now", for a quota that reset early): the key is ready again at once. Any other state stays.
+    /// Whether a rest was lifted.
+    pub fn lift_rest(&self, key: &KeyId) -> bool {
+        let Some(slot) = self.slot(key) else {
+            return false;
+        };
+        let resting = |h: Health| matches!(h, Health::Cooling { .. } | Health::QuotaExhausted { .. });
+        let before = slot.live.rcu(|live| {
+            let mut next = Live::clone(live);
+            if resting(next.health) {
+                next.health = Health::Ready;
+            }
+            next
+        });
+        resting(before.health)
     }
 
     /// Status of every key, for the API and the CLI.

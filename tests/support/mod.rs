@@ -329,6 +329,25 @@ pub fn clear_of_midnight(h: &Harness) -> Duration {
     by
 }
 
+/// Every `.jsonl` file under `dir`, where Codex and pi record their sessions, sorted (Codex names its
+/// files by the time a session began).
+pub fn session_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![dir.to_owned()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "jsonl") {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
 /// The `keymux` binary run as a child process.
 pub struct Keymux {
     pub child: tokio::process::Child,

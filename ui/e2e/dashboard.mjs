@@ -332,6 +332,8 @@ async function run() {
     return el && el.textContent !== before;
   }, first, { timeout: WAIT });
   console.log(`  a1 cooling, ${first} left`);
+  const testNow = await a1.getByTestId("key-test").innerText();
+  if (testNow !== "Test now") throw new Error(`a cooling key offers "${testNow}", not "Test now"`);
 
   step("add key d1 (org-d) through the form; the next unpinned request uses it");
   await addKey(page, { label: "d1", secret: "sk-d1", priority: 0 });

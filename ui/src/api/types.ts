@@ -465,7 +465,19 @@ message: string, } | { "kind": "pools_changed",
 /**
  * The pool.
  */
-name: string, };
+name: string, } | { "kind": "budget", 
+/**
+ * The key.
+ */
+key: KeyId, 
+/**
+ * Its label.
+ */
+label: string, 
+/**
+ * Where it stands now.
+ */
+state: BudgetState, };
 
 export type Event = { "type": "routed", "data": Routed } | { "type": "finished", "data": RequestRecord } | { "type": "key", "data": KeyEvent } | { "type": "gateway", "data": GatewayEvent } | { "type": "lagged", "data": { 
 /**
@@ -858,6 +870,11 @@ pools: Array<string>,
  */
 budget: BudgetState, 
 /**
+ * When a budget in money runs out at this hour's pace, Unix milliseconds, if before its period
+ * ends (now: spent already).
+ */
+budget_runs_out_unix_ms: number | null, 
+/**
  * Spent today, in US dollars.
  */
 spend_today_usd: number, 
@@ -912,6 +929,26 @@ usable: number,
  */
 headroom: number, 
 /**
+ * Its budget in US dollars per local day, if any (its keys together).
+ */
+daily_budget_usd: number | null, 
+/**
+ * Its budget in US dollars per local month, if any.
+ */
+monthly_budget_usd: number | null, 
+/**
+ * Percent of a budget past which its requests start no new sessions (`None`: 100).
+ */
+reserve_at: number | null, 
+/**
+ * At 100 %: `reserve` or `stop`.
+ */
+on_limit: OnLimit, 
+/**
+ * Where it stands against its budget now.
+ */
+budget: BudgetState, 
+/**
  * Spent today, in US dollars.
  */
 spend_today_usd: number, 
@@ -941,7 +978,23 @@ keys: Array<string>,
 /**
  * Pools to use, in order, only when none of this pool's keys can serve. Empty: never.
  */
-fallback: Array<string>, };
+fallback: Array<string>, 
+/**
+ * US dollars its keys together may spend per local day (see `budget`).
+ */
+daily_budget_usd?: number | null, 
+/**
+ * US dollars its keys together may spend per local month.
+ */
+monthly_budget_usd?: number | null, 
+/**
+ * Percent of a budget past which its requests start no new sessions.
+ */
+reserve_at?: number, 
+/**
+ * At 100 %: `reserve` (its sessions go on) or `stop` (its requests are refused).
+ */
+on_limit?: OnLimit, };
 
 export type PoolChanges = { 
 /**
@@ -951,7 +1004,23 @@ keys: Array<string> | null,
 /**
  * Its fallback pools, in order (replaces the list; empty: never).
  */
-fallback: Array<string> | null, };
+fallback: Array<string> | null, 
+/**
+ * A new daily budget in US dollars for its keys together (`null` removes it).
+ */
+daily_budget_usd?: number | null, 
+/**
+ * A new monthly budget in US dollars (`null` removes it).
+ */
+monthly_budget_usd?: number | null, 
+/**
+ * A new reserve threshold, percent (`null`: 100).
+ */
+reserve_at?: number | null, 
+/**
+ * What happens at 100 %.
+ */
+on_limit?: OnLimit, };
 
 export type StatusBody = { 
 /**

@@ -73,6 +73,7 @@ export function KeyCard({ info, spark, showOrg = false }: Props) {
   const testFailed = message?.ok && message.text.startsWith("Failed");
   const sameOrg = keys.value.filter((k) => k.id !== info.id && k.org && k.org === info.org);
   const budget = info.daily_token_budget;
+  const resting = info.health === "cooling" || info.health === "quota_exhausted";
 
   return (
     <article class={`key-card health-${info.health}`} data-testid="key-card" data-key-id={info.id} data-label={info.label}>
@@ -140,6 +141,11 @@ export function KeyCard({ info, spark, showOrg = false }: Props) {
             {info.monthly_budget_usd !== null ? ` of ${usd(info.monthly_budget_usd)}` : ""} this month
             {info.unpriced_requests_month > 0 ? ` · ${info.unpriced_requests_month} unpriced` : ""}
           </span>
+          {info.budget_runs_out_unix_ms !== null && info.budget.state === "open" && (
+            <span class="muted small" data-testid="key-runs-out" title="When a budget runs out at this hour's pace">
+              runs out ~{new Date(info.budget_runs_out_unix_ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })}
+            </span>
+          )}
           {info.budget.state !== "open" && (
             <span data-testid="key-budget-state">
               <Tag tone={info.budget.state === "stopped" ? "bad" : "warn"} title={budgetTitle(info)}>
@@ -170,8 +176,15 @@ export function KeyCard({ info, spark, showOrg = false }: Props) {
       )}
 
       <footer class="key-actions">
-        <button type="button" class="button small" onClick={test} disabled={busy !== null} data-testid="key-test">
-          {busy === "test" ? "Testing…" : "Test"}
+        <button
+          type="button"
+          class="button small"
+          onClick={test}
+          disabled={busy !== null}
+          data-testid="key-test"
+          title={resting ? "Probe it now: if the provider answers, its cooldown is lifted (a quota that reset early)" : "Probe it with one free call"}
+        >
+          {busy === "test" ? "Testing…" : resting ? "Test now" : "Test"}
         </button>
         <button type="button" class="button small" onClick={() => setEditing(true)} disabled={busy !== null}>
           Edit

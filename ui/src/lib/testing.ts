@@ -58,6 +58,7 @@ export function keyInfo(id: string, over: Partial<KeyInfo> = {}): KeyInfo {
     unpriced_requests_today: 0,
     unpriced_requests_month: 0,
     budget: { state: "open" },
+    budget_runs_out_unix_ms: null,
     ...over,
   };
 }
@@ -77,6 +78,11 @@ export function poolInfo(name: string, keyIds: string[], over: Partial<PoolInfo>
     spend_month_usd: 0,
     unpriced_requests_today: 0,
     unpriced_requests_month: 0,
+    daily_budget_usd: null,
+    monthly_budget_usd: null,
+    reserve_at: null,
+    on_limit: "reserve",
+    budget: { state: "open" },
     ...over,
   };
 }
