@@ -343,7 +343,7 @@ impl Gateway {
 
     /// Today's and this month's spend per key (local periods), for the budgets in money.
     pub fn spend_now(&self) -> std::sync::Arc<crate::budget::SpendNow> {
-        self.metrics.spend_now(&self.clock.periods())
+        self.metrics.spend_now(self.clock.unix_ms(), || self.clock.periods())
     }
 
     /// The UTC day number now.

@@ -173,14 +173,19 @@ impl Metrics {
         pending.rows.entry(key).or_default().add(&counters);
     }
 
-    /// Today's and this month's spend per key for the local periods `periods` (the ones the clock says
-    /// now): kept up to date as requests are counted, made again from the hours in memory when a new
-    /// day or month begins.
-    pub fn spend_now(&self, periods: &LocalPeriods) -> Arc<SpendNow> {
+    /// Today's and this month's spend per key at `now_unix_ms`: kept up to date as requests are
+    /// counted, and made again from the hours in memory (for the local periods `periods` gives) only
+    /// when `now_unix_ms` is past the local day the sums belong to. So the request path reads the
+    /// zone's calendar once a day, not once a request; a change of the system's time zone is followed
+    /// from the next local midnight.
+    pub fn spend_now(&self, now_unix_ms: u64, periods: impl FnOnce() -> LocalPeriods) -> Arc<SpendNow> {
         let mut pending = lock(&self.pending);
-        if let Some(now) = pending.now.as_ref().filter(|n| n.periods == *periods) {
+        let today =
+            |n: &&Arc<SpendNow>| (n.periods.day_start_unix_ms..n.periods.day_end_unix_ms).contains(&now_unix_ms);
+        if let Some(now) = pending.now.as_ref().filter(today) {
             return now.clone();
         }
+        let periods = periods();
         let (day, month) =
             (pending.spent.since(periods.day_start_unix_ms), pending.spent.since(periods.month_start_unix_ms));
         let mut by_key: HashMap<String, (Usd, Usd)> = HashMap::new();
@@ -190,7 +195,7 @@ impl Metrics {
         for (fingerprint, spent) in day {
             by_key.entry(fingerprint).or_default().0 = spent.usd;
         }
-        let now = Arc::new(SpendNow { periods: periods.clone(), by_key });
+        let now = Arc::new(SpendNow { periods, by_key });
         pending.now = Some(now.clone());
         now
     }

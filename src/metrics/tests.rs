@@ -258,22 +258,33 @@ fn todays_and_this_months_spend_roll_over_at_the_local_boundaries_and_a_stopped_
     let zone = jiff::tz::TimeZone::UTC;
     let today = local_periods(NOW_MS, &zone);
     let m = Metrics::in_memory();
-    assert!(m.spend_now(&today).by_key.is_empty());
+    assert!(m.spend_now(NOW_MS, || today.clone()).by_key.is_empty());
     // Counted as it comes, into the sums already made for these periods.
     m.record(&priced("gpt-5.5", NOW_MS), Some("fp".into()));
     m.record(&priced("gpt-5.5", today.day_start_unix_ms - HOUR_MS), Some("fp".into()));
     let one = crate::spend::Usd::from_nanos(GPT55_NANOS);
     let two = crate::spend::Usd::from_nanos(2 * GPT55_NANOS);
-    assert_eq!(m.spend_now(&today).by_key["fp"], (one, two), "yesterday's request counts for the month only");
+    assert_eq!(
+        m.spend_now(NOW_MS, || unreachable!("today's sums are kept")).by_key["fp"],
+        (one, two),
+        "yesterday's request counts for the month only"
+    );
     let stop = MoneyBudget { daily: Some(one), on_limit: OnLimit::Stop, ..MoneyBudget::default() };
-    assert!(matches!(m.spend_now(&today).state_of("fp", &stop), BudgetState::Stopped { .. }));
+    assert!(matches!(
+        m.spend_now(NOW_MS, || unreachable!("today's sums are kept")).state_of("fp", &stop),
+        BudgetState::Stopped { .. }
+    ));
 
     // The next local day: made again from the hours, today's sum starts at zero, the month's stays.
     let tomorrow = local_periods(today.day_end_unix_ms, &zone);
     assert_eq!(tomorrow.day_start_unix_ms, today.day_end_unix_ms);
-    assert_eq!(m.spend_now(&tomorrow).by_key["fp"], (crate::spend::Usd::ZERO, two));
-    assert_eq!(m.spend_now(&tomorrow).state_of("fp", &stop), BudgetState::Open, "it opens again by itself");
+    assert_eq!(m.spend_now(today.day_end_unix_ms, || tomorrow.clone()).by_key["fp"], (crate::spend::Usd::ZERO, two));
+    assert_eq!(
+        m.spend_now(today.day_end_unix_ms, || tomorrow.clone()).state_of("fp", &stop),
+        BudgetState::Open,
+        "it opens again by itself"
+    );
     // The next month: nothing spent in it yet.
     let next_month = local_periods(today.month_end_unix_ms, &zone);
-    assert!(!m.spend_now(&next_month).by_key.contains_key("fp"));
+    assert!(!m.spend_now(today.month_end_unix_ms, || next_month.clone()).by_key.contains_key("fp"));
 }
