@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::LocalPeriods;
-use crate::spend::Usd;
+use crate::spend::{Spent, Usd};
 
 /// What a key does once a budget is used up.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
@@ -177,13 +177,14 @@ impl MoneyBudget {
 }
 
 /// Today's and this month's spend per key (by fingerprint), with the local periods they belong to:
-/// what the budgets are checked against on the request path. One entry per key that spent this month.
+/// what the budgets are checked against on the request path, and what the API shows per key and
+/// pool. One entry per key that spent this month.
 #[derive(Clone, Debug, Default)]
 pub struct SpendNow {
     /// The local day and month the sums belong to.
     pub periods: LocalPeriods,
     /// Per fingerprint: (today, this month).
-    pub by_key: HashMap<String, (Usd, Usd)>,
+    pub by_key: HashMap<String, (Spent, Spent)>,
 }
 
 impl SpendNow {
@@ -192,21 +193,31 @@ impl SpendNow {
         if !money.is_set() {
             return BudgetState::Open;
         }
-        let (day, month) = self.by_key.get(fingerprint).copied().unwrap_or_default();
-        money.state(day, month, &self.periods)
+        let (day, month) = self.of(std::iter::once(fingerprint));
+        money.state(day.usd, month.usd, &self.periods)
     }
 
-    /// Counts `usd` spent by `fingerprint` in the hour that starts at `hour_start_unix_ms` (an hour
+    /// What the keys of these fingerprints spent together: (today, this month).
+    pub fn of<'a>(&self, fingerprints: impl IntoIterator<Item = &'a str>) -> (Spent, Spent) {
+        let (mut day, mut month) = (Spent::default(), Spent::default());
+        for (d, m) in fingerprints.into_iter().filter_map(|fp| self.by_key.get(fp)) {
+            day.add(*d);
+            month.add(*m);
+        }
+        (day, month)
+    }
+
+    /// Counts what `fingerprint` spent in the hour that starts at `hour_start_unix_ms` (an hour
     /// counts with the period it starts in, as the hourly metrics do).
-    pub fn add(&mut self, hour_start_unix_ms: u64, fingerprint: &str, usd: Usd) {
+    pub fn add(&mut self, hour_start_unix_ms: u64, fingerprint: &str, spent: Spent) {
         let periods = &self.periods;
-        if usd == Usd::ZERO || hour_start_unix_ms < periods.month_start_unix_ms {
+        if spent.is_empty() || hour_start_unix_ms < periods.month_start_unix_ms {
             return;
         }
         let sums = self.by_key.entry(fingerprint.to_owned()).or_default();
-        sums.1 = sums.1.saturating_add(usd);
+        sums.1.add(spent);
         if hour_start_unix_ms >= periods.day_start_unix_ms {
-            sums.0 = sums.0.saturating_add(usd);
+            sums.0.add(spent);
         }
     }
 }

@@ -461,13 +461,9 @@ impl Gateway {
         let pools = self.pools();
         let Some((money, keys)) = pools.money_of(name) else { return BudgetState::Open };
         let spend = self.spend_now();
-        let (mut day, mut month) = (crate::spend::Usd::ZERO, crate::spend::Usd::ZERO);
-        for fingerprint in keys.iter().filter_map(|k| self.pool.fingerprint(k)) {
-            if let Some((d, m)) = spend.by_key.get(&fingerprint) {
-                (day, month) = (day.saturating_add(*d), month.saturating_add(*m));
-            }
-        }
-        money.state(day, month, &spend.periods)
+        let fingerprints: Vec<String> = keys.iter().filter_map(|k| self.pool.fingerprint(k)).collect();
+        let (day, month) = spend.of(fingerprints.iter().map(String::as_str));
+        money.state(day.usd, month.usd, &spend.periods)
     }
 
     /// Tells the event stream each change of a key's budget state: reserved, stopped, or open again

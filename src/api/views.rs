@@ -29,39 +29,24 @@ fn window(state: Option<WindowState>, now_unix_ms: u64) -> Option<WindowInfo> {
     })
 }
 
-/// What each key (by fingerprint) spent today and this month (local periods), from memory.
+/// What each key (by fingerprint) spent today and this month (local periods), as the metrics keep it
+/// for the budgets, and this hour, for the pace a forecast follows.
 struct SpentNow {
-    today: HashMap<String, Spent>,
-    month: HashMap<String, Spent>,
-    /// This hour's (since `hour_start`), for the pace a forecast follows.
+    now: std::sync::Arc<SpendNow>,
     hour: HashMap<String, Spent>,
     hour_start: u64,
-    periods: crate::clock::LocalPeriods,
 }
 
 impl SpentNow {
     fn read(gw: &Gateway) -> Self {
-        let periods = gw.clock().periods();
-        let metrics = gw.metrics();
         let now = gw.clock().unix_ms();
         let hour_start = now - now % 3_600_000;
-        Self {
-            today: metrics.spent_since(periods.day_start_unix_ms),
-            month: metrics.spent_since(periods.month_start_unix_ms),
-            hour: metrics.spent_since(hour_start),
-            hour_start,
-            periods,
-        }
+        Self { now: gw.spend_now(), hour: gw.metrics().spent_since(hour_start), hour_start }
     }
 
     /// What the keys of these fingerprints spent.
-    fn of<'a>(&self, fingerprints: impl Iterator<Item = &'a str> + Clone) -> PeriodSpend {
-        let sum = |map: &HashMap<String, Spent>, fps: &mut dyn Iterator<Item = &'a str>| {
-            let mut sum = Spent::default();
-            fps.filter_map(|fp| map.get(fp)).for_each(|s| sum.add(*s));
-            sum
-        };
-        let (today, month) = (sum(&self.today, &mut fingerprints.clone()), sum(&self.month, &mut fingerprints.clone()));
+    fn of<'a>(&self, fingerprints: impl IntoIterator<Item = &'a str>) -> PeriodSpend {
+        let (today, month) = self.now.of(fingerprints);
         PeriodSpend {
             spend_today_usd: today.usd,
             spend_month_usd: month.usd,
@@ -71,7 +56,7 @@ impl SpentNow {
     }
 }
 
-fn info(status: KeyStatus, now_unix_ms: u64, pools: &Pools, spent: &SpentNow, budgets: &SpendNow) -> KeyInfo {
+fn info(status: KeyStatus, now_unix_ms: u64, pools: &Pools, spent: &SpentNow) -> KeyInfo {
     let money = MoneyBudget {
         daily: status.daily_budget_usd,
         monthly: status.monthly_budget_usd,
@@ -82,8 +67,8 @@ fn info(status: KeyStatus, now_unix_ms: u64, pools: &Pools, spent: &SpentNow, bu
     let this_hour = spent.hour.get(&status.fingerprint).map_or(Usd::ZERO, |s| s.usd);
     let (today, month, pace) = (spend.spend_today_usd, spend.spend_month_usd, (this_hour, spent.hour_start));
     KeyInfo {
-        budget: budgets.state_of(&status.fingerprint, &money),
-        budget_runs_out_unix_ms: money.runs_out(today, month, pace, now_unix_ms, &spent.periods),
+        budget: spent.now.state_of(&status.fingerprint, &money),
+        budget_runs_out_unix_ms: money.runs_out(today, month, pace, now_unix_ms, &spent.now.periods),
         spend,
         until_unix_ms: (status.cooldown_ms > 0).then(|| now_unix_ms + status.cooldown_ms),
         requests_window: window(status.requests_window, now_unix_ms),
@@ -98,9 +83,8 @@ pub fn keys(gw: &Gateway) -> Vec<KeyInfo> {
     let now_unix_ms = gw.clock().unix_ms();
     let pools = gw.pools();
     let spent = SpentNow::read(gw);
-    let budgets = gw.spend_now();
     let statuses = gw.pool().status(gw.clock().now(), gw.today());
-    statuses.into_iter().map(|k| info(k, now_unix_ms, &pools, &spent, &budgets)).collect()
+    statuses.into_iter().map(|k| info(k, now_unix_ms, &pools, &spent)).collect()
 }
 
 /// The user's pools (not `all`) with their keys' fingerprints, for the spend report.
@@ -138,7 +122,7 @@ pub fn pools(gw: &Gateway, keys: &[KeyInfo]) -> Vec<PoolInfo> {
             };
             // `all` is every request, keys removed since included; another pool, its keys now.
             let spend = if def.name == ALL {
-                spent.of(spent.month.keys().map(String::as_str))
+                spent.of(spent.now.by_key.keys().map(String::as_str))
             } else {
                 let fps = keys.iter().filter(|k| key_ids.contains(&k.status.id)).map(|k| k.status.fingerprint.as_str());
                 spent.of(fps)

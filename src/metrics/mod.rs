@@ -34,7 +34,7 @@ pub use tally::WINDOW_HOURS as SPEND_WINDOW_HOURS;
 use crate::budget::SpendNow;
 use crate::clock::LocalPeriods;
 use crate::events::RequestRecord;
-use crate::spend::{Spent, Usd};
+use crate::spend::Spent;
 
 /// Most pending rows kept while the store is failing; beyond it new combinations are dropped (and
 /// counted), never the process.
@@ -164,7 +164,7 @@ impl Metrics {
         let spent = counters.spent();
         pending.spent.add(key.0, &key.1, spent);
         if let Some(now) = pending.now.as_mut() {
-            Arc::make_mut(now).add(u64::from(key.0) * HOUR_MS, &key.1, spent.usd);
+            Arc::make_mut(now).add(u64::from(key.0) * HOUR_MS, &key.1, spent);
         }
         if !pending.rows.contains_key(&key) && pending.rows.len() >= MAX_PENDING {
             pending.dropped += 1;
@@ -188,12 +188,12 @@ impl Metrics {
         let periods = periods();
         let (day, month) =
             (pending.spent.since(periods.day_start_unix_ms), pending.spent.since(periods.month_start_unix_ms));
-        let mut by_key: HashMap<String, (Usd, Usd)> = HashMap::new();
+        let mut by_key: HashMap<String, (Spent, Spent)> = HashMap::new();
         for (fingerprint, spent) in month {
-            by_key.entry(fingerprint).or_default().1 = spent.usd;
+            by_key.entry(fingerprint).or_default().1 = spent;
         }
         for (fingerprint, spent) in day {
-            by_key.entry(fingerprint).or_default().0 = spent.usd;
+            by_key.entry(fingerprint).or_default().0 = spent;
         }
         let now = Arc::new(SpendNow { periods, by_key });
         pending.now = Some(now.clone());

@@ -264,9 +264,10 @@ fn todays_and_this_months_spend_roll_over_at_the_local_boundaries_and_a_stopped_
     m.record(&priced("gpt-5.5", today.day_start_unix_ms - HOUR_MS), Some("fp".into()));
     let one = crate::spend::Usd::from_nanos(GPT55_NANOS);
     let two = crate::spend::Usd::from_nanos(2 * GPT55_NANOS);
+    let spent = |usd| crate::spend::Spent { usd, unpriced: 0 };
     assert_eq!(
         m.spend_now(NOW_MS, || unreachable!("today's sums are kept")).by_key["fp"],
-        (one, two),
+        (spent(one), spent(two)),
         "yesterday's request counts for the month only"
     );
     let stop = MoneyBudget { daily: Some(one), on_limit: OnLimit::Stop, ..MoneyBudget::default() };
@@ -278,7 +279,10 @@ fn todays_and_this_months_spend_roll_over_at_the_local_boundaries_and_a_stopped_
     // The next local day: made again from the hours, today's sum starts at zero, the month's stays.
     let tomorrow = local_periods(today.day_end_unix_ms, &zone);
     assert_eq!(tomorrow.day_start_unix_ms, today.day_end_unix_ms);
-    assert_eq!(m.spend_now(today.day_end_unix_ms, || tomorrow.clone()).by_key["fp"], (crate::spend::Usd::ZERO, two));
+    assert_eq!(
+        m.spend_now(today.day_end_unix_ms, || tomorrow.clone()).by_key["fp"],
+        (spent(crate::spend::Usd::ZERO), spent(two))
+    );
     assert_eq!(
         m.spend_now(today.day_end_unix_ms, || tomorrow.clone()).state_of("fp", &stop),
         BudgetState::Open,
