@@ -239,8 +239,11 @@ impl ApiError {
                 wait("keymux_budget_reached", "budget_reached", budget_reached(*secs, *keys, pool))
             }
             Self::BudgetStopped { label, pool, period, limit, retry_after_secs: secs } => {
-                let whose = pool.as_ref().map_or_else(|| format!("key '{label}'"), |p| format!("pool '{p}'"));
-                wait("keymux_budget_reached", "budget_stopped", budget_stopped(&whose, *period, *limit, *secs))
+                let whose = match pool {
+                    Some(pool) => ("pool", pool.as_str(), "pool set"),
+                    None => ("key", label.as_str(), "keys set"),
+                };
+                wait("keymux_budget_reached", "budget_stopped", budget_stopped(whose, *period, *limit, *secs))
             }
             Self::NoUsableKey { unusable, pool } => {
                 srv(S::SERVICE_UNAVAILABLE, "keymux_no_usable_key", "no_usable_key", no_usable_key(*unusable, pool))
@@ -457,14 +460,17 @@ fn budget_reached(retry_after_secs: u64, keys: usize, pool: &Option<String>) -> 
     )
 }
 
-/// `whose`: `key 'a1'` or `pool 'work'`.
-fn budget_stopped(whose: &str, period: crate::budget::Period, limit: crate::spend::Usd, secs: u64) -> String {
+/// `whose`: what reached its budget (`key` or `pool`), its name, and the command that changes it.
+fn budget_stopped(
+    whose: (&str, &str, &str),
+    period: crate::budget::Period,
+    limit: crate::spend::Usd,
+    secs: u64,
+) -> String {
     let budget = period.adjective();
-    let (noun, name) = whose.split_once(' ').unwrap_or(("key", whose));
-    let command = if noun == "pool" { "pool set" } else { "keys set" };
-    let name = name.trim_matches('\'');
+    let (noun, name, command) = whose;
     format!(
-        "Keymux {whose} reached its {limit} {budget} budget, and its on_limit is \"stop\": Keymux refuses its \
+        "Keymux {noun} '{name}' reached its {limit} {budget} budget, and its on_limit is \"stop\": Keymux refuses its \
          requests, this session's included (only that key's organization can continue it), until the budget \
          resets in {}. To go on now, raise it (`keymux {command} {name} --{budget}-budget-usd N`) or set \
          on_limit = \"reserve\", which keeps serving the sessions already started.",

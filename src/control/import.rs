@@ -18,8 +18,7 @@ impl Gateway {
     fn found_keys(&self) -> Found {
         let home = dirs::home_dir().unwrap_or_default();
         let mut found = Sources::from_vars(std::env::vars(), &home).find();
-        let labels: Vec<String> =
-            self.pool().status(self.clock().now(), self.today()).into_iter().map(|k| k.label).collect();
+        let labels = self.pool().labels();
         found.label(&labels);
         found
     }

@@ -498,8 +498,7 @@ impl Gateway {
                 crate::pool::MAX_KEYS
             )));
         }
-        let labels: Vec<String> =
-            self.pool().status(self.clock().now(), self.today()).into_iter().map(|k| k.label).collect();
+        let labels = self.pool().labels();
         if let Some(holder) = self.pool().holder_of(&self.markers().digest().fingerprint(&new.secret)) {
             return Err(already_pooled(&self.pool().label(&holder)));
         }

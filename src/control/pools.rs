@@ -211,7 +211,7 @@ fn save(settings: &Settings, pool: PoolConfig, live_keys: &[String]) -> Result<P
 impl Gateway {
     /// Creates a pool; requests of its tokens reach only its keys from the next request on.
     pub fn create_pool(&self, pool: PoolConfig) -> Result<PoolConfig, ControlError> {
-        let made = create_pool(self.settings(), pool, &self.live_labels())?;
+        let made = create_pool(self.settings(), pool, &self.pool().labels())?;
         self.pools_changed(&made.name);
         Ok(made)
     }
@@ -219,7 +219,7 @@ impl Gateway {
     /// Changes a pool's keys or fallbacks.
     pub fn change_pool(&self, name: &str, changes: &PoolChanges) -> Result<PoolConfig, ControlError> {
         self.refuse_env_pool(name)?;
-        let changed = change_pool(self.settings(), name, changes, &self.live_labels())?;
+        let changed = change_pool(self.settings(), name, changes, &self.pool().labels())?;
         self.pools_changed(&changed.name);
         Ok(changed)
     }
@@ -246,11 +246,6 @@ impl Gateway {
     fn pools_changed(&self, name: &str) {
         self.refresh_pools();
         self.notify(GatewayEvent::PoolsChanged { name: name.to_owned() });
-    }
-
-    /// The labels of the keys this gateway holds (environment keys included).
-    fn live_labels(&self) -> Vec<String> {
-        self.pool().ids().iter().map(|id| self.pool().label(id)).collect()
     }
 
     fn refuse_env_pool(&self, name: &str) -> Result<(), ControlError> {

@@ -123,8 +123,7 @@ impl Gateway {
     /// The first label no key has: `base`, else `base-2`, `base-3`… (for a key imported by a dialog that
     /// does not ask for one).
     pub fn free_key_label(&self, base: &str) -> String {
-        let labels: Vec<String> =
-            self.pool().status(self.clock().now(), self.today()).into_iter().map(|k| k.label).collect();
+        let labels = self.pool().labels();
         super::free_token_name(base, &labels)
     }
 }

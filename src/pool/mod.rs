@@ -283,6 +283,11 @@ impl Pool {
         self.slot(key).is_some()
     }
 
+    /// The labels of every key, in pool order.
+    pub fn labels(&self) -> Vec<String> {
+        self.slots.load().iter().map(|s| s.entry.load().label.clone()).collect()
+    }
+
     /// The ids of every key, in pool order.
     pub fn ids(&self) -> Vec<KeyId> {
         self.slots.load().iter().map(|s| s.entry.load().id.clone()).collect()
@@ -422,6 +427,13 @@ impl Pool {
     /// A key's runtime entry (settings and secret), if it is in the pool.
     pub fn entry(&self, key: &KeyId) -> Option<KeyEntry> {
         self.slot(key).map(|s| KeyEntry::clone(&s.entry.load()))
+    }
+
+    /// Where `key` stands against its budget in money, by what `spend` says it spent; `None` when it is
+    /// not in the pool.
+    pub fn budget_of(&self, key: &KeyId, spend: &crate::budget::SpendNow) -> Option<crate::budget::BudgetState> {
+        let slot = self.slot(key)?;
+        Some(spend.state_of(&slot.fingerprint, &slot.entry.load().money))
     }
 
     /// The keys with a budget in money: id, label, fingerprint and the budget.

@@ -217,16 +217,15 @@ impl Inbound {
     /// money over continuity, so even this bound session's next turn waits for the reset.
     fn budget_stop(&self) -> Option<ApiError> {
         let gateway = &self.gateway;
-        let entry = gateway.pool().entry(&self.key)?;
-        let fingerprint = gateway.pool().fingerprint(&self.key)?;
-        let key = gateway.spend_now().state_of(&fingerprint, &entry.money);
+        let key = gateway.pool().budget_of(&self.key, &gateway.spend_now())?;
         let pool = gateway.pool_budget(&self.scope.pool);
         let (state, pool) = if pool.worse_than(&key) { (pool, Some(self.scope.pool.clone())) } else { (key, None) };
         match state {
             BudgetState::Stopped { period, limit, resets_unix_ms } => {
                 let left = resets_unix_ms.saturating_sub(gateway.clock().unix_ms());
                 let retry_after_secs = left.div_ceil(1000).max(1);
-                Some(ApiError::BudgetStopped { label: entry.label, pool, period, limit, retry_after_secs })
+                let label = gateway.pool().label(&self.key);
+                Some(ApiError::BudgetStopped { label, pool, period, limit, retry_after_secs })
             }
             BudgetState::Open | BudgetState::Reserved { .. } => None,
         }
