@@ -282,6 +282,7 @@ priority = 0 # tier 0
             monthly_budget_usd: None,
             reserve_at: None,
             on_limit: crate::budget::OnLimit::Reserve,
+            reserve_window_pct: Some(20),
         }
     }
 

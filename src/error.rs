@@ -428,11 +428,12 @@ fn answer_too_large(status: u16, limit: usize) -> String {
 fn all_cooling(retry_after_secs: u64, cooling: usize, pool: &Option<String>) -> String {
     match pool {
         None => format!(
-            "All {cooling} Keymux key(s) are cooling down after rate limits; the first one frees in \
+            "All {cooling} Keymux key(s) are cooling down or at their rate limits (or keep the rest of their window \
+             for the sessions already on them); the first one frees in \
              {retry_after_secs}s. Retry after that, or add another key."
         ),
         Some(pool) => format!(
-            "All {cooling} key(s) of the Keymux pool '{pool}' are cooling down after rate limits; the first one \
+            "All {cooling} key(s) of the Keymux pool '{pool}' are cooling down or at their rate limits; the first one \
              frees in {retry_after_secs}s. Keymux never sends this token's requests outside the pool: retry after \
              that, add a key to the pool (`keymux pool set {pool} --keys ...`), or give it a fallback pool \
              (`keymux pool set {pool} --fallback OTHER`)."

@@ -241,15 +241,31 @@ pub enum GatewayEvent {
         /// The pool.
         name: String,
     },
-    /// A key's budget in money changed state: reserved past `reserve_at`, stopped at its limit, or
-    /// open again when its period ended. Told once per state and period.
+    /// A key's or a pool's budget in money changed state: reserved past `reserve_at`, stopped at its
+    /// limit, or open again when its period ended. Told once per state and period.
     Budget {
-        /// The key.
-        key: KeyId,
-        /// Its label.
+        /// Whose budget.
+        of: BudgetOf,
+        /// The key's label, or the pool's name.
         label: String,
         /// Where it stands now.
         state: crate::budget::BudgetState,
+    },
+}
+
+/// Whose budget in money a budget event is about.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, ts_rs::TS)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum BudgetOf {
+    /// One key's own budget.
+    Key {
+        /// The key.
+        key: KeyId,
+    },
+    /// A user's pool's budget, its keys' spend together.
+    Pool {
+        /// The pool's name.
+        pool: String,
     },
 }
 

@@ -19,7 +19,7 @@ use crate::affinity::Table;
 use crate::budget::BudgetState;
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::events::{Event, Events, GatewayEvent, KeyChange, KeyEvent, RequestRecord, Routed};
+use crate::events::{BudgetOf, Event, Events, GatewayEvent, KeyChange, KeyEvent, RequestRecord, Routed};
 use crate::keys::{KeyEntry, KeyId};
 use crate::markers::Markers;
 use crate::metrics::Metrics;
@@ -73,8 +73,9 @@ pub struct Gateway {
     closing: CancellationToken,
     /// Client setups previewed through the control API, waiting for a yes (bounded).
     setup_pending: crate::setup::Pending,
-    /// The budget state last told per key (bounded by the pool), so each change is told once.
-    budget_said: Mutex<HashMap<KeyId, BudgetState>>,
+    /// The budget state last told per key and per pool (bounded by the keys and pools there are), so
+    /// each change is told once.
+    budget_said: Mutex<HashMap<BudgetOf, BudgetState>>,
 }
 
 impl Gateway {
@@ -466,29 +467,33 @@ impl Gateway {
         money.state(day.usd, month.usd, &spend.periods)
     }
 
-    /// Tells the event stream each change of a key's budget state: reserved, stopped, or open again
-    /// once its period ended (read on every tick, so a period's end is told without a request). A
-    /// state first seen open is not news; one first seen reserved or stopped is.
+    /// Tells the event stream each change of a key's or a pool's budget state: reserved, stopped, or
+    /// open again once its period ended (read on every tick, so a period's end is told without a
+    /// request). A state first seen open is not news; one first seen reserved or stopped is.
     fn tell_budgets(&self) {
         let spend = self.spend_now();
-        let now: Vec<(KeyId, String, BudgetState)> = self
-            .pool
-            .budgeted()
-            .into_iter()
-            .map(|(id, label, fingerprint, money)| (id, label, spend.state_of(&fingerprint, &money)))
-            .collect();
-        let told: Vec<(KeyId, String, BudgetState)> = {
+        let keys = self.pool.budgeted().into_iter().map(|(id, label, fingerprint, money)| {
+            (BudgetOf::Key { key: id }, label, spend.state_of(&fingerprint, &money))
+        });
+        let pools = self.pools();
+        let pools = pools
+            .defs()
+            .iter()
+            .filter(|def| def.money().is_set())
+            .map(|def| (BudgetOf::Pool { pool: def.name.clone() }, def.name.clone(), self.pool_budget(&def.name)));
+        let now: Vec<(BudgetOf, String, BudgetState)> = keys.chain(pools).collect();
+        let told: Vec<(BudgetOf, String, BudgetState)> = {
             let mut said = self.budget_said.lock().unwrap_or_else(|p| p.into_inner());
-            said.retain(|id, _| now.iter().any(|(k, _, _)| k == id));
+            said.retain(|of, _| now.iter().any(|(o, _, _)| o == of));
             now.into_iter()
-                .filter(|(id, _, state)| {
-                    let before = said.insert(id.clone(), *state);
+                .filter(|(of, _, state)| {
+                    let before = said.insert(of.clone(), *state);
                     budget_news(before, *state)
                 })
                 .collect()
         };
-        for (key, label, state) in told {
-            self.notify(GatewayEvent::Budget { key, label, state });
+        for (of, label, state) in told {
+            self.notify(GatewayEvent::Budget { of, label, state });
         }
     }
 

@@ -122,6 +122,8 @@ pub struct KeyEntry {
     pub imported: bool,
     /// Its budget in money.
     pub money: crate::budget::MoneyBudget,
+    /// Percent of its rate-limit windows kept for the sessions already on it (see `quota::WindowReserve`).
+    pub reserve_window_pct: Option<u8>,
 }
 
 impl KeyEntry {
@@ -141,6 +143,7 @@ impl KeyEntry {
             exclude_models: Vec::new(),
             imported: false,
             money: crate::budget::MoneyBudget::default(),
+            reserve_window_pct: None,
         }
     }
 

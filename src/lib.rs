@@ -60,7 +60,8 @@
 //!   through three doors: `begin`, `apply`, and the user's changes. It owns key health (`pool::health`:
 //!   `Health` with its deadlines, `HealthState` as shown, the pure transitions), the router's snapshot
 //!   (`pool::view`) and the status people see (`pool::status`, which the API's `KeyInfo` embeds).
-//! * [`quota`]: rate-limit windows from `x-ratelimit-*` headers, counted down between answers.
+//! * [`quota`]: rate-limit windows from `x-ratelimit-*` headers, counted down between answers, the
+//!   share of them a key keeps for its pinned sessions (`reserve_window_pct`) and when they run out.
 //! * [`affinity`]: bounded in-memory session tables (soft affinity, WebSocket session hints, and the
 //!   organizations each rescued session was moved off).
 //! * [`sessions`]: the recent sessions the dashboard shows (bounded, in memory).

@@ -142,6 +142,81 @@ impl Quota {
     }
 }
 
+/// Most of a window a key may keep for its pinned sessions, percent: keeping all of it would shut the
+/// key to new sessions for good.
+pub const MAX_RESERVE_WINDOW_PCT: u8 = 90;
+
+/// A key keeping part of its rate-limit windows for the sessions already on it: while less than
+/// that share is left, it takes no new sessions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowReserve {
+    /// What is left of the tighter window below the reserve, thousandths of its limit.
+    pub left_permille: u16,
+    /// The share the key keeps, percent.
+    pub keep_pct: u8,
+    /// When every window below the reserve has refilled.
+    pub frees: Instant,
+}
+
+/// Checks a `reserve_window_pct`: 1 to `MAX_RESERVE_WINDOW_PCT`, or none.
+pub fn validate_reserve_window_pct(pct: Option<u8>) -> Result<(), String> {
+    match pct {
+        Some(p) if p == 0 || p > MAX_RESERVE_WINDOW_PCT => Err(format!(
+            "reserve_window_pct = {p} is not a percent from 1 to {MAX_RESERVE_WINDOW_PCT}: it is the share of the \
+             key's request and token windows kept for the sessions already on it (20 keeps the last fifth)"
+        )),
+        Some(_) | None => Ok(()),
+    }
+}
+
+impl Quota {
+    /// Whether less than `keep_pct` percent of a known window is left now (so the key keeps the rest
+    /// for its pinned sessions), and until when. Unknown and refilled windows keep nothing.
+    pub fn reserve(&self, now: Instant, keep_pct: u8) -> Option<WindowReserve> {
+        let below = |left: Option<(u64, Window)>| {
+            let (left, w) = left?;
+            let permille = (u128::from(left) * 1000 / u128::from(w.limit.max(1))).min(1000) as u16;
+            (u32::from(permille) < u32::from(keep_pct) * 10).then_some((permille, w.resets_at))
+        };
+        let windows = [
+            below(Self::left(self.requests, self.spent_requests, now)),
+            below(Self::left(self.tokens, self.spent_tokens, now)),
+        ];
+        windows.into_iter().flatten().fold(None, |acc: Option<WindowReserve>, (left_permille, resets)| {
+            Some(match acc {
+                None => WindowReserve { left_permille, keep_pct, frees: resets },
+                Some(r) => WindowReserve {
+                    left_permille: r.left_permille.min(left_permille),
+                    keep_pct,
+                    frees: r.frees.max(resets),
+                },
+            })
+        })
+    }
+}
+
+impl WindowState {
+    /// How long until this window is used up at the pace since it began, if that is before it refills
+    /// (`Some(0)` when it is used up now). `None` early in a window (too little to go by) and when
+    /// nothing was used.
+    pub fn runs_out_in(&self) -> Option<Duration> {
+        if self.remaining == 0 {
+            return Some(Duration::ZERO);
+        }
+        let elapsed = self.span.saturating_sub(self.resets_in);
+        if elapsed.as_secs_f64() < self.span.as_secs_f64() * 0.05 {
+            return None;
+        }
+        let used = self.limit.saturating_sub(self.remaining);
+        if used == 0 {
+            return None;
+        }
+        let per_sec = used as f64 / elapsed.as_secs_f64();
+        let out = Duration::from_secs_f64(self.remaining as f64 / per_sec);
+        (out < self.resets_in).then_some(out)
+    }
+}
+
 fn window(headers: &HeaderMap, kind: &str, now: Instant) -> Option<Window> {
     let text = |name: String| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim).map(str::to_owned);
     let limit: i64 = text(format!("x-ratelimit-limit-{kind}"))?.parse().ok()?;
@@ -366,5 +441,57 @@ mod tests {
         h.insert("retry-after-ms", HeaderValue::from_static("1500"));
         assert_eq!(cooldown_hint(&h), Some(Duration::from_millis(1500)));
         assert_eq!(cooldown_hint(&HeaderMap::new()), None);
+    }
+
+    fn window_of(limit: &'static str, remaining: &'static str, reset: &'static str) -> HeaderMap {
+        headers(&[
+            ("x-ratelimit-limit-requests", limit),
+            ("x-ratelimit-remaining-requests", remaining),
+            ("x-ratelimit-reset-requests", reset),
+        ])
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_keeps_its_reserve_while_less_than_that_share_is_left_and_frees_at_the_refill() {
+        let now = clock_now();
+        let mut q = Quota::default();
+        assert_eq!(q.reserve(now, 20), None, "nothing known: nothing kept");
+        q.observe(Reading::from_headers(&window_of("100", "25", "30s"), now));
+        assert_eq!(q.reserve(now, 20), None, "25 % left is above a 20 % reserve");
+        q.spend(10);
+        q.spend(10);
+        q.spend(10);
+        q.spend(10);
+        q.spend(10);
+        q.spend(10);
+        let kept = q.reserve(now, 20).expect("19 % left is below it");
+        assert_eq!((kept.left_permille, kept.keep_pct, kept.frees), (190, 20, now + Duration::from_secs(30)));
+        assert_eq!(q.reserve(now + Duration::from_secs(30), 20), None, "the window refilled");
+    }
+
+    #[test]
+    fn a_window_runs_out_only_if_its_pace_empties_it_before_it_refills() {
+        let state = |remaining: u64, resets_in: u64| WindowState {
+            limit: 100,
+            remaining,
+            resets_in: Duration::from_secs(resets_in),
+            span: Duration::from_secs(60),
+        };
+        // 60 used in 30 s: 2 a second; 40 left last 20 s, before the refill in 30 s.
+        assert_eq!(state(40, 30).runs_out_in(), Some(Duration::from_secs(20)));
+        // 20 used in 30 s: the 80 left would last 120 s, past the refill.
+        assert_eq!(state(80, 30).runs_out_in(), None);
+        assert_eq!(state(0, 30).runs_out_in(), Some(Duration::ZERO), "used up now");
+        assert_eq!(state(50, 59).runs_out_in(), None, "one second into the window is too little to go by");
+        assert_eq!(state(100, 10).runs_out_in(), None, "nothing used");
+    }
+
+    #[test]
+    fn a_reserve_is_a_share_from_1_to_90_percent() {
+        assert!(validate_reserve_window_pct(None).is_ok() && validate_reserve_window_pct(Some(90)).is_ok());
+        for bad in [0, 91, 100] {
+            let e = validate_reserve_window_pct(Some(bad)).expect_err("refused");
+            assert!(e.contains(&format!("reserve_window_pct = {bad}")) && e.contains("1 to 90"), "{e}");
+        }
     }
 }

@@ -51,23 +51,24 @@ async fn spend_on_a1_until(h: &Harness, s: &mut Session, state: &str) {
     panic!("a1 never became {state}");
 }
 
-/// Waits (on the event stream, checked on every step of a ticker) for the event telling that a1's
-/// budget is now `state`; a minute at most, which only a gateway that never tells exceeds.
-async fn budget_event(events: &std::sync::Arc<std::sync::Mutex<Vec<Value>>>, state: &str) {
+/// Waits (on the event stream, checked on every step of a ticker) for the event telling that the
+/// budget of `of` (`"key":"k_a1"`, `"pool":"work"`) is now `state`; a minute at most, which only a
+/// gateway that never tells exceeds.
+async fn budget_event(events: &std::sync::Arc<std::sync::Mutex<Vec<Value>>>, of: &str, state: &str) {
     let wanted = format!("\"state\":\"{state}\"");
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
     for _ in 0..600 {
         tick.tick().await;
         let seen = events.lock().unwrap().iter().any(|e| {
             let text = e.to_string();
-            text.contains("\"kind\":\"budget\"") && text.contains("\"key\":\"k_a1\"") && text.contains(&wanted)
+            text.contains("\"kind\":\"budget\"") && text.contains(of) && text.contains(&wanted)
         });
         if seen {
             return;
         }
     }
     panic!(
-        "no budget event with {state} for a1: {:?}",
+        "no budget event with {state} for {of}: {:?}",
         events.lock().unwrap().iter().rev().take(5).collect::<Vec<_>>()
     );
 }
@@ -122,7 +123,7 @@ async fn with_on_limit_stop_a_pinned_turn_gets_a_429_naming_the_budget_over_http
     assert_eq!(last_record(&h).await["served_by"], "k_a1");
     let mut on_a1 = Session::new(Shape::Codex, 11, false);
     spend_on_a1_until(&h, &mut on_a1, "stopped").await;
-    budget_event(&events, "stopped").await;
+    budget_event(&events, "\"key\":\"k_a1\"", "stopped").await;
 
     let body = on_a1.next_body(false);
     let refused = post(&client(), &format!("{}/responses", h.base), &[], &body).send().await.unwrap();
@@ -149,7 +150,7 @@ async fn with_on_limit_stop_a_pinned_turn_gets_a_429_naming_the_budget_over_http
     let to_midnight = clock.periods().day_end_unix_ms - clock.unix_ms();
     h.advance(std::time::Duration::from_millis(to_midnight + 60_000));
     assert_eq!(budget_state(&h, "k_a1").await, "open");
-    budget_event(&events, "open").await;
+    budget_event(&events, "\"key\":\"k_a1\"", "open").await;
     let told = events.lock().unwrap().iter().filter(|e| e.to_string().contains("\"state\":\"stopped\"")).count();
     assert_eq!(told, 1, "each state is told once per period");
     let r = on_a1.turn(&client(), &h.base, false).await;
@@ -187,6 +188,7 @@ async fn a_pools_budget_holds_its_tokens_requests_and_no_others() {
     let h = Harness::start_with(sim, &keys, |_| {}).await;
     clear_of_midnight(&h);
     let api = Admin::new(&h.root);
+    let events = collect_events(api.get("/events?after=0").await);
     let work = serde_json::json!({
         "name": "work", "keys": ["a1", "b1"], "daily_budget_usd": 0.02, "reserve_at": 50, "on_limit": "stop"
     });
@@ -223,6 +225,7 @@ async fn a_pools_budget_holds_its_tokens_requests_and_no_others() {
     assert!(refused.body.contains("pool 'work'"), "{}", refused.body);
     let mut other = Session::new(Shape::Codex, 22, false);
     assert_eq!(other.turn(&client(), &h.base, false).await.status, 200);
+    budget_event(&events, "\"pool\":\"work\"", "reserved").await;
 
     // Its session goes on until the pool's limit, then stops there, named as the pool's.
     while pool_state().await != "stopped" {
@@ -234,4 +237,5 @@ async fn a_pools_budget_holds_its_tokens_requests_and_no_others() {
     assert_eq!(stopped.status, 429, "{}", stopped.body);
     assert!(stopped.body.contains("Keymux pool 'work' reached its $0.02 daily budget"), "{}", stopped.body);
     assert!(stopped.body.contains("keymux pool set work --daily-budget-usd"), "{}", stopped.body);
+    budget_event(&events, "\"pool\":\"work\"", "stopped").await;
 }

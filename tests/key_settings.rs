@@ -55,6 +55,10 @@ async fn settings_read_back_exactly_after_a_restart() {
     let money = ["keys", "set", "main", "--daily-budget-usd", "5", "--reserve-at", "80%", "--on-limit", "stop"];
     let (ok, _, err) = cli(&cfg, &env, &money, "").await;
     assert!(ok, "{err}");
+    let (ok, _, err) = cli(&cfg, &env, &["keys", "set", "main", "--reserve-window-pct", "25"], "").await;
+    assert!(ok, "{err}");
+    let (ok, _, err) = cli(&cfg, &env, &["keys", "set", "main", "--reserve-window-pct", "95"], "").await;
+    assert!(!ok && err.contains("reserve_window_pct = 95") && err.contains("1 to 90"), "{err}");
     let (ok, _, err) = cli(&cfg, &env, &["keys", "set", "main", "--monthly-budget-usd", "-3"], "").await;
     assert!(!ok && err.contains("zero or more US dollars"), "{err}");
     let (ok, _, err) = cli(&cfg, &env, &["keys", "set", "main", "--on-limit", "later"], "").await;
@@ -62,12 +66,14 @@ async fn settings_read_back_exactly_after_a_restart() {
     keymux.stop().await;
     let text = std::fs::read_to_string(&cfg).unwrap();
     assert!(text.contains("daily_budget_usd = 5.0") && text.contains("on_limit = \"stop\""), "{text}");
+    assert!(text.contains("reserve_window_pct = 25"), "{text}");
 
     let keymux = Keymux::spawn(&["--config", cfg.to_str().unwrap()], &env).await;
     let keys = keys_of(&keymux).await;
     let main = &find(&keys, "main").status;
     assert_eq!((main.daily_budget_usd.map(|u| u.nanos()), main.reserve_at), (Some(5_000_000_000), Some(80)));
     assert_eq!(main.on_limit, keymux::budget::OnLimit::Stop);
+    assert_eq!(main.reserve_window_pct, Some(25), "kept across a restart");
     assert_eq!(find(&keys, "backup").status.daily_token_budget, None);
     assert!(find(&keys, "backup").status.models.is_empty());
     assert_eq!(format!("{:?}", find(&keys, "main").status.health), "Disabled", "still off after a restart");

@@ -433,3 +433,57 @@ async fn a_key_back_from_an_outage_gets_its_share_of_new_sessions_not_all_of_the
         assert!((6..=14).contains(&n), "uneven after a cooldown: {after_cooling:?}");
     }
 }
+
+/// The key `id` as the control API lists it.
+async fn key_info(h: &Harness, id: &str) -> Value {
+    let keys = support::admin::Admin::new(&h.root).get_json("/keys").await;
+    keys.as_array().unwrap().iter().find(|k| k["id"] == id).unwrap().clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_keeps_the_last_of_its_window_for_its_sessions_and_new_ones_go_elsewhere_until_it_refills() {
+    // a1 first for new sessions (tier 0), b1 in the second tier; 10 requests per minute each.
+    let window = Duration::from_secs(60);
+    let limits = Limits { requests: 10, tokens: 10_000_000, window };
+    let sim = SimConfig::new().org("org-a", &["sk-a1"]).org("org-b", &["sk-b1"]).limits(limits);
+    let h = Harness::start(sim, &[key("a1", "sk-a1"), key("b1", "sk-b1").priority(1)]).await;
+    let api = support::admin::Admin::new(&h.root);
+    let (status, body) = api.patch("/keys/k_a1", json!({"reserve_window_pct": 95})).await;
+    assert_eq!(status, 400, "more than 90 % is refused: {body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("1 to 90"), "{body}");
+    let (status, a1) = api.patch("/keys/k_a1", json!({"reserve_window_pct": 30})).await;
+    assert_eq!((status, a1["reserve_window_pct"].as_u64()), (200, Some(30)), "{a1}");
+    // The start-up probes used one request of each window; start with fresh windows.
+    h.advance(window);
+    let c = client();
+    let last = || h.gateway.events().recent(1).pop().unwrap();
+
+    // One session on a1 until less than 30 % of a1's window is left: every turn stays on a1.
+    let mut s = Session::new(Shape::Codex, 40, false);
+    for turn in 0..8 {
+        let r = s.turn(&c, &h.base, false).await;
+        assert_eq!(r.status, 200, "turn {turn}: {}", r.body);
+        assert_eq!(last().served_by.as_ref().map(ToString::to_string).as_deref(), Some("k_a1"), "turn {turn}");
+    }
+    assert_eq!(key_info(&h, "k_a1").await["window_reserved"], true, "2 of 10 left, under 30 %");
+
+    // A new session goes to b1, the decision saying why; a1's own session goes on there.
+    let mut fresh = Session::new(Shape::Codex, 41, false);
+    assert_eq!(fresh.turn(&c, &h.base, false).await.status, 200);
+    let record = serde_json::to_value(last()).unwrap();
+    assert_eq!(record["served_by"], "k_b1", "{record}");
+    let skipped = record["decision"]["reasons"].as_array().unwrap().iter().find(|r| r["key"] == "k_a1").cloned();
+    let why = skipped.map(|r| r["why"].clone()).unwrap_or_default();
+    assert_eq!((why["kind"].as_str(), why["keep_pct"].as_u64()), (Some("window_reserved"), Some(30)), "{record}");
+    assert_eq!(why["left_permille"].as_u64(), Some(200), "{record}");
+    let r = s.turn(&c, &h.base, false).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(last().served_by.as_ref().map(ToString::to_string).as_deref(), Some("k_a1"), "the pinned turn");
+
+    // Once the window refilled, a1 takes new sessions again.
+    h.advance(window);
+    assert_eq!(key_info(&h, "k_a1").await["window_reserved"], false);
+    let mut later = Session::new(Shape::Codex, 42, false);
+    assert_eq!(later.turn(&c, &h.base, false).await.status, 200);
+    assert_eq!(last().served_by.as_ref().map(ToString::to_string).as_deref(), Some("k_a1"));
+}

@@ -414,6 +414,7 @@ fn plain_http_base_urls_are_refused_off_this_machine() {
         monthly_budget_usd: None,
         reserve_at: None,
         on_limit: None,
+        reserve_window_pct: None,
     };
     for bad in ["http://api.example.com/v1", "http://10.0.0.7:8080/v1", "http://127.0.0.1.example.com/v1", "ftp://x/v1"]
     {

@@ -63,6 +63,37 @@ pub struct PoolInfo {
     pub on_limit: crate::budget::OnLimit,
     /// Where it stands against its budget now.
     pub budget: crate::budget::BudgetState,
+    /// When its budget runs out at the last hour's pace of its keys together, Unix milliseconds, if
+    /// before its period ends (now: spent already).
+    pub budget_runs_out_unix_ms: Option<u64>,
+    /// When the last of its usable keys runs out of its rate-limit window at its pace, Unix
+    /// milliseconds, if all do before they refill (`None`: some key keeps room).
+    pub window_runs_out_unix_ms: Option<u64>,
+}
+
+impl PoolInfo {
+    /// A pool as its definition says, before anything live (keys, tokens, spend) is known.
+    pub fn defined(def: &crate::pools::PoolConfig) -> Self {
+        Self {
+            name: def.name.clone(),
+            builtin: def.name == crate::pools::ALL,
+            from_env: false,
+            keys: def.keys.clone(),
+            key_ids: Vec::new(),
+            fallback: def.fallback.clone(),
+            tokens: Vec::new(),
+            usable: 0,
+            headroom: 0.0,
+            spend: PeriodSpend::default(),
+            daily_budget_usd: def.daily_budget_usd,
+            monthly_budget_usd: def.monthly_budget_usd,
+            reserve_at: def.reserve_at,
+            on_limit: def.on_limit,
+            budget: crate::budget::BudgetState::Open,
+            budget_runs_out_unix_ms: None,
+            window_runs_out_unix_ms: None,
+        }
+    }
 }
 
 /// What a key or a pool spent in the local day and month (`GatewayInfo.periods`), from the stored
@@ -160,9 +191,12 @@ pub struct KeyInfo {
     pub spend: PeriodSpend,
     /// Where it stands against its budgets in money now.
     pub budget: crate::budget::BudgetState,
-    /// When a budget in money runs out at this hour's pace, Unix milliseconds, if before its period
+    /// When a budget in money runs out at the last hour's pace, Unix milliseconds, if before its period
     /// ends (now: spent already).
     pub budget_runs_out_unix_ms: Option<u64>,
+    /// When a rate-limit window runs out at its pace since it began, Unix milliseconds, if before it
+    /// refills (now: used up).
+    pub window_runs_out_unix_ms: Option<u64>,
 }
 
 /// A client token as listed (never the token itself).
@@ -612,6 +646,7 @@ pub fn typescript() -> String {
         extending(RequestRecord::decl(), "Routed"),
         KeyChange::decl(),
         KeyEvent::decl(),
+        crate::events::BudgetOf::decl(),
         GatewayEvent::decl(),
         Event::decl(),
         Envelope::decl(),

@@ -29,8 +29,14 @@ fn window(state: Option<WindowState>, now_unix_ms: u64) -> Option<WindowInfo> {
     })
 }
 
+/// When a window runs out at its pace, Unix milliseconds (the sooner of the two).
+fn window_runs_out(status: &KeyStatus, now_unix_ms: u64) -> Option<u64> {
+    let out = |w: Option<WindowState>| w.and_then(|w| w.runs_out_in()).map(|d| now_unix_ms + millis(d));
+    [out(status.requests_window), out(status.tokens_window)].into_iter().flatten().min()
+}
+
 /// What each key (by fingerprint) spent today and this month (local periods), as the metrics keep it
-/// for the budgets, and this hour, for the pace a forecast follows.
+/// for the budgets, and in the last hour, for the pace a forecast follows.
 struct SpentNow {
     now: std::sync::Arc<SpendNow>,
     hour: HashMap<String, Spent>,
@@ -38,10 +44,18 @@ struct SpentNow {
 }
 
 impl SpentNow {
+    /// The metrics are kept per hour: the pace is what was spent since the start of the previous
+    /// hour, over the time since (one to two hours: the last hour at least, never one minute's burst).
     fn read(gw: &Gateway) -> Self {
         let now = gw.clock().unix_ms();
-        let hour_start = now - now % 3_600_000;
+        let hour_start = (now - now % 3_600_000).saturating_sub(3_600_000);
         Self { now: gw.spend_now(), hour: gw.metrics().spent_since(hour_start), hour_start }
+    }
+
+    /// What the keys of these fingerprints spent since `hour_start`, and that start: the pace.
+    fn pace<'a>(&self, fingerprints: impl IntoIterator<Item = &'a str>) -> (Usd, u64) {
+        let nanos: u64 = fingerprints.into_iter().filter_map(|f| self.hour.get(f)).map(|s| s.usd.nanos()).sum();
+        (Usd::from_nanos(nanos), self.hour_start)
     }
 
     /// What the keys of these fingerprints spent.
@@ -64,11 +78,12 @@ fn info(status: KeyStatus, now_unix_ms: u64, pools: &Pools, spent: &SpentNow) ->
         on_limit: status.on_limit,
     };
     let spend = spent.of(std::iter::once(status.fingerprint.as_str()));
-    let this_hour = spent.hour.get(&status.fingerprint).map_or(Usd::ZERO, |s| s.usd);
-    let (today, month, pace) = (spend.spend_today_usd, spend.spend_month_usd, (this_hour, spent.hour_start));
+    let pace = spent.pace(std::iter::once(status.fingerprint.as_str()));
+    let (today, month) = (spend.spend_today_usd, spend.spend_month_usd);
     KeyInfo {
         budget: spent.now.state_of(&status.fingerprint, &money),
         budget_runs_out_unix_ms: money.runs_out(today, month, pace, now_unix_ms, &spent.now.periods),
+        window_runs_out_unix_ms: window_runs_out(&status, now_unix_ms),
         spend,
         until_unix_ms: (status.cooldown_ms > 0).then(|| now_unix_ms + status.cooldown_ms),
         requests_window: window(status.requests_window, now_unix_ms),
@@ -107,49 +122,52 @@ pub fn pools(gw: &Gateway, keys: &[KeyInfo]) -> Vec<PoolInfo> {
     let tokens = tokens(gw);
     let builtin = PoolConfig { name: ALL.to_owned(), ..PoolConfig::default() };
     let spent = SpentNow::read(gw);
+    let now_unix_ms = gw.clock().unix_ms();
     std::iter::once(&builtin)
         .chain(resolved.defs())
         .map(|def| {
-            let key_ids = resolved.keys_of(&def.name).to_vec();
-            let usable: Vec<&KeyInfo> = keys
-                .iter()
-                .filter(|k| key_ids.contains(&k.status.id) && k.status.health == HealthState::Ready)
-                .collect();
-            let headroom = if usable.is_empty() {
-                0.0
-            } else {
-                usable.iter().map(|k| k.status.headroom).sum::<f32>() / usable.len() as f32
-            };
-            // `all` is every request, keys removed since included; another pool, its keys now.
-            let spend = if def.name == ALL {
-                spent.of(spent.now.by_key.keys().map(String::as_str))
-            } else {
-                let fps = keys.iter().filter(|k| key_ids.contains(&k.status.id)).map(|k| k.status.fingerprint.as_str());
-                spent.of(fps)
-            };
-            PoolInfo {
-                name: def.name.clone(),
-                builtin: def.name == ALL,
-                from_env: gw.env_pools().iter().any(|p| p.name.eq_ignore_ascii_case(&def.name)),
-                keys: def.keys.clone(),
-                fallback: def.fallback.clone(),
-                tokens: tokens
-                    .iter()
-                    .filter(|t| t.pool.eq_ignore_ascii_case(&def.name))
-                    .map(|t| t.name.clone())
-                    .collect(),
-                usable: usable.len(),
-                headroom,
-                key_ids,
-                spend,
-                daily_budget_usd: def.daily_budget_usd,
-                monthly_budget_usd: def.monthly_budget_usd,
-                reserve_at: def.reserve_at,
-                on_limit: def.on_limit,
-                budget: gw.pool_budget(&def.name),
+            let mut info = pool_info(def, resolved.keys_of(&def.name).to_vec(), keys, &spent, now_unix_ms);
+            info.from_env = gw.env_pools().iter().any(|p| p.name.eq_ignore_ascii_case(&def.name));
+            info.tokens =
+                tokens.iter().filter(|t| t.pool.eq_ignore_ascii_case(&def.name)).map(|t| t.name.clone()).collect();
+            if def.name != ALL {
+                info.budget = gw.pool_budget(&def.name);
             }
+            info
         })
         .collect()
+}
+
+/// One pool from its definition and its keys (its tokens and its budget state are the caller's).
+fn pool_info(def: &PoolConfig, key_ids: Vec<KeyId>, keys: &[KeyInfo], spent: &SpentNow, now_unix_ms: u64) -> PoolInfo {
+    let mine: Vec<&KeyInfo> = keys.iter().filter(|k| key_ids.contains(&k.status.id)).collect();
+    let usable: Vec<&KeyInfo> = mine.iter().copied().filter(|k| k.status.health == HealthState::Ready).collect();
+    let headroom = if usable.is_empty() {
+        0.0
+    } else {
+        usable.iter().map(|k| k.status.headroom).sum::<f32>() / usable.len() as f32
+    };
+    // `all` is every request, keys removed since included; another pool, its keys now.
+    let fingerprints: Vec<&str> = if def.name == ALL {
+        spent.now.by_key.keys().map(String::as_str).collect()
+    } else {
+        mine.iter().map(|k| k.status.fingerprint.as_str()).collect()
+    };
+    let spend = spent.of(fingerprints.iter().copied());
+    let money = def.money();
+    let pace = spent.pace(fingerprints.iter().copied());
+    let (today, month) = (spend.spend_today_usd, spend.spend_month_usd);
+    // The pool runs out of rate-limit room when the last of its usable keys does.
+    let window_runs_out = usable.iter().map(|k| k.window_runs_out_unix_ms).collect::<Option<Vec<u64>>>();
+    PoolInfo {
+        usable: usable.len(),
+        headroom,
+        key_ids,
+        spend,
+        budget_runs_out_unix_ms: money.runs_out(today, month, pace, now_unix_ms, &spent.now.periods),
+        window_runs_out_unix_ms: window_runs_out.and_then(|times| times.into_iter().max()),
+        ..PoolInfo::defined(def)
+    }
 }
 
 /// One pool.

@@ -89,6 +89,7 @@ pub(super) async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Resu
                 monthly_budget_usd: None,
                 reserve_at: None,
                 on_limit: None,
+                reserve_window_pct: None,
             };
             // Checked before the secret is asked for, so a typo in the label costs no paste.
             control::check_new_key(
@@ -113,6 +114,7 @@ pub(super) async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Resu
             models,
             exclude_models,
             secret,
+            reserve_window_pct,
             money,
         } => {
             let list = |v: Option<String>| {
@@ -125,6 +127,7 @@ pub(super) async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Resu
                 daily_token_budget: budget,
                 models: list(models),
                 exclude_models: list(exclude_models),
+                reserve_window_pct: percent("reserve-window-pct", reserve_window_pct.as_deref(), 90)?,
                 ..money_changes(&money)?
             };
             if secret {
@@ -631,6 +634,19 @@ fn read_secret() -> Result<Secret, StartError> {
     Ok(Secret::new(value))
 }
 
+/// A percent flag's value (`20`, `20%`), or `none` to remove the setting.
+fn percent(flag: &str, value: Option<&str>, most: u8) -> Result<Option<Option<u8>>, StartError> {
+    match value {
+        None => Ok(None),
+        Some(v) if v.eq_ignore_ascii_case("none") => Ok(Some(None)),
+        Some(v) => v
+            .trim_end_matches('%')
+            .parse::<u8>()
+            .map(|p| Some(Some(p)))
+            .map_err(|_| usage(format!("--{flag} {v:?} is not a percent: give 1 to {most}, or `none`"))),
+    }
+}
+
 /// The budget changes `keys set` was given: a number of dollars or percent, or `none` to remove one.
 pub(super) fn money_changes(money: &super::MoneyArgs) -> Result<KeyChanges, StartError> {
     fn amount(flag: &str, v: &Option<String>) -> Result<Option<Option<crate::spend::Usd>>, StartError> {
@@ -645,15 +661,7 @@ pub(super) fn money_changes(money: &super::MoneyArgs) -> Result<KeyChanges, Star
             .map(|usd| Some(Some(usd)))
             .map_err(|_| usage(format!("--{flag} {v}: a budget is zero or more US dollars")))
     }
-    let reserve_at = match money.reserve_at.as_deref() {
-        None => None,
-        Some(v) if v.eq_ignore_ascii_case("none") => Some(None),
-        Some(v) => Some(Some(
-            v.trim_end_matches('%')
-                .parse::<u8>()
-                .map_err(|_| usage(format!("--reserve-at {v:?} is not a percent: give 1 to 100, or `none`")))?,
-        )),
-    };
+    let reserve_at = percent("reserve-at", money.reserve_at.as_deref(), 100)?;
     let on_limit =
         match money.on_limit.as_deref() {
             None => None,

@@ -207,6 +207,10 @@ enum KeysCommand {
         /// Replace the key's secret in place (read from stdin or a hidden prompt, never the command line).
         #[arg(long)]
         secret: bool,
+        /// Percent of its request and token windows kept for the sessions already on it (1 to 90): below
+        /// it the key takes no new sessions until the window refills; `none` keeps nothing back.
+        #[arg(long, value_name = "PERCENT|none")]
+        reserve_window_pct: Option<String>,
         /// Its budgets in money.
         #[command(flatten)]
         money: MoneyArgs,

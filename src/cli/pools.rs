@@ -119,23 +119,7 @@ async fn list_pools(loaded: &Loaded) -> Result<(), StartError> {
                     .iter()
                     .filter(|t| t.pool.eq_ignore_ascii_case(&def.name))
                     .map(|t| t.name.clone());
-                let info = PoolInfo {
-                    name: def.name.clone(),
-                    builtin: def.name == ALL,
-                    from_env: false,
-                    keys: def.keys.clone(),
-                    key_ids: Vec::new(),
-                    fallback: def.fallback.clone(),
-                    tokens: tokens.collect(),
-                    usable: 0,
-                    headroom: 0.0,
-                    spend: crate::api::types::PeriodSpend::default(),
-                    daily_budget_usd: def.daily_budget_usd,
-                    monthly_budget_usd: def.monthly_budget_usd,
-                    reserve_at: def.reserve_at,
-                    on_limit: def.on_limit,
-                    budget: crate::budget::BudgetState::Open,
-                };
+                let info = PoolInfo { tokens: tokens.collect(), ..PoolInfo::defined(def) };
                 pool_row(&info, None);
             }
             out(&format!("(no gateway running with {}: usable keys appear while it runs)", loaded.path.display()));

@@ -151,6 +151,10 @@ pub struct KeyConfig {
     /// At 100 % of a budget: `reserve` (pinned sessions go on) or `stop` (refuse everything).
     #[serde(default, skip_serializing_if = "OnLimit::is_default")]
     pub on_limit: OnLimit,
+    /// Percent of the key's request and token windows kept for the sessions already on it (1 to 90):
+    /// while less than that is left, the key takes no new sessions, until the window refills.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserve_window_pct: Option<u8>,
 }
 
 fn is_zero(n: &u8) -> bool {
@@ -324,6 +328,7 @@ impl Config {
                 crate::keys::validate_org(org).map_err(&invalid)?;
             }
             crate::budget::validate_reserve_at(key.reserve_at).map_err(&invalid)?;
+            crate::quota::validate_reserve_window_pct(key.reserve_window_pct).map_err(&invalid)?;
             if let Some(prev) = seen.insert(key.label.to_ascii_lowercase(), key.id.clone()) {
                 return Err(invalid(format!("two keys are labelled {:?} ({} and {})", key.label, prev, key.id)));
             }
@@ -406,6 +411,7 @@ impl KeyConfig {
             exclude_models: self.exclude_models.clone(),
             imported: self.imported,
             money: self.money(),
+            reserve_window_pct: self.reserve_window_pct,
             ..KeyEntry::new(self.id.clone(), self.label.clone(), self.provider, secret, KeySource::Keychain)
         }
     }
@@ -426,6 +432,8 @@ mod tests {
         assert!(err.to_string().contains("line 4"), "{err}");
         let err = Config::parse(&format!("{key}reserve_at = 120\n"), Path::new("c.toml")).expect_err("120 %");
         assert!(err.to_string().contains("percent from 1 to 100"), "{err}");
+        let err = Config::parse(&format!("{key}reserve_window_pct = 95\n"), Path::new("/x/c.toml")).expect_err("95 %");
+        assert!(err.to_string().contains("/x/c.toml") && err.to_string().contains("1 to 90"), "{err}");
         let ok = Config::parse(&format!("{key}monthly_budget_usd = 40\non_limit = \"stop\"\n"), Path::new("c.toml"));
         let money = ok.expect("a whole number of dollars reads").keys[0].money();
         assert_eq!((money.monthly, money.on_limit), (Some(Usd::from_nanos(40_000_000_000)), OnLimit::Stop));
@@ -465,6 +473,7 @@ mod tests {
             monthly_budget_usd: None,
             reserve_at: Some(80),
             on_limit: OnLimit::Stop,
+            reserve_window_pct: Some(25),
         });
         config.save(&path).expect("save");
         assert_eq!(Config::load(&path).expect("load"), config);

@@ -73,6 +73,10 @@ pub struct NewKey {
     #[serde(default)]
     #[ts(optional)]
     pub on_limit: Option<OnLimit>,
+    /// Percent of its rate-limit windows kept for the sessions already on it (1 to 90).
+    #[serde(default)]
+    #[ts(optional)]
+    pub reserve_window_pct: Option<u8>,
     /// The API key.
     #[ts(type = "string")]
     pub secret: Secret,
@@ -98,6 +102,7 @@ impl NewKey {
             monthly_budget_usd: None,
             reserve_at: None,
             on_limit: None,
+            reserve_window_pct: None,
             secret,
             imported: false,
         }
@@ -151,6 +156,10 @@ pub struct KeyChanges {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[ts(optional)]
     pub on_limit: Option<OnLimit>,
+    /// A new share of its rate-limit windows kept for its pinned sessions, percent (`null`: none).
+    #[serde(default, with = "double_option", skip_serializing_if = "Option::is_none")]
+    #[ts(optional, type = "number | null")]
+    pub reserve_window_pct: Option<Option<u8>>,
 }
 
 impl KeyChanges {
@@ -164,7 +173,8 @@ impl KeyChanges {
                 validate_models(field, models).map_err(ControlError::Invalid)?;
             }
         }
-        crate::budget::validate_reserve_at(self.reserve_at.flatten()).map_err(ControlError::Invalid)
+        crate::budget::validate_reserve_at(self.reserve_at.flatten()).map_err(ControlError::Invalid)?;
+        crate::quota::validate_reserve_window_pct(self.reserve_window_pct.flatten()).map_err(ControlError::Invalid)
     }
 }
 
@@ -267,6 +277,8 @@ pub fn check_new_key(config: &Config, labels_in_use: &[String], new: &NewKey) ->
     }
     validate_models("models", &new.models).map_err(ControlError::Invalid)?;
     validate_models("exclude_models", &new.exclude_models).map_err(ControlError::Invalid)?;
+    crate::budget::validate_reserve_at(new.reserve_at).map_err(ControlError::Invalid)?;
+    crate::quota::validate_reserve_window_pct(new.reserve_window_pct).map_err(ControlError::Invalid)?;
     if new.provider == Provider::Azure && new.base_url.is_none() {
         return Err(ControlError::Invalid(
             "an Azure key needs a base URL: https://RESOURCE.openai.azure.com/openai/v1".into(),
@@ -293,6 +305,7 @@ pub fn key_config(id: KeyId, new: &NewKey) -> KeyConfig {
         monthly_budget_usd: new.monthly_budget_usd,
         reserve_at: new.reserve_at,
         on_limit: new.on_limit.unwrap_or_default(),
+        reserve_window_pct: new.reserve_window_pct,
     }
 }
 
@@ -711,6 +724,9 @@ fn apply_changes(key: &mut KeyConfig, changes: &KeyChanges) {
         &mut money,
     );
     key.set_money(money);
+    if let Some(new) = changes.reserve_window_pct {
+        key.reserve_window_pct = new;
+    }
 }
 
 fn apply_entry_changes(entry: &mut KeyEntry, changes: &KeyChanges) {
@@ -722,6 +738,9 @@ fn apply_entry_changes(entry: &mut KeyEntry, changes: &KeyChanges) {
         &mut entry.exclude_models,
         &mut entry.money,
     );
+    if let Some(new) = changes.reserve_window_pct {
+        entry.reserve_window_pct = new;
+    }
 }
 
 #[cfg(test)]

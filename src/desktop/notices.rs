@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use crate::api::types::StatusBody;
 use crate::budget::BudgetState;
+use crate::events::BudgetOf;
 use crate::events::{Envelope, Event, KeyChange};
 use crate::pool::HealthState;
 use crate::router::decision::Refusal;
@@ -123,15 +124,16 @@ impl Notifier {
             Event::Finished(record) => {
                 session_lost(&record.routed.decision.refusal, !record.routed.decision.rescued_orgs.is_empty())
             }
-            Event::Gateway(crate::events::GatewayEvent::Budget { label, state, .. }) => {
-                Some(budget(label, state, now_unix_ms))
+            Event::Gateway(crate::events::GatewayEvent::Budget { of, label, state }) => {
+                Some(budget(of, label, state, now_unix_ms))
             }
             _ => None,
         }?;
         let subject = match &event.event {
-            Event::Gateway(crate::events::GatewayEvent::Budget { key, state, .. }) => {
-                format!("{key}:{}", budget_word(state))
-            }
+            Event::Gateway(crate::events::GatewayEvent::Budget { of, state, .. }) => match of {
+                BudgetOf::Key { key } => format!("{key}:{}", budget_word(state)),
+                BudgetOf::Pool { pool } => format!("pool {pool}:{}", budget_word(state)),
+            },
             Event::Key(k) if notice.kind == NoticeKind::KeyRejected => k.key.to_string(),
             // One pool blocked is told once per quiet period, whatever the other pools do.
             Event::Key(_) if notice.kind == NoticeKind::AllKeysBlocked => notice.title.clone(),
@@ -268,28 +270,33 @@ fn budget_word(state: &BudgetState) -> &'static str {
     }
 }
 
-fn budget(label: &str, state: &BudgetState, now_unix_ms: u64) -> Notice {
+fn budget(of: &BudgetOf, label: &str, state: &BudgetState, now_unix_ms: u64) -> Notice {
+    // A pool's budget holds its keys together: the pool's requests (its tokens) are what it limits.
+    let (who, on_it) = match of {
+        BudgetOf::Key { .. } => (format!("'{label}'"), "the sessions already on it go on"),
+        BudgetOf::Pool { .. } => (format!("Pool '{label}'"), "the sessions already in it go on"),
+    };
+    let resets = |at: u64| countdown(at.saturating_sub(now_unix_ms));
     let (title, body) = match *state {
         BudgetState::Reserved { period, limit, used_permille, resets_unix_ms } => (
-            format!("'{label}' is past {}% of its budget", used_permille / 10),
+            format!("{who} is past {}% of its budget", used_permille / 10),
             format!(
-                "Its {limit} {} budget: it takes no new sessions until it resets in {}; the sessions already on \
-                 it go on.",
+                "Its {limit} {} budget: it takes no new sessions until it resets in {}; {on_it}.",
                 period.adjective(),
-                countdown(resets_unix_ms.saturating_sub(now_unix_ms))
+                resets(resets_unix_ms)
             ),
         ),
         BudgetState::Stopped { period, limit, resets_unix_ms } => (
-            format!("'{label}' reached its budget and stopped"),
+            format!("{who} reached its budget and stopped"),
             format!(
                 "Its {limit} {} budget is spent and its on_limit is \"stop\": it serves nothing, its sessions \
                  included, until it resets in {}.",
                 period.adjective(),
-                countdown(resets_unix_ms.saturating_sub(now_unix_ms))
+                resets(resets_unix_ms)
             ),
         ),
         BudgetState::Open => {
-            (format!("'{label}' is open again"), "Its budget's period ended: it takes new sessions again.".to_owned())
+            (format!("{who} is open again"), "Its budget's period ended: it takes new sessions again.".to_owned())
         }
     };
     Notice { kind: NoticeKind::Budget, title, body }

@@ -34,6 +34,8 @@ fn key(label: &str, org: &str, health: HealthState, until: Option<u64>) -> KeyIn
             monthly_budget_usd: None,
             reserve_at: None,
             on_limit: crate::budget::OnLimit::Reserve,
+            reserve_window_pct: None,
+            window_reserved: false,
             headroom: 0.82,
             served: 0,
             failed: 0,
@@ -53,6 +55,7 @@ fn key(label: &str, org: &str, health: HealthState, until: Option<u64>) -> KeyIn
         },
         budget: crate::budget::BudgetState::Open,
         budget_runs_out_unix_ms: None,
+        window_runs_out_unix_ms: None,
         until_unix_ms: until,
         requests_window: None,
         tokens_window: None,
@@ -369,6 +372,8 @@ fn pooled(a: HealthState, b: HealthState) -> StatusBody {
         reserve_at: None,
         on_limit: crate::budget::OnLimit::Reserve,
         budget: crate::budget::BudgetState::Open,
+        budget_runs_out_unix_ms: None,
+        window_runs_out_unix_ms: None,
     };
     s.pools = vec![pool("work", Some("acme"), a), pool("home", None, b)];
     for k in &mut s.keys {
@@ -397,11 +402,15 @@ fn the_tray_shows_pools_and_names_a_blocked_one() {
 #[test]
 fn a_budget_state_is_a_notification_with_its_amount_and_its_reset_and_can_be_switched_off() {
     use crate::budget::{BudgetState, Period};
-    use crate::events::GatewayEvent;
+    use crate::events::{BudgetOf, GatewayEvent};
     let budget = |id: u64, state: BudgetState| Envelope {
         id,
         at_unix_ms: NOW,
-        event: Event::Gateway(GatewayEvent::Budget { key: KeyId::new("k_work"), label: "work".into(), state }),
+        event: Event::Gateway(GatewayEvent::Budget {
+            of: BudgetOf::Key { key: KeyId::new("k_work") },
+            label: "work".into(),
+            state,
+        }),
     };
     let limit = crate::spend::Usd::from_nanos(5_000_000_000);
     let reserved =
@@ -417,4 +426,74 @@ fn a_budget_state_is_a_notification_with_its_amount_and_its_reset_and_can_be_swi
     n.set(NoticeKind::Budget, false);
     let later = NOW + 3_600_000;
     assert_eq!(n.consider(&budget(3, BudgetState::Open), || two(HealthState::Ready, HealthState::Ready), later), None);
+}
+
+#[test]
+fn a_pools_budget_is_told_apart_from_its_keys_and_names_the_pool() {
+    use crate::budget::{BudgetState, Period};
+    use crate::events::{BudgetOf, GatewayEvent};
+    let limit = crate::spend::Usd::from_nanos(20_000_000_000);
+    let reserved =
+        BudgetState::Reserved { period: Period::Month, limit, used_permille: 903, resets_unix_ms: NOW + 86_400_000 };
+    let event = |id: u64, of: BudgetOf| Envelope {
+        id,
+        at_unix_ms: NOW,
+        event: Event::Gateway(GatewayEvent::Budget { of, label: "work".into(), state: reserved }),
+    };
+    let mut n = Notifier::new();
+    let ready = || two(HealthState::Ready, HealthState::Ready);
+    let pool = n.consider(&event(1, BudgetOf::Pool { pool: "work".into() }), ready, NOW).expect("told");
+    assert_eq!(pool.title, "Pool 'work' is past 90% of its budget");
+    assert!(pool.body.contains("$20.00 monthly budget") && pool.body.contains("already in it"), "{}", pool.body);
+    // A key labelled like the pool is another subject: its own reservation is told too.
+    let key = n.consider(&event(2, BudgetOf::Key { key: KeyId::new("k_work") }), ready, NOW).expect("told");
+    assert_eq!(key.title, "'work' is past 90% of its budget");
+    // The pool's same state again within the quiet time is not told twice.
+    assert_eq!(n.consider(&event(3, BudgetOf::Pool { pool: "work".into() }), ready, NOW + 1_000), None);
+}
+
+#[test]
+fn a_key_item_shows_its_spend_and_forecast_and_a_resting_key_offers_test_now() {
+    use HealthState::*;
+    let usd = |dollars: u64| crate::spend::Usd::from_nanos(dollars * 10_000_000);
+    let mut work = key("work", "org-a", Ready, None);
+    work.status.daily_budget_usd = Some(usd(500));
+    work.spend.spend_today_usd = usd(120);
+    work.budget_runs_out_unix_ms = Some(NOW + 7_500_000);
+    work.window_runs_out_unix_ms = Some(NOW + 20_000);
+    assert_eq!(
+        super::menu::key_label(&work, NOW),
+        "work (org-a) · 82% headroom · $1.20 of $5.00 today, window out in 20s",
+        "the sooner of the two"
+    );
+    work.window_runs_out_unix_ms = None;
+    assert_eq!(
+        super::menu::key_label(&work, NOW),
+        "work (org-a) · 82% headroom · $1.20 of $5.00 today, budget out in 2h 5m"
+    );
+    work.status.window_reserved = true;
+    assert!(super::menu::key_label(&work, NOW).contains("82% headroom, kept for its sessions"));
+    let mut home = key("home", "org-b", Ready, None);
+    home.window_runs_out_unix_ms = Some(NOW + 45_000);
+    assert_eq!(super::menu::key_label(&home, NOW), "home (org-b) · 82% headroom · window out in 45s");
+
+    // Only a key that is out for a while a probe could end is offered "Test now", right under it.
+    let s = two(Ready, Cooling);
+    let m = menu(&input(&s));
+    let items = entries(&m.items);
+    let home_at = items
+        .iter()
+        .position(|i| matches!(i, Item::Entry { action: Action::ToggleKey(k), .. } if k.as_str() == "k_home"));
+    let test = Action::TestKey(KeyId::new("k_home"));
+    assert!(
+        matches!(items[home_at.unwrap() + 1], Item::Entry { action, label, .. } if *action == test && label.contains("Test 'home' now"))
+    );
+    assert!(!items
+        .iter()
+        .any(|i| matches!(i, Item::Entry { action: Action::TestKey(k), .. } if k.as_str() == "k_work")));
+    assert_eq!(test.id(), "test:k_home");
+    // The item appearing changes the menu's shape: rebuilt, with the new icon.
+    let before = menu(&input(&two(Ready, Ready)));
+    let after = changes(&before, &m);
+    assert!(after.contains(&Change::Rebuild) && after.contains(&Change::Icon(IconState::Degraded)), "{after:?}");
 }

@@ -51,6 +51,10 @@ pub struct KeyStatus {
     pub reserve_at: Option<u8>,
     /// At 100 % of a budget: `reserve` or `stop`.
     pub on_limit: crate::budget::OnLimit,
+    /// Percent of its rate-limit windows kept for the sessions already on it, if any.
+    pub reserve_window_pct: Option<u8>,
+    /// Whether less than that is left now: it takes no new sessions until the window refills.
+    pub window_reserved: bool,
     /// Share of the tighter rate-limit window left, 0 to 1.
     pub headroom: f32,
     /// Answers since start that the key itself served: any 2xx, and client errors (the key was fine).
@@ -119,6 +123,8 @@ pub(super) fn key_status(s: &Slot, now: Instant, day: u32) -> KeyStatus {
         monthly_budget_usd: entry.money.monthly,
         reserve_at: entry.money.reserve_at,
         on_limit: entry.money.on_limit,
+        reserve_window_pct: entry.reserve_window_pct,
+        window_reserved: entry.reserve_window_pct.and_then(|pct| state.quota.reserve(now, pct)).is_some(),
         headroom: state.quota.headroom(now),
         served: counters.served.load(Ordering::Relaxed),
         failed: counters.failed.load(Ordering::Relaxed),

@@ -33,6 +33,8 @@ pub struct KeyView {
     pub headroom: f32,
     /// A rate-limit window is used up until then: the key would answer 429.
     pub exhausted_until: Option<Instant>,
+    /// Less than its `reserve_window_pct` of a window is left: kept for its pinned sessions.
+    pub window_reserve: Option<crate::quota::WindowReserve>,
     /// Over its daily token budget.
     pub over_budget: bool,
     /// Allowed for the request's model, and not known to lack it.
@@ -94,6 +96,7 @@ pub(super) fn key_view(s: &Slot, request: ViewFor<'_>) -> KeyView {
         priority: entry.priority,
         headroom: state.quota.headroom(request.now),
         exhausted_until: state.quota.exhausted_until(request.now, request.tokens),
+        window_reserve: entry.reserve_window_pct.and_then(|pct| state.quota.reserve(request.now, pct)),
         over_budget: entry.daily_token_budget.is_some_and(|b| used >= b),
         model_ok,
         recent_starts: state.starts.at(request.now) as f32,

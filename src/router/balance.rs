@@ -89,6 +89,7 @@ fn sort_keys<'a>(ask: &Ask<'a>, decision: &mut Decision) -> Sorted<'a> {
                 let frees = match (why, key.health) {
                     (SkipWhy::Cooling { .. }, Health::Cooling { until }) => Some(until),
                     (SkipWhy::NearExhaustion { .. }, _) => key.exhausted_until,
+                    (SkipWhy::WindowReserved { .. }, _) => key.window_reserve.map(|r| r.frees),
                     (SkipWhy::BudgetReserved { .. } | SkipWhy::BudgetStopped { .. }, _) => {
                         sorted.over_money += 1;
                         key.budget_resets
@@ -114,11 +115,22 @@ fn sort_keys<'a>(ask: &Ask<'a>, decision: &mut Decision) -> Sorted<'a> {
 }
 
 /// Why a key is closed to an unpinned request now (its health, its model, a budget in money past
-/// `reserve_at`, a used-up window); `None` when it is open.
+/// `reserve_at`, a used-up window, a window down to the share it keeps); `None` when it is open.
 pub(super) fn closed(key: &KeyView, now: Instant) -> Option<SkipWhy> {
-    skip_reason(key, now).or_else(|| reserved(key)).or_else(|| {
-        key.exhausted_until.filter(|u| *u > now).map(|until| SkipWhy::NearExhaustion { reset_ms: millis(until - now) })
-    })
+    skip_reason(key, now)
+        .or_else(|| reserved(key))
+        .or_else(|| {
+            let until = key.exhausted_until.filter(|u| *u > now)?;
+            Some(SkipWhy::NearExhaustion { reset_ms: millis(until - now) })
+        })
+        .or_else(|| {
+            let kept = key.window_reserve.filter(|r| r.frees > now)?;
+            Some(SkipWhy::WindowReserved {
+                left_permille: kept.left_permille,
+                keep_pct: kept.keep_pct,
+                reset_ms: millis(kept.frees - now),
+            })
+        })
 }
 
 /// A key reserved by its budget in money takes no new sessions (pinned ones still reach it).

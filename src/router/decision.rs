@@ -82,6 +82,16 @@ pub enum SkipWhy {
         /// Milliseconds until it resets.
         resets_ms: u64,
     },
+    /// Less than its `reserve_window_pct` of a rate-limit window is left: kept for the sessions
+    /// already on it, no new ones until the window refills.
+    WindowReserved {
+        /// What is left of the tighter window, thousandths of its limit.
+        left_permille: u16,
+        /// The share it keeps, percent.
+        keep_pct: u8,
+        /// Milliseconds until the window refills.
+        reset_ms: u64,
+    },
 }
 
 /// One line of a decision's explanation.

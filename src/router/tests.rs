@@ -34,6 +34,7 @@ fn key(id: &str, in_flight: u32, health: Health) -> KeyView {
         priority: 0,
         headroom: 1.0,
         exhausted_until: None,
+        window_reserve: None,
         over_budget: false,
         model_ok: true,
         recent_starts: 0.0,
@@ -796,4 +797,25 @@ fn a_stopped_key_refuses_even_its_pinned_sessions_naming_the_budget_and_its_rese
     let with_a2 = PoolView { keys: vec![a1, org_key("a2", "org-a", 0, Health::Ready)] };
     let d = decide(&pinned(4, "a1", "org-a"), &with_a2, &Memory::default(), now, &policy(2));
     assert_eq!((d.route, ids(&d)), (Route::Pinned, vec!["a2"]));
+}
+
+#[test]
+fn a_key_down_to_its_window_reserve_keeps_it_for_its_pinned_sessions_until_the_window_refills() {
+    let now = clock_now();
+    let kept = crate::quota::WindowReserve { left_permille: 150, keep_pct: 20, frees: now + Duration::from_secs(30) };
+    let a1 = KeyView { window_reserve: Some(kept), ..org_key("a1", "org-a", 0, Health::Ready) };
+    let view = PoolView { keys: vec![a1.clone(), org_key("b1", "org-b", 6, Health::Ready)] };
+    let d = decide(&facts(1), &view, &Memory::default(), now, &policy(2));
+    assert_eq!(ids(&d), ["b1"], "a new session goes elsewhere, however busy b1 is");
+    let why = SkipWhy::WindowReserved { left_permille: 150, keep_pct: 20, reset_ms: 30_000 };
+    assert!(d.reasons.contains(&Reason::Skipped { key: KeyId::new("a1"), why }), "{:?}", d.reasons);
+    let d = decide(&pinned(2, "a1", "org-a"), &view, &Memory::default(), now, &policy(2));
+    assert_eq!((d.route, ids(&d)), (Route::Pinned, vec!["a1"]), "its pinned session goes on");
+    // Alone, it is kept for its sessions: a new one waits for the refill, told when.
+    let only = PoolView { keys: vec![a1] };
+    let d = decide(&facts(3), &only, &Memory::default(), now, &policy(2));
+    assert_eq!(d.refusal, Some(Refusal::AllCooling { retry_after_secs: 30, cooling: 1 }), "{d:?}");
+    // Once the window refilled, it takes new sessions again.
+    let later = now + Duration::from_secs(30);
+    assert_eq!(ids(&decide(&facts(4), &only, &Memory::default(), later, &policy(2))), ["a1"]);
 }

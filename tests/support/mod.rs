@@ -125,6 +125,7 @@ fn harness_config(sim: &Sim, keys: &[TestKey], store: &MemoryStore) -> Config {
             monthly_budget_usd: None,
             reserve_at: k.reserve_at,
             on_limit: k.on_limit,
+            reserve_window_pct: None,
         });
     }
     config.tokens.push(TokenConfig { id: "t_test".into(), name: "test".into(), created_unix: 0, pool: "all".into() });

@@ -627,8 +627,10 @@ async function budgetSteps(page) {
   const edit = page.getByTestId("edit-key-dialog");
   await edit.getByTestId("edit-daily-usd").fill("0.01");
   await edit.getByTestId("edit-reserve-at").fill("50");
+  await edit.getByTestId("edit-reserve-window").fill("20");
   await edit.getByRole("button", { name: "Save" }).click();
   await edit.waitFor({ state: "hidden", timeout: WAIT });
+  await c1.getByTestId("key-window-note").filter({ hasText: "keeps 20 % of its window for its sessions" }).waitFor({ timeout: WAIT });
   await c1.getByTestId("key-budget-state").filter({ hasText: "budget: reserved" }).waitFor({ timeout: WAIT });
   const spend = await c1.getByTestId("key-spend").innerText();
   if (!spend.includes("of $0.01 a day")) throw new Error(`c1's card does not show its budget: ${spend}`);
@@ -933,15 +935,25 @@ async function poolSteps(page) {
   await form.locator("select[name=pool-fallback]").selectOption("spare");
   await form.locator("select[name=pool-fallback]").selectOption("work");
   await form.getByRole("button", { name: "Move work up" }).click();
+  await form.getByTestId("pool-daily-usd").fill("2.5");
+  await form.getByTestId("pool-reserve-at").fill("80");
+  await form.getByTestId("pool-on-limit").selectOption("stop");
+  await form.getByTestId("pool-budget-fields").scrollIntoViewIfNeeded();
+  await page.screenshot({ path: join(SHOTS, "light-1280x800-pool-budget-form.png") });
   await form.getByTestId("pool-form-next").click();
   const editReview = await form.getByTestId("pool-review").innerText({ timeout: WAIT });
   if (!editReview.includes("d1, e1") || !editReview.includes("work, then spare")) throw new Error(`the edit summary says: ${editReview}`);
+  if (!editReview.includes("$2.50 a day; no new sessions past 80 %; at 100 % it stops")) throw new Error(`the edit summary's budget: ${editReview}`);
   await form.getByTestId("pool-form-confirm").click();
   await form.waitFor({ state: "hidden", timeout: WAIT });
   await scratch.getByTestId("pool-fallback").filter({ hasText: "work, then spare" }).waitFor({ timeout: WAIT });
+  await scratch.getByTestId("pool-budget").filter({ hasText: "$2.50 a day" }).waitFor({ timeout: WAIT });
   const edited = (await apiPools(page)).find((p) => p.name === "scratch");
   if (edited?.keys.join(",") !== "d1,e1" || edited.fallback.join(",") !== "work,spare") {
     throw new Error(`the gateway holds scratch as ${JSON.stringify(edited)}`);
+  }
+  if (edited.daily_budget_usd !== 2.5 || edited.reserve_at !== 80 || edited.on_limit !== "stop" || edited.monthly_budget_usd !== null) {
+    throw new Error(`the gateway holds scratch's budget as ${JSON.stringify(edited)}`);
   }
   await scratch.getByTestId("pool-delete").click();
   await page.getByTestId("confirm-dialog").filter({ hasText: "Delete pool scratch?" }).getByTestId("confirm").click();

@@ -57,7 +57,19 @@ limit: number,
 /**
  * Milliseconds until it resets.
  */
-resets_ms: number, };
+resets_ms: number, } | { "kind": "window_reserved", 
+/**
+ * What is left of the tighter window, thousandths of its limit.
+ */
+left_permille: number, 
+/**
+ * The share it keeps, percent.
+ */
+keep_pct: number, 
+/**
+ * Milliseconds until the window refills.
+ */
+reset_ms: number, };
 
 export type Reason = { "rule": "most_headroom", 
 /**
@@ -441,6 +453,16 @@ label: string,
  */
 change: KeyChange, };
 
+export type BudgetOf = { "kind": "key", 
+/**
+ * The key.
+ */
+key: KeyId, } | { "kind": "pool", 
+/**
+ * The pool's name.
+ */
+pool: string, };
+
 export type GatewayEvent = { "kind": "paused" } | { "kind": "resumed" } | { "kind": "store_failed", 
 /**
  * What went wrong, and what to do.
@@ -467,11 +489,11 @@ message: string, } | { "kind": "pools_changed",
  */
 name: string, } | { "kind": "budget", 
 /**
- * The key.
+ * Whose budget.
  */
-key: KeyId, 
+of: BudgetOf, 
 /**
- * Its label.
+ * The key's label, or the pool's name.
  */
 label: string, 
 /**
@@ -776,6 +798,14 @@ reserve_at: number | null,
  */
 on_limit: OnLimit, 
 /**
+ * Percent of its rate-limit windows kept for the sessions already on it, if any.
+ */
+reserve_window_pct: number | null, 
+/**
+ * Whether less than that is left now: it takes no new sessions until the window refills.
+ */
+window_reserved: boolean, 
+/**
  * Share of the tighter rate-limit window left, 0 to 1.
  */
 headroom: number, 
@@ -870,10 +900,15 @@ pools: Array<string>,
  */
 budget: BudgetState, 
 /**
- * When a budget in money runs out at this hour's pace, Unix milliseconds, if before its period
+ * When a budget in money runs out at the last hour's pace, Unix milliseconds, if before its period
  * ends (now: spent already).
  */
 budget_runs_out_unix_ms: number | null, 
+/**
+ * When a rate-limit window runs out at its pace since it began, Unix milliseconds, if before it
+ * refills (now: used up).
+ */
+window_runs_out_unix_ms: number | null, 
 /**
  * Spent today, in US dollars.
  */
@@ -948,6 +983,16 @@ on_limit: OnLimit,
  * Where it stands against its budget now.
  */
 budget: BudgetState, 
+/**
+ * When its budget runs out at the last hour's pace of its keys together, Unix milliseconds, if
+ * before its period ends (now: spent already).
+ */
+budget_runs_out_unix_ms: number | null, 
+/**
+ * When the last of its usable keys runs out of its rate-limit window at its pace, Unix
+ * milliseconds, if all do before they refill (`None`: some key keeps room).
+ */
+window_runs_out_unix_ms: number | null, 
 /**
  * Spent today, in US dollars.
  */
@@ -1362,6 +1407,10 @@ reserve_at?: number,
  */
 on_limit?: OnLimit, 
 /**
+ * Percent of its rate-limit windows kept for the sessions already on it (1 to 90).
+ */
+reserve_window_pct?: number, 
+/**
  * The API key.
  */
 secret: string, };
@@ -1402,7 +1451,11 @@ reserve_at?: number | null,
 /**
  * What happens at 100 %.
  */
-on_limit?: OnLimit, };
+on_limit?: OnLimit, 
+/**
+ * A new share of its rate-limit windows kept for its pinned sessions, percent (`null`: none).
+ */
+reserve_window_pct?: number | null, };
 
 export type Period = "day" | "month";
 

@@ -17,6 +17,7 @@ export function EditKeyDialog({ info, onClose }: { info: KeyInfo; onClose: () =>
   const [monthly, setMonthly] = useState(text(info.monthly_budget_usd));
   const [reserveAt, setReserveAt] = useState(text(info.reserve_at));
   const [onLimit, setOnLimit] = useState(info.on_limit);
+  const [keepWindow, setKeepWindow] = useState(text(info.reserve_window_pct));
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<string | null>(null);
 
@@ -31,6 +32,7 @@ export function EditKeyDialog({ info, onClose }: { info: KeyInfo; onClose: () =>
     if (numberOrNull(monthly) !== info.monthly_budget_usd) changes.monthly_budget_usd = numberOrNull(monthly);
     if (numberOrNull(reserveAt) !== info.reserve_at) changes.reserve_at = numberOrNull(reserveAt);
     if (onLimit !== info.on_limit) changes.on_limit = onLimit;
+    if (numberOrNull(keepWindow) !== info.reserve_window_pct) changes.reserve_window_pct = numberOrNull(keepWindow);
     if (Object.keys(changes).length === 0) return onClose();
     setBusy(true);
     setError(null);
@@ -83,6 +85,10 @@ export function EditKeyDialog({ info, onClose }: { info: KeyInfo; onClose: () =>
             </select>
           </label>
         </div>
+        <label>
+          <span>Keep for its sessions, % of its rate-limit window (no new sessions below it)</span>
+          <input type="number" min={1} max={90} placeholder="nothing kept" value={keepWindow} onInput={(e) => setKeepWindow(e.currentTarget.value)} data-testid="edit-reserve-window" />
+        </label>
         {error && <Notice kind="error">{error}</Notice>}
         <div class="actions">
           <button type="button" class="button" onClick={onClose}>

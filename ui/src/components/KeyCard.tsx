@@ -117,6 +117,21 @@ export function KeyCard({ info, spark, showOrg = false }: Props) {
         <WindowGauge title="Requests" window={info.requests_window} />
         <WindowGauge title="Tokens" window={info.tokens_window} />
       </div>
+      {(info.window_reserved || info.window_runs_out_unix_ms !== null || info.reserve_window_pct !== null) && (
+        <p class="small muted key-window-note" data-testid="key-window-note">
+          {info.window_reserved && (
+            <Tag tone="warn" title={`Less than ${info.reserve_window_pct} % of a window is left: it takes no new sessions until the window refills; the sessions already on it go on`}>
+              window kept for its sessions
+            </Tag>
+          )}
+          {info.reserve_window_pct !== null && !info.window_reserved && <span>keeps {info.reserve_window_pct} % of its window for its sessions</span>}
+          {info.window_runs_out_unix_ms !== null && info.health === "ready" && (
+            <span title="When a rate-limit window runs out at its pace since it began (before it refills)">
+              {" "}window runs out in <Countdown until={info.window_runs_out_unix_ms} />
+            </span>
+          )}
+        </p>
+      )}
 
       <div class="key-stats">
         <div class="key-stat">
@@ -142,7 +157,7 @@ export function KeyCard({ info, spark, showOrg = false }: Props) {
             {info.unpriced_requests_month > 0 ? ` · ${info.unpriced_requests_month} unpriced` : ""}
           </span>
           {info.budget_runs_out_unix_ms !== null && info.budget.state === "open" && (
-            <span class="muted small" data-testid="key-runs-out" title="When a budget runs out at this hour's pace">
+            <span class="muted small" data-testid="key-runs-out" title="When a budget runs out at the last hour's pace">
               runs out ~{new Date(info.budget_runs_out_unix_ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })}
             </span>
           )}

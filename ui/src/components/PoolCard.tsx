@@ -8,6 +8,7 @@ import { NO_FILTERS, keysPool, liveFilters } from "../state/filters";
 import { go } from "../state/route";
 import { keys, refreshStatus } from "../state/store";
 import { Tag } from "./Badge";
+import { Countdown } from "./Countdown";
 import { ConfirmDialog } from "./ConfirmDialog";
 import { Notice } from "./Notice";
 import { PoolBadge } from "./PoolBadge";
@@ -120,6 +121,20 @@ export function PoolCard({ pool, onEdit }: Props) {
                   {pool.budget.state === "stopped" ? "stopped" : "reserved"}
                 </Tag>
               )}
+              {pool.budget_runs_out_unix_ms !== null && pool.budget.state === "open" && (
+                <span class="muted" data-testid="pool-runs-out" title="When its budget runs out at its keys' pace over the last hour">
+                  {" "}
+                  · runs out ~{new Date(pool.budget_runs_out_unix_ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })}
+                </span>
+              )}
+            </dd>
+          </>
+        )}
+        {pool.window_runs_out_unix_ms !== null && (
+          <>
+            <dt>Rate limits</dt>
+            <dd data-testid="pool-window-runs-out" title="Every usable key's rate-limit window runs out at its pace before it refills">
+              every key's window runs out in <Countdown until={pool.window_runs_out_unix_ms} />
             </dd>
           </>
         )}

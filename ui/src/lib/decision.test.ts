@@ -145,6 +145,10 @@ describe("sentences", () => {
     expect(reasonSentence({ rule: "skipped", key: "k_b1", why: reserved }, name)).toBe(
       "personal (org-b) was skipped: it is over 81 % of its $5.00 daily budget, reserved for the sessions already on it.",
     );
+    const kept = { kind: "window_reserved", left_permille: 150, keep_pct: 20, reset_ms: 30_000 } as const;
+    expect(reasonSentence({ rule: "skipped", key: "k_b1", why: kept }, name)).toBe(
+      "personal (org-b) was skipped: only 15 % of its rate-limit window is left, under the 20 % it keeps for the sessions already on it, until it refills in 30s.",
+    );
     const stopped = { kind: "budget_stopped", period: "month", limit: 20, resets_ms: 3_600_000 } as const;
     expect(reasonSentence({ rule: "skipped", key: "k_b1", why: stopped }, name)).toContain("$20.00 monthly budget and is stopped");
     expect(refusalSentence({ kind: "budget_stopped", key: "k_b1", period: "day", limit: 5, retry_after_secs: 90 }, name)).toBe(

@@ -94,6 +94,8 @@ function skipWhy(why: SkipWhy): string {
       return `it is over ${Math.floor(why.used_permille / 10)} % of its ${usd(why.limit)} ${why.period === "day" ? "daily" : "monthly"} budget, reserved for the sessions already on it`;
     case "budget_stopped":
       return `it reached its ${usd(why.limit)} ${why.period === "day" ? "daily" : "monthly"} budget and is stopped until it resets in ${countdown(why.resets_ms)}`;
+    case "window_reserved":
+      return `only ${(why.left_permille / 10).toFixed(why.left_permille % 10 ? 1 : 0)} % of its rate-limit window is left, under the ${why.keep_pct} % it keeps for the sessions already on it, until it refills in ${countdown(why.reset_ms)}`;
     default:
       return unknown(why);
   }

@@ -36,6 +36,8 @@ export function keyInfo(id: string, over: Partial<KeyInfo> = {}): KeyInfo {
     monthly_budget_usd: null,
     reserve_at: null,
     on_limit: "reserve",
+    reserve_window_pct: null,
+    window_reserved: false,
     headroom: 1,
     served: 0,
     failed: 0,
@@ -59,6 +61,7 @@ export function keyInfo(id: string, over: Partial<KeyInfo> = {}): KeyInfo {
     unpriced_requests_month: 0,
     budget: { state: "open" },
     budget_runs_out_unix_ms: null,
+    window_runs_out_unix_ms: null,
     ...over,
   };
 }
@@ -83,6 +86,8 @@ export function poolInfo(name: string, keyIds: string[], over: Partial<PoolInfo>
     reserve_at: null,
     on_limit: "reserve",
     budget: { state: "open" },
+    budget_runs_out_unix_ms: null,
+    window_runs_out_unix_ms: null,
     ...over,
   };
 }
