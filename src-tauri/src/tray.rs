@@ -14,6 +14,7 @@ use tauri::tray::{MouseButton, MouseButtonState, TrayIconBuilder, TrayIconEvent}
 use tauri::{AppHandle, Manager, Wry};
 use tauri_plugin_autostart::ManagerExt as _;
 use tauri_plugin_clipboard_manager::ClipboardExt as _;
+use tauri_plugin_notification::NotificationExt as _;
 use tauri_plugin_opener::OpenerExt as _;
 
 use crate::state::{lock, quit, Shell};
@@ -210,6 +211,7 @@ fn act(app: &AppHandle, id: &str) {
                 tracing::warn!("{e}");
             }
         }
+        (Action::TestKey(key), Some(g)) => test_now(app, g, key),
         (Action::OpenInBrowser, Some(g)) => {
             if let Err(e) = app.opener().open_url(g.login_link(), None::<&str>) {
                 tracing::warn!("the browser could not be opened: {e}");
@@ -235,6 +237,26 @@ fn act(app: &AppHandle, id: &str) {
         (Action::Status, _) | (_, None) => {}
     }
     refresh(app);
+}
+
+/// "Test now": probes the key (a cooldown or quota rest ends if the provider answers, as through the
+/// dashboard) and says what the provider answered: the user asked, so it is shown whatever the
+/// notification switches say.
+fn test_now(app: &AppHandle, gateway: Arc<keymux::gateway::Gateway>, key: keymux::keys::KeyId) {
+    let app = app.clone();
+    tauri::async_runtime::spawn(async move {
+        let label = views::key(&gateway, &key).map_or_else(|| key.to_string(), |k| k.status.label);
+        let (title, body) = match gateway.test_key(&key).await {
+            Ok(test) if test.ok => (format!("'{label}' answered"), test.message),
+            Ok(test) => (format!("'{label}' did not answer"), test.message),
+            Err(e) => (format!("'{label}' could not be tested"), e.to_string()),
+        };
+        tracing::info!(%title, %body, "key tested from the tray");
+        if let Err(e) = app.notification().builder().title(&title).body(&body).show() {
+            tracing::warn!("the desktop notification could not be shown: {e}");
+        }
+        refresh(&app);
+    });
 }
 
 fn toggle_autostart(app: &AppHandle, shell: &Shell) {

@@ -2,7 +2,8 @@
 //! XEmbed system tray). The icon docks; its pixels, read back from the screen, are matched to each
 //! state's icon (healthy, degraded, blocked, paused, down). A click on the icon opens the menu, and
 //! each item is chosen from the keyboard as a user would; what it did is checked through the gateway's
-//! API and the files it writes: pause, a key switched off and on, the dashboard window, Set up Codex
+//! API and the files it writes: pause, a key switched off and on, "Test now" on a cooling key, the
+//! dashboard window, Set up Codex
 //! through its dialog and back with Undo, a notification switch, start at login, and Quit. The
 //! window's size and place survive a restart.
 //!
@@ -23,7 +24,7 @@ use keymux::desktop::menu::{self, Action, IconState, MenuInput};
 use keymux::desktop::notices::NoticeKind;
 use keymux::keys::KeyId;
 use keymux::pool::HealthState;
-use keymux_sim::{Sim, SimConfig};
+use keymux_sim::{Fault, Sim, SimConfig};
 
 const TOKEN: &str = "km-tray-click-token-0123456789abcdef";
 const ADMIN: &str = "kma-tray-click-admin-0123456789abcdef";
@@ -169,7 +170,7 @@ async fn every_tray_state_and_menu_action_as_a_user_sees_and_clicks_them() {
     let xvfb = Xvfb::start().await.expect("the tray test needs Xvfb (scripts/test installs it)");
     assert!(std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_some(), "run it through scripts/test");
     let _host = TrayHost::start(&xvfb);
-    let _notifications = desktop::Notifications::serve().await;
+    let notifications = desktop::Notifications::serve().await;
     let sim = Sim::start(SimConfig::new().org("org-a", &["sk-a1"]).org("org-b", &["sk-b1"])).await.unwrap();
     let home = tempfile::tempdir().unwrap();
     let config = home.path().join("config.toml");
@@ -203,6 +204,7 @@ async fn every_tray_state_and_menu_action_as_a_user_sees_and_clicks_them() {
     };
 
     states(&desk).await;
+    test_a_cooling_key_now(&desk, &sim, &base, &notifications).await;
     set_up_codex_and_undo(&mut desk, &codex, original, &base).await;
     preferences(&mut desk, home.path()).await;
     window_quit_and_restart(&mut desk, &mut app, &args, &env, home.path()).await;
@@ -263,6 +265,41 @@ async fn states(desk: &Desk<'_>) {
     desk.choose(Action::ToggleKey(a1)).await;
     desk.choose(Action::ToggleKey(b1)).await;
     desk.wait_status("both on", |s| s.keys.iter().all(|k| k.status.health == HealthState::Ready)).await;
+    desk.expect_icon(IconState::Healthy).await;
+}
+
+/// A key cooling for an hour after a 429; the provider answers again, and "Test now" under its item
+/// ends the cooldown at once and says so.
+async fn test_a_cooling_key_now(desk: &Desk<'_>, sim: &Sim, base: &str, notices: &desktop::Notifications) {
+    sim.set_standing("sk-a1", Fault::RateLimited { retry_after_secs: 3600 }, None);
+    // New sessions until one is tried on a1 (the spread sends one there soon): its 429 cools it for
+    // an hour, and the request itself fails over to b1.
+    for n in 0..20 {
+        if health_of(&desk.status().await, "a1") == HealthState::Cooling {
+            break;
+        }
+        let body = serde_json::json!({"model": "gpt-5.5", "input": format!("cool a1 {n}"), "store": false});
+        let r = desk.http.post(format!("{base}/responses")).bearer_auth(TOKEN).json(&body).send().await.unwrap();
+        assert_eq!(r.status(), 200, "failed over to b1");
+    }
+    desk.wait_status("a1 cooling", |s| health_of(s, "a1") == HealthState::Cooling).await;
+    desk.expect_icon(IconState::Degraded).await;
+    sim.clear_standing("sk-a1");
+    let a1 = key_id(&desk.status().await, "a1");
+    let test = Action::TestKey(a1);
+    assert!(menu::entries(&desk.menu().await.items)
+        .iter()
+        .any(|i| matches!(i, menu::Item::Entry { action, .. } if *action == test)));
+    let open = desk.open_menu().await;
+    desk.xvfb
+        .screen()
+        .crop(Rect { x: 0, y: 0, w: open.rect.x + open.rect.w + 8, h: open.rect.y + open.rect.h + 8 })
+        .write_png(&shots().join("menu-test-now.png"));
+    x11::xdotool(&desk.xvfb.display, &["key", "Escape"]);
+    desk.gone("the menu closes", &open).await;
+    desk.choose(test).await;
+    desk.wait_status("a1 ready again", |s| health_of(s, "a1") == HealthState::Ready).await;
+    notices.wait_for("'a1' answered", WAIT).await;
     desk.expect_icon(IconState::Healthy).await;
 }
 

@@ -50,6 +50,8 @@ pub enum Action {
     TogglePause,
     /// Switch a key on or off.
     ToggleKey(KeyId),
+    /// Probe a key that is not ready now; a cooldown or quota rest ends if the provider answers.
+    TestKey(KeyId),
     /// Show the dashboard window.
     OpenDashboard,
     /// Open the dashboard in the default browser.
@@ -79,6 +81,7 @@ impl Action {
     pub fn id(&self) -> String {
         match self {
             Self::ToggleKey(key) => format!("key:{key}"),
+            Self::TestKey(key) => format!("test:{key}"),
             Self::ToggleNotice(kind) => format!("notice:{kind:?}").to_lowercase(),
             other => format!("{other:?}").to_lowercase(),
         }
@@ -193,11 +196,15 @@ pub fn status_line(input: &MenuInput<'_>) -> String {
     line
 }
 
-/// A key's menu text: its label, organization, pools and state (headroom when it is usable).
+/// A key's menu text: its label, organization, pools and state (headroom when it is usable), then its
+/// spend against its budget and when a budget or its rate window runs out at the current pace.
 pub fn key_label(key: &KeyInfo, now_unix_ms: u64) -> String {
     let org = key.status.org.as_deref().map(|o| format!(" ({o})")).unwrap_or_default();
     let until = key.until_unix_ms.map(|u| countdown(u.saturating_sub(now_unix_ms))).unwrap_or_default();
     let state = match key.status.health {
+        HealthState::Ready if key.status.window_reserved => {
+            format!("{:.0}% headroom, kept for its sessions", key.status.headroom * 100.0)
+        }
         HealthState::Ready => format!("{:.0}% headroom", key.status.headroom * 100.0),
         HealthState::Cooling => format!("cooling, frees in {until}"),
         HealthState::QuotaExhausted => format!("out of quota, retried in {until}"),
@@ -206,7 +213,41 @@ pub fn key_label(key: &KeyInfo, now_unix_ms: u64) -> String {
         HealthState::Unreachable => format!("unreachable, tried again in {until}"),
     };
     let pools = if key.pools.is_empty() { String::new() } else { format!(" [{}]", key.pools.join(", ")) };
-    format!("{}{org}{pools} · {state}", key.status.label)
+    format!("{}{org}{pools} · {state}{}", key.status.label, forecast(key, now_unix_ms))
+}
+
+/// " · $1.20 of $5.00 today, out in 2h 5m": spend against the key's budget (daily first), then the
+/// sooner of its budget and its rate window running out at the current pace. Empty when neither says
+/// anything.
+fn forecast(key: &KeyInfo, now_unix_ms: u64) -> String {
+    let s = &key.status;
+    let spend = match (s.daily_budget_usd, s.monthly_budget_usd) {
+        (Some(limit), _) => format!(" · {} of {} today", key.spend.spend_today_usd.cents(), limit.cents()),
+        (None, Some(limit)) => format!(" · {} of {} this month", key.spend.spend_month_usd.cents(), limit.cents()),
+        (None, None) => String::new(),
+    };
+    let out = match (key.budget_runs_out_unix_ms, key.window_runs_out_unix_ms) {
+        (Some(budget), window) if window.is_none_or(|w| budget <= w) => {
+            format!(", budget out in {}", countdown(budget.saturating_sub(now_unix_ms)))
+        }
+        (_, Some(window)) if s.health == HealthState::Ready => {
+            format!(", window out in {}", countdown(window.saturating_sub(now_unix_ms)))
+        }
+        _ => String::new(),
+    };
+    match (spend.is_empty(), out.is_empty()) {
+        (true, false) => format!(" ·{}", &out[1..]),
+        _ => spend + &out,
+    }
+}
+
+/// Whether a key is out for a while that a probe could end early (a cooldown, a quota rest, a
+/// rejection or an unreachable base URL): the menu offers "Test now".
+fn testable(key: &KeyInfo) -> bool {
+    matches!(
+        key.status.health,
+        HealthState::Cooling | HealthState::QuotaExhausted | HealthState::Rejected | HealthState::Unreachable
+    )
 }
 
 fn entry(action: Action, label: impl Into<String>, checked: Option<bool>, enabled: bool) -> Item {
@@ -225,6 +266,10 @@ pub fn menu(input: &MenuInput<'_>) -> Menu {
             let on = key.status.health != HealthState::Disabled;
             let label = key_label(key, status.gateway.now_unix_ms);
             items.push(entry(Action::ToggleKey(key.status.id.clone()), label, Some(on), true));
+            if testable(key) {
+                let test = format!("    Test '{}' now", key.status.label);
+                items.push(entry(Action::TestKey(key.status.id.clone()), test, None, true));
+            }
         }
     }
     items.push(Item::Separator);

@@ -47,6 +47,18 @@ impl Usd {
         Self { nanos: self.nanos.saturating_add(other.nanos) }
     }
 
+    /// To the cent, for a short line (a menu): `$1.24`, `<$0.01` for a little more than nothing.
+    pub fn cents(self) -> String {
+        match self.nanos {
+            0 => "$0.00".to_owned(),
+            1..5_000_000 => "<$0.01".to_owned(),
+            n => {
+                let cents = (n + 5_000_000) / 10_000_000;
+                format!("${}.{:02}", cents / 100, cents % 100)
+            }
+        }
+    }
+
     /// Dollars as a float, for JSON and charts only: sums stay in [`Usd::nanos`].
     pub fn as_f64(self) -> f64 {
         self.nanos as f64 / 1e9

@@ -418,3 +418,15 @@ fn the_same_prices_laid_out_differently_are_equal() {
     assert_eq!(plain, moved, "comments and blank lines change no price");
     assert_ne!(plain, overrides("[prices.a]\ninput = 1\noutput = 3\n"));
 }
+
+#[test]
+fn an_amount_to_the_cent_rounds_half_up_and_never_says_zero_for_something() {
+    let usd = super::Usd::from_nanos;
+    assert_eq!(usd(0).cents(), "$0.00");
+    assert_eq!(usd(1).cents(), "<$0.01");
+    assert_eq!(usd(4_999_999).cents(), "<$0.01");
+    assert_eq!(usd(5_000_000).cents(), "$0.01");
+    assert_eq!(usd(1_234_999_999).cents(), "$1.23");
+    assert_eq!(usd(1_235_000_000).cents(), "$1.24");
+    assert_eq!(usd(120_000_000_000).cents(), "$120.00");
+}
