@@ -108,6 +108,15 @@ impl Desk<'_> {
         x11::until("the menu opens", WAIT, || x11::popups(&self.xvfb.display).into_iter().next()).await
     }
 
+    /// Opens the menu, keeps a picture of it (the tray and the menu) as `name`, and closes it again.
+    async fn picture_of_menu(&self, name: &str) {
+        let menu = self.open_menu().await;
+        let r = menu.rect;
+        self.xvfb.screen().crop(Rect { x: 0, y: 0, w: r.x + r.w + 8, h: r.y + r.h + 8 }).write_png(&shots().join(name));
+        x11::xdotool(&self.xvfb.display, &["key", "Escape"]);
+        self.gone("the menu closes", &menu).await;
+    }
+
     /// Waits until `window` is off the screen.
     async fn gone(&self, what: &str, window: &x11::Window) {
         x11::until(what, WAIT, || (!x11::viewable(&self.xvfb.display, &window.id)).then_some(())).await;
@@ -237,13 +246,7 @@ async fn states(desk: &Desk<'_>) {
     });
     assert!(line.ends_with(" · work 1/1"), "{line}");
     // A click opens the menu, status line first.
-    let menu = desk.open_menu().await;
-    desk.xvfb
-        .screen()
-        .crop(Rect { x: 0, y: 0, w: menu.rect.x + menu.rect.w + 8, h: menu.rect.y + menu.rect.h + 8 })
-        .write_png(&shots().join("menu.png"));
-    x11::xdotool(&desk.xvfb.display, &["key", "Escape"]);
-    desk.gone("the menu closes", &menu).await;
+    desk.picture_of_menu("menu.png").await;
 
     // Pause and resume.
     desk.choose(Action::TogglePause).await;
@@ -290,13 +293,7 @@ async fn test_a_cooling_key_now(desk: &Desk<'_>, sim: &Sim, base: &str, notices:
     assert!(menu::entries(&desk.menu().await.items)
         .iter()
         .any(|i| matches!(i, menu::Item::Entry { action, .. } if *action == test)));
-    let open = desk.open_menu().await;
-    desk.xvfb
-        .screen()
-        .crop(Rect { x: 0, y: 0, w: open.rect.x + open.rect.w + 8, h: open.rect.y + open.rect.h + 8 })
-        .write_png(&shots().join("menu-test-now.png"));
-    x11::xdotool(&desk.xvfb.display, &["key", "Escape"]);
-    desk.gone("the menu closes", &open).await;
+    desk.picture_of_menu("menu-test-now.png").await;
     desk.choose(test).await;
     desk.wait_status("a1 ready again", |s| health_of(s, "a1") == HealthState::Ready).await;
     notices.wait_for("'a1' answered", WAIT).await;

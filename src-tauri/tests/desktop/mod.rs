@@ -296,7 +296,11 @@ fn collect(stream: impl AsyncRead + Unpin + Send + 'static, sink: Arc<Mutex<Stri
 }
 
 fn command(args: &[String], env: &[(String, String)]) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_keymux-tray"));
+    command_of(Path::new(env!("CARGO_BIN_EXE_keymux-tray")), args, env)
+}
+
+fn command_of(program: &Path, args: &[String], env: &[(String, String)]) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(program);
     cmd.args(args).env_clear().envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
     cmd
@@ -304,7 +308,16 @@ fn command(args: &[String], env: &[(String, String)]) -> tokio::process::Command
 
 impl App {
     pub async fn spawn(args: &[String], env: &[(String, String)]) -> Self {
-        let mut child = command(args, env).spawn().expect("keymux-tray starts");
+        Self::started(command(args, env))
+    }
+
+    /// Another program than the one this build made: the installed app, say.
+    pub async fn spawn_program(program: &Path, args: &[String], env: &[(String, String)]) -> Self {
+        Self::started(command_of(program, args, env))
+    }
+
+    fn started(mut command: tokio::process::Command) -> Self {
+        let mut child = command.spawn().expect("keymux-tray starts");
         let output = Arc::new(Mutex::new(String::new()));
         collect(child.stdout.take().unwrap(), output.clone());
         collect(child.stderr.take().unwrap(), output.clone());
