@@ -16,7 +16,7 @@ use arc_swap::ArcSwap;
 
 use crate::access::Access;
 use crate::affinity::Table;
-use crate::budget::BudgetState;
+use crate::budget::{BudgetState, SpendNow};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::events::{BudgetOf, Event, Events, GatewayEvent, KeyChange, KeyEvent, RequestRecord, Routed};
@@ -459,9 +459,12 @@ impl Gateway {
     /// Where the user's pool `name` stands against its budget in money: what its keys spent together
     /// (`Open` for `all` and for a pool without one).
     pub fn pool_budget(&self, name: &str) -> BudgetState {
-        let pools = self.pools();
+        self.pool_budget_in(&self.pools(), &self.spend_now(), name)
+    }
+
+    /// `pool_budget` against pools and spend the caller already read.
+    fn pool_budget_in(&self, pools: &Pools, spend: &SpendNow, name: &str) -> BudgetState {
         let Some((money, keys)) = pools.money_of(name) else { return BudgetState::Open };
-        let spend = self.spend_now();
         let fingerprints: Vec<String> = keys.iter().filter_map(|k| self.pool.fingerprint(k)).collect();
         let (day, month) = spend.of(fingerprints.iter().map(String::as_str));
         money.state(day.usd, month.usd, &spend.periods)
@@ -476,11 +479,10 @@ impl Gateway {
             (BudgetOf::Key { key: id }, label, spend.state_of(&fingerprint, &money))
         });
         let pools = self.pools();
-        let pools = pools
-            .defs()
-            .iter()
-            .filter(|def| def.money().is_set())
-            .map(|def| (BudgetOf::Pool { pool: def.name.clone() }, def.name.clone(), self.pool_budget(&def.name)));
+        let pools = pools.defs().iter().filter(|def| def.money().is_set()).map(|def| {
+            let state = self.pool_budget_in(&pools, &spend, &def.name);
+            (BudgetOf::Pool { pool: def.name.clone() }, def.name.clone(), state)
+        });
         let now: Vec<(BudgetOf, String, BudgetState)> = keys.chain(pools).collect();
         let told: Vec<(BudgetOf, String, BudgetState)> = {
             let mut said = self.budget_said.lock().unwrap_or_else(|p| p.into_inner());

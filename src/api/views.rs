@@ -130,15 +130,13 @@ pub fn pools(gw: &Gateway, keys: &[KeyInfo]) -> Vec<PoolInfo> {
             info.from_env = gw.env_pools().iter().any(|p| p.name.eq_ignore_ascii_case(&def.name));
             info.tokens =
                 tokens.iter().filter(|t| t.pool.eq_ignore_ascii_case(&def.name)).map(|t| t.name.clone()).collect();
-            if def.name != ALL {
-                info.budget = gw.pool_budget(&def.name);
-            }
             info
         })
         .collect()
 }
 
-/// One pool from its definition and its keys (its tokens and its budget state are the caller's).
+/// One pool from its definition and its keys, its budget state from the spend summed here (`all`
+/// has no budget: open). Its tokens and whether it came from the environment are the caller's.
 fn pool_info(def: &PoolConfig, key_ids: Vec<KeyId>, keys: &[KeyInfo], spent: &SpentNow, now_unix_ms: u64) -> PoolInfo {
     let mine: Vec<&KeyInfo> = keys.iter().filter(|k| key_ids.contains(&k.status.id)).collect();
     let usable: Vec<&KeyInfo> = mine.iter().copied().filter(|k| k.status.health == HealthState::Ready).collect();
@@ -164,6 +162,7 @@ fn pool_info(def: &PoolConfig, key_ids: Vec<KeyId>, keys: &[KeyInfo], spent: &Sp
         headroom,
         key_ids,
         spend,
+        budget: money.state(today, month, &spent.now.periods),
         budget_runs_out_unix_ms: money.runs_out(today, month, pace, now_unix_ms, &spent.now.periods),
         window_runs_out_unix_ms: window_runs_out.and_then(|times| times.into_iter().max()),
         ..PoolInfo::defined(def)

@@ -222,22 +222,23 @@ pub fn key_label(key: &KeyInfo, now_unix_ms: u64) -> String {
 fn forecast(key: &KeyInfo, now_unix_ms: u64) -> String {
     let s = &key.status;
     let spend = match (s.daily_budget_usd, s.monthly_budget_usd) {
-        (Some(limit), _) => format!(" · {} of {} today", key.spend.spend_today_usd.cents(), limit.cents()),
-        (None, Some(limit)) => format!(" · {} of {} this month", key.spend.spend_month_usd.cents(), limit.cents()),
-        (None, None) => String::new(),
+        (Some(limit), _) => Some(format!("{} of {} today", key.spend.spend_today_usd.cents(), limit.cents())),
+        (None, Some(limit)) => Some(format!("{} of {} this month", key.spend.spend_month_usd.cents(), limit.cents())),
+        (None, None) => None,
     };
     let out = match (key.budget_runs_out_unix_ms, key.window_runs_out_unix_ms) {
         (Some(budget), window) if window.is_none_or(|w| budget <= w) => {
-            format!(", budget out in {}", countdown(budget.saturating_sub(now_unix_ms)))
+            Some(format!("budget out in {}", countdown(budget.saturating_sub(now_unix_ms))))
         }
         (_, Some(window)) if s.health == HealthState::Ready => {
-            format!(", window out in {}", countdown(window.saturating_sub(now_unix_ms)))
+            Some(format!("window out in {}", countdown(window.saturating_sub(now_unix_ms))))
         }
-        _ => String::new(),
+        _ => None,
     };
-    match (spend.is_empty(), out.is_empty()) {
-        (true, false) => format!(" ·{}", &out[1..]),
-        _ => spend + &out,
+    match (spend, out) {
+        (Some(spend), Some(out)) => format!(" · {spend}, {out}"),
+        (Some(one), None) | (None, Some(one)) => format!(" · {one}"),
+        (None, None) => String::new(),
     }
 }
 
