@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use desktop::x11::{self, Rect, TrayHost};
+use desktop::xwd::Image;
 use desktop::{App, Xvfb};
 use keymux::api::types::StatusBody;
 use keymux::desktop::menu::{self, Action, IconState, MenuInput};
@@ -111,10 +112,23 @@ impl Desk<'_> {
     /// Opens the menu, keeps a picture of it (the tray and the menu) as `name`, and closes it again.
     async fn picture_of_menu(&self, name: &str) {
         let menu = self.open_menu().await;
+        // Like a dialog, a menu is black from when it is mapped until GTK paints it.
+        self.drawn("the menu", menu.rect).await;
         let r = menu.rect;
         self.xvfb.screen().crop(Rect { x: 0, y: 0, w: r.x + r.w + 8, h: r.y + r.h + 8 }).write_png(&shots().join(name));
         x11::xdotool(&self.xvfb.display, &["key", "Escape"]);
         self.gone("the menu closes", &menu).await;
+    }
+
+    /// Waits until the window at `rect` is painted, and returns its picture: GTK maps a window (a
+    /// menu, a dialog) black and paints it a moment later. Painted means a third of its pixels lit.
+    async fn drawn(&self, what: &str, rect: Rect) -> Image {
+        x11::until(&format!("{what} is drawn"), WAIT, || {
+            let shot = self.xvfb.screen().crop(rect);
+            let lit = shot.pixels().chunks(3).filter(|px| px.iter().any(|&c| c > 24)).count();
+            (lit * 3 > shot.pixels().len() / 3).then_some(shot)
+        })
+        .await
     }
 
     /// Waits until `window` is off the screen.
@@ -140,14 +154,7 @@ impl Desk<'_> {
         })
         .await;
         if let Some(name) = picture {
-            // A dialog is black from when it is mapped until GTK paints it: the picture waits for that.
-            let drawn = x11::until(&format!("the {title:?} dialog is drawn"), WAIT, || {
-                let shot = self.xvfb.screen().crop(dialog.rect);
-                let lit = shot.pixels().chunks(3).filter(|px| px.iter().any(|&c| c > 24)).count();
-                (lit * 3 > shot.pixels().len() / 3).then_some(shot)
-            })
-            .await;
-            drawn.write_png(&shots().join(name));
+            self.drawn(&format!("the {title:?} dialog"), dialog.rect).await.write_png(&shots().join(name));
         }
         x11::xdotool(&self.xvfb.display, &["windowfocus", "--sync", &dialog.id]);
         x11::xdotool(&self.xvfb.display, &["key", "Return"]);
