@@ -93,6 +93,8 @@ impl Runtime {
         let addr =
             listener.local_addr().map_err(|e| StartError::Usage(format!("cannot read the bound address: {e}")))?;
         gateway.set_addr(addr);
+        // Raised here, before the serving task is spawned, so the limit is in force when this returns.
+        let serve = serve.fitted_to(crate::limits::raise_descriptor_limit());
         let stop = CancellationToken::new();
         let served = {
             let (gateway, stop) = (gateway.clone(), stop.clone());
