@@ -93,15 +93,10 @@ impl Runtime {
         let addr =
             listener.local_addr().map_err(|e| StartError::Usage(format!("cannot read the bound address: {e}")))?;
         gateway.set_addr(addr);
-        // Raised here, before the serving task is spawned, so the limit is in force when this returns.
-        let serve = serve.fitted_to(crate::limits::raise_descriptor_limit());
         let stop = CancellationToken::new();
-        let served = {
-            let (gateway, stop) = (gateway.clone(), stop.clone());
-            tokio::spawn(
-                async move { crate::server::serve_with(listener, gateway, stop.cancelled_owned(), serve).await },
-            )
-        };
+        // `serve_with` raises the descriptor limit as it is called, so it is in force when this returns.
+        let served =
+            tokio::spawn(crate::server::serve_with(listener, gateway.clone(), stop.clone().cancelled_owned(), serve));
         let (probe_done, probed) = tokio::sync::watch::channel(false);
         let probing = {
             let gateway = gateway.clone();

@@ -65,14 +65,26 @@ pub async fn serve(
     serve_with(listener, gateway, shutdown, ServeOptions::default()).await.map(|_| ())
 }
 
-/// Serves `gateway` on `listener` until `shutdown` completes.
-pub async fn serve_with(
+/// Serves `gateway` on `listener` until `shutdown` completes. The process's descriptor limit is raised
+/// (and `options` fitted to it) when this is called, not when the returned future is first polled, so a
+/// caller that spawns it has the limit in force at once.
+pub fn serve_with(
+    listener: TcpListener,
+    gateway: Arc<Gateway>,
+    shutdown: impl Future<Output = ()> + Send,
+    options: ServeOptions,
+) -> impl Future<Output = std::io::Result<Drained>> + Send {
+    let options = options.fitted_to(crate::limits::raise_descriptor_limit());
+    accept_until(listener, gateway, shutdown, options)
+}
+
+/// The accept loop behind [`serve_with`], with `options` already fitted to the descriptor limit.
+async fn accept_until(
     listener: TcpListener,
     gateway: Arc<Gateway>,
     shutdown: impl Future<Output = ()> + Send,
     options: ServeOptions,
 ) -> std::io::Result<Drained> {
-    let options = options.fitted_to(crate::limits::raise_descriptor_limit());
     let app = crate::http::app(gateway.clone()).layer(axum::Extension(options.request_limits()));
     let slots = Arc::new(Slots::new(options.max_connections));
     let streams = Arc::new(StreamCap::new(options.max_event_streams));
