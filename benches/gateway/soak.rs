@@ -45,6 +45,12 @@ pub async fn run(args: &Args, upstream: &Upstream, pinning: &Pinning, token: &st
     }
     workers.extend(load::spawn(&endpoint, Mode::Ws, conc - 3 * (conc / 4), &phase));
     println!("# Keymux soak: {total:.0} s, {conc} workers (JSON, SSE and chat with a new session each request, out of {SESSIONS}; WebSocket turns)\n");
+    if cfg!(debug_assertions) {
+        // CI's slice runs the tests' dev-profile build: it checks for failures and memory growth.
+        println!(
+            "A dev-profile build: the request rates are not Keymux's speed (`cargo bench` builds it optimized).\n"
+        );
+    }
     println!("| time s | requests | req/s since last | RSS MB |\n|---:|---:|---:|---:|");
     let start = crate::now();
     let mut readings: Vec<Reading> = Vec::new();
