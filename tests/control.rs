@@ -291,7 +291,12 @@ async fn removed_key_case(slow_probe: bool) {
         assert_eq!(turn.status, 200, "{}", turn.body);
     }
     assert_eq!(client_counts(&h.sim).get("sk-a3"), Some(&2));
-    tokio::time::sleep(Duration::from_millis(1600)).await;
+    // The probe has taught the pool a3's organization before the other keys come back.
+    let org_known = async || {
+        let keys = api.get_json("/keys").await;
+        keys.as_array().unwrap().iter().any(|k| k["id"] == a3.as_str() && k["org"] == "org-a")
+    };
+    support::until("a3's organization to be learned", org_known).await;
     for id in ["k_a1", "k_b1"] {
         assert_eq!(api.post_json(&format!("/keys/{id}/enable"), None).await.0, 200);
     }
@@ -325,13 +330,14 @@ async fn an_answer_in_flight_when_its_key_is_removed_is_still_tagged() {
     let h = Harness::start(sim, &[key("a1", "sk-a1"), key("b1", "sk-b1")]).await;
     let api = Admin::new(&h.root);
     assert_eq!(api.post_json("/keys/k_b1/disable", None).await.0, 200);
-    h.sim.inject("sk-a1", keymux_sim::Fault::SlowFirstByte(Duration::from_millis(800)));
+    h.sim.inject("sk-a1", keymux_sim::Fault::SlowFirstByte(Duration::from_secs(2)));
     let mut session = Session::new(Shape::Codex, 78, false);
     let body = session.next_body(false);
     let answer = {
         let request = post(&client(), &format!("{}/responses", h.base), &[], &body).send();
         let remove = async {
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            // The simulator logs the request as it starts its slow first byte: the answer is on its way.
+            support::until("a1 to be serving", async || client_counts(&h.sim).get("sk-a1") == Some(&1)).await;
             assert_eq!(api.delete("/keys/k_a1").await, 204);
             assert_eq!(api.post_json("/keys/k_b1/enable", None).await.0, 200);
         };

@@ -7,8 +7,6 @@
 
 mod support;
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
 use support::*;
 
@@ -124,7 +122,8 @@ async fn no_secret_appears_in_anything_a_trace_level_run_produced() {
     let mut cache_keys = traffic(&c, &gateway.base).await;
     cache_keys.extend(bad_input(&c, &gateway.base, &mut answers).await);
     control_plane(&gateway.root, &mut answers).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let last = Admin::new(&gateway.root).get_json("/status").await["gateway"]["last_event_id"].as_u64().unwrap();
+    support::events_reach(&events, last).await;
     answers.push(("event stream".into(), serde_json::to_vec(&*events.lock().unwrap()).unwrap()));
 
     let log = gateway.stop().await;

@@ -777,6 +777,24 @@ pub async fn next_record(
 }
 
 /// Collects SSE events into a shared list until the stream ends.
+/// Waits (up to a minute) until `check` holds, looking again every 20 ms: how a test waits on state it
+/// can only read, never on a guess at how long something takes.
+pub async fn until(what: &str, mut check: impl std::ops::AsyncFnMut() -> bool) {
+    let waited = tokio::time::timeout(Duration::from_secs(60), async {
+        while !check().await {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    waited.await.unwrap_or_else(|_| panic!("waited a minute for {what}"));
+}
+
+/// Waits until the events collected by [`collect_events`] reach event `id` (the gateway's
+/// `last_event_id` when the caller looked), so nothing announced before then is still on its way.
+pub async fn events_reach(events: &std::sync::Arc<std::sync::Mutex<Vec<Value>>>, id: u64) {
+    let newest = || events.lock().unwrap().iter().filter_map(|e| e["id"].as_u64()).max().unwrap_or(0);
+    until(&format!("event {id} to arrive"), async || newest() >= id).await;
+}
+
 pub fn collect_events(response: reqwest::Response) -> std::sync::Arc<std::sync::Mutex<Vec<Value>>> {
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let sink = seen.clone();
