@@ -147,7 +147,10 @@ export function KeyCard({ info, spark, showOrg = false }: Props) {
           <span class="num">{usd(info.spend_today_usd)}</span>
           {info.daily_budget_usd !== null && (
             <>
-              <span class="muted small">of {usd(info.daily_budget_usd)} a day</span>
+              <span class="muted small">
+                of {usd(info.daily_budget_usd)} a day
+                {info.spend_today_usd >= info.daily_budget_usd ? " · reached" : ""}
+              </span>
               <Bar left={1 - info.spend_today_usd / Math.max(1e-9, info.daily_budget_usd)} label="Daily budget in money left" />
             </>
           )}
