@@ -6,7 +6,6 @@
 mod support;
 
 use std::path::Path;
-use std::time::Duration;
 
 use keymux::api::types::{KeyInfo, TokenInfo};
 use keymux_sim::{Sim, SimConfig};
@@ -16,26 +15,6 @@ async fn cli(cfg: &Path, env: &[(String, String)], args: &[&str], stdin: &str) -
     let mut all = vec!["--config", cfg.to_str().unwrap()];
     all.extend_from_slice(args);
     run_keymux(&all, env, stdin).await
-}
-
-/// Waits until `ok` holds for what `read` returns (a hung reload fails after a generous minute).
-async fn until<T, F, R>(what: &str, read: R, ok: impl Fn(&T) -> bool) -> T
-where
-    R: Fn() -> F,
-    F: std::future::Future<Output = T>,
-{
-    let wait = async {
-        loop {
-            let value = read().await;
-            if ok(&value) {
-                return value;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(60), wait)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: not seen within a minute"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -292,11 +292,9 @@ async fn removed_key_case(slow_probe: bool) {
     }
     assert_eq!(client_counts(&h.sim).get("sk-a3"), Some(&2));
     // The probe has taught the pool a3's organization before the other keys come back.
-    let org_known = async || {
-        let keys = api.get_json("/keys").await;
-        keys.as_array().unwrap().iter().any(|k| k["id"] == a3.as_str() && k["org"] == "org-a")
-    };
-    support::until("a3's organization to be learned", org_known).await;
+    let org_known =
+        |keys: &Value| keys.as_array().unwrap().iter().any(|k| k["id"] == a3.as_str() && k["org"] == "org-a");
+    until("a3's organization in GET /keys", || api.get_json("/keys"), org_known).await;
     for id in ["k_a1", "k_b1"] {
         assert_eq!(api.post_json(&format!("/keys/{id}/enable"), None).await.0, 200);
     }
@@ -337,7 +335,8 @@ async fn an_answer_in_flight_when_its_key_is_removed_is_still_tagged() {
         let request = post(&client(), &format!("{}/responses", h.base), &[], &body).send();
         let remove = async {
             // The simulator logs the request as it starts its slow first byte: the answer is on its way.
-            support::until("a1 to be serving", async || client_counts(&h.sim).get("sk-a1") == Some(&1)).await;
+            until("a1's request at the simulator", || async { client_counts(&h.sim) }, |n| n.get("sk-a1") == Some(&1))
+                .await;
             assert_eq!(api.delete("/keys/k_a1").await, 204);
             assert_eq!(api.post_json("/keys/k_b1/enable", None).await.0, 200);
         };

@@ -105,13 +105,9 @@ async fn counts_survive_a_kill_9_once_flushed() {
     }
     // Wait (on the gateway's own report, not a clock) until the periodic flush has written them.
     let api = Admin::new(&gateway.root);
-    for _ in 0..600 {
-        let v = api.get_json("/status").await;
-        if v["gateway"]["store"]["pending"] == 0 && v["gateway"]["store"]["persisted"] == true {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let flushed =
+        |v: &serde_json::Value| v["gateway"]["store"]["pending"] == 0 && v["gateway"]["store"]["persisted"] == true;
+    until("the periodic flush", || api.get_json("/status"), flushed).await;
     gateway.child.start_kill().unwrap();
     let _ = gateway.child.wait().await;
     let today = keymux::clock::utc_day(keymux::clock::Clock::system().unix_ms());

@@ -5,7 +5,6 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use keymux_sim::Sim;
 use serde_json::{json, Value};
@@ -82,12 +81,8 @@ async fn events_usage_and_token_sums_agree_exactly_with_what_the_provider_served
     let made = traffic(&gateway.base).await;
 
     // Wait (on the events themselves) until every finished request has been seen.
-    for _ in 0..300 {
-        if seen.lock().unwrap().iter().filter(|e| e["type"] == "finished").count() >= made {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let finished = || seen.lock().unwrap().iter().filter(|e| e["type"] == "finished").count();
+    until("every request's finished event", || async { finished() }, |n| *n >= made).await;
     let events = seen.lock().unwrap().clone();
     let finished: Vec<&Value> = events.iter().filter(|e| e["type"] == "finished").map(|e| &e["data"]).collect();
     assert_eq!(finished.len(), made, "one finished event per request and WebSocket turn");

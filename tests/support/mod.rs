@@ -776,25 +776,35 @@ pub async fn next_record(
     tokio::time::timeout(Duration::from_secs(30), wait).await.expect("a finished request within 30 s")
 }
 
-/// Collects SSE events into a shared list until the stream ends.
-/// Waits (up to a minute) until `check` holds, looking again every 20 ms: how a test waits on state it
-/// can only read, never on a guess at how long something takes.
-pub async fn until(what: &str, mut check: impl std::ops::AsyncFnMut() -> bool) {
-    let waited = tokio::time::timeout(Duration::from_secs(60), async {
-        while !check().await {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+/// Waits until `ok` holds for what `read` returns, reading again every 100 ms: how a test waits on state
+/// it can only read, never on a guess at how long something takes. Fails after a generous minute.
+pub async fn until<T, F, R>(what: &str, read: R, ok: impl Fn(&T) -> bool) -> T
+where
+    R: Fn() -> F,
+    F: std::future::Future<Output = T>,
+{
+    let wait = async {
+        loop {
+            let value = read().await;
+            if ok(&value) {
+                return value;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-    });
-    waited.await.unwrap_or_else(|_| panic!("waited a minute for {what}"));
+    };
+    tokio::time::timeout(Duration::from_secs(60), wait)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not seen within a minute"))
 }
 
 /// Waits until the events collected by [`collect_events`] reach event `id` (the gateway's
 /// `last_event_id` when the caller looked), so nothing announced before then is still on its way.
 pub async fn events_reach(events: &std::sync::Arc<std::sync::Mutex<Vec<Value>>>, id: u64) {
     let newest = || events.lock().unwrap().iter().filter_map(|e| e["id"].as_u64()).max().unwrap_or(0);
-    until(&format!("event {id} to arrive"), async || newest() >= id).await;
+    until(&format!("event {id}"), || async { newest() }, |n| *n >= id).await;
 }
 
+/// Collects SSE events into a shared list until the stream ends.
 pub fn collect_events(response: reqwest::Response) -> std::sync::Arc<std::sync::Mutex<Vec<Value>>> {
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let sink = seen.clone();
