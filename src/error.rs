@@ -433,10 +433,11 @@ fn all_cooling(retry_after_secs: u64, cooling: usize, pool: &Option<String>) -> 
              {retry_after_secs}s. Retry after that, or add another key."
         ),
         Some(pool) => format!(
-            "All {cooling} key(s) of the Keymux pool '{pool}' are cooling down or at their rate limits; the first one \
-             frees in {retry_after_secs}s. Keymux never sends this token's requests outside the pool: retry after \
-             that, add a key to the pool (`keymux pool set {pool} --keys ...`), or give it a fallback pool \
-             (`keymux pool set {pool} --fallback OTHER`)."
+            "All {cooling} key(s) of the Keymux pool '{pool}' are cooling down or at their rate limits (or keep the \
+             rest of their window for the sessions already on them); the first one frees in {retry_after_secs}s. \
+             Keymux never sends this token's requests outside the pool: retry after that, add a key to the pool \
+             (`keymux pool set {pool} --keys ...`), or give it a fallback pool (`keymux pool set {pool} --fallback \
+             OTHER`)."
         ),
     }
 }
@@ -546,6 +547,15 @@ mod tests {
         let response = ApiError::AllCooling { retry_after_secs: 7, cooling: 3, pool: None }.into_response();
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(response.headers().get(header::RETRY_AFTER).map(|v| v.as_bytes()), Some(&b"7"[..]));
+    }
+
+    #[test]
+    fn a_pools_all_cooling_message_names_window_reserves_and_the_pools_boundary() {
+        let body = ApiError::AllCooling { retry_after_secs: 7, cooling: 2, pool: Some("work".into()) }.to_json();
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("keep the rest of their window"), "{message}");
+        assert!(message.contains("never sends this token's requests outside the pool"), "{message}");
+        assert!(message.contains("`keymux pool set work --fallback OTHER`"), "{message}");
     }
 
     #[test]

@@ -617,7 +617,7 @@ async function setupSteps(page) {
 
 /**
  * A budget in money set on c1's card, below what c1 spent today: the card shows the spend against it
- * and "budget: reserved", and the next new session's decision says c1 was skipped for it.
+ * and "budget: no new sessions", and the next new session's decision says c1 was skipped for it.
  */
 async function budgetSteps(page) {
   step("Keys: a $0.01 daily budget on c1, reserved at 50 %: the card says so, and new sessions skip c1");
@@ -631,7 +631,7 @@ async function budgetSteps(page) {
   await edit.getByRole("button", { name: "Save" }).click();
   await edit.waitFor({ state: "hidden", timeout: WAIT });
   await c1.getByTestId("key-window-note").filter({ hasText: "keeps 20 % of its window for its sessions" }).waitFor({ timeout: WAIT });
-  await c1.getByTestId("key-budget-state").filter({ hasText: "budget: reserved" }).waitFor({ timeout: WAIT });
+  await c1.getByTestId("key-budget-state").filter({ hasText: "budget: no new sessions" }).waitFor({ timeout: WAIT });
   const spend = await c1.getByTestId("key-spend").innerText();
   if (!spend.includes("of $0.01 a day")) throw new Error(`c1's card does not show its budget: ${spend}`);
   await c1.scrollIntoViewIfNeeded();

@@ -167,7 +167,7 @@ export function KeyCard({ info, spark, showOrg = false }: Props) {
           {info.budget.state !== "open" && (
             <span data-testid="key-budget-state">
               <Tag tone={info.budget.state === "stopped" ? "bad" : "warn"} title={budgetTitle(info)}>
-                {info.budget.state === "stopped" ? "budget: stopped" : "budget: reserved"}
+                {info.budget.state === "stopped" ? "budget: stopped" : "budget: no new sessions"}
               </Tag>
             </span>
           )}

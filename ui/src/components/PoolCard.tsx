@@ -118,7 +118,7 @@ export function PoolCard({ pool, onEdit }: Props) {
               {pool.on_limit === "stop" && <span class="muted"> · stops at 100 %</span>}{" "}
               {pool.budget.state !== "open" && (
                 <Tag tone={pool.budget.state === "stopped" ? "bad" : "warn"}>
-                  {pool.budget.state === "stopped" ? "stopped" : "reserved"}
+                  {pool.budget.state === "stopped" ? "stopped" : "no new sessions"}
                 </Tag>
               )}
               {pool.budget_runs_out_unix_ms !== null && pool.budget.state === "open" && (
