@@ -149,3 +149,34 @@ async fn a_pasted_list_through_the_running_gateway_recognises_a_duplicate_and_na
     assert_no_secrets("the output", &printed, &ALL);
     assert_no_secret_files(home.path(), &[]);
 }
+
+/// With a gateway running, `keys import` adds through it: a key found in Codex's own login keeps the
+/// `imported` mark (which ranks the organizations a pre-Keymux session is looked for on) in the config
+/// the running gateway writes, as it does offline; a pasted key is not marked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_imported_through_the_running_gateway_stays_marked_imported() {
+    require_secret_service();
+    let sim = Sim::start(SimConfig::new().org("org-m", &[CODEX_KEY, LISTED])).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cfg = config(home.path(), "marked", &sim.base_url());
+    let auth = home.path().join(".codex/auth.json");
+    std::fs::create_dir_all(auth.parent().unwrap()).unwrap();
+    std::fs::write(&auth, format!("{{\"auth_mode\": \"apikey\", \"OPENAI_API_KEY\": \"{CODEX_KEY}\"}}\n")).unwrap();
+    let env = base_env(home.path());
+    let keymux = Keymux::spawn(&["--config", cfg.to_str().unwrap()], &env).await;
+
+    let (ok, out, err) = cli(&cfg, &env, &["keys", "import", "--yes"], "").await;
+    assert!(ok, "{err}");
+    assert!(out.contains("added key 'codex'") && out.contains("the running gateway"), "{out}");
+    let (ok, out, err) =
+        cli(&cfg, &env, &["keys", "import", "--from", "-", "--yes"], &format!("pasted={LISTED}\n")).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("added key 'pasted'"), "{out}");
+
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let config = keymux::config::Config::parse(&text, &cfg).unwrap();
+    let entry = |label: &str| config.keys.iter().find(|k| k.label == label).map(|k| k.imported);
+    assert_eq!(entry("codex"), Some(true), "the config keeps the mark: {text}");
+    assert_eq!(entry("pasted"), Some(false), "{text}");
+    keymux.stop().await;
+}

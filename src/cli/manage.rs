@@ -148,11 +148,7 @@ pub(super) async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Resu
 pub(super) async fn add_key(loaded: &Loaded, new: NewKey) -> Result<(), StartError> {
     let label = new.label.clone();
     if let Some(remote) = remote(loaded).await? {
-        let body = json!({
-            "label": new.label, "provider": new.provider, "base_url": new.base_url, "org": new.org,
-            "priority": new.priority, "daily_token_budget": new.daily_token_budget, "secret": new.secret.expose(),
-        });
-        let key: KeyInfo = remote.send(Method::POST, "/keys", Some(body)).await.map_err(usage)?;
+        let key: KeyInfo = remote.send(Method::POST, "/keys", Some(new.request_body())).await.map_err(usage)?;
         out(&format!(
             "added key '{label}' ({}, fingerprint {}) to {}; organization: {}",
             key.status.id,

@@ -30,8 +30,9 @@ use crate::secrets::{self, account, Secret, SecretsError};
 use crate::settings::Settings;
 use crate::spend::Usd;
 
-/// A key to add. The secret is read once and goes straight to the keychain.
-#[derive(Clone, Deserialize, ts_rs::TS)]
+/// A key to add. The secret is read once and goes straight to the keychain. The CLI sends it to a
+/// running gateway whole (`request_body`), so every setting it holds reaches the gateway.
+#[derive(Clone, Deserialize, serde::Serialize, ts_rs::TS)]
 #[serde(deny_unknown_fields)]
 pub struct NewKey {
     /// A short name: work, personal, azure-eu…
@@ -80,8 +81,10 @@ pub struct NewKey {
     /// The API key.
     #[ts(type = "string")]
     pub secret: Secret,
-    /// Found in a client's own login by an import (never set through the API).
-    #[serde(skip)]
+    /// Found in a client's own login by an import: the organizations of such keys are looked at first
+    /// for a session that began before Keymux. `keymux keys import` sets it, offline or through a
+    /// running gateway (the dashboard's import sets it in the gateway, so its type leaves it out).
+    #[serde(default)]
     #[ts(skip)]
     pub imported: bool,
 }
@@ -111,6 +114,14 @@ impl NewKey {
     /// An OpenAI key found in a client's own login (Codex's or pi's files, `OPENAI_API_KEY`).
     pub fn imported(label: String, secret: Secret) -> Self {
         Self { imported: true, ..Self::openai(label, secret) }
+    }
+
+    /// The body `POST /keys` takes for this key: every field as serialized, and the secret in clear,
+    /// the one place it is (sent over loopback to the running gateway, with the admin credential).
+    pub fn request_body(&self) -> serde_json::Value {
+        let mut body = serde_json::to_value(self).unwrap_or_else(|_| serde_json::json!({}));
+        body["secret"] = serde_json::Value::String(self.secret.expose().to_owned());
+        body
     }
 }
 
