@@ -6,11 +6,11 @@
 
 use bytes::Bytes;
 use http::{HeaderMap, Method};
-use keymux::facts::{Incoming, Operation};
-use keymux::keys::KeyId;
-use keymux::markers::Markers;
-use keymux::relay::{SseRewriter, Tagger};
-use keymux::secrets::Secret;
+use keymux_core::facts::{Incoming, Operation};
+use keymux_core::keys::KeyId;
+use keymux_core::markers::Markers;
+use keymux_core::relay::{SseRewriter, Tagger};
+use keymux_core::secrets::Secret;
 
 fn tagger() -> (Markers, Tagger) {
     let markers = Markers::new(&Secret::new("fuzz-install-secret"));
@@ -57,7 +57,7 @@ pub fn facts(data: &[u8]) {
         headers: &headers,
         body: &body,
     };
-    let _ = keymux::facts::extract(&incoming, &markers);
+    let _ = keymux_core::facts::extract(&incoming, &markers);
 }
 
 /// SSE rewriting: any stream, cut into chunks anywhere, is rewritten without a panic; an event that
@@ -95,6 +95,6 @@ pub fn frames(data: &[u8]) {
 /// The config file: any text is parsed or refused with an error, never a panic.
 pub fn config(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
-        let _ = keymux::config::Config::parse(text, std::path::Path::new("fuzz.toml"));
+        let _ = keymux_core::config::Config::parse(text, std::path::Path::new("fuzz.toml"));
     }
 }

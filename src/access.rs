@@ -26,8 +26,8 @@ use arc_swap::ArcSwapOption;
 use axum::http::{header, HeaderMap};
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
+use std::time::Instant;
 use subtle::ConstantTimeEq;
-use tokio::time::Instant;
 
 use crate::secrets::Secret;
 

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use axum::http::HeaderMap;
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::events::FailureKind;
 use crate::pool::OutcomeKind;

@@ -6,16 +6,15 @@
 //!
 //! It also knows the user's time zone, for the periods spend is counted in ("today", "this month"):
 //! the system's zone (`TZ`, else `/etc/localtime` and its platform twins), with its daylight-saving
-//! rules, or one a test sets.
+//! rules, or one a test sets. What needs no clock (deadlines, local periods) is `keymux_core::clock`,
+//! re-exported here.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use jiff::tz::TimeZone;
-use jiff::{Span, Timestamp};
-use serde::{Deserialize, Serialize};
-use tokio::time::Instant;
+pub use keymux_core::clock::*;
 
 /// Real time plus a forward-only skew, in the user's time zone. Clones share the skew.
 #[derive(Clone, Debug, Default)]
@@ -35,10 +34,11 @@ impl Clock {
         Duration::from_nanos(self.skew_ns.load(Ordering::Relaxed))
     }
 
-    /// The monotonic now: tokio's clock (so `start_paused` tests control it) plus the skew.
+    /// The monotonic now: tokio's clock (so `start_paused` tests control it) plus the skew, as the
+    /// `std` instant the core's types hold.
     pub fn now(&self) -> Instant {
         #[expect(clippy::disallowed_methods, reason = "the clock module is the one place time is read")]
-        let real = Instant::now();
+        let real = tokio::time::Instant::now().into_std();
         real + self.skew()
     }
 
@@ -82,73 +82,10 @@ impl Clock {
 
 /// A deadline `by` from now for tokio's timers: tokio's own clock, without a `Clock`'s skew (timers run
 /// on tokio's time, which tests pause and advance).
-pub fn timer_deadline(by: Duration) -> Instant {
+pub fn timer_deadline(by: Duration) -> tokio::time::Instant {
     #[expect(clippy::disallowed_methods, reason = "the clock module is the one place time is read")]
-    let real = Instant::now();
-    later(real, by)
-}
-
-/// `at + by`, or the latest representable instant not far past it: an absurd duration from an upstream
-/// header must never panic (`Instant + Duration` overflows on some platforms).
-pub fn later(at: Instant, by: Duration) -> Instant {
-    at.checked_add(by.min(MAX_WAIT)).unwrap_or(at)
-}
-
-/// The longest wait Keymux ever schedules from something an upstream said (a day): beyond it a header
-/// is nonsense, and a key would be lost for longer than anyone would wait.
-pub const MAX_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
-
-/// The UTC day number (days since 1970-01-01) of a Unix millisecond time.
-pub fn utc_day(unix_ms: u64) -> u32 {
-    u32::try_from(unix_ms / 86_400_000).unwrap_or(u32::MAX)
-}
-
-/// The local day and month a moment falls in, as spend is counted.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
-pub struct LocalPeriods {
-    /// The time zone they follow: its IANA name (`Europe/Berlin`), else its offset now (`UTC+05:30`).
-    pub zone: String,
-    /// When today began: local midnight, Unix milliseconds.
-    pub day_start_unix_ms: u64,
-    /// When this month began: local midnight of its first day, Unix milliseconds.
-    pub month_start_unix_ms: u64,
-    /// When tomorrow begins (today's budgets reset): the next local midnight, Unix milliseconds.
-    pub day_end_unix_ms: u64,
-    /// When next month begins (this month's budgets reset), Unix milliseconds.
-    pub month_end_unix_ms: u64,
-}
-
-/// The local day and month of `unix_ms` in `zone`.
-pub fn local_periods(unix_ms: u64, zone: &TimeZone) -> LocalPeriods {
-    let at = timestamp(unix_ms);
-    let date = at.to_zoned_datetime(zone.clone()).date();
-    let name = zone.iana_name().map_or_else(|| format!("UTC{}", zone.to_offset(at)), str::to_owned);
-    let month = date.first_of_month();
-    let next = |d: jiff::civil::Date, by: Span| d.checked_add(by).map_or(u64::MAX, |d| midnight(d, zone));
-    LocalPeriods {
-        zone: name,
-        day_start_unix_ms: midnight(date, zone),
-        month_start_unix_ms: midnight(month, zone),
-        day_end_unix_ms: next(date, Span::new().days(1)),
-        month_end_unix_ms: next(month, Span::new().months(1)),
-    }
-}
-
-/// Local midnight `days_back` calendar days before the local day of `unix_ms` (0: its own midnight),
-/// Unix milliseconds. Calendar days, so a day of 23 or 25 hours (daylight saving) counts as one.
-pub fn local_day_start(unix_ms: u64, zone: &TimeZone, days_back: u32) -> u64 {
-    let date = timestamp(unix_ms).to_zoned_datetime(zone.clone()).date();
-    midnight(date.checked_sub(Span::new().days(days_back)).unwrap_or(date), zone)
-}
-
-fn timestamp(unix_ms: u64) -> Timestamp {
-    Timestamp::from_millisecond(i64::try_from(unix_ms).unwrap_or(i64::MAX)).unwrap_or(Timestamp::MAX)
-}
-
-/// When `date` began in `zone` (where midnight is skipped by a clock change, the first moment after).
-fn midnight(date: jiff::civil::Date, zone: &TimeZone) -> u64 {
-    let start = date.to_zoned_datetime(zone.clone()).map_or(0, |z| z.timestamp().as_millisecond());
-    u64::try_from(start).unwrap_or(0)
+    let real = tokio::time::Instant::now();
+    tokio::time::Instant::from_std(later(real.into_std(), by))
 }
 
 #[cfg(test)]

@@ -362,7 +362,7 @@ impl Gateway {
     pub fn apply(&self, learned: Learned) {
         if let Some((key, change)) = self.pool.apply(&learned) {
             let now = self.clock.now();
-            let unix = |until: tokio::time::Instant| {
+            let unix = |until: std::time::Instant| {
                 self.clock.unix_ms() + u64::try_from(until.saturating_duration_since(now).as_millis()).unwrap_or(0)
             };
             let change = match change {

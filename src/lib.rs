@@ -5,6 +5,15 @@
 //!
 //! # Layout
 //!
+//! Two crates. `keymux_core` (`crates/core`) holds the request logic without I/O: markers, digests,
+//! facts, the router's decision, pools' resolution, the key settings and the config file, prices and
+//! budgets, rate-limit windows, relay tagging. This crate re-exports each of those modules under the
+//! same name ([`markers`], [`facts`], [`router`], [`pools`], [`config`], [`keys`], [`spend`], [`budget`],
+//! [`quota`], [`relay`], [`digest`], [`tokens`]), and extends three that are split between the two:
+//! [`clock`] (the `Clock` that reads time is here), [`secrets`] (the keychain is here) and [`pool`]
+//! (the live pool is here; the router's snapshot and key health are the core's). Everything below that
+//! needs a runtime, a socket, storage or the keychain is this crate's.
+//!
 //! Running it:
 //! * [`runtime`]: the embeddable runtime (`Runtime::start`, `shutdown`): binding, key probing, the
 //!   metrics flusher. The CLI, the tests and the tray app all start a gateway through it.
@@ -98,36 +107,26 @@
 pub mod access;
 pub mod affinity;
 pub mod api;
-pub mod budget;
 pub mod classify;
 pub mod cli;
 pub mod clock;
-pub mod config;
 pub mod config_file;
 pub mod control;
 pub mod dashboard;
 pub mod desktop;
-pub mod digest;
 pub mod error;
 pub mod events;
-pub mod facts;
 pub mod gateway;
 pub mod http;
-pub mod keys;
 pub mod keys_import;
 pub mod limits;
 pub mod logging;
-pub mod markers;
 pub mod metrics;
 pub mod pipeline;
 pub mod pool;
-pub mod pools;
 pub mod proxy;
-pub mod quota;
 pub mod recency;
-pub mod relay;
 pub mod remote;
-pub mod router;
 pub mod runfile;
 pub mod runtime;
 pub mod secrets;
@@ -135,11 +134,11 @@ pub mod server;
 pub mod sessions;
 pub mod settings;
 pub mod setup;
-pub mod spend;
 pub mod startup;
-pub mod tokens;
 pub mod upstream;
 pub mod ws;
+
+pub use keymux_core::{budget, config, digest, facts, keys, markers, pools, quota, relay, router, spend, tokens};
 
 pub use gateway::Gateway;
 pub use runtime::Runtime;

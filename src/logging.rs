@@ -17,7 +17,7 @@ use std::io::IsTerminal as _;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tokio::time::Instant;
+use std::time::Instant;
 
 use tracing::Level;
 use tracing_subscriber::filter::{filter_fn, EnvFilter};

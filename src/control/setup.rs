@@ -67,13 +67,13 @@ impl Gateway {
         if !shown.changes_anything {
             return Ok(shown);
         }
-        let id = self.setup_pending().hold(client, offer, self.clock().now().into_std());
+        let id = self.setup_pending().hold(client, offer, self.clock().now());
         Ok(SetupPreview { id, ..shown })
     }
 
     /// The dashboard's yes to the preview `id`: makes exactly the change it showed.
     pub async fn setup_confirm(&self, client: Client, id: &str) -> Result<SetupDone, ControlError> {
-        let offer = self.setup_pending().take(client, id, self.clock().now().into_std()).ok_or_else(|| {
+        let offer = self.setup_pending().take(client, id, self.clock().now()).ok_or_else(|| {
             ControlError::NotFound(format!(
                 "there is no {client} setup preview '{id}' waiting (it was confirmed already, or is over 15 minutes \
                  old, or a newer one pushed it out): make a new preview"

@@ -288,7 +288,7 @@ fn finished(id: u64, refusal: Option<Refusal>, rescued: bool) -> Envelope {
     let mut decision = Decision::new(id);
     decision.refusal = refusal;
     if rescued {
-        decision.rescued_orgs.push(crate::digest::OrgTag(*b"org_tag1"));
+        decision.rescued_orgs.push(crate::digest::OrgTag::from_text(b"org_tag1").expect("a tag"));
     }
     let record = RequestRecord::new(NOW, Operation::ResponsesCreate, Wire::Http, decision);
     Envelope { id, at_unix_ms: NOW, event: Event::Finished(Arc::new(record)) }

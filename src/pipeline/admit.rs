@@ -1,7 +1,7 @@
 //! Step 1: facts, memory, decision, rescue.
 
 use bytes::Bytes;
-use tokio::time::Instant;
+use std::time::Instant;
 
 use super::{Admitted, Entry, Trace};
 use crate::budget::{BudgetState, SpendNow};

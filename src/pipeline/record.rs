@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::events::{Attempt, FailureKind, RequestRecord, Wire};
 use crate::facts::{Operation, RequestFacts};

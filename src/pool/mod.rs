@@ -14,26 +14,24 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::keys::{KeyEntry, KeyId, Provider};
 use crate::markers::{Markers, OrgTag};
 use crate::quota::{Quota, Reading};
 use crate::relay::Usage;
 
-mod health;
 mod status;
 mod view;
 
-pub use health::{unreachable_backoff, Health, HealthChange, HealthState, OutcomeKind, MAX_UNREACHABLE_BACKOFF};
+pub use keymux_core::pool::{
+    unreachable_backoff, Health, HealthChange, HealthState, KeyView, OutcomeKind, PoolView, ViewFor, MAX_KEYS,
+    MAX_UNREACHABLE_BACKOFF,
+};
 pub use status::KeyStatus;
-pub use view::{KeyView, PoolView, ViewFor};
 
-use health::{health_change, next_health, switched};
+use keymux_core::pool::{health_change, next_health, switched};
 use view::key_view;
-
-/// Most keys a pool may hold; keeps every per-decision list small.
-pub const MAX_KEYS: usize = 64;
 /// How long a background probe of an unreachable key may run before another may start.
 const RETRY_CLAIM: std::time::Duration = std::time::Duration::from_secs(60);
 

@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use serde::{Deserialize, Serialize};
-use tokio::time::Instant;
+use std::time::Instant;
 use ts_rs::TS;
 
 use super::{HealthState, Slot};

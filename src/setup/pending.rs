@@ -104,7 +104,7 @@ mod tests {
     fn the_table_holds_at_most_its_bound_and_pushes_out_the_oldest() {
         let dir = tempfile::tempdir().expect("dir");
         let pending = Pending::default();
-        let now = crate::clock::Clock::system().now().into_std();
+        let now = crate::clock::Clock::system().now();
         let ids: Vec<String> =
             (0..MAX_PENDING + 3).map(|_| pending.hold(Client::Pi, preview(dir.path()), now)).collect();
         assert_eq!(pending.len(), MAX_PENDING);
@@ -117,7 +117,7 @@ mod tests {
     fn a_preview_is_given_once_to_its_own_client_and_not_after_it_expired() {
         let dir = tempfile::tempdir().expect("dir");
         let pending = Pending::default();
-        let now = crate::clock::Clock::system().now().into_std();
+        let now = crate::clock::Clock::system().now();
         let id = pending.hold(Client::Pi, preview(dir.path()), now);
         assert!(pending.take(Client::Codex, &id, now).is_none(), "another client's id");
         assert!(pending.take(Client::Pi, &id, now).is_some());

@@ -10,7 +10,7 @@ use axum::extract::ws::{CloseFrame as AxumClose, Message as AxumMessage, WebSock
 use bytes::Bytes;
 use futures::{FutureExt as _, SinkExt as _, StreamExt as _};
 use http::HeaderMap;
-use tokio::time::Instant;
+use std::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame as UpClose;
 use tokio_tungstenite::tungstenite::Message as UpMessage;

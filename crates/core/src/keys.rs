@@ -209,7 +209,7 @@ fn printable_word(text: &str) -> bool {
 /// would travel in clear text.
 pub fn validate_base_url(url: &str) -> Result<(), String> {
     let shown: String = url.chars().take(120).collect();
-    let parsed = reqwest::Url::parse(url).map_err(|_| format!("the base URL {shown:?} is not a URL; use https://…"))?;
+    let parsed = url::Url::parse(url).map_err(|_| format!("the base URL {shown:?} is not a URL; use https://…"))?;
     let host = parsed.host_str().unwrap_or("");
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     let local =

@@ -482,7 +482,7 @@ mod tests {
 
     #[test]
     fn the_readme_example_is_a_valid_config() {
-        let readme = include_str!("../../README.md");
+        let readme = include_str!("../../../../README.md");
         let start = readme.find("```toml\nlisten").expect("README has the config example") + "```toml\n".len();
         let end = start + readme[start..].find("```").expect("closed");
         let config = Config::parse(&readme[start..end], Path::new("README.md")).expect("the example parses");

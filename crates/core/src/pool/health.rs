@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::time::Instant;
+use std::time::Instant;
 use ts_rs::TS;
 
 /// A key's live health, with the deadlines the router compares against `now`.
@@ -129,7 +129,7 @@ pub enum HealthChange {
 }
 
 /// The health after an outcome of `kind` observed at `at`.
-pub(super) fn next_health(health: Health, kind: OutcomeKind, at: Instant) -> Health {
+pub fn next_health(health: Health, kind: OutcomeKind, at: Instant) -> Health {
     if health == Health::Disabled {
         return Health::Disabled;
     }
@@ -161,7 +161,7 @@ pub(super) fn next_health(health: Health, kind: OutcomeKind, at: Instant) -> Hea
 }
 
 /// The health after the user switched a key off or back on.
-pub(super) fn switched(health: Health, disabled: bool) -> Health {
+pub fn switched(health: Health, disabled: bool) -> Health {
     match (disabled, health) {
         (true, _) => Health::Disabled,
         // Re-enabling is the user saying the key is fine again (replaced, topped up): it clears a
@@ -174,7 +174,7 @@ pub(super) fn switched(health: Health, disabled: bool) -> Health {
 }
 
 /// The transition worth telling the user about, if the health changed kind (or a cooldown grew).
-pub(super) fn health_change(before: Health, after: Health, now: Instant) -> Option<HealthChange> {
+pub fn health_change(before: Health, after: Health, now: Instant) -> Option<HealthChange> {
     let usable = |h: Health| match h {
         Health::Ready => true,
         Health::Cooling { until } | Health::QuotaExhausted { until } => until <= now,

@@ -1,7 +1,7 @@
 //! Everything that is not pinned: usable keys, soft limits, priority tiers, headroom per step of load,
 //! soft affinity as a preference inside the candidates, and the spread of new sessions.
 
-use tokio::time::Instant;
+use std::time::Instant;
 
 use super::{fill, millis, skip_reason, tie_hash, whole_seconds_ceil, Ask};
 use super::{Decision, Reason, Refusal, Route, SkipWhy};

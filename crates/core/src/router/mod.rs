@@ -14,7 +14,7 @@ mod balance;
 mod pin;
 mod within;
 
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::budget::BudgetState;
 use crate::facts::{AffinitySource, RequestFacts};

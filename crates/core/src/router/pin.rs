@@ -1,7 +1,7 @@
 //! The hard rules: state the provider keeps with one key or one organization decides where a request
 //! may go, whatever the load.
 
-use tokio::time::Instant;
+use std::time::Instant;
 
 use super::balance::rank_by_headroom;
 use super::{fill, skip_reason, tie_hash, whole_seconds_ceil, Ask};

@@ -1,7 +1,7 @@
 //! Deciding inside a pool: the same `decide`, over a snapshot that holds only the keys of the request's
 //! pool, then (only when none of them can serve) of each fallback pool in turn.
 
-use tokio::time::Instant;
+use std::time::Instant;
 
 use super::{decide, Decision, Memory, Policy, Reason};
 use crate::facts::RequestFacts;

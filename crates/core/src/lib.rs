@@ -1,0 +1,53 @@
+//! # Keymux's core
+//!
+//! What one request means and where it may go, as pure functions and plain data: no async runtime, no
+//! sockets, no storage, no keychain. The gateway crate (`keymux`) reads requests and answers, keeps the
+//! live state and calls into this crate; it re-exports every module here under the same name, so
+//! `keymux::markers` is `keymux_core::markers`.
+//!
+//! # Layout
+//!
+//! Identity and secrets:
+//! * [`secrets`]: the `Secret` newtype that never prints itself, fresh secrets, masking of key-shaped text.
+//! * [`digest`]: every keyed digest under the install secret (fingerprints, org tags, marker MACs,
+//!   session digests).
+//! * [`markers`]: every marker format (format, byte scanner, strip, tag, rescue).
+//! * [`keys`]: key identity (`KeyId`), providers (OpenAI, Azure), the runtime `KeyEntry`, the checks
+//!   of a key's label, models, organization, base URL and secret.
+//! * [`tokens`]: local client tokens and their constant-time check.
+//!
+//! One request:
+//! * [`facts`]: the words for a request that routing, events and metrics share (`Operation`,
+//!   `ClientKind`, `RequestFacts`); `facts::extract` reads them from a request, markers stripped.
+//! * [`router`]: the pure `decide(facts, pool view, memory, now) -> Decision`, and `decide_within` a pool.
+//! * [`pool`]: what the router reads of the pool (`KeyView`, `PoolView`) and key health with its pure
+//!   transitions.
+//! * [`pools`]: the user's boundaries: named sets of keys, checked and resolved to key ids.
+//! * [`quota`]: rate-limit windows from `x-ratelimit-*` headers, counted down between answers.
+//! * [`relay`]: tags org-bound values in relayed SSE events, JSON bodies and WebSocket frames.
+//!
+//! Money and time:
+//! * [`spend`]: the embedded price table, the user's `[prices]` over it, and what one request cost.
+//! * [`budget`]: budgets in money per key and where a key stands against them.
+//! * [`clock`]: deadlines that never overflow and the local day and month spend is counted in (time is
+//!   read by the gateway's `clock::Clock`, which hands `now` to everything here).
+//!
+//! Settings:
+//! * [`config`]: the TOML config file (ids and labels, never secrets); `config::env`, the `KEYMUX_*`
+//!   variables.
+
+pub mod budget;
+pub mod clock;
+pub mod config;
+pub mod digest;
+pub mod facts;
+pub mod keys;
+pub mod markers;
+pub mod pool;
+pub mod pools;
+pub mod quota;
+pub mod relay;
+pub mod router;
+pub mod secrets;
+pub mod spend;
+pub mod tokens;
