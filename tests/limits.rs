@@ -3,6 +3,7 @@
 //! of idle or slow sockets never locks a real client out.
 #![allow(clippy::unwrap_used, clippy::disallowed_methods, reason = "tests")]
 
+#[path = "it/support/mod.rs"]
 mod support;
 
 use std::time::Duration;

@@ -1,5 +1,5 @@
 // The dashboard's acceptance test: a real Chromium drives the real gateway (started by
-// tests/dashboard.rs in front of the simulator) while this script sends Codex- and pi-shaped traffic
+// tests/it/dashboard.rs in front of the simulator) while this script sends Codex- and pi-shaped traffic
 // built from the captured requests in tests/fixtures. It also creates pools and a pool-bound token
 // through the page and checks that the Live and Keys views filter by pool. It fails on any console error, page error,
 // failed request or unexpected 4xx/5xx, and saves screenshots of every view at two sizes and in both
@@ -16,7 +16,7 @@ import { chromium } from "playwright-core";
 const need = (name) => {
   const v = process.env[name];
   if (!v) {
-    console.error(`e2e: ${name} is not set (run it through \`cargo test --test dashboard\`)`);
+    console.error(`e2e: ${name} is not set (run it through \`cargo test --test it dashboard::\`)`);
     process.exit(2);
   }
   return v;

@@ -1,0 +1,44 @@
+//! Keymux's black-box tests, in one test binary (one link of the gateway and its dependencies instead
+//! of one per file): each module is one concern, run against the real binary or an in-process gateway
+//! in front of the simulator. `cargo test --test it MODULE::` runs one of them. `tests/limits.rs` is
+//! a binary of its own because it changes the process's descriptor limit.
+
+mod support;
+
+mod affinity;
+mod budgets;
+mod budgets_clients;
+mod chaos;
+mod cli;
+mod compaction;
+mod config_live;
+mod continuity;
+mod control;
+mod dashboard;
+mod fuzz_corpora;
+mod gateway;
+mod hostile;
+mod hygiene;
+mod key_settings;
+mod keychain;
+mod keys_import;
+mod pools;
+mod pools_cli;
+mod pools_clients;
+mod pre_keymux;
+mod prompt_cache;
+mod quota;
+mod rescued;
+mod rescued_clients;
+mod runtime;
+mod security;
+mod setup;
+mod setup_api;
+mod setup_history;
+mod spend;
+mod spread_clients;
+mod store;
+mod transports;
+mod unreachable;
+mod usage;
+mod websocket;
