@@ -5,7 +5,8 @@
 use std::io::{IsTerminal as _, Read as _};
 use std::path::{Path, PathBuf};
 
-use super::manage::{self, usage, Loaded};
+use super::changes::{add_key, remove_key};
+use super::loaded::{remote, usage, Loaded};
 use super::out;
 use crate::api::types::KeyInfo;
 use crate::digest::InstallKey;
@@ -39,7 +40,7 @@ pub(super) async fn import(loaded: &Loaded, args: ImportArgs) -> Result<(), Star
             Sources::from_vars(std::env::vars(), &home).find()
         }
     };
-    let remote = manage::remote(loaded).await?;
+    let remote = remote(loaded).await?;
     let live: Vec<KeyInfo> = match &remote {
         Some(remote) => remote.get("/keys").await.map_err(usage)?,
         None => Vec::new(),
@@ -183,7 +184,7 @@ async fn add(loaded: &Loaded, candidate: &Candidate, standing: &Standing) -> Res
         Standing::New => {}
     }
     let new = crate::control::import::new_key(candidate);
-    match manage::add_key(loaded, new).await {
+    match add_key(loaded, new).await {
         Ok(()) => Ok(()),
         Err(StartError::Usage(why)) if why.contains("already in the pool") => {
             out(&format!("{}: {why}", candidate.label));
@@ -191,7 +192,7 @@ async fn add(loaded: &Loaded, candidate: &Candidate, standing: &Standing) -> Res
         }
         Err(StartError::Usage(why)) if why.starts_with("the provider refused this key") => {
             // `keys add` keeps a refused key to be replaced; an import takes it back out.
-            manage::remove_key(loaded, &candidate.label).await.map_err(|e| e.to_string())?;
+            remove_key(loaded, &candidate.label).await.map_err(|e| e.to_string())?;
             Err(format!(
                 "{why}; it was taken out of the pool again: check the key at https://platform.openai.com/api-keys"
             )

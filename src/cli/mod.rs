@@ -2,10 +2,16 @@
 //! routing (`manage`): on the running gateway when there is one, in the keychain and the config
 //! otherwise, and `setup`, which points Codex or pi at the gateway.
 
+mod args;
+mod changes;
 mod import;
+mod keys;
+mod list;
+mod loaded;
 mod manage;
 mod pools;
 mod setup;
+mod tokens;
 mod usage;
 
 use std::io::Write as _;
@@ -315,8 +321,8 @@ pub fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command.unwrap_or(Command::Serve(ServeArgs::default())) {
             Command::Serve(args) => serve(cli.config, args).await,
-            Command::Keys(cmd) => manage::keys(cli.config, cmd).await,
-            Command::Token(cmd) => manage::token(cli.config, cmd).await,
+            Command::Keys(cmd) => keys::keys(cli.config, cmd).await,
+            Command::Token(cmd) => tokens::token(cli.config, cmd).await,
             Command::Pool(cmd) => pools::pool(cli.config, cmd).await,
             Command::Dashboard { open } => manage::dashboard(cli.config, open).await,
             Command::Setup(args) => setup::setup(cli.config, args).await,

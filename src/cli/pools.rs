@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use http::Method;
 use serde_json::json;
 
-use super::manage::{load, remote, usage, Loaded};
+use super::loaded::{kept_in, load, remote, usage, Loaded};
 use super::{out, PoolCommand};
 use crate::api::types::{PoolInfo, TokenInfo};
 use crate::control::pools::{self, PoolChanges};
@@ -32,7 +32,7 @@ pub(super) async fn pool(config_path: Option<PathBuf>, cmd: PoolCommand) -> Resu
             create(&loaded, new).await
         }
         PoolCommand::Set { name, keys, fallback, money } => {
-            let money = super::manage::money_changes(&money)?;
+            let money = super::args::money_changes(&money)?;
             let changes = PoolChanges {
                 keys: keys.as_deref().map(list),
                 fallback: fallback.as_deref().map(list),
@@ -56,7 +56,7 @@ async fn create(loaded: &Loaded, new: PoolConfig) -> Result<(), StartError> {
     if let Some(remote) = remote(loaded).await? {
         let body = serde_json::to_value(&new).map_err(usage)?;
         let made: PoolInfo = remote.send(Method::POST, "/pools", Some(body)).await.map_err(usage)?;
-        out(&format!("created pool {} in {}", describe(&made), super::manage::kept_in(&remote).await));
+        out(&format!("created pool {} in {}", describe(&made), kept_in(&remote).await));
         return Ok(());
     }
     let made = pools::create_pool(&loaded.settings(), new, &[]).map_err(usage)?;
@@ -81,7 +81,7 @@ async fn change(loaded: &Loaded, name: &str, changes: PoolChanges) -> Result<(),
         }
         let changed: PoolInfo =
             remote.send(Method::PATCH, &format!("/pools/{name}"), Some(body)).await.map_err(usage)?;
-        out(&format!("pool {} (in {})", describe(&changed), super::manage::kept_in(&remote).await));
+        out(&format!("pool {} (in {})", describe(&changed), kept_in(&remote).await));
         return Ok(());
     }
     let changed = pools::change_pool(&loaded.settings(), name, &changes, &[]).map_err(usage)?;
@@ -92,7 +92,7 @@ async fn change(loaded: &Loaded, name: &str, changes: PoolChanges) -> Result<(),
 async fn remove(loaded: &Loaded, name: &str) -> Result<(), StartError> {
     if let Some(remote) = remote(loaded).await? {
         remote.call(Method::DELETE, &format!("/pools/{name}"), None).await.map_err(usage)?;
-        out(&format!("removed pool '{name}' from {}", super::manage::kept_in(&remote).await));
+        out(&format!("removed pool '{name}' from {}", kept_in(&remote).await));
         return Ok(());
     }
     let live: Vec<(String, String)> = Vec::new();
@@ -162,7 +162,7 @@ fn strip_nulls(mut body: serde_json::Value) -> serde_json::Value {
 /// `keymux token set NAME --pool POOL`.
 pub(super) async fn move_token(loaded: &Loaded, name: &str, pool: &str) -> Result<(), StartError> {
     if let Some(remote) = remote(loaded).await? {
-        let id = super::manage::token_id(&loaded.config, name);
+        let id = super::changes::token_id(&loaded.config, name);
         let body = json!({ "pool": pool });
         let moved: Option<TokenInfo> =
             remote.send(Method::PATCH, &format!("/tokens/{id}"), Some(body)).await.map_err(usage)?;

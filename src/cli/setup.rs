@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 
 use http::Method;
 
-use super::manage::{self, usage, Loaded};
+use super::changes::{add_key, new_token};
+use super::loaded::{load, remote, usage, Loaded};
 use super::{out, SetupArgs};
 use crate::api::types::PoolInfo;
 use crate::control::NewKey;
@@ -65,8 +66,8 @@ pub(super) async fn setup(config_path: Option<PathBuf>, args: SetupArgs) -> Resu
         let target = Target::new(client, &args.pool, project.as_deref()).map_err(usage)?;
         return undo(&target, args.file.as_deref(), &state, args.force);
     }
-    let loaded = manage::load(config_path)?;
-    let remote = manage::remote(&loaded).await?;
+    let loaded = load(config_path)?;
+    let remote = remote(&loaded).await?;
     // An unknown pool is refused before anything is written or made.
     let pool = known_pool(&loaded, remote.as_ref(), &args.pool).await?;
     let target = Target::new(client, &pool, project.as_deref()).map_err(usage)?;
@@ -103,7 +104,7 @@ pub(super) async fn setup(config_path: Option<PathBuf>, args: SetupArgs) -> Resu
     if let Some((label, secret)) = import {
         // Before the file loses it: a key that cannot be added leaves auth.json as it is.
         let new = NewKey::imported(label.to_owned(), secret);
-        match manage::add_key(&loaded, new).await {
+        match add_key(&loaded, new).await {
             Ok(()) => {}
             // Imported before (or added by hand): it is in the pool already, which is what was wanted.
             Err(StartError::Usage(why)) if why.contains("already in the pool") => {
@@ -112,8 +113,7 @@ pub(super) async fn setup(config_path: Option<PathBuf>, args: SetupArgs) -> Resu
             Err(e) => return Err(e),
         }
     }
-    let made =
-        preview.confirm(&state, || manage::new_token(&loaded, remote.as_ref(), &token.name, target.pool())).await;
+    let made = preview.confirm(&state, || new_token(&loaded, remote.as_ref(), &token.name, target.pool())).await;
     let applied = made.map_err(|e| match e {
         ConfirmError::Token(e) => e,
         ConfirmError::Setup(e) => usage(e),

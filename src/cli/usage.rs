@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 
-use super::manage::{load, remote, usage as refused, Loaded};
+use super::loaded::{load, remote, usage as refused, Loaded};
 use super::out;
 use crate::api::spend::{stored, Grouping};
 use crate::api::types::{SpendReport, SpendRow};

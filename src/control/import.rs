@@ -5,8 +5,8 @@
 //! provider refuses is taken out again and said so; the plaintext copy goes only when asked (a backup
 //! kept). The keys are named by their keyed fingerprint, never by their text.
 
+use super::bodies::{FoundKey, ImportDone, ImportOffer, ImportRequest, NotImported};
 use super::{ControlError, NewKey};
-use crate::api::types::{FoundKey, ImportDone, ImportOffer, ImportRequest, NotImported};
 use crate::gateway::Gateway;
 use crate::keys::KeyId;
 use crate::keys_import::{Candidate, Found, Origin, Sources};

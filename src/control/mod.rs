@@ -7,6 +7,7 @@
 //! The steps that need no running gateway (checking a new key, storing its secret, writing the config)
 //! are also used by the CLI when no gateway runs.
 
+pub mod bodies;
 pub mod import;
 pub mod live;
 pub mod pools;

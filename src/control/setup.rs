@@ -7,8 +7,8 @@
 
 use std::path::PathBuf;
 
+use super::bodies::{ClientSetup, SetupDone, SetupFile, SetupPreview, SetupRequest, SetupUndone};
 use super::{ControlError, NewKey};
-use crate::api::types::{ClientSetup, SetupDone, SetupFile, SetupPreview, SetupRequest, SetupUndone};
 use crate::gateway::Gateway;
 use crate::setup::{self, Applied, Choices, Client, ConfirmError, Offer, Plan, Restore, SetupError};
 

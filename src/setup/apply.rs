@@ -3,9 +3,10 @@
 use std::path::{Path, PathBuf};
 
 use super::codex_history;
+use super::edited::{sha256, Surgical};
 use super::error::io;
 use super::files::{keep_copy, mode_of, read_limited, real_path};
-use super::record::{read_record, record_path, sha256, write_record, Record, Restore, Surgical};
+use super::record::{read_record, record_path, write_record, Record, Restore};
 use super::target::CODEX_AUTH_RECORD;
 use super::{Client, Plan, SetupError, Target, PRIVATE};
 use crate::clock::Clock;

@@ -6,7 +6,7 @@
 
 use toml_edit::{DocumentMut, InlineTable, Item, Table, TableLike, Value};
 
-use super::plan::{Edited, Refusal};
+use super::edited::{Edited, Refusal};
 use super::target::{provider_id, provider_name};
 
 /// Keys of a provider that say where its credential comes from. Keymux's own provider takes the token

@@ -11,8 +11,8 @@
 
 use serde_json::Value;
 
-use super::plan::{Edited, Refusal, Remedy};
-use super::record::{sha256, Surgical};
+use super::edited::{sha256, Surgical};
+use super::edited::{Edited, Refusal, Remedy};
 
 /// The field Codex reads an API key from.
 const FIELD: &str = "OPENAI_API_KEY";

@@ -14,8 +14,8 @@
 use toml_edit::{DocumentMut, Item};
 
 use super::codex::set_str;
-use super::plan::{Edited, Refusal, Remedy};
-use super::record::Surgical;
+use super::edited::Surgical;
+use super::edited::{Edited, Refusal, Remedy};
 use super::PROVIDER;
 
 /// The top-level key Codex reads as the built-in provider's base URL.

@@ -33,7 +33,7 @@ pub enum SetupError {
         /// What is there and what to do.
         message: String,
         /// The choice that makes it.
-        remedy: super::plan::Remedy,
+        remedy: super::edited::Remedy,
     },
     /// The line Keymux added was changed or removed since, so Undo does not know what to take out.
     #[error("{} no longer has the line Keymux added (`{key} = \"{ours}\"`): {}. Keymux leaves the file as it is; fix the line by hand, then forget this setup with `{undo} --force`", path.display(), found.as_ref().map_or_else(|| "it was removed".to_owned(), |v| format!("it says \"{v}\" now")))]

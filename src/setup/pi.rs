@@ -5,7 +5,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::plan::{Edited, Refusal};
+use super::edited::{Edited, Refusal};
 use super::target::provider_id;
 
 /// The models a new Keymux provider offers pi, as the README shows them.

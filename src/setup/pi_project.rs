@@ -5,7 +5,7 @@
 
 use serde_json::{Map, Value};
 
-use super::plan::{Edited, Refusal};
+use super::edited::{Edited, Refusal};
 use super::target::provider_id;
 
 /// The settings with the pool's provider and model chosen.

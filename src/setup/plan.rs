@@ -3,27 +3,13 @@
 use std::path::{Path, PathBuf};
 
 use super::codex_history::{self, Prior};
+use super::edited::{Edited, Refusal, Surgical};
 use super::files::{read_limited, real_path};
 use super::mask::Secrets;
-use super::record::{read_record, Surgical};
+use super::record::read_record;
 use super::target::{provider_id, Edit};
 use super::{codex, codex_auth, diff, pi, pi_project, Client, SetupError, Target};
 use crate::secrets::Secret;
-
-/// What a client module makes of a file: the new text, what the user should know about the change,
-/// and for a file edited in place what Undo takes out again.
-pub(super) struct Edited {
-    pub(super) text: String,
-    pub(super) notes: Vec<String>,
-    pub(super) surgical: Option<Surgical>,
-}
-
-impl Edited {
-    /// A file Undo puts back whole.
-    pub(super) fn whole(text: String, notes: Vec<String>) -> Edited {
-        Edited { text, notes, surgical: None }
-    }
-}
 
 /// The choices a person makes about a setup, the same in the CLI, the tray and the dashboard. They
 /// matter for Codex with the pool `all`; the other setups ignore them.
@@ -39,28 +25,6 @@ pub struct Choices {
     /// Codex: hand the API key `auth.json` holds to the caller ([`crate::setup::Preview::key_to_import`])
     /// so it can join Keymux's keys before the client token takes its place.
     pub import_key: bool,
-}
-
-/// Why a client module will not edit a file.
-#[derive(Debug)]
-pub(super) enum Refusal {
-    /// Not valid TOML or JSON.
-    Syntax(String),
-    /// Valid, but not shaped as the client reads it.
-    Shape(String),
-    /// Readable, but set up in a way this setup would undo for the user (another base URL, a ChatGPT
-    /// login): refused, saying which choice makes it.
-    Conflict(String, Remedy),
-}
-
-/// The one choice that makes a refused Codex setup possible, for a dialog to offer as a button.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Remedy {
-    /// [`Choices::custom_provider`]: a ChatGPT login, or another `model_provider` chosen.
-    CustomProvider,
-    /// [`Choices::force`]: `openai_base_url` names another URL.
-    Force,
 }
 
 /// A change to a client's file, worked out and not yet made.

@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest as _, Sha256};
 
+use super::edited::{sha256, Surgical};
 use super::error::io;
 use super::{Client, SetupError, PRIVATE};
 use crate::config_file::write_atomically_with_mode;
@@ -29,20 +29,6 @@ impl Restore {
             Restore::Surgical(what) => format!("not needed: Undo only {what}"),
         }
     }
-}
-
-/// What Keymux added to a file it edits in place, so Undo takes out exactly that. Nothing secret: a
-/// URL, and a digest of the token.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "kind")]
-pub(super) enum Surgical {
-    /// Codex's top-level `openai_base_url = value` (Keymux's own URL). `replaced`: it took the place of
-    /// another `openai_base_url`, which Undo reads back from the backup (a URL of the user's may hold a
-    /// credential, so it is not kept here). `dropped_provider`: an old-form `model_provider = "keymux"`
-    /// line was taken out.
-    BaseUrl { value: String, replaced: bool, dropped_provider: bool },
-    /// Codex's `auth.json` holds the client token with this SHA-256 as `OPENAI_API_KEY`.
-    AuthKey { key_sha256: String },
 }
 
 /// What the state directory keeps about one client's setup. Nothing secret: paths, a digest, a time.
@@ -110,8 +96,4 @@ pub(super) fn write_record(state_dir: &Path, name: &str, record: &Record) -> Res
     let bytes = serde_json::to_vec_pretty(record)
         .map_err(|e| SetupError::Io { path: path.clone(), source: std::io::Error::other(e) })?;
     write_atomically_with_mode(&path, &bytes, Some(PRIVATE)).map_err(io(&path))
-}
-
-pub(super) fn sha256(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
 }

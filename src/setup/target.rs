@@ -10,8 +10,8 @@
 use std::path::{Path, PathBuf};
 
 use super::codex_history::Prior;
+use super::edited::sha256;
 use super::files::real_path;
-use super::record::sha256;
 use super::{Client, SetupError, PROVIDER};
 use crate::pools::ALL;
 

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::ops::Range;
 
-use super::parse::PRICE_FIELDS;
+use super::rates::PRICE_FIELDS;
 
 /// A bad price entry: which model and field, what is wrong and how to fix it, and where.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -11,13 +11,15 @@
 mod error;
 mod parse;
 mod price;
+mod rates;
 
 #[cfg(test)]
 mod tests;
 
 pub use error::{PriceError, Problem};
 pub use parse::PriceOverrides;
-pub use price::{LongContext, ModelPrice, PriceTable, Rates, Resolved, TierPrice};
+pub use price::{PriceTable, Resolved};
+pub use rates::{LongContext, ModelPrice, Rates, TierPrice};
 
 use std::fmt;
 

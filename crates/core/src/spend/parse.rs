@@ -11,15 +11,13 @@ use serde::{Deserialize, Serialize};
 use toml::{Spanned, Value};
 
 use super::error::{PriceError, Problem};
-use super::price::{normalize, Entry, LongContext, ModelPrice, Rates, TierPrice, MILLI};
+use super::rates::{normalize, Entry, LongContext, ModelPrice, Rates, TierPrice, MILLI, PRICE_FIELDS};
 
 /// $1,000,000 per 1M tokens, in pico-dollars per token: far above any real price, and low enough
 /// that a request's sum cannot overflow.
 const MAX_RATE: u64 = 1_000_000 * 1_000_000;
 /// 100x, in thousandths.
 const MAX_MULTIPLIER: u64 = 100 * MILLI;
-pub(super) const PRICE_FIELDS: [&str; 8] =
-    ["input", "cached_input", "cache_write", "output", "flex", "priority", "ultrafast", "long_context"];
 const RATE_FIELDS: [&str; 4] = ["input", "cached_input", "cache_write", "output"];
 const MULTIPLIER_FIELDS: [&str; 4] = ["above", "input", "cached_input", "output"];
 

@@ -1,0 +1,123 @@
+//! The words of a price: a model's rates per token, its tier and long-context multiples, a table
+//! entry, and what one request cost at them. A leaf the table (`price`), its parser (`parse`) and its
+//! errors (`error`) all read.
+
+use super::{Cost, ServiceTier, Unpriced, Usage, Usd};
+
+/// Multipliers are held in thousandths: 1000 is 1x.
+pub(super) const MILLI: u64 = 1000;
+
+/// One model's rates, in pico-dollars per token (= millionths of a USD per 1M tokens).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rates {
+    /// Input tokens that are neither cached nor written to the cache.
+    pub input: u64,
+    /// Cached input tokens; `None` means no cache discount (priced as input).
+    pub cached_input: Option<u64>,
+    /// Input tokens written to the cache; `None` means priced as input.
+    pub cache_write: Option<u64>,
+    /// Output tokens, reasoning tokens included.
+    pub output: u64,
+}
+
+/// The price in one `service_tier`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TierPrice {
+    /// Every standard rate times this many thousandths.
+    Multiplier(u64),
+    /// Rates of its own, where the tier is not one multiple of the standard rates.
+    Rates(Rates),
+}
+
+/// Long-context billing: past `above` input tokens, the whole request costs these multiples.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LongContext {
+    /// The request is long when its input tokens exceed this.
+    pub above: u64,
+    /// Multiplier on input and cache-write rates, in thousandths.
+    pub input: u64,
+    /// Multiplier on the cached-input rate, in thousandths.
+    pub cached_input: u64,
+    /// Multiplier on the output rate, in thousandths.
+    pub output: u64,
+}
+
+/// Everything the table knows about one model's price.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelPrice {
+    /// The standard-tier rates.
+    pub standard: Rates,
+    /// `service_tier: "flex"`, if the model offers it.
+    pub flex: Option<TierPrice>,
+    /// `service_tier: "priority"` / `"fast"`, if the model offers it.
+    pub priority: Option<TierPrice>,
+    /// `service_tier: "ultrafast"`, if the model offers it.
+    pub ultrafast: Option<TierPrice>,
+    /// Long-context billing, where OpenAI publishes it.
+    pub long_context: Option<LongContext>,
+    /// Where the numbers were read.
+    pub source: Option<String>,
+    /// The day they were compared (YYYY-MM-DD).
+    pub checked: Option<String>,
+}
+
+/// A table entry: a price, or a user's alias to a priced entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Entry {
+    Priced(Box<ModelPrice>),
+    Alias(String),
+}
+
+/// The fields a price entry may have besides `alias`, `source` and `checked`.
+pub(super) const PRICE_FIELDS: [&str; 8] =
+    ["input", "cached_input", "cache_write", "output", "flex", "priority", "ultrafast", "long_context"];
+
+impl ModelPrice {
+    /// The rates and the tier multiplier (thousandths) for `tier`, if the model is priced in it.
+    fn tier_rates(&self, tier: ServiceTier) -> Option<(Rates, u64)> {
+        let tier_price = match tier {
+            ServiceTier::Standard => return Some((self.standard, MILLI)),
+            ServiceTier::Flex => self.flex,
+            ServiceTier::Priority => self.priority,
+            ServiceTier::Ultrafast => self.ultrafast,
+            ServiceTier::Other => None,
+        }?;
+        Some(match tier_price {
+            TierPrice::Multiplier(milli) => (self.standard, milli),
+            TierPrice::Rates(rates) => (rates, MILLI),
+        })
+    }
+
+    /// What one request cost: input split into fresh, cached and cache-write tokens; reasoning is
+    /// inside output; tier and long-context multiples applied; one rounding, half up.
+    pub fn cost(&self, usage: &Usage, tier: ServiceTier) -> Cost {
+        let Some((rates, tier_milli)) = self.tier_rates(tier) else {
+            return Cost::Unpriced(Unpriced::Tier);
+        };
+        let long = self.long_context.filter(|lc| usage.input_tokens > lc.above);
+        let (m_in, m_cached, m_out) = long.map_or((MILLI, MILLI, MILLI), |lc| (lc.input, lc.cached_input, lc.output));
+        // Counts a provider reports inconsistently are clamped so that the parts never exceed the input.
+        let cached = usage.cached_input_tokens.min(usage.input_tokens);
+        let written = usage.cache_write_tokens.min(usage.input_tokens - cached);
+        let fresh = usage.input_tokens - cached - written;
+        let terms = [
+            (fresh, rates.input, m_in),
+            (cached, rates.cached_input.unwrap_or(rates.input), m_cached),
+            (written, rates.cache_write.unwrap_or(rates.input), m_in),
+            (usage.output_tokens, rates.output, m_out),
+        ];
+        // Units: pico-dollars x 1000 (long context) x 1000 (tier) = 1e-18 USD; 1e9 of them is a nano.
+        let atto = terms
+            .iter()
+            .map(|&(tokens, rate, milli)| u128::from(tokens) * u128::from(rate) * u128::from(milli))
+            .fold(0u128, u128::saturating_add)
+            .saturating_mul(u128::from(tier_milli));
+        let nanos = atto.saturating_add(500_000_000) / 1_000_000_000;
+        Cost::Priced(Usd::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX)))
+    }
+}
+
+/// Model names match trimmed and case-insensitively.
+pub(super) fn normalize(name: &str) -> String {
+    name.trim().to_ascii_lowercase()
+}
