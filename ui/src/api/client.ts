@@ -20,6 +20,12 @@ export const loggedOut = signal(false);
 
 let session: string | null = sessionStorage.getItem(SESSION_KEY);
 
+/**
+ * Set once the person logs out: a call asked for after that (a status read an event scheduled, the
+ * periodic refresh) is not sent with the ending session, so the gateway never sees it refused.
+ */
+let leaving = false;
+
 function forget(): void {
   session = null;
   sessionStorage.removeItem(SESSION_KEY);
@@ -58,6 +64,7 @@ function headers(): Record<string, string> {
 }
 
 async function call<T>(method: string, path: string, body?: unknown): Promise<T> {
+  if (leaving && path !== "logout") throw new ApiError("Logged out.", 401, "logged_out");
   const sent = headers();
   if (body !== undefined) sent["content-type"] = "application/json";
   let response: Response;
@@ -117,6 +124,7 @@ export async function startSession(): Promise<boolean> {
 
 /** Ends the session, here and at the gateway. */
 export async function logout(): Promise<void> {
+  leaving = true;
   try {
     await call<void>("POST", "logout");
   } finally {

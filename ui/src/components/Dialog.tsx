@@ -1,5 +1,5 @@
 import type { ComponentChildren } from "preact";
-import { useEffect, useRef } from "preact/hooks";
+import { useLayoutEffect, useRef } from "preact/hooks";
 
 interface Props {
   open: boolean;
@@ -14,22 +14,30 @@ interface Props {
 /**
  * A native modal dialog: focus moves in and is kept there, Escape closes it, and focus returns to
  * where it was when it closes.
+ *
+ * The native dialog follows `open` after every render, in the commit (a layout effect, no deps): an
+ * effect run after paint, keyed on `open`, could be dropped or run late when the dialog was closed
+ * and opened again within a frame (a live update re-rendering it, or Escape then Enter), leaving its
+ * content rendered in a closed, invisible dialog. A `close` event counts only while the dialog is
+ * closed: one queued by an earlier close does not shut a dialog opened since.
  */
 export function Dialog({ open, onClose, title, children, kind = "modal", testid }: Props) {
   const ref = useRef<HTMLDialogElement>(null);
-  useEffect(() => {
+  useLayoutEffect(() => {
     const d = ref.current;
     if (!d) return;
     if (open && !d.open) d.showModal();
     if (!open && d.open) d.close();
-  }, [open]);
+  });
   return (
     <dialog
       ref={ref}
       class={kind}
       aria-label={title}
       data-testid={testid}
-      onClose={onClose}
+      onClose={() => {
+        if (!ref.current?.open) onClose();
+      }}
       onCancel={(e) => {
         e.preventDefault();
         onClose();
