@@ -16,14 +16,14 @@ use arc_swap::ArcSwap;
 
 use crate::access::Access;
 use crate::affinity::Table;
-use crate::budget::{BudgetState, SpendNow};
+use crate::budget::BudgetState;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::events::{BudgetOf, Event, Events, GatewayEvent, KeyChange, KeyEvent, RequestRecord, Routed};
 use crate::keys::{KeyEntry, KeyId};
 use crate::markers::Markers;
 use crate::metrics::Metrics;
-use crate::pool::{HealthChange, HealthState, Learned, Pool, ViewFor};
+use crate::pool::{HealthChange, HealthState, Learned, Pool};
 use crate::pools::{PoolConfig, Pools};
 use crate::router::{self, Policy};
 use crate::sessions::Sessions;
@@ -431,7 +431,7 @@ impl Gateway {
     }
 
     /// Notices what time alone changed (cooldowns that ended, out-of-quota keys due to be tried again)
-    /// and tells the event stream. The runtime calls it every second.
+    /// and tells the event stream. The runtime calls it every second, with `budgets::tell`.
     pub fn tick(&self) {
         let changes: Vec<(KeyId, HealthState)> = {
             let announced = self.announced.lock().unwrap_or_else(|p| p.into_inner());
@@ -453,74 +453,16 @@ impl Gateway {
                 if was == HealthState::Cooling { KeyChange::CoolingEnded } else { KeyChange::Recovered },
             );
         }
-        self.tell_budgets();
     }
 
-    /// Where the user's pool `name` stands against its budget in money: what its keys spent together
-    /// (`Open` for `all` and for a pool without one).
-    pub fn pool_budget(&self, name: &str) -> BudgetState {
-        self.pool_budget_in(&self.pools(), &self.spend_now(), name)
-    }
-
-    /// `pool_budget` against pools and spend the caller already read.
-    fn pool_budget_in(&self, pools: &Pools, spend: &SpendNow, name: &str) -> BudgetState {
-        let Some((money, keys)) = pools.money_of(name) else { return BudgetState::Open };
-        let fingerprints: Vec<String> = keys.iter().filter_map(|k| self.pool.fingerprint(k)).collect();
-        let (day, month) = spend.of(fingerprints.iter().map(String::as_str));
-        money.state(day.usd, month.usd, &spend.periods)
-    }
-
-    /// Tells the event stream each change of a key's or a pool's budget state: reserved, stopped, or
-    /// open again once its period ended (read on every tick, so a period's end is told without a
-    /// request). A state first seen open is not news; one first seen reserved or stopped is.
-    fn tell_budgets(&self) {
-        let spend = self.spend_now();
-        let keys = self.pool.budgeted().into_iter().map(|(id, label, fingerprint, money)| {
-            (BudgetOf::Key { key: id }, label, spend.state_of(&fingerprint, &money))
-        });
-        let pools = self.pools();
-        let pools = pools.defs().iter().filter(|def| def.money().is_set()).map(|def| {
-            let state = self.pool_budget_in(&pools, &spend, &def.name);
-            (BudgetOf::Pool { pool: def.name.clone() }, def.name.clone(), state)
-        });
-        let now: Vec<(BudgetOf, String, BudgetState)> = keys.chain(pools).collect();
-        let told: Vec<(BudgetOf, String, BudgetState)> = {
-            let mut said = self.budget_said.lock().unwrap_or_else(|p| p.into_inner());
-            said.retain(|of, _| now.iter().any(|(o, _, _)| o == of));
-            now.into_iter()
-                .filter(|(of, _, state)| {
-                    let before = said.insert(of.clone(), *state);
-                    budget_news(before, *state)
-                })
-                .collect()
-        };
-        for (of, label, state) in told {
-            self.notify(GatewayEvent::Budget { of, label, state });
-        }
+    /// The last budget state told for each key and pool (`budgets::tell` keeps it).
+    pub(crate) fn budgets_told(&self) -> std::sync::MutexGuard<'_, HashMap<BudgetOf, BudgetState>> {
+        self.budget_said.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Tells the event stream that a request was routed.
     pub(crate) fn routed(&self, routed: Routed) {
         self.events.publish(routed.at_unix_ms, Event::Routed(Box::new(routed)));
-    }
-
-    /// Whether a new WebSocket of a token bound to `pool` could be served at all right now (some key
-    /// it may reach is usable).
-    pub fn can_open_socket(&self, pool: &str) -> bool {
-        if self.paused() {
-            return false;
-        }
-        let now = self.clock.now();
-        let spend = self.spend_now();
-        let now_unix_ms = self.clock.unix_ms();
-        let view_for = ViewFor { model: None, tokens: 0, now, day: self.today(), now_unix_ms, spend: &spend };
-        let mut view = self.pool.view(view_for);
-        let pools = self.pools();
-        let tiers = pools.reach(pool);
-        if !tiers.tiers().is_empty() {
-            view.keys.retain(|k| tiers.tiers().iter().any(|t| t.keys.contains(&k.id)));
-        }
-        router::any_open(&view, now)
     }
 
     /// The one way a finished request (HTTP, or a WebSocket turn) is reported: a log line, the hashed
@@ -551,19 +493,5 @@ impl Gateway {
         let org = record.served_by.as_ref().and_then(|k| self.pool.org_of(k));
         self.sessions.observe(&record, org);
         self.events.publish_record(record);
-    }
-}
-
-/// Whether a budget state is news after `before` (`None`: not seen yet): a change of state or of the
-/// budget that causes it; not the same state again, and not a key first seen open.
-fn budget_news(before: Option<BudgetState>, now: BudgetState) -> bool {
-    let kind = |s: &BudgetState| match s {
-        BudgetState::Open => (0, None),
-        BudgetState::Reserved { period, resets_unix_ms, .. } => (1, Some((*period, *resets_unix_ms))),
-        BudgetState::Stopped { period, resets_unix_ms, .. } => (2, Some((*period, *resets_unix_ms))),
-    };
-    match before {
-        None => now != BudgetState::Open,
-        Some(before) => kind(&before) != kind(&now),
     }
 }

@@ -85,8 +85,8 @@ async fn upgrade(gateway: Arc<Gateway>, mut parts: axum::http::request::Parts) -
         return ApiError::WebSocketUnavailable.into_response();
     }
     let pool = parts.extensions.get::<tokens::ClientScope>().map_or(crate::pools::ALL, |c| c.pool.as_str());
-    if !gateway.can_open_socket(pool) {
-        tracing::warn!("websocket refused, no key is usable; the client falls back to HTTP");
+    if !crate::pipeline::can_open_socket(&gateway, pool) {
+        tracing::warn!("websocket refused, no key its pool may reach is usable now (cooling, out of quota or held by a budget); the client falls back to HTTP");
         return ApiError::WebSocketUnavailable.into_response();
     }
     let limits = parts.extensions.get::<crate::limits::RequestLimits>().copied().unwrap_or_default();

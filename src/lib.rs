@@ -80,6 +80,9 @@
 //! * [`spend`]: the embedded price table (`spend/prices.toml`), the user's `[prices]` over it (held by
 //!   `settings`), and what one request cost from its usage (exact integers; an unknown model is
 //!   unpriced, not $0). A record is priced once, when its request finishes (`RequestRecord::price`).
+//! * [`budgets`]: budgets in money held against the live pool, once: a pool's state, the rule that holds
+//!   a pool's keys to its budget as well as their own, the refusal of a stopped one, the events told
+//!   when a state changes. Requests, WebSocket handshakes and bound sockets' turns all ask here.
 //! * [`budget`]: budgets in money per key (`daily_budget_usd`, `monthly_budget_usd`, `reserve_at`,
 //!   `on_limit`) and where a key stands against them (open, reserved, stopped). Pure.
 //! * [`metrics`]: hashed per-hour counters (key fingerprints only), spend included, aggregated in
@@ -107,6 +110,7 @@
 pub mod access;
 pub mod affinity;
 pub mod api;
+pub mod budgets;
 pub mod classify;
 pub mod cli;
 pub mod clock;

@@ -211,6 +211,7 @@ async fn tick_every(gateway: Arc<Gateway>, every: Duration) {
     loop {
         ticks.tick().await;
         gateway.tick();
+        crate::budgets::tell(&gateway);
         // Unreachable keys are tried again in the background, so no client request pays for it.
         for key in gateway.pool().claim_retries(gateway.clock().now()) {
             let gateway = gateway.clone();

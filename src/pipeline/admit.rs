@@ -136,25 +136,32 @@ fn memory(gw: &Gateway, facts: &RequestFacts, entry: Entry, now: Instant) -> Mem
     Memory { remembered, session_hint }
 }
 
-/// The pool view a request is decided on.
-/// The router's view of the pool for a request bound to `reach`: each key as it stands, and, for the
-/// user's pool with a budget in money, its own keys held to that budget too (the worse of the key's
-/// and the pool's: a pool past `reserve_at` starts no new sessions, a stopped one serves nothing).
+/// The router's view of the pool for a request bound to `reach`: each key as it stands, the pool's
+/// own keys held to its budget too (`budgets::hold_to_pool`).
 pub(super) fn pool_view(gw: &Gateway, facts: &RequestFacts, now: Instant, reach: &Reach<'_>) -> PoolView {
     let spend = gw.spend_now();
-    let mut view = gw.pool().view(view_for(gw, facts, now, &spend));
-    let Some(own) = reach.tiers().first() else { return view };
-    let state = gw.pool_budget(own.pool);
-    let resets = match state {
-        BudgetState::Open => return view,
-        BudgetState::Reserved { resets_unix_ms, .. } | BudgetState::Stopped { resets_unix_ms, .. } => resets_unix_ms,
-    };
-    let left = std::time::Duration::from_millis(resets.saturating_sub(gw.clock().unix_ms()));
-    for key in view.keys.iter_mut().filter(|k| own.keys.contains(&k.id) && state.worse_than(&k.budget)) {
-        key.budget = state;
-        key.budget_resets = Some(crate::clock::later(now, left));
+    let view = gw.pool().view(view_for(gw, facts, now, &spend));
+    crate::budgets::hold_to_pool(gw, view, now, reach)
+}
+
+/// Whether a new WebSocket of a token bound to `pool` could be served at all right now: some key it
+/// may reach is usable for a new request, by the same view a request is decided on (the pool's
+/// budget included), so a handshake and a request never disagree.
+pub fn can_open_socket(gw: &Gateway, pool: &str) -> bool {
+    if gw.paused() {
+        return false;
     }
-    view
+    let now = gw.clock().now();
+    let spend = gw.spend_now();
+    let now_unix_ms = gw.clock().unix_ms();
+    let view_for = ViewFor { model: None, tokens: 0, now, day: gw.today(), now_unix_ms, spend: &spend };
+    let pools = gw.pools();
+    let reach = pools.reach(pool);
+    let mut view = gw.pool().view(view_for);
+    if !reach.tiers().is_empty() {
+        view.keys.retain(|k| reach.tiers().iter().any(|t| t.keys.contains(&k.id)));
+    }
+    router::any_open(&crate::budgets::hold_to_pool(gw, view, now, &reach), now)
 }
 
 pub(super) fn view_for<'a>(gw: &Gateway, facts: &'a RequestFacts, now: Instant, spend: &'a SpendNow) -> ViewFor<'a> {
@@ -188,7 +195,7 @@ pub fn refusal_error(gw: &Gateway, refusal: Refusal, reach: &Reach<'_>) -> ApiEr
         Refusal::BudgetReached { retry_after_secs, keys } => ApiError::BudgetReached { retry_after_secs, keys, pool },
         Refusal::BudgetStopped { key, period, limit, retry_after_secs } => {
             // The pool's budget rather than the key's, when the pool is the one stopped at this limit.
-            let pool = match gw.pool_budget(reach.pool()) {
+            let pool = match crate::budgets::pool_state(gw, reach.pool()) {
                 BudgetState::Stopped { period: p, limit: l, .. } if (p, l) == (period, limit) => {
                     Some(reach.pool().to_owned())
                 }

@@ -217,9 +217,7 @@ impl Inbound {
     /// money over continuity, so even this bound session's next turn waits for the reset.
     fn budget_stop(&self) -> Option<ApiError> {
         let gateway = &self.gateway;
-        let key = gateway.pool().budget_of(&self.key, &gateway.spend_now())?;
-        let pool = gateway.pool_budget(&self.scope.pool);
-        let (state, pool) = if pool.worse_than(&key) { (pool, Some(self.scope.pool.clone())) } else { (key, None) };
+        let (state, pool) = crate::budgets::holding(gateway, &self.key, &self.scope.pool)?;
         match state {
             BudgetState::Stopped { period, limit, resets_unix_ms } => {
                 let left = resets_unix_ms.saturating_sub(gateway.clock().unix_ms());

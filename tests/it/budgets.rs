@@ -238,4 +238,12 @@ async fn a_pools_budget_holds_its_tokens_requests_and_no_others() {
     assert!(stopped.body.contains("Keymux pool 'work' reached its $0.02 daily budget"), "{}", stopped.body);
     assert!(stopped.body.contains("keymux pool set work --daily-budget-usd"), "{}", stopped.body);
     budget_event(&events, "\"pool\":\"work\"", "stopped").await;
+
+    // A WebSocket's handshake follows the same rule as a request: the stopped pool's token gets none
+    // (426: Codex falls back to HTTP, where the 429 above says why), while a token of `all` opens one
+    // (a1 and b1 have no budget of their own).
+    let refused = WsClient::connect_as(&h.base, "sock-stopped", &acme).await;
+    assert!(refused.is_err(), "no socket for a token whose pool stopped at its budget");
+    let open = WsClient::connect_as(&h.base, "sock-all", TOKEN).await;
+    assert!(open.is_ok(), "a token of `all` still opens one");
 }
