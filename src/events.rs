@@ -80,7 +80,7 @@ pub enum Wire {
 pub struct RequestRecord {
     /// What arrived and how it was decided (the same as the `routed` event showed).
     #[serde(flatten)]
-    // Declared in TypeScript as `Routed & { ... }` by `api::types::typescript()`.
+    // Declared in TypeScript as `Routed & { ... }` by `api::typescript::typescript()`.
     #[ts(skip)]
     pub routed: Routed,
     /// Whether the client asked for a stream.

@@ -17,6 +17,10 @@ use crate::store::Stored;
 use crate::util::{lock, object_id, split_deltas, truncate_chars};
 
 /// Reasoning tokens reported for a response with a reasoning item.
+mod items;
+
+use items::{usage, with_ids};
+
 const REASONING_TOKENS: u64 = 64;
 /// How many text deltas a reply is streamed in.
 const DELTAS: usize = 4;
@@ -126,43 +130,6 @@ fn check_trigger_is_last(items: &[Value]) -> Result<(), ApiError> {
         ));
     }
     Ok(())
-}
-
-fn id_prefix_for(item: &Value) -> &'static str {
-    match item.get("type").and_then(Value::as_str) {
-        Some("function_call_output") => "fco",
-        Some("function_call") => "fc",
-        Some("reasoning") => "rs",
-        Some("compaction") => "cmp",
-        _ => "msg",
-    }
-}
-
-/// Copies of the input items with an id on every object item, as the store keeps them.
-fn with_ids(items: &[Value]) -> Vec<Value> {
-    items
-        .iter()
-        .map(|item| {
-            let mut item = item.clone();
-            let prefix = id_prefix_for(&item);
-            if let Value::Object(map) = &mut item {
-                if map.get("id").is_none_or(Value::is_null) {
-                    map.insert("id".into(), Value::String(object_id(prefix)));
-                }
-            }
-            item
-        })
-        .collect()
-}
-
-fn usage(input: u64, cached: u64, output: u64, reasoning: u64) -> Value {
-    json!({
-        "input_tokens": input,
-        "input_tokens_details": {"cached_tokens": cached},
-        "output_tokens": output,
-        "output_tokens_details": {"reasoning_tokens": reasoning},
-        "total_tokens": input + output,
-    })
 }
 
 /// A request's input resolved into the prompt the model sees.
@@ -512,19 +479,4 @@ pub(crate) fn compact(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn echo_uses_the_last_user_text() {
-        let items = vec![
-            json!({"role": "developer", "content": "sys"}),
-            json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "first"}]}),
-            json!({"role": "user", "content": "second"}),
-            json!({"type": "function_call_output", "call_id": "c", "output": "x"}),
-        ];
-        assert_eq!(last_user_text(&items).as_deref(), Some("second"));
-        let long = vec![json!({"role": "user", "content": "x".repeat(100)})];
-        assert_eq!(reply_text(3, "org-a", &long), format!("SIM-REPLY #3 from org-a: {}", "x".repeat(60)));
-    }
-}
+mod tests;

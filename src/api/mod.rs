@@ -10,6 +10,7 @@ pub mod setup;
 pub mod spend;
 pub mod stream;
 pub mod types;
+pub mod typescript;
 pub mod views;
 
 use std::sync::Arc;

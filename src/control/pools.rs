@@ -24,15 +24,15 @@ pub struct PoolChanges {
     #[serde(default)]
     pub fallback: Option<Vec<String>>,
     /// A new daily budget in US dollars for its keys together (`null` removes it).
-    #[serde(default, with = "super::double_option")]
+    #[serde(default, with = "super::key_changes::double_option")]
     #[ts(optional, type = "number | null")]
     pub daily_budget_usd: Option<Option<crate::spend::Usd>>,
     /// A new monthly budget in US dollars (`null` removes it).
-    #[serde(default, with = "super::double_option")]
+    #[serde(default, with = "super::key_changes::double_option")]
     #[ts(optional, type = "number | null")]
     pub monthly_budget_usd: Option<Option<crate::spend::Usd>>,
     /// A new reserve threshold, percent (`null`: 100).
-    #[serde(default, with = "super::double_option")]
+    #[serde(default, with = "super::key_changes::double_option")]
     #[ts(optional, type = "number | null")]
     pub reserve_at: Option<Option<u8>>,
     /// What happens at 100 %.

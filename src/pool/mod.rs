@@ -18,9 +18,10 @@ use std::time::Instant;
 
 use crate::keys::{KeyEntry, KeyId, Provider};
 use crate::markers::{Markers, OrgTag};
-use crate::quota::{Quota, Reading};
+use crate::quota::Quota;
 use crate::relay::Usage;
 
+mod learned;
 mod status;
 mod view;
 
@@ -28,6 +29,7 @@ pub use keymux_core::pool::{
     unreachable_backoff, Health, HealthChange, HealthState, KeyView, OutcomeKind, PoolView, ViewFor, MAX_KEYS,
     MAX_UNREACHABLE_BACKOFF,
 };
+pub use learned::{Begin, Learned, Outcome};
 pub use status::KeyStatus;
 
 use keymux_core::pool::{health_change, next_health, switched};
@@ -40,68 +42,6 @@ const RETRY_CLAIM: std::time::Duration = std::time::Duration::from_secs(60);
 pub const STARTS_HALF_LIFE: Duration = Duration::from_secs(120);
 /// Most models remembered as unavailable per key.
 pub const MAX_MISSING_MODELS: usize = 32;
-
-/// What one upstream answer (or failure) taught about a key.
-#[derive(Clone, Debug)]
-pub struct Outcome {
-    /// The key.
-    pub key: KeyId,
-    /// When it was observed.
-    pub at: Instant,
-    /// What happened.
-    pub kind: OutcomeKind,
-    /// The upstream status, if an answer came back.
-    pub status: Option<u16>,
-    /// The `openai-organization` the upstream reported, if any.
-    pub org: Option<String>,
-    /// The rate-limit windows the answer reported.
-    pub limits: Reading,
-    /// The provider said this key cannot use this model.
-    pub model_missing: Option<String>,
-    /// The provider answered `invalid_encrypted_content` to a request Keymux had pinned correctly.
-    pub invalid_encrypted: bool,
-}
-
-impl Outcome {
-    /// An outcome with nothing but its kind.
-    pub fn new(key: KeyId, at: Instant, kind: OutcomeKind) -> Self {
-        Self {
-            key,
-            at,
-            kind,
-            status: None,
-            org: None,
-            limits: Reading::default(),
-            model_missing: None,
-            invalid_encrypted: false,
-        }
-    }
-}
-
-/// What the provider taught: an answer, or the token usage of a finished one.
-#[derive(Clone, Debug)]
-pub enum Learned {
-    /// What one attempt taught (an answer, or a failure to get one).
-    Outcome(Outcome),
-    /// A finished answer's usage, on UTC day `day`.
-    Usage {
-        /// The key.
-        key: KeyId,
-        /// The usage.
-        usage: Usage,
-        /// UTC day number.
-        day: u32,
-    },
-}
-
-/// How a request begins on a key.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Begin {
-    /// Its estimated tokens, counted down from the key's windows.
-    pub tokens: u64,
-    /// It was placed by load alone: it counts as a session start for the spread.
-    pub start: bool,
-}
 
 /// Live state of one key (replaced whole on every change).
 #[derive(Clone, Debug)]

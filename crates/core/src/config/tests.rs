@@ -1,0 +1,171 @@
+use super::*;
+
+#[test]
+fn a_bad_budget_in_money_names_the_file_the_line_and_the_fix() {
+    let key = "[[keys]]\nid = \"k_1\"\nlabel = \"w\"\n";
+    let err = Config::parse(&format!("{key}daily_budget_usd = -5\n"), Path::new("/x/c.toml")).expect_err("negative");
+    let msg = err.to_string();
+    assert!(msg.contains("/x/c.toml") && msg.contains("line 4") && msg.contains("zero or more"), "{msg}");
+    let err = Config::parse(&format!("{key}daily_budget_usd = \"five\"\n"), Path::new("c.toml")).expect_err("text");
+    assert!(err.to_string().contains("line 4"), "{err}");
+    let err = Config::parse(&format!("{key}reserve_at = 120\n"), Path::new("c.toml")).expect_err("120 %");
+    assert!(err.to_string().contains("percent from 1 to 100"), "{err}");
+    let err = Config::parse(&format!("{key}reserve_window_pct = 95\n"), Path::new("/x/c.toml")).expect_err("95 %");
+    assert!(err.to_string().contains("/x/c.toml") && err.to_string().contains("1 to 90"), "{err}");
+    let ok = Config::parse(&format!("{key}monthly_budget_usd = 40\non_limit = \"stop\"\n"), Path::new("c.toml"));
+    let money = ok.expect("a whole number of dollars reads").keys[0].money();
+    assert_eq!((money.monthly, money.on_limit), (Some(Usd::from_nanos(40_000_000_000)), OnLimit::Stop));
+}
+
+#[test]
+fn unknown_fields_are_named_with_the_file() {
+    let err = Config::parse("listen = \"127.0.0.1:1\"\nlisten_port = 3\n", Path::new("/x/c.toml"))
+        .expect_err("unknown field");
+    let msg = err.to_string();
+    assert!(msg.contains("listen_port"), "{msg}");
+    assert!(msg.contains("/x/c.toml"), "{msg}");
+
+    let err = Config::parse("[[keys]]\nid = \"k_1\"\nlabel = \"w\"\nsecret = \"sk-x\"\n", Path::new("c.toml"))
+        .expect_err("secrets are not a config field");
+    assert!(err.to_string().contains("secret"), "{err}");
+}
+
+#[test]
+fn round_trips_through_a_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("sub/config.toml");
+    let mut config = Config::default();
+    config.keys.push(KeyConfig {
+        id: KeyId::new("k_1"),
+        label: "work".into(),
+        provider: Provider::Azure,
+        base_url: Some("https://r.openai.azure.com/openai/v1".into()),
+        org: Some("org-1".into()),
+        priority: 1,
+        daily_token_budget: Some(1_000_000),
+        models: vec!["gpt-5.5".into()],
+        exclude_models: Vec::new(),
+        disabled: true,
+        imported: true,
+        daily_budget_usd: Some(Usd::from_nanos(5_000_000_000)),
+        monthly_budget_usd: None,
+        reserve_at: Some(80),
+        on_limit: OnLimit::Stop,
+        reserve_window_pct: Some(25),
+    });
+    config.save(&path).expect("save");
+    assert_eq!(Config::load(&path).expect("load"), config);
+    assert!(Config::load(&dir.path().join("missing.toml")).is_ok());
+}
+
+#[test]
+fn the_readme_example_is_a_valid_config() {
+    let readme = include_str!("../../../../README.md");
+    let start = readme.find("```toml\nlisten").expect("README has the config example") + "```toml\n".len();
+    let end = start + readme[start..].find("```").expect("closed");
+    let config = Config::parse(&readme[start..end], Path::new("README.md")).expect("the example parses");
+    assert_eq!(config.keys[0].label, "work");
+    assert_eq!(config.affinity.table_capacity, 50_000);
+    assert_eq!(config.tokens[0].name, "codex");
+}
+
+#[test]
+fn pool_mistakes_name_the_file_the_line_and_the_fix() {
+    let keys = "[[keys]]\nid = \"k_1\"\nlabel = \"work\"\n\n";
+    let cases = [
+        ("[[pools]]\nname = \"work\"\nkeys = [\"work\", \"wrok\"]\n", "line 7, column 17", "'wrok'"),
+        ("[[pools]]\nname = \"a\"\n[[pools]]\nname = \"A\"\n", "line 8, column 8", "two pools"),
+        (
+            "[[pools]]\nname = \"a\"\nfallback = [\"b\"]\n[[pools]]\nname = \"b\"\nfallback = [\"a\"]\n",
+            "line 7",
+            "lead back",
+        ),
+        (
+            "[[tokens]]\nid = \"t_1\"\nname = \"codex\"\npool = \"play\"\n",
+            "line 8, column 8",
+            "keymux pool create play",
+        ),
+    ];
+    for (text, at, words) in cases {
+        let err = Config::parse(&format!("{keys}{text}"), Path::new("/x/c.toml")).expect_err(text).to_string();
+        assert!(err.contains("/x/c.toml") && err.contains(at) && err.contains(words), "{err}");
+    }
+    let err = Config::parse("listen = \"127.0.0.1:1\"\n\nmax_attempts = \"two\"\n", Path::new("c.toml"))
+        .expect_err("wrong type");
+    assert!(err.to_string().contains("line 3"), "{err}");
+    let fine = format!(
+        "{keys}[[pools]]\nname = \"work\"\nkeys = [\"work\"]\n[[tokens]]\nid = \"t\"\nname = \"n\"\npool = \"work\"\n"
+    );
+    let config = Config::parse(&fine, Path::new("c.toml")).expect("valid");
+    assert_eq!((config.pools[0].name.as_str(), config.tokens[0].pool.as_str()), ("work", "work"));
+    let config = Config::parse("[[tokens]]\nid = \"t\"\nname = \"n\"\n", Path::new("c.toml")).expect("valid");
+    assert_eq!(config.tokens[0].pool, "all", "a token without a pool reaches every key, as before");
+}
+
+#[test]
+fn price_mistakes_name_the_file_the_line_and_the_fix() {
+    let cases = [
+        ("[prices.\"gpt-5.5\"]\ninput = -1.0\noutput = 30.0\n", "line 3, column 9", "is negative"),
+        ("\n[prices.\"gpt-5.5\"]\ninput = \"five\"\noutput = 30.0\n", "line 4, column 9", "without quotes"),
+        ("[prices.\"my-azure\"]\nalias = \"gpt-9-nope\"\n", "line 3, column 9", "has no price"),
+        (
+            "[prices.\"gpt-5.5\"]\nalias = \"gpt-5.4\"\n[prices.\"GPT-5.5 \"]\nalias = \"gpt-5.4\"\n",
+            "line 4, column 1",
+            "prices.\"GPT-5.5 \" is priced twice",
+        ),
+    ];
+    for (prices, at, words) in cases {
+        let text = format!("listen = \"127.0.0.1:1\"\n{prices}");
+        let err = Config::parse(&text, Path::new("/x/c.toml")).expect_err(prices).to_string();
+        assert!(err.contains("/x/c.toml") && err.contains(at) && err.contains(words), "{err}");
+    }
+    let fine = "[prices.\"my-azure\"]\nalias = \"gpt-5.5\"\n[prices.\"gpt-5.5\"]\ninput = 1\noutput = 2.5\n";
+    let config = Config::parse(fine, Path::new("c.toml")).expect("valid prices");
+    let table = config.price_table().expect("valid prices");
+    assert_eq!(table.resolve("my-azure").map(|r| r.name), Some("gpt-5.5"));
+    assert_eq!(table.resolve("gpt-5.5").map(|r| r.price.standard.output), Some(2_500_000));
+}
+
+#[test]
+fn duplicate_labels_are_rejected() {
+    let text = "[[keys]]\nid=\"k_1\"\nlabel=\"w\"\n[[keys]]\nid=\"k_2\"\nlabel=\"W\"\n";
+    assert!(Config::parse(text, Path::new("c.toml")).is_err());
+}
+
+#[test]
+fn env_keys_and_attributes() {
+    let vars = [
+        ("KEYMUX_KEY_WORK", "sk-w"),
+        ("KEYMUX_KEY_WORK_ORG", "org-1"),
+        ("KEYMUX_KEY_AZ", "abc"),
+        ("KEYMUX_KEY_AZ_PROVIDER", "azure"),
+        ("KEYMUX_KEY_AZ_BASE_URL", "https://r.openai.azure.com/openai/v1"),
+        ("KEYMUX_CLIENT_TOKEN", "km-test-local-token-4d2c7a91e0b35f68"),
+        ("PATH", "/bin"),
+    ]
+    .map(|(a, b)| (a.to_owned(), b.to_owned()));
+    let env = EnvSecrets::from_vars(vars).expect("valid");
+    assert_eq!(env.keys.len(), 2);
+    let work = env.keys.iter().find(|k| k.label == "work").expect("work");
+    assert_eq!(work.org.as_deref(), Some("org-1"));
+    assert_eq!(work.provider, Provider::Openai);
+    let az = env.keys.iter().find(|k| k.label == "az").expect("az");
+    assert_eq!(az.provider, Provider::Azure);
+    assert!(az.base_url.is_some());
+    assert!(env.client_token.is_some());
+}
+
+#[test]
+fn a_weak_client_token_is_refused() {
+    let vars = [("KEYMUX_CLIENT_TOKEN".to_owned(), "x".to_owned())];
+    let err = EnvSecrets::from_vars(vars).expect_err("too short");
+    assert!(err.contains("KEYMUX_CLIENT_TOKEN") && err.contains("at least"), "{err}");
+}
+
+#[test]
+fn bad_env_key_is_reported_without_the_value() {
+    let vars = [("KEYMUX_KEY_WORK".to_owned(), "sk-w x".to_owned())];
+    let err = EnvSecrets::from_vars(vars).expect_err("space in key");
+    assert!(err.contains("KEYMUX_KEY_WORK"));
+    assert!(!err.contains("sk-w x"));
+}

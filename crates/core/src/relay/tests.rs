@@ -1,0 +1,134 @@
+use super::*;
+use crate::secrets::Secret;
+use serde_json::json;
+
+fn tagger() -> Tagger {
+    let markers = Markers::new(&Secret::new("s"));
+    let key = KeyId::new("k_1");
+    let org = markers.org_tag(Some("org-a"), &key);
+    Tagger::new(markers, key, org)
+}
+
+fn event(kind: &str, data: &Value) -> String {
+    format!("event: {kind}\ndata: {data}\n\n")
+}
+
+#[test]
+fn a_whole_answer_yields_its_top_level_usage_only() {
+    let body =
+        br#"{"id":"resp_1","output":[{"type":"message","content":[{"text":"\"usage\": {\"input_tokens\": 9}"}]}],
+        "usage":{"input_tokens":120,"input_tokens_details":{"cached_tokens":64},"output_tokens":7},
+        "metadata":{"usage":"not this one"}}"#;
+    assert_eq!(Usage::from_body(body), Some(Usage { input: 120, cached: 64, output: 7, ..Usage::default() }));
+    assert_eq!(Usage::from_body(br#"{"id":"resp_1","usage":null}"#), None);
+    assert_eq!(Usage::from_body(b"not json"), None);
+}
+
+#[test]
+fn the_service_tier_an_answer_was_billed_in_comes_with_its_usage() {
+    let usage = json!({"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 4},
+        "output_tokens": 3});
+    let whole = json!({"object": "response", "service_tier": "priority", "usage": usage});
+    let read = Usage::from_body(&serde_json::to_vec(&whole).expect("json")).expect("usage");
+    assert_eq!((read.tier, read.cache_write), (ServiceTier::Priority, 4));
+    let completed = json!({"type": "response.completed", "response": {"service_tier": "flex", "usage": usage}});
+    let mut sse = SseRewriter::new(tagger());
+    sse.push(event("response.completed", &completed).as_bytes()).expect("relayed");
+    assert_eq!(sse.end().usage.map(|u| u.tier), Some(ServiceTier::Flex));
+    let chunk = json!({"object": "chat.completion.chunk", "service_tier": "default", "choices": [],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 1}});
+    let mut chat = SseRewriter::new(tagger());
+    chat.push(format!("data: {chunk}\n\n").as_bytes()).expect("relayed");
+    assert_eq!(chat.end().usage.map(|u| (u.tier, u.input)), Some((ServiceTier::Standard, 5)));
+    let bare = EndEvent::read(br#"{"usage":{"prompt_tokens":5}}"#).and_then(|e| e.usage());
+    assert_eq!(bare.map(|u| u.tier), Some(ServiceTier::Standard), "no tier reported is the standard one");
+}
+
+#[test]
+fn a_passed_through_answer_yields_the_usage_it_ends_with_in_any_chunking() {
+    let vectors: Vec<f64> = (0..5000).map(|i| f64::from(i) * 0.001).collect();
+    let body = serde_json::to_vec(&json!({"object":"list","data":[{"embedding":vectors,"usage":{"prompt_tokens":9}}],
+        "model":"text-embedding-3-small","usage":{"prompt_tokens":12,"total_tokens":12}}))
+    .expect("json");
+    for size in [1, 7, 100, 4096, body.len()] {
+        let mut tail = JsonTail::default();
+        body.chunks(size).for_each(|c| tail.push(c));
+        assert_eq!(
+            tail.usage(),
+            Some(Usage { input: 12, cached: 0, output: 0, ..Usage::default() }),
+            "chunks of {size}"
+        );
+    }
+    let mut none = JsonTail::default();
+    none.push(br#"{"object":"list","data":[]}"#);
+    assert_eq!(none.usage(), None);
+}
+
+#[test]
+fn events_are_split_across_chunks_and_only_org_bound_ones_change() {
+    let delta = event("response.output_text.delta", &json!({"type":"response.output_text.delta","delta":"hi"}));
+    let done = event(
+        "response.output_item.done",
+        &json!({"type":"response.output_item.done","item":{"id":"rs_1","type":"reasoning","encrypted_content":"gAAAAABq"}}),
+    );
+    let stream = format!("{delta}{done}{delta}");
+    let mut rw = SseRewriter::new(tagger());
+    let mut out = Vec::new();
+    // Feed one byte at a time: framing must not depend on chunk boundaries.
+    for b in stream.as_bytes() {
+        out.extend_from_slice(&rw.push(std::slice::from_ref(b)).expect("fits"));
+    }
+    out.extend_from_slice(&rw.finish());
+    let text = String::from_utf8(out).expect("utf8");
+    let frames: Vec<&str> = text.split_inclusive("\n\n").collect();
+    assert_eq!(frames.len(), 3);
+    assert_eq!(frames[0], delta, "untouched byte for byte");
+    assert_eq!(frames[2], delta);
+    assert!(frames[1].starts_with("event: response.output_item.done\ndata: "));
+    let data: Value = serde_json::from_str(
+        frames[1].trim_end().strip_prefix("event: response.output_item.done\ndata: ").expect("data"),
+    )
+    .expect("json");
+    assert!(data["item"]["encrypted_content"].as_str().expect("s").starts_with("km1"));
+    assert!(data["item"]["id"].as_str().expect("s").starts_with("rs_km1"));
+}
+
+#[test]
+fn crlf_framing_and_unterminated_tail() {
+    let mut rw = SseRewriter::new(tagger());
+    let out = rw.push(b"data: {\"a\":1}\r\n\r\ndata: {\"b\"").expect("fits");
+    assert_eq!(&out[..], b"data: {\"a\":1}\r\n\r\n");
+    assert_eq!(&rw.finish()[..], b"data: {\"b\"");
+}
+
+#[test]
+fn an_error_event_that_quotes_a_key_is_masked_mid_stream() {
+    let key = "sk-proj-Abc123def456ghi789jkl012mno";
+    let error = json!({"type": "error", "error": {"message": format!("Incorrect API key provided: key={key}.")}});
+    let failed = json!({"type": "response.failed", "response": {"error": {"message": format!("'{key}' was refused")}}});
+    let delta = json!({"type": "response.output_text.delta", "delta": "an error is not a key"});
+    let stream = format!(
+        "{}{}{}",
+        event("response.output_text.delta", &delta),
+        event("error", &error),
+        event("response.failed", &failed)
+    );
+    let mut r = SseRewriter::new(tagger());
+    let out = String::from_utf8(r.push(stream.as_bytes()).expect("small events").to_vec()).expect("utf-8");
+    assert!(!out.contains(key), "{out}");
+    assert_eq!(out.matches(crate::secrets::MASKED).count(), 2, "{out}");
+    assert!(out.contains("an error is not a key"), "other events pass as they came: {out}");
+    assert!(out.contains("event: error\n"), "the event's own lines stay: {out}");
+    // The same for a WebSocket frame, which is the event's JSON alone.
+    let frame = error.to_string();
+    let masked = mask_failed_event(frame.as_bytes()).expect("masked");
+    assert!(!String::from_utf8_lossy(&masked).contains(key));
+    assert!(mask_failed_event(delta.to_string().as_bytes()).is_none(), "not an error: untouched");
+}
+
+#[test]
+fn oversized_events_fail_instead_of_passing_untagged() {
+    let mut rw = SseRewriter::new(tagger());
+    let big = vec![b'x'; MAX_EVENT_BYTES + 1];
+    assert!(rw.push(&big).is_err());
+}

@@ -1,0 +1,144 @@
+//! The dashboard's TypeScript types (`ui/src/api/types.ts`), generated from the control API's Rust
+//! bodies (`api::types`); a test fails when the committed file is out of date.
+
+use ts_rs::TS;
+
+use super::types::*;
+use crate::clock::LocalPeriods;
+use crate::events::RequestRecord;
+use crate::keys::{KeyId, KeySource, Provider};
+use crate::metrics::StoreStatus;
+use crate::pool::{HealthState, KeyStatus};
+
+/// The declaration of a type whose Rust struct flattens `base` into it (its field marked `#[ts(skip)]`):
+/// `Base & { ...its own fields }`, so the base's fields are declared once.
+fn extending(decl: String, base: &str) -> String {
+    match decl.split_once(" = ") {
+        Some((name, fields)) => format!("{name} = {base} & {fields}"),
+        None => decl,
+    }
+}
+
+/// The bodies of setting clients up and importing keys (`api::setup`).
+fn setup_decls() -> [String; 12] {
+    [
+        crate::setup::Client::decl(),
+        ClientSetup::decl(),
+        SetupRequest::decl(),
+        SetupFile::decl(),
+        SetupPreview::decl(),
+        SetupDone::decl(),
+        SetupUndone::decl(),
+        FoundKey::decl(),
+        ImportOffer::decl(),
+        ImportRequest::decl(),
+        NotImported::decl(),
+        ImportDone::decl(),
+    ]
+}
+
+/// The TypeScript of every type the dashboard reads or sends, in one file.
+pub fn typescript() -> String {
+    use crate::control::{KeyChanges, NewKey};
+    use crate::events::{Attempt, Envelope, Event, FailureKind, GatewayEvent, KeyChange, KeyEvent, Routed, Wire};
+    use crate::facts::{AffinitySource, ClientKind, Operation};
+    use crate::relay::Usage;
+    use crate::router::{AffinityState, Decision, PinDecision, Reason, Refusal, Route, SkipWhy};
+    use crate::sessions::{Binding, SessionInfo};
+    let decls = [
+        KeyId::decl(),
+        Provider::decl(),
+        KeySource::decl(),
+        Operation::decl(),
+        ClientKind::decl(),
+        AffinitySource::decl(),
+        AffinityState::decl(),
+        Route::decl(),
+        SkipWhy::decl(),
+        Reason::decl(),
+        Refusal::decl(),
+        PinDecision::decl(),
+        Decision::decl(),
+        FailureKind::decl(),
+        Attempt::decl(),
+        Wire::decl(),
+        Usage::decl(),
+        crate::spend::Unpriced::decl(),
+        Routed::decl(),
+        extending(RequestRecord::decl(), "Routed"),
+        KeyChange::decl(),
+        KeyEvent::decl(),
+        crate::events::BudgetOf::decl(),
+        GatewayEvent::decl(),
+        Event::decl(),
+        Envelope::decl(),
+        Binding::decl(),
+        SessionInfo::decl(),
+        StoreStatus::decl(),
+        KeychainInfo::decl(),
+        LocalPeriods::decl(),
+        GatewayInfo::decl(),
+        HealthState::decl(),
+        WindowInfo::decl(),
+        KeyStatus::decl(),
+        PeriodSpend::decl(),
+        extending(KeyInfo::decl(), "KeyStatus"),
+        PoolInfo::decl(),
+        crate::pools::PoolConfig::decl(),
+        crate::control::pools::PoolChanges::decl(),
+        StatusBody::decl(),
+        TokenInfo::decl(),
+        TokenChanges::decl(),
+        NewSecret::decl(),
+        NewToken::decl(),
+        CreatedToken::decl(),
+        DecisionsBody::decl(),
+        SessionsBody::decl(),
+        UsagePoint::decl(),
+        UsageBody::decl(),
+        SpendBy::decl(),
+        SpendRow::decl(),
+        SpendReport::decl(),
+        LoginLink::decl(),
+        SessionToken::decl(),
+        KeyTestBody::decl(),
+        KeyBody::decl(),
+        ErrorDetail::decl(),
+        ErrorBody::decl(),
+        NewKey::decl(),
+        KeyChanges::decl(),
+    ];
+    let mut out = String::from(
+        "// Generated from Keymux's Rust types by `api::types::typescript()`; do not edit.\n\
+         // Regenerate: KEYMUX_WRITE_TYPES=1 cargo test -p keymux --lib typescript_types\n\n",
+    );
+    let budget = [crate::budget::Period::decl(), crate::budget::OnLimit::decl(), crate::budget::BudgetState::decl()];
+    for decl in decls.into_iter().chain(budget).chain(setup_decls()) {
+        out.push_str("export ");
+        // JSON numbers arrive as JavaScript numbers; every integer Keymux sends (counts, milliseconds)
+        // stays far below 2^53.
+        out.push_str(&decl.replace("bigint", "number"));
+        out.push_str("\n\n");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    /// The committed `ui/src/api/types.ts` is what the Rust types say. Run with `KEYMUX_WRITE_TYPES=1`
+    /// to rewrite it after changing a type.
+    #[test]
+    fn typescript_types_are_up_to_date() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("ui/src/api/types.ts");
+        let want = super::typescript();
+        if std::env::var_os("KEYMUX_WRITE_TYPES").is_some() {
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("ui/src/api");
+            std::fs::write(&path, &want).expect("written");
+        }
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            have == want,
+            "ui/src/api/types.ts is out of date with the Rust types: run `KEYMUX_WRITE_TYPES=1 cargo test -p keymux --lib typescript_types`"
+        );
+    }
+}
