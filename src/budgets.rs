@@ -28,7 +28,7 @@ fn pool_state_in(gw: &Gateway, pools: &Pools, spend: &SpendNow, name: &str) -> B
 }
 
 /// The view with the keys of the user's pool that `reach` starts with held to that pool's budget too:
-/// each takes the worse of its own state and the pool's (a pool past `reserve_at` starts no new
+/// each takes the worse of its own state and the pool's (a pool past its reserve threshold starts no new
 /// sessions, a stopped one serves nothing).
 pub fn hold_to_pool(gw: &Gateway, mut view: PoolView, now: Instant, reach: &Reach<'_>) -> PoolView {
     let Some(own) = reach.tiers().first() else { return view };
@@ -62,7 +62,7 @@ pub fn tell(gw: &Gateway) {
         (BudgetOf::Key { key: id }, label, spend.state_of(&fingerprint, &money))
     });
     let pools = gw.pools();
-    let pools = pools.defs().iter().filter(|def| def.money().is_set()).map(|def| {
+    let pools = pools.defs().iter().filter(|def| def.money.is_set()).map(|def| {
         let state = pool_state_in(gw, &pools, &spend, &def.name);
         (BudgetOf::Pool { pool: def.name.clone() }, def.name.clone(), state)
     });

@@ -95,7 +95,7 @@ pub enum ApiError {
         /// The user's pool the request is bound to, if not `all`.
         pool: Option<String>,
     },
-    /// Every key a new session may use is past its budget in money (the user's `reserve_at` or limit).
+    /// Every key a new session may use is past its budget in money (the user's reserve threshold or limit).
     #[error("every key is past its budget")]
     BudgetReached {
         /// Whole seconds until the first budget resets (at least 1).
@@ -105,7 +105,7 @@ pub enum ApiError {
         /// The user's pool the request is bound to, if not `all`.
         pool: Option<String>,
     },
-    /// The key a pinned request needs reached its budget with `on_limit = "stop"`.
+    /// The key a pinned request needs reached its budget, set to stop there.
     #[error("the key reached its budget")]
     BudgetStopped {
         /// The key's label.

@@ -241,7 +241,7 @@ pub enum GatewayEvent {
         /// The pool.
         name: String,
     },
-    /// A key's or a pool's budget in money changed state: reserved past `reserve_at`, stopped at its
+    /// A key's or a pool's budget in money changed state: reserved past its reserve threshold, stopped at its
     /// limit, or open again when its period ended. Told once per state and period.
     Budget {
         /// Whose budget.

@@ -70,7 +70,7 @@
 //!   `Health` with its deadlines, `HealthState` as shown, the pure transitions), the router's snapshot
 //!   (`pool::view`) and the status people see (`pool::status`, which the API's `KeyInfo` embeds).
 //! * [`quota`]: rate-limit windows from `x-ratelimit-*` headers, counted down between answers, the
-//!   share of them a key keeps for its pinned sessions (`reserve_window_pct`) and when they run out.
+//!   share of them a key keeps for its pinned sessions and when they run out.
 //! * [`affinity`]: bounded in-memory session tables (soft affinity, WebSocket session hints, and the
 //!   organizations each rescued session was moved off).
 //! * [`sessions`]: the recent sessions the dashboard shows (bounded, in memory).
@@ -83,8 +83,8 @@
 //! * [`budgets`]: budgets in money held against the live pool, once: a pool's state, the rule that holds
 //!   a pool's keys to its budget as well as their own, the refusal of a stopped one, the events told
 //!   when a state changes. Requests, WebSocket handshakes and bound sockets' turns all ask here.
-//! * [`budget`]: budgets in money per key (`daily_budget_usd`, `monthly_budget_usd`, `reserve_at`,
-//!   `on_limit`) and where a key stands against them (open, reserved, stopped). Pure.
+//! * [`budget`]: budgets in money per key and pool (`MoneyBudget`: per day and month, the reserve
+//!   threshold, what happens at the limit) and where a key stands against them (open, reserved, stopped). Pure.
 //! * [`metrics`]: hashed per-hour counters (key fingerprints only), spend included, aggregated in
 //!   memory, kept in sled (`metrics::store` owns its failures: idempotent flushes, reopen, corrupt
 //!   stores moved aside); the last weeks' spend per key also in memory (`metrics::tally`).
@@ -142,7 +142,9 @@ pub mod startup;
 pub mod upstream;
 pub mod ws;
 
-pub use keymux_core::{budget, config, digest, facts, keys, markers, pools, quota, relay, router, spend, tokens};
+pub use keymux_core::{
+    budget, config, digest, facts, key_settings, keys, markers, pools, quota, relay, router, spend, tokens,
+};
 
 pub use gateway::Gateway;
 pub use runtime::Runtime;

@@ -12,6 +12,23 @@ use crate::api::types::ChallengeAnswer;
 use crate::config::Config;
 use crate::secrets::{self, account, Secret, SecretStore};
 
+/// A control API call that did not succeed: the error's code (`key_already_pooled`, `not_found`…) when
+/// the gateway answered with one, and its message, which says what to do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct RemoteError {
+    /// The OpenAI-shaped error's `code`, if the gateway gave one.
+    pub code: Option<String>,
+    /// What went wrong and what to do.
+    pub message: String,
+}
+
+impl RemoteError {
+    fn message(message: String) -> Self {
+        Self { code: None, message }
+    }
+}
+
 /// A running gateway, authenticated.
 pub struct Remote {
     client: reqwest::Client,
@@ -92,25 +109,28 @@ impl Remote {
         Ok(Found::Gateway(Remote { client, root, admin }))
     }
 
-    /// Calls the control API; the body of a 2xx answer, or the error's message.
-    pub async fn call(&self, method: http::Method, path: &str, body: Option<Value>) -> Result<Value, String> {
+    /// Calls the control API; the body of a 2xx answer, or the error it answered (its code and message).
+    pub async fn call(&self, method: http::Method, path: &str, body: Option<Value>) -> Result<Value, RemoteError> {
         let mut request =
             self.client.request(method, format!("{}/keymux/api{path}", self.root)).bearer_auth(self.admin.expose());
         if let Some(body) = body {
             request = request.json(&body);
         }
-        let response = request.send().await.map_err(|e| format!("the gateway did not answer: {e}"))?;
+        let response =
+            request.send().await.map_err(|e| RemoteError::message(format!("the gateway did not answer: {e}")))?;
         let status = response.status();
         let text = response.text().await.unwrap_or_default();
         let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         if status.is_success() {
             return Ok(value);
         }
-        Err(value["error"]["message"].as_str().map_or_else(|| format!("the gateway answered {status}"), str::to_owned))
+        let message =
+            value["error"]["message"].as_str().map_or_else(|| format!("the gateway answered {status}"), str::to_owned);
+        Err(RemoteError { code: value["error"]["code"].as_str().map(str::to_owned), message })
     }
 
     /// Reads a control API answer as the type the API declares for it.
-    pub async fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<T, String> {
+    pub async fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<T, RemoteError> {
         self.send(http::Method::GET, path, None).await
     }
 
@@ -120,9 +140,10 @@ impl Remote {
         method: http::Method,
         path: &str,
         body: Option<Value>,
-    ) -> Result<T, String> {
+    ) -> Result<T, RemoteError> {
         let value = self.call(method, path, body).await?;
-        serde_json::from_value(value).map_err(|e| format!("the gateway's answer to {path} was not understood: {e}"))
+        serde_json::from_value(value)
+            .map_err(|e| RemoteError::message(format!("the gateway's answer to {path} was not understood: {e}")))
     }
 
     /// The gateway's address.

@@ -256,8 +256,7 @@ fn env_keys(env: &EnvSecrets, existing: &[KeyEntry]) -> Result<Vec<KeyEntry>, St
             Ok(KeyEntry {
                 base_url: env_key.base_url.clone(),
                 org: env_key.org.clone(),
-                priority: env_key.priority,
-                daily_token_budget: env_key.daily_token_budget,
+                settings: env_key.settings.clone(),
                 ..KeyEntry::new(
                     KeyId::new(format!("env-{}", env_key.label)),
                     env_key.label.clone(),

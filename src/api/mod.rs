@@ -6,6 +6,8 @@
 //! `/v1` client token is refused here, as a control credential is refused on `/v1`. A body is read
 //! only after the guard let the call through, under [`CONTROL_MAX_BODY`] and within the body deadline.
 
+#[cfg(test)]
+mod round_trip;
 pub mod setup;
 pub mod spend;
 pub mod stream;

@@ -55,16 +55,9 @@ pub struct PoolInfo {
     /// What its keys spent today and this month (`all`: every request, keys removed since included).
     #[serde(flatten)]
     pub spend: PeriodSpend,
-    /// Its budget in US dollars per local day, if any (its keys together).
-    #[ts(type = "number | null")]
-    pub daily_budget_usd: Option<Usd>,
-    /// Its budget in US dollars per local month, if any.
-    #[ts(type = "number | null")]
-    pub monthly_budget_usd: Option<Usd>,
-    /// Percent of a budget past which its requests start no new sessions (`None`: 100).
-    pub reserve_at: Option<u8>,
-    /// At 100 %: `reserve` or `stop`.
-    pub on_limit: crate::budget::OnLimit,
+    /// Its budget in money, its keys' together.
+    #[serde(flatten)]
+    pub money: crate::budget::MoneyBudget,
     /// Where it stands against its budget now.
     pub budget: crate::budget::BudgetState,
     /// When its budget runs out at the last hour's pace of its keys together, Unix milliseconds, if
@@ -89,10 +82,7 @@ impl PoolInfo {
             usable: 0,
             headroom: 0.0,
             spend: PeriodSpend::default(),
-            daily_budget_usd: def.daily_budget_usd,
-            monthly_budget_usd: def.monthly_budget_usd,
-            reserve_at: def.reserve_at,
-            on_limit: def.on_limit,
+            money: def.money,
             budget: crate::budget::BudgetState::Open,
             budget_runs_out_unix_ms: None,
             window_runs_out_unix_ms: None,

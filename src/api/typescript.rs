@@ -37,9 +37,18 @@ fn setup_decls() -> [String; 12] {
     ]
 }
 
+/// The changes to a key and to a pool: each a `key_settings::Patch`, any of the fields (`null` clears one
+/// that may be absent).
+fn patch_decls() -> [String; 2] {
+    [
+        "type KeyChanges = Partial<{ label: string } & KeySettings & MoneyBudget>;".to_owned(),
+        "type PoolChanges = Partial<{ keys: Array<string>, fallback: Array<string> } & MoneyBudget>;".to_owned(),
+    ]
+}
+
 /// The TypeScript of every type the dashboard reads or sends, in one file.
 pub fn typescript() -> String {
-    use crate::control::{KeyChanges, NewKey};
+    use crate::control::NewKey;
     use crate::events::{Attempt, Envelope, Event, FailureKind, GatewayEvent, KeyChange, KeyEvent, Routed, Wire};
     use crate::facts::{AffinitySource, ClientKind, Operation};
     use crate::relay::Usage;
@@ -85,7 +94,6 @@ pub fn typescript() -> String {
         extending(KeyInfo::decl(), "KeyStatus"),
         PoolInfo::decl(),
         crate::pools::PoolConfig::decl(),
-        crate::control::pools::PoolChanges::decl(),
         StatusBody::decl(),
         TokenInfo::decl(),
         TokenChanges::decl(),
@@ -105,15 +113,17 @@ pub fn typescript() -> String {
         KeyBody::decl(),
         ErrorDetail::decl(),
         ErrorBody::decl(),
+        crate::key_settings::KeySettings::decl(),
+        crate::budget::MoneyBudget::decl(),
         NewKey::decl(),
-        KeyChanges::decl(),
     ];
+
     let mut out = String::from(
         "// Generated from Keymux's Rust types by `api::types::typescript()`; do not edit.\n\
          // Regenerate: KEYMUX_WRITE_TYPES=1 cargo test -p keymux --lib typescript_types\n\n",
     );
     let budget = [crate::budget::Period::decl(), crate::budget::OnLimit::decl(), crate::budget::BudgetState::decl()];
-    for decl in decls.into_iter().chain(budget).chain(setup_decls()) {
+    for decl in decls.into_iter().chain(budget).chain(setup_decls()).chain(patch_decls()) {
         out.push_str("export ");
         // JSON numbers arrive as JavaScript numbers; every integer Keymux sends (counts, milliseconds)
         // stays far below 2^53.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::types::{
     GatewayInfo, KeyInfo, KeychainInfo, PeriodSpend, PoolInfo, StatusBody, TokenInfo, UsageBody, UsagePoint, WindowInfo,
 };
-use crate::budget::{MoneyBudget, SpendNow};
+use crate::budget::SpendNow;
 use crate::gateway::Gateway;
 use crate::keys::KeyId;
 use crate::pool::{HealthState, KeyStatus};
@@ -71,12 +71,7 @@ impl SpentNow {
 }
 
 fn info(status: KeyStatus, now_unix_ms: u64, pools: &Pools, spent: &SpentNow) -> KeyInfo {
-    let money = MoneyBudget {
-        daily: status.daily_budget_usd,
-        monthly: status.monthly_budget_usd,
-        reserve_at: status.reserve_at,
-        on_limit: status.on_limit,
-    };
+    let money = status.money;
     let spend = spent.of(std::iter::once(status.fingerprint.as_str()));
     let pace = spent.pace(std::iter::once(status.fingerprint.as_str()));
     let (today, month) = (spend.spend_today_usd, spend.spend_month_usd);
@@ -152,7 +147,7 @@ fn pool_info(def: &PoolConfig, key_ids: Vec<KeyId>, keys: &[KeyInfo], spent: &Sp
         mine.iter().map(|k| k.status.fingerprint.as_str()).collect()
     };
     let spend = spent.of(fingerprints.iter().copied());
-    let money = def.money();
+    let money = def.money;
     let pace = spent.pace(fingerprints.iter().copied());
     let (today, month) = (spend.spend_today_usd, spend.spend_month_usd);
     // The pool runs out of rate-limit room when the last of its usable keys does.

@@ -20,10 +20,26 @@ use crate::remote::Remote;
 use crate::secrets::Secret;
 use crate::startup::{self, StartError};
 
-pub(super) async fn add_key(loaded: &Loaded, new: NewKey) -> Result<(), StartError> {
+/// What adding a key came to, besides a failure: `keys add` treats all but `Added` as errors, an import
+/// or a setup as news.
+pub(super) enum Added {
+    /// In the pool, and the provider took it (or has not answered yet).
+    Ready,
+    /// Its secret is pooled already, as this key (the refusal's words).
+    AlreadyPooled(String),
+    /// In the pool, but the provider refused it (what to do).
+    Refused(String),
+}
+
+/// Adds a key, to the running gateway or, without one, to the keychain and the config.
+pub(super) async fn add_key(loaded: &Loaded, new: NewKey) -> Result<Added, StartError> {
     let label = new.label.clone();
     if let Some(remote) = remote(loaded).await? {
-        let key: KeyInfo = remote.send(Method::POST, "/keys", Some(new.request_body())).await.map_err(usage)?;
+        let key: KeyInfo = match remote.send(Method::POST, "/keys", Some(new.request_body())).await {
+            Ok(key) => key,
+            Err(e) if e.code.as_deref() == Some(control::ALREADY_POOLED) => return Ok(Added::AlreadyPooled(e.message)),
+            Err(e) => return Err(usage(e)),
+        };
         out(&format!(
             "added key '{label}' ({}, fingerprint {}) to {}; organization: {}",
             key.status.id,
@@ -33,17 +49,21 @@ pub(super) async fn add_key(loaded: &Loaded, new: NewKey) -> Result<(), StartErr
         ));
         return probed(&key);
     }
-    let key = control::store_new_key(&loaded.settings(), &[], &new).await.map_err(usage)?;
+    let key = match control::store_new_key(&loaded.settings(), &[], &new).await {
+        Ok(key) => key,
+        Err(e @ control::ControlError::AlreadyPooled(_)) => return Ok(Added::AlreadyPooled(e.to_string())),
+        Err(e) => return Err(usage(e)),
+    };
     let fp = InstallKey::new(&startup::install_secret(&loaded.store).await?).fingerprint(&new.secret);
     out(&format!("added key '{label}' ({}, fingerprint {fp}) to the {}", key.id, loaded.store.describe()));
-    Ok(())
+    Ok(Added::Ready)
 }
 
 /// What the provider said of a key just added (the gateway probes it before answering).
-pub(super) fn probed(key: &KeyInfo) -> Result<(), StartError> {
+pub(super) fn probed(key: &KeyInfo) -> Result<Added, StartError> {
     let label = &key.status.label;
     match key.status.health {
-        HealthState::Rejected => Err(usage(format!(
+        HealthState::Rejected => Ok(Added::Refused(format!(
             "the provider refused this key ({}): check it, or `keymux keys set {label} --secret` to replace it",
             key.status.last_status.map_or_else(|| "no status".to_owned(), |s| s.to_string())
         ))),
@@ -52,7 +72,9 @@ pub(super) fn probed(key: &KeyInfo) -> Result<(), StartError> {
              again in the background, and `keymux keys test {label}` tries at once",
             key.status.base_url.as_deref().unwrap_or("the default upstream")
         ))),
-        HealthState::Ready | HealthState::Cooling | HealthState::QuotaExhausted | HealthState::Disabled => Ok(()),
+        HealthState::Ready | HealthState::Cooling | HealthState::QuotaExhausted | HealthState::Disabled => {
+            Ok(Added::Ready)
+        }
     }
 }
 

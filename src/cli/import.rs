@@ -5,7 +5,7 @@
 use std::io::{IsTerminal as _, Read as _};
 use std::path::{Path, PathBuf};
 
-use super::changes::{add_key, remove_key};
+use super::changes::{add_key, remove_key, Added};
 use super::loaded::{remote, usage, Loaded};
 use super::out;
 use crate::api::types::KeyInfo;
@@ -184,13 +184,13 @@ async fn add(loaded: &Loaded, candidate: &Candidate, standing: &Standing) -> Res
         Standing::New => {}
     }
     let new = crate::control::import::new_key(candidate);
-    match add_key(loaded, new).await {
-        Ok(()) => Ok(()),
-        Err(StartError::Usage(why)) if why.contains("already in the pool") => {
+    match add_key(loaded, new).await.map_err(|e| e.to_string())? {
+        Added::Ready => Ok(()),
+        Added::AlreadyPooled(why) => {
             out(&format!("{}: {why}", candidate.label));
             Ok(())
         }
-        Err(StartError::Usage(why)) if why.starts_with("the provider refused this key") => {
+        Added::Refused(why) => {
             // `keys add` keeps a refused key to be replaced; an import takes it back out.
             remove_key(loaded, &candidate.label).await.map_err(|e| e.to_string())?;
             Err(format!(
@@ -198,7 +198,6 @@ async fn add(loaded: &Loaded, candidate: &Candidate, standing: &Standing) -> Res
             )
             .replace(&format!(", or `keymux keys set {} --secret` to replace it", candidate.label), ""))
         }
-        Err(e) => Err(e.to_string()),
     }
 }
 

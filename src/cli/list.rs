@@ -48,7 +48,7 @@ pub(super) async fn list_keys(loaded: &Loaded) -> Result<(), StartError> {
                 org: key.org.as_deref(),
                 fp: &fp,
                 pools: &pools,
-                settings: &settings_of(key.priority, key.daily_token_budget, &key.models, &key.exclude_models),
+                settings: &key.settings.summary(),
                 stored,
             },
             state,
@@ -80,7 +80,7 @@ fn env_rows(env: &crate::config::EnvSecrets, pools: &[crate::pools::PoolConfig],
                 org: key.org.as_deref(),
                 fp: "-",
                 pools: &pools,
-                settings: &settings_of(key.priority, key.daily_token_budget, &[], &[]),
+                settings: &key.settings.summary(),
                 stored,
             },
             state,
@@ -104,7 +104,7 @@ fn live_only_rows(loaded: &Loaded, env: &crate::config::EnvSecrets, live: Option
                 org: None,
                 fp: &k.fingerprint,
                 pools: &if key.pools.is_empty() { crate::pools::ALL.to_owned() } else { key.pools.join(",") },
-                settings: &settings_of(k.priority, k.daily_token_budget, &k.models, &k.exclude_models),
+                settings: &k.settings.summary(),
                 stored: "running gateway only (memory)",
             },
             Some(key),
@@ -139,20 +139,6 @@ struct Row<'a> {
 }
 
 /// A key's routing settings in a few words: its priority tier, budget and model lists.
-fn settings_of(priority: u8, budget: Option<u64>, models: &[String], exclude: &[String]) -> String {
-    let mut parts = vec![format!("priority {priority}")];
-    if let Some(budget) = budget {
-        parts.push(format!("budget {budget}/day"));
-    }
-    if !models.is_empty() {
-        parts.push(format!("only {}", models.join(",")));
-    }
-    if !exclude.is_empty() {
-        parts.push(format!("not {}", exclude.join(",")));
-    }
-    parts.join(", ")
-}
-
 fn row(r: Row<'_>, state: Option<&KeyInfo>) {
     let org = r
         .org

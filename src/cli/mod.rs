@@ -160,12 +160,9 @@ enum KeysCommand {
         /// The key's organization, if known (otherwise learned from the provider).
         #[arg(long)]
         org: Option<String>,
-        /// Priority tier: unpinned traffic uses the lowest tier with a usable key (e.g. work 0, personal 1).
-        #[arg(long, default_value_t = 0)]
-        priority: u8,
-        /// Soft daily token budget (input + output tokens per UTC day).
-        #[arg(long, value_name = "TOKENS")]
-        daily_token_budget: Option<u64>,
+        /// Its settings (each at its default when left out).
+        #[command(flatten)]
+        settings: args::SettingsArgs,
     },
     /// Import the OpenAI API keys you already have in plaintext: OPENAI_API_KEY, Codex's auth.json and
     /// pi's auth.json/models.json (or a pasted list with --from). Shows what it found first.
@@ -195,31 +192,12 @@ enum KeysCommand {
         /// A new label.
         #[arg(long)]
         label: Option<String>,
-        /// A new priority tier.
-        #[arg(long)]
-        priority: Option<u8>,
-        /// A new soft daily token budget.
-        #[arg(long, value_name = "TOKENS", conflicts_with = "no_budget")]
-        daily_token_budget: Option<u64>,
-        /// Remove the daily token budget.
-        #[arg(long)]
-        no_budget: bool,
-        /// The only models this key serves, comma-separated ("" for all).
-        #[arg(long, value_name = "MODELS")]
-        models: Option<String>,
-        /// Models this key never serves, comma-separated ("" for none).
-        #[arg(long, value_name = "MODELS")]
-        exclude_models: Option<String>,
         /// Replace the key's secret in place (read from stdin or a hidden prompt, never the command line).
         #[arg(long)]
         secret: bool,
-        /// Percent of its request and token windows kept for the sessions already on it (1 to 90): below
-        /// it the key takes no new sessions until the window refills; `none` keeps nothing back.
-        #[arg(long, value_name = "PERCENT|none")]
-        reserve_window_pct: Option<String>,
-        /// Its budgets in money.
+        /// New settings (those left out stay).
         #[command(flatten)]
-        money: MoneyArgs,
+        settings: args::SettingsArgs,
     },
     /// Switch a key on (in the running gateway it also clears a rejection or an exhausted quota); kept
     /// across restarts.
@@ -299,7 +277,7 @@ enum PoolCommand {
         fallback: Option<String>,
         /// Its budgets in money (its keys together).
         #[command(flatten)]
-        money: MoneyArgs,
+        money: args::MoneyArgs,
     },
     /// Remove a pool (refused while a token is bound to it or another pool falls back to it).
     Remove {
@@ -444,21 +422,4 @@ async fn shutdown_signal() {
 
 fn init_logging() {
     crate::logging::init();
-}
-
-/// A key's budgets in money, as `keys set` changes them (`none` removes one).
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct MoneyArgs {
-    /// US dollars it may spend per local day, or `none`.
-    #[arg(long, value_name = "DOLLARS|none", allow_hyphen_values = true)]
-    pub daily_budget_usd: Option<String>,
-    /// US dollars it may spend per local month, or `none`.
-    #[arg(long, value_name = "DOLLARS|none", allow_hyphen_values = true)]
-    pub monthly_budget_usd: Option<String>,
-    /// Percent of a budget past which it takes no new sessions (its sessions go on), or `none` (100).
-    #[arg(long, value_name = "PERCENT|none")]
-    pub reserve_at: Option<String>,
-    /// At 100 % of a budget: `reserve` (its sessions go on) or `stop` (refuse everything until it resets).
-    #[arg(long, value_name = "reserve|stop")]
-    pub on_limit: Option<String>,
 }

@@ -32,18 +32,13 @@ pub(super) async fn pool(config_path: Option<PathBuf>, cmd: PoolCommand) -> Resu
             create(&loaded, new).await
         }
         PoolCommand::Set { name, keys, fallback, money } => {
-            let money = super::args::money_changes(&money)?;
-            let changes = PoolChanges {
-                keys: keys.as_deref().map(list),
-                fallback: fallback.as_deref().map(list),
-                daily_budget_usd: money.daily_budget_usd,
-                monthly_budget_usd: money.monthly_budget_usd,
-                reserve_at: money.reserve_at,
-                on_limit: money.on_limit,
-            };
-            let budget = [changes.daily_budget_usd.is_some(), changes.monthly_budget_usd.is_some()];
-            let nothing = changes.keys.is_none() && changes.fallback.is_none() && !budget.contains(&true);
-            if nothing && changes.reserve_at.is_none() && changes.on_limit.is_none() {
+            let mut changes = PoolChanges(money.patch()?);
+            for (field, value) in [("keys", keys), ("fallback", fallback)] {
+                if let Some(value) = value {
+                    changes.0.set(field, list(&value));
+                }
+            }
+            if changes.0.is_empty() {
                 return Err(usage("nothing to change: pass --keys, --fallback or a budget"));
             }
             change(&loaded, &name, changes).await
@@ -66,19 +61,7 @@ async fn create(loaded: &Loaded, new: PoolConfig) -> Result<(), StartError> {
 
 async fn change(loaded: &Loaded, name: &str, changes: PoolChanges) -> Result<(), StartError> {
     if let Some(remote) = remote(loaded).await? {
-        let body =
-            serde_json::to_value(json!({ "keys": changes.keys, "fallback": changes.fallback })).map_err(usage)?;
-        let mut body = strip_nulls(body);
-        // A budget given as `none` is sent as null, which removes it.
-        let money = [
-            ("daily_budget_usd", changes.daily_budget_usd.map(|v| json!(v))),
-            ("monthly_budget_usd", changes.monthly_budget_usd.map(|v| json!(v))),
-            ("reserve_at", changes.reserve_at.map(|v| json!(v))),
-            ("on_limit", changes.on_limit.map(|v| json!(v))),
-        ];
-        for (field, value) in money.into_iter().filter_map(|(f, v)| v.map(|v| (f, v))) {
-            body[field] = value;
-        }
+        let body = serde_json::to_value(&changes).map_err(usage)?;
         let changed: PoolInfo =
             remote.send(Method::PATCH, &format!("/pools/{name}"), Some(body)).await.map_err(usage)?;
         out(&format!("pool {} (in {})", describe(&changed), kept_in(&remote).await));
@@ -150,13 +133,6 @@ fn joined(items: &[String], empty: &str) -> String {
 
 fn describe(p: &PoolInfo) -> String {
     format!("'{}': keys {}, fallback {}", p.name, joined(&p.keys, "(none)"), joined(&p.fallback, "(never)"))
-}
-
-fn strip_nulls(mut body: serde_json::Value) -> serde_json::Value {
-    if let Some(map) = body.as_object_mut() {
-        map.retain(|_, v| !v.is_null());
-    }
-    body
 }
 
 /// `keymux token set NAME --pool POOL`.

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use http::Method;
 
-use super::changes::{add_key, new_token};
+use super::changes::{add_key, new_token, Added};
 use super::loaded::{load, remote, usage, Loaded};
 use super::{out, SetupArgs};
 use crate::api::types::PoolInfo;
@@ -104,13 +104,11 @@ pub(super) async fn setup(config_path: Option<PathBuf>, args: SetupArgs) -> Resu
     if let Some((label, secret)) = import {
         // Before the file loses it: a key that cannot be added leaves auth.json as it is.
         let new = NewKey::imported(label.to_owned(), secret);
-        match add_key(&loaded, new).await {
-            Ok(()) => {}
+        match add_key(&loaded, new).await? {
+            Added::Ready => {}
             // Imported before (or added by hand): it is in the pool already, which is what was wanted.
-            Err(StartError::Usage(why)) if why.contains("already in the pool") => {
-                out("the API key in auth.json is in Keymux's pool already: not added again");
-            }
-            Err(e) => return Err(e),
+            Added::AlreadyPooled(_) => out("the API key in auth.json is in Keymux's pool already: not added again"),
+            Added::Refused(why) => return Err(usage(why)),
         }
     }
     let made = preview.confirm(&state, || new_token(&loaded, remote.as_ref(), &token.name, target.pool())).await;

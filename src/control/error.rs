@@ -6,6 +6,9 @@ use crate::config::ConfigError;
 use crate::error::{ApiError, ChangeFailure};
 use crate::secrets::SecretsError;
 
+/// The control API's error code for [`ControlError::AlreadyPooled`], which the CLI reads.
+pub const ALREADY_POOLED: &str = "key_already_pooled";
+
 /// Why a change could not be made. Each says what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
@@ -15,6 +18,13 @@ pub enum ControlError {
     /// The request is not acceptable as it is.
     #[error("{0}")]
     Invalid(String),
+    /// The secret is pooled already, as the key labelled so: two keys with one secret would be one key
+    /// twice (switching one off would change nothing).
+    #[error(
+        "this secret is already in the pool as key '{0}'; a secret is pooled once (to change that key's secret, use \
+         `keymux keys set {0} --secret`)"
+    )]
+    AlreadyPooled(String),
     /// The keychain failed.
     #[error(transparent)]
     Secrets(#[from] SecretsError),
@@ -32,6 +42,7 @@ impl ControlError {
         let (status, kind, code) = match self {
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "invalid_request_error", "not_found"),
             Self::Invalid(_) => (StatusCode::BAD_REQUEST, "invalid_request_error", "invalid_value"),
+            Self::AlreadyPooled(_) => (StatusCode::BAD_REQUEST, "invalid_request_error", ALREADY_POOLED),
             Self::Secrets(_) | Self::Config(_) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "server_error", "keymux_control_failed")
             }

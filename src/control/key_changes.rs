@@ -1,18 +1,19 @@
-//! A key's settings as the person adds a key (`NewKey`) and changes one (`KeyChanges`, absent fields
-//! kept, `null` cleared), and the one way changes are applied to a config entry or a pool entry.
+//! A key as the person adds one (`NewKey`) and changes one (`KeyChanges`: a `Patch` of its label and
+//! settings, absent fields kept, `null` cleared), and the one way changes are applied to a config
+//! entry or a pool entry. The settings themselves are declared once, in `key_settings`.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::error::ControlError;
-use crate::budget::{MoneyBudget, OnLimit};
+use crate::budget::MoneyBudget;
 use crate::config::KeyConfig;
-use crate::keys::{validate_label, validate_models, KeyEntry, Provider};
+use crate::key_settings::{KeySettings, Patch};
+use crate::keys::{validate_label, KeyEntry, Provider};
 use crate::secrets::Secret;
-use crate::spend::Usd;
 
 /// A key to add. The secret is read once and goes straight to the keychain. The CLI sends it to a
 /// running gateway whole (`request_body`), so every setting it holds reaches the gateway.
-#[derive(Clone, Deserialize, serde::Serialize, ts_rs::TS)]
+#[derive(Clone, Deserialize, Serialize, ts_rs::TS)]
 #[serde(deny_unknown_fields)]
 pub struct NewKey {
     /// A short name: work, personal, azure-eu…
@@ -26,38 +27,12 @@ pub struct NewKey {
     /// The key's organization, if known (otherwise learned from the provider).
     #[serde(default)]
     pub org: Option<String>,
-    /// Priority tier (lower first).
-    #[serde(default)]
-    pub priority: u8,
-    /// Soft daily token budget.
-    #[serde(default)]
-    pub daily_token_budget: Option<u64>,
-    /// If not empty, the only models this key serves.
-    #[serde(default)]
-    pub models: Vec<String>,
-    /// Models this key never serves.
-    #[serde(default)]
-    pub exclude_models: Vec<String>,
-    /// US dollars per local day (see `budget`).
-    #[serde(default)]
-    #[ts(optional, type = "number | null")]
-    pub daily_budget_usd: Option<Usd>,
-    /// US dollars per local month.
-    #[serde(default)]
-    #[ts(optional, type = "number | null")]
-    pub monthly_budget_usd: Option<Usd>,
-    /// Percent of a budget past which the key takes no new sessions.
-    #[serde(default)]
-    #[ts(optional)]
-    pub reserve_at: Option<u8>,
-    /// At 100 % of a budget: keep serving pinned sessions (the default), or stop.
-    #[serde(default)]
-    #[ts(optional)]
-    pub on_limit: Option<OnLimit>,
-    /// Percent of its rate-limit windows kept for the sessions already on it (1 to 90).
-    #[serde(default)]
-    #[ts(optional)]
-    pub reserve_window_pct: Option<u8>,
+    /// Its settings (all at their default when left out).
+    #[serde(flatten)]
+    pub settings: KeySettings,
+    /// Its budget in money.
+    #[serde(flatten)]
+    pub money: MoneyBudget,
     /// The API key.
     #[ts(type = "string")]
     pub secret: Secret,
@@ -77,15 +52,8 @@ impl NewKey {
             provider: Provider::default(),
             base_url: None,
             org: None,
-            priority: 0,
-            daily_token_budget: None,
-            models: Vec::new(),
-            exclude_models: Vec::new(),
-            daily_budget_usd: None,
-            monthly_budget_usd: None,
-            reserve_at: None,
-            on_limit: None,
-            reserve_window_pct: None,
+            settings: KeySettings::default(),
+            money: MoneyBudget::default(),
             secret,
             imported: false,
         }
@@ -111,156 +79,63 @@ impl std::fmt::Debug for NewKey {
     }
 }
 
-/// Changes to a key's settings; absent fields stay as they are.
-#[derive(Clone, Debug, Default, Deserialize, serde::Serialize, ts_rs::TS)]
-#[serde(deny_unknown_fields)]
-pub struct KeyChanges {
-    /// A new label.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
-    /// A new priority tier.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub priority: Option<u8>,
-    /// A new daily budget (`null` removes it).
-    #[serde(default, with = "double_option", skip_serializing_if = "Option::is_none")]
-    #[ts(optional, type = "number | null")]
-    pub daily_token_budget: Option<Option<u64>>,
-    /// The only models this key serves (empty: all).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub models: Option<Vec<String>>,
-    /// Models this key never serves.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exclude_models: Option<Vec<String>>,
-    /// A new daily budget in US dollars (`null` removes it).
-    #[serde(default, with = "double_option", skip_serializing_if = "Option::is_none")]
-    #[ts(optional, type = "number | null")]
-    pub daily_budget_usd: Option<Option<Usd>>,
-    /// A new monthly budget in US dollars (`null` removes it).
-    #[serde(default, with = "double_option", skip_serializing_if = "Option::is_none")]
-    #[ts(optional, type = "number | null")]
-    pub monthly_budget_usd: Option<Option<Usd>>,
-    /// A new reserve threshold, percent (`null`: reserve only at 100 %).
-    #[serde(default, with = "double_option", skip_serializing_if = "Option::is_none")]
-    #[ts(optional, type = "number | null")]
-    pub reserve_at: Option<Option<u8>>,
-    /// What happens at 100 %.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[ts(optional)]
-    pub on_limit: Option<OnLimit>,
-    /// A new share of its rate-limit windows kept for its pinned sessions, percent (`null`: none).
-    #[serde(default, with = "double_option", skip_serializing_if = "Option::is_none")]
-    #[ts(optional, type = "number | null")]
-    pub reserve_window_pct: Option<Option<u8>>,
+/// Changes to a key: a new label, settings and budget in money, by name (`PATCH /keys/{id}` takes it as
+/// a JSON object, the CLI builds it from its flags). Absent fields stay as they are; `null` removes a
+/// setting that may be absent.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(transparent)]
+pub struct KeyChanges(pub Patch);
+
+/// What of a key a change may touch.
+#[derive(Serialize, Deserialize)]
+struct Changeable {
+    label: String,
+    #[serde(flatten)]
+    settings: KeySettings,
+    #[serde(flatten)]
+    money: MoneyBudget,
 }
 
 impl KeyChanges {
-    /// Checks every field given, before anything is changed.
+    /// The new label, if the changes give one.
+    pub fn label(&self) -> Option<&str> {
+        self.0.get("label").and_then(serde_json::Value::as_str)
+    }
+
+    /// Checks every field given (its name, type and value) before anything is changed.
     pub fn check(&self) -> Result<(), ControlError> {
-        if let Some(label) = &self.label {
-            validate_label(label).map_err(ControlError::Invalid)?;
-        }
-        for (field, models) in [("models", &self.models), ("exclude_models", &self.exclude_models)] {
-            if let Some(models) = models {
-                validate_models(field, models).map_err(ControlError::Invalid)?;
-            }
-        }
-        crate::budget::validate_reserve_at(self.reserve_at.flatten()).map_err(ControlError::Invalid)?;
-        crate::quota::validate_reserve_window_pct(self.reserve_window_pct.flatten()).map_err(ControlError::Invalid)
+        self.applied(Changeable {
+            label: "key".into(),
+            settings: KeySettings::default(),
+            money: MoneyBudget::default(),
+        })
+        .map(drop)
+    }
+
+    /// `key` with the changes: refused, naming the field, if one is unknown or its value wrong.
+    fn applied(&self, key: Changeable) -> Result<Changeable, ControlError> {
+        let new = self.0.apply(&key).map_err(ControlError::Invalid)?;
+        validate_label(&new.label).map_err(ControlError::Invalid)?;
+        new.settings.validate().map_err(ControlError::Invalid)?;
+        new.money.validate().map_err(ControlError::Invalid)?;
+        Ok(new)
     }
 }
 
-/// Tells a missing field (keep) from an explicit `null` (clear).
-pub(super) mod double_option {
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    pub fn serialize<S: Serializer, T: Serialize>(v: &Option<Option<T>>, s: S) -> Result<S::Ok, S::Error> {
-        // Only called for `Some` (absent fields are skipped): `Some(None)` is an explicit `null`.
-        v.as_ref().and_then(Option::as_ref).serialize(s)
-    }
-
-    pub fn deserialize<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
-    where
-        D: Deserializer<'de>,
-        T: Deserialize<'de>,
-    {
-        Option::<T>::deserialize(d).map(Some)
-    }
+/// Applies changes to a key's config entry: refused, changing nothing, if a field is unknown or a value
+/// wrong.
+pub fn apply_changes(key: &mut KeyConfig, changes: &KeyChanges) -> Result<(), ControlError> {
+    let current = Changeable { label: key.label.clone(), settings: key.settings.clone(), money: key.money };
+    let new = changes.applied(current)?;
+    (key.label, key.settings, key.money) = (new.label, new.settings, new.money);
+    Ok(())
 }
 
-impl KeyChanges {
-    /// Applies the changes to a key's settings, wherever they are kept (config entry or pool entry).
-    fn apply_to(
-        &self,
-        label: &mut String,
-        priority: &mut u8,
-        budget: &mut Option<u64>,
-        models: &mut Vec<String>,
-        exclude: &mut Vec<String>,
-        money: &mut MoneyBudget,
-    ) {
-        self.apply_money(money);
-        if let Some(new) = &self.label {
-            label.clone_from(new);
-        }
-        if let Some(new) = self.priority {
-            *priority = new;
-        }
-        if let Some(new) = self.daily_token_budget {
-            *budget = new;
-        }
-        if let Some(new) = &self.models {
-            models.clone_from(new);
-        }
-        if let Some(new) = &self.exclude_models {
-            exclude.clone_from(new);
-        }
-    }
-}
-
-impl KeyChanges {
-    /// The budget in money after these changes.
-    fn apply_money(&self, money: &mut MoneyBudget) {
-        if let Some(new) = self.daily_budget_usd {
-            money.daily = new;
-        }
-        if let Some(new) = self.monthly_budget_usd {
-            money.monthly = new;
-        }
-        if let Some(new) = self.reserve_at {
-            money.reserve_at = new;
-        }
-        if let Some(new) = self.on_limit {
-            money.on_limit = new;
-        }
-    }
-}
-
-pub(super) fn apply_changes(key: &mut KeyConfig, changes: &KeyChanges) {
-    let mut money = key.money();
-    changes.apply_to(
-        &mut key.label,
-        &mut key.priority,
-        &mut key.daily_token_budget,
-        &mut key.models,
-        &mut key.exclude_models,
-        &mut money,
-    );
-    key.set_money(money);
-    if let Some(new) = changes.reserve_window_pct {
-        key.reserve_window_pct = new;
-    }
-}
-
+/// Applies checked changes to a key as the pool holds it (`check` has passed: a change that fails here
+/// changes nothing).
 pub(super) fn apply_entry_changes(entry: &mut KeyEntry, changes: &KeyChanges) {
-    changes.apply_to(
-        &mut entry.label,
-        &mut entry.priority,
-        &mut entry.daily_token_budget,
-        &mut entry.models,
-        &mut entry.exclude_models,
-        &mut entry.money,
-    );
-    if let Some(new) = changes.reserve_window_pct {
-        entry.reserve_window_pct = new;
+    let current = Changeable { label: entry.label.clone(), settings: entry.settings.clone(), money: entry.money };
+    if let Ok(new) = changes.applied(current) {
+        (entry.label, entry.settings, entry.money) = (new.label, new.settings, new.money);
     }
 }

@@ -15,10 +15,10 @@ pub mod live;
 pub mod pools;
 pub mod setup;
 
-pub use error::ControlError;
-pub use key_changes::{KeyChanges, NewKey};
+pub use error::{ControlError, ALREADY_POOLED};
+pub use key_changes::{apply_changes, KeyChanges, NewKey};
 
-use key_changes::{apply_changes, apply_entry_changes};
+use key_changes::apply_entry_changes;
 
 use crate::config::{Config, KeyConfig, TokenConfig};
 use crate::config_file;
@@ -26,8 +26,7 @@ use crate::events::{GatewayEvent, KeyChange};
 use crate::gateway::Gateway;
 use crate::keys::KeyTest;
 use crate::keys::{
-    validate_base_url, validate_label, validate_models, validate_org, validate_secret, KeyEntry, KeyId, KeySource,
-    Provider,
+    validate_base_url, validate_label, validate_org, validate_secret, KeyEntry, KeyId, KeySource, Provider,
 };
 use crate::secrets::{self, account, Secret};
 use crate::settings::Settings;
@@ -48,10 +47,8 @@ pub fn check_new_key(config: &Config, labels_in_use: &[String], new: &NewKey) ->
     if let Some(org) = &new.org {
         validate_org(org).map_err(ControlError::Invalid)?;
     }
-    validate_models("models", &new.models).map_err(ControlError::Invalid)?;
-    validate_models("exclude_models", &new.exclude_models).map_err(ControlError::Invalid)?;
-    crate::budget::validate_reserve_at(new.reserve_at).map_err(ControlError::Invalid)?;
-    crate::quota::validate_reserve_window_pct(new.reserve_window_pct).map_err(ControlError::Invalid)?;
+    new.settings.validate().map_err(ControlError::Invalid)?;
+    new.money.validate().map_err(ControlError::Invalid)?;
     if new.provider == Provider::Azure && new.base_url.is_none() {
         return Err(ControlError::Invalid(
             "an Azure key needs a base URL: https://RESOURCE.openai.azure.com/openai/v1".into(),
@@ -68,17 +65,10 @@ pub fn key_config(id: KeyId, new: &NewKey) -> KeyConfig {
         provider: new.provider,
         base_url: new.base_url.clone(),
         org: new.org.clone(),
-        priority: new.priority,
-        daily_token_budget: new.daily_token_budget,
-        models: new.models.clone(),
-        exclude_models: new.exclude_models.clone(),
         disabled: false,
         imported: new.imported,
-        daily_budget_usd: new.daily_budget_usd,
-        monthly_budget_usd: new.monthly_budget_usd,
-        reserve_at: new.reserve_at,
-        on_limit: new.on_limit.unwrap_or_default(),
-        reserve_window_pct: new.reserve_window_pct,
+        settings: new.settings.clone(),
+        money: new.money,
     }
 }
 
@@ -91,7 +81,7 @@ pub async fn store_new_key(
 ) -> Result<KeyConfig, ControlError> {
     check_new_key(&settings.config(), labels_in_use, new)?;
     if let Some(holder) = stored_holder(settings, &new.secret, None).await? {
-        return Err(already_pooled(&holder));
+        return Err(ControlError::AlreadyPooled(holder));
     }
     let key = key_config(KeyId::generate(), new);
     let account = account::key(key.id.as_str());
@@ -122,15 +112,6 @@ async fn stored_holder(
     Ok(None)
 }
 
-/// The refusal of a secret that is already in the pool: two keys with one secret are one key twice
-/// (switching one off would change nothing).
-fn already_pooled(holder: &str) -> ControlError {
-    ControlError::Invalid(format!(
-        "this secret is already in the pool as key '{holder}'; a secret is pooled once (to change that key's \
-         secret, use `keymux keys set {holder} --secret`)"
-    ))
-}
-
 /// Replaces a configured key's secret in the keychain, in place: its id, label, settings and pools stay.
 /// Used with and without a running gateway.
 pub async fn replace_secret(settings: &Settings, id: &KeyId, secret: &Secret) -> Result<KeyConfig, ControlError> {
@@ -141,7 +122,7 @@ pub async fn replace_secret(settings: &Settings, id: &KeyId, secret: &Secret) ->
         ))
     })?;
     if let Some(holder) = stored_holder(settings, secret, Some(id)).await? {
-        return Err(already_pooled(&holder));
+        return Err(ControlError::AlreadyPooled(holder));
     }
     let (account, value) = (account::key(id.as_str()), secret.clone());
     secrets::blocking(settings.store().clone(), move |s| s.set(&account, &value)).await?;
@@ -172,10 +153,9 @@ pub async fn forget_key(settings: &Settings, id: &KeyId) -> Result<Option<KeyCon
 /// Changes a configured key's settings in the config (a key from the environment has none: `Ok(None)`).
 /// Used with and without a running gateway.
 pub fn edit_key(settings: &Settings, id: &KeyId, changes: &KeyChanges) -> Result<Option<KeyConfig>, ControlError> {
-    changes.check()?;
     let Some(mut key) = settings.config().keys.into_iter().find(|k| &k.id == id) else { return Ok(None) };
     let old_label = key.label.clone();
-    apply_changes(&mut key, changes);
+    apply_changes(&mut key, changes)?;
     let updated = key.clone();
     // Pools name keys by label: a renamed key stays in its pools under its new name.
     let (old_names, new_label) = ([old_label.as_str()], Some(updated.label.as_str()));
@@ -286,7 +266,7 @@ impl Gateway {
         }
         let labels = self.pool().labels();
         if let Some(holder) = self.pool().holder_of(&self.markers().digest().fingerprint(&new.secret)) {
-            return Err(already_pooled(&self.pool().label(&holder)));
+            return Err(ControlError::AlreadyPooled(self.pool().label(&holder)));
         }
         let key = store_new_key(self.settings(), &labels, &new).await?;
         let mut entry = key.entry(new.secret.clone());
@@ -326,7 +306,7 @@ impl Gateway {
             return Err(ControlError::NotFound(format!("no key {id}; see `keymux keys list`")));
         }
         changes.check()?;
-        if let Some(label) = &changes.label {
+        if let Some(label) = changes.label() {
             let taken = self
                 .pool()
                 .status(self.clock().now(), self.today())
@@ -353,7 +333,7 @@ impl Gateway {
         };
         if let Some(holder) = self.pool().holder_of(&self.markers().digest().fingerprint(&secret)) {
             if &holder != id {
-                return Err(already_pooled(&self.pool().label(&holder)));
+                return Err(ControlError::AlreadyPooled(self.pool().label(&holder)));
             }
         }
         replace_secret(self.settings(), id, &secret).await?;

@@ -3,42 +3,42 @@
 //! words the config file's check uses, before anything is written; a running gateway resolves its
 //! pools again at once, so the next request already sees the new boundary.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::ControlError;
 use crate::config::Config;
 use crate::config_file;
 use crate::events::GatewayEvent;
 use crate::gateway::Gateway;
+use crate::key_settings::Patch;
 use crate::pools::{self, PoolConfig};
 use crate::settings::Settings;
 
-/// A change to a pool; a field left out stays as it is.
-#[derive(Clone, Debug, Default, Deserialize, ts_rs::TS)]
-#[serde(deny_unknown_fields)]
-pub struct PoolChanges {
-    /// Its keys, by label or id (replaces the list).
-    #[serde(default)]
-    pub keys: Option<Vec<String>>,
-    /// Its fallback pools, in order (replaces the list; empty: never).
-    #[serde(default)]
-    pub fallback: Option<Vec<String>>,
-    /// A new daily budget in US dollars for its keys together (`null` removes it).
-    #[serde(default, with = "super::key_changes::double_option")]
-    #[ts(optional, type = "number | null")]
-    pub daily_budget_usd: Option<Option<crate::spend::Usd>>,
-    /// A new monthly budget in US dollars (`null` removes it).
-    #[serde(default, with = "super::key_changes::double_option")]
-    #[ts(optional, type = "number | null")]
-    pub monthly_budget_usd: Option<Option<crate::spend::Usd>>,
-    /// A new reserve threshold, percent (`null`: 100).
-    #[serde(default, with = "super::key_changes::double_option")]
-    #[ts(optional, type = "number | null")]
-    pub reserve_at: Option<Option<u8>>,
-    /// What happens at 100 %.
-    #[serde(default)]
-    #[ts(optional)]
-    pub on_limit: Option<crate::budget::OnLimit>,
+/// A change to a pool, by field name: its keys (by label or id, replacing the list), its fallback pools
+/// (in order; empty: never) and its budget in money (`null` removes a budget). A field left out stays as
+/// it is.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(transparent)]
+pub struct PoolChanges(pub Patch);
+
+/// What of a pool a change may touch (its name stays).
+#[derive(Serialize, Deserialize)]
+struct Changeable {
+    keys: Vec<String>,
+    fallback: Vec<String>,
+    #[serde(flatten)]
+    money: crate::budget::MoneyBudget,
+}
+
+impl PoolChanges {
+    /// `pool` with the changes: refused, naming the field, if one is unknown or its value wrong (the
+    /// whole pool is checked when it is saved).
+    fn applied(&self, mut pool: PoolConfig) -> Result<PoolConfig, ControlError> {
+        let current = Changeable { keys: pool.keys, fallback: pool.fallback, money: pool.money };
+        let new = self.0.apply(&current).map_err(ControlError::Invalid)?;
+        (pool.keys, pool.fallback, pool.money) = (new.keys, new.fallback, new.money);
+        Ok(pool)
+    }
 }
 
 /// Creates pool `pool` (refused when the name is taken). `live_keys` are labels a running gateway holds
@@ -62,17 +62,7 @@ pub fn change_pool(
     changes: &PoolChanges,
     live_keys: &[String],
 ) -> Result<PoolConfig, ControlError> {
-    let mut pool = find(&settings.config(), name)?;
-    if let Some(keys) = &changes.keys {
-        pool.keys.clone_from(keys);
-    }
-    if let Some(fallback) = &changes.fallback {
-        pool.fallback.clone_from(fallback);
-    }
-    pool.daily_budget_usd = changes.daily_budget_usd.unwrap_or(pool.daily_budget_usd);
-    pool.monthly_budget_usd = changes.monthly_budget_usd.unwrap_or(pool.monthly_budget_usd);
-    pool.reserve_at = changes.reserve_at.unwrap_or(pool.reserve_at);
-    pool.on_limit = changes.on_limit.unwrap_or(pool.on_limit);
+    let pool = changes.applied(find(&settings.config(), name)?)?;
     save(settings, tidy(pool), live_keys)
 }
 

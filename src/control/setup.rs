@@ -158,8 +158,8 @@ impl SetupPlaces {
 fn refused_key(auth: Option<&std::path::Path>, e: ControlError) -> ControlError {
     let file = auth.map_or_else(|| "auth.json".to_owned(), |p| p.display().to_string());
     match e {
-        ControlError::Invalid(why) => ControlError::Invalid(format!(
-            "the API key in {file} could not join Keymux's keys: {why}. Nothing was written; set up without \
+        ControlError::Invalid(_) | ControlError::AlreadyPooled(_) => ControlError::Invalid(format!(
+            "the API key in {file} could not join Keymux's keys: {e}. Nothing was written; set up without \
              importing it, or fix the key first"
         )),
         other @ (ControlError::NotFound(_)

@@ -221,7 +221,7 @@ pub fn key_label(key: &KeyInfo, now_unix_ms: u64) -> String {
 /// anything.
 fn forecast(key: &KeyInfo, now_unix_ms: u64) -> String {
     let s = &key.status;
-    let spend = match (s.daily_budget_usd, s.monthly_budget_usd) {
+    let spend = match (s.money.daily, s.money.monthly) {
         (Some(limit), _) => Some(format!("{} of {} today", key.spend.spend_today_usd.cents(), limit.cents())),
         (None, Some(limit)) => Some(format!("{} of {} this month", key.spend.spend_month_usd.cents(), limit.cents())),
         (None, None) => None,

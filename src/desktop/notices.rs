@@ -289,7 +289,7 @@ fn budget(of: &BudgetOf, label: &str, state: &BudgetState, now_unix_ms: u64) -> 
         BudgetState::Stopped { period, limit, resets_unix_ms } => (
             format!("{who} reached its budget and stopped"),
             format!(
-                "Its {limit} {} budget is spent and its on_limit is \"stop\": it serves nothing, its sessions \
+                "Its {limit} {} budget is spent and it is set to stop there: it serves nothing, its sessions \
                  included, until it resets in {}.",
                 period.adjective(),
                 resets(resets_unix_ms)

@@ -27,14 +27,9 @@ fn key(label: &str, org: &str, health: HealthState, until: Option<u64>) -> KeyIn
             org_learned: true,
             health,
             in_flight: 0,
-            priority: 0,
-            daily_token_budget: None,
+            settings: crate::key_settings::KeySettings::default(),
+            money: crate::budget::MoneyBudget::default(),
             tokens_today: 0,
-            daily_budget_usd: None,
-            monthly_budget_usd: None,
-            reserve_at: None,
-            on_limit: crate::budget::OnLimit::Reserve,
-            reserve_window_pct: None,
             window_reserved: false,
             headroom: 0.82,
             served: 0,
@@ -45,8 +40,6 @@ fn key(label: &str, org: &str, health: HealthState, until: Option<u64>) -> KeyIn
             cached_tokens: 0,
             output_tokens: 0,
             cached_ratio: 0.0,
-            models: Vec::new(),
-            exclude_models: Vec::new(),
             unavailable_models: Vec::new(),
             base_url: None,
             cooldown_ms: 0,
@@ -367,10 +360,7 @@ fn pooled(a: HealthState, b: HealthState) -> StatusBody {
         usable: usize::from(health == HealthState::Ready),
         headroom: 0.5,
         spend: crate::api::types::PeriodSpend::default(),
-        daily_budget_usd: None,
-        monthly_budget_usd: None,
-        reserve_at: None,
-        on_limit: crate::budget::OnLimit::Reserve,
+        money: crate::budget::MoneyBudget::default(),
         budget: crate::budget::BudgetState::Open,
         budget_runs_out_unix_ms: None,
         window_runs_out_unix_ms: None,
@@ -422,7 +412,7 @@ fn a_budget_state_is_a_notification_with_its_amount_and_its_reset_and_can_be_swi
     assert!(notice.body.contains("$5.00 daily budget") && notice.body.contains("1h"), "{}", notice.body);
     let stopped = BudgetState::Stopped { period: Period::Day, limit, resets_unix_ms: NOW + 60_000 };
     let notice = n.consider(&budget(2, stopped), || two(HealthState::Ready, HealthState::Ready), NOW).expect("told");
-    assert!(notice.title.contains("stopped") && notice.body.contains("\"stop\""), "{notice:?}");
+    assert!(notice.title.contains("stopped") && notice.body.contains("set to stop there"), "{notice:?}");
     n.set(NoticeKind::Budget, false);
     let later = NOW + 3_600_000;
     assert_eq!(n.consider(&budget(3, BudgetState::Open), || two(HealthState::Ready, HealthState::Ready), later), None);
@@ -457,7 +447,7 @@ fn a_key_item_shows_its_spend_and_forecast_and_a_resting_key_offers_test_now() {
     use HealthState::*;
     let usd = |dollars: u64| crate::spend::Usd::from_nanos(dollars * 10_000_000);
     let mut work = key("work", "org-a", Ready, None);
-    work.status.daily_budget_usd = Some(usd(500));
+    work.status.money.daily = Some(usd(500));
     work.spend.spend_today_usd = usd(120);
     work.budget_runs_out_unix_ms = Some(NOW + 7_500_000);
     work.window_runs_out_unix_ms = Some(NOW + 20_000);

@@ -150,7 +150,7 @@ pub(super) fn budget_reached(retry_after_secs: u64, keys: usize, pool: &Option<S
         "All {keys} of {which} keys a new session may use are past the budget in money you set for them \
          (reserved for the sessions already on them, or stopped). The first budget resets in {}: new sessions \
          start then. To go on now, raise a budget (`keymux keys set LABEL --daily-budget-usd N`) or its \
-         reserve_at, in the dashboard's Keys view or the config.",
+         reserve threshold (`--reserve-at`), in the dashboard's Keys view or with `keymux keys set`.",
         wait_words(retry_after_secs)
     )
 }
@@ -165,10 +165,10 @@ pub(super) fn budget_stopped(
     let budget = period.adjective();
     let (noun, name, command) = whose;
     format!(
-        "Keymux {noun} '{name}' reached its {limit} {budget} budget, and its on_limit is \"stop\": Keymux refuses its \
+        "Keymux {noun} '{name}' reached its {limit} {budget} budget, and it is set to stop there: Keymux refuses its \
          requests, this session's included (only that key's organization can continue it), until the budget \
-         resets in {}. To go on now, raise it (`keymux {command} {name} --{budget}-budget-usd N`) or set \
-         on_limit = \"reserve\", which keeps serving the sessions already started.",
+         resets in {}. To go on now, raise it (`keymux {command} {name} --{budget}-budget-usd N`) or let it \
+         keep serving the sessions already started (`--on-limit reserve`).",
         wait_words(secs)
     )
 }

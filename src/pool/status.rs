@@ -35,24 +35,14 @@ pub struct KeyStatus {
     pub health: HealthState,
     /// Requests sent on this key whose answer has not finished yet.
     pub in_flight: u32,
-    /// Priority tier (lower first).
-    pub priority: u8,
-    /// Daily token budget, if any.
-    pub daily_token_budget: Option<u64>,
+    /// Its settings: priority, token budget, models, the share of its windows kept.
+    #[serde(flatten)]
+    pub settings: crate::key_settings::KeySettings,
+    /// Its budget in money.
+    #[serde(flatten)]
+    pub money: crate::budget::MoneyBudget,
     /// Tokens used today (UTC); above the budget is an overrun.
     pub tokens_today: u64,
-    /// Its budget in US dollars per local day, if any.
-    #[ts(type = "number | null")]
-    pub daily_budget_usd: Option<crate::spend::Usd>,
-    /// Its budget in US dollars per local month, if any.
-    #[ts(type = "number | null")]
-    pub monthly_budget_usd: Option<crate::spend::Usd>,
-    /// Percent of a budget past which it takes no new sessions (`None`: 100).
-    pub reserve_at: Option<u8>,
-    /// At 100 % of a budget: `reserve` or `stop`.
-    pub on_limit: crate::budget::OnLimit,
-    /// Percent of its rate-limit windows kept for the sessions already on it, if any.
-    pub reserve_window_pct: Option<u8>,
     /// Whether less than that is left now: it takes no new sessions until the window refills.
     pub window_reserved: bool,
     /// Share of the tighter rate-limit window left, 0 to 1.
@@ -75,10 +65,6 @@ pub struct KeyStatus {
     pub output_tokens: u64,
     /// `cached_tokens / input_tokens`, 0 to 1 (0 before any prompt).
     pub cached_ratio: f32,
-    /// If not empty, the only models it serves.
-    pub models: Vec<String>,
-    /// Models the user excluded: the router never sends them to this key.
-    pub exclude_models: Vec<String>,
     /// Models the provider said this key cannot use (it is skipped for them).
     pub unavailable_models: Vec<String>,
     /// Its base URL, when it has its own (Azure, a proxy); otherwise the provider's default.
@@ -116,15 +102,10 @@ pub(super) fn key_status(s: &Slot, now: Instant, day: u32) -> KeyStatus {
         org: entry.org.clone().or_else(|| live.learned_org.clone()),
         health,
         in_flight: s.in_flight.load(Ordering::Acquire),
-        priority: entry.priority,
-        daily_token_budget: entry.daily_token_budget,
+        settings: entry.settings.clone(),
+        money: entry.money,
         tokens_today: if state.budget_day == day { state.budget_used } else { 0 },
-        daily_budget_usd: entry.money.daily,
-        monthly_budget_usd: entry.money.monthly,
-        reserve_at: entry.money.reserve_at,
-        on_limit: entry.money.on_limit,
-        reserve_window_pct: entry.reserve_window_pct,
-        window_reserved: entry.reserve_window_pct.and_then(|pct| state.quota.reserve(now, pct)).is_some(),
+        window_reserved: entry.settings.window_reserve(&state.quota, now).is_some(),
         headroom: state.quota.headroom(now),
         served: counters.served.load(Ordering::Relaxed),
         failed: counters.failed.load(Ordering::Relaxed),
@@ -134,8 +115,6 @@ pub(super) fn key_status(s: &Slot, now: Instant, day: u32) -> KeyStatus {
         cached_tokens,
         output_tokens: counters.output_tokens.load(Ordering::Relaxed),
         cached_ratio: if input_tokens == 0 { 0.0 } else { cached_tokens as f32 / input_tokens as f32 },
-        models: entry.models.clone(),
-        exclude_models: entry.exclude_models.clone(),
         unavailable_models: state.missing_models.clone(),
         base_url: entry.base_url.clone(),
         cooldown_ms: left.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),

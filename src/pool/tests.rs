@@ -130,7 +130,9 @@ async fn recent_starts_decay_so_a_returning_key_is_not_flooded() {
 
 #[tokio::test(start_paused = true)]
 async fn usage_counts_against_the_budget_of_its_day_only() {
-    let pool = pool(vec![KeyEntry { daily_token_budget: Some(100), ..entry("a") }]);
+    let mut a = entry("a");
+    a.settings.daily_token_budget = Some(100);
+    let pool = pool(vec![a]);
     let usage = Usage { input: 80, cached: 40, output: 30, ..Usage::default() };
     pool.apply(&Learned::Usage { key: KeyId::new("a"), usage, day: 7 });
     let spend = SpendNow::default();
@@ -148,9 +150,9 @@ async fn settings_change_without_losing_live_state() {
     pool.apply(&answer("a", clock_now(), OutcomeKind::Rejected));
     assert!(pool.update(&KeyId::new("a"), |e| {
         e.label = "renamed".into();
-        e.priority = 2;
+        e.settings.priority = 2;
     }));
     let status = &pool.status(clock_now(), 0)[0];
-    assert_eq!((status.label.as_str(), status.priority, status.health), ("renamed", 2, HealthState::Rejected));
+    assert_eq!((status.label.as_str(), status.settings.priority, status.health), ("renamed", 2, HealthState::Rejected));
     assert!(!pool.update(&KeyId::new("nope"), |_| {}));
 }

@@ -39,7 +39,7 @@ enum Stop {
     /// such content came (Codex opens a resumed session with a prewarm frame that carries none): the
     /// client must reconnect and send it first, so its organization is found.
     Unfound,
-    /// The socket's key reached its budget in money with `on_limit = "stop"`.
+    /// The socket's key reached its budget in money, set to stop there.
     Budget(ApiError),
 }
 
@@ -213,7 +213,7 @@ impl Inbound {
         }
     }
 
-    /// The refusal when this socket's key reached its budget with `on_limit = "stop"`: the user chose
+    /// The refusal when this socket's key reached its budget, set to stop there: the user chose
     /// money over continuity, so even this bound session's next turn waits for the reset.
     fn budget_stop(&self) -> Option<ApiError> {
         let gateway = &self.gateway;

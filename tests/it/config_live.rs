@@ -42,7 +42,7 @@ async fn hand_edits_apply_while_it_runs_and_bad_ones_are_refused() {
         1,
     ) + "\n[[pools]]\nname = \"team\"\nkeys = [\"spare\"]\n";
     std::fs::write(&cfg, edited).unwrap();
-    let seen = until("the edit applied", keys, |k| main(k).is_some_and(|m| m.status.priority == 3)).await;
+    let seen = until("the edit applied", keys, |k| main(k).is_some_and(|m| m.status.settings.priority == 3)).await;
     assert_eq!(format!("{:?}", main(&seen).unwrap().status.health), "Disabled");
     let tokens = || async { serde_json::from_value::<Vec<TokenInfo>>(admin.get_json("/tokens").await).unwrap() };
     until("the token moved", tokens, |t| t.iter().any(|t| t.name == "editor" && t.pool == "team")).await;
@@ -54,11 +54,11 @@ async fn hand_edits_apply_while_it_runs_and_bad_ones_are_refused() {
     let output = || async { keymux.output_text() };
     let said = until("the refusal logged", output, |o| o.contains("the running settings stay")).await;
     assert!(said.contains(&format!("config.toml (line {line}, column 12)")), "{said}");
-    assert_eq!(main(&keys().await).unwrap().status.priority, 3, "still what the last valid file said");
+    assert_eq!(main(&keys().await).unwrap().status.settings.priority, 3, "still what the last valid file said");
 
     // Fixed again: applied.
     std::fs::write(&cfg, good.replacen("priority = 3", "priority = 1", 1)).unwrap();
-    until("the fix applied", keys, |k| main(k).is_some_and(|m| m.status.priority == 1)).await;
+    until("the fix applied", keys, |k| main(k).is_some_and(|m| m.status.settings.priority == 1)).await;
     let output = keymux.stop().await;
     assert_eq!(output.matches("the running settings stay").count(), 1, "said once, not every few seconds");
 }

@@ -71,11 +71,11 @@ async fn settings_read_back_exactly_after_a_restart() {
     let keymux = Keymux::spawn(&["--config", cfg.to_str().unwrap()], &env).await;
     let keys = keys_of(&keymux).await;
     let main = &find(&keys, "main").status;
-    assert_eq!((main.daily_budget_usd.map(|u| u.nanos()), main.reserve_at), (Some(5_000_000_000), Some(80)));
-    assert_eq!(main.on_limit, keymux::budget::OnLimit::Stop);
-    assert_eq!(main.reserve_window_pct, Some(25), "kept across a restart");
-    assert_eq!(find(&keys, "backup").status.daily_token_budget, None);
-    assert!(find(&keys, "backup").status.models.is_empty());
+    assert_eq!((main.money.daily.map(|u| u.nanos()), main.money.reserve_at), (Some(5_000_000_000), Some(80)));
+    assert_eq!(main.money.on_limit, keymux::budget::OnLimit::Stop);
+    assert_eq!(main.settings.reserve_window_pct, Some(25), "kept across a restart");
+    assert_eq!(find(&keys, "backup").status.settings.daily_token_budget, None);
+    assert!(find(&keys, "backup").status.settings.models.is_empty());
     assert_eq!(format!("{:?}", find(&keys, "main").status.health), "Disabled", "still off after a restart");
     keymux.stop().await;
 

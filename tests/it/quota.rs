@@ -273,7 +273,7 @@ async fn budgets_are_soft_and_overruns_are_shown() {
     let over = |h: &Harness| {
         let status = h.status();
         let a1 = status.iter().find(|k| k.label == "a1").unwrap().clone();
-        a1.tokens_today > a1.daily_token_budget.unwrap()
+        a1.tokens_today > a1.settings.daily_token_budget.unwrap()
     };
     assert!(over(&h), "a1 spent more than its 10-token budget");
     // Unpinned traffic avoids it now.

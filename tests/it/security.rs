@@ -400,21 +400,9 @@ fn plain_http_base_urls_are_refused_off_this_machine() {
     use keymux::keys::Provider;
     let config = keymux::config::Config::default();
     let new = |url: &str| NewKey {
-        label: "remote".into(),
         provider: Provider::Azure,
         base_url: Some(url.into()),
-        org: None,
-        priority: 0,
-        daily_token_budget: None,
-        models: Vec::new(),
-        exclude_models: Vec::new(),
-        secret: keymux::secrets::Secret::new("sk-remote-0123456789"),
-        imported: false,
-        daily_budget_usd: None,
-        monthly_budget_usd: None,
-        reserve_at: None,
-        on_limit: None,
-        reserve_window_pct: None,
+        ..NewKey::openai("remote".into(), keymux::secrets::Secret::new("sk-remote-0123456789"))
     };
     for bad in ["http://api.example.com/v1", "http://10.0.0.7:8080/v1", "http://127.0.0.1.example.com/v1", "ftp://x/v1"]
     {

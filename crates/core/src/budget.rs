@@ -36,16 +36,23 @@ impl OnLimit {
     }
 }
 
-/// A key's budget in money, as the user set it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// A budget in money, as the user set it on a key or a pool: flattened into both (see `key_settings`),
+/// so these are the names in the config file, the API and the CLI's flags.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 pub struct MoneyBudget {
-    /// Per local day.
+    /// US dollars per local day.
+    #[serde(default, rename = "daily_budget_usd")]
+    #[ts(type = "number | null")]
     pub daily: Option<Usd>,
-    /// Per local month.
+    /// US dollars per local month.
+    #[serde(default, rename = "monthly_budget_usd")]
+    #[ts(type = "number | null")]
     pub monthly: Option<Usd>,
-    /// Percent of a budget (1 to 100) past which the key takes no new sessions.
+    /// Percent of a budget (1 to 100) past which no new sessions start (absent: 100).
+    #[serde(default)]
     pub reserve_at: Option<u8>,
-    /// At 100 %.
+    /// At 100 %: `reserve` (sessions already on it go on) or `stop` (refuse everything).
+    #[serde(default)]
     pub on_limit: OnLimit,
 }
 
@@ -120,6 +127,17 @@ impl BudgetState {
 }
 
 impl MoneyBudget {
+    /// Checks the reserve threshold: a percent from 1 to 100.
+    pub fn validate(&self) -> Result<(), String> {
+        match self.reserve_at {
+            Some(p @ (0 | 101..)) => Err(format!(
+                "reserve_at = {p} is not a percent from 1 to 100: past it no new sessions start (80 keeps the \
+                 last fifth of a budget for the sessions already going)"
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// Whether any budget in money is set.
     pub fn is_set(&self) -> bool {
         self.daily.is_some() || self.monthly.is_some()
@@ -219,18 +237,6 @@ impl SpendNow {
         if hour_start_unix_ms >= periods.day_start_unix_ms {
             sums.0.add(spent);
         }
-    }
-}
-
-/// Checks `reserve_at`: a percent from 1 to 100.
-pub fn validate_reserve_at(reserve_at: Option<u8>) -> Result<(), String> {
-    match reserve_at {
-        Some(0) | Some(101..) => Err(format!(
-            "reserve_at = {} is not a percent from 1 to 100: past it the key takes no new sessions (80 keeps \
-             the last fifth of a budget for sessions already on the key)",
-            reserve_at.unwrap_or_default()
-        )),
-        Some(_) | None => Ok(()),
     }
 }
 

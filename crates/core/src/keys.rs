@@ -110,20 +110,12 @@ pub struct KeyEntry {
     pub secret: Secret,
     /// Where it came from.
     pub source: KeySource,
-    /// Priority tier (lower first).
-    pub priority: u8,
-    /// Soft daily token budget.
-    pub daily_token_budget: Option<u64>,
-    /// If not empty, the only models this key serves.
-    pub models: Vec<String>,
-    /// Models this key never serves.
-    pub exclude_models: Vec<String>,
     /// Imported from a client's own login (see `KeyConfig::imported`).
     pub imported: bool,
+    /// Where the router may send it and what it keeps back.
+    pub settings: crate::key_settings::KeySettings,
     /// Its budget in money.
     pub money: crate::budget::MoneyBudget,
-    /// Percent of its rate-limit windows kept for the sessions already on it (see `quota::WindowReserve`).
-    pub reserve_window_pct: Option<u8>,
 }
 
 impl KeyEntry {
@@ -137,20 +129,15 @@ impl KeyEntry {
             org: None,
             secret,
             source,
-            priority: 0,
-            daily_token_budget: None,
-            models: Vec::new(),
-            exclude_models: Vec::new(),
             imported: false,
+            settings: crate::key_settings::KeySettings::default(),
             money: crate::budget::MoneyBudget::default(),
-            reserve_window_pct: None,
         }
     }
 
     /// Whether the user allows this key for `model`.
     pub fn allows(&self, model: &str) -> bool {
-        (self.models.is_empty() || self.models.iter().any(|m| m == model))
-            && !self.exclude_models.iter().any(|m| m == model)
+        self.settings.allows(model)
     }
 }
 
@@ -165,43 +152,18 @@ pub fn validate_label(label: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Most models in a key's `models` or `exclude_models`.
-pub const MAX_MODELS: usize = 64;
-/// Longest model name.
-pub const MAX_MODEL_CHARS: usize = 100;
 /// Longest organization id.
 pub const MAX_ORG_CHARS: usize = 64;
 
-/// Checks a key's `models` or `exclude_models` (named `field`): at most [`MAX_MODELS`] names, each 1 to
-/// [`MAX_MODEL_CHARS`] printable characters with no spaces. They are shown in listings, the status API
-/// and the dashboard, so none may be huge or carry terminal escapes.
-pub fn validate_models(field: &str, models: &[String]) -> Result<(), String> {
-    if models.len() > MAX_MODELS {
-        return Err(format!("{field} lists {} models; at most {MAX_MODELS} are allowed", models.len()));
-    }
-    let bad = models.iter().find(|m| m.is_empty() || m.chars().count() > MAX_MODEL_CHARS || !printable_word(m));
-    match bad {
-        Some(m) => Err(format!(
-            "{field}: the model name {:?} must be 1 to {MAX_MODEL_CHARS} printable characters without spaces",
-            m.chars().take(40).collect::<String>()
-        )),
-        None => Ok(()),
-    }
-}
-
 /// Checks a key's organization id: 1 to [`MAX_ORG_CHARS`] printable characters without spaces.
 pub fn validate_org(org: &str) -> Result<(), String> {
-    if org.is_empty() || org.chars().count() > MAX_ORG_CHARS || !printable_word(org) {
+    if org.is_empty() || org.chars().count() > MAX_ORG_CHARS || !crate::key_settings::printable_word(org) {
         return Err(format!(
             "the organization {:?} must be 1 to {MAX_ORG_CHARS} printable characters without spaces, like org-abc123",
             org.chars().take(40).collect::<String>()
         ));
     }
     Ok(())
-}
-
-fn printable_word(text: &str) -> bool {
-    text.chars().all(|c| !c.is_control() && !c.is_whitespace())
 }
 
 /// Checks a provider base URL: `https://`, or plain `http://` only to this machine (`localhost`, a
@@ -259,12 +221,7 @@ mod tests {
     }
 
     #[test]
-    fn models_and_orgs_are_bounded_and_printable() {
-        assert!(validate_models("models", &["gpt-5.5".into(), "ft:gpt-4o:org:x:1".into()]).is_ok());
-        assert!(validate_models("models", &vec!["m".to_owned(); MAX_MODELS + 1]).is_err());
-        assert!(validate_models("models", &["m".repeat(MAX_MODEL_CHARS + 1)]).is_err());
-        let escape = validate_models("models", &["gpt\u{1b}[31m".into()]).expect_err("escape");
-        assert!(!escape.contains('\u{1b}'), "the message escapes it: {escape}");
+    fn orgs_are_bounded_and_printable() {
         assert!(validate_org("org-abc123").is_ok());
         for bad in ["", "org a", "org-\u{7}", &"o".repeat(MAX_ORG_CHARS + 1)] {
             assert!(validate_org(bad).is_err(), "{bad:?}");

@@ -14,6 +14,8 @@
 //! * [`markers`]: every marker format (format, byte scanner, strip, tag, rescue).
 //! * [`keys`]: key identity (`KeyId`), providers (OpenAI, Azure), the runtime `KeyEntry`, the checks
 //!   of a key's label, models, organization, base URL and secret.
+//! * [`key_settings`]: a key's settings declared once (`KeySettings`, beside `budget::MoneyBudget`),
+//!   and `Patch`, the one way settings of keys and pools change.
 //! * [`tokens`]: local client tokens and their constant-time check.
 //!
 //! One request:
@@ -41,6 +43,7 @@ pub mod clock;
 pub mod config;
 pub mod digest;
 pub mod facts;
+pub mod key_settings;
 pub mod keys;
 pub mod markers;
 pub mod pool;

@@ -40,34 +40,9 @@ pub struct PoolConfig {
     /// Pools to use, in order, only when none of this pool's keys can serve. Empty: never.
     #[serde(default)]
     pub fallback: Vec<String>,
-    /// US dollars its keys together may spend per local day (see `budget`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[ts(optional, type = "number | null")]
-    pub daily_budget_usd: Option<crate::spend::Usd>,
-    /// US dollars its keys together may spend per local month.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[ts(optional, type = "number | null")]
-    pub monthly_budget_usd: Option<crate::spend::Usd>,
-    /// Percent of a budget past which its requests start no new sessions.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[ts(optional)]
-    pub reserve_at: Option<u8>,
-    /// At 100 %: `reserve` (its sessions go on) or `stop` (its requests are refused).
-    #[serde(default, skip_serializing_if = "crate::budget::OnLimit::is_default")]
-    #[ts(optional, as = "Option<crate::budget::OnLimit>")]
-    pub on_limit: crate::budget::OnLimit,
-}
-
-impl PoolConfig {
-    /// Its budget in money.
-    pub fn money(&self) -> crate::budget::MoneyBudget {
-        crate::budget::MoneyBudget {
-            daily: self.daily_budget_usd,
-            monthly: self.monthly_budget_usd,
-            reserve_at: self.reserve_at,
-            on_limit: self.on_limit,
-        }
-    }
+    /// Its keys' budget in money, together (see `budget`): what its tokens' requests may spend.
+    #[serde(flatten)]
+    pub money: crate::budget::MoneyBudget,
 }
 
 /// Where in a list of pools (and the tokens bound to them) a problem is, so the config file can name
@@ -127,7 +102,7 @@ pub fn validate<'a>(
             check_fallback(pools, pool, fallback)
                 .map_err(|message| PoolProblem { place: Place::Fallback(i, j), message })?;
         }
-        crate::budget::validate_reserve_at(pool.reserve_at).map_err(|message| PoolProblem {
+        pool.money.validate().map_err(|message| PoolProblem {
             place: Place::Pool(i),
             message: format!("pool '{}': {message}", pool.name),
         })?;
@@ -267,7 +242,7 @@ impl Pools {
     /// The user's pool `name`'s budget in money, if it has one, with its keys.
     pub fn money_of(&self, name: &str) -> Option<(crate::budget::MoneyBudget, &[KeyId])> {
         let def = self.defs.iter().find(|p| p.name.eq_ignore_ascii_case(name))?;
-        Some((def.money(), self.keys_of(name))).filter(|(money, _)| money.is_set())
+        Some((def.money, self.keys_of(name))).filter(|(money, _)| money.is_set())
     }
 
     /// The key ids of pool `name` (every key for `all`; none for a pool that does not exist).

@@ -157,17 +157,6 @@ pub struct WindowReserve {
     pub frees: Instant,
 }
 
-/// Checks a `reserve_window_pct`: 1 to `MAX_RESERVE_WINDOW_PCT`, or none.
-pub fn validate_reserve_window_pct(pct: Option<u8>) -> Result<(), String> {
-    match pct {
-        Some(p) if p == 0 || p > MAX_RESERVE_WINDOW_PCT => Err(format!(
-            "reserve_window_pct = {p} is not a percent from 1 to {MAX_RESERVE_WINDOW_PCT}: it is the share of the \
-             key's request and token windows kept for the sessions already on it (20 keeps the last fifth)"
-        )),
-        Some(_) | None => Ok(()),
-    }
-}
-
 impl Quota {
     /// Whether less than `keep_pct` percent of a known window is left now (so the key keeps the rest
     /// for its pinned sessions), and until when. Unknown and refilled windows keep nothing.
@@ -484,14 +473,5 @@ mod tests {
         assert_eq!(state(0, 30).runs_out_in(), Some(Duration::ZERO), "used up now");
         assert_eq!(state(50, 59).runs_out_in(), None, "one second into the window is too little to go by");
         assert_eq!(state(100, 10).runs_out_in(), None, "nothing used");
-    }
-
-    #[test]
-    fn a_reserve_is_a_share_from_1_to_90_percent() {
-        assert!(validate_reserve_window_pct(None).is_ok() && validate_reserve_window_pct(Some(90)).is_ok());
-        for bad in [0, 91, 100] {
-            let e = validate_reserve_window_pct(Some(bad)).expect_err("refused");
-            assert!(e.contains(&format!("reserve_window_pct = {bad}")) && e.contains("1 to 90"), "{e}");
-        }
     }
 }

@@ -770,37 +770,9 @@ health: HealthState,
  */
 in_flight: number, 
 /**
- * Priority tier (lower first).
- */
-priority: number, 
-/**
- * Daily token budget, if any.
- */
-daily_token_budget: number | null, 
-/**
  * Tokens used today (UTC); above the budget is an overrun.
  */
 tokens_today: number, 
-/**
- * Its budget in US dollars per local day, if any.
- */
-daily_budget_usd: number | null, 
-/**
- * Its budget in US dollars per local month, if any.
- */
-monthly_budget_usd: number | null, 
-/**
- * Percent of a budget past which it takes no new sessions (`None`: 100).
- */
-reserve_at: number | null, 
-/**
- * At 100 % of a budget: `reserve` or `stop`.
- */
-on_limit: OnLimit, 
-/**
- * Percent of its rate-limit windows kept for the sessions already on it, if any.
- */
-reserve_window_pct: number | null, 
 /**
  * Whether less than that is left now: it takes no new sessions until the window refills.
  */
@@ -844,21 +816,52 @@ output_tokens: number,
  */
 cached_ratio: number, 
 /**
- * If not empty, the only models it serves.
- */
-models: Array<string>, 
-/**
- * Models the user excluded: the router never sends them to this key.
- */
-exclude_models: Array<string>, 
-/**
  * Models the provider said this key cannot use (it is skipped for them).
  */
 unavailable_models: Array<string>, 
 /**
  * Its base URL, when it has its own (Azure, a proxy); otherwise the provider's default.
  */
-base_url: string | null, };
+base_url: string | null, 
+/**
+ * Priority tier: unpinned traffic goes to the lowest tier with a usable key (work keys 0, personal
+ * keys 1, say).
+ */
+priority: number, 
+/**
+ * Soft daily token budget (input + output, UTC day). Over it, unpinned traffic avoids the key;
+ * pinned requests still go (only this key's organization can read them) and the overrun is shown.
+ */
+daily_token_budget: number | null, 
+/**
+ * If not empty, the only models this key is used for.
+ */
+models: Array<string>, 
+/**
+ * Models this key is never used for.
+ */
+exclude_models: Array<string>, 
+/**
+ * Percent of the key's request and token windows kept for the sessions already on it (1 to 90):
+ * while less than that is left, the key takes no new sessions, until the window refills.
+ */
+reserve_window_pct: number | null, 
+/**
+ * US dollars per local day.
+ */
+daily_budget_usd: number | null, 
+/**
+ * US dollars per local month.
+ */
+monthly_budget_usd: number | null, 
+/**
+ * Percent of a budget (1 to 100) past which no new sessions start (absent: 100).
+ */
+reserve_at: number | null, 
+/**
+ * At 100 %: `reserve` (sessions already on it go on) or `stop` (refuse everything).
+ */
+on_limit: OnLimit, };
 
 export type PeriodSpend = { 
 /**
@@ -964,22 +967,6 @@ usable: number,
  */
 headroom: number, 
 /**
- * Its budget in US dollars per local day, if any (its keys together).
- */
-daily_budget_usd: number | null, 
-/**
- * Its budget in US dollars per local month, if any.
- */
-monthly_budget_usd: number | null, 
-/**
- * Percent of a budget past which its requests start no new sessions (`None`: 100).
- */
-reserve_at: number | null, 
-/**
- * At 100 %: `reserve` or `stop`.
- */
-on_limit: OnLimit, 
-/**
  * Where it stands against its budget now.
  */
 budget: BudgetState, 
@@ -1008,7 +995,23 @@ unpriced_requests_today: number,
 /**
  * Requests this month that had no price.
  */
-unpriced_requests_month: number, };
+unpriced_requests_month: number, 
+/**
+ * US dollars per local day.
+ */
+daily_budget_usd: number | null, 
+/**
+ * US dollars per local month.
+ */
+monthly_budget_usd: number | null, 
+/**
+ * Percent of a budget (1 to 100) past which no new sessions start (absent: 100).
+ */
+reserve_at: number | null, 
+/**
+ * At 100 %: `reserve` (sessions already on it go on) or `stop` (refuse everything).
+ */
+on_limit: OnLimit, };
 
 export type PoolConfig = { 
 /**
@@ -1025,47 +1028,21 @@ keys: Array<string>,
  */
 fallback: Array<string>, 
 /**
- * US dollars its keys together may spend per local day (see `budget`).
+ * US dollars per local day.
  */
-daily_budget_usd?: number | null, 
+daily_budget_usd: number | null, 
 /**
- * US dollars its keys together may spend per local month.
+ * US dollars per local month.
  */
-monthly_budget_usd?: number | null, 
+monthly_budget_usd: number | null, 
 /**
- * Percent of a budget past which its requests start no new sessions.
+ * Percent of a budget (1 to 100) past which no new sessions start (absent: 100).
  */
-reserve_at?: number, 
+reserve_at: number | null, 
 /**
- * At 100 %: `reserve` (its sessions go on) or `stop` (its requests are refused).
+ * At 100 %: `reserve` (sessions already on it go on) or `stop` (refuse everything).
  */
-on_limit?: OnLimit, };
-
-export type PoolChanges = { 
-/**
- * Its keys, by label or id (replaces the list).
- */
-keys: Array<string> | null, 
-/**
- * Its fallback pools, in order (replaces the list; empty: never).
- */
-fallback: Array<string> | null, 
-/**
- * A new daily budget in US dollars for its keys together (`null` removes it).
- */
-daily_budget_usd?: number | null, 
-/**
- * A new monthly budget in US dollars (`null` removes it).
- */
-monthly_budget_usd?: number | null, 
-/**
- * A new reserve threshold, percent (`null`: 100).
- */
-reserve_at?: number | null, 
-/**
- * What happens at 100 %.
- */
-on_limit?: OnLimit, };
+on_limit: OnLimit, };
 
 export type StatusBody = { 
 /**
@@ -1357,6 +1334,49 @@ export type ErrorBody = {
  */
 error: ErrorDetail, };
 
+export type KeySettings = { 
+/**
+ * Priority tier: unpinned traffic goes to the lowest tier with a usable key (work keys 0, personal
+ * keys 1, say).
+ */
+priority: number, 
+/**
+ * Soft daily token budget (input + output, UTC day). Over it, unpinned traffic avoids the key;
+ * pinned requests still go (only this key's organization can read them) and the overrun is shown.
+ */
+daily_token_budget: number | null, 
+/**
+ * If not empty, the only models this key is used for.
+ */
+models: Array<string>, 
+/**
+ * Models this key is never used for.
+ */
+exclude_models: Array<string>, 
+/**
+ * Percent of the key's request and token windows kept for the sessions already on it (1 to 90):
+ * while less than that is left, the key takes no new sessions, until the window refills.
+ */
+reserve_window_pct: number | null, };
+
+export type MoneyBudget = { 
+/**
+ * US dollars per local day.
+ */
+daily_budget_usd: number | null, 
+/**
+ * US dollars per local month.
+ */
+monthly_budget_usd: number | null, 
+/**
+ * Percent of a budget (1 to 100) past which no new sessions start (absent: 100).
+ */
+reserve_at: number | null, 
+/**
+ * At 100 %: `reserve` (sessions already on it go on) or `stop` (refuse everything).
+ */
+on_limit: OnLimit, };
+
 export type NewKey = { 
 /**
  * A short name: work, personal, azure-eu…
@@ -1375,87 +1395,48 @@ base_url: string | null,
  */
 org: string | null, 
 /**
- * Priority tier (lower first).
+ * The API key.
+ */
+secret: string, 
+/**
+ * Priority tier: unpinned traffic goes to the lowest tier with a usable key (work keys 0, personal
+ * keys 1, say).
  */
 priority: number, 
 /**
- * Soft daily token budget.
+ * Soft daily token budget (input + output, UTC day). Over it, unpinned traffic avoids the key;
+ * pinned requests still go (only this key's organization can read them) and the overrun is shown.
  */
 daily_token_budget: number | null, 
 /**
- * If not empty, the only models this key serves.
+ * If not empty, the only models this key is used for.
  */
 models: Array<string>, 
 /**
- * Models this key never serves.
+ * Models this key is never used for.
  */
 exclude_models: Array<string>, 
 /**
- * US dollars per local day (see `budget`).
+ * Percent of the key's request and token windows kept for the sessions already on it (1 to 90):
+ * while less than that is left, the key takes no new sessions, until the window refills.
  */
-daily_budget_usd?: number | null, 
+reserve_window_pct: number | null, 
+/**
+ * US dollars per local day.
+ */
+daily_budget_usd: number | null, 
 /**
  * US dollars per local month.
  */
-monthly_budget_usd?: number | null, 
+monthly_budget_usd: number | null, 
 /**
- * Percent of a budget past which the key takes no new sessions.
+ * Percent of a budget (1 to 100) past which no new sessions start (absent: 100).
  */
-reserve_at?: number, 
+reserve_at: number | null, 
 /**
- * At 100 % of a budget: keep serving pinned sessions (the default), or stop.
+ * At 100 %: `reserve` (sessions already on it go on) or `stop` (refuse everything).
  */
-on_limit?: OnLimit, 
-/**
- * Percent of its rate-limit windows kept for the sessions already on it (1 to 90).
- */
-reserve_window_pct?: number, 
-/**
- * The API key.
- */
-secret: string, };
-
-export type KeyChanges = { 
-/**
- * A new label.
- */
-label?: string | null, 
-/**
- * A new priority tier.
- */
-priority?: number | null, 
-/**
- * A new daily budget (`null` removes it).
- */
-daily_token_budget?: number | null, 
-/**
- * The only models this key serves (empty: all).
- */
-models?: Array<string> | null, 
-/**
- * Models this key never serves.
- */
-exclude_models?: Array<string> | null, 
-/**
- * A new daily budget in US dollars (`null` removes it).
- */
-daily_budget_usd?: number | null, 
-/**
- * A new monthly budget in US dollars (`null` removes it).
- */
-monthly_budget_usd?: number | null, 
-/**
- * A new reserve threshold, percent (`null`: reserve only at 100 %).
- */
-reserve_at?: number | null, 
-/**
- * What happens at 100 %.
- */
-on_limit?: OnLimit, 
-/**
- * A new share of its rate-limit windows kept for its pinned sessions, percent (`null`: none).
- */
-reserve_window_pct?: number | null, };
+on_limit: OnLimit, };
 
 export type Period = "day" | "month";
 
@@ -1676,4 +1657,8 @@ not_imported: Array<NotImported>,
  * What happened to the plaintext copies.
  */
 notes: Array<string>, };
+
+export type KeyChanges = Partial<{ label: string } & KeySettings & MoneyBudget>;
+
+export type PoolChanges = Partial<{ keys: Array<string>, fallback: Array<string> } & MoneyBudget>;
 

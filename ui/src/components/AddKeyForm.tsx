@@ -5,6 +5,7 @@ import { probeVerdict } from "../lib/keys";
 import { PROVIDER } from "../lib/words";
 import { refreshStatus } from "../state/store";
 import { Notice } from "./Notice";
+import { NO_BUDGET } from "./MoneyFields";
 
 /**
  * Adds a key. The secret is read from its field when the form is sent, goes to the gateway once and is
@@ -34,6 +35,8 @@ export function AddKeyForm({ onDone }: { onDone?: () => void }) {
       daily_token_budget: budget.trim() ? Number(budget) : null,
       models: [],
       exclude_models: [],
+      reserve_window_pct: null,
+      ...NO_BUDGET,
       secret: field.value,
     };
     field.value = "";

@@ -3,35 +3,29 @@ import { messageOf, patch } from "../api/client";
 import type { KeyChanges, KeyInfo } from "../api/types";
 import { refreshStatus } from "../state/store";
 import { Dialog } from "./Dialog";
+import { MoneyFields, moneyChanges, moneyOf } from "./MoneyFields";
 import { Notice } from "./Notice";
 
 const text = (v: number | null) => (v === null ? "" : String(v));
 const numberOrNull = (v: string) => (v.trim() ? Number(v) : null);
 
-/** Renames a key and changes its priority, its token budget and its budgets in money. */
+/** Renames a key and changes its settings: priority, token budget, budgets in money (the form pools use too), window kept. */
 export function EditKeyDialog({ info, onClose }: { info: KeyInfo; onClose: () => void }) {
   const [label, setLabel] = useState(info.label);
   const [priority, setPriority] = useState(String(info.priority));
   const [budget, setBudget] = useState(info.daily_token_budget === null ? "" : String(info.daily_token_budget));
-  const [daily, setDaily] = useState(text(info.daily_budget_usd));
-  const [monthly, setMonthly] = useState(text(info.monthly_budget_usd));
-  const [reserveAt, setReserveAt] = useState(text(info.reserve_at));
-  const [onLimit, setOnLimit] = useState(info.on_limit);
+  const [money, setMoney] = useState(() => moneyOf(info));
   const [keepWindow, setKeepWindow] = useState(text(info.reserve_window_pct));
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<string | null>(null);
 
   const submit = async (e: Event) => {
     e.preventDefault();
-    const changes: KeyChanges = {};
+    const changes: KeyChanges = moneyChanges(money, info);
     if (label.trim() !== info.label) changes.label = label.trim();
     if (Number(priority) !== info.priority) changes.priority = Number(priority);
     const newBudget = budget.trim() ? Number(budget) : null;
     if (newBudget !== info.daily_token_budget) changes.daily_token_budget = newBudget;
-    if (numberOrNull(daily) !== info.daily_budget_usd) changes.daily_budget_usd = numberOrNull(daily);
-    if (numberOrNull(monthly) !== info.monthly_budget_usd) changes.monthly_budget_usd = numberOrNull(monthly);
-    if (numberOrNull(reserveAt) !== info.reserve_at) changes.reserve_at = numberOrNull(reserveAt);
-    if (onLimit !== info.on_limit) changes.on_limit = onLimit;
     if (numberOrNull(keepWindow) !== info.reserve_window_pct) changes.reserve_window_pct = numberOrNull(keepWindow);
     if (Object.keys(changes).length === 0) return onClose();
     setBusy(true);
@@ -64,27 +58,7 @@ export function EditKeyDialog({ info, onClose }: { info: KeyInfo; onClose: () =>
             <input type="number" min={1} placeholder="no budget" value={budget} onInput={(e) => setBudget(e.currentTarget.value)} />
           </label>
         </div>
-        <div class="grid-2">
-          <label>
-            <span>Daily budget, US$</span>
-            <input type="number" min={0} step="any" placeholder="no budget" value={daily} onInput={(e) => setDaily(e.currentTarget.value)} data-testid="edit-daily-usd" />
-          </label>
-          <label>
-            <span>Monthly budget, US$</span>
-            <input type="number" min={0} step="any" placeholder="no budget" value={monthly} onInput={(e) => setMonthly(e.currentTarget.value)} />
-          </label>
-          <label>
-            <span>Reserve at, % (no new sessions past it)</span>
-            <input type="number" min={1} max={100} placeholder="100" value={reserveAt} onInput={(e) => setReserveAt(e.currentTarget.value)} data-testid="edit-reserve-at" />
-          </label>
-          <label>
-            <span>At 100 %</span>
-            <select value={onLimit} onChange={(e) => setOnLimit(e.currentTarget.value as typeof onLimit)} data-testid="edit-on-limit">
-              <option value="reserve">keep serving its sessions</option>
-              <option value="stop">stop everything until the reset</option>
-            </select>
-          </label>
-        </div>
+        <MoneyFields money={money} onChange={setMoney} testid="edit" about="What this key spends, per local day and month." />
         <label>
           <span>Keep for its sessions, % of its rate-limit window (no new sessions below it)</span>
           <input type="number" min={1} max={90} placeholder="nothing kept" value={keepWindow} onInput={(e) => setKeepWindow(e.currentTarget.value)} data-testid="edit-reserve-window" />

@@ -1,10 +1,10 @@
 import { useState } from "preact/hooks";
 import { messageOf, patch, post } from "../api/client";
-import type { OnLimit, PoolChanges, PoolConfig, PoolInfo } from "../api/types";
-import { usd } from "../lib/format";
+import type { PoolChanges, PoolConfig, PoolInfo } from "../api/types";
 import { HEALTH } from "../lib/words";
 import { keys, keysById, pools, refreshStatus } from "../state/store";
 import { Dialog } from "./Dialog";
+import { budgetOf, budgetWords, MoneyFields, moneyChanges, moneyOf, type Money } from "./MoneyFields";
 import { Notice } from "./Notice";
 import { PoolBadge } from "./PoolBadge";
 
@@ -14,39 +14,6 @@ interface Props {
   onClose: () => void;
   /** Called with what was done, once the gateway accepted it. */
   onDone: (what: string) => void;
-}
-
-/** A pool's budget in money as the form holds it: text as typed, empty for none. */
-interface Money {
-  daily: string;
-  monthly: string;
-  reserveAt: string;
-  onLimit: OnLimit;
-}
-
-const text = (v: number | null | undefined) => (v === null || v === undefined ? "" : String(v));
-const numberOrNull = (v: string) => (v.trim() ? Number(v) : null);
-
-function moneyOf(pool: PoolInfo | null): Money {
-  return {
-    daily: text(pool?.daily_budget_usd),
-    monthly: text(pool?.monthly_budget_usd),
-    reserveAt: text(pool?.reserve_at),
-    onLimit: pool?.on_limit ?? "reserve",
-  };
-}
-
-/** The budget fields that differ from the pool's now (every one set, for a new pool). */
-function moneyChanges(money: Money, pool: PoolInfo | null): Pick<PoolChanges, "daily_budget_usd" | "monthly_budget_usd" | "reserve_at" | "on_limit"> {
-  const out: Pick<PoolChanges, "daily_budget_usd" | "monthly_budget_usd" | "reserve_at" | "on_limit"> = {};
-  const daily = numberOrNull(money.daily);
-  const monthly = numberOrNull(money.monthly);
-  const reserveAt = numberOrNull(money.reserveAt);
-  if (daily !== (pool?.daily_budget_usd ?? null)) out.daily_budget_usd = daily;
-  if (monthly !== (pool?.monthly_budget_usd ?? null)) out.monthly_budget_usd = monthly;
-  if (reserveAt !== (pool?.reserve_at ?? null)) out.reserve_at = reserveAt;
-  if (money.onLimit !== (pool?.on_limit ?? "reserve")) out.on_limit = money.onLimit;
-  return out;
 }
 
 /** The labels of a pool's keys, as the gateway resolved them. */
@@ -79,13 +46,11 @@ export function PoolForm({ pool, onClose, onDone }: Props) {
     setBusy(true);
     setError(null);
     try {
-      const budget = moneyChanges(money, pool);
       if (creating) {
-        const { reserve_at, ...rest } = budget;
-        const body: PoolConfig = { name: name.trim(), keys: chosen, fallback, ...rest, ...(reserve_at != null ? { reserve_at } : {}) };
+        const body: PoolConfig = { name: name.trim(), keys: chosen, fallback, ...budgetOf(money) };
         await post("pools", body);
       } else {
-        const body: PoolChanges = { keys: chosen, fallback, ...budget };
+        const body: PoolChanges = { keys: chosen, fallback, ...moneyChanges(money, pool) };
         await patch(`pools/${encodeURIComponent(pool.name)}`, body);
       }
       await refreshStatus();
@@ -137,7 +102,7 @@ export function PoolForm({ pool, onClose, onDone }: Props) {
           )}
           <KeyChecklist chosen={chosen} onToggle={toggle} />
           <FallbackPicker self={pool?.name ?? name.trim()} fallback={fallback} onChange={setFallback} />
-          <BudgetFields money={money} onChange={setMoney} />
+          <MoneyFields money={money} onChange={setMoney} testid="pool" about="What its keys spend together, for its tokens' requests." />
           <div class="actions">
             <button type="button" class="button" onClick={onClose}>
               Cancel
@@ -181,49 +146,6 @@ function KeyChecklist({ chosen, onToggle }: { chosen: string[]; onToggle: (label
       </ul>
     </fieldset>
   );
-}
-
-/** The pool's budget in money: its keys' spend together, per local day and month. */
-function BudgetFields({ money, onChange }: { money: Money; onChange: (money: Money) => void }) {
-  const set = (field: keyof Money) => (e: { currentTarget: { value: string } }) => onChange({ ...money, [field]: e.currentTarget.value });
-  return (
-    <fieldset class="field-group" data-testid="pool-budget-fields">
-      <legend>Budget</legend>
-      <p class="muted small">What its keys spend together, for its tokens' requests. Empty: no budget.</p>
-      <div class="grid-2">
-        <label>
-          <span>Daily budget, US$</span>
-          <input type="number" min={0} step="any" placeholder="no budget" value={money.daily} onInput={set("daily")} data-testid="pool-daily-usd" />
-        </label>
-        <label>
-          <span>Monthly budget, US$</span>
-          <input type="number" min={0} step="any" placeholder="no budget" value={money.monthly} onInput={set("monthly")} data-testid="pool-monthly-usd" />
-        </label>
-        <label>
-          <span>Reserve at, % (no new sessions past it)</span>
-          <input type="number" min={1} max={100} placeholder="100" value={money.reserveAt} onInput={set("reserveAt")} data-testid="pool-reserve-at" />
-        </label>
-        <label>
-          <span>At 100 %</span>
-          <select value={money.onLimit} onChange={set("onLimit")} data-testid="pool-on-limit">
-            <option value="reserve">keep serving its sessions</option>
-            <option value="stop">stop everything until the reset</option>
-          </select>
-        </label>
-      </div>
-    </fieldset>
-  );
-}
-
-/** A budget in words, for the review. */
-function budgetWords(money: Money): string {
-  const daily = numberOrNull(money.daily);
-  const monthly = numberOrNull(money.monthly);
-  if (daily === null && monthly === null) return "none";
-  const amounts = [daily !== null ? `${usd(daily)} a day` : "", monthly !== null ? `${usd(monthly)} a month` : ""].filter(Boolean).join(" and ");
-  const reserve = numberOrNull(money.reserveAt);
-  const past = reserve !== null ? `; no new sessions past ${reserve} %` : "";
-  return `${amounts}${past}; at 100 % ${money.onLimit === "stop" ? "it stops" : "its sessions go on"}`;
 }
 
 interface FallbackProps {

@@ -16,10 +16,8 @@ pub struct EnvKey {
     pub base_url: Option<String>,
     /// Organization.
     pub org: Option<String>,
-    /// Priority tier (`_PRIORITY`).
-    pub priority: u8,
-    /// Daily token budget (`_BUDGET`).
-    pub daily_token_budget: Option<u64>,
+    /// Its priority tier (`_PRIORITY`) and daily token budget (`_BUDGET`); the rest at their default.
+    pub settings: crate::key_settings::KeySettings,
 }
 
 /// A client token supplied by the environment: `KEYMUX_TOKEN_<NAME>=…`, bound to the pool
@@ -118,13 +116,16 @@ impl EnvSecrets {
                 provider,
                 base_url: attr("_BASE_URL"),
                 org: attr("_ORG"),
-                priority: match attr("_PRIORITY") {
-                    None => 0,
-                    Some(p) => p.parse().map_err(|_| format!("{name}_PRIORITY={p:?}: expected 0 to 255"))?,
-                },
-                daily_token_budget: match attr("_BUDGET") {
-                    None => None,
-                    Some(b) => Some(b.parse().map_err(|_| format!("{name}_BUDGET={b:?}: expected a token count"))?),
+                settings: crate::key_settings::KeySettings {
+                    priority: match attr("_PRIORITY") {
+                        None => 0,
+                        Some(p) => p.parse().map_err(|_| format!("{name}_PRIORITY={p:?}: expected 0 to 255"))?,
+                    },
+                    daily_token_budget: match attr("_BUDGET") {
+                        None => None,
+                        Some(b) => Some(b.parse().map_err(|_| format!("{name}_BUDGET={b:?}: expected a token count"))?),
+                    },
+                    ..Default::default()
                 },
             });
         }

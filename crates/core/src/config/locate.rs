@@ -37,3 +37,21 @@ pub(super) fn place(text: &str, place: &Place) -> Option<(usize, usize)> {
     }?;
     Some(line_col(text, span.start))
 }
+
+/// Where a value that does not read is, when the error points at its table's header instead: a key's
+/// and a pool's settings are flattened into their tables (`key_settings`), and serde reports their
+/// errors at the table. Each of the table's values is read alone as the settings it belongs to; the
+/// first that fails is the one.
+pub(super) fn flattened_value(text: &str, offset: usize) -> Option<(usize, usize)> {
+    let doc = ImDocument::parse(text).ok()?;
+    let tables = doc.as_table().iter().filter_map(|(_, item)| item.as_array_of_tables()).flat_map(|a| a.iter());
+    let table = tables.into_iter().find(|t| t.span().is_some_and(|s| s.start == offset))?;
+    let bad = table.iter().find(|(field, item)| {
+        let Some(value) = item.as_value() else { return false };
+        let one = format!("{field} = {value}");
+        toml::from_str::<crate::key_settings::KeySettings>(&one).is_err()
+            || toml::from_str::<crate::budget::MoneyBudget>(&one).is_err()
+    })?;
+    let span = bad.1.span()?;
+    Some(line_col(text, span.start))
+}

@@ -7,11 +7,12 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::budget::{MoneyBudget, OnLimit};
+use crate::budget::MoneyBudget;
+use crate::key_settings::KeySettings;
 use crate::keys::{validate_label, KeyEntry, KeyId, KeySource, Provider};
 use crate::pools::PoolConfig;
 use crate::secrets::Secret;
-use crate::spend::{PriceError, PriceOverrides, PriceTable, Usd};
+use crate::spend::{PriceError, PriceOverrides, PriceTable};
 
 mod env;
 mod locate;
@@ -118,20 +119,6 @@ pub struct KeyConfig {
     /// Organization set by the user.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub org: Option<String>,
-    /// Priority tier: unpinned traffic goes to the lowest tier with a usable key (work keys 0, personal
-    /// keys 1, say).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub priority: u8,
-    /// Soft daily token budget (input + output, UTC day). Over it, unpinned traffic avoids the key;
-    /// pinned requests still go (only this key's organization can read them) and the overrun is shown.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub daily_token_budget: Option<u64>,
-    /// If set, the only models this key is used for.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub models: Vec<String>,
-    /// Models this key is never used for.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub exclude_models: Vec<String>,
     /// Switched off by the user (`keymux keys disable`): kept off across restarts until enabled.
     #[serde(default, skip_serializing_if = "is_false")]
     pub disabled: bool,
@@ -139,26 +126,12 @@ pub struct KeyConfig {
     /// begun before Keymux most likely began on this key's organization, so it is tried there first.
     #[serde(default, skip_serializing_if = "is_false")]
     pub imported: bool,
-    /// US dollars this key may spend per local day (see `budget`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub daily_budget_usd: Option<Usd>,
-    /// US dollars this key may spend per local month.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub monthly_budget_usd: Option<Usd>,
-    /// Percent of a budget past which the key takes no new sessions (1 to 100; absent: 100).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reserve_at: Option<u8>,
-    /// At 100 % of a budget: `reserve` (pinned sessions go on) or `stop` (refuse everything).
-    #[serde(default, skip_serializing_if = "OnLimit::is_default")]
-    pub on_limit: OnLimit,
-    /// Percent of the key's request and token windows kept for the sessions already on it (1 to 90):
-    /// while less than that is left, the key takes no new sessions, until the window refills.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reserve_window_pct: Option<u8>,
-}
-
-fn is_zero(n: &u8) -> bool {
-    *n == 0
+    /// Where the router may send it and what it keeps back (`key_settings`).
+    #[serde(flatten)]
+    pub settings: KeySettings,
+    /// Its budget in money.
+    #[serde(flatten)]
+    pub money: MoneyBudget,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -270,7 +243,9 @@ impl Config {
         let config: Self = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_owned(),
             message: e.message().to_owned(),
-            at: e.span().map(|span| locate::line_col(text, span.start)),
+            at: e
+                .span()
+                .map(|span| locate::flattened_value(text, span.start).unwrap_or(locate::line_col(text, span.start))),
         })?;
         config.validate(path)?;
         config.price_table().map_err(|e| ConfigError::Invalid {
@@ -322,13 +297,11 @@ impl Config {
         let mut seen = BTreeMap::new();
         for key in &self.keys {
             validate_label(&key.label).map_err(&invalid)?;
-            crate::keys::validate_models("models", &key.models).map_err(&invalid)?;
-            crate::keys::validate_models("exclude_models", &key.exclude_models).map_err(&invalid)?;
+            key.settings.validate().map_err(&invalid)?;
+            key.money.validate().map_err(&invalid)?;
             if let Some(org) = &key.org {
                 crate::keys::validate_org(org).map_err(&invalid)?;
             }
-            crate::budget::validate_reserve_at(key.reserve_at).map_err(&invalid)?;
-            crate::quota::validate_reserve_window_pct(key.reserve_window_pct).map_err(&invalid)?;
             if let Some(prev) = seen.insert(key.label.to_ascii_lowercase(), key.id.clone()) {
                 return Err(invalid(format!("two keys are labelled {:?} ({} and {})", key.label, prev, key.id)));
             }
@@ -353,11 +326,18 @@ impl Config {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
-        let text = toml::to_string_pretty(self).map_err(|e| ConfigError::Invalid {
-            path: path.to_owned(),
-            message: e.to_string(),
-            at: None,
-        })?;
+        let invalid = |message: String| ConfigError::Invalid { path: path.to_owned(), message, at: None };
+        let text = toml::to_string_pretty(self).map_err(|e| invalid(e.to_string()))?;
+        let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| invalid(e.to_string()))?;
+        let defaults = crate::key_settings::defaults();
+        for list in ["keys", "pools"] {
+            let tables = doc.get_mut(list).and_then(toml_edit::Item::as_array_of_tables_mut);
+            tables
+                .into_iter()
+                .flat_map(|a| a.iter_mut())
+                .for_each(|t| crate::key_settings::drop_defaults(t, &defaults));
+        }
+        let text = doc.to_string();
         let tmp = path.with_extension("toml.tmp");
         std::fs::write(&tmp, text).map_err(io)?;
         std::fs::rename(&tmp, path).map_err(io)
@@ -382,36 +362,14 @@ impl Config {
 }
 
 impl KeyConfig {
-    /// Its budget in money.
-    pub fn money(&self) -> MoneyBudget {
-        MoneyBudget {
-            daily: self.daily_budget_usd,
-            monthly: self.monthly_budget_usd,
-            reserve_at: self.reserve_at,
-            on_limit: self.on_limit,
-        }
-    }
-
-    /// Sets its budget in money.
-    pub fn set_money(&mut self, money: MoneyBudget) {
-        self.daily_budget_usd = money.daily;
-        self.monthly_budget_usd = money.monthly;
-        self.reserve_at = money.reserve_at;
-        self.on_limit = money.on_limit;
-    }
-
     /// This key's runtime entry, with its secret.
     pub fn entry(&self, secret: Secret) -> KeyEntry {
         KeyEntry {
             base_url: self.base_url.clone(),
             org: self.org.clone(),
-            priority: self.priority,
-            daily_token_budget: self.daily_token_budget,
-            models: self.models.clone(),
-            exclude_models: self.exclude_models.clone(),
             imported: self.imported,
-            money: self.money(),
-            reserve_window_pct: self.reserve_window_pct,
+            settings: self.settings.clone(),
+            money: self.money,
             ..KeyEntry::new(self.id.clone(), self.label.clone(), self.provider, secret, KeySource::Keychain)
         }
     }

@@ -1,4 +1,6 @@
 use super::*;
+use crate::budget::OnLimit;
+use crate::spend::Usd;
 
 #[test]
 fn a_bad_budget_in_money_names_the_file_the_line_and_the_fix() {
@@ -13,7 +15,7 @@ fn a_bad_budget_in_money_names_the_file_the_line_and_the_fix() {
     let err = Config::parse(&format!("{key}reserve_window_pct = 95\n"), Path::new("/x/c.toml")).expect_err("95 %");
     assert!(err.to_string().contains("/x/c.toml") && err.to_string().contains("1 to 90"), "{err}");
     let ok = Config::parse(&format!("{key}monthly_budget_usd = 40\non_limit = \"stop\"\n"), Path::new("c.toml"));
-    let money = ok.expect("a whole number of dollars reads").keys[0].money();
+    let money = ok.expect("a whole number of dollars reads").keys[0].money;
     assert_eq!((money.monthly, money.on_limit), (Some(Usd::from_nanos(40_000_000_000)), OnLimit::Stop));
 }
 
@@ -41,17 +43,21 @@ fn round_trips_through_a_file() {
         provider: Provider::Azure,
         base_url: Some("https://r.openai.azure.com/openai/v1".into()),
         org: Some("org-1".into()),
-        priority: 1,
-        daily_token_budget: Some(1_000_000),
-        models: vec!["gpt-5.5".into()],
-        exclude_models: Vec::new(),
         disabled: true,
         imported: true,
-        daily_budget_usd: Some(Usd::from_nanos(5_000_000_000)),
-        monthly_budget_usd: None,
-        reserve_at: Some(80),
-        on_limit: OnLimit::Stop,
-        reserve_window_pct: Some(25),
+        settings: KeySettings {
+            priority: 1,
+            daily_token_budget: Some(1_000_000),
+            models: vec!["gpt-5.5".into()],
+            exclude_models: Vec::new(),
+            reserve_window_pct: Some(25),
+        },
+        money: MoneyBudget {
+            daily: Some(Usd::from_nanos(5_000_000_000)),
+            monthly: None,
+            reserve_at: Some(80),
+            on_limit: OnLimit::Stop,
+        },
     });
     config.save(&path).expect("save");
     assert_eq!(Config::load(&path).expect("load"), config);

@@ -42,7 +42,7 @@ pub struct KeyView {
     pub headroom: f32,
     /// A rate-limit window is used up until then: the key would answer 429.
     pub exhausted_until: Option<Instant>,
-    /// Less than its `reserve_window_pct` of a window is left: kept for its pinned sessions.
+    /// Less than the share of a window it keeps is left: kept for its pinned sessions.
     pub window_reserve: Option<crate::quota::WindowReserve>,
     /// Over its daily token budget.
     pub over_budget: bool,

@@ -115,7 +115,7 @@ fn sort_keys<'a>(ask: &Ask<'a>, decision: &mut Decision) -> Sorted<'a> {
 }
 
 /// Why a key is closed to an unpinned request now (its health, its model, a budget in money past
-/// `reserve_at`, a used-up window, a window down to the share it keeps); `None` when it is open.
+/// its reserve threshold, a used-up window, a window down to the share it keeps); `None` when it is open.
 pub(super) fn closed(key: &KeyView, now: Instant) -> Option<SkipWhy> {
     skip_reason(key, now)
         .or_else(|| reserved(key))

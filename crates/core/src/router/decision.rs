@@ -62,7 +62,7 @@ pub enum SkipWhy {
         /// Milliseconds until the next try.
         retry_ms: u64,
     },
-    /// Past `reserve_at` of a budget in money: no new sessions; the ones already on it go on.
+    /// Past the reserve threshold of a budget in money: no new sessions; the ones already on it go on.
     BudgetReserved {
         /// Which budget.
         period: Period,
@@ -72,7 +72,7 @@ pub enum SkipWhy {
         /// How much of it is spent, in thousandths.
         used_permille: u32,
     },
-    /// At a budget in money with `on_limit = "stop"`: nothing until it resets.
+    /// At a budget in money set to stop there: nothing until it resets.
     BudgetStopped {
         /// Which budget.
         period: Period,
@@ -82,7 +82,7 @@ pub enum SkipWhy {
         /// Milliseconds until it resets.
         resets_ms: u64,
     },
-    /// Less than its `reserve_window_pct` of a rate-limit window is left: kept for the sessions
+    /// Less than the share of a rate-limit window it keeps is left: kept for the sessions
     /// already on it, no new ones until the window refills.
     WindowReserved {
         /// What is left of the tighter window, thousandths of its limit.
@@ -268,7 +268,7 @@ pub enum Refusal {
         keys: usize,
     },
     /// The key a pinned request needs (every key of its organization) reached its budget in money
-    /// with `on_limit = "stop"`: refused until the budget resets, as the user chose.
+    /// set to stop there: refused until the budget resets, as the user chose.
     BudgetStopped {
         /// That key.
         key: KeyId,

@@ -129,7 +129,7 @@ fn place_in_org(ask: &Ask<'_>, decision: &mut Decision, first: &Pin) -> Route {
 
 /// Why an organization that is alive cannot take a pinned request now: only its keys can read it, so
 /// the client waits for the first to free (cooling), or for the budget that stopped them to reset
-/// (`on_limit = "stop"`, when no key of it is merely cooling).
+/// (set to stop there, when no key of it is merely cooling).
 fn unusable_org(ask: &Ask<'_>, members: &[&KeyView]) -> Refusal {
     let cooling = members.iter().filter_map(|k| match k.health {
         Health::Cooling { until } | Health::Unreachable { until, .. } if until > ask.now => Some(until),

@@ -1,0 +1,82 @@
+//! The real Codex CLI and pi, pinned in tests/clients, run against the gateway.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+/// The real Codex CLI the tests run (`tests/clients`, installed by `scripts/test`).
+pub fn codex_bin() -> PathBuf {
+    real_client("codex", "Codex")
+}
+
+/// The real pi coding agent the tests run (`tests/clients`, installed by `scripts/test`).
+pub fn pi_bin() -> PathBuf {
+    real_client("pi", "pi")
+}
+
+/// The binary `bin` of a client pinned in `tests/clients`, or a failure that says how to install it.
+/// The real clients look up their vendors' hosts whatever their settings, so they only run where the
+/// only network interface is loopback (scripts/test runs the tests in such a namespace).
+fn real_client(bin: &str, name: &str) -> PathBuf {
+    assert_loopback_only(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/node_modules/.bin").join(bin);
+    assert!(
+        path.exists(),
+        "real {name} is not installed for the tests: run `npm ci --prefix tests/clients` (scripts/test does)"
+    );
+    path
+}
+
+/// Fails unless this process's network namespace has no interface but `lo` (`/proc/net/dev` is read in
+/// the reader's namespace), saying how to run the test so.
+fn assert_loopback_only(name: &str) {
+    let table = std::fs::read_to_string("/proc/net/dev").expect("/proc/net/dev is readable");
+    let outside: Vec<&str> =
+        table.lines().skip(2).filter_map(|l| l.split(':').next()).map(str::trim).filter(|i| *i != "lo").collect();
+    assert!(
+        outside.is_empty(),
+        "real {name} would reach past loopback through {outside:?}: run the tests with scripts/test, which \
+         runs them in a private network namespace (or: unshare --net sh -c 'ip link set lo up && cargo test ...')"
+    );
+}
+
+/// Runs `codex exec` once with `CODEX_HOME` holding `config` and the client token in `KEYMUX_TOKEN`:
+/// (succeeded, everything it printed).
+pub async fn run_codex(codex_home: &Path, config: &str, token: &str, prompt: &str) -> (bool, String) {
+    std::fs::create_dir_all(codex_home).unwrap();
+    std::fs::write(codex_home.join("config.toml"), config).unwrap();
+    run_codex_in(codex_home, &[("KEYMUX_TOKEN", token)], prompt).await
+}
+
+/// Runs `codex exec` once with `CODEX_HOME` as it is (its `config.toml` already there) and nothing in
+/// its environment but PATH, HOME, CODEX_HOME and `env`: (succeeded, everything it printed).
+pub async fn run_codex_in(codex_home: &Path, env: &[(&str, &str)], prompt: &str) -> (bool, String) {
+    let work = tempfile::tempdir().unwrap();
+    let home = codex_home.to_str().unwrap();
+    let mut all = vec![("HOME", home), ("CODEX_HOME", home)];
+    all.extend_from_slice(env);
+    run_client(codex_bin(), work.path(), &all, &["exec", "--skip-git-repo-check", prompt]).await
+}
+
+/// Runs a real client `bin` with `args` in `dir`, with nothing in its environment but PATH and `env`,
+/// no stdin, and a generous three minutes that only a hung client exceeds: (succeeded, everything it
+/// printed).
+pub async fn run_client(bin: PathBuf, dir: &Path, env: &[(&str, &str)], args: &[&str]) -> (bool, String) {
+    let out = tokio::process::Command::new(bin)
+        .args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(180), out).await.expect("the client finished").expect("it runs");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+/// A Codex config a user already has: settings, another provider, comments. Keymux's settings are
+/// pasted into it the way the Connect view says.
+pub const EXISTING_CODEX_CONFIG_HEAD: &str = "# my Codex settings\nmodel = \"gpt-5.5\"\napproval_policy = \"never\"\nsandbox_mode = \"read-only\"\ncheck_for_update_on_startup = false\n";
+pub const EXISTING_CODEX_CONFIG_TAIL: &str = "\n[analytics]\nenabled = false\n\n# a provider I use elsewhere\n[model_providers.other]\nname = \"Other\"\nbase_url = \"http://127.0.0.1:9/v1\"\nwire_api = \"responses\"\n";

@@ -1,0 +1,101 @@
+import type { MoneyBudget, OnLimit } from "../api/types";
+import { usd } from "../lib/format";
+
+/** A budget in money as a form holds it: text as typed, empty for none. */
+export interface Money {
+  daily: string;
+  monthly: string;
+  reserveAt: string;
+  onLimit: OnLimit;
+}
+
+const text = (v: number | null | undefined) => (v === null || v === undefined ? "" : String(v));
+const numberOrNull = (v: string) => (v.trim() ? Number(v) : null);
+
+/** No budget in money: a new key's until the user sets one. */
+export const NO_BUDGET: MoneyBudget = { daily_budget_usd: null, monthly_budget_usd: null, reserve_at: null, on_limit: "reserve" };
+
+/** The form's text for a key's or a pool's budget (a new pool's: all empty). */
+export function moneyOf(budget: MoneyBudget | null): Money {
+  return {
+    daily: text(budget?.daily_budget_usd),
+    monthly: text(budget?.monthly_budget_usd),
+    reserveAt: text(budget?.reserve_at),
+    onLimit: budget?.on_limit ?? "reserve",
+  };
+}
+
+/** The whole budget the form says (a new pool's). */
+export function budgetOf(money: Money): MoneyBudget {
+  return {
+    daily_budget_usd: numberOrNull(money.daily),
+    monthly_budget_usd: numberOrNull(money.monthly),
+    reserve_at: numberOrNull(money.reserveAt),
+    on_limit: money.onLimit,
+  };
+}
+
+/** The budget fields that differ from `budget`'s now (every one set, for a new pool), as changes. */
+export function moneyChanges(money: Money, budget: MoneyBudget | null): Partial<MoneyBudget> {
+  const out: Partial<MoneyBudget> = {};
+  const daily = numberOrNull(money.daily);
+  const monthly = numberOrNull(money.monthly);
+  const reserveAt = numberOrNull(money.reserveAt);
+  if (daily !== (budget?.daily_budget_usd ?? null)) out.daily_budget_usd = daily;
+  if (monthly !== (budget?.monthly_budget_usd ?? null)) out.monthly_budget_usd = monthly;
+  if (reserveAt !== (budget?.reserve_at ?? null)) out.reserve_at = reserveAt;
+  if (money.onLimit !== (budget?.on_limit ?? "reserve")) out.on_limit = money.onLimit;
+  return out;
+}
+
+/** A budget in words, for a review. */
+export function budgetWords(money: Money): string {
+  const daily = numberOrNull(money.daily);
+  const monthly = numberOrNull(money.monthly);
+  if (daily === null && monthly === null) return "none";
+  const amounts = [daily !== null ? `${usd(daily)} a day` : "", monthly !== null ? `${usd(monthly)} a month` : ""].filter(Boolean).join(" and ");
+  const reserve = numberOrNull(money.reserveAt);
+  const past = reserve !== null ? `; no new sessions past ${reserve} %` : "";
+  return `${amounts}${past}; at 100 % ${money.onLimit === "stop" ? "it stops" : "its sessions go on"}`;
+}
+
+interface Props {
+  money: Money;
+  onChange: (money: Money) => void;
+  /** Prefix of the fields' test ids: `edit` (a key) or `pool`. */
+  testid: string;
+  /** Whose spend the budget counts, in a sentence. */
+  about: string;
+}
+
+/** The one budget form of the dashboard, a key's and a pool's: per local day and month, the reserve threshold and what happens at 100 %. */
+export function MoneyFields({ money, onChange, testid, about }: Props) {
+  const set = (field: keyof Money) => (e: { currentTarget: { value: string } }) => onChange({ ...money, [field]: e.currentTarget.value });
+  return (
+    <fieldset class="field-group" data-testid={`${testid}-budget-fields`}>
+      <legend>Budget</legend>
+      <p class="muted small">{about} Empty: no budget.</p>
+      <div class="grid-2">
+        <label>
+          <span>Daily budget, US$</span>
+          <input type="number" min={0} step="any" placeholder="no budget" value={money.daily} onInput={set("daily")} data-testid={`${testid}-daily-usd`} />
+        </label>
+        <label>
+          <span>Monthly budget, US$</span>
+          <input type="number" min={0} step="any" placeholder="no budget" value={money.monthly} onInput={set("monthly")} data-testid={`${testid}-monthly-usd`} />
+        </label>
+        <label>
+          <span>Reserve at, % (no new sessions past it)</span>
+          <input type="number" min={1} max={100} placeholder="100" value={money.reserveAt} onInput={set("reserveAt")} data-testid={`${testid}-reserve-at`} />
+        </label>
+        <label>
+          <span>At 100 %</span>
+          <select value={money.onLimit} onChange={set("onLimit")} data-testid={`${testid}-on-limit`}>
+            <option value="reserve">keep serving its sessions</option>
+            <option value="stop">stop everything until the reset</option>
+          </select>
+        </label>
+      </div>
+    </fieldset>
+  );
+}
