@@ -215,8 +215,16 @@ pub struct NewSecret {
     pub secret: crate::secrets::Secret,
 }
 
+impl NewSecret {
+    /// The body the CLI sends a running gateway: the secret in clear, over loopback, with the admin
+    /// credential (the one place it is).
+    pub fn request_body(&self) -> serde_json::Value {
+        serde_json::json!({ "secret": self.secret.expose() })
+    }
+}
+
 /// A change to a token: `PATCH /keymux/api/tokens/{id}`.
-#[derive(Clone, Debug, Deserialize, TS)]
+#[derive(Clone, Debug, Deserialize, Serialize, TS)]
 #[serde(deny_unknown_fields)]
 pub struct TokenChanges {
     /// The pool to bind it to.
@@ -224,7 +232,7 @@ pub struct TokenChanges {
 }
 
 /// A token to create: `POST /keymux/api/tokens`.
-#[derive(Clone, Debug, Deserialize, TS)]
+#[derive(Clone, Debug, Deserialize, Serialize, TS)]
 #[serde(deny_unknown_fields)]
 pub struct NewToken {
     /// Its name (`codex`, `acme-repo`).
@@ -235,7 +243,7 @@ pub struct NewToken {
 }
 
 /// A token just created: the only time its value is shown.
-#[derive(Clone, Debug, Serialize, TS)]
+#[derive(Clone, Debug, Serialize, Deserialize, TS)]
 pub struct CreatedToken {
     /// The new token's id, name and creation time, as the token list will show it.
     pub token: TokenInfo,

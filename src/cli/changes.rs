@@ -4,7 +4,6 @@
 //! whoever asks for it (`keys`, `import`, `setup`, `tokens`, `pools`).
 
 use http::Method;
-use serde_json::json;
 
 use super::list::health_word;
 use super::loaded::{kept_in, remote, running, usage, Loaded};
@@ -118,7 +117,7 @@ pub(super) async fn replace_secret(loaded: &Loaded, label_or_id: &str, secret: S
     };
     let keys: Vec<KeyInfo> = remote.get("/keys").await.map_err(usage)?;
     let id = key_id(&keys, &loaded.config, label_or_id)?;
-    let body = json!({ "secret": secret.expose() });
+    let body = crate::api::types::NewSecret { secret }.request_body();
     let test: KeyTestBody = remote.send(Method::PUT, &format!("/keys/{id}/secret"), Some(body)).await.map_err(usage)?;
     out(&format!("replaced the secret of key '{label_or_id}' ({id}); the provider says: {}", test.message));
     if test.ok {
@@ -182,9 +181,11 @@ pub(super) async fn new_token(
     pool: &str,
 ) -> Result<Secret, StartError> {
     if let Some(remote) = remote {
-        let body = json!({ "name": name, "pool": pool });
-        let created = remote.call(Method::POST, "/tokens", Some(body)).await.map_err(usage)?;
-        return Ok(Secret::new(created["secret"].as_str().unwrap_or_default()));
+        let new = crate::api::types::NewToken { name: name.to_owned(), pool: Some(pool.to_owned()) };
+        let body = serde_json::to_value(new).map_err(usage)?;
+        let created: crate::api::types::CreatedToken =
+            remote.send(Method::POST, "/tokens", Some(body)).await.map_err(usage)?;
+        return Ok(Secret::new(created.secret));
     }
     let now = crate::clock::Clock::system().unix_ms() / 1000;
     Ok(control::store_new_token(&loaded.settings(), name, pool, now).await.map_err(usage)?.1)

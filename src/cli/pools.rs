@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 
 use http::Method;
-use serde_json::json;
 
 use super::loaded::{kept_in, load, remote, usage, Loaded};
 use super::{out, PoolCommand};
@@ -139,7 +138,7 @@ fn describe(p: &PoolInfo) -> String {
 pub(super) async fn move_token(loaded: &Loaded, name: &str, pool: &str) -> Result<(), StartError> {
     if let Some(remote) = remote(loaded).await? {
         let id = super::changes::token_id(&loaded.config, name);
-        let body = json!({ "pool": pool });
+        let body = serde_json::to_value(crate::api::types::TokenChanges { pool: pool.to_owned() }).map_err(usage)?;
         let moved: Option<TokenInfo> =
             remote.send(Method::PATCH, &format!("/tokens/{id}"), Some(body)).await.map_err(usage)?;
         let pool = moved.map_or_else(|| pool.to_owned(), |t| t.pool);
