@@ -139,20 +139,9 @@ impl Patch {
         self.0.is_empty()
     }
 
-    /// Whether it names `field`.
-    pub fn has(&self, field: &str) -> bool {
-        self.0.contains_key(field)
-    }
-
     /// The value given for `field`, if any.
     pub fn get(&self, field: &str) -> Option<&Value> {
         self.0.get(field)
-    }
-
-    /// Without `field` (a part of the change applied elsewhere, such as a key's secret).
-    pub fn without(mut self, field: &str) -> Self {
-        self.0.remove(field);
-        self
     }
 
     /// `current` with the changes applied: refused, naming the field, if a field is not one of
@@ -170,16 +159,25 @@ impl Patch {
             ));
         }
         let mut merged = fields.clone();
-        for (field, value) in &self.0 {
+        merged.extend(self.0.iter().map(|(f, v)| (f.clone(), v.clone())));
+        serde_json::from_value(Value::Object(merged)).map_err(|e| self.culprit::<T>(&fields, e))
+    }
+
+    /// The refusal of a change that does not read as `T`, naming the field whose value does not: each
+    /// change is tried alone on `fields` (the settings as they are).
+    fn culprit<T: DeserializeOwned>(&self, fields: &Map<String, Value>, whole: serde_json::Error) -> String {
+        let bad = self.0.iter().find_map(|(field, value)| {
             let mut one = fields.clone();
             one.insert(field.clone(), value.clone());
-            if let Err(e) = serde_json::from_value::<T>(Value::Object(one)) {
+            serde_json::from_value::<T>(Value::Object(one)).err().map(|e| (field, value, e))
+        });
+        match bad {
+            Some((field, value, e)) => {
                 let shown = value.to_string().chars().take(40).collect::<String>();
-                return Err(format!("{field} = {shown}: {}", clean(&e.to_string())));
+                format!("{field} = {shown}: {}", clean(&e.to_string()))
             }
-            merged.insert(field.clone(), value.clone());
+            None => clean(&whole.to_string()),
         }
-        serde_json::from_value(Value::Object(merged)).map_err(|e| clean(&e.to_string()))
     }
 }
 
@@ -190,8 +188,9 @@ fn clean(message: &str) -> String {
 
 /// Leaves out of `table` (a key's or a pool's table in the config file) the settings at their default,
 /// so the file holds what the user set: `priority = 0`, `models = []` and `on_limit = "reserve"` are
-/// never written. `defaults` is the settings at their default, serialized.
-pub fn drop_defaults(table: &mut toml_edit::Table, defaults: &[Value]) {
+/// never written.
+pub fn drop_defaults(table: &mut toml_edit::Table) {
+    let defaults = defaults();
     let default_of = |field: &str| defaults.iter().find_map(|d| d.get(field));
     let at_default: Vec<String> = table
         .iter()
@@ -277,7 +276,7 @@ mod tests {
         let text = "id = \"k\"\npriority = 0\nmodels = []\nexclude_models = [\"m\"]\nreserve_at = 80\n\
                     on_limit = \"reserve\"\ndaily_budget_usd = 0\n";
         let mut doc: toml_edit::DocumentMut = text.parse().expect("toml");
-        drop_defaults(doc.as_table_mut(), &defaults());
+        drop_defaults(doc.as_table_mut());
         let left: Vec<&str> = doc.iter().map(|(k, _)| k).collect();
         assert_eq!(left, ["id", "exclude_models", "reserve_at", "daily_budget_usd"], "{doc}");
         let money: MoneyBudget = toml::from_str(&doc.to_string()).expect("reads back");

@@ -3,17 +3,15 @@ import { messageOf, patch } from "../api/client";
 import type { KeyChanges, KeyInfo } from "../api/types";
 import { refreshStatus } from "../state/store";
 import { Dialog } from "./Dialog";
-import { MoneyFields, moneyChanges, moneyOf } from "./MoneyFields";
+import { MoneyFields, moneyChanges, moneyOf, numberOrNull, text } from "./MoneyFields";
 import { Notice } from "./Notice";
 
-const text = (v: number | null) => (v === null ? "" : String(v));
-const numberOrNull = (v: string) => (v.trim() ? Number(v) : null);
 
 /** Renames a key and changes its settings: priority, token budget, budgets in money (the form pools use too), window kept. */
 export function EditKeyDialog({ info, onClose }: { info: KeyInfo; onClose: () => void }) {
   const [label, setLabel] = useState(info.label);
   const [priority, setPriority] = useState(String(info.priority));
-  const [budget, setBudget] = useState(info.daily_token_budget === null ? "" : String(info.daily_token_budget));
+  const [budget, setBudget] = useState(text(info.daily_token_budget));
   const [money, setMoney] = useState(() => moneyOf(info));
   const [keepWindow, setKeepWindow] = useState(text(info.reserve_window_pct));
   const [busy, setBusy] = useState(false);
@@ -24,8 +22,7 @@ export function EditKeyDialog({ info, onClose }: { info: KeyInfo; onClose: () =>
     const changes: KeyChanges = moneyChanges(money, info);
     if (label.trim() !== info.label) changes.label = label.trim();
     if (Number(priority) !== info.priority) changes.priority = Number(priority);
-    const newBudget = budget.trim() ? Number(budget) : null;
-    if (newBudget !== info.daily_token_budget) changes.daily_token_budget = newBudget;
+    if (numberOrNull(budget) !== info.daily_token_budget) changes.daily_token_budget = numberOrNull(budget);
     if (numberOrNull(keepWindow) !== info.reserve_window_pct) changes.reserve_window_pct = numberOrNull(keepWindow);
     if (Object.keys(changes).length === 0) return onClose();
     setBusy(true);

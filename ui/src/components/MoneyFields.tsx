@@ -9,8 +9,10 @@ export interface Money {
   onLimit: OnLimit;
 }
 
-const text = (v: number | null | undefined) => (v === null || v === undefined ? "" : String(v));
-const numberOrNull = (v: string) => (v.trim() ? Number(v) : null);
+/** A number as a form field holds it: empty for none. */
+export const text = (v: number | null | undefined) => (v === null || v === undefined ? "" : String(v));
+/** A form field's number, or null when empty. */
+export const numberOrNull = (v: string) => (v.trim() ? Number(v) : null);
 
 /** No budget in money: a new key's until the user sets one. */
 export const NO_BUDGET: MoneyBudget = { daily_budget_usd: null, monthly_budget_usd: null, reserve_at: null, on_limit: "reserve" };

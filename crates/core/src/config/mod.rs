@@ -329,13 +329,9 @@ impl Config {
         let invalid = |message: String| ConfigError::Invalid { path: path.to_owned(), message, at: None };
         let text = toml::to_string_pretty(self).map_err(|e| invalid(e.to_string()))?;
         let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| invalid(e.to_string()))?;
-        let defaults = crate::key_settings::defaults();
         for list in ["keys", "pools"] {
             let tables = doc.get_mut(list).and_then(toml_edit::Item::as_array_of_tables_mut);
-            tables
-                .into_iter()
-                .flat_map(|a| a.iter_mut())
-                .for_each(|t| crate::key_settings::drop_defaults(t, &defaults));
+            tables.into_iter().flat_map(|a| a.iter_mut()).for_each(crate::key_settings::drop_defaults);
         }
         let text = doc.to_string();
         let tmp = path.with_extension("toml.tmp");
