@@ -628,6 +628,7 @@ async function budgetSteps(page) {
   await edit.getByTestId("edit-daily-usd").fill("0.01");
   await edit.getByTestId("edit-reserve-at").fill("50");
   await edit.getByTestId("edit-reserve-window").fill("20");
+  await page.screenshot({ path: join(SHOTS, "light-1280x800-keys-edit-dialog.png") });
   await edit.getByRole("button", { name: "Save" }).click();
   await edit.waitFor({ state: "hidden", timeout: WAIT });
   await c1.getByTestId("key-window-note").filter({ hasText: "keeps 20 % of its window for its sessions" }).waitFor({ timeout: WAIT });
