@@ -16,15 +16,15 @@ use crate::secrets::{self, account, Secret, SecretStore};
 /// the gateway answered with one, and its message, which says what to do.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
-pub struct RemoteError {
+pub struct Refusal {
     /// The OpenAI-shaped error's `code`, if the gateway gave one.
     pub code: Option<String>,
     /// What went wrong and what to do.
     pub message: String,
 }
 
-impl RemoteError {
-    fn message(message: String) -> Self {
+impl Refusal {
+    pub fn message(message: String) -> Self {
         Self { code: None, message }
     }
 }
@@ -110,14 +110,14 @@ impl Remote {
     }
 
     /// Calls the control API; the body of a 2xx answer, or the error it answered (its code and message).
-    pub async fn call(&self, method: http::Method, path: &str, body: Option<Value>) -> Result<Value, RemoteError> {
+    pub async fn call(&self, method: http::Method, path: &str, body: Option<Value>) -> Result<Value, Refusal> {
         let mut request =
             self.client.request(method, format!("{}/keymux/api{path}", self.root)).bearer_auth(self.admin.expose());
         if let Some(body) = body {
             request = request.json(&body);
         }
         let response =
-            request.send().await.map_err(|e| RemoteError::message(format!("the gateway did not answer: {e}")))?;
+            request.send().await.map_err(|e| Refusal::message(format!("the gateway did not answer: {e}")))?;
         let status = response.status();
         let text = response.text().await.unwrap_or_default();
         let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
@@ -126,11 +126,11 @@ impl Remote {
         }
         let message =
             value["error"]["message"].as_str().map_or_else(|| format!("the gateway answered {status}"), str::to_owned);
-        Err(RemoteError { code: value["error"]["code"].as_str().map(str::to_owned), message })
+        Err(Refusal { code: value["error"]["code"].as_str().map(str::to_owned), message })
     }
 
     /// Reads a control API answer as the type the API declares for it.
-    pub async fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<T, RemoteError> {
+    pub async fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<T, Refusal> {
         self.send(http::Method::GET, path, None).await
     }
 
@@ -140,10 +140,10 @@ impl Remote {
         method: http::Method,
         path: &str,
         body: Option<Value>,
-    ) -> Result<T, RemoteError> {
+    ) -> Result<T, Refusal> {
         let value = self.call(method, path, body).await?;
         serde_json::from_value(value)
-            .map_err(|e| RemoteError::message(format!("the gateway's answer to {path} was not understood: {e}")))
+            .map_err(|e| Refusal::message(format!("the gateway's answer to {path} was not understood: {e}")))
     }
 
     /// The gateway's address.

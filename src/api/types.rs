@@ -376,7 +376,7 @@ pub struct SpendRow {
 }
 
 /// A fresh one-time login link for the dashboard.
-#[derive(Clone, Debug, Serialize, TS)]
+#[derive(Clone, Debug, Serialize, Deserialize, TS)]
 pub struct LoginLink {
     /// Open it in a browser (it works once, for ten minutes).
     pub url: String,

@@ -5,8 +5,9 @@
 use std::io::{IsTerminal as _, Read as _};
 use std::path::{Path, PathBuf};
 
-use super::changes::{add_key, remove_key, Added};
-use super::loaded::{remote, usage, Loaded};
+use super::changes::{add_key, remove_key};
+use super::control::{Added, Control};
+use super::loaded::{usage, Loaded};
 use super::out;
 use crate::api::types::KeyInfo;
 use crate::digest::InstallKey;
@@ -32,7 +33,7 @@ enum Standing {
     Twin(String),
 }
 
-pub(super) async fn import(loaded: &Loaded, args: ImportArgs) -> Result<(), StartError> {
+pub(super) async fn import(loaded: &Loaded, control: &dyn Control, args: ImportArgs) -> Result<(), StartError> {
     let mut found = match &args.from {
         Some(path) => read_list(path)?,
         None => {
@@ -40,11 +41,7 @@ pub(super) async fn import(loaded: &Loaded, args: ImportArgs) -> Result<(), Star
             Sources::from_vars(std::env::vars(), &home).find()
         }
     };
-    let remote = remote(loaded).await?;
-    let live: Vec<KeyInfo> = match &remote {
-        Some(remote) => remote.get("/keys").await.map_err(usage)?,
-        None => Vec::new(),
-    };
+    let live: Vec<KeyInfo> = control.live_keys().await.map_err(usage)?.unwrap_or_default();
     let mut in_use: Vec<String> = loaded.config.keys.iter().map(|k| k.label.clone()).collect();
     in_use.extend(live.iter().map(|k| k.status.label.clone()));
     found.label(&in_use);
@@ -79,7 +76,7 @@ pub(super) async fn import(loaded: &Loaded, args: ImportArgs) -> Result<(), Star
             // Its twin above was not imported: neither is it, and its file keeps it.
             continue;
         }
-        match add(loaded, candidate, standing).await {
+        match add(control, candidate, standing).await {
             Ok(()) => pooled.push(candidate),
             Err(why) => {
                 failed += 1;
@@ -171,7 +168,7 @@ fn show(found: &Found, standings: &[Standing]) {
 }
 
 /// Adds one key as `keys add` does; a key in the pool already is not an error here.
-async fn add(loaded: &Loaded, candidate: &Candidate, standing: &Standing) -> Result<(), String> {
+async fn add(control: &dyn Control, candidate: &Candidate, standing: &Standing) -> Result<(), String> {
     match standing {
         Standing::Pooled(label) => {
             out(&format!("{}: already in the pool as '{label}'", candidate.label));
@@ -184,15 +181,15 @@ async fn add(loaded: &Loaded, candidate: &Candidate, standing: &Standing) -> Res
         Standing::New => {}
     }
     let new = crate::control::import::new_key(candidate);
-    match add_key(loaded, new).await.map_err(|e| e.to_string())? {
-        Added::Ready => Ok(()),
+    match add_key(control, new).await.map_err(|e| e.to_string())? {
+        Added::Ready(_) => Ok(()),
         Added::AlreadyPooled(why) => {
             out(&format!("{}: {why}", candidate.label));
             Ok(())
         }
-        Added::Refused(why) => {
+        Added::Refused(_, why) => {
             // `keys add` keeps a refused key to be replaced; an import takes it back out.
-            remove_key(loaded, &candidate.label).await.map_err(|e| e.to_string())?;
+            remove_key(control, &candidate.label).await.map_err(|e| e.to_string())?;
             Err(format!(
                 "{why}; it was taken out of the pool again: check the key at https://platform.openai.com/api-keys"
             )

@@ -4,17 +4,20 @@
 use std::path::PathBuf;
 
 use super::args::{read_secret, SettingsArgs};
-use super::changes::{add_key, remove_key, replace_secret, set_key, switch_key, test_key, Added};
+use super::changes::{add_key, remove_key, replace_secret, set_key, switch_key, test_key};
+use super::control::{self, Added};
 use super::loaded::{load, usage};
 use super::KeysCommand;
 
-use crate::control::{self, KeyChanges, NewKey};
+use crate::control::{check_new_key, KeyChanges, NewKey};
 use crate::keys::Provider;
 use crate::secrets::Secret;
 use crate::startup::StartError;
 
 pub(super) async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Result<(), StartError> {
     let loaded = load(config_path)?;
+    let opened = control::open(&loaded).await?;
+    let control = opened.as_ref();
     match cmd {
         KeysCommand::Add { label, provider, base_url, org, settings } => {
             let provider = Provider::parse(&provider)
@@ -22,38 +25,34 @@ pub(super) async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Resu
             let new = NewKey { provider, base_url, org, ..NewKey::openai(label, Secret::new("")) };
             let new = with_settings(new, &settings)?;
             // Checked before the secret is asked for, so a typo in the label costs no paste.
-            control::check_new_key(
-                &loaded.config,
-                &[],
-                &NewKey { secret: Secret::new("sk-placeholder"), ..new.clone() },
-            )
-            .map_err(usage)?;
-            match add_key(&loaded, NewKey { secret: read_secret()?, ..new }).await? {
-                Added::Ready => Ok(()),
-                Added::AlreadyPooled(why) | Added::Refused(why) => Err(usage(why)),
+            check_new_key(&loaded.config, &[], &NewKey { secret: Secret::new("sk-placeholder"), ..new.clone() })
+                .map_err(usage)?;
+            match add_key(control, NewKey { secret: read_secret()?, ..new }).await? {
+                Added::Ready(_) => Ok(()),
+                Added::AlreadyPooled(why) | Added::Refused(_, why) => Err(usage(why)),
             }
         }
         KeysCommand::Import { from, yes, remove_plaintext } => {
-            super::import::import(&loaded, super::import::ImportArgs { from, yes, remove_plaintext }).await
+            super::import::import(&loaded, control, super::import::ImportArgs { from, yes, remove_plaintext }).await
         }
-        KeysCommand::List => super::list::list_keys(&loaded).await,
-        KeysCommand::Remove { key } => remove_key(&loaded, &key).await,
+        KeysCommand::List => super::list::list_keys(&loaded, control).await,
+        KeysCommand::Remove { key } => remove_key(control, &key).await,
         KeysCommand::Set { key, label, secret, settings } => {
             let mut changes = KeyChanges(settings.patch()?);
             if let Some(label) = label {
                 changes.0.set("label", label);
             }
             if secret {
-                replace_secret(&loaded, &key, read_secret()?).await?;
+                replace_secret(control, &key, read_secret()?).await?;
             }
             if changes.0.is_empty() && secret {
                 return Ok(());
             }
-            set_key(&loaded, &key, changes).await
+            set_key(control, &key, changes).await
         }
-        KeysCommand::Enable { key } => switch_key(&loaded, &key, "enable").await,
-        KeysCommand::Disable { key } => switch_key(&loaded, &key, "disable").await,
-        KeysCommand::Test { key } => test_key(&loaded, &key).await,
+        KeysCommand::Enable { key } => switch_key(control, &key, true).await,
+        KeysCommand::Disable { key } => switch_key(control, &key, false).await,
+        KeysCommand::Test { key } => test_key(control, &key).await,
     }
 }
 

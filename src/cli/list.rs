@@ -1,7 +1,8 @@
 //! `keymux keys list`: the configured keys, those from the environment, and what the running gateway
 //! says of each.
 
-use super::loaded::{remote, Loaded};
+use super::control::Control;
+use super::loaded::Loaded;
 use super::{env_secrets, out};
 
 use crate::api::types::KeyInfo;
@@ -11,12 +12,10 @@ use crate::pool::HealthState;
 use crate::secrets::{self, account};
 use crate::startup::{self, StartError};
 
-pub(super) async fn list_keys(loaded: &Loaded) -> Result<(), StartError> {
+pub(super) async fn list_keys(loaded: &Loaded, control: &dyn Control) -> Result<(), StartError> {
     let env = env_secrets()?;
-    let live: Option<Vec<KeyInfo>> = match remote(loaded).await? {
-        Some(remote) => remote.get("/keys").await.ok(),
-        None => None,
-    };
+    // A gateway whose list cannot be read leaves the config's rows, without their health.
+    let live: Option<Vec<KeyInfo>> = control.live_keys().await.ok().flatten();
     if loaded.config.keys.is_empty() && env.keys.is_empty() && live.as_ref().is_none_or(Vec::is_empty) {
         out("no keys yet: add one with `keymux keys add --label work`");
         return Ok(());

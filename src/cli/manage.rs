@@ -2,18 +2,15 @@
 
 use std::path::PathBuf;
 
-use http::Method;
-
-use super::loaded::{load, running, usage};
+use super::control;
+use super::loaded::{load, usage};
 use super::out;
 
 use crate::startup::StartError;
 
 pub(super) async fn dashboard(config_path: Option<PathBuf>, open: bool) -> Result<(), StartError> {
     let loaded = load(config_path)?;
-    let remote = running(&loaded).await?;
-    let link = remote.call(Method::POST, "/login-link", None).await.map_err(usage)?;
-    let url = link["url"].as_str().unwrap_or_default().to_owned();
+    let url = control::open(&loaded).await?.login_link().await.map_err(usage)?;
     out(&url);
     if open && !open_browser(&url) {
         // The link is printed: the user can still open it, so this is said, not failed on.
@@ -24,9 +21,7 @@ pub(super) async fn dashboard(config_path: Option<PathBuf>, open: bool) -> Resul
 
 pub(super) async fn pause(config_path: Option<PathBuf>, paused: bool) -> Result<(), StartError> {
     let loaded = load(config_path)?;
-    let remote = running(&loaded).await?;
-    let path = if paused { "/pause" } else { "/resume" };
-    remote.call(Method::POST, path, None).await.map_err(usage)?;
+    control::open(&loaded).await?.pause(paused).await.map_err(usage)?;
     out(if paused { "routing paused: new requests get 503 until `keymux resume`" } else { "routing resumed" });
     Ok(())
 }

@@ -1,9 +1,11 @@
-//! The `keymux` command line: `serve` (the default), the commands that manage keys, tokens and
-//! routing (`manage`): on the running gateway when there is one, in the keychain and the config
-//! otherwise, and `setup`, which points Codex or pi at the gateway.
+//! The `keymux` command line: `serve` (the default), the commands that manage keys, tokens, pools and
+//! routing, and `setup`, which points Codex or pi at the gateway. Every command that changes or reads
+//! Keymux goes through `control::Control`: on the running gateway when there is one, in the keychain
+//! and the config otherwise, decided once per command by `control::open`.
 
 mod args;
 mod changes;
+mod control;
 mod import;
 mod keys;
 mod list;

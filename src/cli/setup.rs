@@ -7,14 +7,11 @@
 use std::io::{BufRead as _, IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
 
-use http::Method;
-
-use super::changes::{add_key, new_token, Added};
-use super::loaded::{load, remote, usage, Loaded};
+use super::changes::add_key;
+use super::control::{self, Added, Control};
+use super::loaded::{load, usage, Loaded};
 use super::{out, SetupArgs};
-use crate::api::types::PoolInfo;
 use crate::control::NewKey;
-use crate::remote::Remote;
 use crate::secrets::{self, account, Secret};
 use crate::setup::{self, Applied, Choices, Client, ConfirmError, Restore, Target};
 use crate::startup::StartError;
@@ -28,7 +25,7 @@ struct Token {
 }
 
 impl Token {
-    async fn find(loaded: &Loaded, remote: Option<&Remote>, target: &Target) -> Result<Token, StartError> {
+    async fn find(loaded: &Loaded, control: &dyn Control, target: &Target) -> Result<Token, StartError> {
         let wanted = target.token_name();
         let mut taken: Vec<String> = loaded.config.tokens.iter().map(|t| t.name.clone()).collect();
         if let Some(listed) = loaded.config.tokens.iter().find(|t| t.name.eq_ignore_ascii_case(&wanted)) {
@@ -47,12 +44,8 @@ impl Token {
                 return Ok(Token { name: listed.name.clone(), existing: Some(secret) });
             }
         }
-        if let Some(remote) = remote {
-            if let Ok(tokens) = remote.call(Method::GET, "/tokens", None).await {
-                let names = tokens.as_array().into_iter().flatten().filter_map(|t| t["name"].as_str());
-                taken.extend(names.map(str::to_owned));
-            }
-        }
+        // Names the running gateway holds beyond the config's; a list that cannot be read takes none.
+        taken.extend(control.token_names().await.unwrap_or_default());
         Ok(Token { name: crate::control::free_token_name(&wanted, &taken), existing: None })
     }
 }
@@ -67,21 +60,17 @@ pub(super) async fn setup(config_path: Option<PathBuf>, args: SetupArgs) -> Resu
         return undo(&target, args.file.as_deref(), &state, args.force);
     }
     let loaded = load(config_path)?;
-    let remote = remote(&loaded).await?;
+    let opened = control::open(&loaded).await?;
+    let control = opened.as_ref();
     // An unknown pool is refused before anything is written or made.
-    let pool = known_pool(&loaded, remote.as_ref(), &args.pool).await?;
+    let pool = known_pool(control, &args.pool).await?;
     let target = Target::new(client, &pool, project.as_deref()).map_err(usage)?;
     let path = args
         .file
         .or_else(|| target.default_path())
         .ok_or_else(|| usage(format!("no home directory to find {client}'s file in; pass --file with its path")))?;
-    let base_url = match &remote {
-        Some(remote) => format!("{}/v1", remote.root()),
-        None => crate::remote::local_addr(&loaded.config.listen)
-            .map(|addr| format!("http://{addr}/v1"))
-            .ok_or_else(|| usage(format!("listen = {:?} in the config is not an address", loaded.config.listen)))?,
-    };
-    let token = Token::find(&loaded, remote.as_ref(), &target).await?;
+    let base_url = control.base_url().map_err(usage)?;
+    let token = Token::find(&loaded, control, &target).await?;
     let choices =
         Choices { custom_provider: args.custom_provider, force: args.force, import_key: args.import_key.is_some() };
     let preview =
@@ -104,14 +93,15 @@ pub(super) async fn setup(config_path: Option<PathBuf>, args: SetupArgs) -> Resu
     if let Some((label, secret)) = import {
         // Before the file loses it: a key that cannot be added leaves auth.json as it is.
         let new = NewKey::imported(label.to_owned(), secret);
-        match add_key(&loaded, new).await? {
-            Added::Ready => {}
+        match add_key(control, new).await? {
+            Added::Ready(_) => {}
             // Imported before (or added by hand): it is in the pool already, which is what was wanted.
             Added::AlreadyPooled(_) => out("the API key in auth.json is in Keymux's pool already: not added again"),
-            Added::Refused(why) => return Err(usage(why)),
+            Added::Refused(_, why) => return Err(usage(why)),
         }
     }
-    let made = preview.confirm(&state, || new_token(&loaded, remote.as_ref(), &token.name, target.pool())).await;
+    let new_token = || async { control.create_token(&token.name, target.pool()).await.map_err(usage) };
+    let made = preview.confirm(&state, new_token).await;
     let applied = made.map_err(|e| match e {
         ConfirmError::Token(e) => e,
         ConfirmError::Setup(e) => usage(e),
@@ -135,18 +125,12 @@ fn project_dir(client: Client, args: &SetupArgs) -> Result<Option<PathBuf>, Star
 
 /// The pool as Keymux names it (the running gateway's pools, which include `KEYMUX_POOL_*`, else the
 /// config's), or a refusal that says how to create it.
-async fn known_pool(loaded: &Loaded, remote: Option<&Remote>, pool: &str) -> Result<String, StartError> {
+async fn known_pool(control: &dyn Control, pool: &str) -> Result<String, StartError> {
     if pool.eq_ignore_ascii_case(crate::pools::ALL) {
         return Ok(crate::pools::ALL.to_owned());
     }
-    let names: Vec<String> = match remote {
-        Some(remote) => {
-            let pools: Vec<PoolInfo> = remote.get("/pools").await.map_err(usage)?;
-            pools.into_iter().map(|p| p.name).collect()
-        }
-        None => loaded.config.pools.iter().map(|p| p.name.clone()).collect(),
-    };
-    names.into_iter().find(|n| n.eq_ignore_ascii_case(pool)).ok_or_else(|| usage(crate::pools::unknown_pool(pool)))
+    let mut names = control.pools().await.map_err(usage)?.into_iter().map(|p| p.name);
+    names.find(|n| n.eq_ignore_ascii_case(pool)).ok_or_else(|| usage(crate::pools::unknown_pool(pool)))
 }
 
 /// What was set up, where the backups are, how to use it and how to undo it.

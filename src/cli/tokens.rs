@@ -3,20 +3,17 @@
 
 use std::path::PathBuf;
 
-use http::Method;
-
-use super::changes::{new_token, token_id};
-use super::loaded::{load, remote, usage, Loaded};
+use super::control::{self, Control};
+use super::loaded::{load, usage, Loaded};
 use super::{out, TokenCommand};
 
-use crate::control::{self};
 use crate::secrets::{self, account};
 use crate::startup::StartError;
 
 pub(super) async fn token(config_path: Option<PathBuf>, cmd: TokenCommand) -> Result<(), StartError> {
     let loaded = load(config_path)?;
     match cmd {
-        TokenCommand::Create { name, pool } => create_token(&loaded, &name, &pool).await,
+        TokenCommand::Create { name, pool } => create_token(control::open(&loaded).await?.as_ref(), &name, &pool).await,
         TokenCommand::List => {
             if loaded.config.tokens.is_empty() {
                 out("no tokens yet: `keymux token create --name codex`");
@@ -28,14 +25,16 @@ pub(super) async fn token(config_path: Option<PathBuf>, cmd: TokenCommand) -> Re
             }
             Ok(())
         }
-        TokenCommand::Set { token, pool } => super::pools::move_token(&loaded, &token, &pool).await,
+        TokenCommand::Set { token, pool } => {
+            super::pools::move_token(control::open(&loaded).await?.as_ref(), &token, &pool).await
+        }
         TokenCommand::Show { token } => show_token(&loaded, &token).await,
-        TokenCommand::Revoke { token } => revoke_token(&loaded, &token).await,
+        TokenCommand::Revoke { token } => revoke_token(control::open(&loaded).await?.as_ref(), &token).await,
     }
 }
 
-async fn create_token(loaded: &Loaded, name: &str, pool: &str) -> Result<(), StartError> {
-    let secret = new_token(loaded, remote(loaded).await?.as_ref(), name, pool).await?;
+async fn create_token(control: &dyn Control, name: &str, pool: &str) -> Result<(), StartError> {
+    let secret = control.create_token(name, pool).await.map_err(usage)?;
     out(secret.expose());
     let reach = if pool.eq_ignore_ascii_case(crate::pools::ALL) {
         String::new()
@@ -67,14 +66,9 @@ async fn show_token(loaded: &Loaded, name: &str) -> Result<(), StartError> {
     }
 }
 
-async fn revoke_token(loaded: &Loaded, name: &str) -> Result<(), StartError> {
-    if let Some(remote) = remote(loaded).await? {
-        let id = token_id(&loaded.config, name);
-        remote.call(Method::DELETE, &format!("/tokens/{id}"), None).await.map_err(usage)?;
-        out(&format!("revoked token '{name}'; the running gateway refuses it from now on"));
-        return Ok(());
-    }
-    let gone = control::forget_token(&loaded.settings(), name).await.map_err(usage)?;
-    out(&format!("revoked token '{}'", gone.name));
+async fn revoke_token(control: &dyn Control, name: &str) -> Result<(), StartError> {
+    let gone = control.revoke_token(name).await.map_err(usage)?;
+    let from = if control.is_running() { "; the running gateway refuses it from now on" } else { "" };
+    out(&format!("revoked token '{gone}'{from}"));
     Ok(())
 }

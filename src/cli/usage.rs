@@ -7,10 +7,11 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 
-use super::loaded::{load, remote, usage as refused, Loaded};
+use super::control;
+use super::loaded::{load, usage as refused, Loaded};
 use super::out;
 use crate::api::spend::{stored, Grouping};
-use crate::api::types::{SpendReport, SpendRow};
+use crate::api::types::{SpendBy, SpendReport, SpendRow};
 use crate::clock::{local_day_start, local_periods, Clock};
 use crate::config::EnvSecrets;
 use crate::digest::InstallKey;
@@ -38,6 +39,17 @@ enum ByArg {
     Model,
 }
 
+impl From<ByArg> for SpendBy {
+    fn from(by: ByArg) -> Self {
+        match by {
+            ByArg::Key => Self::Key,
+            ByArg::Pool => Self::Pool,
+            ByArg::Token => Self::Token,
+            ByArg::Model => Self::Model,
+        }
+    }
+}
+
 impl ByArg {
     fn name(self) -> &'static str {
         match self {
@@ -51,11 +63,9 @@ impl ByArg {
 
 pub(super) async fn usage(config_path: Option<PathBuf>, args: UsageArgs) -> Result<(), StartError> {
     let loaded = load(config_path)?;
-    let (report, read_from) = match remote(&loaded).await? {
-        Some(remote) => {
-            let path = format!("/spend?days={}&by={}", args.days, args.by.name());
-            (remote.get::<SpendReport>(&path).await.map_err(refused)?, None)
-        }
+    let running = control::open(&loaded).await?.spend(args.days, args.by.into()).await.map_err(refused)?;
+    let (report, read_from) = match running {
+        Some(report) => (report, None),
         None => {
             let (report, dir) = from_store(&loaded, args.by, args.days).await?;
             (report, Some(dir))
