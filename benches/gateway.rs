@@ -16,12 +16,16 @@
 //! * `procs`: `/proc` readings (CPU ticks, RSS), the machine, pinning.
 //! * `report`: medians over repetitions and the markdown tables.
 //! * `soak`: `--soak SECS`, Keymux alone under mixed traffic for a long time, its memory over time.
+//! * `count`: `--instructions N`, instructions per request under valgrind's callgrind (the figure a
+//!   change is judged by, since seconds on a shared machine are noisy; `scripts/perf-gate`).
 #![expect(clippy::print_stdout, reason = "a benchmark binary that prints its table")]
 
 #[path = "gateway/args.rs"]
 mod args;
 #[path = "gateway/canned.rs"]
 mod canned;
+#[path = "gateway/count.rs"]
+mod count;
 #[path = "gateway/gateways.rs"]
 mod gateways;
 #[path = "gateway/load.rs"]
@@ -114,6 +118,11 @@ async fn run(args: &Args, machine: &Machine, pinning: &Pinning) -> Result<u64, S
     if let Some(total) = args.soak {
         return soak::run(args, &upstream, pinning, &token, total).await;
     }
+    if args.instructions_only {
+        let counts = count::run(args, &upstream, pinning, &token, args.instructions, 0).await?;
+        println!("{}", count::table(&counts));
+        return Ok(0);
+    }
     let mut lineup = start_targets(args, &upstream, pinning, &token).await?;
     print_header(args, machine, pinning, &lineup, canned);
     let windows = args.modes.len() * args.conc.len() * args.reps * lineup.targets.len();
@@ -131,6 +140,11 @@ async fn run(args: &Args, machine: &Machine, pinning: &Pinning) -> Result<u64, S
     }
     let runs = measured?;
     print_report(args, &lineup.targets, &runs);
+    if args.instructions > 0 {
+        let started = lineup.targets.iter().filter(|t| matches!(t, Target::Keymux | Target::Baseline)).count();
+        let counts = count::run(args, &upstream, pinning, &token, args.instructions, started).await?;
+        println!("{}", count::table(&counts));
+    }
     if let Some(path) = &args.json {
         write_json(path, args, machine, pinning, &runs)?;
     }
@@ -169,7 +183,7 @@ async fn start_targets(args: &Args, upstream: &Upstream, pinning: &Pinning, toke
 
 /// Keymux asks `GET /v1/models` once per key right after it starts listening; measuring before those
 /// answers are in would mix start-up work into the first window.
-async fn wait_for_probes(upstream: &Upstream, gateways_started: usize, notes: &mut Vec<String>) {
+pub(crate) async fn wait_for_probes(upstream: &Upstream, gateways_started: usize, notes: &mut Vec<String>) {
     let started = now();
     while upstream.models_seen.load(Ordering::Relaxed) < (gateways::KEYS * gateways_started) as u64 {
         if since(started) > Duration::from_secs(5) {

@@ -101,6 +101,10 @@ pub struct Args {
     pub soak: Option<f64>,
     /// Seconds between the soak's readings.
     pub every: f64,
+    /// Requests per mode counted under callgrind after the timed table (0: none; see `count`).
+    pub instructions: usize,
+    /// Only the instruction counts, no timed windows.
+    pub instructions_only: bool,
 }
 
 impl Default for Args {
@@ -117,12 +121,16 @@ impl Default for Args {
             baseline: None,
             soak: None,
             every: 30.0,
+            instructions: 0,
+            instructions_only: false,
         }
     }
 }
 
 pub const USAGE: &str = "usage: cargo bench --bench gateway -- [--secs N] [--warmup N] [--reps N] \
-[--modes json,sse,ws,chat] [--conc 1,16,64] [--targets direct,keymux,nginx] [--json PATH] [--keymux PATH] [--baseline PATH]\n\
+[--modes json,sse,ws,chat] [--conc 1,16,64] [--targets direct,keymux,nginx] [--json PATH] [--keymux PATH] [--baseline PATH] \
+[--instructions N]\n\
+       cargo bench --bench gateway -- --instructions-only N [--modes ...] [--keymux PATH] [--baseline PATH]\n\
        cargo bench --bench gateway -- --soak SECS [--every SECS] [--conc N] [--keymux PATH]";
 
 impl Args {
@@ -170,6 +178,14 @@ impl Args {
             "--json" => self.json = Some(PathBuf::from(value)),
             "--soak" => self.soak = Some(positive_secs(flag, value)?),
             "--every" => self.every = positive_secs(flag, value)?,
+            "--instructions" | "--instructions-only" => {
+                self.instructions = value
+                    .parse()
+                    .ok()
+                    .filter(|n| *n <= 100_000)
+                    .ok_or(format!("{flag} {value:?}: need a number of requests per mode up to 100000"))?;
+                self.instructions_only = flag == "--instructions-only";
+            }
             "--keymux" => self.keymux = PathBuf::from(value),
             "--baseline" => {
                 self.baseline = Some(PathBuf::from(value));
@@ -212,6 +228,9 @@ impl Args {
         }
         if let Some(path) = &self.baseline {
             line.push_str(&format!(" --baseline {}", path.display()));
+        }
+        if self.instructions > 0 {
+            line.push_str(&format!(" --instructions {}", self.instructions));
         }
         line
     }

@@ -21,6 +21,8 @@ pub const KEYS: usize = 3;
 pub const NGINX: &str = "/usr/sbin/nginx";
 /// How long a gateway may take to start listening.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// The same under valgrind, which runs a program tens of times slower.
+const VALGRIND_START_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long a gateway may take to exit after SIGINT before it is killed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bytes of each output stream kept for error messages.
@@ -61,8 +63,29 @@ pub async fn start_keymux(
     cpu: Option<usize>,
     token: &str,
 ) -> Result<Gateway, String> {
+    start_keymux_under(target, binary, upstream, cpu, token, None).await
+}
+
+/// `start_keymux`, under valgrind's callgrind writing to `callgrind_out` when given (its counters
+/// read with `callgrind_control`; see `count`).
+pub async fn start_keymux_under(
+    target: Target,
+    binary: &Path,
+    upstream: SocketAddr,
+    cpu: Option<usize>,
+    token: &str,
+    callgrind_out: Option<&Path>,
+) -> Result<Gateway, String> {
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
-    let mut command = pinned(binary, cpu);
+    let mut command = match callgrind_out {
+        None => pinned(binary, cpu),
+        Some(out) => {
+            let mut command = pinned(Path::new("valgrind"), cpu);
+            command.arg("--tool=callgrind").arg(format!("--callgrind-out-file={}", out.display())).arg(binary);
+            command
+        }
+    };
+    let start_timeout = if callgrind_out.is_some() { VALGRIND_START_TIMEOUT } else { START_TIMEOUT };
     command
         .args(["serve", "--ephemeral", "--listen", "127.0.0.1:0", "--upstream"])
         .arg(format!("http://{upstream}/v1"))
@@ -87,11 +110,12 @@ pub async fn start_keymux(
         if let Ok(Some(status)) = child.try_wait() {
             return Err(format!("keymux exited at start ({status}); its output:\n{}", lock(&output).text()));
         }
-        if crate::since(started) > START_TIMEOUT {
+        if crate::since(started) > start_timeout {
             let _ = child.kill();
             let _ = child.wait();
             return Err(format!(
-                "keymux did not print `listening on` within 20 s; its output:\n{}",
+                "keymux did not print `listening on` within {} s; its output:\n{}",
+                start_timeout.as_secs(),
                 lock(&output).text()
             ));
         }

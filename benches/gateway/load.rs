@@ -358,3 +358,47 @@ async fn turn(socket: &mut Socket, frame: Utf8Bytes) -> Result<(), String> {
     }
     Err("ws ended without response.completed".into())
 }
+
+/// One client on one connection that sends requests one after another, for a fixed number of them
+/// (the instruction count's workload: the same requests in the same order on every run).
+pub enum Sequential {
+    /// A keep-alive HTTP/1 connection.
+    Http(Sender),
+    /// A Responses WebSocket.
+    Ws(Box<Socket>),
+}
+
+impl Sequential {
+    /// Connects the way `mode`'s workers do.
+    pub async fn connect(endpoint: &Endpoint, mode: Mode) -> Result<Self, String> {
+        match mode {
+            Mode::Ws => Ok(Self::Ws(Box::new(connect_ws(endpoint).await?))),
+            Mode::Json | Mode::Sse | Mode::Chat => Ok(Self::Http(connect_http(endpoint.addr).await?)),
+        }
+    }
+
+    /// Sends `n` requests (or turns) with `body`, each after the last one's whole answer; the first
+    /// failure ends it.
+    pub async fn send(&mut self, endpoint: &Endpoint, mode: Mode, body: &Bytes, n: usize) -> Result<(), String> {
+        for _ in 0..n {
+            match self {
+                Self::Http(sender) => {
+                    sender.ready().await.map_err(|e| format!("the connection closed: {e}"))?;
+                    exchange(sender, endpoint, mode, body.clone()).await?;
+                }
+                Self::Ws(socket) => {
+                    let frame = Utf8Bytes::try_from(body.clone()).map_err(|_| "the prompt is not UTF-8".to_owned())?;
+                    turn(socket, frame).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes the connection the way a client leaving does.
+    pub async fn close(self) {
+        if let Self::Ws(mut socket) = self {
+            let _ = WebSocketStream::close(&mut *socket, None).await;
+        }
+    }
+}
