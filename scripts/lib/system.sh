@@ -1,7 +1,7 @@
 # The system packages Keymux's commands need, in one list, and the one way they are installed.
 # Sourced by scripts/run, scripts/test and (through scripts/test) .ci/run, so the three cannot drift.
 #
-#   need_packages PURPOSE...   PURPOSE: node, build, tray, test
+#   need_packages PURPOSE...   PURPOSE: node, build, tray, test, perf
 #
 # Debian and Ubuntu (apt) only. A missing package is installed with apt-get (with sudo when not root),
 # after asking on the terminal; KEYMUX_YES=1 (set by --yes) skips the question. Without a terminal,
@@ -20,6 +20,9 @@ KEYMUX_PACKAGES_tray=(file libwebkit2gtk-4.1-dev libxdo-dev libssl-dev libayatan
 # terminal the real Codex TUI runs in; iproute2, to bring up the loopback interface of the private
 # network namespace the tests run in.
 KEYMUX_PACKAGES_test=(dbus-x11 gnome-keyring libsecret-tools chromium xvfb xauth tint2 xdotool x11-utils tmux iproute2)
+# The request path's instruction-count gate (scripts/perf-gate, which `scripts/test --full` runs):
+# valgrind's callgrind and callgrind_control.
+KEYMUX_PACKAGES_perf=(valgrind)
 
 # Whether a Debian package is installed.
 keymux_has_package() {

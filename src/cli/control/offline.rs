@@ -161,3 +161,20 @@ impl Control for Offline<'_> {
         Ok(None)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{ControlError, Refusal};
+
+    /// An offline refusal carries the code the control API would answer with, so a command reads the
+    /// same outcome from either side of `Control`.
+    #[test]
+    fn an_offline_refusal_carries_the_api_error_code() {
+        let pooled = Refusal::from(ControlError::AlreadyPooled("work".into()));
+        assert_eq!(pooled.code.as_deref(), Some(crate::control::ALREADY_POOLED));
+        assert!(pooled.message.contains("'work'"), "{}", pooled.message);
+        let missing = Refusal::from(ControlError::NotFound("no token named 'x'".into()));
+        assert_eq!(missing.code.as_deref(), Some("not_found"));
+        assert_eq!(missing.message, "no token named 'x'");
+    }
+}
