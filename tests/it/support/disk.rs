@@ -19,9 +19,20 @@ impl SmallDisk {
     }
 
     pub fn remount(&self, mode: &str) {
-        let status =
-            std::process::Command::new("mount").args(["-o", &format!("remount,{mode}")]).arg(&self.dir).status();
-        assert!(status.unwrap().success(), "remount {mode}");
+        assert!(self.try_remount(mode), "remount {mode}");
+    }
+
+    fn try_remount(&self, mode: &str) -> bool {
+        let mut mount = std::process::Command::new("mount");
+        mount.args(["-o", &format!("remount,{mode}")]).arg(&self.dir).stderr(std::process::Stdio::null());
+        mount.status().is_ok_and(|s| s.success())
+    }
+
+    /// Remounts read-only once no file on the disk is open for writing: the kernel refuses it until
+    /// then, and a metrics store that has just failed lets its file go on one of sled's own threads a
+    /// moment later (and a periodic flush may be trying the store meanwhile).
+    pub async fn remount_read_only(&self) {
+        super::until("the disk remounted read-only", || async { self.try_remount("ro") }, |done| *done).await;
     }
 
     /// Fills the disk with one file (whatever fits).
