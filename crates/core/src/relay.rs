@@ -240,32 +240,18 @@ impl SseRewriter {
             return frame;
         }
         let body = &frame[..frame.len() - sep];
-        let text = String::from_utf8_lossy(body);
-        let mut other = Vec::new();
-        let mut data = String::new();
-        for line in text.split('\n') {
-            let line = line.strip_suffix('\r').unwrap_or(line);
-            if let Some(d) = line.strip_prefix("data:") {
-                if !data.is_empty() {
-                    data.push('\n');
-                }
-                data.push_str(d.strip_prefix(' ').unwrap_or(d));
-            } else {
-                other.push(line);
-            }
-        }
-        let Some(tagged) = self.tagger.tag_json(data.as_bytes()) else {
+        let Some(tagged) = event_data(body).and_then(|data| self.tagger.tag_json(&data)) else {
             return frame;
         };
-        with_data(&other, &tagged)
+        with_data(body, &tagged)
     }
 }
 
-/// An SSE event made of its lines other than `data:` and one `data:` line holding `data`.
-fn with_data(other: &[&str], data: &[u8]) -> Bytes {
-    let mut out = BytesMut::with_capacity(data.len() + 64);
-    for line in other {
-        out.extend_from_slice(line.as_bytes());
+/// An SSE event made of `body`'s lines other than `data:` and one `data:` line holding `data`.
+fn with_data(body: &[u8], data: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(body.len() + data.len() + 8);
+    for line in lines(body).filter(|l| !l.starts_with(b"data:")) {
+        out.extend_from_slice(line);
         out.extend_from_slice(b"\n");
     }
     out.extend_from_slice(b"data: ");
@@ -297,10 +283,7 @@ fn mask_failed_frame(frame: Bytes, sep: usize) -> Bytes {
         return frame;
     }
     let Some(masked) = event_data(&frame).and_then(|data| mask_failed_event(&data)) else { return frame };
-    let body = String::from_utf8_lossy(&frame[..frame.len() - sep]).into_owned();
-    let other: Vec<&str> =
-        body.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l)).filter(|l| !l.starts_with("data:")).collect();
-    with_data(&other, &masked)
+    with_data(&frame[..frame.len() - sep], &masked)
 }
 
 static DONE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"[DONE]"));
@@ -354,13 +337,29 @@ impl EndEvent {
     }
 }
 
+/// The lines of an SSE event, each without its `\r\n` or `\n` (a trailing newline ends with an empty
+/// line, as `split` does).
+fn lines(frame: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = Some(frame);
+    std::iter::from_fn(move || {
+        let text = rest?;
+        let line = match memchr::memchr(b'\n', text) {
+            Some(at) => {
+                rest = Some(&text[at + 1..]);
+                &text[..at]
+            }
+            None => {
+                rest = None;
+                text
+            }
+        };
+        Some(line.strip_suffix(b"\r").unwrap_or(line))
+    })
+}
+
 /// The `data` of one SSE event (its `data:` lines joined with newlines), borrowed when it is one line.
 fn event_data(frame: &[u8]) -> Option<std::borrow::Cow<'_, [u8]>> {
-    let mut lines = frame
-        .split(|b| *b == b'\n')
-        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
-        .filter_map(|l| l.strip_prefix(b"data:"))
-        .map(|d| d.strip_prefix(b" ").unwrap_or(d));
+    let mut lines = lines(frame).filter_map(|l| l.strip_prefix(b"data:")).map(|d| d.strip_prefix(b" ").unwrap_or(d));
     let first = lines.next()?;
     match lines.next() {
         None => Some(std::borrow::Cow::Borrowed(first)),
@@ -375,16 +374,21 @@ fn event_data(frame: &[u8]) -> Option<std::borrow::Cow<'_, [u8]>> {
     }
 }
 
-/// Finds the end of the first complete SSE event at or after `from`: (index of the separator, its length).
+/// Finds the end of the first complete SSE event at or after `from`: (index of the separator, its
+/// length), the earliest `\n\n` or `\r\n\r\n`. One pass over the newlines: a separator is found at
+/// its first `\n`, and at that `\n` a `\r\n\r\n` begins one byte before a `\n\n` would.
 fn frame_end(buf: &[u8], from: usize) -> Option<(usize, usize)> {
-    let hay = &buf[from.min(buf.len())..];
-    let lf = memchr::memmem::find(hay, b"\n\n").map(|i| (i, 2));
-    let crlf = memchr::memmem::find(hay, b"\r\n\r\n").map(|i| (i, 4));
-    let best = match (lf, crlf) {
-        (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
-        (a, b) => a.or(b),
-    };
-    best.map(|(i, n)| (from + i, n))
+    let from = from.min(buf.len());
+    let at = |i: usize| buf.get(i).copied();
+    for nl in memchr::memchr_iter(b'\n', &buf[from..]).map(|i| from + i) {
+        if nl > from && at(nl - 1) == Some(b'\r') && at(nl + 1) == Some(b'\r') && at(nl + 2) == Some(b'\n') {
+            return Some((nl - 1, 4));
+        }
+        if at(nl + 1) == Some(b'\n') {
+            return Some((nl, 2));
+        }
+    }
+    None
 }
 
 #[cfg(test)]

@@ -60,7 +60,9 @@ fn drop_in(value: &mut Value, unreadable: &dyn Fn(&Value) -> bool) -> usize {
 /// `null` values carry nothing.
 pub fn has_unmarked_encrypted(body: &[u8]) -> bool {
     const KEY: &[u8] = b"\"encrypted_content\"";
-    memchr::memmem::find_iter(body, KEY).any(|at| {
+    static FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(KEY));
+    FINDER.find_iter(body).any(|at| {
         super::scan::value_start(body, at, KEY.len() - 2).is_some_and(|start| {
             let value = &body[start..];
             !value.starts_with(super::VERSION) && !value.starts_with(b"\"")

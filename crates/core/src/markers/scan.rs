@@ -99,7 +99,9 @@ pub fn json_string_bytes(raw: &[u8]) -> Cow<'_, [u8]> {
 /// one (serde_json and `JSON.stringify` escape only quotes, backslashes and control characters), but a
 /// hostile body can use one to spell a key or a marker the byte scan would not recognise.
 pub fn has_ascii_escape(text: &[u8]) -> bool {
-    memchr::memmem::find_iter(text, b"\\u").any(|at| {
+    static ESCAPE: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\\u"));
+    ESCAPE.find_iter(text).any(|at| {
         !escaped(text, at)
             && text
                 .get(at + 2..at + 6)

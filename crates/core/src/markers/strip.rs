@@ -57,7 +57,9 @@ impl Markers {
         let mut out: Option<Vec<u8>> = None;
         let mut cursor = 0;
         let mut stripped = Stripped { body: Cow::Borrowed(body), pins: Vec::new(), foreign: 0, removed: 0 };
-        for at in memchr::memmem::find_iter(body, VERSION) {
+        static MARKER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+            std::sync::LazyLock::new(|| memchr::memmem::Finder::new(VERSION));
+        for at in MARKER.find_iter(body) {
             if at < cursor {
                 continue;
             }

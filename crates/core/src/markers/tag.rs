@@ -1,5 +1,8 @@
 //! Outbound: giving every org-bound value in an answer the serving key's marker.
 
+use std::sync::LazyLock;
+
+use memchr::memmem::Finder;
 use serde_json::Value;
 
 use super::scan::{json_string_bytes, string_end, value_start};
@@ -38,6 +41,11 @@ const ID_KEYS: [(&[u8], &[&[u8]]); 3] = [
     (b"\"previous_response_id\"", &[b"resp"]),
 ];
 
+/// The searches `tag_raw` makes in every event, built once (a searcher costs more to build than to
+/// run over a short event).
+static CONTENT_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"encrypted_content\""));
+static ID_FINDERS: LazyLock<[Finder<'static>; 3]> = LazyLock::new(|| ID_KEYS.map(|(needle, _)| Finder::new(needle)));
+
 impl Markers {
     /// Tags a JSON text by splicing markers into its bytes, without parsing it into a tree: every
     /// `encrypted_content` string value, and every `id` / `item_id` whose value has an org-bound type
@@ -75,7 +83,7 @@ impl Markers {
 
     /// Every `encrypted_content` string value; `None` when one has no end (not valid JSON).
     fn find_contents(&self, text: &[u8], key: &KeyId, org: OrgTag, found: &mut Splices) -> Option<()> {
-        for at in memchr::memmem::find_iter(text, b"\"encrypted_content\"") {
+        for at in CONTENT_KEY.find_iter(text) {
             let Some(start) = value_start(text, at, b"encrypted_content".len()) else {
                 continue;
             };
@@ -93,8 +101,8 @@ impl Markers {
 
     /// Every id of an org-bound item or response; `None` when one has no end (not valid JSON).
     fn find_ids(&self, text: &[u8], key: &KeyId, org: OrgTag, found: &mut Splices) -> Option<()> {
-        for (needle, prefixes) in ID_KEYS {
-            for at in memchr::memmem::find_iter(text, needle) {
+        for ((needle, prefixes), finder) in ID_KEYS.iter().zip(ID_FINDERS.iter()) {
+            for at in finder.find_iter(text) {
                 let Some(start) = value_start(text, at, needle.len() - 2) else {
                     continue;
                 };

@@ -132,3 +132,38 @@ fn oversized_events_fail_instead_of_passing_untagged() {
     let big = vec![b'x'; MAX_EVENT_BYTES + 1];
     assert!(rw.push(&big).is_err());
 }
+
+/// The separator rule `frame_end` keeps, written the plain way: the earliest `\n\n` or `\r\n\r\n` at or
+/// after `from` (at one index, the `\n\n`).
+fn frame_end_by_search(buf: &[u8], from: usize) -> Option<(usize, usize)> {
+    let hay = &buf[from.min(buf.len())..];
+    let lf = memchr::memmem::find(hay, b"\n\n").map(|i| (i, 2));
+    let crlf = memchr::memmem::find(hay, b"\r\n\r\n").map(|i| (i, 4));
+    let best = match (lf, crlf) {
+        (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
+        (a, b) => a.or(b),
+    };
+    best.map(|(i, n)| (from + i, n))
+}
+
+proptest::proptest! {
+    /// Over any mix of newlines, carriage returns and text, from any starting point, the one-pass
+    /// search finds the separator the plain search finds.
+    #[test]
+    fn frame_end_finds_the_earliest_separator(
+        bytes in proptest::collection::vec(proptest::sample::select(vec![b'\n', b'\r', b'a', b':']), 0..40),
+        from in 0usize..44,
+    ) {
+        proptest::prop_assert_eq!(frame_end(&bytes, from), frame_end_by_search(&bytes, from));
+    }
+
+    /// An event's lines are what splitting on `\n` gives, each without a trailing `\r`.
+    #[test]
+    fn lines_split_like_split(
+        bytes in proptest::collection::vec(proptest::sample::select(vec![b'\n', b'\r', b'a', b'd']), 0..40),
+    ) {
+        let split: Vec<&[u8]> =
+            bytes.split(|b| *b == b'\n').map(|l| l.strip_suffix(b"\r").unwrap_or(l)).collect();
+        proptest::prop_assert_eq!(lines(&bytes).collect::<Vec<_>>(), split);
+    }
+}
