@@ -49,6 +49,11 @@ pub fn init() {
         .with_filter(filter)
         .with_filter(filter_fn(|meta| allowed(meta.target(), *meta.level())));
     let _ = tracing_subscriber::registry().with(layer).try_init();
+    // Records of the `log` crate come only from other crates (Keymux logs through `tracing`), and those
+    // are capped at `warn`: the libraries' own `trace!` and `debug!` calls (tungstenite has one per
+    // frame) stop at the `log` macro's level check instead of being formatted, bridged and filtered
+    // out one by one.
+    log::set_max_level(log::LevelFilter::Warn);
 }
 
 /// Longest part of a refused request's path that is logged.

@@ -376,7 +376,10 @@ impl Outbound {
         let masked = crate::relay::mask_failed_event(text.as_bytes());
         let text = masked.as_deref().map_or(std::borrow::Cow::Borrowed(text), String::from_utf8_lossy);
         match self.tagger.as_ref().and_then(|t| t.tag_json(text.as_bytes())) {
-            Some(tagged) => String::from_utf8_lossy(&tagged).into_owned(),
+            // Tagging splices ASCII markers into UTF-8 text: it stays UTF-8, checked, not copied again.
+            Some(tagged) => {
+                String::from_utf8(tagged).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+            }
             None => text.into_owned(),
         }
     }
@@ -433,8 +436,11 @@ enum TurnEnd {
 }
 
 fn turn_end(text: &str) -> TurnEnd {
-    let has = |needle: &[u8]| memchr::memmem::find(text.as_bytes(), needle).is_some();
-    if !has(b"response.completed") && !has(b"\"error\"") && !has(b"response.failed") {
+    // Built once: a searcher costs more to build than to run over one frame.
+    static ENDS: std::sync::LazyLock<[memchr::memmem::Finder<'static>; 3]> = std::sync::LazyLock::new(|| {
+        [b"response.completed".as_slice(), b"\"error\"", b"response.failed"].map(memchr::memmem::Finder::new)
+    });
+    if ENDS.iter().all(|end| end.find(text.as_bytes()).is_none()) {
         return TurnEnd::Open;
     }
     let Some(event) = crate::relay::EndEvent::read(text.as_bytes()) else { return TurnEnd::Open };
