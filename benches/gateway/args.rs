@@ -105,6 +105,8 @@ pub struct Args {
     pub instructions: usize,
     /// Only the instruction counts, no timed windows.
     pub instructions_only: bool,
+    /// Where the callgrind dumps of the instruction counts are kept (default: deleted).
+    pub keep_dumps: Option<PathBuf>,
 }
 
 impl Default for Args {
@@ -123,6 +125,7 @@ impl Default for Args {
             every: 30.0,
             instructions: 0,
             instructions_only: false,
+            keep_dumps: None,
         }
     }
 }
@@ -130,7 +133,8 @@ impl Default for Args {
 pub const USAGE: &str = "usage: cargo bench --bench gateway -- [--secs N] [--warmup N] [--reps N] \
 [--modes json,sse,ws,chat] [--conc 1,16,64] [--targets direct,keymux,nginx] [--json PATH] [--keymux PATH] [--baseline PATH] \
 [--instructions N]\n\
-       cargo bench --bench gateway -- --instructions-only N [--modes ...] [--keymux PATH] [--baseline PATH]\n\
+       cargo bench --bench gateway -- --instructions-only N [--modes ...] [--keymux PATH] [--baseline PATH] \
+[--keep-dumps DIR]\n\
        cargo bench --bench gateway -- --soak SECS [--every SECS] [--conc N] [--keymux PATH]";
 
 impl Args {
@@ -187,6 +191,7 @@ impl Args {
                 self.instructions_only = flag == "--instructions-only";
             }
             "--keymux" => self.keymux = PathBuf::from(value),
+            "--keep-dumps" => self.keep_dumps = Some(PathBuf::from(value)),
             "--baseline" => {
                 self.baseline = Some(PathBuf::from(value));
                 if !self.targets.contains(&Target::Baseline) {

@@ -58,7 +58,14 @@ pub async fn run(
     let mut counts = Vec::new();
     for (started, (target, binary)) in builds.into_iter().enumerate() {
         let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
-        let out = dir.path().join("callgrind.out");
+        // `--keep-dumps DIR`: the dumps stay there for `callgrind_annotate DIR/<target>.out.<n>`.
+        let out = match &args.keep_dumps {
+            Some(kept) => {
+                std::fs::create_dir_all(kept).map_err(|e| format!("{}: {e}", kept.display()))?;
+                kept.join(format!("{target}.out"))
+            }
+            None => dir.path().join("callgrind.out"),
+        };
         let gateway =
             gateways::start_keymux_under(target, &binary, upstream.addr, pinning.gateway_cpu, token, Some(&out))
                 .await?;

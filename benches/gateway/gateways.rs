@@ -81,7 +81,9 @@ pub async fn start_keymux_under(
         None => pinned(binary, cpu),
         Some(out) => {
             let mut command = pinned(Path::new("valgrind"), cpu);
-            command.arg("--tool=callgrind").arg(format!("--callgrind-out-file={}", out.display())).arg(binary);
+            // Names written out in full in every dump, so each one reads alone in callgrind_annotate.
+            command.args(["--tool=callgrind", "--compress-strings=no", "--compress-pos=no"]);
+            command.arg(format!("--callgrind-out-file={}", out.display())).arg(binary);
             command
         }
     };
