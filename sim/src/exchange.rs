@@ -136,7 +136,7 @@ pub(crate) fn fault_error(state: &State, caller: &Caller, fault: &Fault, model: 
         Fault::InsufficientQuota => ApiError::insufficient_quota(),
         Fault::ModelNotFound => ApiError::model_not_found(model.unwrap_or("unknown")),
         Fault::QuotesKey => ApiError::quotes_key(&caller.secret),
-        Fault::CutAfterEvents(_) | Fault::SlowFirstByte(_) | Fault::SlowDeltas(_) => return None,
+        Fault::CutAfterEvents(_) | Fault::SlowFirstByte(_) | Fault::SlowDeltas(_) | Fault::BinaryFrames => return None,
     };
     Some(e)
 }
@@ -148,6 +148,8 @@ pub(crate) struct Shaping {
     pub first_byte: Option<Duration>,
     pub deltas: Option<Duration>,
     pub cut: Option<usize>,
+    /// WebSocket events go out as binary frames, the first quoting the key (`Fault::BinaryFrames`).
+    pub binary: bool,
 }
 
 impl Shaping {
@@ -156,6 +158,7 @@ impl Shaping {
             Some(Fault::SlowFirstByte(d)) => Shaping { first_byte: Some(*d), ..Shaping::default() },
             Some(Fault::SlowDeltas(d)) => Shaping { deltas: Some(*d), ..Shaping::default() },
             Some(Fault::CutAfterEvents(n)) => Shaping { cut: Some(*n), ..Shaping::default() },
+            Some(Fault::BinaryFrames) => Shaping { binary: true, ..Shaping::default() },
             _ => Shaping::default(),
         }
     }

@@ -46,6 +46,9 @@ pub enum Fault {
     /// A 400 whose message quotes the whole key in the shapes error texts use (`key:…`, `key=…`,
     /// quoted, inside JSON): what a careless provider or proxy might send back.
     QuotesKey,
+    /// Responses-over-WebSocket events sent as binary frames, the first quoting the key: a hostile
+    /// or broken upstream (the Responses API sends text frames only). No effect over HTTP.
+    BinaryFrames,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -72,6 +75,7 @@ enum FaultRepr {
     },
     ModelNotFound,
     QuotesKey,
+    BinaryFrames,
 }
 
 impl From<FaultRepr> for Fault {
@@ -87,6 +91,7 @@ impl From<FaultRepr> for Fault {
             FaultRepr::SlowDeltas { ms } => Fault::SlowDeltas(Duration::from_millis(ms)),
             FaultRepr::ModelNotFound => Fault::ModelNotFound,
             FaultRepr::QuotesKey => Fault::QuotesKey,
+            FaultRepr::BinaryFrames => Fault::BinaryFrames,
         }
     }
 }
@@ -108,6 +113,7 @@ impl From<Fault> for FaultRepr {
             Fault::SlowDeltas(d) => FaultRepr::SlowDeltas { ms: millis(d) },
             Fault::ModelNotFound => FaultRepr::ModelNotFound,
             Fault::QuotesKey => FaultRepr::QuotesKey,
+            Fault::BinaryFrames => FaultRepr::BinaryFrames,
         }
     }
 }

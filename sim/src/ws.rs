@@ -190,7 +190,13 @@ impl Conn {
                 responses::commit(&self.state, plan);
                 self.last = Some(plan.connection_last());
             }
-            if !self.send_json(event).await {
+            let sent = if shaping.binary {
+                let quoted = if i == 0 { format!(" key={}", self.caller.secret) } else { String::new() };
+                self.socket.send(Message::Binary(format!("{event}{quoted}").into())).await.is_ok()
+            } else {
+                self.send_json(event).await
+            };
+            if !sent {
                 return Outcome::Drop;
             }
         }

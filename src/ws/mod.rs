@@ -92,6 +92,29 @@ fn api_error_frame(error: &ApiError) -> AxumMessage {
     error_frame(error.status().as_u16(), code, message, retry_after)
 }
 
+/// The answer to a binary frame from the client, on the first frame or any later one: the Responses
+/// WebSocket carries JSON text frames only, and a binary frame would pass every per-frame check
+/// (markers, pool, budget, the turn's record) unread, so it is refused and the socket closed.
+fn binary_refused_frame() -> AxumMessage {
+    error_frame(
+        400,
+        "invalid_request",
+        "Keymux: the Responses WebSocket takes JSON text frames; a binary frame was refused and the socket closed. Send each request as a text frame.",
+        None,
+    )
+}
+
+/// The answer when the provider sends a binary frame, which the Responses API never does: it is not
+/// passed on (Keymux could neither mask nor tag it) and the socket is closed; the client reconnects.
+fn upstream_binary_frame() -> AxumMessage {
+    error_frame(
+        502,
+        "upstream_binary_frame",
+        "Keymux: the provider sent a binary WebSocket frame, which the Responses API never sends; it was not passed on and this socket was closed. Reconnect to continue.",
+        None,
+    )
+}
+
 /// The frame OpenAI uses for lost connection state: Codex reconnects and resends the full history.
 fn lost_state_frame() -> AxumMessage {
     error_frame(
@@ -317,8 +340,7 @@ async fn first_frame(client: &mut WebSocket) -> Option<Utf8Bytes> {
         match client.recv().await {
             Some(Ok(AxumMessage::Text(text))) => return Some(text),
             Some(Ok(AxumMessage::Binary(_))) => {
-                let _ =
-                    client.send(error_frame(400, "invalid_request", "Keymux expects JSON text frames.", None)).await;
+                let _ = client.send(binary_refused_frame()).await;
                 return None;
             }
             Some(Ok(AxumMessage::Ping(_) | AxumMessage::Pong(_))) => continue,

@@ -41,6 +41,8 @@ enum Stop {
     Unfound,
     /// The socket's key reached its budget in money, set to stop there.
     Budget(ApiError),
+    /// The client sent a binary frame (`ws::binary_refused_frame`).
+    Binary,
 }
 
 /// The two pumps, until either side closes or the gateway shuts down.
@@ -84,6 +86,10 @@ pub(super) async fn relay(
                     tracing::warn!(key = %key, "closing websocket: {message}");
                     Some(error_frame(400, "keymux_invalid_marker", &message, None))
                 }
+                Err(Stop::Binary) => {
+                    tracing::warn!(key = %key, "closing websocket: the client sent a binary frame");
+                    Some(super::binary_refused_frame())
+                }
             };
             if let Some(notice) = notice {
                 let _ = notice_tx.send(notice).await;
@@ -126,7 +132,7 @@ impl Inbound {
         while let Some(message) = client_rx.next().await {
             let forwarded = match message {
                 Ok(AxumMessage::Text(text)) => self.turn(&text)?,
-                Ok(AxumMessage::Binary(bytes)) => UpMessage::Binary(bytes),
+                Ok(AxumMessage::Binary(_)) => return Err(Stop::Binary),
                 Ok(AxumMessage::Ping(p)) => UpMessage::Ping(p),
                 Ok(AxumMessage::Pong(p)) => UpMessage::Pong(p),
                 Ok(AxumMessage::Close(frame)) => {
@@ -337,6 +343,13 @@ impl Outbound {
                         lost = true;
                         break;
                     }
+                    Forward::Binary => {
+                        tracing::warn!(key = %self.key, "closing websocket: the provider sent a binary frame");
+                        let _ = client_tx.send(super::upstream_binary_frame()).await;
+                        let _ = client_tx.send(AxumMessage::Close(None)).await;
+                        self.close_turns("upstream_binary_frame");
+                        return;
+                    }
                 }
                 next = up_rx.next().now_or_never().flatten();
             }
@@ -358,7 +371,7 @@ impl Outbound {
     fn forward(&self, message: Result<UpMessage, tokio_tungstenite::tungstenite::Error>) -> Forward {
         match message {
             Ok(UpMessage::Text(text)) => Forward::Frame(AxumMessage::Text(self.frame(text.as_str()).into())),
-            Ok(UpMessage::Binary(bytes)) => Forward::Frame(AxumMessage::Binary(bytes)),
+            Ok(UpMessage::Binary(_)) => Forward::Binary,
             Ok(UpMessage::Ping(p)) => Forward::Frame(AxumMessage::Ping(p)),
             Ok(UpMessage::Pong(p)) => Forward::Frame(AxumMessage::Pong(p)),
             Ok(UpMessage::Close(frame)) => {
@@ -425,6 +438,8 @@ enum Forward {
     Closed(Option<AxumClose>),
     /// The upstream socket failed: its state is gone.
     Lost,
+    /// The upstream sent a binary frame (`ws::upstream_binary_frame`).
+    Binary,
 }
 
 /// Whether a frame ends its turn.

@@ -320,3 +320,44 @@ async fn a_socket_bound_to_the_wrong_organization_makes_the_client_reconnect_onc
     let last = h.sim.log().into_iter().rfind(|e| e.method == "WS").unwrap();
     assert_eq!(org_of(last.key.as_deref().unwrap()), org_of(&served));
 }
+
+/// A binary frame would pass every per-frame check unread (markers, pool, budget, the turn's record):
+/// on a bound socket it is refused with an error frame and never reaches the provider.
+#[tokio::test]
+async fn a_binary_frame_from_the_client_is_refused_and_never_reaches_the_provider() {
+    let h = Harness::start(SimConfig::new().org("org-a", &["sk-a1"]), &[key("a1", "sk-a1")]).await;
+    let s = CodexWs::new(3);
+    let mut ws = WsClient::connect(&h.base, &s.id).await.unwrap();
+    let prewarm = ws.create(&s.frame(vec![s.developer.clone()], None, false)).await;
+    let previous = prewarm.response_id().expect("the prewarm is answered");
+    let answer = ws.create_binary(&s.frame(vec![s.user("hello")], Some(&previous), true)).await;
+    let error = answer.error.expect("an error frame for the binary frame");
+    assert_eq!(error["error"]["code"], "invalid_request", "{error}");
+    assert!(error["error"]["message"].as_str().unwrap().contains("text frame"), "{error}");
+    assert!(answer.events.is_empty(), "no events answered the binary frame: {:?}", answer.events);
+    let frames = h.sim.log().into_iter().filter(|e| e.method == "WS").count();
+    assert_eq!(frames, 1, "only the prewarm reached the provider");
+}
+
+/// A provider that answers with binary frames (here quoting the key) would have them passed on
+/// unmasked and untagged: Keymux passes none on, tells the client, closes, and records why.
+#[tokio::test]
+async fn a_binary_frame_from_the_provider_is_not_passed_on() {
+    let h = Harness::start(SimConfig::new().org("org-a", &["sk-a1"]), &[key("a1", "sk-a1")]).await;
+    let s = CodexWs::new(4);
+    let mut ws = WsClient::connect(&h.base, &s.id).await.unwrap();
+    h.sim.inject("sk-a1", Fault::BinaryFrames);
+    let answer = ws.create(&s.frame(vec![s.user("hello")], None, true)).await;
+    assert!(answer.binary.is_empty(), "binary frames reached the client: {:?}", answer.binary);
+    let error = answer.error.expect("an error frame");
+    assert_eq!(error["error"]["code"], "upstream_binary_frame", "{error}");
+    assert!(!error.to_string().contains("sk-a1"));
+    let next = tokio::time::timeout(std::time::Duration::from_secs(20), ws.socket.next()).await.expect("a close");
+    assert!(
+        matches!(next, None | Some(Ok(tokio_tungstenite::tungstenite::Message::Close(_))) | Some(Err(_))),
+        "the socket closes after the notice: {next:?}"
+    );
+    let record =
+        h.gateway.events().recent(10).into_iter().find(|r| r.routed.transport == keymux::events::Wire::WebSocket);
+    assert_eq!(record.expect("the turn is recorded").error, Some("upstream_binary_frame"));
+}

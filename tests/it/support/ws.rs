@@ -18,6 +18,8 @@ pub struct WsAnswer {
     pub error: Option<Value>,
     /// Whether the socket closed before the answer was complete.
     pub closed: bool,
+    /// Binary frames received (as text, lossily), which the Responses WebSocket never sends.
+    pub binary: Vec<String>,
 }
 
 impl WsAnswer {
@@ -57,14 +59,28 @@ impl WsClient {
 
     /// Sends a `response.create` frame and reads its answer.
     pub async fn create(&mut self, body: &Value) -> WsAnswer {
+        self.create_framed(body, false).await
+    }
+
+    /// Sends a `response.create` as a binary frame (not what Codex does) and reads the answer.
+    pub async fn create_binary(&mut self, body: &Value) -> WsAnswer {
+        self.create_framed(body, true).await
+    }
+
+    async fn create_framed(&mut self, body: &Value, binary: bool) -> WsAnswer {
         use futures::SinkExt as _;
         use tokio_tungstenite::tungstenite::Message;
         let mut frame = serde_json::json!({"type": "response.create"});
         for (k, v) in body.as_object().unwrap() {
             frame[k] = v.clone();
         }
-        let mut answer = WsAnswer { events: Vec::new(), error: None, closed: false };
-        if self.socket.send(Message::Text(frame.to_string().into())).await.is_err() {
+        let mut answer = WsAnswer { events: Vec::new(), error: None, closed: false, binary: Vec::new() };
+        let message = if binary {
+            Message::Binary(frame.to_string().into_bytes().into())
+        } else {
+            Message::Text(frame.to_string().into())
+        };
+        if self.socket.send(message).await.is_err() {
             answer.closed = true;
             return answer;
         }
@@ -82,6 +98,7 @@ impl WsClient {
                         return answer;
                     }
                 }
+                Some(Ok(Message::Binary(bytes))) => answer.binary.push(String::from_utf8_lossy(&bytes).into_owned()),
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => {
                     answer.closed = true;
                     return answer;
