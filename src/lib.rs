@@ -20,7 +20,8 @@
 //! * [`startup`]: assembles a gateway from config, keychain and environment, without side effects;
 //!   `first_run` makes the first run's writes explicitly.
 //! * [`server`]: serves the HTTP surface on a bound socket: no-delay, the connection cap (which closes
-//!   the oldest idle connection for a new one), bounded drain.
+//!   the oldest idle connection for a new one), the write deadline (`server::write_deadline`), bounded
+//!   drain.
 //! * [`limits`]: every limit on what clients can hold (timeouts, caps, the descriptor limit raised).
 //! * [`http`]: the axum routes: `/v1/*` for clients, `/login`, the dashboard, and the control API.
 //! * [`api`]: the control API under `/keymux/api` (typed bodies, the live event stream,

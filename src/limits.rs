@@ -36,6 +36,9 @@ pub struct ServeOptions {
     pub body_read_timeout: Duration,
     /// Longest wait for a new WebSocket's first frame.
     pub first_frame_timeout: Duration,
+    /// Longest a write to a client may stay blocked (the client reads nothing) before its connection
+    /// is closed. Generous: a client that reads at all never meets it.
+    pub write_stall_timeout: Duration,
     /// Longest wait, at shutdown, for requests and streams in flight to finish.
     pub drain: Duration,
 }
@@ -49,6 +52,7 @@ impl Default for ServeOptions {
             header_read_timeout: Duration::from_secs(30),
             body_read_timeout: Duration::from_secs(60),
             first_frame_timeout: Duration::from_secs(30),
+            write_stall_timeout: Duration::from_secs(30),
             drain: Duration::from_secs(10),
         }
     }

@@ -494,3 +494,49 @@ async fn refused_requests_cannot_flood_the_log() {
     assert!(logged < 256 * 1024, "{logged} bytes of log for 500 refused requests");
     assert!(output.contains("suppressed"), "the log says that lines were left out");
 }
+
+/// A connection that asks for `path` 32 times in a row (more than the kernel's buffers on both
+/// sides hold, loopback's included) with a tiny receive window, and never reads the answers.
+async fn slow_reader(addr: SocketAddr, path: &str) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(2048).unwrap();
+    let mut stream = socket.connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nhost: 127.0.0.1:{}\r\n\r\n", addr.port());
+    stream.write_all(request.repeat(32).as_bytes()).await.unwrap();
+    stream
+}
+
+/// The largest file the dashboard's page names (its script bundle), found from the page itself.
+async fn dashboard_bundle(addr: SocketAddr) -> String {
+    let mut socket = send(addr, &head("GET", addr, "/", "", 0), b"").await;
+    let page = read_until(&mut socket, |t| t.contains("</html>")).await;
+    let start = page.find("/assets/").expect("the page names its bundle (build the dashboard: cd ui && npm ci)");
+    let end = start + page[start..].find('"').unwrap();
+    page[start..end].to_owned()
+}
+
+/// Without any credential, a crowd of connections that each ask for a large dashboard file and
+/// never read it: the connections closed to make room for new ones give their descriptors back, so
+/// with the gateway held to 160 open files a client is still served after 250 of them.
+#[tokio::test]
+async fn slow_readers_give_their_descriptors_back_and_never_lock_a_client_out() {
+    let home = tempfile::tempdir().unwrap();
+    let sim = keymux_sim::Sim::start(SimConfig::new().org("org-a", &["sk-a1"])).await.unwrap();
+    let mut env = base_env(home.path());
+    env.push(("KEYMUX_KEY_A1".to_owned(), "sk-a1".to_owned()));
+    env.push(("KEYMUX_CLIENT_TOKEN".to_owned(), TOKEN.to_owned()));
+    env.push(("KEYMUX_LOG".to_owned(), "info".to_owned()));
+    let args = ["--ephemeral", "--upstream", &sim.base_url()];
+    let keymux = Keymux::spawn_under(&["prlimit", "--nofile=160:160", "--"], &args, &env).await;
+    let addr: SocketAddr = keymux.root.trim_start_matches("http://").parse().unwrap();
+    let bundle = dashboard_bundle(addr).await;
+    let mut readers = Vec::new();
+    for _ in 0..250 {
+        readers.push(slow_reader(addr, &bundle).await);
+    }
+    let mut client = send(addr, &head("GET", addr, "/keymux/health", "", 0), b"").await;
+    let answer = read_until(&mut client, has_head).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "a client is served after the slow readers: {answer:?}");
+    drop(readers);
+    keymux.stop().await;
+}

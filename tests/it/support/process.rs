@@ -63,7 +63,20 @@ pub fn base_env(home: &Path) -> Vec<(String, String)> {
 impl Keymux {
     /// Starts `keymux serve --listen 127.0.0.1:0 ARGS` and waits for its "listening on" line.
     pub async fn spawn(args: &[&str], env: &[(String, String)]) -> Self {
-        let mut cmd = tokio::process::Command::new(keymux_bin());
+        Self::spawn_under(&[], args, env).await
+    }
+
+    /// `spawn`, run through `wrapper` (a program and its arguments that ends by running the command
+    /// it is given, as `prlimit --nofile=N:N --` does).
+    pub async fn spawn_under(wrapper: &[&str], args: &[&str], env: &[(String, String)]) -> Self {
+        let mut cmd = match wrapper.split_first() {
+            None => tokio::process::Command::new(keymux_bin()),
+            Some((program, rest)) => {
+                let mut cmd = tokio::process::Command::new(program);
+                cmd.args(rest).arg(keymux_bin());
+                cmd
+            }
+        };
         cmd.arg("serve");
         if !args.contains(&"--listen") {
             cmd.arg("--listen").arg("127.0.0.1:0");

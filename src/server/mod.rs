@@ -6,12 +6,16 @@
 //! open them, token or not:
 //! * request headers must arrive within `header_read_timeout` of a connection opening or of its last
 //!   answer, so a silent socket, a slowloris and an idle keep-alive connection are all closed then;
+//! * an answer's writes must make progress: one blocked for `write_stall_timeout` (a client that
+//!   stopped reading) closes the connection (`write_deadline`), on every route and on WebSockets;
 //! * a request body must arrive whole within `body_read_timeout` (408 otherwise), and one declared over
 //!   the cap gets its 413 at once (`proxy`);
 //! * at most `max_connections` are open. At the cap, a new connection is not refused: the oldest
 //!   connection that is not serving a request (idle, still sending its headers, or still sending its
 //!   body) is closed for it, so a flood of idle or slow sockets never locks a real client out. Only
-//!   when every connection is busy serving is a new one closed at once;
+//!   when every connection is busy serving is a new one closed at once. A connection closed this way
+//!   gets `EVICTED_FLUSH` to send what it still holds of its last answer, then its descriptor is
+//!   given back whether or not its client read it;
 //! * a connection holding an event stream (`/keymux/api/events`) does not count against
 //!   `max_connections`; at most `max_event_streams` are open, past that a new subscriber gets a 429;
 //! * at most `max_websockets` WebSockets are open (past it the upgrade gets a 426 and Codex goes on over
@@ -42,9 +46,15 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
 
+mod write_deadline;
+
 use crate::gateway::Gateway;
 use crate::limits::StreamCap;
 pub use crate::limits::{Connection, RequestLimits, ServeOptions};
+
+/// How long a connection closed to make room may still spend sending what it holds of its last
+/// answer. A client that reads gets it; one that stopped reading loses it, and its descriptor is free.
+const EVICTED_FLUSH: Duration = Duration::from_secs(1);
 
 /// How serving ended.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -118,22 +128,28 @@ async fn accept_until(
         }
         let connection = Connection::new(local, slot.streaming.clone(), streams.clone());
         let service = Tracked { app: app.clone(), slot: slot.clone(), connection };
-        let connection = builder.serve_connection(TokioIo::new(tcp), service).with_upgrades();
+        let io = write_deadline::WriteDeadline::new(tcp, options.write_stall_timeout);
+        let connection = builder.serve_connection(TokioIo::new(io), service).with_upgrades();
         let (slots, stopping) = (slots.clone(), stopping.clone());
         connections.spawn(async move {
             tokio::pin!(connection);
-            let ended = tokio::select! {
+            let evicted = tokio::select! {
                 ended = connection.as_mut() => Some(ended),
                 () = slot.evicted.notified() => None,
                 () = stopping.cancelled() => None,
             };
-            let ended = match ended {
+            let ended = match evicted {
                 Some(ended) => ended,
                 // A body still arriving holds no answer anyone waits for: cut it, now.
                 None if slot.reading.load(Ordering::Acquire) > 0 => Ok(()),
-                None => {
+                // Shutting down: requests in flight finish within the drain allowance (`drain`).
+                None if stopping.is_cancelled() => {
                     connection.as_mut().graceful_shutdown();
                     connection.await
+                }
+                None => {
+                    connection.as_mut().graceful_shutdown();
+                    tokio::time::timeout(EVICTED_FLUSH, connection).await.unwrap_or(Ok(()))
                 }
             };
             if let Err(e) = ended {
