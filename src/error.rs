@@ -125,6 +125,9 @@ pub enum ApiError {
     /// The request replays state made by a key outside its token's pool.
     #[error("state from a key outside the token's pool")]
     PoolMismatch { label: String, pool: String, owner: String },
+    /// A bare response id, and every key of the token's pool shares its organization outside it.
+    #[error("bare response id across pools")]
+    BareResponseId { pool: String, shared_with: String },
     /// The provider rejected the last key tried (401/403).
     #[error("key rejected by the provider")]
     KeyRejected { label: String, status: u16 },
@@ -243,17 +246,16 @@ impl ApiError {
                 wait("keymux_budget_reached", "budget_reached", budget_reached(*secs, *keys, pool))
             }
             Self::BudgetStopped { label, pool, period, limit, retry_after_secs: secs } => {
-                let whose = match pool {
-                    Some(pool) => ("pool", pool.as_str(), "pool set"),
-                    None => ("key", label.as_str(), "keys set"),
-                };
-                wait("keymux_budget_reached", "budget_stopped", budget_stopped(whose, *period, *limit, *secs))
+                wait("keymux_budget_reached", "budget_stopped", budget_stopped(label, pool, *period, *limit, *secs))
             }
             Self::NoUsableKey { unusable, pool } => {
                 srv(S::SERVICE_UNAVAILABLE, "keymux_no_usable_key", "no_usable_key", no_usable_key(*unusable, pool))
             }
             Self::PoolMismatch { label, pool, owner } => {
                 req(S::FORBIDDEN, "pool_mismatch", "pool_mismatch", pool_mismatch(label, pool, owner))
+            }
+            Self::BareResponseId { pool, shared_with } => {
+                req(S::FORBIDDEN, "pool_mismatch", "bare_response_id", bare_response_id(pool, shared_with))
             }
             Self::KeyRejected { label, status } => {
                 srv(S::SERVICE_UNAVAILABLE, "keymux_key_rejected", "key_rejected", key_rejected(label, *status))

@@ -189,6 +189,7 @@ fn refusal_name(refusal: &Refusal) -> &'static str {
         Refusal::AllCooling { .. } => "all_cooling",
         Refusal::NoUsableKey { .. } => "no_usable_key",
         Refusal::PoolMismatch { .. } => "pool_mismatch",
+        Refusal::BareResponseId { .. } => "bare_response_id",
         Refusal::BudgetReached { .. } => "budget_reached",
         Refusal::BudgetStopped { .. } => "budget_stopped",
     }

@@ -242,6 +242,12 @@ fn session_lost(refusal: &Option<Refusal>, rescued: bool) -> Option<Notice> {
             "It replays encrypted reasoning that only an organization with no usable key left can read. \
              Re-enable or re-add one of its keys, or start a new session.",
         ),
+        Some(Refusal::BareResponseId { .. }) => (
+            "A session was refused",
+            "It names a stored response without Keymux's marker, and its pool shares an organization with \
+             another pool, so Keymux cannot tell which pool made it. Continue it with the id Keymux returned, \
+             or start a new session.",
+        ),
         Some(Refusal::PoolMismatch { .. }) => (
             "A session was refused",
             "It replays what a key of another pool made, and Keymux never crosses a pool's boundary. Continue \

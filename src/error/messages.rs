@@ -156,12 +156,18 @@ pub(super) fn budget_reached(retry_after_secs: u64, keys: usize, pool: &Option<S
 }
 
 /// `whose`: what reached its budget (`key` or `pool`), its name, and the command that changes it.
+/// `pool` when the pool's budget is the one stopped, else the key's (`label`).
 pub(super) fn budget_stopped(
-    whose: (&str, &str, &str),
+    label: &str,
+    pool: &Option<String>,
     period: crate::budget::Period,
     limit: crate::spend::Usd,
     secs: u64,
 ) -> String {
+    let whose = match pool {
+        Some(pool) => ("pool", pool.as_str(), "pool set"),
+        None => ("key", label, "keys set"),
+    };
     let budget = period.adjective();
     let (noun, name, command) = whose;
     format!(
@@ -196,6 +202,15 @@ pub(super) fn pool_mismatch(label: &str, pool: &str, owner: &str) -> String {
         "This request replays state made by Keymux key '{label}' of the pool '{owner}', but its token belongs to \
          the pool '{pool}', and Keymux never crosses a pool's boundary. Continue the session with a token of \
          '{owner}', or start a new session."
+    )
+}
+
+pub(super) fn bare_response_id(pool: &str, shared_with: &str) -> String {
+    format!(
+        "This request names a stored response by its bare id, without the marker Keymux adds to the ids it \
+         returns, and every key of the pool '{pool}' shares its organization with a key of the pool \
+         '{shared_with}': Keymux cannot tell which pool made that response, and never crosses a pool's \
+         boundary. Send the id as Keymux returned it, or continue with a token of the pool that made it."
     )
 }
 

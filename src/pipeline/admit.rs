@@ -32,7 +32,17 @@ pub fn admit(gw: &Gateway, incoming: &Incoming<'_>, entry: Entry, trace: &mut Tr
     let now = gw.clock().now();
     let kept = still_rescued(gw, &mut facts, now);
     let memory = memory(gw, &facts, entry, now);
-    let view = pool_view(gw, &facts, now, &reach);
+    let mut view = pool_view(gw, &facts, now, &reach);
+    if facts.unmarked_response_id {
+        match bare_id_keys(gw, &reach) {
+            Ok(None) => {}
+            Ok(Some(keys)) => view.keys.retain(|k| keys.contains(&k.id)),
+            Err(refusal) => {
+                trace.decided(Decision { refusal: Some(refusal.clone()), ..Decision::new(facts.seq) });
+                return Err(refusal_error(gw, refusal, &reach));
+            }
+        }
+    }
     let mut decision = router::decide_within(&facts, view, reach.tiers(), &memory, now, gw.policy());
     keep_rescued(gw, &facts, &mut decision, kept, now);
     let refusal = decision.refusal.clone();
@@ -121,6 +131,27 @@ pub fn pool_mismatch(gw: &Gateway, reach: &Reach<'_>, facts: &RequestFacts) -> O
     Some(Refusal::PoolMismatch { key, pool: reach.pool().to_owned(), owner })
 }
 
+/// The keys a request naming a response by its bare provider id may reach (`Reach::bare_id_keys`):
+/// `None` for the pool `all`; the refusal when no key of the token's pool has an organization of its own.
+pub fn bare_id_keys(gw: &Gateway, reach: &Reach<'_>) -> Result<Option<Vec<KeyId>>, Refusal> {
+    let every: Vec<(KeyId, Option<OrgTag>)> =
+        gw.pool().ids().into_iter().map(|k| (k.clone(), gw.pool().org_tag(&k))).collect();
+    reach
+        .bare_id_keys(&every)
+        .map_err(|shared_with| Refusal::BareResponseId { pool: reach.pool().to_owned(), shared_with })
+}
+
+/// For a socket bound to `key`: the refusal when a bare response id may not go to that key.
+pub fn bare_id_refusal(gw: &Gateway, reach: &Reach<'_>, key: &KeyId) -> Option<Refusal> {
+    let shared_with = reach.shared_outside(&orgs_of_keys(gw), key)?;
+    Some(Refusal::BareResponseId { pool: reach.pool().to_owned(), shared_with })
+}
+
+/// Every key with its organization (`None` until its first answer tells it).
+fn orgs_of_keys(gw: &Gateway) -> Vec<(KeyId, Option<OrgTag>)> {
+    gw.pool().ids().into_iter().map(|k| (k.clone(), gw.pool().org_tag(&k))).collect()
+}
+
 /// What Keymux remembers about a request: the soft-affinity table (only for prompts long enough to
 /// cache), and for a new socket or a request replaying unmarked encrypted content the session hint.
 fn memory(gw: &Gateway, facts: &RequestFacts, entry: Entry, now: Instant) -> Memory {
@@ -204,6 +235,7 @@ pub fn refusal_error(gw: &Gateway, refusal: Refusal, reach: &Reach<'_>) -> ApiEr
             ApiError::BudgetStopped { label: label(&key), pool, period, limit, retry_after_secs }
         }
         Refusal::PoolMismatch { key, pool, owner } => ApiError::PoolMismatch { label: label(&key), pool, owner },
+        Refusal::BareResponseId { pool, shared_with } => ApiError::BareResponseId { pool, shared_with },
         Refusal::MixedOrgs { keys } => ApiError::MixedOrgs { labels: keys.iter().map(label).collect() },
         Refusal::LostOrg { key } => ApiError::LostOrg { label: label(&key) },
         Refusal::ContinuityLost { key } => ApiError::ContinuityLost { label: label(&key) },

@@ -206,11 +206,13 @@ impl Inbound {
         Ok(UpMessage::Text(String::from_utf8_lossy(&body).into_owned().into()))
     }
 
-    /// A frame that replays state made by a key outside the token's pool is refused.
+    /// A frame that replays state made by a key outside the token's pool is refused, and so is one
+    /// naming a response by its bare id when this socket's key shares its organization outside the pool.
     fn check_pool(&self, facts: &RequestFacts) -> Result<(), Stop> {
         let pools = self.gateway.pools();
         let reach = pools.reach(&self.scope.pool);
-        match pipeline::pool_mismatch(&self.gateway, &reach, facts) {
+        let bare = || facts.unmarked_response_id.then(|| pipeline::bare_id_refusal(&self.gateway, &reach, &self.key));
+        match pipeline::pool_mismatch(&self.gateway, &reach, facts).or_else(|| bare().flatten()) {
             Some(refusal) => {
                 let error = pipeline::refusal_error(&self.gateway, refusal, &reach);
                 Err(Stop::Refused(error.spec().message.into_owned()))

@@ -356,3 +356,63 @@ async fn what_one_pool_learns_never_steers_another() {
         [("left", "cache_miss"), ("left", "hit"), ("right", "cache_miss")].map(|(a, b)| (a.to_owned(), b.to_owned()));
     assert_eq!(states, want);
 }
+
+/// `resp_` + the provider's id, from the id Keymux returned (`resp_` + marker + the provider's id; the
+/// marker is `km1`, a 6-character install tag, the key id's length in 2 hex digits, the key id, an
+/// 8-character organization tag and a 16-character MAC).
+fn bare(marked: &str) -> String {
+    let rest = marked.strip_prefix("resp_km1").expect("a marked response id");
+    let len = usize::from_str_radix(&rest[6..8], 16).unwrap();
+    format!("resp_{}", &rest[8 + len + 8 + 16..])
+}
+
+/// Pools `work` (organizations a and b) and `personal` (b and c) share organization b. A response the
+/// personal pool stored on b2, named by its bare provider id with the work token, must not be read
+/// through b1: bare ids go only to keys whose organization is their pool's alone, and a pool with
+/// none refuses them. A bare id made before Keymux still reaches its pool's own organization.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bare_response_id_never_crosses_pools_that_share_an_organization() {
+    let h = Harness::start(three_orgs(), &five_keys()).await;
+    let admin = Admin::new(&h.root);
+    let (work, personal) = two_pools(&admin).await;
+    let c = client();
+    assert_eq!(admin.post_json("/keys/k_c1/disable", None).await.0, 200);
+    let body = json!({"model":"gpt-5.5","input":"personal notes","store":true});
+    let r = c.post(format!("{}/responses", h.base)).bearer_auth(&personal).json(&body).send().await.unwrap();
+    let created: Value = r.json().await.unwrap();
+    assert_eq!(h.sim.log().last().unwrap().key.as_deref(), Some("sk-b2"), "stored on b2: {created}");
+    let id = bare(created["id"].as_str().unwrap());
+    // Only b1 is left to the work pool: before, it read the personal response through it.
+    for k in ["k_a1", "k_a2"] {
+        assert_eq!(admin.post_json(&format!("/keys/{k}/disable"), None).await.0, 200);
+    }
+    let before = h.sim.log().len();
+    let got = c.get(format!("{}/responses/{id}/input_items", h.base)).bearer_auth(&work).send().await.unwrap();
+    let status = got.status();
+    assert_ne!(status, 200, "the work token read a personal response: {}", got.text().await.unwrap());
+    let body = json!({"model":"gpt-5.5","input":"and then?","previous_response_id":id});
+    let next = c.post(format!("{}/responses", h.base)).bearer_auth(&work).json(&body).send().await.unwrap();
+    assert_ne!(next.status(), 200, "the work token continued a personal response");
+    assert!(h.sim.log()[before..].iter().all(|e| e.key.as_deref() != Some("sk-b1")), "nothing went through b1");
+    // A pool whose every key shares its organization with another pool refuses a bare id, saying why.
+    let (status, _) = admin.post_json("/pools", Some(json!({"name":"shared","keys":["b1"]}))).await;
+    assert_eq!(status, 201);
+    let shared = token_in(&admin, "mixed", "shared").await;
+    let refused = c.get(format!("{}/responses/{id}", h.base)).bearer_auth(&shared).send().await.unwrap();
+    assert_eq!(refused.status(), 403);
+    let refused: Value = refused.json().await.unwrap();
+    assert_eq!(refused["error"]["code"], "pool_mismatch", "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("'shared'") && message.contains("marker"), "{message}");
+    assert_eq!(h.sim.log().len() - before, 0, "no bare id was forwarded to a shared organization");
+    // A response made before Keymux with c1 (organization c is personal's alone) is still reached.
+    assert_eq!(admin.post_json("/keys/k_c1/enable", None).await.0, 200);
+    let direct = json!({"model":"gpt-5.5","input":"before Keymux","store":true});
+    let made =
+        c.post(format!("{}/responses", h.sim.base_url())).bearer_auth("sk-c1").json(&direct).send().await.unwrap();
+    let made: Value = made.json().await.unwrap();
+    let old = made["id"].as_str().unwrap();
+    let got = c.get(format!("{}/responses/{old}", h.base)).bearer_auth(&personal).send().await.unwrap();
+    assert_eq!(got.status(), 200, "{}", got.text().await.unwrap());
+    assert_eq!(h.sim.log().last().unwrap().key.as_deref(), Some("sk-c1"));
+}

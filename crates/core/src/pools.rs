@@ -9,13 +9,16 @@
 //! The boundary is safe by construction: the router is handed a snapshot that holds only the keys of one
 //! pool at a time, so no rule (balancing, failover, the spread, soft affinity, rescue, session hints,
 //! continuity) can reach a key outside it. A request that replays state made by a key outside its pool
-//! is refused with `pool_mismatch` before anything is forwarded (see [`Reach::mismatch`]).
+//! is refused with `pool_mismatch` before anything is forwarded (see [`Reach::mismatch`]). A response
+//! named by its bare provider id (no marker says which key made it) goes only to keys whose organization
+//! no key outside the pool shares, and is refused when there are none ([`Reach::bare_id_keys`]).
 //!
 //! Pools name keys by label (or id), as the user wrote them; [`Pools::resolve`] turns that into key ids
 //! whenever keys or pools change, never per request.
 
 use serde::{Deserialize, Serialize};
 
+use crate::digest::OrgTag;
 use crate::keys::{validate_label, KeyId};
 use crate::router::Tier;
 
@@ -312,6 +315,41 @@ impl Reach<'_> {
         let key = pinned.into_iter().find(|k| !inside(k) && known(k))?;
         let owner = pools.pools_of(key).into_iter().next().unwrap_or_else(|| ALL.to_owned());
         Some((key.clone(), owner))
+    }
+
+    /// The keys that may take a request naming a response by its bare provider id (without Keymux's
+    /// marker, so nothing says which key or pool made it). A key reads every stored response of its
+    /// organization, so a key whose organization a key outside this reach shares could read a response
+    /// made through another pool: only keys whose organization is theirs alone may take it. A key whose
+    /// organization is not known yet counts as shared. `every` is each key with its organization.
+    ///
+    /// `Ok(None)` for `all` (no boundary); `Ok(Some(keys))` otherwise; `Err(owner)` when no key is
+    /// left, naming a pool outside that shares an organization.
+    pub fn bare_id_keys(&self, every: &[(KeyId, Option<OrgTag>)]) -> Result<Option<Vec<KeyId>>, String> {
+        let Self::Pool { tiers, .. } = self else { return Ok(None) };
+        let (mut keys, mut sharer) = (Vec::new(), None);
+        for (key, _) in every.iter().filter(|(k, _)| tiers.iter().any(|t| t.keys.contains(k))) {
+            match self.shared_outside(every, key) {
+                None => keys.push(key.clone()),
+                Some(pool) => {
+                    sharer.get_or_insert(pool);
+                }
+            }
+        }
+        if keys.is_empty() {
+            return Err(sharer.unwrap_or_else(|| ALL.to_owned()));
+        }
+        Ok(Some(keys))
+    }
+
+    /// The pool outside this reach holding a key of `key`'s organization (`all` for a key in no pool
+    /// or when an organization is not known yet); `None` when that organization is this reach's alone.
+    pub fn shared_outside(&self, every: &[(KeyId, Option<OrgTag>)], key: &KeyId) -> Option<String> {
+        let Self::Pool { tiers, pools, .. } = self else { return None };
+        let org = every.iter().find(|(k, _)| k == key).and_then(|(_, o)| *o);
+        let inside = |k: &KeyId| tiers.iter().any(|t| t.keys.contains(k));
+        let (other, _) = every.iter().find(|(k, o)| !inside(k) && (org.is_none() || o.is_none() || *o == org))?;
+        Some(pools.pools_of(other).into_iter().next().unwrap_or_else(|| ALL.to_owned()))
     }
 
     /// The tiers to decide over: none for `all` (the whole pool), else the pool and its fallbacks.

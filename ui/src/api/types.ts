@@ -193,7 +193,15 @@ pool: string,
 /**
  * A pool that holds that key.
  */
-owner: string, } | { "kind": "all_cooling", 
+owner: string, } | { "kind": "bare_response_id", 
+/**
+ * The token's pool.
+ */
+pool: string, 
+/**
+ * A pool outside it that shares an organization with it.
+ */
+shared_with: string, } | { "kind": "all_cooling", 
 /**
  * Seconds until the first key frees.
  */

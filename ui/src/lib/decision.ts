@@ -171,6 +171,8 @@ export function refusalSentence(refusal: Refusal, name: KeyNamer = plain, pool =
       return "Keymux has no keys. Add one on the Keys page.";
     case "pool_mismatch":
       return `It replays state made by ${name(refusal.key)}, which is in pool ${refusal.owner}, outside its token's pool ${refusal.pool}; it was refused and never sent on. Continue it with a token of pool ${refusal.owner}, or start a new conversation.`;
+    case "bare_response_id":
+      return `It names a stored response by its bare id, without Keymux's marker, and every key of pool ${refusal.pool} shares its organization with pool ${refusal.shared_with}: Keymux cannot tell which pool made it, so it was refused and never sent on. Send the id as Keymux returned it, or use a token of the pool that made it.`;
     case "all_cooling":
       return `All ${refusal.cooling} usable key${refusal.cooling === 1 ? " is" : "s are"} rate limited; the first frees in ${countdown(refusal.retry_after_secs * 1000)}.`;
     case "no_usable_key":

@@ -104,3 +104,22 @@ fn a_key_taken_out_of_a_pool_is_not_a_mismatch_until_it_comes_back() {
     let other = Pools::resolve(vec![pool("play", &["work"], &[])], &keys(), &before);
     assert!(other.reach("play").mismatch(&ids(&["k_w2"]), exists).is_some(), "former keys are per pool");
 }
+
+#[test]
+fn a_bare_response_id_reaches_only_keys_whose_organization_is_their_pools_alone() {
+    let org = |c: u8| Some(OrgTag([c; crate::digest::ORG_TAG_LEN]));
+    // work: w1 (org a), w2 (org b); personal: p1 (org b). Organization b is shared.
+    let defs = vec![pool("work", &["work", "work-2"], &[]), pool("personal", &["personal"], &[])];
+    let pools = Pools::resolve(defs, &keys(), &Pools::default());
+    let mut every =
+        vec![(KeyId::new("k_w1"), org(b'a')), (KeyId::new("k_w2"), org(b'b')), (KeyId::new("k_p1"), org(b'b'))];
+    assert_eq!(pools.reach("work").bare_id_keys(&every), Ok(Some(ids(&["k_w1"]))));
+    assert_eq!(pools.reach("personal").bare_id_keys(&every), Err("work".to_owned()), "its only organization is shared");
+    assert_eq!(pools.reach("all").bare_id_keys(&every), Ok(None), "no boundary to keep");
+    // An organization not known yet counts as shared, on either side.
+    every[0].1 = None;
+    assert_eq!(pools.reach("work").bare_id_keys(&every), Err("personal".to_owned()));
+    every[0].1 = org(b'a');
+    every[2].1 = None;
+    assert_eq!(pools.reach("work").bare_id_keys(&every), Err("personal".to_owned()));
+}

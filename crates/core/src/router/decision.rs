@@ -247,6 +247,15 @@ pub enum Refusal {
         /// A pool that holds that key.
         owner: String,
     },
+    /// The request names a response by its bare provider id, and every key of its token's pool shares
+    /// its organization with a key outside it (or its organization is not known yet): such a key could
+    /// read a response made through another pool, so the request is never forwarded.
+    BareResponseId {
+        /// The token's pool.
+        pool: String,
+        /// A pool outside it that shares an organization with it.
+        shared_with: String,
+    },
     /// Every usable key is cooling; the first frees after that many whole seconds (at least 1).
     AllCooling {
         /// Seconds until the first key frees.
