@@ -255,3 +255,44 @@ fn a_file_with_another_name_keeps_its_key_and_the_refusal_says_why() {
     assert_eq!(std::fs::read_to_string(&auth).unwrap(), text, "the file is as it was");
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2, "and no backup was made");
 }
+
+/// What `keys import --remove-plaintext` leaves in Codex's `auth.json` (`"OPENAI_API_KEY": null`) is
+/// what `keymux setup codex` fills in with a client token, as the import tells the user: the token goes
+/// where the key was and every other member stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_codex_fills_in_the_auth_json_an_import_left_without_a_key() {
+    require_secret_service();
+    let home = tempfile::tempdir().unwrap();
+    let cfg = config(home.path(), "then-setup", "http://127.0.0.1:9/v1");
+    // Nothing listens on port 1: both commands work offline.
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, format!("listen = \"127.0.0.1:1\"\n{text}")).unwrap();
+    let mut env: Vec<(String, String)> =
+        base_env(home.path()).into_iter().filter(|(k, _)| k != "XDG_DATA_HOME").collect();
+    env.push(("XDG_DATA_HOME".into(), home.path().join("data").display().to_string()));
+    let codex_home = home.path().join(".codex");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    std::fs::write(codex_home.join("config.toml"), "model = \"gpt-5.5\"\n").unwrap();
+    let auth = codex_home.join("auth.json");
+    let original = format!(
+        "{{\n  \"auth_mode\": \"apikey\",\n  \"OPENAI_API_KEY\": \"{CODEX_KEY}\",\n  \"last_refresh\": null\n}}\n"
+    );
+    std::fs::write(&auth, &original).unwrap();
+
+    let (ok, out, err) = cli(&cfg, &env, &["keys", "import", "--yes", "--remove-plaintext"], "").await;
+    assert!(ok && out.contains("`keymux setup codex` puts a Keymux client token in its place"), "{out}{err}");
+    let emptied = original.replace(&format!("\"{CODEX_KEY}\""), "null");
+    assert_eq!(std::fs::read_to_string(&auth).unwrap(), emptied, "the import left the key's member, null");
+
+    let (ok, out, err) = cli(&cfg, &env, &["setup", "codex", "--yes"], "").await;
+    assert!(ok, "setup accepts the file the import left: {out}{err}");
+    let held: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&auth).unwrap()).unwrap();
+    let token = held["OPENAI_API_KEY"].as_str().expect("a token in the key's place").to_owned();
+    assert!(token.starts_with("km-"), "a Keymux client token");
+    assert_eq!(std::fs::read_to_string(&auth).unwrap(), emptied.replace("null,", &format!("\"{token}\",")));
+    let backups = std::fs::read_dir(&codex_home).unwrap().map(|e| e.unwrap().path());
+    let kept = backups.filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("auth.json.keymux-backup-"));
+    let kept: Vec<String> = kept.map(|p| std::fs::read_to_string(p).unwrap()).collect();
+    assert!(kept.contains(&emptied), "setup backed the file up as the import left it");
+    assert_no_secrets("the output", &format!("{out}{err}"), &[CODEX_KEY, &token]);
+}
