@@ -220,7 +220,7 @@ fn remove_copies(pooled: &[&Candidate], up_front: bool) -> Result<(), StartError
                     Ok(removed) => {
                         out(&format!(
                             "removed the key from {} (the file as it was is kept in {})",
-                            removed.path.display(),
+                            removed.file(),
                             removed.backup.display()
                         ));
                         if matches!(candidate.origin, Origin::CodexAuth(_)) {

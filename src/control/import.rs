@@ -135,7 +135,7 @@ fn remove_copy(origin: &Origin, candidate: &Candidate) -> Option<String> {
             Some(match crate::keys_import::remove_plaintext(origin, &candidate.secret) {
                 Ok(removed) => format!(
                     "removed the key ({masked}) from {} (the file as it was is kept in {})",
-                    removed.path.display(),
+                    removed.file(),
                     removed.backup.display()
                 ),
                 Err(why) => why,

@@ -3,9 +3,11 @@
 //! its `OPENAI_API_KEY` field, set to `null` (Codex 0.171 then says "API key auth is missing a key"
 //! until `keymux setup codex` puts a client token there, or the user logs in again); pi's `auth.json`
 //! loses the provider's entry; `models.json` loses the provider's `apiKey`. Every other byte stays:
-//! the edit is made in the text, then checked by parsing both texts.
+//! the edit is made in the text, then checked by parsing both texts. A file reached through a link
+//! (kept in a dotfiles repository) is edited where it is and the link stays; its backup goes next to
+//! the link, out of that repository.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
@@ -13,31 +15,61 @@ use super::{Origin, ENV_VAR};
 use crate::clock::Clock;
 use crate::config_file::write_atomically_with_mode;
 use crate::secrets::Secret;
-use crate::setup::{keep_copy, mode_of, read_limited};
+use crate::setup::{keep_copy, mode_of, read_limited, real_path};
 
 /// A plaintext copy taken out of a file.
 #[derive(Debug)]
 pub struct Removed {
-    /// The file, now without the key.
+    /// The file, now without the key (links followed).
     pub path: PathBuf,
-    /// The file as it was (the key included), kept next to it.
+    /// The link the client reads the file through, when it is one (it is kept).
+    pub link: Option<PathBuf>,
+    /// The file as it was (the key included), kept next to the name the client reads it by.
     pub backup: PathBuf,
 }
 
-/// Takes `secret` out of the file `origin` names, after keeping a backup; refused (nothing written)
-/// when the file no longer holds that key there, or the edit would change anything else.
+impl Removed {
+    /// The file that changed, for a person: its path, and the link that names it.
+    pub fn file(&self) -> String {
+        match &self.link {
+            Some(link) => format!("{}, which {} links to", self.path.display(), link.display()),
+            None => self.path.display().to_string(),
+        }
+    }
+}
+
+/// Takes `secret` out of the file `origin` names (the file a link names, the link kept), after keeping
+/// a backup; refused (nothing written) when the file no longer holds that key there, the edit would
+/// change anything else, or the file cannot be rewritten whole.
 pub fn remove_plaintext(origin: &Origin, secret: &Secret) -> Result<Removed, String> {
-    let path = origin.file().ok_or_else(|| format!("{} is not a file Keymux edits", origin.describe()))?;
+    let named = origin.file().ok_or_else(|| format!("{} is not a file Keymux edits", origin.describe()))?;
+    let path = &real_path(named);
+    let by_hand = |why: String| format!("{}: {why}; remove the key by hand (it is in Keymux now)", path.display());
     let bytes = read_limited(path).map_err(|e| e.to_string())?.ok_or_else(|| format!("{} is gone", path.display()))?;
+    rewritable(path).map_err(by_hand)?;
     let text = String::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8 text", path.display()))?;
-    let new = stripped(&text, origin, secret)
-        .map_err(|why| format!("{}: {why}; remove the key by hand (it is in Keymux now)", path.display()))?;
+    let new = stripped(&text, origin, secret).map_err(by_hand)?;
     let now = Clock::system().unix_ms() / 1000;
     let mode = mode_of(path);
-    let backup = keep_copy(path, "keymux-backup", text.as_bytes(), mode, now).map_err(|e| e.to_string())?;
+    let backup = keep_copy(named, "keymux-backup", text.as_bytes(), mode, now).map_err(|e| e.to_string())?;
     write_atomically_with_mode(path, new.as_bytes(), mode)
         .map_err(|e| format!("cannot write {}: {e} (the backup {} is kept)", path.display(), backup.display()))?;
-    Ok(Removed { path: path.to_owned(), backup })
+    let link = std::path::absolute(named).is_ok_and(|named| named != *path).then(|| named.to_owned());
+    Ok(Removed { path: path.to_owned(), link, backup })
+}
+
+/// Refuses a file that a new text renamed over it would not take the key out of: one that is not a
+/// regular file, or one with other names (hard links), which would go on holding the key.
+fn rewritable(path: &Path) -> Result<(), String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("it cannot be read ({e})"))?;
+    if !meta.is_file() {
+        return Err("it is not a regular file".into());
+    }
+    #[cfg(unix)]
+    if std::os::unix::fs::MetadataExt::nlink(&meta) > 1 {
+        return Err("it has other names (hard links), which would keep the key".into());
+    }
+    Ok(())
 }
 
 /// The text without the key, checked: the parsed result is the parsed original with only that change.

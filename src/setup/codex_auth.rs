@@ -6,6 +6,8 @@
 //! * No file: Keymux creates it with the token (Undo deletes it while it still holds that token).
 //! * An API key: only that string is replaced, every other byte stays; the key itself is kept in the
 //!   backup, and can be imported into Keymux's keychain (Undo puts the file back byte for byte).
+//! * No key (`OPENAI_API_KEY` null, as `keymux keys import --remove-plaintext` leaves it, or missing):
+//!   the token goes in its place, every other member stays.
 //! * A ChatGPT login: refused; it is not an API key, and only the custom-provider form can go through
 //!   Keymux without replacing it.
 
@@ -22,6 +24,8 @@ const FIELD: &str = "OPENAI_API_KEY";
 pub(super) enum Held {
     /// No file (or an empty one).
     Nothing,
+    /// A file without a key and without a login: `OPENAI_API_KEY` null, empty or missing.
+    NoKey,
     /// An API key (not one of Keymux's tokens): it may be imported.
     ApiKey,
     /// A Keymux client token.
@@ -37,28 +41,30 @@ pub(super) fn held(text: &str) -> Result<(Held, Option<String>), Refusal> {
     }
     let root: Value = serde_json::from_str(text).map_err(|e| Refusal::Syntax(e.to_string()))?;
     let object = root.as_object().ok_or_else(|| Refusal::Shape("it must hold a JSON object".into()))?;
-    let key = object.get(FIELD).and_then(Value::as_str).filter(|k| !k.is_empty());
+    let field = object.get(FIELD);
+    let key = field.and_then(Value::as_str).filter(|k| !k.is_empty());
     let chatgpt = object.get("tokens").is_some_and(|t| !t.is_null())
         || object.get("auth_mode").and_then(Value::as_str).is_some_and(|m| m.eq_ignore_ascii_case("chatgpt"));
     Ok(match key {
         _ if chatgpt => (Held::ChatGpt, None),
         Some(key) if key.starts_with(crate::tokens::TOKEN_PREFIX) => (Held::Token, None),
         Some(key) => (Held::ApiKey, Some(key.to_owned())),
+        None if field.is_none_or(|v| v.is_null() || v.as_str().is_some()) => (Held::NoKey, None),
         None => {
             return Err(Refusal::Shape(format!(
-                "it holds neither an API key ({FIELD}) nor a ChatGPT login; run `codex logout` or move it aside"
+                "its {FIELD} is neither an API key nor null; run `codex logout` or move it aside"
             )))
         }
     })
 }
 
-/// The file holding `token`: created, or its API key replaced in place.
+/// The file holding `token`: created, or put in the API key's place (or the place of none).
 pub(super) fn edit(text: &str, token: &str) -> Result<Edited, Refusal> {
     let surgical = Some(Surgical::AuthKey { key_sha256: sha256(token.as_bytes()) });
     let (held, _) = held(text)?;
     let text = match held {
         Held::Nothing => format!("{{\n  \"auth_mode\": \"apikey\",\n  \"{FIELD}\": \"{token}\"\n}}"),
-        Held::ApiKey | Held::Token => replace_key(text, token)?,
+        Held::ApiKey | Held::Token | Held::NoKey => put_key(text, token)?,
         Held::ChatGpt => {
             return Err(Refusal::Conflict(
                 "it holds a ChatGPT login, not an API key: Keymux pools API keys and cannot send a ChatGPT \
@@ -74,7 +80,7 @@ pub(super) fn edit(text: &str, token: &str) -> Result<Edited, Refusal> {
             "auth.json holds an OpenAI API key: Keymux's client token takes its place (the file as it is now is \
              backed up, and Undo puts it back); add the key to Keymux's pool with --import-key"
         )],
-        Held::Nothing | Held::Token | Held::ChatGpt => Vec::new(),
+        Held::Nothing | Held::NoKey | Held::Token | Held::ChatGpt => Vec::new(),
     };
     Ok(Edited { text, notes, surgical })
 }
@@ -87,21 +93,18 @@ pub(super) fn holds(text: &str, key_sha256: &str) -> bool {
         .is_some_and(|digest| digest == key_sha256)
 }
 
-/// The text with only the top-level `OPENAI_API_KEY` string replaced: found by its position in the
-/// text, then checked by parsing both texts, so nothing else can have moved.
-fn replace_key(text: &str, token: &str) -> Result<String, Refusal> {
+/// The text with only the top-level `OPENAI_API_KEY` changed to `token`: its value (a string or
+/// `null`) replaced where it is, or the member put first when there is none. Found by its position in
+/// the text, then checked by parsing both texts, so nothing else can have moved.
+fn put_key(text: &str, token: &str) -> Result<String, Refusal> {
     let unchanged = || Refusal::Shape(format!("{FIELD} could not be replaced on its own; move the file aside"));
-    let name = format!("\"{FIELD}\"");
-    let start = text.find(&name).ok_or_else(unchanged)? + name.len();
-    let rest = &text[start..];
-    let colon = rest.find(':').filter(|&at| rest[..at].trim().is_empty()).ok_or_else(unchanged)?;
-    let open = start + colon + 1 + (rest[colon + 1..].len() - rest[colon + 1..].trim_start().len());
-    let close = string_end(text.as_bytes(), open).ok_or_else(unchanged)?;
-    let new = format!("{}\"{token}\"{}", &text[..open], &text[close..]);
-    let (mut before, mut after): (Value, Value) = (
-        serde_json::from_str(text).map_err(|e| Refusal::Syntax(e.to_string()))?,
-        serde_json::from_str(&new).map_err(|_| unchanged())?,
-    );
+    let mut before: Value = serde_json::from_str(text).map_err(|e| Refusal::Syntax(e.to_string()))?;
+    let new = match before.get(FIELD) {
+        Some(_) => value_span(text).map(|(open, close)| format!("{}\"{token}\"{}", &text[..open], &text[close..])),
+        None => first_member(text, &format!("\"{FIELD}\": \"{token}\"")),
+    };
+    let new = new.ok_or_else(unchanged)?;
+    let mut after: Value = serde_json::from_str(&new).map_err(|_| unchanged())?;
     if after.get(FIELD).and_then(Value::as_str) != Some(token) {
         return Err(unchanged());
     }
@@ -111,6 +114,27 @@ fn replace_key(text: &str, token: &str) -> Result<String, Refusal> {
         return Err(unchanged());
     }
     Ok(new)
+}
+
+/// Where the value of the first member named `OPENAI_API_KEY` is in the text, when it is a string or
+/// `null`.
+fn value_span(text: &str) -> Option<(usize, usize)> {
+    let name = format!("\"{FIELD}\"");
+    let start = text.find(&name)? + name.len();
+    let rest = &text[start..];
+    let colon = rest.find(':').filter(|&at| rest[..at].trim().is_empty())?;
+    let open = start + colon + 1 + (rest[colon + 1..].len() - rest[colon + 1..].trim_start().len());
+    let close = if text[open..].starts_with("null") { open + "null".len() } else { string_end(text.as_bytes(), open)? };
+    Some((open, close))
+}
+
+/// The text with `member` first in its top-level object, laid out as the member it goes before.
+fn first_member(text: &str, member: &str) -> Option<String> {
+    let open = text.find('{')? + 1;
+    let rest = &text[open..];
+    let space = &rest[..rest.len() - rest.trim_start().len()];
+    let comma = if rest.trim_start().starts_with('}') { "" } else { "," };
+    Some(format!("{}{space}{member}{comma}{rest}", &text[..open]))
 }
 
 /// The byte just past the JSON string that opens at `open`.
@@ -156,6 +180,17 @@ mod tests {
     }
 
     #[test]
+    fn a_file_without_a_key_gets_the_token_in_its_place_and_keeps_every_other_member() {
+        let null = "{\n  \"auth_mode\": \"apikey\",\n  \"OPENAI_API_KEY\": null,\n  \"last_refresh\": null\n}\n";
+        assert_eq!(held(null).unwrap(), (Held::NoKey, None));
+        assert_eq!(edit(null, TOKEN).unwrap().text, null.replacen("null", &format!("\"{TOKEN}\""), 1));
+        let missing = "{\n  \"auth_mode\": \"apikey\"\n}";
+        let expected = format!("{{\n  \"{FIELD}\": \"{TOKEN}\",\n  \"auth_mode\": \"apikey\"\n}}");
+        assert_eq!(edit(missing, TOKEN).unwrap().text, expected);
+        assert_eq!(edit("{}", TOKEN).unwrap().text, format!("{{\"{FIELD}\": \"{TOKEN}\"}}"));
+    }
+
+    #[test]
     fn a_chatgpt_login_is_refused_with_the_custom_provider_offered() {
         let text =
             r#"{"OPENAI_API_KEY": null, "tokens": {"id_token": "x", "access_token": "y"}, "last_refresh": "2026"}"#;
@@ -168,6 +203,6 @@ mod tests {
     fn files_that_are_not_json_or_hold_nothing_usable_are_refused() {
         assert!(matches!(edit("{\"OPENAI_API_KEY\": ", TOKEN), Err(Refusal::Syntax(_))));
         assert!(matches!(edit("[1]", TOKEN), Err(Refusal::Shape(_))));
-        assert!(matches!(edit("{\"other\": 1}", TOKEN), Err(Refusal::Shape(_))));
+        assert!(matches!(edit("{\"OPENAI_API_KEY\": 3}", TOKEN), Err(Refusal::Shape(_))));
     }
 }

@@ -33,7 +33,7 @@ fn cannot_read(path: &Path) -> impl FnOnce(std::io::Error) -> SetupError + '_ {
 
 /// The file a path names, links followed (so a config kept in a dotfiles repository stays a link),
 /// made absolute so records compare.
-pub(super) fn real_path(path: &Path) -> PathBuf {
+pub(crate) fn real_path(path: &Path) -> PathBuf {
     if let Ok(real) = std::fs::canonicalize(path) {
         return real;
     }

@@ -1,4 +1,5 @@
-//! Secrets kept out of a preview: the token and every credential the file holds, masked.
+//! Secrets kept out of a preview: the token, every credential the file holds, and any key-shaped
+//! word (a key inside a `notify` command or a URL's query string), masked.
 
 /// The secret values a preview must not show: the token, and every credential in the file before and
 /// after (a provider's key, an old token), wherever the preview's lines happen to cross them.
@@ -24,8 +25,11 @@ impl Secrets {
         Self(found)
     }
 
+    /// `line` as a preview shows it: a word shaped like a key or token masked wherever it is (first, so
+    /// a masked one is not masked again), then every credential the file holds, whatever its shape.
     pub(super) fn mask(&self, line: &str) -> String {
-        self.0.iter().fold(line.to_owned(), |line, secret| line.replace(secret.as_str(), &mask(secret)))
+        let line = crate::secrets::mask_words(line, crate::secrets::key_prefixed, mask);
+        self.0.iter().fold(line, |line, secret| line.replace(secret.as_str(), &mask(secret)))
     }
 }
 
@@ -43,8 +47,8 @@ pub fn mask(secret: &str) -> String {
 /// Whether the string `value` under `key` is a credential: an API key or token by its prefix, or any
 /// value under a key named for a credential, except the name of an environment variable or a command.
 fn is_secret(key: &str, value: &str) -> bool {
-    // An OpenAI key or a Keymux token by its prefix, however short (a test key, a truncated paste).
-    if value.len() > 3 && (value.starts_with("sk-") || value.starts_with(crate::tokens::TOKEN_PREFIX)) {
+    // An OpenAI key or a Keymux credential by its prefix, however short (a test key, a truncated paste).
+    if value.len() > 3 && crate::secrets::key_prefixed(value) {
         return true;
     }
     let env_name = value.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');

@@ -10,6 +10,8 @@ use crate::support;
 use std::path::Path;
 
 use keymux::api::types::KeyInfo;
+use keymux::keys_import::{self, Origin};
+use keymux::secrets::Secret;
 use keymux_sim::{Sim, SimConfig};
 use support::disk::{contains, every_file};
 use support::*;
@@ -179,4 +181,118 @@ async fn a_key_imported_through_the_running_gateway_stays_marked_imported() {
     assert_eq!(entry("codex"), Some(true), "the config keeps the mark: {text}");
     assert_eq!(entry("pasted"), Some(false), "{text}");
     keymux.stop().await;
+}
+
+/// Codex's `auth.json` and pi's `models.json` kept in a dotfiles repository and linked into place: the
+/// key goes out of the file the link names, the links stay links, and the output names the file that
+/// changed. A link replaced by a plain file would leave the key in the repository while the import
+/// said it was removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_the_plaintext_behind_a_symlink_edits_the_linked_file_and_keeps_the_link() {
+    const PI_KEY: &str = "sk-imp-pi-linked-0006ffff";
+    require_secret_service();
+    let sim = Sim::start(SimConfig::new().org("org-l", &[CODEX_KEY, PI_KEY])).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cfg = config(home.path(), "linked", &sim.base_url());
+    let dotfiles = home.path().join("dotfiles");
+    std::fs::create_dir_all(&dotfiles).unwrap();
+    let codex_target = dotfiles.join("codex-auth.json");
+    let codex_original = format!("{{\n  \"auth_mode\": \"apikey\",\n  \"OPENAI_API_KEY\": \"{CODEX_KEY}\"\n}}\n");
+    std::fs::write(&codex_target, &codex_original).unwrap();
+    let pi_target = dotfiles.join("pi-models.json");
+    let pi_original = format!(
+        "{{\"providers\": {{\"openai\": {{\"baseUrl\": \"https://api.openai.com/v1\", \"apiKey\": \"{PI_KEY}\"}}}}}}\n"
+    );
+    std::fs::write(&pi_target, &pi_original).unwrap();
+    let (auth, models) = (home.path().join(".codex/auth.json"), home.path().join(".pi/agent/models.json"));
+    for (link, target) in [(&auth, &codex_target), (&models, &pi_target)] {
+        std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(target, link).unwrap();
+    }
+    let env = base_env(home.path());
+
+    let (ok, out, err) = cli(&cfg, &env, &["keys", "import", "--yes", "--remove-plaintext"], "").await;
+    assert!(ok, "{out}{err}");
+    for (link, target, key) in [(&auth, &codex_target, CODEX_KEY), (&models, &pi_target, PI_KEY)] {
+        let kind = std::fs::symlink_metadata(link).unwrap().file_type();
+        assert!(kind.is_symlink(), "{} is still a link", link.display());
+        assert_eq!(std::fs::read_link(link).unwrap(), *target, "and still names the same file");
+        assert!(
+            !std::fs::read_to_string(target).unwrap().contains(key),
+            "{} no longer holds the key",
+            target.display()
+        );
+        let real = std::fs::canonicalize(target).unwrap();
+        assert!(out.contains(&format!("removed the key from {}", real.display())), "names the file: {out}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(&codex_target).unwrap(),
+        codex_original.replace(&format!("\"{CODEX_KEY}\""), "null")
+    );
+    let models_now: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&pi_target).unwrap()).unwrap();
+    assert_eq!(models_now, serde_json::json!({"providers": {"openai": {"baseUrl": "https://api.openai.com/v1"}}}));
+    let mut files = Vec::new();
+    every_file(&dotfiles, &mut files);
+    for (name, bytes) in &files {
+        assert!(!contains(bytes, CODEX_KEY) && !contains(bytes, PI_KEY), "{name} in the repository holds a key");
+    }
+    assert_no_secrets("the output", &format!("{out}{err}"), &[CODEX_KEY, PI_KEY]);
+}
+
+/// A file with a second name (a hard link) would go on holding the key under that name if a new file
+/// took the first one's place: refused, saying why, and nothing is written.
+#[test]
+fn a_file_with_another_name_keeps_its_key_and_the_refusal_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let auth = dir.path().join("auth.json");
+    let text = format!("{{\"auth_mode\": \"apikey\", \"OPENAI_API_KEY\": \"{CODEX_KEY}\"}}\n");
+    std::fs::write(&auth, &text).unwrap();
+    std::fs::hard_link(&auth, dir.path().join("auth-elsewhere.json")).unwrap();
+    let origin = Origin::CodexAuth(auth.clone());
+    let why = keys_import::remove_plaintext(&origin, &Secret::new(CODEX_KEY)).unwrap_err();
+    assert!(why.contains("hard links") && why.contains("remove the key by hand"), "{why}");
+    assert!(!why.contains(CODEX_KEY), "{why}");
+    assert_eq!(std::fs::read_to_string(&auth).unwrap(), text, "the file is as it was");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2, "and no backup was made");
+}
+
+/// What `keys import --remove-plaintext` leaves in Codex's `auth.json` (`"OPENAI_API_KEY": null`) is
+/// what `keymux setup codex` fills in with a client token, as the import tells the user: the token goes
+/// where the key was and every other member stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_codex_fills_in_the_auth_json_an_import_left_without_a_key() {
+    require_secret_service();
+    let home = tempfile::tempdir().unwrap();
+    let cfg = config(home.path(), "then-setup", "http://127.0.0.1:9/v1");
+    // Nothing listens on port 1: both commands work offline.
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, format!("listen = \"127.0.0.1:1\"\n{text}")).unwrap();
+    let mut env: Vec<(String, String)> =
+        base_env(home.path()).into_iter().filter(|(k, _)| k != "XDG_DATA_HOME").collect();
+    env.push(("XDG_DATA_HOME".into(), home.path().join("data").display().to_string()));
+    let codex_home = home.path().join(".codex");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    std::fs::write(codex_home.join("config.toml"), "model = \"gpt-5.5\"\n").unwrap();
+    let auth = codex_home.join("auth.json");
+    let original = format!(
+        "{{\n  \"auth_mode\": \"apikey\",\n  \"OPENAI_API_KEY\": \"{CODEX_KEY}\",\n  \"last_refresh\": null\n}}\n"
+    );
+    std::fs::write(&auth, &original).unwrap();
+
+    let (ok, out, err) = cli(&cfg, &env, &["keys", "import", "--yes", "--remove-plaintext"], "").await;
+    assert!(ok && out.contains("`keymux setup codex` puts a Keymux client token in its place"), "{out}{err}");
+    let emptied = original.replace(&format!("\"{CODEX_KEY}\""), "null");
+    assert_eq!(std::fs::read_to_string(&auth).unwrap(), emptied, "the import left the key's member, null");
+
+    let (ok, out, err) = cli(&cfg, &env, &["setup", "codex", "--yes"], "").await;
+    assert!(ok, "setup accepts the file the import left: {out}{err}");
+    let held: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&auth).unwrap()).unwrap();
+    let token = held["OPENAI_API_KEY"].as_str().expect("a token in the key's place").to_owned();
+    assert!(token.starts_with("km-"), "a Keymux client token");
+    assert_eq!(std::fs::read_to_string(&auth).unwrap(), emptied.replace("null,", &format!("\"{token}\",")));
+    let backups = std::fs::read_dir(&codex_home).unwrap().map(|e| e.unwrap().path());
+    let kept = backups.filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("auth.json.keymux-backup-"));
+    let kept: Vec<String> = kept.map(|p| std::fs::read_to_string(p).unwrap()).collect();
+    assert!(kept.contains(&emptied), "setup backed the file up as the import left it");
+    assert_no_secrets("the output", &format!("{out}{err}"), &[CODEX_KEY, &token]);
 }

@@ -269,3 +269,21 @@ async fn the_old_codex_setup_is_moved_over_printing_how_to_resume_its_sessions_a
     assert!(std::fs::read_to_string(&auth).unwrap().contains("sk-cli-a1"), "the user's key is back");
     keymux.stop().await;
 }
+
+/// A key inside another value (a `notify` command's `Authorization: Bearer` header, a URL's query
+/// string, a comment) is masked wherever the preview shows it, as any key or token is: the preview's
+/// diff shows those lines, not the keys.
+#[test]
+fn the_preview_masks_keys_inside_other_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("codex/config.toml");
+    write(&path, &codex_config_with_keys_in_values());
+    let state = dir.path().join("state");
+    let base = "http://127.0.0.1:8787/v1";
+    let shown = setup::preview_with(Client::Codex, &path, base, None, setup::Choices::default(), Some(&state)).unwrap();
+    let text = shown.text();
+    for context in ["Authorization: Bearer sk-", "?api_key=sk-", "for later: sk-", "Keymux's: kma-", "?token=km-"] {
+        assert!(text.contains(context), "the preview shows the line around {context}…:\n{text}");
+    }
+    assert_no_secrets("the preview", &text, &KEYS_IN_VALUES);
+}

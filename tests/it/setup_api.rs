@@ -222,3 +222,19 @@ async fn a_key_the_provider_refuses_stops_the_setup_before_anything_is_written()
     let output = s.keymux.stop().await;
     assert_no_secrets("keymux's output", &output, &[CODEX_KEY]);
 }
+
+/// The dashboard's preview is the library's: a key inside another value of Codex's config (a `notify`
+/// header, a URL's query string, a comment) is masked in the diff the control API answers with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboards_preview_masks_keys_inside_other_values() {
+    let sim = Sim::start(SimConfig::new().org("org-s", &[CODEX_KEY])).await.unwrap();
+    let s = start(&sim).await;
+    std::fs::write(s.codex("config.toml"), codex_config_with_keys_in_values()).unwrap();
+    let (status, shown) = s.preview(json!({})).await;
+    assert_eq!(status, 200, "{shown}");
+    let diff = shown["files"][0]["diff"].as_str().unwrap();
+    assert!(diff.contains("Authorization: Bearer sk-") && diff.contains("?api_key=sk-"), "the lines are shown: {diff}");
+    assert_no_secrets("the preview's answer", &shown.to_string(), &KEYS_IN_VALUES);
+    let output = s.keymux.stop().await;
+    assert_no_secrets("keymux's output", &output, &KEYS_IN_VALUES);
+}

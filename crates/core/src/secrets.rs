@@ -66,10 +66,20 @@ pub const MASKED: &str = "[key masked]";
 /// OpenAI's or Keymux's (`sk-`, `km-`, `kma-`), or is 24 or more characters with a digit or `*` in it
 /// (Azure keys are 32 hex characters; OpenAI quotes keys half starred).
 pub fn mask_key_like(text: &str) -> String {
+    mask_words(text, key_like, |_| MASKED.to_owned())
+}
+
+/// `text` with every word `is_key` picks replaced by what `mask` makes of it; a word is a run of
+/// letters, digits, `-`, `_` and `*` (see [`mask_key_like`]).
+pub fn mask_words(text: &str, is_key: impl Fn(&str) -> bool, mask: impl Fn(&str) -> String) -> String {
     let mut out = String::with_capacity(text.len());
     let mut word = String::new();
     let flush = |out: &mut String, word: &mut String| {
-        out.push_str(if key_like(word) { MASKED } else { word });
+        if is_key(word) {
+            out.push_str(&mask(word));
+        } else {
+            out.push_str(word);
+        }
         word.clear();
     };
     for c in text.chars() {
@@ -84,9 +94,14 @@ pub fn mask_key_like(text: &str) -> String {
     out
 }
 
-fn key_like(word: &str) -> bool {
+/// Whether a word starts like an OpenAI key (`sk-`, which `sk-proj-`, `sk-svcacct-` and `sk-admin-`
+/// keys share) or one of Keymux's own credentials (client tokens `km-`, the admin credential `kma-`).
+pub fn key_prefixed(word: &str) -> bool {
     ["sk-", "km-", "kma-"].iter().any(|prefix| word.starts_with(prefix))
-        || (word.len() >= 24 && word.chars().any(|c| c.is_ascii_digit() || c == '*'))
+}
+
+fn key_like(word: &str) -> bool {
+    key_prefixed(word) || (word.len() >= 24 && word.chars().any(|c| c.is_ascii_digit() || c == '*'))
 }
 
 /// An upstream's error body with `exact` (the key it was sent with) and every key-like word masked in

@@ -80,3 +80,24 @@ pub async fn run_client(bin: PathBuf, dir: &Path, env: &[(&str, &str)], args: &[
 /// pasted into it the way the Connect view says.
 pub const EXISTING_CODEX_CONFIG_HEAD: &str = "# my Codex settings\nmodel = \"gpt-5.5\"\napproval_policy = \"never\"\nsandbox_mode = \"read-only\"\ncheck_for_update_on_startup = false\n";
 pub const EXISTING_CODEX_CONFIG_TAIL: &str = "\n[analytics]\nenabled = false\n\n# a provider I use elsewhere\n[model_providers.other]\nname = \"Other\"\nbase_url = \"http://127.0.0.1:9/v1\"\nwire_api = \"responses\"\n";
+
+/// Keys inside other values of a Codex config: a `notify` command's header, URLs' query strings, a
+/// comment. Each is on a line next to where Keymux adds `openai_base_url`, so a preview's context shows
+/// those lines.
+pub const KEYS_IN_VALUES: [&str; 5] = [
+    "sk-proj-notify0123456789abcdefXYZ",
+    "sk-svcacct-hookurl0123456789abcdefXYZ",
+    "sk-admin-comment0123456789abcdefXYZ",
+    "kma-admin-credential-0123456789abcdefXYZ",
+    "km-old-mcp-token-0123456789abcdefXYZ",
+];
+
+/// A Codex config with [`KEYS_IN_VALUES`] in its values and comments.
+pub fn codex_config_with_keys_in_values() -> String {
+    let [notify, hook, comment, admin, token] = KEYS_IN_VALUES;
+    format!(
+        "model = \"gpt-5.5\"\n# the admin key, for later: {comment} (Keymux's: {admin})\n\
+         notify = [\"curl\", \"-H\", \"Authorization: Bearer {notify}\", \"https://hooks.example.test/codex?api_key={hook}\"]\n\
+         [mcp_servers.docs]\nurl = \"http://127.0.0.1:9/mcp?token={token}\"\n"
+    )
+}
