@@ -7,7 +7,8 @@
 //!   cookie: a browser would send one to every port of 127.0.0.1, so any local dev server's page could
 //!   use it. Storage is per origin, port included, and a foreign page cannot send the header without
 //!   a CORS preflight, which Keymux never grants (so the header is also the CSRF proof). A session
-//!   ends at logout, after `SESSION_IDLE` unused, and `SESSION_LIFETIME` after login however used;
+//!   ends at logout, after `SESSION_IDLE` unused, and `SESSION_LIFETIME` after login however used,
+//!   and what it opened ends with it (`SessionWatch`: the live event stream);
 //! * an **admin credential**, kept in the keychain, with which the CLI talks to a running gateway, after
 //!   it has made sure the gateway is Keymux: the gateway proves it knows the credential by answering a
 //!   challenge with a keyed MAC, before the credential itself is ever sent. The MAC covers the address
@@ -28,7 +29,9 @@ use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use std::time::Instant;
 use subtle::ConstantTimeEq;
+use tokio_util::sync::CancellationToken;
 
+use crate::clock::Clock;
 use crate::secrets::Secret;
 
 /// How long a login link works.
@@ -64,12 +67,52 @@ struct Session {
     digest: Digest32,
     started: Instant,
     last_used: Instant,
+    /// Cancelled when the session leaves the table, however it goes (logout, pushed out, expired).
+    ended: CancellationToken,
 }
 
 impl Session {
+    fn new(digest: Digest32, now: Instant) -> Self {
+        Self { digest, started: now, last_used: now, ended: CancellationToken::new() }
+    }
+
     fn live(&self, now: Instant) -> bool {
         now.saturating_duration_since(self.last_used) < SESSION_IDLE
             && now.saturating_duration_since(self.started) < SESSION_LIFETIME
+    }
+
+    /// When the session ends unless it is used again before.
+    fn ends_at(&self) -> Instant {
+        crate::clock::later(self.last_used, SESSION_IDLE).min(crate::clock::later(self.started, SESSION_LIFETIME))
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.ended.cancel();
+    }
+}
+
+/// A dashboard session as something a request opened watches, to end when the session does: at
+/// logout, when it is pushed out, or when it expires. It holds no credential.
+pub struct SessionWatch {
+    digest: Digest32,
+    ended: CancellationToken,
+}
+
+impl SessionWatch {
+    /// Resolves when the session is over: at once when it leaves the table, and at its expiry on
+    /// `clock`, looked at again then (a session used meanwhile lasts longer). Never polls.
+    pub async fn over(&self, access: &Access, clock: &Clock) {
+        let expired = async {
+            while let Some(ends_at) = access.session_ends(&self.digest, clock.now()) {
+                clock.sleep_until(ends_at).await;
+            }
+        };
+        tokio::select! {
+            () = self.ended.cancelled() => {}
+            () = expired => {}
+        }
     }
 }
 
@@ -174,8 +217,23 @@ impl Access {
         if sessions.len() == MAX_SESSIONS {
             sessions.pop_front();
         }
-        sessions.push_back(Session { digest: digest(token.expose()), started: now, last_used: now });
+        sessions.push_back(Session::new(digest(token.expose()), now));
         Some(token)
+    }
+
+    /// The live session a request carries, to watch while what it opened lasts (`None` without one:
+    /// the admin credential's calls end only with the gateway).
+    pub fn watch_session(&self, headers: &HeaderMap, now: Instant) -> Option<SessionWatch> {
+        let wanted = digest(session_token(headers)?);
+        let sessions = lock(&self.sessions);
+        let found = sessions.iter().find(|s| bool::from(s.digest.ct_eq(&wanted)) && s.live(now))?;
+        Some(SessionWatch { digest: found.digest, ended: found.ended.clone() })
+    }
+
+    /// When the session with `digest` ends unless used again, if it is still live.
+    fn session_ends(&self, digest: &Digest32, now: Instant) -> Option<Instant> {
+        let sessions = lock(&self.sessions);
+        sessions.iter().find(|s| s.digest == *digest && s.live(now)).map(Session::ends_at)
     }
 
     /// Whether a session token is live, refreshing its idle time if it is.
@@ -339,6 +397,27 @@ mod tests {
         )]);
         assert!(access.end_session(&live), "logged out");
         assert_eq!(access.caller(&live, &tokens, now()), Err(Refused::Invalid), "over at once");
+    }
+
+    #[tokio::test]
+    async fn what_a_session_opened_ends_when_the_session_is_logged_out_or_pushed_out() {
+        use futures::FutureExt as _;
+        let (access, clock) = (Access::default(), Clock::system());
+        let login = || {
+            let token = access.redeem(access.issue_login(now()).expose(), now()).expect("redeemed");
+            headers(&[(SESSION_HEADER, token.expose())])
+        };
+        let (oldest, other) = (login(), login());
+        let pushed = access.watch_session(&oldest, now()).expect("live");
+        let logged_out = access.watch_session(&other, now()).expect("live");
+        assert!(pushed.over(&access, &clock).now_or_never().is_none(), "live: still open");
+        assert!(access.end_session(&other));
+        assert!(logged_out.over(&access, &clock).now_or_never().is_some(), "over at logout");
+        for _ in 0..MAX_SESSIONS {
+            login();
+        }
+        assert!(pushed.over(&access, &clock).now_or_never().is_some(), "over when pushed out");
+        assert!(access.watch_session(&oldest, now()).is_none());
     }
 
     #[test]
