@@ -3,7 +3,8 @@
 //! * a **client token** spends keys on `/v1` and nothing else (`tokens`);
 //! * a **dashboard session**: a token the page gets once for the code of a one-time login link
 //!   (`keymux serve` prints one, `keymux dashboard` asks a running gateway for another, the tray opens
-//!   one), keeps in its tab's `sessionStorage` and sends in the `x-keymux-session` header. There is no
+//!   one; a browser is handed it through a private page, `login_page`, which a code's `code_label`
+//!   names and which goes when the code stops waiting: `take_spent_codes`), keeps in its tab's `sessionStorage` and sends in the `x-keymux-session` header. There is no
 //!   cookie: a browser would send one to every port of 127.0.0.1, so any local dev server's page could
 //!   use it. Storage is per origin, port included, and a foreign page cannot send the header without
 //!   a CORS preflight, which Keymux never grants (so the header is also the CSRF proof). A session
@@ -42,6 +43,8 @@ pub const SESSION_IDLE: Duration = Duration::from_secs(8 * 3600);
 pub const SESSION_LIFETIME: Duration = Duration::from_secs(24 * 3600);
 /// Most login links not yet used.
 pub const MAX_LOGIN_CODES: usize = 16;
+/// Most codes no longer waiting whose login pages are yet to be removed (`take_spent_codes`).
+const MAX_SPENT: usize = 4 * MAX_LOGIN_CODES;
 /// Most dashboard sessions at once (one per browser or tray window).
 pub const MAX_SESSIONS: usize = 32;
 /// The header that carries the dashboard session.
@@ -56,6 +59,16 @@ type Digest32 = [u8; 32];
 
 fn digest(value: &str) -> Digest32 {
     Sha256::digest(value.as_bytes()).into()
+}
+
+/// What a login code is called where it must not be shown (its login page's file name, `login_page`):
+/// the first half of its SHA-256, as this table knows it, in hex.
+pub fn code_label(code: &str) -> String {
+    label(&digest(code))
+}
+
+fn label(digest: &Digest32) -> String {
+    hex::encode(&digest[..16])
 }
 
 struct Code {
@@ -142,6 +155,8 @@ pub struct Access {
     /// Keys the challenge MAC.
     admin_secret: ArcSwapOption<Secret>,
     codes: Mutex<VecDeque<Code>>,
+    /// Codes no longer waiting (used, expired, pushed out), until `take_spent_codes` says which.
+    spent: Mutex<VecDeque<Digest32>>,
     sessions: Mutex<VecDeque<Session>>,
 }
 
@@ -151,6 +166,7 @@ impl Default for Access {
             admin: ArcSwapOption::empty(),
             admin_secret: ArcSwapOption::empty(),
             codes: Mutex::default(),
+            spent: Mutex::default(),
             sessions: Mutex::default(),
         }
     }
@@ -186,12 +202,40 @@ impl Access {
     pub fn issue_login(&self, now: Instant) -> Secret {
         let code = crate::secrets::generate("");
         let mut codes = lock(&self.codes);
-        codes.retain(|c| c.expires > now);
+        self.spend_expired(&mut codes, now);
         if codes.len() == MAX_LOGIN_CODES {
-            codes.pop_front();
+            codes.pop_front().into_iter().for_each(|oldest| self.spend(oldest));
         }
         codes.push_back(Code { digest: digest(code.expose()), expires: crate::clock::later(now, LOGIN_CODE_TTL) });
         code
+    }
+
+    /// The codes that stopped waiting (used, expired, pushed out) since last asked, by their labels
+    /// (`code_label`): their login pages can go.
+    pub fn take_spent_codes(&self, now: Instant) -> Vec<String> {
+        self.spend_expired(&mut lock(&self.codes), now);
+        lock(&self.spent).drain(..).map(|d| label(&d)).collect()
+    }
+
+    /// Moves the expired codes out of `codes` (locked by the caller) to the spent ones.
+    fn spend_expired(&self, codes: &mut VecDeque<Code>, now: Instant) {
+        if codes.iter().all(|c| c.expires > now) {
+            return;
+        }
+        let (waiting, expired): (VecDeque<Code>, VecDeque<Code>) =
+            std::mem::take(codes).into_iter().partition(|c| c.expires > now);
+        *codes = waiting;
+        expired.into_iter().for_each(|c| self.spend(c));
+    }
+
+    /// Keeps a code that stopped waiting until `take_spent_codes` (the oldest go past `MAX_SPENT`:
+    /// their pages wait for the sweep of old pages).
+    fn spend(&self, code: Code) {
+        let mut spent = lock(&self.spent);
+        if spent.len() == MAX_SPENT {
+            spent.pop_front();
+        }
+        spent.push_back(code.digest);
     }
 
     /// Whether a login code is waiting to be used (without using it).
@@ -207,7 +251,9 @@ impl Access {
             let mut codes = lock(&self.codes);
             let at = codes.iter().position(|c| bool::from(c.digest.ct_eq(&wanted)))?;
             let found = codes.remove(at)?;
-            if found.expires <= now {
+            let expired = found.expires <= now;
+            self.spend(found);
+            if expired {
                 return None;
             }
         }
@@ -397,6 +443,25 @@ mod tests {
         )]);
         assert!(access.end_session(&live), "logged out");
         assert_eq!(access.caller(&live, &tokens, now()), Err(Refused::Invalid), "over at once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn codes_that_stop_waiting_are_told_once_by_label() {
+        let access = Access::default();
+        let used = access.issue_login(now());
+        let left = access.issue_login(now());
+        assert!(access.take_spent_codes(now()).is_empty(), "both wait");
+        access.redeem(used.expose(), now()).expect("redeemed");
+        assert_eq!(access.take_spent_codes(now()), vec![code_label(used.expose())], "used");
+        assert!(access.take_spent_codes(now()).is_empty(), "told once");
+        tokio::time::advance(LOGIN_CODE_TTL).await;
+        assert_eq!(access.take_spent_codes(now()), vec![code_label(left.expose())], "expired");
+        let first = access.issue_login(now());
+        (1..MAX_LOGIN_CODES).for_each(|_| drop(access.issue_login(now())));
+        assert!(access.take_spent_codes(now()).is_empty());
+        drop(access.issue_login(now()));
+        assert_eq!(access.take_spent_codes(now()), vec![code_label(first.expose())], "pushed out");
+        assert_eq!(code_label(first.expose()).len(), 32);
     }
 
     #[tokio::test]
