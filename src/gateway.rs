@@ -430,19 +430,11 @@ impl Gateway {
         });
     }
 
-    /// Removes the login pages (`login_page`) of the login codes that stopped waiting: used, expired or
-    /// pushed out.
-    pub fn remove_spent_login_pages(&self) {
-        for label in self.access.take_spent_codes(self.clock.now()) {
-            crate::login_page::remove(&label);
-        }
-    }
-
     /// Notices what time alone changed (cooldowns that ended, out-of-quota keys due to be tried again,
     /// login codes that expired, whose pages go) and tells the event stream. The runtime calls it every
     /// second, with `budgets::tell`.
     pub fn tick(&self) {
-        self.remove_spent_login_pages();
+        crate::login_page::remove_spent(&self.access, self.clock.now());
         let changes: Vec<(KeyId, HealthState)> = {
             let announced = self.announced.lock().unwrap_or_else(|p| p.into_inner());
             self.pool

@@ -8,14 +8,15 @@
 //! and the tray's Open in browser both open the dashboard through [`open`].
 //!
 //! A page is named by its code's label (`access::code_label`), so the gateway that issued the code
-//! removes it once the code is used, expires or is pushed out (`Gateway::remove_spent_login_pages`);
+//! removes it once the code is used, expires or is pushed out ([`remove_spent`]);
 //! pages older than a code lives are removed at each open and at each gateway's start ([`sweep`]),
 //! where a gateway that stopped left them.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
-use crate::access::{code_label, LOGIN_CODE_TTL};
+use crate::access::{code_label, Access, LOGIN_CODE_TTL};
 use crate::clock::Clock;
 
 /// Why the dashboard could not be opened in a browser. The link is never part of it.
@@ -57,10 +58,13 @@ pub fn write(link: &str) -> Result<PathBuf, NotOpened> {
     Ok(path)
 }
 
-/// Removes the page of the code labelled `label`, if there is one.
-pub fn remove(label: &str) {
-    if let Some(dir) = dir() {
-        let _ = std::fs::remove_file(dir.join(file_name(label)));
+/// Removes the pages of the login codes that stopped waiting (used, expired, pushed out) since last
+/// asked: the gateway does at each tick and as soon as a code is used.
+pub fn remove_spent(access: &Access, now: Instant) {
+    let spent = access.take_spent_codes(now);
+    let Some(dir) = dir().filter(|_| !spent.is_empty()) else { return };
+    for label in spent {
+        let _ = std::fs::remove_file(dir.join(file_name(&label)));
     }
 }
 

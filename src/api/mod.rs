@@ -392,7 +392,7 @@ async fn session(State(gw): State<Arc<Gateway>>, request: Request) -> Response<B
     };
     let redeemed = gw.access().redeem(&asked.code, gw.clock().now());
     // The code is spent, used or not: its login page goes now, not at the next tick.
-    gw.remove_spent_login_pages();
+    crate::login_page::remove_spent(gw.access(), gw.clock().now());
     match redeemed {
         Some(token) => {
             // Worth a line at info: a new dashboard session is rare, and the user may want to know of one.
