@@ -20,6 +20,8 @@ pub use keymux_core::clock::*;
 #[derive(Clone, Debug, Default)]
 pub struct Clock {
     skew_ns: Arc<AtomicU64>,
+    /// Wakes what waits on this clock (`sleep_until`) when the skew moves.
+    moved: Arc<tokio::sync::Notify>,
     /// The zone local periods follow (`None`: the system's, read when asked).
     zone: Option<TimeZone>,
 }
@@ -54,6 +56,26 @@ impl Clock {
     pub fn advance(&self, by: Duration) {
         let ns = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
         self.skew_ns.fetch_add(ns, Ordering::Relaxed);
+        self.moved.notify_waiters();
+    }
+
+    /// Waits until this clock reads `at`: tokio's timer, woken early when the clock is moved on, so a
+    /// deadline on this clock passes when the clock passes it, whether time or a test moved it.
+    pub async fn sleep_until(&self, at: Instant) {
+        loop {
+            let moved = self.moved.notified();
+            tokio::pin!(moved);
+            // Registered before `now` is read: a move between the two still wakes this wait.
+            moved.as_mut().enable();
+            let left = at.saturating_duration_since(self.now());
+            if left.is_zero() {
+                return;
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(timer_deadline(left)) => {}
+                () = moved => {}
+            }
+        }
     }
 
     /// This clock in `zone` instead of the system's time zone (tests, and users of a fixed zone).
@@ -102,6 +124,28 @@ mod tests {
         assert!(clock.now() - before >= Duration::from_secs(90));
         assert!(clock.unix_ms() - wall >= 90_000);
         assert!(clock.elapsed_ms(before) >= 90_000);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_on_the_clock_ends_when_time_or_the_clock_passes_its_deadline() {
+        let clock = Clock::system();
+        let wait = |at: Instant| {
+            let clock = clock.clone();
+            tokio::spawn(async move { clock.sleep_until(at).await })
+        };
+        #[expect(clippy::disallowed_methods, reason = "tokio's own time, to see it did not pass")]
+        let timers = tokio::time::Instant::now;
+        let started = timers();
+        let moved = wait(clock.now() + Duration::from_secs(3600));
+        clock.advance(Duration::from_secs(1800));
+        tokio::task::yield_now().await;
+        assert!(!moved.is_finished(), "half way there");
+        clock.advance(Duration::from_secs(1800));
+        moved.await.expect("the clock passed the deadline");
+        assert!(timers() - started < Duration::from_secs(1), "woken by the move, not by its timer");
+        let timed = wait(clock.now() + Duration::from_secs(60));
+        tokio::time::advance(Duration::from_secs(60)).await;
+        timed.await.expect("time passed the deadline");
     }
 
     #[test]

@@ -430,9 +430,11 @@ impl Gateway {
         });
     }
 
-    /// Notices what time alone changed (cooldowns that ended, out-of-quota keys due to be tried again)
-    /// and tells the event stream. The runtime calls it every second, with `budgets::tell`.
+    /// Notices what time alone changed (cooldowns that ended, out-of-quota keys due to be tried again,
+    /// login codes that expired, whose pages go) and tells the event stream. The runtime calls it every
+    /// second, with `budgets::tell`.
     pub fn tick(&self) {
+        crate::login_page::remove_spent(&self.access, self.clock.now());
         let changes: Vec<(KeyId, HealthState)> = {
             let announced = self.announced.lock().unwrap_or_else(|p| p.into_inner());
             self.pool

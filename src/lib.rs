@@ -34,6 +34,8 @@
 //!   (`cli::control::Control`: the running gateway, or the config and keychain when none runs).
 //! * [`logging`]: the one logging setup (`KEYMUX_LOG`; other crates capped at `warn`).
 //! * [`remote`] and [`runfile`]: how the CLI finds a running gateway and makes sure it is Keymux.
+//! * [`login_page`]: the dashboard opened in a browser (`keymux dashboard --open`, the tray's Open in
+//!   browser) through a page only the user can read, so the login code is on no command line.
 //!
 //! One request's way through:
 //! * [`proxy`] (HTTP) and [`ws`] (Responses over WebSocket, its two pumps in `ws::pumps`): the two
@@ -127,6 +129,7 @@ pub mod http;
 pub mod keys_import;
 pub mod limits;
 pub mod logging;
+pub mod login_page;
 pub mod metrics;
 pub mod pipeline;
 pub mod pool;

@@ -18,10 +18,16 @@ pub struct Running {
     pub pid: u32,
 }
 
-/// The file for the gateway of `config` (the runtime directory, or the cache directory where there is
-/// none, as on macOS).
+/// The user's directory for what lasts no longer than a session: the runtime directory, or the cache
+/// directory where there is none, as on macOS. The run file and the login pages (`login_page`) are kept
+/// under its `keymux/`.
+pub fn runtime_base() -> Option<PathBuf> {
+    dirs::runtime_dir().or_else(dirs::cache_dir)
+}
+
+/// The file for the gateway of `config`, under [`runtime_base`].
 pub fn path_for(config: &Path) -> Option<PathBuf> {
-    Some(path_in(&dirs::runtime_dir().or_else(dirs::cache_dir)?, config))
+    Some(path_in(&runtime_base()?, config))
 }
 
 /// The file for the gateway of `config`, under the runtime directory `base`.

@@ -78,6 +78,8 @@ impl Runtime {
         let mut runtime = Self::serve(listener, prepared.gateway, serve)?;
         runtime.notices = prepared.notices;
         runtime.token_hint = prepared.token_hint;
+        // Login pages a gateway that stopped left behind, their codes gone with it.
+        crate::login_page::sweep(runtime.gateway.clock());
         if let Some(config) = prepared.config_path {
             // The CLI finds this gateway by it, even on a port chosen at start.
             match crate::runfile::write(&config, runtime.addr) {

@@ -15,7 +15,6 @@ use tauri::{AppHandle, Manager, Wry};
 use tauri_plugin_autostart::ManagerExt as _;
 use tauri_plugin_clipboard_manager::ClipboardExt as _;
 use tauri_plugin_notification::NotificationExt as _;
-use tauri_plugin_opener::OpenerExt as _;
 
 use crate::state::{lock, quit, Shell};
 use crate::{clients, window};
@@ -213,9 +212,14 @@ fn act(app: &AppHandle, id: &str) {
         }
         (Action::TestKey(key), Some(g)) => test_now(app, g, key),
         (Action::OpenInBrowser, Some(g)) => {
-            if let Err(e) = app.opener().open_url(g.login_link(), None::<&str>) {
-                tracing::warn!("the browser could not be opened: {e}");
-            }
+            // Through the private login page, as `keymux dashboard --open`; off the menu's thread, as
+            // the opener is waited on for a few seconds.
+            let link = g.login_link();
+            std::thread::spawn(move || {
+                if let Err(e) = keymux::login_page::open(&link) {
+                    tracing::warn!("the dashboard could not be opened in a browser: {e}");
+                }
+            });
         }
         (Action::CopyBaseUrl, Some(g)) => {
             if let Err(e) = app.clipboard().write_text(g.base_url()) {

@@ -390,7 +390,10 @@ async fn session(State(gw): State<Arc<Gateway>>, request: Request) -> Response<B
         Ok(asked) => asked,
         Err(e) => return e.into_response(),
     };
-    match gw.access().redeem(&asked.code, gw.clock().now()) {
+    let redeemed = gw.access().redeem(&asked.code, gw.clock().now());
+    // The code is spent, used or not: its login page goes now, not at the next tick.
+    crate::login_page::remove_spent(gw.access(), gw.clock().now());
+    match redeemed {
         Some(token) => {
             // Worth a line at info: a new dashboard session is rare, and the user may want to know of one.
             tracing::info!("a dashboard session began (one-time login link used)");

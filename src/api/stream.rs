@@ -1,7 +1,9 @@
 //! `GET /keymux/api/events`: the live event stream as Server-Sent Events. A subscriber resumes with
 //! `Last-Event-ID` (or `?after=`) from the bounded ring; one that fell too far behind, or resumed too
 //! late, gets a `lagged` event saying how many events it missed. A heartbeat comment keeps an idle
-//! connection open through proxies, and the stream ends when the gateway shuts down. Subscribers have
+//! connection open through proxies, and the stream ends when the gateway shuts down, and, opened with a
+//! dashboard session, when that session ends (logout, expiry, pushed out): nothing is delivered after
+//! it, whatever was already waiting. Subscribers have
 //! a cap of their own (`max_event_streams`), and their connections never count against `/v1`'s.
 
 use std::sync::Arc;
@@ -15,11 +17,14 @@ use axum::Extension;
 use bytes::Bytes;
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
+use crate::access::{Caller, Refused, SessionWatch};
 use crate::error::ApiError;
 use crate::events::{Envelope, Event};
 use crate::gateway::Gateway;
-use crate::limits::Connection;
+use crate::limits::{Connection, StreamSeat};
 
 /// How often an idle stream gets a heartbeat comment.
 pub const HEARTBEAT: Duration = Duration::from_secs(15);
@@ -42,15 +47,43 @@ fn lagged(missed: u64, at_unix_ms: u64) -> Bytes {
     Bytes::from(format!("event: lagged\ndata: {data}\n\n"))
 }
 
+/// The session a dashboard's stream ends with; one that ended since the guard let it through is
+/// refused, never served as if it had none.
+fn watch(gw: &Gateway, headers: &HeaderMap, caller: Caller) -> Result<Option<SessionWatch>, ApiError> {
+    match caller {
+        Caller::Admin => Ok(None),
+        Caller::Dashboard => gw
+            .access()
+            .watch_session(headers, gw.clock().now())
+            .map(Some)
+            .ok_or(ApiError::ControlDenied { reason: Refused::Invalid }),
+    }
+}
+
+/// The answer's body: what the pump sent, until it ends or `cut` (its session ended) drops the rest.
+/// The seat goes with it: the stream counts until the subscriber is gone.
+fn body(rx: mpsc::Receiver<Result<Bytes, std::io::Error>>, seat: Option<StreamSeat>, cut: CancellationToken) -> Body {
+    let stream = futures::stream::unfold((rx, seat, cut), |(mut rx, seat, cut)| async move {
+        let item = tokio::select! {
+            biased;
+            () = cut.cancelled() => None,
+            item = rx.recv() => item,
+        };
+        item.map(|item| (item, (rx, seat, cut)))
+    });
+    Body::from_stream(stream)
+}
+
 pub(super) async fn events(
     State(gw): State<Arc<Gateway>>,
     connection: Option<Extension<Connection>>,
     headers: HeaderMap,
     Query(q): Query<After>,
 ) -> Response<Body> {
-    if let Err(e) = super::guard(&gw, &headers) {
-        return e.into_response();
-    }
+    let session = match super::guard(&gw, &headers).and_then(|caller| watch(&gw, &headers, caller)) {
+        Ok(session) => session,
+        Err(e) => return e.into_response(),
+    };
     // Served outside `server` (as in unit tests), a stream has no connection to count.
     let seat = match connection.map(|Extension(c)| (c.open_stream(), c)) {
         Some((None, c)) => return ApiError::TooManyStreams { max: c.max_streams() }.into_response(),
@@ -63,7 +96,10 @@ pub(super) async fn events(
     let (mut live, replay) = gw.events().resume(after);
     tracing::debug!(after, "an event stream subscriber connected");
     let closing = gw.closing();
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
+    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(64);
+    // Cut when the session ends: what the body had not yet sent is dropped, not delivered.
+    let cut = CancellationToken::new();
+    let cutting = cut.clone();
     tokio::spawn(async move {
         let mut last = after;
         let send = |bytes: Bytes| tx.send(Ok(bytes));
@@ -81,9 +117,22 @@ pub(super) async fn events(
         }
         let mut beat = tokio::time::interval(HEARTBEAT);
         beat.tick().await;
+        let session_over = async {
+            match &session {
+                Some(session) => session.over(gw.access(), gw.clock()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(session_over);
         loop {
+            // Biased: an ended session or a closing gateway is seen before any event waiting beside it.
             let bytes = tokio::select! {
+                biased;
                 () = closing.cancelled() => return,
+                () = &mut session_over => {
+                    cutting.cancel();
+                    return;
+                }
                 _ = beat.tick() => Bytes::from_static(b": keepalive\n\n"),
                 received = live.recv() => match received {
                     Ok(envelope) if envelope.id <= last => continue,
@@ -100,13 +149,7 @@ pub(super) async fn events(
             }
         }
     });
-    // The seat goes with the answer's body: the stream counts until the subscriber is gone.
-    let stream =
-        futures::stream::unfold(
-            (rx, seat),
-            |(mut rx, seat)| async move { rx.recv().await.map(|item| (item, (rx, seat))) },
-        );
-    let mut response = Response::new(Body::from_stream(stream));
+    let mut response = Response::new(body(rx, seat, cut));
     let h = response.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));

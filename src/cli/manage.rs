@@ -8,13 +8,27 @@ use super::out;
 
 use crate::startup::StartError;
 
+/// Without `--open`, prints a fresh login link on the user's own terminal (standard output is no
+/// command line). With it, opens the dashboard through a private page (`login_page`): the link is
+/// printed only when no browser could be opened.
 pub(super) async fn dashboard(config_path: Option<PathBuf>, open: bool) -> Result<(), StartError> {
     let loaded = load(config_path)?;
     let url = control::open(&loaded).await?.login_link().await.map_err(usage)?;
-    out(&url);
-    if open && !open_browser(&url) {
-        // The link is printed: the user can still open it, so this is said, not failed on.
-        eprintln!("no browser could be opened here; open the link above in one yourself");
+    if !open {
+        out(&url);
+        return Ok(());
+    }
+    let link = url.clone();
+    let opened = tokio::task::spawn_blocking(move || crate::login_page::open(&link))
+        .await
+        .unwrap_or(Err(crate::login_page::NotOpened::NoBrowser));
+    match opened {
+        Ok(()) => out("the dashboard is opening in your browser"),
+        Err(why) => {
+            // The link is printed: the user can still open it, so this is said, not failed on.
+            out(&url);
+            eprintln!("{why}; open the link above in a browser yourself");
+        }
     }
     Ok(())
 }
@@ -24,33 +38,4 @@ pub(super) async fn pause(config_path: Option<PathBuf>, paused: bool) -> Result<
     control::open(&loaded).await?.pause(paused).await.map_err(usage)?;
     out(if paused { "routing paused: new requests get 503 until `keymux resume`" } else { "routing resumed" });
     Ok(())
-}
-
-/// Opens `url` in the default browser; whether one could be. The opener's own messages (`xdg-open`
-/// without a browser prints several) are not passed on: the one line above says it all.
-fn open_browser(url: &str) -> bool {
-    let opener = if cfg!(target_os = "macos") {
-        "open"
-    } else if cfg!(windows) {
-        "explorer"
-    } else {
-        "xdg-open"
-    };
-    let child = std::process::Command::new(opener)
-        .arg(url)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn();
-    let Ok(mut child) = child else { return false };
-    // An opener that starts the browser itself may keep running as long as the browser does: still
-    // running after a few seconds means it opened one.
-    for _ in 0..50 {
-        match child.try_wait() {
-            Ok(Some(status)) => return status.success() || cfg!(windows),
-            Ok(None) => std::thread::sleep(std::time::Duration::from_millis(100)),
-            Err(_) => return false,
-        }
-    }
-    true
 }

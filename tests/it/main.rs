@@ -22,6 +22,7 @@ mod hygiene;
 mod key_settings;
 mod keychain;
 mod keys_import;
+mod login;
 mod pools;
 mod pools_cli;
 mod pools_clients;

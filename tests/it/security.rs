@@ -262,25 +262,6 @@ async fn event_stream_subscribers_never_take_the_connections_clients_need() {
     runtime.shutdown().await;
 }
 
-/// A client that never follows redirects, keeps no cookies, and opens a connection per request.
-fn plain() -> reqwest::Client {
-    reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).pool_max_idle_per_host(0).build().unwrap()
-}
-
-/// Logs in the way the dashboard page does: the link goes on to the page with the code in its
-/// fragment (never sent anywhere), and the page exchanges the code for a session token.
-async fn dashboard_login(h: &Harness) -> String {
-    let c = plain();
-    let r = c.get(h.gateway.login_link()).send().await.unwrap();
-    assert_eq!(r.status(), 303);
-    assert!(r.headers().get("set-cookie").is_none(), "no ambient cookie any page on 127.0.0.1 could ride on");
-    let location = r.headers()["location"].to_str().unwrap().to_owned();
-    let code = location.strip_prefix("/#login=").unwrap_or_else(|| panic!("went to {location}"));
-    let r = c.post(format!("{}/keymux/api/session", h.root)).json(&json!({"code": code})).send().await.unwrap();
-    assert_eq!(r.status(), 200);
-    r.json::<Value>().await.unwrap()["token"].as_str().unwrap().to_owned()
-}
-
 /// Point 3: the dashboard session is a token the page holds and sends in a header. Another origin
 /// on this machine (a dev server on another port) gets no cookie to ride on, cannot exchange a code
 /// from a foreign origin, and a session works only in its header.

@@ -3,11 +3,13 @@
 //! * a **client token** spends keys on `/v1` and nothing else (`tokens`);
 //! * a **dashboard session**: a token the page gets once for the code of a one-time login link
 //!   (`keymux serve` prints one, `keymux dashboard` asks a running gateway for another, the tray opens
-//!   one), keeps in its tab's `sessionStorage` and sends in the `x-keymux-session` header. There is no
+//!   one; a browser is handed it through a private page, `login_page`, which a code's `code_label`
+//!   names and which goes when the code stops waiting: `take_spent_codes`), keeps in its tab's `sessionStorage` and sends in the `x-keymux-session` header. There is no
 //!   cookie: a browser would send one to every port of 127.0.0.1, so any local dev server's page could
 //!   use it. Storage is per origin, port included, and a foreign page cannot send the header without
 //!   a CORS preflight, which Keymux never grants (so the header is also the CSRF proof). A session
-//!   ends at logout, after `SESSION_IDLE` unused, and `SESSION_LIFETIME` after login however used;
+//!   ends at logout, after `SESSION_IDLE` unused, and `SESSION_LIFETIME` after login however used,
+//!   and what it opened ends with it (`SessionWatch`: the live event stream);
 //! * an **admin credential**, kept in the keychain, with which the CLI talks to a running gateway, after
 //!   it has made sure the gateway is Keymux: the gateway proves it knows the credential by answering a
 //!   challenge with a keyed MAC, before the credential itself is ever sent. The MAC covers the address
@@ -28,7 +30,9 @@ use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use std::time::Instant;
 use subtle::ConstantTimeEq;
+use tokio_util::sync::CancellationToken;
 
+use crate::clock::Clock;
 use crate::secrets::Secret;
 
 /// How long a login link works.
@@ -39,6 +43,8 @@ pub const SESSION_IDLE: Duration = Duration::from_secs(8 * 3600);
 pub const SESSION_LIFETIME: Duration = Duration::from_secs(24 * 3600);
 /// Most login links not yet used.
 pub const MAX_LOGIN_CODES: usize = 16;
+/// Most codes no longer waiting whose login pages are yet to be removed (`take_spent_codes`).
+const MAX_SPENT: usize = 4 * MAX_LOGIN_CODES;
 /// Most dashboard sessions at once (one per browser or tray window).
 pub const MAX_SESSIONS: usize = 32;
 /// The header that carries the dashboard session.
@@ -55,6 +61,16 @@ fn digest(value: &str) -> Digest32 {
     Sha256::digest(value.as_bytes()).into()
 }
 
+/// What a login code is called where it must not be shown (its login page's file name, `login_page`):
+/// the first half of its SHA-256, as this table knows it, in hex.
+pub fn code_label(code: &str) -> String {
+    label(&digest(code))
+}
+
+fn label(digest: &Digest32) -> String {
+    hex::encode(&digest[..16])
+}
+
 struct Code {
     digest: Digest32,
     expires: Instant,
@@ -64,12 +80,52 @@ struct Session {
     digest: Digest32,
     started: Instant,
     last_used: Instant,
+    /// Cancelled when the session leaves the table, however it goes (logout, pushed out, expired).
+    ended: CancellationToken,
 }
 
 impl Session {
+    fn new(digest: Digest32, now: Instant) -> Self {
+        Self { digest, started: now, last_used: now, ended: CancellationToken::new() }
+    }
+
     fn live(&self, now: Instant) -> bool {
         now.saturating_duration_since(self.last_used) < SESSION_IDLE
             && now.saturating_duration_since(self.started) < SESSION_LIFETIME
+    }
+
+    /// When the session ends unless it is used again before.
+    fn ends_at(&self) -> Instant {
+        crate::clock::later(self.last_used, SESSION_IDLE).min(crate::clock::later(self.started, SESSION_LIFETIME))
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.ended.cancel();
+    }
+}
+
+/// A dashboard session as something a request opened watches, to end when the session does: at
+/// logout, when it is pushed out, or when it expires. It holds no credential.
+pub struct SessionWatch {
+    digest: Digest32,
+    ended: CancellationToken,
+}
+
+impl SessionWatch {
+    /// Resolves when the session is over: at once when it leaves the table, and at its expiry on
+    /// `clock`, looked at again then (a session used meanwhile lasts longer). Never polls.
+    pub async fn over(&self, access: &Access, clock: &Clock) {
+        let expired = async {
+            while let Some(ends_at) = access.session_ends(&self.digest, clock.now()) {
+                clock.sleep_until(ends_at).await;
+            }
+        };
+        tokio::select! {
+            () = self.ended.cancelled() => {}
+            () = expired => {}
+        }
     }
 }
 
@@ -99,6 +155,8 @@ pub struct Access {
     /// Keys the challenge MAC.
     admin_secret: ArcSwapOption<Secret>,
     codes: Mutex<VecDeque<Code>>,
+    /// Codes no longer waiting (used, expired, pushed out), until `take_spent_codes` says which.
+    spent: Mutex<VecDeque<Digest32>>,
     sessions: Mutex<VecDeque<Session>>,
 }
 
@@ -108,6 +166,7 @@ impl Default for Access {
             admin: ArcSwapOption::empty(),
             admin_secret: ArcSwapOption::empty(),
             codes: Mutex::default(),
+            spent: Mutex::default(),
             sessions: Mutex::default(),
         }
     }
@@ -143,12 +202,40 @@ impl Access {
     pub fn issue_login(&self, now: Instant) -> Secret {
         let code = crate::secrets::generate("");
         let mut codes = lock(&self.codes);
-        codes.retain(|c| c.expires > now);
+        self.spend_expired(&mut codes, now);
         if codes.len() == MAX_LOGIN_CODES {
-            codes.pop_front();
+            codes.pop_front().into_iter().for_each(|oldest| self.spend(oldest));
         }
         codes.push_back(Code { digest: digest(code.expose()), expires: crate::clock::later(now, LOGIN_CODE_TTL) });
         code
+    }
+
+    /// The codes that stopped waiting (used, expired, pushed out) since last asked, by their labels
+    /// (`code_label`): their login pages can go.
+    pub fn take_spent_codes(&self, now: Instant) -> Vec<String> {
+        self.spend_expired(&mut lock(&self.codes), now);
+        lock(&self.spent).drain(..).map(|d| label(&d)).collect()
+    }
+
+    /// Moves the expired codes out of `codes` (locked by the caller) to the spent ones.
+    fn spend_expired(&self, codes: &mut VecDeque<Code>, now: Instant) {
+        if codes.iter().all(|c| c.expires > now) {
+            return;
+        }
+        let (waiting, expired): (VecDeque<Code>, VecDeque<Code>) =
+            std::mem::take(codes).into_iter().partition(|c| c.expires > now);
+        *codes = waiting;
+        expired.into_iter().for_each(|c| self.spend(c));
+    }
+
+    /// Keeps a code that stopped waiting until `take_spent_codes` (the oldest go past `MAX_SPENT`:
+    /// their pages wait for the sweep of old pages).
+    fn spend(&self, code: Code) {
+        let mut spent = lock(&self.spent);
+        if spent.len() == MAX_SPENT {
+            spent.pop_front();
+        }
+        spent.push_back(code.digest);
     }
 
     /// Whether a login code is waiting to be used (without using it).
@@ -164,7 +251,9 @@ impl Access {
             let mut codes = lock(&self.codes);
             let at = codes.iter().position(|c| bool::from(c.digest.ct_eq(&wanted)))?;
             let found = codes.remove(at)?;
-            if found.expires <= now {
+            let expired = found.expires <= now;
+            self.spend(found);
+            if expired {
                 return None;
             }
         }
@@ -174,8 +263,23 @@ impl Access {
         if sessions.len() == MAX_SESSIONS {
             sessions.pop_front();
         }
-        sessions.push_back(Session { digest: digest(token.expose()), started: now, last_used: now });
+        sessions.push_back(Session::new(digest(token.expose()), now));
         Some(token)
+    }
+
+    /// The live session a request carries, to watch while what it opened lasts (`None` without one:
+    /// the admin credential's calls end only with the gateway).
+    pub fn watch_session(&self, headers: &HeaderMap, now: Instant) -> Option<SessionWatch> {
+        let wanted = digest(session_token(headers)?);
+        let sessions = lock(&self.sessions);
+        let found = sessions.iter().find(|s| bool::from(s.digest.ct_eq(&wanted)) && s.live(now))?;
+        Some(SessionWatch { digest: found.digest, ended: found.ended.clone() })
+    }
+
+    /// When the session with `digest` ends unless used again, if it is still live.
+    fn session_ends(&self, digest: &Digest32, now: Instant) -> Option<Instant> {
+        let sessions = lock(&self.sessions);
+        sessions.iter().find(|s| s.digest == *digest && s.live(now)).map(Session::ends_at)
     }
 
     /// Whether a session token is live, refreshing its idle time if it is.
@@ -289,98 +393,4 @@ pub fn origin_ok(headers: &HeaderMap) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::tokens::TokenSet;
-
-    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (k, v) in pairs {
-            h.append(*k, v.parse().expect("header"));
-        }
-        h
-    }
-
-    fn now() -> Instant {
-        crate::clock::Clock::system().now()
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_login_code_works_once_and_expires_and_a_session_ends_idle_or_old() {
-        let access = Access::default();
-        let code = access.issue_login(now());
-        assert!(access.code_waiting(code.expose(), now()));
-        let token = access.redeem(code.expose(), now()).expect("redeemed");
-        assert!(!access.code_waiting(code.expose(), now()));
-        assert!(access.redeem(code.expose(), now()).is_none(), "never twice");
-        let late = access.issue_login(now());
-        tokio::time::advance(LOGIN_CODE_TTL + Duration::from_secs(1)).await;
-        assert!(access.redeem(late.expose(), now()).is_none(), "expired");
-        let tokens = TokenSet::default();
-        let with = headers(&[(SESSION_HEADER, token.expose())]);
-        assert_eq!(access.caller(&with, &tokens, now()), Ok(Caller::Dashboard));
-        let as_cookie = headers(&[("cookie", &format!("keymux_session={}", token.expose()))]);
-        assert_eq!(access.caller(&as_cookie, &tokens, now()), Err(Refused::NoCredential));
-        tokio::time::advance(SESSION_IDLE).await;
-        assert_eq!(access.caller(&with, &tokens, now()), Err(Refused::Invalid), "idle too long");
-        let busy = headers(&[(
-            SESSION_HEADER,
-            access.redeem(access.issue_login(now()).expose(), now()).expect("redeemed").expose(),
-        )]);
-        for _ in 0..23 {
-            tokio::time::advance(Duration::from_secs(3600)).await;
-            assert_eq!(access.caller(&busy, &tokens, now()), Ok(Caller::Dashboard));
-        }
-        tokio::time::advance(Duration::from_secs(3600)).await;
-        assert_eq!(access.caller(&busy, &tokens, now()), Err(Refused::Invalid), "a day old, however busy");
-        let live = headers(&[(
-            SESSION_HEADER,
-            access.redeem(access.issue_login(now()).expose(), now()).expect("redeemed").expose(),
-        )]);
-        assert!(access.end_session(&live), "logged out");
-        assert_eq!(access.caller(&live, &tokens, now()), Err(Refused::Invalid), "over at once");
-    }
-
-    #[test]
-    fn credentials_do_not_stand_in_for_each_other() {
-        let access = Access::default();
-        let admin = Secret::new("kma-admin-credential-for-tests-1234567890");
-        access.set_admin(Some(&admin));
-        let tokens = TokenSet::new(&[Secret::new("km-client-token-for-tests-1234567890")]);
-        let bearer = |t: &str| headers(&[("authorization", &format!("Bearer {t}"))]);
-        assert_eq!(access.caller(&bearer(admin.expose()), &tokens, now()), Ok(Caller::Admin));
-        assert_eq!(
-            access.caller(&bearer("km-client-token-for-tests-1234567890"), &tokens, now()),
-            Err(Refused::ClientToken)
-        );
-        assert_eq!(access.caller(&bearer("nonsense"), &tokens, now()), Err(Refused::Invalid));
-        assert_eq!(access.caller(&HeaderMap::new(), &tokens, now()), Err(Refused::NoCredential));
-        assert!(access.is_control_credential(&bearer(admin.expose())));
-        let gateway: SocketAddr = "127.0.0.1:8787".parse().expect("addr");
-        let relay: SocketAddr = "127.0.0.1:8788".parse().expect("addr");
-        let (server, mac) = access.answer_challenge("client-nonce", gateway).expect("answers");
-        assert!(challenge_ok(&admin, "client-nonce", &server, gateway, &mac));
-        assert!(!challenge_ok(&Secret::new("another"), "client-nonce", &server, gateway, &mac));
-        assert!(!challenge_ok(&admin, "client-nonce", &server, relay, &mac), "a proof for another address");
-        assert!(host_is(&headers(&[("host", "127.0.0.1:8787")]), gateway));
-        assert!(!host_is(&headers(&[("host", "127.0.0.1:8788")]), gateway));
-        assert!(!host_is(&headers(&[("host", "localhost:8787")]), gateway));
-    }
-
-    #[test]
-    fn hosts_and_origins() {
-        for ok in ["127.0.0.1:8787", "localhost:1", "[::1]:8787", "127.9.9.9", "LOCALHOST"] {
-            assert!(is_loopback_authority(ok), "{ok}");
-        }
-        for bad in ["evil.example:8787", "10.0.0.1:8787", "127.0.0.1.evil.example", "", "[::2]:1"] {
-            assert!(!is_loopback_authority(bad), "{bad}");
-        }
-        let page = |origin: &str| headers(&[("host", "127.0.0.1:8787"), ("origin", origin)]);
-        assert!(origin_ok(&headers(&[("host", "127.0.0.1:8787")])));
-        assert!(origin_ok(&page("http://127.0.0.1:8787")));
-        assert!(origin_ok(&page("tauri://localhost")));
-        for evil in ["https://evil.example", "http://127.0.0.1:3000", "null", "http://localhost:8787"] {
-            assert!(!origin_ok(&page(evil)), "{evil}");
-        }
-    }
-}
+mod tests;
