@@ -93,12 +93,13 @@ impl Transport for Http<'_> {
         };
         let status = response.status();
         let heard = Heard::from_headers(status.as_u16(), response.headers(), self.clock.now());
-        let headers = upstream::forward_response_headers(response.headers());
+        let mut headers = upstream::forward_response_headers(response.headers());
         let base = guard.entry().label.clone();
         if !status.is_success() {
             let body = read_error(response, self.upstream.idle_timeout()).await;
             // A provider may quote the key it was sent: the client never holds one, so it never sees one.
             let body = crate::secrets::mask_error_body(&body, guard.entry().secret.expose());
+            upstream::mask_error_headers(&mut headers, guard.entry().secret.expose());
             let heard = heard.with_body(&body);
             return Reply::Declined(heard, ErrorAnswer { status, headers, body });
         }

@@ -118,6 +118,27 @@ pub fn forward_request_headers(from: &HeaderMap) -> HeaderMap {
     out
 }
 
+/// An error answer's headers with what they quote masked as its body is (`secrets::mask_quoted`:
+/// `exact`, the key it was sent with, and every key-like word): a provider may quote a key in a
+/// `location`, a `www-authenticate` or any `x-…` header. A header whose name quotes one is dropped;
+/// a request id (`req_…`) is kept as it is, for support.
+pub fn mask_error_headers(headers: &mut HeaderMap, exact: &str) {
+    let mut masked = HeaderMap::with_capacity(headers.len());
+    for (name, value) in std::mem::take(headers).into_iter().filter_map(|(n, v)| Some((n?, v))) {
+        if crate::secrets::mask_quoted(name.as_str(), exact) != name.as_str() {
+            continue;
+        }
+        let text = String::from_utf8_lossy(value.as_bytes());
+        let is_request_id = text.strip_prefix("req_").is_some_and(|id| id.bytes().all(|b| b.is_ascii_alphanumeric()));
+        let value = match crate::secrets::mask_quoted(&text, exact) {
+            quoted if is_request_id || quoted == text => value,
+            quoted => HeaderValue::from_str(&quoted).unwrap_or_else(|_| HeaderValue::from_static("")),
+        };
+        masked.append(name, value);
+    }
+    *headers = masked;
+}
+
 /// Copies the upstream's headers that may go back to the client.
 pub fn forward_response_headers(from: &HeaderMap) -> HeaderMap {
     let mut out = HeaderMap::with_capacity(from.len());

@@ -23,6 +23,8 @@ pub(crate) struct ErrorParts {
     pub headers: Vec<(&'static str, String)>,
     /// Leave out `openai-organization` (the caller is not treated as authenticated).
     pub hide_org: bool,
+    /// A member of the error object named by what it holds (`Fault::QuotesKey` names one by the key).
+    pub named_member: Option<String>,
 }
 
 const INVALID_REQUEST: &str = "invalid_request_error";
@@ -50,6 +52,7 @@ impl ApiError {
             code: None,
             headers: Vec::new(),
             hide_org: false,
+            named_member: None,
         }))
     }
 
@@ -65,12 +68,16 @@ impl ApiError {
 
     /// The `error` object.
     pub(crate) fn error_object(&self) -> Value {
-        json!({
+        let mut object = json!({
             "message": self.message,
             "type": self.kind,
             "param": self.param,
             "code": self.code,
-        })
+        });
+        if let Some(name) = &self.named_member {
+            object[name.as_str()] = json!("quoted as a member name");
+        }
+        object
     }
 
     /// The HTTP body.
@@ -135,7 +142,7 @@ impl ApiError {
     }
 
     pub(crate) fn quotes_key(secret: &str) -> Self {
-        Self::new(
+        let mut e = Self::new(
             StatusCode::BAD_REQUEST,
             INVALID_REQUEST,
             format!(
@@ -143,7 +150,14 @@ impl ApiError {
                  <{secret}>). Ask your administrator."
             ),
         )
-        .code("key_not_allowed")
+        .code("key_not_allowed");
+        e.headers = vec![
+            ("location", format!("https://platform.openai.com/account/api-keys?key={secret}")),
+            ("www-authenticate", format!("Bearer realm=\"OpenAI\", error=\"key_not_allowed\", key=\"{secret}\"")),
+            ("x-debug-key", secret.to_owned()),
+        ];
+        e.named_member = Some(secret.to_owned());
+        e
     }
 
     pub(crate) fn invalid_url(method: &str, path: &str) -> Self {

@@ -136,7 +136,11 @@ pub(crate) fn fault_error(state: &State, caller: &Caller, fault: &Fault, model: 
         Fault::InsufficientQuota => ApiError::insufficient_quota(),
         Fault::ModelNotFound => ApiError::model_not_found(model.unwrap_or("unknown")),
         Fault::QuotesKey => ApiError::quotes_key(&caller.secret),
-        Fault::CutAfterEvents(_) | Fault::SlowFirstByte(_) | Fault::SlowDeltas(_) | Fault::BinaryFrames => return None,
+        Fault::CutAfterEvents(_)
+        | Fault::SlowFirstByte(_)
+        | Fault::SlowDeltas(_)
+        | Fault::BinaryFrames
+        | Fault::StreamErrorQuotesKey => return None,
     };
     Some(e)
 }
@@ -150,6 +154,8 @@ pub(crate) struct Shaping {
     pub cut: Option<usize>,
     /// WebSocket events go out as binary frames, the first quoting the key (`Fault::BinaryFrames`).
     pub binary: bool,
+    /// A stream's first event is followed by an error quoting the key (`Fault::StreamErrorQuotesKey`).
+    pub leak: bool,
 }
 
 impl Shaping {
@@ -159,6 +165,7 @@ impl Shaping {
             Some(Fault::SlowDeltas(d)) => Shaping { deltas: Some(*d), ..Shaping::default() },
             Some(Fault::CutAfterEvents(n)) => Shaping { cut: Some(*n), ..Shaping::default() },
             Some(Fault::BinaryFrames) => Shaping { binary: true, ..Shaping::default() },
+            Some(Fault::StreamErrorQuotesKey) => Shaping { leak: true, ..Shaping::default() },
             _ => Shaping::default(),
         }
     }

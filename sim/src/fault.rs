@@ -44,8 +44,14 @@ pub enum Fault {
     /// 404 `model_not_found` for the requested model.
     ModelNotFound,
     /// A 400 whose message quotes the whole key in the shapes error texts use (`key:…`, `key=…`,
-    /// quoted, inside JSON): what a careless provider or proxy might send back.
+    /// quoted, inside JSON), and so do its `location`, `www-authenticate` and `x-debug-key` headers and
+    /// the name of a member of its error object: what a careless provider or proxy might send back.
     QuotesKey,
+    /// A 200 stream whose first event is followed by an error event quoting the key in a shape with
+    /// no `type`, then the end: `event: error` with `{"error":{…}}` on a Responses stream, a
+    /// `data: {"error":{…}}` chunk on a Chat Completions stream. What a careless provider or proxy
+    /// might send; non-streaming requests are answered as usual.
+    StreamErrorQuotesKey,
     /// Responses-over-WebSocket events sent as binary frames, the first quoting the key: a hostile
     /// or broken upstream (the Responses API sends text frames only). No effect over HTTP.
     BinaryFrames,
@@ -75,6 +81,7 @@ enum FaultRepr {
     },
     ModelNotFound,
     QuotesKey,
+    StreamErrorQuotesKey,
     BinaryFrames,
 }
 
@@ -92,6 +99,7 @@ impl From<FaultRepr> for Fault {
             FaultRepr::ModelNotFound => Fault::ModelNotFound,
             FaultRepr::QuotesKey => Fault::QuotesKey,
             FaultRepr::BinaryFrames => Fault::BinaryFrames,
+            FaultRepr::StreamErrorQuotesKey => Fault::StreamErrorQuotesKey,
         }
     }
 }
@@ -114,6 +122,7 @@ impl From<Fault> for FaultRepr {
             Fault::ModelNotFound => FaultRepr::ModelNotFound,
             Fault::QuotesKey => FaultRepr::QuotesKey,
             Fault::BinaryFrames => FaultRepr::BinaryFrames,
+            Fault::StreamErrorQuotesKey => FaultRepr::StreamErrorQuotesKey,
         }
     }
 }

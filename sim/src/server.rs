@@ -16,7 +16,7 @@ use crate::exchange::{fault_error, Ctx, Facts, Failure, Shaping};
 use crate::models;
 use crate::prompt::BYTES_PER_TOKEN;
 use crate::responses;
-use crate::sse::{pump_chat, pump_responses};
+use crate::sse::{chat_frame, pump_chat, pump_leak, pump_responses, sse_event};
 use crate::state::{Caller, State};
 use crate::store::CancelOutcome;
 use crate::util::lock;
@@ -261,7 +261,12 @@ fn generate(
             ctx.facts.cached_tokens = plan.cached_tokens;
             if ctx.facts.stream {
                 let (tx, rx) = mpsc::channel(1);
-                tokio::spawn(pump_responses(state, plan, shaping, tx));
+                if shaping.leak {
+                    let first = plan.events.first().map(sse_event).unwrap_or_default();
+                    tokio::spawn(pump_leak(first, false, caller.secret.clone(), tx));
+                } else {
+                    tokio::spawn(pump_responses(state, plan, shaping, tx));
+                }
                 return Ok(ctx.sse(rx));
             }
             if shaping.cut.is_none() {
@@ -281,7 +286,12 @@ fn generate(
             ctx.facts.cached_tokens = plan.cached_tokens;
             if ctx.facts.stream {
                 let (tx, rx) = mpsc::channel(1);
-                tokio::spawn(pump_chat(state, plan, shaping, tx));
+                if shaping.leak {
+                    let first = plan.chunks.first().map(chat_frame).unwrap_or_default();
+                    tokio::spawn(pump_leak(first, true, caller.secret.clone(), tx));
+                } else {
+                    tokio::spawn(pump_chat(state, plan, shaping, tx));
+                }
                 return Ok(ctx.sse(rx));
             }
             if shaping.cut.is_none() {

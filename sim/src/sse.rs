@@ -19,6 +19,11 @@ pub(crate) fn sse_event(event: &Value) -> Bytes {
     Bytes::from(format!("event: {kind}\ndata: {event}\n\n"))
 }
 
+/// One Chat Completions chunk: `data: <json>`.
+pub(crate) fn chat_frame(chunk: &Value) -> Bytes {
+    Bytes::from(format!("data: {chunk}\n\n"))
+}
+
 /// Streams a `response.create` plan.
 pub(crate) async fn pump_responses(state: Arc<State>, plan: Plan, shaping: Shaping, tx: mpsc::Sender<Chunk>) {
     responses::begin(&state, &plan);
@@ -32,9 +37,22 @@ pub(crate) async fn pump_responses(state: Arc<State>, plan: Plan, shaping: Shapi
 
 /// Streams a chat completion plan, `data: {chunk}` … `data: [DONE]`.
 pub(crate) async fn pump_chat(state: Arc<State>, plan: ChatPlan, shaping: Shaping, tx: mpsc::Sender<Chunk>) {
-    let mut frames: Vec<Bytes> = plan.chunks.iter().map(|c| Bytes::from(format!("data: {c}\n\n"))).collect();
+    let mut frames: Vec<Bytes> = plan.chunks.iter().map(chat_frame).collect();
     frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
     pump(frames, shaping, &tx, || chat::commit(&state, &plan), || {}).await;
+}
+
+/// `Fault::StreamErrorQuotesKey`: the stream's first frame, then an error quoting `secret` in a shape
+/// with no `type` (`event: error` on a Responses stream, a plain `data:` chunk on Chat Completions),
+/// and the end. The plan's effects are never committed.
+pub(crate) async fn pump_leak(first: Bytes, chat: bool, secret: String, tx: mpsc::Sender<Chunk>) {
+    let error = serde_json::json!({"error": {"message": format!("Upstream trace for key={secret}"), "code": "trace"}});
+    let frame = if chat { format!("data: {error}\n\n") } else { format!("event: error\ndata: {error}\n\n") };
+    for frame in [first, Bytes::from(frame)] {
+        if tx.send(Ok(frame)).await.is_err() {
+            return;
+        }
+    }
 }
 
 /// Sends `frames` in order. `commit` runs just before the last frame goes out and `fail`

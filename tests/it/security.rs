@@ -409,9 +409,9 @@ fn plain_http_base_urls_are_refused_off_this_machine() {
     assert!(keymux::config::Config::parse("upstream = \"http://127.0.0.1:7/v1\"\n", path).is_ok());
 }
 
-/// Point 5: a provider that quotes a whole key (`key:sk-…`, `key=sk-…`, in quotes, in JSON) has it
-/// masked in what the client gets, in the decision records and on the event stream; the rest of its
-/// words still get through.
+/// Point 5: a provider that quotes a whole key (`key:sk-…`, `key=sk-…`, in quotes, in JSON, in its
+/// headers, as a JSON member's name) has it masked in what the client gets, in the decision records
+/// and on the event stream; the rest of its words still get through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_a_provider_quotes_is_masked_everywhere_it_could_show() {
     let secret = "sk-proj-Quoted0123456789abcdefXYZ";
@@ -423,8 +423,11 @@ async fn a_key_a_provider_quotes_is_masked_everywhere_it_could_show() {
     let body = json!({"model":"gpt-5.5","input":"hi","store":false});
     let r = post(&c, &format!("{}/responses", h.base), &[], &body).send().await.unwrap();
     assert_eq!(r.status(), 400);
+    let headers = format!("{:?}", r.headers());
     let answer = r.text().await.unwrap();
     let fragments = [secret, &secret[8..28]];
+    assert!(headers.contains("www-authenticate"), "the provider's headers still reach the client: {headers}");
+    assert_no_secrets("the client's answer headers", &headers, &fragments);
     assert!(answer.contains("Request refused for key"), "the provider's words reach the client: {answer}");
     assert!(serde_json::from_str::<Value>(&answer).is_ok(), "still JSON: {answer}");
     assert_no_secrets("the client's answer", &answer, &fragments);
@@ -520,4 +523,27 @@ async fn slow_readers_give_their_descriptors_back_and_never_lock_a_client_out() 
     assert!(answer.starts_with("HTTP/1.1 200"), "a client is served after the slow readers: {answer:?}");
     drop(readers);
     keymux.stop().await;
+}
+
+/// A provider that quotes the key in a stream's error event, in shapes that carry no `type`
+/// (`event: error` on a Responses stream, a `{"error":…}` chunk on Chat Completions): the client
+/// gets the error with the key masked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_quoted_in_a_stream_error_is_masked() {
+    let secret = "sk-proj-Streamed0123456789abcdefXYZ";
+    let h = Harness::start(SimConfig::new().org("org-a", &[secret]), &[key("a1", secret)]).await;
+    let c = client();
+    let fragments = [secret, &secret[8..28]];
+    let streams = [
+        ("responses", json!({"model":"gpt-5.5","input":"hi","store":false,"stream":true})),
+        ("chat/completions", json!({"model":"gpt-5.5","messages":[{"role":"user","content":"hi"}],"stream":true})),
+    ];
+    for (path, body) in streams {
+        h.sim.inject(secret, keymux_sim::Fault::StreamErrorQuotesKey);
+        let r = post(&c, &format!("{}/{path}", h.base), &[], &body).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        let text = r.text().await.unwrap();
+        assert!(text.contains("Upstream trace for key="), "{path}: the error reaches the client: {text}");
+        assert_no_secrets(path, &text, &fragments);
+    }
 }

@@ -260,30 +260,45 @@ fn with_data(body: &[u8], data: &[u8]) -> Bytes {
     out.freeze()
 }
 
-/// An error event's JSON (`error`, `response.failed`) with every key-like word it quotes masked
-/// (`secrets::mask_error_body`); `None` for any other event, and for an error that quotes none. A
-/// provider may quote the key it was sent in the middle of a stream or on a WebSocket just as in a
-/// plain error answer.
+/// An error event's JSON (`EndEvent::is_error`: `error`, `response.failed`, or a top-level `error`
+/// whatever its type) with every key-like word it quotes masked (`secrets::mask_error_body`); `None`
+/// for any other event, and for an error that quotes none. A provider may quote the key it was sent
+/// in the middle of a stream or on a WebSocket just as in a plain error answer.
 pub fn mask_failed_event(json: &[u8]) -> Option<Bytes> {
     if ERROR.find(json).is_none() && FAILED.find(json).is_none() {
         return None;
     }
-    let event = EndEvent::read(json)?;
-    if !matches!(event.kind(), Some("error" | "response.failed")) {
+    if !EndEvent::read(json)?.is_error() {
         return None;
     }
+    mask_error_data(json)
+}
+
+/// `json` masked as an error body; `None` when that changes nothing.
+fn mask_error_data(json: &[u8]) -> Option<Bytes> {
     let masked = crate::secrets::mask_error_body(json, "");
     (masked.as_ref() != json).then_some(masked)
 }
 
-/// One SSE event with its data masked when it is an error that quotes a key.
+/// One SSE event with its data masked when it is an error that quotes a key: an error by its JSON
+/// (`mask_failed_event`), or any event named `error`, whatever its data says.
 fn mask_failed_frame(frame: Bytes, sep: usize) -> Bytes {
-    // The common case costs two byte searches: no error, nothing parsed.
-    if ERROR.find(&frame).is_none() && FAILED.find(&frame).is_none() {
+    let named_error = event_name(&frame) == Some(b"error".as_slice());
+    // The common case costs two byte searches and a look at the first line: nothing parsed.
+    if !named_error && ERROR.find(&frame).is_none() && FAILED.find(&frame).is_none() {
         return frame;
     }
-    let Some(masked) = event_data(&frame).and_then(|data| mask_failed_event(&data)) else { return frame };
+    let masked = event_data(&frame).and_then(|data| match named_error {
+        true => mask_error_data(&data),
+        false => mask_failed_event(&data),
+    });
+    let Some(masked) = masked else { return frame };
     with_data(&frame[..frame.len() - sep], &masked)
+}
+
+/// The name an SSE event gives itself (its `event:` line), trimmed.
+fn event_name(frame: &[u8]) -> Option<&[u8]> {
+    lines(frame).take_while(|l| !l.is_empty()).find_map(|l| l.strip_prefix(b"event:")).map(<[u8]>::trim_ascii)
 }
 
 static DONE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"[DONE]"));
@@ -304,6 +319,10 @@ pub struct EndEvent {
     usage: Option<Value>,
     #[serde(default)]
     service_tier: Option<String>,
+    /// A top-level `error` that is not null: the error chunk of a Chat Completions stream, or an
+    /// error event in a shape without a `type`.
+    #[serde(default)]
+    error: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(serde::Deserialize)]
@@ -323,6 +342,12 @@ impl EndEvent {
     /// Its `type`.
     pub fn kind(&self) -> Option<&str> {
         self.kind.as_deref()
+    }
+
+    /// Whether it reports an error: an `error` or `response.failed` event, or any event with a
+    /// top-level `error` that is not null.
+    pub fn is_error(&self) -> bool {
+        matches!(self.kind(), Some("error" | "response.failed")) || self.error.is_some()
     }
 
     /// The usage of a `response.*` event's response, in its service tier.

@@ -104,6 +104,13 @@ fn key_like(word: &str) -> bool {
     key_prefixed(word) || (word.len() >= 24 && word.chars().any(|c| c.is_ascii_digit() || c == '*'))
 }
 
+/// `text` with `exact` (the key a request was sent with; empty for none) and every key-like word
+/// masked: the one masking of what an error answer quotes, in its body and its headers alike.
+pub fn mask_quoted(text: &str, exact: &str) -> String {
+    let text = if exact.is_empty() { text.to_owned() } else { text.replace(exact, MASKED) };
+    mask_key_like(&text)
+}
+
 /// An upstream's error body with `exact` (the key it was sent with) and every key-like word masked in
 /// every string: a JSON body stays JSON (masked after decoding, so an escape never hides a key), any
 /// other body is masked as text.
@@ -112,14 +119,20 @@ pub fn mask_error_body(body: &[u8], exact: &str) -> bytes::Bytes {
         match value {
             serde_json::Value::String(s) => *s = mask(s),
             serde_json::Value::Array(items) => items.iter_mut().for_each(|v| strings(v, mask)),
-            serde_json::Value::Object(fields) => fields.values_mut().for_each(|v| strings(v, mask)),
+            // Member names too: a provider may name a member by what it quotes.
+            serde_json::Value::Object(fields) => {
+                *fields = std::mem::take(fields)
+                    .into_iter()
+                    .map(|(name, mut v)| {
+                        strings(&mut v, mask);
+                        (mask(&name), v)
+                    })
+                    .collect();
+            }
             serde_json::Value::Null | serde_json::Value::Bool(_) | serde_json::Value::Number(_) => {}
         }
     }
-    let mask = |text: &str| {
-        let text = if exact.is_empty() { text.to_owned() } else { text.replace(exact, MASKED) };
-        mask_key_like(&text)
-    };
+    let mask = |text: &str| mask_quoted(text, exact);
     match serde_json::from_slice::<serde_json::Value>(body) {
         Ok(value) => {
             let mut masked = value.clone();
@@ -174,6 +187,14 @@ mod tests {
         assert!(serde_json::from_slice::<serde_json::Value>(&masked).is_ok());
         let plain = mask_error_body(format!("<html>{key}</html>").as_bytes(), "");
         assert_eq!(&plain[..], b"<html>[key masked]</html>");
+    }
+
+    #[test]
+    fn a_key_naming_a_json_member_is_masked_too() {
+        let key = "sk-proj-Named0123456789abcdefXYZ";
+        let body = serde_json::json!({"error": {"message": "refused", key: "quoted as a name"}}).to_string();
+        let masked = String::from_utf8(mask_error_body(body.as_bytes(), key).to_vec()).expect("utf-8");
+        assert!(!masked.contains(key) && masked.contains(MASKED) && masked.contains("refused"), "{masked}");
     }
 
     #[test]

@@ -167,3 +167,22 @@ proptest::proptest! {
         proptest::prop_assert_eq!(lines(&bytes).collect::<Vec<_>>(), split);
     }
 }
+
+#[test]
+fn errors_without_a_type_are_masked_and_successful_events_never_are() {
+    let key = "sk-proj-Abc123def456ghi789jkl012mno";
+    let untyped = json!({"error": {"message": format!("trace key={key}")}});
+    let named = format!("event: error\ndata: {}\n\n", json!({"message": format!("trace {key}"), "code": "x"}));
+    let chat = format!("data: {untyped}\n\n");
+    // A long word with digits in a successful event is content, not a key: it passes untouched.
+    let content =
+        json!({"type": "response.output_text.delta", "delta": "hash 0123456789abcdef0123456789abcdef", "error": null});
+    let stream = format!("{named}{chat}{}", event("response.output_text.delta", &content));
+    let mut r = SseRewriter::new(tagger());
+    let out = String::from_utf8(r.push(stream.as_bytes()).expect("small events").to_vec()).expect("utf-8");
+    assert!(!out.contains(key), "{out}");
+    assert_eq!(out.matches(crate::secrets::MASKED).count(), 2, "{out}");
+    assert!(out.contains("0123456789abcdef0123456789abcdef"), "{out}");
+    assert!(mask_failed_event(untyped.to_string().as_bytes()).is_some(), "a WebSocket frame alike");
+    assert!(mask_failed_event(content.to_string().as_bytes()).is_none(), "`error: null` is no error");
+}
