@@ -283,9 +283,17 @@ fn mask_error_data(json: &[u8]) -> Option<Bytes> {
 /// One SSE event with its data masked when it is an error that quotes a key: an error by its JSON
 /// (`mask_failed_event`), or any event named `error`, whatever its data says.
 fn mask_failed_frame(frame: Bytes, sep: usize) -> Bytes {
-    let named_error = event_name(&frame) == Some(b"error".as_slice());
-    // The common case costs two byte searches and a look at the first line: nothing parsed.
-    if !named_error && ERROR.find(&frame).is_none() && FAILED.find(&frame).is_none() {
+    // One search for `error` finds both a member named `"error"` and a line ending in `error` (an
+    // `event: error` line, then read properly); with one for `response.failed`, the common case costs
+    // two byte searches, nothing parsed.
+    let (mut quoted, mut line_end) = (false, false);
+    for at in ERROR_WORD.find_iter(&frame) {
+        let (before, after) = (at.checked_sub(1).map(|i| frame[i]), frame.get(at + 5).copied());
+        quoted |= before == Some(b'"') && after == Some(b'"');
+        line_end |= matches!(after, Some(b'\n' | b'\r'));
+    }
+    let named_error = line_end && event_name(&frame) == Some(b"error".as_slice());
+    if !named_error && !quoted && FAILED.find(&frame).is_none() {
         return frame;
     }
     let masked = event_data(&frame).and_then(|data| match named_error {
@@ -303,6 +311,7 @@ fn event_name(frame: &[u8]) -> Option<&[u8]> {
 
 static DONE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"[DONE]"));
 static ERROR: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"error\""));
+static ERROR_WORD: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"error"));
 static FAILED: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"response.failed"));
 static COMPLETED: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"response.completed"));
 static USAGE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\":{"));
