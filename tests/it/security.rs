@@ -424,9 +424,11 @@ async fn a_key_a_provider_quotes_is_masked_everywhere_it_could_show() {
     let r = post(&c, &format!("{}/responses", h.base), &[], &body).send().await.unwrap();
     assert_eq!(r.status(), 400);
     let headers = format!("{:?}", r.headers());
+    let request_id = r.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
     let answer = r.text().await.unwrap();
     let fragments = [secret, &secret[8..28]];
     assert!(headers.contains("www-authenticate"), "the provider's headers still reach the client: {headers}");
+    assert!(request_id.starts_with("req_") && request_id.len() > 20, "its request id is kept: {headers}");
     assert_no_secrets("the client's answer headers", &headers, &fragments);
     assert!(answer.contains("Request refused for key"), "the provider's words reach the client: {answer}");
     assert!(serde_json::from_str::<Value>(&answer).is_ok(), "still JSON: {answer}");
