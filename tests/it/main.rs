@@ -29,6 +29,7 @@ mod pools_clients;
 mod pre_keymux;
 mod prompt_cache;
 mod quota;
+mod request_encoding;
 mod rescued;
 mod rescued_clients;
 mod runtime;
