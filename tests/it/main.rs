@@ -10,6 +10,7 @@ mod budgets;
 mod budgets_clients;
 mod chaos;
 mod cli;
+mod client_kinds;
 mod compaction;
 mod config_live;
 mod continuity;
