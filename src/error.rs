@@ -7,6 +7,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use crate::encoding::EncodingError;
 use crate::upstream::UpstreamError;
 
 mod messages;
@@ -51,6 +52,9 @@ pub enum ApiError {
     /// The request body is over the cap.
     #[error("request body over {limit} bytes")]
     BodyTooLarge { limit: usize },
+    /// The request body's `content-encoding` could not be undone.
+    #[error(transparent)]
+    Encoding(#[from] EncodingError),
     /// The body could not be read from the client.
     #[error("could not read the request body: {detail}")]
     BodyRead { detail: String },
@@ -197,6 +201,24 @@ fn srv(status: StatusCode, code: &'static str, label: &'static str, message: imp
     Spec { status, kind: SERVER, code: Some(code), label, message: message.into() }
 }
 
+/// A body whose `content-encoding` could not be undone: what the client can do about it.
+fn encoding(e: &EncodingError) -> Spec {
+    use StatusCode as S;
+    match e {
+        EncodingError::TooLarge { coding, limit } => {
+            let message = decoded_too_large(coding, *limit);
+            req(S::PAYLOAD_TOO_LARGE, "request_too_large", "decoded_body_too_large", message)
+        }
+        EncodingError::Unsupported { coding } => {
+            let message = unsupported_encoding(coding);
+            req(S::UNSUPPORTED_MEDIA_TYPE, "unsupported_content_encoding", "unsupported_encoding", message)
+        }
+        EncodingError::Malformed { coding, detail } => {
+            req(S::BAD_REQUEST, "invalid_content_encoding", "bad_encoding", bad_encoding(coding, detail))
+        }
+    }
+}
+
 impl ApiError {
     /// What this error is: status, type, code, label and message, from one exhaustive match.
     pub fn spec(&self) -> Spec {
@@ -212,6 +234,7 @@ impl ApiError {
             Self::BodyTooLarge { limit } => {
                 req(S::PAYLOAD_TOO_LARGE, "request_too_large", "body_too_large", body_too_large(*limit))
             }
+            Self::Encoding(e) => encoding(e),
             Self::BodyRead { detail } => Spec { code: None, ..req(S::BAD_REQUEST, "", "body_read", body_read(detail)) },
             Self::BodyTimeout { secs } => {
                 req(S::REQUEST_TIMEOUT, "request_timeout", "body_timeout", body_timeout(*secs))

@@ -40,6 +40,8 @@
 //! One request's way through:
 //! * [`proxy`] (HTTP) and [`ws`] (Responses over WebSocket, its two pumps in `ws::pumps`): the two
 //!   client transports. Each reads what is particular to it and hands the rest to the pipeline.
+//! * [`encoding`]: request bodies sent compressed (`content-encoding` zstd, gzip, br), decoded under the
+//!   body cap before anything reads them; what goes upstream is the decoded body.
 //! * [`pipeline`]: the steps both transports share, as functions over `&Gateway`: admit (facts, memory,
 //!   decision, rescue), attempt with failover, record; key probes are a third transport through the
 //!   same attempt step. Its header has a glossary of the nouns one attempt's result goes through.
@@ -122,6 +124,7 @@ pub mod config_file;
 pub mod control;
 pub mod dashboard;
 pub mod desktop;
+pub mod encoding;
 pub mod error;
 pub mod events;
 pub mod gateway;

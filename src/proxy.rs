@@ -1,6 +1,7 @@
 //! The HTTP transport: one `/v1/*` request through the pipeline, and its answer relayed back.
 //!
-//! Only what is particular to HTTP lives here: reading the body under the cap, how an attempt is sent
+//! Only what is particular to HTTP lives here: reading the body under the cap (and decoding it when it
+//! came compressed, `encoding`), how an attempt is sent
 //! and read (a success is held until its first chunk, or whole for a JSON answer that needs markers, so
 //! a cut answer can still fail over), and how the answer goes back (streamed event by event, with
 //! markers spliced in, the record finished when the stream ends).
@@ -133,7 +134,7 @@ pub fn refuse_paused(gateway: &Arc<Gateway>, parts: &request::Parts) -> Response
     refuse(trace, ApiError::Paused)
 }
 
-/// Reads the body under the cap and admits the request.
+/// Reads the body under the cap, decodes it if it came compressed, and admits the request.
 async fn admit(
     gateway: &Gateway,
     parts: &request::Parts,
@@ -146,6 +147,8 @@ async fn admit(
     }
     let deadline = parts.extensions.get::<RequestLimits>().copied().unwrap_or_default().body_read_timeout;
     let raw = crate::limits::read_body(&parts.headers, body, gateway.max_body_bytes(), deadline).await?;
+    // Everything below reads the body, and what goes upstream is what was read: decoded.
+    let raw = crate::encoding::decoded(&parts.headers, raw, gateway.max_body_bytes()).await?;
     let scope = parts.extensions.get::<ClientScope>().cloned().unwrap_or_default();
     trace.client(&scope);
     let incoming = Incoming {

@@ -70,8 +70,9 @@ impl UpstreamError {
 }
 
 /// Request headers never forwarded: hop-by-hop, the client's own credentials (the key's are set
-/// instead), `host`, length and encoding (set by the client library), and organization selectors
-/// (the key decides its organization).
+/// instead), `host`, length and encodings (the body goes upstream decoded, framed anew by the client
+/// library, which asks for the answer's encodings itself), and organization selectors (the key decides
+/// its organization).
 const DROP_REQUEST: &[&str] = &[
     "connection",
     "keep-alive",
@@ -86,6 +87,7 @@ const DROP_REQUEST: &[&str] = &[
     "authorization",
     "api-key",
     "content-length",
+    "content-encoding",
     "accept-encoding",
     "openai-organization",
     "openai-project",
@@ -320,11 +322,13 @@ mod tests {
         h.insert("session-id", HeaderValue::from_static("s"));
         h.insert("connection", HeaderValue::from_static("keep-alive"));
         h.insert("accept-encoding", HeaderValue::from_static("zstd,gzip"));
+        h.insert("content-encoding", HeaderValue::from_static("zstd"));
         h.insert("openai-beta", HeaderValue::from_static("responses_websockets=2026-02-06"));
         let out = forward_request_headers(&h);
         assert!(out.get("authorization").is_none());
         assert!(out.get("connection").is_none());
         assert!(out.get("accept-encoding").is_none());
+        assert!(out.get("content-encoding").is_none(), "the body goes upstream decoded");
         assert_eq!(out.get("x-codex-turn-state").map(|v| v.as_bytes()), Some(&b"ts"[..]));
         assert!(out.get("session-id").is_some());
         assert!(out.get("openai-beta").is_some());

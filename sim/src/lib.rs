@@ -15,7 +15,8 @@
 //! listed after it.
 //! - `sim`: the [`Sim`] handle that starts the server and exposes the log, counts, faults and
 //!   the clock.
-//! - `server`: routing, authentication, drawing faults and the HTTP endpoint handlers.
+//! - `server`: routing, authentication, request bodies (a `content-encoding` of gzip or zstd
+//!   undone, as OpenAI does), drawing faults and the HTTP endpoint handlers.
 //! - `ws`: Responses over WebSocket, with connection-local state and the connection age limit.
 //! - `control`: the `/__sim/` control surface.
 //! - `sse`: server-sent event bodies, pumped with the stream-shaping faults.

@@ -137,6 +137,9 @@ async fn dispatch(AxState(state): AxState<Arc<State>>, req: Request) -> Response
         Ok(b) => b,
         Err(_) => return ctx.fail(ApiError::bad_json().into()),
     };
+    let Some(bytes) = decoded(&parts.headers, bytes) else {
+        return ctx.fail(ApiError::bad_json().into());
+    };
     let parsed: Parsed =
         if bytes.is_empty() && parts.method != Method::POST { None } else { Some(serde_json::from_slice(&bytes)) };
     ctx.facts = Facts::from_body(parsed.as_ref().and_then(|p| p.as_ref().ok()).cloned(), true);
@@ -152,6 +155,36 @@ async fn dispatch(AxState(state): AxState<Arc<State>>, req: Request) -> Response
         tokio::time::sleep(d).await;
     }
     resp
+}
+
+/// The body with its `content-encoding` undone, as OpenAI reads it: gzip and zstd, which OpenAI's
+/// backend is known to take (Codex sends zstd, and proxies in front of it send gzip), under the same
+/// cap as a plain body. `None` for any other coding, several, or bytes that are not what the header
+/// says: what OpenAI answers then is not known, so the simulator answers as it does to a body it cannot
+/// parse, and never reads the bytes as if they were plain.
+fn decoded(headers: &HeaderMap, bytes: bytes::Bytes) -> Option<bytes::Bytes> {
+    use std::io::Read as _;
+    let mut codings = headers
+        .get_all("content-encoding")
+        .iter()
+        .map(|v| v.to_str().unwrap_or("?"))
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case("identity"));
+    let Some(coding) = codings.next() else { return Some(bytes) };
+    if codings.next().is_some() {
+        return None;
+    }
+    let reader: Box<dyn std::io::Read + '_> = if coding.eq_ignore_ascii_case("gzip") {
+        Box::new(flate2::bufread::MultiGzDecoder::new(&bytes[..]))
+    } else if coding.eq_ignore_ascii_case("zstd") {
+        Box::new(zstd::stream::read::Decoder::with_buffer(&bytes[..]).ok()?)
+    } else {
+        return None;
+    };
+    let mut out = Vec::new();
+    reader.take(MAX_BODY as u64 + 1).read_to_end(&mut out).ok()?;
+    (out.len() <= MAX_BODY).then(|| out.into())
 }
 
 fn object_body(parsed: Parsed) -> Result<Map<String, Value>, Failure> {

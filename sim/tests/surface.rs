@@ -1,5 +1,5 @@
-//! Chat Completions, embeddings, models, unknown paths, gzip, Azure keys, the control
-//! surface and the binary.
+//! Chat Completions, embeddings, models, unknown paths, gzip answers, compressed request bodies, Azure
+//! keys, the control surface and the binary.
 
 mod common;
 
@@ -201,6 +201,48 @@ async fn gzip_is_used_when_enabled_and_accepted() -> anyhow::Result<()> {
         let v: Value = decoded.json().await?;
         assert_eq!(v["object"], "response");
     }
+    Ok(())
+}
+
+#[tokio::test]
+async fn compressed_request_bodies_are_read_or_refused_never_read_as_plain() -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let sim = Sim::start(two_orgs()).await?;
+    let plain = serde_json::to_vec(&json!({"model": "gpt-5.5", "input": "compressed"}))?;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&plain)?;
+    let cases = [
+        ("zstd", zstd::encode_all(&plain[..], 3)?, 200),
+        ("gzip", gz.finish()?, 200),
+        ("identity", plain.clone(), 200),
+        // Plain bytes that say they are compressed, a coding OpenAI is not known to read, two codings.
+        ("zstd", plain.clone(), 400),
+        ("br", plain.clone(), 400),
+        ("gzip, zstd", plain.clone(), 400),
+    ];
+    for (coding, bytes, want) in cases {
+        let resp = client()
+            .post(format!("{}/responses", sim.base_url()))
+            .bearer_auth("sk-a1")
+            .header("content-type", "application/json")
+            .header("content-encoding", coding)
+            .body(bytes)
+            .send()
+            .await?;
+        assert_eq!(resp.status().as_u16(), want, "{coding}");
+        let v: Value = resp.json().await?;
+        if want == 200 {
+            let text = v["output"].as_array().and_then(|o| o.iter().find_map(|i| i["content"][0]["text"].as_str()));
+            assert!(text.is_some_and(|t| t.ends_with("from org-a: compressed")), "{coding}: {v}");
+        } else {
+            assert_eq!(v["error"]["type"], "invalid_request_error", "{coding}: {v}");
+        }
+    }
+    let log = sim.log();
+    assert!(log
+        .iter()
+        .filter(|e| e.status == 200)
+        .all(|e| e.body.as_ref().is_some_and(|b| b["input"] == "compressed")));
     Ok(())
 }
 

@@ -97,6 +97,29 @@ pub(super) fn body_too_large(limit: usize) -> String {
     )
 }
 
+pub(super) fn decoded_too_large(coding: &str, limit: usize) -> String {
+    format!(
+        "The request body, sent with content-encoding {coding}, decodes to more than Keymux's limit of {limit} \
+         bytes, so Keymux stopped decoding it. Compact the conversation, or raise `max_body_bytes` in the Keymux \
+         config."
+    )
+}
+
+pub(super) fn unsupported_encoding(coding: &str) -> String {
+    format!(
+        "Keymux cannot read a request body sent with content-encoding '{coding}': it reads a body compressed once, \
+         with zstd, gzip or br, or one sent uncompressed. Send the body uncompressed, or compressed with one of \
+         those."
+    )
+}
+
+pub(super) fn bad_encoding(coding: &str, detail: &str) -> String {
+    format!(
+        "The request body is not valid {coding}, as its content-encoding says it is ({detail}), so Keymux cannot \
+         read it. Send the body uncompressed, or compressed whole with {coding}."
+    )
+}
+
 pub(super) fn body_timeout(secs: u64) -> String {
     format!(
         "The request body did not arrive within {secs} s, so Keymux stopped waiting for it. Send the request again."

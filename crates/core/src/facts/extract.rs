@@ -328,23 +328,6 @@ mod tests {
     }
 
     #[test]
-    fn clients_are_told_apart_by_their_headers() {
-        let kind = |pairs: &[(&'static str, &'static str)]| {
-            let mut h = HeaderMap::new();
-            for (k, v) in pairs {
-                h.insert(*k, http::HeaderValue::from_static(v));
-            }
-            ClientKind::from_headers(&h)
-        };
-        assert_eq!(kind(&[("originator", "codex_exec"), ("user-agent", "codex_exec/0.171.0")]), ClientKind::CodexExec);
-        assert_eq!(kind(&[("originator", "codex-tui")]), ClientKind::CodexTui);
-        assert_eq!(kind(&[("originator", "codex_vscode")]), ClientKind::CodexVscode);
-        assert_eq!(kind(&[("user-agent", "OpenAI/JS 6.26.0"), ("session_id", "x")]), ClientKind::Pi);
-        assert_eq!(kind(&[("user-agent", "OpenAI/JS 6.26.0")]), ClientKind::Other);
-        assert_eq!(kind(&[("user-agent", "curl/8")]), ClientKind::Other);
-    }
-
-    #[test]
     fn only_long_prompts_are_cache_eligible() {
         let short = extract(1, Operation::ResponsesCreate, br#"{"model":"m","input":"hi"}"#).expect("valid");
         assert!(!short.cache_eligible());

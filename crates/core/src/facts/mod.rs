@@ -25,7 +25,7 @@ pub enum AffinitySource {
     PromptPrefix,
 }
 
-/// Which client sent a request, from its `originator` and `user-agent` headers.
+/// Which client sent a request, from the headers it names itself in ([`CLIENTS`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Default, ts_rs::TS)]
 #[serde(rename_all = "snake_case")]
 pub enum ClientKind {
@@ -35,35 +35,71 @@ pub enum ClientKind {
     CodexTui,
     /// The Codex VS Code extension (originator `codex_vscode`).
     CodexVscode,
-    /// The pi coding agent: the OpenAI JS SDK with pi's `session_id` header. pi on Chat Completions
-    /// sends no session header by default and is indistinguishable from any JS SDK user: it shows as
-    /// `other`.
+    /// The pi coding agent. pi 1.x names itself in `user-agent` on every API; pi 0.73 sent the
+    /// OpenAI JS SDK's with pi's `session_id` header, so on Chat Completions, where it sends no session
+    /// header by default, it is indistinguishable from any JS SDK user and shows as `other`.
     Pi,
     /// Anything else.
     #[default]
     Other,
 }
 
+/// How a client names itself in its headers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sign {
+    /// `originator` is this, or `user-agent` begins with it (Codex sends both).
+    Named(&'static str),
+    /// `originator` is this.
+    Originator(&'static str),
+    /// `user-agent` names this product: the whole header, or what comes before its `/version`.
+    Product(&'static str),
+    /// The OpenAI JS SDK's `user-agent` (`OpenAI/JS 6.26.0`), with this header beside it.
+    JsSdkWith(&'static str),
+}
+
+/// Every client Keymux tells apart and how each names itself, the first sign seen winning. Names are
+/// compared without regard to ASCII case.
+pub const CLIENTS: &[(Sign, ClientKind)] = &[
+    (Sign::Named("codex_exec"), ClientKind::CodexExec),
+    (Sign::Named("codex-tui"), ClientKind::CodexTui),
+    (Sign::Named("codex_tui"), ClientKind::CodexTui),
+    (Sign::Named("codex_cli_rs"), ClientKind::CodexTui),
+    (Sign::Named("codex_vscode"), ClientKind::CodexVscode),
+    // pi 1.x (`@earendil-works/pi-coding-agent`): `pi/1.6.0 (linux; node/v22.19.0; x64)`, or `pi` when
+    // set short, on Responses and Chat Completions alike.
+    (Sign::Product("pi"), ClientKind::Pi),
+    // pi 1.x's Codex provider (a ChatGPT login) sends Codex's `originator` header, as `pi`.
+    (Sign::Originator("pi"), ClientKind::Pi),
+    // pi 0.73 (`@mariozechner/pi-coding-agent`): the SDK's `user-agent` and pi's session headers.
+    (Sign::JsSdkWith("session_id"), ClientKind::Pi),
+    (Sign::JsSdkWith("x-session-affinity"), ClientKind::Pi),
+];
+
+impl Sign {
+    /// Whether a request with these headers (`originator` and `user-agent` read from them once) shows it.
+    fn seen(self, headers: &HeaderMap, originator: &str, user_agent: &str) -> bool {
+        match self {
+            Self::Named(name) => originator.eq_ignore_ascii_case(name) || starts_with(user_agent, name),
+            Self::Originator(name) => originator.eq_ignore_ascii_case(name),
+            Self::Product(name) => user_agent.split(['/', ' ']).next().is_some_and(|p| p.eq_ignore_ascii_case(name)),
+            Self::JsSdkWith(header) => starts_with(user_agent, "OpenAI/JS") && headers.contains_key(header),
+        }
+    }
+}
+
+fn starts_with(text: &str, prefix: &str) -> bool {
+    text.get(..prefix.len()).is_some_and(|head| head.eq_ignore_ascii_case(prefix))
+}
+
 impl ClientKind {
     /// Reads the client from a request's (or a WebSocket upgrade's) headers.
     pub fn from_headers(headers: &HeaderMap) -> Self {
         let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("");
-        let originator = text("originator");
-        let user_agent = text("user-agent");
-        let codex = |name: &str| originator.eq_ignore_ascii_case(name) || user_agent.starts_with(name);
-        if codex("codex_exec") {
-            Self::CodexExec
-        } else if codex("codex-tui") || codex("codex_tui") || codex("codex_cli_rs") {
-            Self::CodexTui
-        } else if codex("codex_vscode") {
-            Self::CodexVscode
-        } else if user_agent.starts_with("OpenAI/JS")
-            && (headers.contains_key("session_id") || headers.contains_key("x-session-affinity"))
-        {
-            Self::Pi
-        } else {
-            Self::Other
-        }
+        let (originator, user_agent) = (text("originator"), text("user-agent"));
+        CLIENTS
+            .iter()
+            .find(|(sign, _)| sign.seen(headers, originator, user_agent))
+            .map_or(Self::Other, |(_, client)| *client)
     }
 }
 
@@ -217,3 +253,6 @@ impl RequestFacts {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
