@@ -254,7 +254,13 @@ impl Notifications {
     }
 }
 
-/// The environment for the app: nothing of the test process's but PATH, the bus, the display.
+/// Whether `name` is one of the variables that choose a locale (`LANG`, `LANGUAGE`, `LC_*`).
+pub fn is_locale_var(name: &str) -> bool {
+    name == "LANG" || name == "LANGUAGE" || name.starts_with("LC_")
+}
+
+/// The environment for the app: nothing of the test process's but PATH, the bus, the display, and
+/// the locale (`LANG`, `LANGUAGE`, `LC_*`), which the app gets as a user's session would give it.
 pub fn env(home: &Path, xvfb: &Xvfb, keys: &[(&str, &str)], token: &str, admin: &str) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = vec![
         ("PATH".into(), std::env::var("PATH").unwrap_or_default()),
@@ -274,8 +280,70 @@ pub fn env(home: &Path, xvfb: &Xvfb, keys: &[(&str, &str)], token: &str, admin: 
             env.push((var.into(), v));
         }
     }
+    env.extend(std::env::vars().filter(|(name, _)| is_locale_var(name)));
     env.extend(keys.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
     env
+}
+
+/// `env` with the locale chosen by `locale` alone: the inherited locale variables are dropped.
+pub fn with_locale(mut env: Vec<(String, String)>, locale: &[(&str, &str)]) -> Vec<(String, String)> {
+    env.retain(|(name, _)| !is_locale_var(name));
+    env.extend(locale.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+    env
+}
+
+/// `env` with another value for `name`.
+pub fn with_var(mut env: Vec<(String, String)>, name: &str, value: &str) -> Vec<(String, String)> {
+    env.retain(|(n, _)| n != name);
+    env.push((name.to_owned(), value.to_owned()));
+    env
+}
+
+/// The locales this system has (`locale -a`), in its spelling (`en_US.utf8`).
+pub fn installed_locales() -> Vec<String> {
+    let out = std::process::Command::new("locale").arg("-a").output().expect("locale -a runs");
+    String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect()
+}
+
+/// Whether `locale` (`de_AT.UTF-8`) is among `installed` (`de_AT.utf8`): glibc spells the codeset in
+/// lower case without its dash.
+pub fn locale_installed(installed: &[String], locale: &str) -> bool {
+    let norm = |l: &str| match l.split_once('.') {
+        Some((name, codeset)) => format!("{name}.{}", codeset.to_ascii_lowercase().replace('-', "")),
+        None => l.to_owned(),
+    };
+    installed.iter().any(|i| norm(i) == norm(locale))
+}
+
+/// A D-Bus session bus of a test's own: apps started on it do not hand over to (or take over from)
+/// another test's app, which the single-instance plugin would do on a shared bus.
+pub struct SessionBus {
+    child: std::process::Child,
+    pub address: String,
+}
+
+impl SessionBus {
+    pub fn start() -> Self {
+        use std::io::BufRead as _;
+        let mut child = std::process::Command::new("dbus-daemon")
+            .args(["--session", "--nofork", "--print-address=1"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("dbus-daemon starts (apt: dbus)");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).expect("dbus-daemon's address");
+        assert!(!line.trim().is_empty(), "dbus-daemon printed no address");
+        Self { child, address: line.trim().to_owned() }
+    }
+}
+
+impl Drop for SessionBus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// The tray app as a child process, with everything it printed.
