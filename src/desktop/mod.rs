@@ -7,12 +7,15 @@
 //! * `menu`: the tray menu, its status line and icon, and the in-place changes between two menus.
 //! * `notices`: which events become notifications, worded for a person, switchable and throttled.
 //! * `settings`: the tray's own preferences (which notifications), in a small JSON file.
+//! * `window`: what the dashboard window shows when it cannot show the dashboard (the page did not
+//!   log in with the window's link in time, a load failed, the web process ended), and the wait for it.
 //! * `words`: how durations are put in words, for the menu and the notifications alike.
 
 pub mod locale;
 pub mod menu;
 pub mod notices;
 pub mod settings;
+pub mod window;
 pub mod words;
 
 #[cfg(test)]
