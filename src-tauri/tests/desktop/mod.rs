@@ -403,11 +403,19 @@ impl App {
     }
 
     pub async fn wait_for_line(&mut self, needle: &str, within: Duration) -> String {
+        self.wait_for_line_unless(needle, None, within).await
+    }
+
+    /// Waits for a line with `needle`, failing at once on a line with `failure` first.
+    pub async fn wait_for_line_unless(&mut self, needle: &str, failure: Option<&str>, within: Duration) -> String {
         let started = Instant::now();
         loop {
             let out = self.output();
             if let Some(line) = out.lines().find(|l| l.contains(needle)) {
                 return line.to_owned();
+            }
+            if let Some(line) = failure.and_then(|f| out.lines().find(|l| l.contains(f))) {
+                panic!("{line}\n(before {needle:?}):\n{out}");
             }
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("keymux-tray exited ({status}) before {needle:?}:\n{out}");
@@ -415,6 +423,29 @@ impl App {
             assert!(started.elapsed() < within, "no {needle:?} within {within:?}:\n{out}");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// The processes the app started, and theirs, named `name` (as `/proc/PID/comm` has it: its first
+    /// 15 bytes).
+    pub fn descendants_named(&self, name: &str) -> Vec<u32> {
+        let parent_of = |pid: u32| -> Option<u32> {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // `pid (comm) state ppid …`: the name may hold spaces and parentheses, so read after the last `)`.
+            stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+        };
+        let Some(app) = self.child.id() else { return Vec::new() };
+        let pids: Vec<u32> = std::fs::read_dir("/proc")
+            .map(|d| d.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect())
+            .unwrap_or_default();
+        let from_app = |mut pid: u32| loop {
+            match parent_of(pid) {
+                Some(p) if p == app => return true,
+                Some(p) if p > 1 => pid = p,
+                _ => return false,
+            }
+        };
+        let named = |pid: &u32| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == name);
+        pids.into_iter().filter(named).filter(|pid| from_app(*pid)).collect()
     }
 
     /// The gateway's base URL, from the app's first line.
