@@ -29,7 +29,8 @@
 //!   `api::setup`, client setup and key import for the dashboard).
 //! * [`access`]: who may call what (client tokens, dashboard sessions, the admin credential).
 //! * [`dashboard`]: the dashboard's files, embedded at build time and served at `/`.
-//! * [`desktop`]: what the tray app shows (menu, icon, notifications) as pure functions of the state.
+//! * [`desktop`]: what the tray app shows (menu, icon, notifications, the window's languages, what the
+//!   window says when it cannot show the dashboard) as pure functions of the state.
 //! * [`cli`]: the `keymux` command line; its commands change Keymux through one typed interface
 //!   (`cli::control::Control`: the running gateway, or the config and keychain when none runs).
 //! * [`logging`]: the one logging setup (`KEYMUX_LOG`; other crates capped at `warn`).

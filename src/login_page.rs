@@ -94,7 +94,7 @@ fn file_name(label: &str) -> String {
 
 /// The code of a gateway's login link, when the link is one: `http://` and a host and port, then
 /// `/login?code=` and the code. Nothing else is let into the page, so nothing in it needs escaping.
-fn code_of(link: &str) -> Option<&str> {
+pub(crate) fn code_of(link: &str) -> Option<&str> {
     let (root, code) = link.split_once("/login?code=")?;
     let authority = root.strip_prefix("http://")?;
     let host_ok = |b: u8| b.is_ascii_alphanumeric() || b".:[]-".contains(&b);

@@ -8,9 +8,11 @@
 //! * `state`: what the app keeps (preferences, notifier, runtime, why the gateway is down), and quitting.
 //! * `shell`: starting the gateway, following its events, the menu tick, signals.
 //! * `tray`: rendering a `desktop::menu::Menu` into the tray and acting on its items.
-//! * `window`: the dashboard window (made when opened, freed when closed).
+//! * `window`: the dashboard window (made when opened, freed when closed; never left blank: it says why
+//!   it cannot show the dashboard).
 //! * `clients`: "Set up Codex / pi" and their undo.
-//! * `webkit`: WebKitGTK's software-rendering fallbacks, set before the first webview where no GPU is usable.
+//! * `webkit`: what WebKitGTK is told before the first webview: software rendering where no GPU is usable,
+//!   and the window's languages.
 
 #![cfg_attr(not(debug_assertions), windows_subsystem = "windows")]
 

@@ -40,6 +40,8 @@ pub fn run(args: Args) -> ExitCode {
         .plugin(tauri_plugin_dialog::init())
         .manage(shell.clone())
         .setup(|app| {
+            // GTK is up and no webview exists yet.
+            crate::webkit::set_languages();
             let handle = app.handle().clone();
             let shell = handle.state::<Arc<Shell>>().inner().clone();
             shell.autostart.store(handle.autolaunch().is_enabled().unwrap_or(false), Ordering::Relaxed);

@@ -1,7 +1,13 @@
-//! WebKitGTK's rendering fallbacks, chosen before the first webview exists. Without a usable GPU
-//! (virtual machines, remote desktops, Xvfb) WebKit's accelerated compositing and its DMA-BUF renderer
-//! draw nothing, and the dashboard window stays blank. Where no render node can be opened, Keymux turns
-//! both off, as WebKit's own documentation advises. A value the user set is never overridden.
+//! What WebKitGTK is told before the first webview exists.
+//!
+//! * Rendering: without a usable GPU (virtual machines, remote desktops, Xvfb) WebKit's accelerated
+//!   compositing and its DMA-BUF renderer draw nothing, and the dashboard window stays blank. Where no
+//!   render node can be opened, Keymux turns both off, as WebKit's own documentation advises. A value
+//!   the user set is never overridden.
+//! * Languages: WebKit makes its language (`navigator.language`, `Accept-Language`, the page's `Intl`
+//!   default) of `LC_CTYPE` with the codeset cut off, so `C.UTF-8` gives `C`, no language tag, and the
+//!   dashboard's script stops on it before it logs in. The tray gives WebKit the list
+//!   `keymux::desktop::locale` makes of the user's locale instead.
 
 use std::path::Path;
 
@@ -46,6 +52,39 @@ pub fn prepare() {
     }
     let names: Vec<&str> = set.iter().map(|(n, _)| *n).collect();
     tracing::debug!("no usable GPU ({machine:?}): WebKit draws in software ({} set)", names.join(", "));
+}
+
+/// Gives WebKit the window's languages. Call on the main thread once GTK is up, before the first
+/// webview: WebKit keeps the list for the whole process (every context's web and network processes
+/// start with it), so it is set once, on the default context.
+pub fn set_languages() {
+    let languages = keymux::desktop::locale::web_languages(|name| std::env::var(name).ok());
+    #[cfg(any(
+        target_os = "linux",
+        target_os = "dragonfly",
+        target_os = "freebsd",
+        target_os = "openbsd",
+        target_os = "netbsd"
+    ))]
+    {
+        use webkit2gtk::WebContextExt as _;
+        let Some(context) = webkit2gtk::WebContext::default() else {
+            tracing::warn!("WebKit has no default context: the window's languages are WebKit's own");
+            return;
+        };
+        let tags: Vec<&str> = languages.iter().map(String::as_str).collect();
+        context.set_preferred_languages(&tags);
+        tracing::debug!("the window's languages: {}", languages.join(", "));
+    }
+    // WKWebView and WebView2 take the languages from the system's own settings.
+    #[cfg(not(any(
+        target_os = "linux",
+        target_os = "dragonfly",
+        target_os = "freebsd",
+        target_os = "openbsd",
+        target_os = "netbsd"
+    )))]
+    let _ = languages;
 }
 
 /// Whether any `renderD*` node under `dri` opens for reading and writing.

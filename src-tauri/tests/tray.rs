@@ -1,6 +1,9 @@
 //! The real tray app under Xvfb: it starts the gateway, serves Codex-shaped traffic to the simulator,
 //! shows the dashboard in its window (screenshot), sends a desktop notification over D-Bus, hands a
 //! second launch over to itself, and on SIGTERM (the menu's Quit path) exits 0 with the metrics flushed.
+//! The app runs in the test runner's locale, and the window draws the dashboard in a matrix of others
+//! (C.UTF-8 by `LANG` and by `LC_ALL`, a locale that is not installed, en_US.UTF-8 where it is). A
+//! window whose web process dies says why instead of going blank.
 //!
 //! Needs `Xvfb` (apt: xvfb) and a D-Bus session bus (`scripts/test` runs the tests inside one). The
 //! desktop notifications are received by a small notification server this test puts on that bus.
@@ -135,6 +138,107 @@ async fn the_tray_app_runs_the_gateway_shows_it_and_quits_cleanly() {
     println!("screenshot of the window when the gateway cannot start: {}", png.display());
     let status = down.terminate(WAIT).await;
     assert!(status.success(), "exit status {status:?}\n{}", down.output());
+}
+
+/// The line the app logs when its window cannot show the dashboard (and shows why instead).
+const UNSHOWN: &str = "the dashboard window cannot show the dashboard";
+
+/// The locales the window is tried in, each alone: C.UTF-8 (Debian's and containers' default) by
+/// `LANG` and by `LC_ALL`, a locale this system does not have, and en_US.UTF-8 where it is installed.
+fn locales() -> Vec<(&'static str, &'static str)> {
+    let installed = desktop::installed_locales();
+    let mut cases = vec![("LANG", "C.UTF-8"), ("LC_ALL", "C.UTF-8")];
+    match ["de_AT.UTF-8", "fy_NL.UTF-8", "tt_RU.UTF-8@iqtelif"]
+        .into_iter()
+        .find(|l| !desktop::locale_installed(&installed, l))
+    {
+        Some(absent) => cases.push(("LANG", absent)),
+        None => println!("every locale tried as a missing one is installed here: that case is skipped"),
+    }
+    if desktop::locale_installed(&installed, "en_US.UTF-8") {
+        cases.push(("LANG", "en_US.UTF-8"));
+    } else {
+        println!("en_US.UTF-8 is not installed here: that case is skipped");
+    }
+    cases
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_window_draws_the_dashboard_in_every_locale() {
+    let xvfb = Xvfb::start().await.expect("the tray test needs Xvfb (scripts/test installs it)");
+    // A bus of its own: on the shared one, the other test's app would take this one's launches over.
+    let bus = desktop::SessionBus::start();
+    let sim = Sim::start(SimConfig::new().org("org-a", &["sk-a1"])).await.unwrap();
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("tray-shots");
+    std::fs::create_dir_all(&shots).unwrap();
+    for (var, value) in locales() {
+        println!("{var}={value}: starting the app");
+        let home = tempfile::tempdir().unwrap();
+        let config = home.path().join("config.toml");
+        std::fs::write(&config, format!("metrics_dir = \"{}\"\n", home.path().join("metrics").display())).unwrap();
+        let env = desktop::env(home.path(), &xvfb, &[("KEYMUX_KEY_A1", "sk-a1")], TOKEN, ADMIN);
+        let env =
+            desktop::with_var(desktop::with_locale(env, &[(var, value)]), "DBUS_SESSION_BUS_ADDRESS", &bus.address);
+        let mut args: Vec<String> = ["--ephemeral", "--config", config.to_str().unwrap(), "--listen", "127.0.0.1:0"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        args.extend(["--upstream".to_owned(), sim.base_url()]);
+        let mut app = App::spawn(&args, &env).await;
+        app.base_url(WAIT).await;
+        // The dashboard's script ran in the window: it logged in with the window's link and (built
+        // with the UI) subscribed to the event stream.
+        app.wait_for_line_unless("a dashboard session began", Some(UNSHOWN), WAIT).await;
+        if std::env::var_os("KEYMUX_SKIP_UI").is_none() {
+            app.wait_for_line_unless("an event stream subscriber connected", Some(UNSHOWN), WAIT).await;
+        }
+        let png = shots.join(format!("window-{var}-{value}.png"));
+        let colours = xvfb.screenshot_when_drawn(&png, WAIT).await;
+        println!("{var}={value}: the window drew the dashboard ({colours} colours): {}", png.display());
+        let status = app.terminate(WAIT).await;
+        assert!(status.success(), "{var}={value}: exit status {status:?}\n{}", app.output());
+    }
+}
+
+/// The web process that draws the dashboard dies: the window says why and what to do, not a blank page,
+/// the log says the same, and the app runs on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_that_cannot_show_the_dashboard_says_why() {
+    let xvfb = Xvfb::start().await.expect("the tray test needs Xvfb (scripts/test installs it)");
+    let bus = desktop::SessionBus::start();
+    let sim = Sim::start(SimConfig::new().org("org-a", &["sk-a1"])).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join("config.toml");
+    std::fs::write(&config, format!("metrics_dir = \"{}\"\n", home.path().join("metrics").display())).unwrap();
+    let env = desktop::env(home.path(), &xvfb, &[("KEYMUX_KEY_A1", "sk-a1")], TOKEN, ADMIN);
+    let env = desktop::with_var(env, "DBUS_SESSION_BUS_ADDRESS", &bus.address);
+    let mut args: Vec<String> = ["--ephemeral", "--config", config.to_str().unwrap(), "--listen", "127.0.0.1:0"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    args.extend(["--upstream".to_owned(), sim.base_url()]);
+    let mut app = App::spawn(&args, &env).await;
+    app.base_url(WAIT).await;
+    app.wait_for_line_unless("a dashboard session began", Some(UNSHOWN), WAIT).await;
+
+    let drawing = app.descendants_named("WebKitWebProces");
+    assert!(!drawing.is_empty(), "the window has a web process:\n{}", app.output());
+    for pid in &drawing {
+        let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+    }
+    let said = app.wait_for_line(UNSHOWN, WAIT).await;
+    assert!(said.contains("it crashed") && said.contains("Open in browser"), "{said}");
+    app.wait_for_line("the dashboard window shows why it cannot show the dashboard", WAIT).await;
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("tray-shots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let png = shots.join("window-unshown.png");
+    let colours = xvfb.screenshot_when_drawn(&png, WAIT).await;
+    println!("the window says why it cannot show the dashboard ({colours} colours): {}", png.display());
+    let health =
+        reqwest::get(format!("{}/keymux/health", app.base_url(WAIT).await.trim_end_matches("/v1"))).await.unwrap();
+    assert_eq!(health.status(), 200, "the gateway runs on");
+    let status = app.terminate(WAIT).await;
+    assert!(status.success(), "exit status {status:?}\n{}", app.output());
 }
 
 #[tokio::test]

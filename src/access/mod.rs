@@ -4,7 +4,8 @@
 //! * a **dashboard session**: a token the page gets once for the code of a one-time login link
 //!   (`keymux serve` prints one, `keymux dashboard` asks a running gateway for another, the tray opens
 //!   one; a browser is handed it through a private page, `login_page`, which a code's `code_label`
-//!   names and which goes when the code stops waiting: `take_spent_codes`), keeps in its tab's `sessionStorage` and sends in the `x-keymux-session` header. There is no
+//!   names and which goes when the code stops waiting: `take_spent_codes`; the tray's window waits on
+//!   `watch_code` for its page to use its code), keeps in its tab's `sessionStorage` and sends in the `x-keymux-session` header. There is no
 //!   cookie: a browser would send one to every port of 127.0.0.1, so any local dev server's page could
 //!   use it. Storage is per origin, port included, and a foreign page cannot send the header without
 //!   a CORS preflight, which Keymux never grants (so the header is also the CSRF proof). A session
@@ -74,6 +75,20 @@ fn label(digest: &Digest32) -> String {
 struct Code {
     digest: Digest32,
     expires: Instant,
+    /// Told whether a page used the code, when it stops waiting (`watch_code`).
+    told: Option<tokio::sync::oneshot::Sender<bool>>,
+}
+
+/// What became of a login code, for whoever handed its link to a page (the tray's window waits on it
+/// for its page to log in): `Access::watch_code`.
+pub struct CodeWatch(tokio::sync::oneshot::Receiver<bool>);
+
+impl CodeWatch {
+    /// Resolves when the code stops waiting: true when a page used it, false when it expired (told
+    /// when the table next looks: a new code, the gateway's sweep), was pushed out, or the gateway went.
+    pub async fn used(self) -> bool {
+        self.0.await.unwrap_or(false)
+    }
 }
 
 struct Session {
@@ -204,10 +219,22 @@ impl Access {
         let mut codes = lock(&self.codes);
         self.spend_expired(&mut codes, now);
         if codes.len() == MAX_LOGIN_CODES {
-            codes.pop_front().into_iter().for_each(|oldest| self.spend(oldest));
+            codes.pop_front().into_iter().for_each(|oldest| self.spend(oldest, false));
         }
-        codes.push_back(Code { digest: digest(code.expose()), expires: crate::clock::later(now, LOGIN_CODE_TTL) });
+        let expires = crate::clock::later(now, LOGIN_CODE_TTL);
+        codes.push_back(Code { digest: digest(code.expose()), expires, told: None });
         code
+    }
+
+    /// A watch on a waiting login code (`None` if it does not wait): what became of it, once it stops
+    /// waiting. A second watch on the same code takes the first one's place.
+    pub fn watch_code(&self, code: &str, now: Instant) -> Option<CodeWatch> {
+        let wanted = digest(code);
+        let mut codes = lock(&self.codes);
+        let found = codes.iter_mut().find(|c| bool::from(c.digest.ct_eq(&wanted)) && c.expires > now)?;
+        let (tell, watch) = tokio::sync::oneshot::channel();
+        found.told = Some(tell);
+        Some(CodeWatch(watch))
     }
 
     /// The codes that stopped waiting (used, expired, pushed out) since last asked, by their labels
@@ -225,12 +252,15 @@ impl Access {
         let (waiting, expired): (VecDeque<Code>, VecDeque<Code>) =
             std::mem::take(codes).into_iter().partition(|c| c.expires > now);
         *codes = waiting;
-        expired.into_iter().for_each(|c| self.spend(c));
+        expired.into_iter().for_each(|c| self.spend(c, false));
     }
 
     /// Keeps a code that stopped waiting until `take_spent_codes` (the oldest go past `MAX_SPENT`:
-    /// their pages wait for the sweep of old pages).
-    fn spend(&self, code: Code) {
+    /// their pages wait for the sweep of old pages), and tells its watch whether it was `used`.
+    fn spend(&self, code: Code, used: bool) {
+        if let Some(told) = code.told {
+            let _ = told.send(used);
+        }
         let mut spent = lock(&self.spent);
         if spent.len() == MAX_SPENT {
             spent.pop_front();
@@ -252,7 +282,7 @@ impl Access {
             let at = codes.iter().position(|c| bool::from(c.digest.ct_eq(&wanted)))?;
             let found = codes.remove(at)?;
             let expired = found.expires <= now;
-            self.spend(found);
+            self.spend(found, !expired);
             if expired {
                 return None;
             }

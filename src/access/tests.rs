@@ -70,6 +70,29 @@ async fn codes_that_stop_waiting_are_told_once_by_label() {
     assert_eq!(code_label(first.expose()).len(), 32);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_watched_code_says_whether_a_page_used_it() {
+    let access = Access::default();
+    let used = access.issue_login(now());
+    let watch = access.watch_code(used.expose(), now()).expect("it waits");
+    access.redeem(used.expose(), now()).expect("redeemed");
+    assert!(watch.used().await, "used");
+    assert!(access.watch_code(used.expose(), now()).is_none(), "a used code waits no more");
+    let late = access.issue_login(now());
+    let watch = access.watch_code(late.expose(), now()).expect("it waits");
+    tokio::time::advance(LOGIN_CODE_TTL).await;
+    drop(access.take_spent_codes(now()));
+    assert!(!watch.used().await, "expired unused");
+    let first = access.issue_login(now());
+    let watch = access.watch_code(first.expose(), now()).expect("it waits");
+    (0..MAX_LOGIN_CODES).for_each(|_| drop(access.issue_login(now())));
+    assert!(!watch.used().await, "pushed out unused");
+    let left = access.issue_login(now());
+    let watch = access.watch_code(left.expose(), now()).expect("it waits");
+    drop(access);
+    assert!(!watch.used().await, "the gateway went");
+}
+
 #[tokio::test]
 async fn what_a_session_opened_ends_when_the_session_is_logged_out_or_pushed_out() {
     use futures::FutureExt as _;

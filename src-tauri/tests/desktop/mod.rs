@@ -254,7 +254,13 @@ impl Notifications {
     }
 }
 
-/// The environment for the app: nothing of the test process's but PATH, the bus, the display.
+/// Whether `name` is one of the variables that choose a locale (`LANG`, `LANGUAGE`, `LC_*`).
+pub fn is_locale_var(name: &str) -> bool {
+    name == "LANG" || name == "LANGUAGE" || name.starts_with("LC_")
+}
+
+/// The environment for the app: nothing of the test process's but PATH, the bus, the display, and
+/// the locale (`LANG`, `LANGUAGE`, `LC_*`), which the app gets as a user's session would give it.
 pub fn env(home: &Path, xvfb: &Xvfb, keys: &[(&str, &str)], token: &str, admin: &str) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = vec![
         ("PATH".into(), std::env::var("PATH").unwrap_or_default()),
@@ -274,8 +280,70 @@ pub fn env(home: &Path, xvfb: &Xvfb, keys: &[(&str, &str)], token: &str, admin: 
             env.push((var.into(), v));
         }
     }
+    env.extend(std::env::vars().filter(|(name, _)| is_locale_var(name)));
     env.extend(keys.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
     env
+}
+
+/// `env` with the locale chosen by `locale` alone: the inherited locale variables are dropped.
+pub fn with_locale(mut env: Vec<(String, String)>, locale: &[(&str, &str)]) -> Vec<(String, String)> {
+    env.retain(|(name, _)| !is_locale_var(name));
+    env.extend(locale.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+    env
+}
+
+/// `env` with another value for `name`.
+pub fn with_var(mut env: Vec<(String, String)>, name: &str, value: &str) -> Vec<(String, String)> {
+    env.retain(|(n, _)| n != name);
+    env.push((name.to_owned(), value.to_owned()));
+    env
+}
+
+/// The locales this system has (`locale -a`), in its spelling (`en_US.utf8`).
+pub fn installed_locales() -> Vec<String> {
+    let out = std::process::Command::new("locale").arg("-a").output().expect("locale -a runs");
+    String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect()
+}
+
+/// Whether `locale` (`de_AT.UTF-8`) is among `installed` (`de_AT.utf8`): glibc spells the codeset in
+/// lower case without its dash.
+pub fn locale_installed(installed: &[String], locale: &str) -> bool {
+    let norm = |l: &str| match l.split_once('.') {
+        Some((name, codeset)) => format!("{name}.{}", codeset.to_ascii_lowercase().replace('-', "")),
+        None => l.to_owned(),
+    };
+    installed.iter().any(|i| norm(i) == norm(locale))
+}
+
+/// A D-Bus session bus of a test's own: apps started on it do not hand over to (or take over from)
+/// another test's app, which the single-instance plugin would do on a shared bus.
+pub struct SessionBus {
+    child: std::process::Child,
+    pub address: String,
+}
+
+impl SessionBus {
+    pub fn start() -> Self {
+        use std::io::BufRead as _;
+        let mut child = std::process::Command::new("dbus-daemon")
+            .args(["--session", "--nofork", "--print-address=1"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("dbus-daemon starts (apt: dbus)");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).expect("dbus-daemon's address");
+        assert!(!line.trim().is_empty(), "dbus-daemon printed no address");
+        Self { child, address: line.trim().to_owned() }
+    }
+}
+
+impl Drop for SessionBus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// The tray app as a child process, with everything it printed.
@@ -335,11 +403,19 @@ impl App {
     }
 
     pub async fn wait_for_line(&mut self, needle: &str, within: Duration) -> String {
+        self.wait_for_line_unless(needle, None, within).await
+    }
+
+    /// Waits for a line with `needle`, failing at once on a line with `failure` first.
+    pub async fn wait_for_line_unless(&mut self, needle: &str, failure: Option<&str>, within: Duration) -> String {
         let started = Instant::now();
         loop {
             let out = self.output();
             if let Some(line) = out.lines().find(|l| l.contains(needle)) {
                 return line.to_owned();
+            }
+            if let Some(line) = failure.and_then(|f| out.lines().find(|l| l.contains(f))) {
+                panic!("{line}\n(before {needle:?}):\n{out}");
             }
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("keymux-tray exited ({status}) before {needle:?}:\n{out}");
@@ -347,6 +423,29 @@ impl App {
             assert!(started.elapsed() < within, "no {needle:?} within {within:?}:\n{out}");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// The processes the app started, and theirs, named `name` (as `/proc/PID/comm` has it: its first
+    /// 15 bytes).
+    pub fn descendants_named(&self, name: &str) -> Vec<u32> {
+        let parent_of = |pid: u32| -> Option<u32> {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // `pid (comm) state ppid …`: the name may hold spaces and parentheses, so read after the last `)`.
+            stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+        };
+        let Some(app) = self.child.id() else { return Vec::new() };
+        let pids: Vec<u32> = std::fs::read_dir("/proc")
+            .map(|d| d.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect())
+            .unwrap_or_default();
+        let from_app = |mut pid: u32| loop {
+            match parent_of(pid) {
+                Some(p) if p == app => return true,
+                Some(p) if p > 1 => pid = p,
+                _ => return false,
+            }
+        };
+        let named = |pid: &u32| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == name);
+        pids.into_iter().filter(named).filter(|pid| from_app(*pid)).collect()
     }
 
     /// The gateway's base URL, from the app's first line.
