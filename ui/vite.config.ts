@@ -16,5 +16,8 @@ export default defineConfig({
   test: {
     include: ["src/**/*.test.ts"],
     environment: "node",
+    // uPlot runs through vitest's module loader (its ES build, as in the page), so a test can load it
+    // afresh after vi.resetModules (src/boot/boot.test.ts loads it under different navigators).
+    server: { deps: { inline: ["uplot"] } },
   },
 });

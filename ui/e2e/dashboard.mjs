@@ -218,6 +218,48 @@ async function run() {
   stopStranger();
   await stranger.close();
 
+  // A browser that announces a language tag Intl rejects (WebKitGTK under LC_CTYPE=C.UTF-8 announces
+  // `C`; Chromium normalizes what --lang and Playwright's locale give it, so the page's navigator is
+  // made to announce it before any script runs). uPlot formats numbers in navigator.language when it
+  // loads: the page still renders, in a language Intl accepts.
+  step("a browser announcing the language `C` still gets the page");
+  const posix = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  await posix.addInitScript(() => {
+    Object.defineProperty(navigator, "language", { value: "C", configurable: true });
+    Object.defineProperty(navigator, "languages", { value: ["C"], configurable: true });
+  });
+  const posixPage = await posix.newPage();
+  const stopPosix = watch(
+    posixPage,
+    "language C",
+    (x) => (x.status === 401 && x.url.includes("/keymux/api/")) || (x.console ?? "").includes("401"),
+  );
+  await posixPage.goto(`${ROOT}/`);
+  await posixPage.getByTestId("login-required").waitFor({ timeout: WAIT });
+  const repaired = await posixPage.evaluate(() => navigator.language);
+  if (repaired === "C") throw new Error("navigator.language is still C");
+  stopPosix();
+  await posix.close();
+
+  // A script that throws while the page loads: the page says so instead of staying blank.
+  step("a script failing while the page loads is shown, not a blank page");
+  const broken = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  await broken.addInitScript(() => {
+    window.matchMedia = () => {
+      throw new Error("matchMedia broke on purpose");
+    };
+  });
+  const brokenPage = await broken.newPage();
+  await brokenPage.goto(`${ROOT}/`);
+  const failure = brokenPage.locator(".load-failure");
+  await failure.waitFor({ timeout: WAIT });
+  const failureWords = await failure.innerText();
+  if (!failureWords.includes("could not start") || !failureWords.includes("matchMedia broke on purpose")) {
+    throw new Error(`the failed page says: ${failureWords}`);
+  }
+  await brokenPage.screenshot({ path: join(SHOTS, "load-failure.png") });
+  await broken.close();
+
   const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, colorScheme: "light", acceptDownloads: true });
   page = await context.newPage();
   const stopWatching = watch(page, "dashboard", isProvoked);

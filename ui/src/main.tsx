@@ -1,3 +1,5 @@
+// First: the catch-all for a page that fails while loading, and a usable navigator.language for uPlot.
+import "./boot";
 import { render } from "preact";
 import { App } from "./app";
 import "./styles.css";
