@@ -15,7 +15,7 @@ use super::{Origin, ENV_VAR};
 use crate::clock::Clock;
 use crate::config_file::write_atomically_with_mode;
 use crate::secrets::Secret;
-use crate::setup::{keep_copy, mode_of, read_limited, real_path};
+use crate::setup::{keep_backup, mode_of, read_limited, real_path};
 
 /// A plaintext copy taken out of a file.
 #[derive(Debug)]
@@ -51,7 +51,7 @@ pub fn remove_plaintext(origin: &Origin, secret: &Secret) -> Result<Removed, Str
     let new = stripped(&text, origin, secret).map_err(by_hand)?;
     let now = Clock::system().unix_ms() / 1000;
     let mode = mode_of(path);
-    let backup = keep_copy(named, "keymux-backup", text.as_bytes(), mode, now).map_err(|e| e.to_string())?;
+    let backup = keep_backup(named, "keymux-backup", text.as_bytes(), mode, now).map_err(|e| e.to_string())?;
     write_atomically_with_mode(path, new.as_bytes(), mode)
         .map_err(|e| format!("cannot write {}: {e} (the backup {} is kept)", path.display(), backup.display()))?;
     let link = std::path::absolute(named).is_ok_and(|named| named != *path).then(|| named.to_owned());

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use super::codex_history;
 use super::edited::{sha256, Surgical};
 use super::error::io;
-use super::files::{keep_copy, mode_of, read_limited, real_path};
+use super::files::{keep_backup, keep_copy, mode_of, read_limited, real_path};
 use super::record::{read_record, record_path, write_record, Record, Restore};
 use super::target::CODEX_AUTH_RECORD;
 use super::{Client, Plan, SetupError, Target, PRIVATE};
@@ -67,7 +67,9 @@ pub fn apply(plan: &Plan, state_dir: &Path) -> Result<Applied, SetupError> {
     let now = Clock::system().unix_ms() / 1000;
     let mode = if plan.edit.holds_token() { Some(PRIVATE) } else { mode_of(&path) };
     let fresh_backup = |bytes: &Option<Vec<u8>>| match bytes {
-        Some(bytes) => keep_copy(&path, "keymux-backup", bytes, mode_of(&path), now).map(Some),
+        // Beside the name the client reads, as key import's backups: a link's target is left holding
+        // only what Keymux wrote.
+        Some(bytes) => keep_backup(&plan.path, "keymux-backup", bytes, mode_of(&path), now).map(Some),
         None => Ok(None),
     };
     let Some(name) = plan.edit.record(&path) else {

@@ -58,6 +58,21 @@ pub(crate) fn mode_of(path: &Path) -> Option<u32> {
     }
 }
 
+/// Keeps a backup (`bytes`, the file as it was) of the file `named` names, beside that name: when
+/// `named` is a link (a config kept in a dotfiles repository), beside the link, not in the directory
+/// the link points into, so a copy that may hold an API key stays out of that repository. Setup and
+/// key import both keep their backups through here.
+pub(crate) fn keep_backup(
+    named: &Path,
+    label: &str,
+    bytes: &[u8],
+    mode: Option<u32>,
+    now: u64,
+) -> Result<PathBuf, SetupError> {
+    let beside = std::path::absolute(named).unwrap_or_else(|_| named.to_owned());
+    keep_copy(&beside, label, bytes, mode, now)
+}
+
 /// Keeps `bytes` next to `path` as `<file>.<label>-<unix seconds>` with `mode`, never replacing a file.
 pub(crate) fn keep_copy(
     path: &Path,

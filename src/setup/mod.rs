@@ -54,7 +54,7 @@ pub(crate) use codex_auth::string_end;
 pub use codex_history::resume_command;
 pub use edited::Remedy;
 pub use error::SetupError;
-pub(crate) use files::{keep_copy, mode_of, read_limited, real_path};
+pub(crate) use files::{keep_backup, mode_of, read_limited, real_path};
 pub use flow::{preview, preview_with, ConfirmError, Preview};
 pub use mask::mask;
 pub use pending::{Offer, Pending, MAX_PENDING, PENDING_FOR};

@@ -287,3 +287,47 @@ fn the_preview_masks_keys_inside_other_values() {
     }
     assert_no_secrets("the preview", &text, &KEYS_IN_VALUES);
 }
+
+/// A Codex `auth.json` kept in a dotfiles repository and linked into Codex's home: setup writes through
+/// the link and keeps it, and the backup (the file from before, holding the API key) goes next to the
+/// link, never into the repository; Undo gives the linked file back byte for byte.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_on_a_linked_auth_json_keeps_its_backup_beside_the_link_out_of_the_linked_directory() {
+    let (_sim, home, env, cfg, keymux) = cli_gateway().await;
+    let codex_home = home.path().join("codex");
+    let path = codex_home.join("config.toml");
+    let original = format!("{EXISTING_CODEX_CONFIG_HEAD}{EXISTING_CODEX_CONFIG_TAIL}");
+    write(&path, &original);
+    let dotfiles = home.path().join("dotfiles");
+    let target = dotfiles.join("auth.json");
+    let auth = "{\n  \"auth_mode\": \"apikey\",\n  \"OPENAI_API_KEY\": \"sk-cli-a2\"\n}";
+    write(&target, auth);
+    let link = codex_home.join("auth.json");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let file = path.to_str().unwrap();
+
+    let (ok, out, err) = run_keymux(&["--config", &cfg, "setup", "codex", "--file", file, "--yes"], &env, "").await;
+    assert!(ok, "{out}{err}");
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "the link stays");
+    assert!(std::fs::read_to_string(&target).unwrap().contains("km-"), "written through the link");
+    for entry in std::fs::read_dir(&dotfiles).unwrap() {
+        let entry = entry.unwrap().path();
+        let text = std::fs::read_to_string(&entry).unwrap_or_default();
+        assert!(!text.contains("sk-cli-a2"), "{} holds the key", entry.display());
+    }
+    let beside: Vec<_> = std::fs::read_dir(&codex_home)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("auth.json.keymux-backup-"))
+        .collect();
+    assert_eq!(beside.len(), 1, "one backup beside the link: {beside:?}");
+    assert_eq!(std::fs::read_to_string(&beside[0]).unwrap(), auth);
+
+    let (ok, out, err) = run_keymux(&["--config", &cfg, "setup", "codex", "--undo"], &env, "").await;
+    assert!(ok, "{out}{err}");
+    assert_eq!(std::fs::read(&target).unwrap(), auth.as_bytes(), "the linked file is back byte for byte");
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "and is still linked");
+    assert_eq!(std::fs::read(&path).unwrap(), original.as_bytes());
+    keymux.stop().await;
+}
