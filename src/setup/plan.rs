@@ -159,10 +159,16 @@ fn plan_edit(edit: Edit, path: &Path, base_url: &str, token: &Secret) -> Result<
         })?),
         None => None,
     };
+    // A refusal quotes what the file says (a URL with `?api_key=sk-…`, a parser's excerpt of a line),
+    // and the CLI and the dashboard show it: key-shaped words are masked here, as in the preview.
+    let masked =
+        |message: String| crate::secrets::mask_words(&message, crate::secrets::key_prefixed, super::mask::mask);
     let mut edited = edit_text(&edit, old.unwrap_or(""), base_url, token).map_err(|refusal| match refusal {
-        Refusal::Syntax(message) => SetupError::Unreadable { path: path.to_owned(), format, message },
-        Refusal::Shape(message) => SetupError::Unexpected { path: path.to_owned(), message },
-        Refusal::Conflict(message, remedy) => SetupError::Refused { path: path.to_owned(), message, remedy },
+        Refusal::Syntax(message) => SetupError::Unreadable { path: path.to_owned(), format, message: masked(message) },
+        Refusal::Shape(message) => SetupError::Unexpected { path: path.to_owned(), message: masked(message) },
+        Refusal::Conflict(message, remedy) => {
+            SetupError::Refused { path: path.to_owned(), message: masked(message), remedy }
+        }
     })?;
     if let Edit::Codex { pool: Some(pool) } = &edit {
         // `codex -p` fails while config.toml still holds a profile of that name the old way.

@@ -331,3 +331,21 @@ async fn setup_on_a_linked_auth_json_keeps_its_backup_beside_the_link_out_of_the
     assert_eq!(std::fs::read(&path).unwrap(), original.as_bytes());
     keymux.stop().await;
 }
+
+/// A refusal quotes what the file says; a key in it (a base URL with `?api_key=sk-…`) is masked in
+/// what the command prints, as in the preview.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_quoting_a_value_with_a_key_in_it_prints_no_key() {
+    let (_sim, home, env, cfg, keymux) = cli_gateway().await;
+    let path = home.path().join("codex/config.toml");
+    let key = "sk-proj-refused0123456789abcdefXYZ";
+    let config = format!("openai_base_url = \"https://proxy.example.test/v1?api_key={key}\"\nmodel = \"gpt-5.5\"\n");
+    write(&path, &config);
+    let file = path.to_str().unwrap();
+    let (ok, out, err) = run_keymux(&["--config", &cfg, "setup", "codex", "--file", file, "--yes"], &env, "").await;
+    assert!(!ok && err.contains("openai_base_url") && err.contains("--force"), "refused: {out}{err}");
+    assert!(err.contains("https://proxy.example.test/v1?api_key=sk-"), "names the URL: {err}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), config, "nothing written");
+    let printed = format!("{out}{err}{}", keymux.stop().await);
+    assert_no_secrets("what keymux printed", &printed, &[key, "refused0123456789abcdef"]);
+}

@@ -238,3 +238,20 @@ async fn the_dashboards_preview_masks_keys_inside_other_values() {
     let output = s.keymux.stop().await;
     assert_no_secrets("keymux's output", &output, &KEYS_IN_VALUES);
 }
+
+/// A refusal the dashboard shows (409) quotes the value that made it, with a key in it masked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_quoting_a_value_with_a_key_in_it_answers_no_key() {
+    let sim = Sim::start(SimConfig::new().org("org-s", &[CODEX_KEY])).await.unwrap();
+    let s = start(&sim).await;
+    let key = "sk-proj-refused0123456789abcdefXYZ";
+    let theirs = format!("https://proxy.example.test/v1?api_key={key}");
+    std::fs::write(s.codex("config.toml"), format!("openai_base_url = \"{theirs}\"\n{SETTINGS}")).unwrap();
+    let (status, refused) = s.preview(json!({})).await;
+    assert_eq!((status, refused["error"]["code"].as_str()), (409, Some("setup_needs_force")), "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("https://proxy.example.test/v1?api_key=sk-"), "names the URL: {refused}");
+    assert_no_secrets("the refusal", &refused.to_string(), &[key, "refused0123456789abcdef"]);
+    let output = s.keymux.stop().await;
+    assert_no_secrets("keymux's output", &output, &[key, "refused0123456789abcdef"]);
+}
