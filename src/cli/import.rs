@@ -56,16 +56,16 @@ pub(super) async fn import(loaded: &Loaded, control: &dyn Control, args: ImportA
     show(&found, &standings);
     let new = standings.iter().filter(|s| matches!(s, Standing::New)).count();
     if found.candidates.is_empty() {
-        return finish(&found, 0);
+        return finish(&found, 0, 0);
     }
     if !args.yes {
         if !std::io::stdin().is_terminal() {
             eprintln!("nothing imported: nobody can answer on this input; pass --yes to import");
-            return finish(&found, 0);
+            return finish(&found, 0, 0);
         }
         if new > 0 && !super::setup::ask(&format!("Import {new} key(s)? [y/N] "))? {
             eprintln!("nothing imported");
-            return finish(&found, 0);
+            return finish(&found, 0, 0);
         }
     }
     let mut failed = 0;
@@ -84,8 +84,8 @@ pub(super) async fn import(loaded: &Loaded, control: &dyn Control, args: ImportA
             }
         }
     }
-    remove_copies(&pooled, args.remove_plaintext)?;
-    finish(&found, failed)
+    let kept = remove_copies(&pooled, args.remove_plaintext)?;
+    finish(&found, failed, kept)
 }
 
 /// The keys in a pasted list (`-`: stdin).
@@ -199,8 +199,10 @@ async fn add(control: &dyn Control, candidate: &Candidate, standing: &Standing) 
 }
 
 /// Offers to take each pooled key's plaintext copy out of its file; the environment's copy is the
-/// user's to remove, so the line to delete is named instead.
-fn remove_copies(pooled: &[&Candidate], up_front: bool) -> Result<(), StartError> {
+/// user's to remove, so the line to delete is named instead. Returns how many removals the user asked
+/// for were refused (the file left holding its key).
+fn remove_copies(pooled: &[&Candidate], up_front: bool) -> Result<usize, StartError> {
+    let mut refused = 0;
     for candidate in pooled {
         let masked = mask(candidate.secret.expose());
         match &candidate.origin {
@@ -227,22 +229,33 @@ fn remove_copies(pooled: &[&Candidate], up_front: bool) -> Result<(), StartError
                             out("Codex now has no key there: `keymux setup codex` puts a Keymux client token in its place");
                         }
                     }
-                    Err(why) => eprintln!("keymux: {why}"),
+                    Err(why) => {
+                        refused += 1;
+                        eprintln!("keymux: {why}");
+                        out(&format!(
+                            "{} still holds the key ({masked}) in plaintext; the key is imported and stays in Keymux's pool",
+                            path.display()
+                        ));
+                    }
                 }
             }
         }
     }
-    Ok(())
+    Ok(refused)
 }
 
-/// The exit: a failure when a source was refused or a key could not be added.
-fn finish(found: &Found, failed: usize) -> Result<(), StartError> {
+/// The exit: a failure when a source was refused, a key could not be added, or a plaintext copy the
+/// user asked to remove was kept (`kept`; the keys imported stay imported).
+fn finish(found: &Found, failed: usize, kept: usize) -> Result<(), StartError> {
     let mut why = Vec::new();
     if !found.refusals.is_empty() {
         why.push(format!("{} source(s) refused", found.refusals.len()));
     }
     if failed > 0 {
         why.push(format!("{failed} key(s) not imported"));
+    }
+    if kept > 0 {
+        why.push(format!("{kept} plaintext copy(ies) not removed (the keys imported stay in Keymux's pool)"));
     }
     match why.is_empty() {
         true => Ok(()),

@@ -296,3 +296,31 @@ async fn setup_codex_fills_in_the_auth_json_an_import_left_without_a_key() {
     assert!(kept.contains(&emptied), "setup backed the file up as the import left it");
     assert_no_secrets("the output", &format!("{out}{err}"), &[CODEX_KEY, &token]);
 }
+
+/// A removal the user asked for and that was refused (the file has another name) fails the command,
+/// so a script does not take the plaintext for gone; the key it imported stays in the pool, and the
+/// output says both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_removal_fails_the_import_and_keeps_the_imported_key() {
+    require_secret_service();
+    let sim = Sim::start(SimConfig::new().org("org-h", &[CODEX_KEY])).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let cfg = config(home.path(), "hard-linked", &sim.base_url());
+    let codex_home = home.path().join(".codex");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    let auth = codex_home.join("auth.json");
+    let text = format!("{{\"auth_mode\": \"apikey\", \"OPENAI_API_KEY\": \"{CODEX_KEY}\"}}\n");
+    std::fs::write(&auth, &text).unwrap();
+    std::fs::hard_link(&auth, home.path().join("auth-elsewhere.json")).unwrap();
+    let env = base_env(home.path());
+
+    let (ok, out, err) = cli(&cfg, &env, &["keys", "import", "--yes", "--remove-plaintext"], "").await;
+    assert!(!ok, "a refused removal fails the command: {out}{err}");
+    assert!(err.contains("hard links"), "says why: {err}");
+    assert!(err.contains("1 plaintext copy(ies) not removed (the keys imported stay in Keymux's pool)"), "{err}");
+    assert!(out.contains("still holds the key") && out.contains("stays in Keymux's pool"), "{out}");
+    assert_eq!(std::fs::read_to_string(&auth).unwrap(), text, "the file is as it was");
+    let (ok, listed, lerr) = cli(&cfg, &env, &["keys", "list"], "").await;
+    assert!(ok && listed.contains("codex"), "the key stays imported: {listed}{lerr}");
+    assert_no_secrets("the output", &format!("{out}{err}{listed}"), &[CODEX_KEY]);
+}
