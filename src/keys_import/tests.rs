@@ -34,14 +34,15 @@ fn a_file_that_is_not_json_is_refused_by_name_and_the_other_sources_still_list()
 }
 
 #[test]
-fn pi_keys_are_literal_unless_they_are_a_command_or_name_a_variable() {
+fn pi_0_keys_are_literal_unless_they_are_a_command_or_name_a_variable() {
+    let rule = PiRule::of_version("0.73.1");
     let path = Path::new("/h/.pi/agent/auth.json");
     let text = format!(
         r#"{{"openai": {{"type": "api_key", "key": "{KEY}"}}, "anthropic": {{"type": "api_key", "key": "sk-ant-x1234567890"}},
            "openai-codex": {{"type": "oauth", "access": "tok"}}, "openai-2": {{"type": "api_key", "key": "!op read x"}},
            "openai-3": {{"type": "api_key", "key": "MY_KEY"}}}}"#
     );
-    let read = pi_auth_keys(&text, path, &["MY_KEY".into()]).unwrap();
+    let read = pi_auth_keys(&text, path, &rule, &["MY_KEY".into()]).unwrap();
     assert_eq!(read.candidates.len(), 1);
     assert_eq!(read.candidates[0].origin, Origin::PiAuth(path.to_owned(), "openai".into()));
     assert!(read.notes.iter().any(|n| n.contains("command")), "{:?}", read.notes);
@@ -54,10 +55,75 @@ fn pi_keys_are_literal_unless_they_are_a_command_or_name_a_variable() {
            "env": {{"apiKey": "OPENAI_API_KEY"}}}}}}"#
     );
     let path = Path::new("/h/.pi/agent/models.json");
-    let read = pi_model_keys(&models, path, &[]).unwrap();
+    let read = pi_model_keys(&models, path, &rule, &[]).unwrap();
     assert_eq!(read.candidates.len(), 1, "only the literal OpenAI key");
     assert_eq!(read.candidates[0].origin, Origin::PiModels(path.to_owned(), "mine".into()));
     assert!(read.notes.iter().any(|n| n.contains("not set here")), "{:?}", read.notes);
+}
+
+/// Each value as pi 0.x, pi 1.x and an unknown pi read it: the key, or the words of the reason it is
+/// passed over.
+#[test]
+fn the_pi_rule_follows_the_installed_version() {
+    let (v0, v1, unknown) = (PiRule::of_version("0.73.1"), PiRule::of_version("1.6.0"), PiRule::Unknown);
+    assert_eq!(v0, PiRule::V0("0.73.1".into()));
+    assert_eq!(v1, PiRule::V1("1.6.0".into()));
+    assert_eq!(PiRule::of_version("2.0.0-beta.1"), PiRule::V1("2.0.0-beta.1".into()));
+    assert_eq!(PiRule::of_version("nightly"), PiRule::Unknown);
+    let env = ["SET_KEY".to_owned()];
+    let key = |rule: &PiRule, value: &str| match rule.key(value, &env) {
+        Ok(key) => key,
+        Err(why) => format!("passed over: {why}"),
+    };
+    let table: [(&str, &str, &str, &str); 9] = [
+        // value, pi 0.x, pi 1.x, unknown
+        (KEY, KEY, KEY, KEY),
+        ("!op read openai", "command", "command", "command"),
+        ("$SET_KEY", "not look like", "variable SET_KEY", "variable SET_KEY"),
+        ("${SET_KEY}", "not look like", "variable SET_KEY", "variable SET_KEY"),
+        ("SET_KEY", "variable SET_KEY", "not look like", "variable SET_KEY"),
+        ("UNSET_KEY", "not set here", "not look like", "not set here"),
+        ("sk-$A-${B}", "sk-$A-${B}", "variables A, B", "variables A, B"),
+        ("sk-proj-$$x-$!y-${1}-$-", "sk-proj-$$x-$!y-${1}-$-", "sk-proj-$x-!y-${1}-$-", "sk-proj-$x-!y-${1}-$-"),
+        ("km-local-token-0123456789", "Keymux client token", "Keymux client token", "Keymux client token"),
+    ];
+    for (value, want0, want1, want_unknown) in table {
+        for (rule, want) in [(&v0, want0), (&v1, want1), (&unknown, want_unknown)] {
+            let got = key(rule, value);
+            assert!(
+                got == want || (got.starts_with("passed over") && got.contains(want)),
+                "{value} by {rule:?}: {got}"
+            );
+        }
+    }
+    assert!(v1.describe().contains("pi 1.6.0") && v1.describe().contains("\"$NAME\""), "{}", v1.describe());
+    assert!(unknown.describe().contains("no pi found"), "{}", unknown.describe());
+}
+
+/// The version comes from the package.json above the file the `pi` on PATH leads to (npm's layout:
+/// `bin/pi` a link to `lib/node_modules/<package>/dist/…/cli.js`).
+#[test]
+fn the_installed_pi_is_found_through_its_link_on_path() {
+    let root = tempfile::tempdir().unwrap();
+    let install = |prefix: &str, package: &str, version: &str, cli: &str| {
+        let dir = root.path().join(prefix);
+        let package_dir = dir.join("lib/node_modules").join(package);
+        std::fs::create_dir_all(package_dir.join(cli).parent().unwrap()).unwrap();
+        std::fs::write(package_dir.join(cli), "#!/usr/bin/env node\n").unwrap();
+        let manifest = serde_json::json!({"name": package, "version": version, "bin": {"pi": cli}});
+        std::fs::write(package_dir.join("package.json"), manifest.to_string()).unwrap();
+        std::fs::create_dir_all(dir.join("bin")).unwrap();
+        std::os::unix::fs::symlink(package_dir.join(cli), dir.join("bin/pi")).unwrap();
+        dir.join("bin").display().to_string()
+    };
+    let new = install("new", "@earendil-works/pi-coding-agent", "1.6.0", "dist/bundle/cli.js");
+    let old = install("old", "@mariozechner/pi-coding-agent", "0.73.1", "dist/cli.js");
+    let empty = root.path().join("empty").display().to_string();
+    assert_eq!(PiRule::installed(&format!("{empty}:{new}:{old}")), PiRule::V1("1.6.0".into()));
+    assert_eq!(PiRule::installed(&format!("{old}:{new}")), PiRule::V0("0.73.1".into()));
+    assert_eq!(PiRule::installed(&empty), PiRule::Unknown);
+    let vars = vec![("PATH".to_owned(), new)];
+    assert_eq!(Sources::from_vars(vars, root.path()).pi_rule, PiRule::V1("1.6.0".into()));
 }
 
 #[test]

@@ -1,7 +1,10 @@
 //! pi's `models.json`: a `providers.keymux` entry (`keymux-<pool>` for a pool) with the base URL, the
-//! Responses API and the client token as a literal `apiKey` (pi also reads a variable's name or a
-//! `!command` there; a literal needs nothing exported). Every other provider and key keeps its place (`serde_json` keeps the order of
-//! keys); the file is written with 2-space indentation and a final newline.
+//! Responses API and the client token as a literal `apiKey`, which needs nothing exported and means
+//! the same to pi 0.73 and pi 1.x: a token Keymux makes (`km-` and URL-safe base64) is neither a
+//! variable's name (pi 0.73 reads a bare `NAME` as one), nor holds a `$` (pi 1.x reads `$NAME` and
+//! `${NAME}` as one), nor starts with `!` (both run a `!command`). Every other provider and key keeps
+//! its place (`serde_json` keeps the order of keys); the file is written with 2-space indentation and
+//! a final newline.
 
 use serde_json::{json, Map, Value};
 
@@ -53,6 +56,13 @@ pub(super) fn edit(text: &str, pool: Option<&str>, base_url: &str, token: &str) 
     keymux.insert("baseUrl".into(), base_url.into());
     keymux.insert("api".into(), "openai-responses".into());
     keymux.insert("apiKey".into(), token.into());
+    if token.contains('$') || token.starts_with('!') {
+        notes.push(
+            "the client token holds a `$` or starts with `!`, which pi 1.x reads as a variable or a command: \
+             give pi a token Keymux makes (`keymux token revoke pi`, then set up again)"
+                .into(),
+        );
+    }
     if keymux.get("models").and_then(Value::as_array).is_none_or(Vec::is_empty) {
         keymux.insert("models".into(), default_models(pool));
     }
@@ -114,6 +124,20 @@ mod tests {
         assert_eq!(after["providers"]["zeta"], before["providers"]["zeta"]);
         assert_eq!(after["providers"]["alpha"], before["providers"]["alpha"]);
         assert!(edited.text.ends_with("}\n") && edited.text.contains("\n  \"providers\": {\n    \"zeta\""));
+    }
+
+    /// A token Keymux makes is a literal to pi 0.73 and pi 1.x alike; one that is not is said so.
+    #[test]
+    fn the_token_means_the_same_to_pi_0_73_and_1_x() {
+        for _ in 0..64 {
+            let made = crate::secrets::generate(crate::tokens::TOKEN_PREFIX);
+            let token = made.expose();
+            assert!(!token.contains('$') && !token.starts_with('!'), "{token}");
+            assert!(token.chars().any(|c| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')), "{token}");
+            assert!(edit("", None, BASE, token).unwrap().notes.iter().all(|n| !n.contains("pi 1.x reads")));
+        }
+        let notes = edit("", None, BASE, "km-my-own-$HOME-token-0123456789").unwrap().notes;
+        assert!(notes.iter().any(|n| n.contains("pi 1.x reads as")), "{notes:?}");
     }
 
     /// The shape the facts about pi 0.73 describe for a Responses provider (`baseUrl`, `api`, `apiKey`,

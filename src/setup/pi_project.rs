@@ -1,7 +1,8 @@
 //! A project's `.pi/settings.json`: `defaultProvider` naming a pool's provider (`keymux-work`) and
-//! `defaultModel` one of its models. pi 0.73 merges this file over its global settings when it starts
-//! in exactly that directory (not in a subdirectory), with no trust prompt. Every other key the user
-//! has there keeps its value and place; nothing secret is written (the token is in `models.json`).
+//! `defaultModel` one of its models. pi merges this file over its global settings when it starts in
+//! exactly that directory (not in a subdirectory): pi 0.73 with no prompt, pi 1.x once the project is
+//! trusted (it asks once; `--approve` trusts it for one run, as `-p` cannot ask). Every other key the
+//! user has there keeps its value and place; nothing secret is written (the token is in `models.json`).
 
 use serde_json::{Map, Value};
 
@@ -31,7 +32,8 @@ pub(super) fn edit(text: &str, pool: &str, model: &str) -> Result<Edited, Refusa
         settings.insert(key.into(), value.into());
     }
     notes.push(format!(
-        "pi uses the pool '{pool}' when it starts in exactly this directory, not in its subdirectories; \
+        "pi uses the pool '{pool}' when it starts in exactly this directory, not in its subdirectories \
+         (pi 1.x once you trust the project: it asks the first time, and `pi -p` needs `--approve`); \
          `pi -c` keeps each session's own pool. Picking a model with /model writes pi's global settings \
          (every directory): for a one-off, start pi with `--provider {provider} --model {model}` instead"
     ));

@@ -2,10 +2,11 @@
 //! `all` (today's setup), or for one pool a Codex profile file, or a pi provider plus one project's
 //! settings. Each file gets one [`Edit`], which also names the record that lets Undo take it back.
 //!
-//! Why these files (both clients verified, Codex CLI 0.171 and pi 0.73.1): Codex ignores a provider
+//! Why these files (both clients verified, Codex CLI 0.171, pi 0.73.1 and pi 1.6): Codex ignores a provider
 //! chosen in a project's `.codex/config.toml`, so a pool gets a profile file that `codex -p` layers over
 //! `config.toml`; pi merges `<cwd>/.pi/settings.json` over its global settings, so a project selects a
-//! provider that lives in the global `models.json`.
+//! provider that lives in the global `models.json` (pi 1.x reads the project's file once the project
+//! is trusted).
 
 use std::path::{Path, PathBuf};
 

@@ -324,3 +324,51 @@ async fn a_refused_removal_fails_the_import_and_keeps_the_imported_key() {
     assert!(ok && listed.contains("codex"), "the key stays imported: {listed}{lerr}");
     assert_no_secrets("the output", &format!("{out}{err}{listed}"), &[CODEX_KEY]);
 }
+
+/// pi's `models.json` read by the rule of the pi on PATH: pi 1.6 (the real one the tests pin, linked
+/// into a directory of PATH as npm links it) reads `$NAME` as a variable and a bare name as a literal;
+/// with no pi on PATH, a value either version reads as a variable is passed over. Each run says which
+/// rule it used; nothing is written without a yes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pi_values_are_read_by_the_rule_of_the_installed_pi() {
+    const PI_LITERAL: &str = "sk-imp-pi-literal-0007gggg";
+    require_secret_service();
+    let home = tempfile::tempdir().unwrap();
+    let cfg = config(home.path(), "pi-rule", "http://127.0.0.1:9");
+    let models = home.path().join(".pi/agent/models.json");
+    std::fs::create_dir_all(models.parent().unwrap()).unwrap();
+    let text = serde_json::json!({"providers": {
+        "literal": {"apiKey": PI_LITERAL},
+        "dollar": {"apiKey": "$PI_VAR_KEY"},
+        "bare": {"apiKey": "PI_VAR_KEY"},
+    }});
+    let text = text.to_string();
+    std::fs::write(&models, &text).unwrap();
+    let bin = home.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(pi_bin(), bin.join("pi")).unwrap();
+    let with_path = |path: String| {
+        let mut env: Vec<(String, String)> = base_env(home.path()).into_iter().filter(|(k, _)| k != "PATH").collect();
+        env.push(("PATH".into(), path));
+        env.push(("PI_VAR_KEY".into(), "sk-imp-pi-from-var-0008hhhh".into()));
+        env
+    };
+
+    let env = with_path(format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default()));
+    let (ok, out, err) = cli(&cfg, &env, &["keys", "import"], "").await;
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("sk-…gggg") && out.contains("(provider literal, apiKey)"), "{out}");
+    assert!(!out.contains("hhhh"), "a variable's key is not taken from pi's file: {out}");
+    assert!(out.contains("note: pi's files are read as pi 1.6.0 reads them"), "{out}");
+    assert!(out.contains("(provider dollar) passed over: it reads the environment variable PI_VAR_KEY"), "{out}");
+    assert!(out.contains("(provider bare) passed over: it does not look like an OpenAI API key"), "{out}");
+
+    let env = with_path(home.path().join("nothing").display().to_string());
+    let (ok, out, err) = cli(&cfg, &env, &["keys", "import"], "").await;
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("sk-…gggg") && out.contains("no pi found on PATH"), "{out}");
+    assert!(out.contains("(provider dollar) passed over: it reads the environment variable PI_VAR_KEY"), "{out}");
+    assert!(out.contains("(provider bare) passed over: it names the environment variable PI_VAR_KEY"), "{out}");
+    assert!(err.contains("nothing imported"), "{err}");
+    assert_eq!(std::fs::read_to_string(&models).unwrap(), text, "nothing written");
+}

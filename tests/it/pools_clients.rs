@@ -1,4 +1,4 @@
-//! Pools per project with the real clients: Codex CLI 0.171 and pi 0.73.1, set up by the real
+//! Pools per project with the real clients: Codex CLI 0.171 and pi 1.6, set up by the real
 //! `keymux setup … --pool`, run in two projects with interleaved sessions (new ones, then resumed and
 //! continued, so their history and encrypted reasoning are replayed) while one key of each pool fails
 //! and cools, and while every key of the work pool cools. The simulator's request log is the judge:
@@ -132,6 +132,11 @@ impl Turns<'_> {
         let mut args = vec!["-p", prompt.as_str()];
         if resume {
             args.insert(0, "-c");
+        }
+        // pi 1.x reads a project's `.pi/settings.json` only once the project is trusted; with no prompt
+        // to ask on (`-p`), a one-off `--approve` is how a run trusts it (`/trust` saves the decision).
+        if project == Project::Work {
+            args.insert(0, "--approve");
         }
         self.desk.pi(dir, &args).await
     }

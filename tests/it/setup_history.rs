@@ -4,7 +4,7 @@
 //! `openai` provider, and it continues through Keymux on the organization that made it, among keys of
 //! three (Keymux finds which can read its reasoning). Undo, after Codex's own edits to `config.toml`,
 //! takes out only Keymux's line and gives `auth.json` back byte for byte, and Codex goes straight to
-//! the provider again. pi (0.73.1) keeps sessions per directory whatever the provider, so nothing is
+//! the provider again. pi (1.6) keeps sessions per directory whatever the provider, so nothing is
 //! stranded there: an old session continues through Keymux once its provider is named.
 #![allow(clippy::unwrap_used, reason = "tests")]
 

