@@ -28,8 +28,8 @@ use tracing_subscriber::Layer as _;
 /// The variable that sets the filter.
 pub const ENV: &str = "KEYMUX_LOG";
 
-/// Keymux's own crates: the gateway library and binary, and the tray app.
-const OWN: [&str; 2] = ["keymux", "keymux_tray"];
+/// Keymux's own crates: the gateway library and binary, and the tray app's two programs.
+const OWN: [&str; 3] = ["keymux", "keymux_tray", "keymux_window"];
 
 /// Whether an event may be logged at all, before the user's filter: Keymux's own at any level, other
 /// crates' only at `warn` and `error`.
@@ -148,6 +148,7 @@ mod tests {
         }
         assert!(allowed("keymux::ws", Level::TRACE));
         assert!(allowed("keymux_tray::shell", Level::INFO));
+        assert!(allowed("keymux_window::view::webkit", Level::INFO));
         assert!(allowed("keymux", Level::DEBUG));
         assert!(!allowed("keymuxevil", Level::DEBUG));
     }

@@ -8,7 +8,8 @@
 //! * `notices`: which events become notifications, worded for a person, switchable and throttled.
 //! * `settings`: the tray's own preferences (which notifications), in a small JSON file.
 //! * `window`: what the dashboard window shows when it cannot show the dashboard (the page did not
-//!   log in with the window's link in time, a load failed, the web process ended), and the wait for it.
+//!   log in with the window's link in time, a load failed, the web process ended), the wait for it,
+//!   and the commands the tray sends the window's own process (`window::Command`).
 //! * `words`: how durations are put in words, for the menu and the notifications alike.
 
 pub mod locale;

@@ -487,3 +487,24 @@ fn a_key_item_shows_its_spend_and_forecast_and_a_resting_key_offers_test_now() {
     let after = changes(&before, &m);
     assert!(after.contains(&Change::Rebuild) && after.contains(&Change::Icon(IconState::Degraded)), "{after:?}");
 }
+
+#[test]
+fn window_commands_cross_as_one_line_each_and_never_show_the_link_in_debug() {
+    use super::window::{Command, Unshown};
+    let link = "http://127.0.0.1:8787/login?code=0123456789abcdef0123456789abcdef".to_owned();
+    let commands = [
+        Command::Show { link: link.clone() },
+        Command::Down { why: "port 8787 is taken\nby another program".into() },
+        Command::Focus,
+        Command::Say(Unshown::LoadFailed("refused".into())),
+        Command::Say(Unshown::NoReport),
+    ];
+    for command in commands {
+        let line = command.line();
+        assert_eq!(line.matches('\n').count(), 1, "one line: {line:?}");
+        assert!(line.ends_with('\n'));
+        assert_eq!(Command::parse(&line), Ok(command.clone()));
+        assert!(!format!("{command:?}").contains("0123456789abcdef"), "{command:?}");
+    }
+    assert!(Command::parse("{\"open\":1}").unwrap_err().contains("cannot read"));
+}

@@ -14,7 +14,8 @@ use crate::clock::Clock;
 pub const REPORT_IN: Duration = Duration::from_secs(30);
 
 /// Why the window does not show the dashboard.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Unshown {
     /// The page did not log in within [`REPORT_IN`]: its script did not run (or stopped), or it could
     /// not reach the gateway.
@@ -40,6 +41,49 @@ impl Unshown {
             Self::LoadFailed(error) => format!("the dashboard's page could not be loaded: {error}"),
             Self::WebProcessEnded(how) => format!("the part of the window that draws the page stopped ({how})"),
         }
+    }
+}
+
+/// What the tray tells its window process, one JSON line each on the window's standard input (so the
+/// login link is on no command line). The window process ends when its window closes, and closes
+/// its window when its input ends (the tray quit or died).
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Command {
+    /// Show the dashboard: the gateway's one-time login link. The first line a window gets, or
+    /// [`Command::Down`].
+    Show { link: String },
+    /// Show why the gateway is not running instead.
+    Down { why: String },
+    /// Bring the open window to the front.
+    Focus,
+    /// Say in the window why it does not show the dashboard (the tray saw the page never log in).
+    Say(Unshown),
+}
+
+/// Never the link: its code logs the dashboard in.
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Show { .. } => f.write_str("Show { link: <one-time login link> }"),
+            Self::Down { why } => f.debug_struct("Down").field("why", why).finish(),
+            Self::Focus => f.write_str("Focus"),
+            Self::Say(why) => f.debug_tuple("Say").field(why).finish(),
+        }
+    }
+}
+
+impl Command {
+    /// The command as the line the window reads.
+    pub fn line(&self) -> String {
+        let mut line = serde_json::to_string(self).unwrap_or_default();
+        line.push('\n');
+        line
+    }
+
+    /// Reads a line written by [`Command::line`].
+    pub fn parse(line: &str) -> Result<Self, String> {
+        serde_json::from_str(line.trim()).map_err(|e| format!("the tray sent the window a line it cannot read: {e}"))
     }
 }
 
