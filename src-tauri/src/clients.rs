@@ -9,11 +9,12 @@ use keymux::control::setup::SetupPlaces;
 use keymux::control::ControlError;
 use keymux::gateway::Gateway;
 use keymux::setup::{self, Client, Remedy, SetupError};
-use tauri::AppHandle;
-use tauri_plugin_dialog::{DialogExt as _, MessageDialogButtons, MessageDialogKind};
+
+use crate::desk::{ask, say, Kind};
+use crate::state::App;
 
 /// Brings the menu up to date once a dialog's work is done (the tray passes its own).
-pub type Refresh = fn(&AppHandle);
+pub type Refresh = fn(&App);
 
 /// Whether a Codex and a pi setup can be undone now.
 pub fn undo_available() -> (bool, bool) {
@@ -22,22 +23,11 @@ pub fn undo_available() -> (bool, bool) {
     (can(Client::Codex), can(Client::Pi))
 }
 
-fn say(app: &AppHandle, title: &str, text: &str, kind: MessageDialogKind) {
-    app.dialog().message(text).title(title).kind(kind).blocking_show();
-}
-
-fn ask(app: &AppHandle, title: &str, text: &str, yes: &str, no: &str) -> bool {
-    app.dialog()
-        .message(text)
-        .title(title)
-        .buttons(MessageDialogButtons::OkCancelCustom(yes.to_owned(), no.to_owned()))
-        .blocking_show()
-}
-
 /// Shows what setting `client` up would change, and does it if the user agrees.
-pub fn set_up(app: &AppHandle, gateway: &Arc<Gateway>, client: Client, refresh: Refresh) {
+pub fn set_up(app: &App, gateway: &Arc<Gateway>, client: Client, refresh: Refresh) {
     let (app, gateway) = (app.clone(), gateway.clone());
-    tauri::async_runtime::spawn(async move {
+    let spawner = app.clone();
+    spawner.spawn(async move {
         let title = format!("Set up {client}");
         let dialog = |question: Question<'_>| match question {
             Question::Choice(text, yes) => ask(&app, &title, text, yes, "Cancel"),
@@ -49,9 +39,9 @@ pub fn set_up(app: &AppHandle, gateway: &Arc<Gateway>, client: Client, refresh: 
             Err(problem) => Err(problem.to_string()),
         };
         match done {
-            Ok(Some(done)) => say(&app, &title, &done, MessageDialogKind::Info),
+            Ok(Some(done)) => say(&app, &title, &done, Kind::Info),
             Ok(None) => {}
-            Err(problem) => say(&app, &title, &problem, MessageDialogKind::Error),
+            Err(problem) => say(&app, &title, &problem, Kind::Error),
         }
         refresh(&app);
     });
@@ -161,17 +151,18 @@ fn change_text(preview: &setup::Preview) -> String {
 
 /// The first-run offer, when the pool is empty: the keys found on this machine in plaintext, offered
 /// for import with where each is (masked); nothing is imported without the user's yes.
-pub fn offer_import(app: &AppHandle, gateway: &Arc<Gateway>, refresh: Refresh) {
+pub fn offer_import(app: &App, gateway: &Arc<Gateway>, refresh: Refresh) {
     let (app, gateway) = (app.clone(), gateway.clone());
-    tauri::async_runtime::spawn(async move {
+    let spawner = app.clone();
+    spawner.spawn(async move {
         let Some((text, request)) = import_question(&gateway.import_offer()) else { return };
         let title = "Import your API keys";
         if !ask(&app, title, &text, "Import", "Not now") {
             return;
         }
         match gateway.import_keys(request).await {
-            Ok(done) => say(&app, title, &import_summary(&done), MessageDialogKind::Info),
-            Err(e) => say(&app, title, &e.to_string(), MessageDialogKind::Error),
+            Ok(done) => say(&app, title, &import_summary(&done), Kind::Info),
+            Err(e) => say(&app, title, &e.to_string(), Kind::Error),
         }
         refresh(&app);
     });
@@ -204,9 +195,10 @@ fn import_summary(done: &ImportDone) -> String {
 }
 
 /// Puts the client's file back as it was before Keymux set it up.
-pub fn undo(app: &AppHandle, client: Client, refresh: Refresh) {
+pub fn undo(app: &App, client: Client, refresh: Refresh) {
     let app = app.clone();
-    tauri::async_runtime::spawn(async move {
+    let spawner = app.clone();
+    spawner.spawn(async move {
         let title = format!("Undo {client} setup");
         let Some(state) = setup::default_state_dir() else { return };
         let mut result = setup::undo(client, &state, false);
@@ -231,9 +223,9 @@ pub fn undo(app: &AppHandle, client: Client, refresh: Refresh) {
                 for note in &undone.notes {
                     text.push_str(&format!("\n\n{note}"));
                 }
-                say(&app, &title, &text, MessageDialogKind::Info);
+                say(&app, &title, &text, Kind::Info);
             }
-            Err(e) => say(&app, &title, &e.to_string(), MessageDialogKind::Error),
+            Err(e) => say(&app, &title, &e.to_string(), Kind::Error),
         }
         refresh(&app);
     });

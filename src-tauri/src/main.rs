@@ -1,27 +1,31 @@
-//! Keymux's tray app: a thin Tauri shell over the gateway library. It starts the gateway in-process
-//! through `keymux::Runtime`, renders the tray menu and icon that `keymux::desktop` computes from the
-//! gateway's state, shows desktop notifications, and opens the dashboard (the gateway's own page) in a
-//! window. Quit, SIGTERM and SIGINT all take one path: drain, flush the metrics, exit 0.
+//! Keymux's tray app: a thin shell over the gateway library. It starts the gateway in-process through
+//! `keymux::Runtime`, renders the tray menu and icon that `keymux::desktop` computes from the gateway's
+//! state, shows desktop notifications, and opens the dashboard (the gateway's own page) in a window.
+//! Quit, SIGTERM and SIGINT all take one path: close the window, drain, flush the metrics, exit 0.
+//!
+//! The tray is light: this program links no WebKit. The window is a second program, `keymux-window`
+//! (`src/window_app`), started when the window is opened and ended when it is closed, so a tray whose
+//! window is closed holds GTK, the tray icon and the gateway, nothing more.
 //!
 //! Rooms:
 //! * `args`: the command line (the same gateway flags as `keymux serve`).
-//! * `state`: what the app keeps (preferences, notifier, runtime, why the gateway is down), and quitting.
-//! * `shell`: starting the gateway, following its events, the menu tick, signals.
+//! * `state`: what the app keeps (preferences, notifier, runtime, why the gateway is down), the handle
+//!   every part reaches it by (`App`: the state, the async runtime, the main thread), and quitting.
+//! * `shell`: starting the gateway, following its events, the menu tick, signals, the main loop.
 //! * `tray`: rendering a `desktop::menu::Menu` into the tray and acting on its items.
-//! * `window`: the dashboard window (made when opened, freed when closed; never left blank: it says why
-//!   it cannot show the dashboard).
+//! * `window`: the window's process: started on Open dashboard, told what to show, ended at Quit.
+//! * `desk`: the desktop's services: notifications, start at login, the clipboard, dialogs, and one
+//!   instance per session.
 //! * `clients`: "Set up Codex / pi" and their undo.
-//! * `webkit`: what WebKitGTK is told before the first webview: software rendering where no GPU is usable,
-//!   and the window's languages.
 
 #![cfg_attr(not(debug_assertions), windows_subsystem = "windows")]
 
 mod args;
 mod clients;
+mod desk;
 mod shell;
 mod state;
 mod tray;
-mod webkit;
 mod window;
 
 use std::process::ExitCode;
@@ -42,7 +46,6 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(3);
     }
-    webkit::prepare();
     shell::run(args)
 }
 

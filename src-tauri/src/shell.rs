@@ -1,5 +1,5 @@
-//! The running app: starting the gateway, following its events, the menu tick, signals. What it keeps
-//! is in `state`.
+//! The running app: the main loop, starting the gateway, following its events, the menu tick, signals.
+//! What it keeps is in `state`.
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -13,66 +13,46 @@ use keymux::events::{Envelope, Event};
 use keymux::gateway::Gateway;
 use keymux::startup::{self, ConfigSource, StartOptions};
 use keymux::Runtime;
-use tauri::{AppHandle, Manager, RunEvent};
-use tauri_plugin_autostart::{MacosLauncher, ManagerExt as _};
-use tauri_plugin_notification::NotificationExt as _;
 
 use crate::args::Args;
-use crate::state::{lock, quit, Shell};
-use crate::{tray, window};
+use crate::state::{lock, quit, App, Shell};
+use crate::{desk, tray, window};
 
 /// How often the menu is brought up to date when nothing happens (its countdowns).
 const TICK: Duration = Duration::from_secs(1);
 
 /// The app from start to exit.
 pub fn run(args: Args) -> ExitCode {
-    let shell = Arc::new(Shell::new(args));
-    let built = tauri::Builder::default()
-        // First: a second launch hands over to this one and exits.
-        .plugin(tauri_plugin_single_instance::init(|app, _argv, _cwd| {
-            tracing::info!("another launch of Keymux asked for the window");
-            window::open_dashboard(app);
-        }))
-        .plugin(tauri_plugin_window_state::Builder::default().build())
-        .plugin(tauri_plugin_autostart::init(MacosLauncher::LaunchAgent, Some(vec!["--hidden"])))
-        .plugin(tauri_plugin_notification::init())
-        .plugin(tauri_plugin_clipboard_manager::init())
-        .plugin(tauri_plugin_dialog::init())
-        .manage(shell.clone())
-        .setup(|app| {
-            // GTK is up and no webview exists yet.
-            crate::webkit::set_languages();
-            let handle = app.handle().clone();
-            let shell = handle.state::<Arc<Shell>>().inner().clone();
-            shell.autostart.store(handle.autolaunch().is_enabled().unwrap_or(false), Ordering::Relaxed);
-            tray::create(&handle)?;
-            tauri::async_runtime::spawn(start(handle));
-            Ok(())
-        })
-        .build(tauri::generate_context!());
-    let app = match built {
-        Ok(app) => app,
+    window::keep_gl_for_the_window();
+    if let Err(e) = gtk::init() {
+        eprintln!(
+            "Keymux's tray app could not start its window system ({e}). `keymux serve` runs the gateway headless."
+        );
+        return ExitCode::from(1);
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!(
-                "Keymux's tray app could not start its window system ({e}). `keymux serve` runs the gateway headless."
-            );
+            eprintln!("Keymux's tray app could not start: {e}");
             return ExitCode::from(1);
         }
     };
-    let code = app.run_return(move |_app, event| {
-        if let RunEvent::ExitRequested { code: None, api, .. } = event {
-            // The last window closed: Keymux lives on in the tray until Quit.
-            if !shell.quitting.load(Ordering::Relaxed) {
-                api.prevent_exit();
-            }
-        }
-    });
-    ExitCode::from(u8::try_from(code).unwrap_or(1))
+    let app = App::new(Shell::new(args), runtime.handle().clone());
+    // First: a second launch hands over to this one and exits.
+    let Some(_instance) = desk::single_instance(&app) else { return ExitCode::SUCCESS };
+    app.shell.autostart.store(desk::autostart_enabled(), Ordering::Relaxed);
+    if let Err(e) = tray::create(&app) {
+        tracing::warn!("the tray icon could not be shown: {e}");
+    }
+    app.spawn(start(app.clone()));
+    gtk::main();
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    ExitCode::SUCCESS
 }
 
 /// Starts the gateway as `keymux serve` does; on failure the tray and the window say why.
-async fn start(app: AppHandle) {
-    let shell = app.state::<Arc<Shell>>().inner().clone();
+async fn start(app: App) {
+    let shell = app.shell.clone();
     match launch(&shell.args).await {
         Ok(runtime) => {
             let gateway = runtime.gateway().clone();
@@ -86,8 +66,8 @@ async fn start(app: AppHandle) {
                 // (an open window shows the same offer on its first-run screen).
                 crate::clients::offer_import(&app, &gateway, tray::refresh);
             }
-            tauri::async_runtime::spawn(follow(app.clone(), gateway));
-            tauri::async_runtime::spawn(tick(app.clone()));
+            app.spawn(follow(app.clone(), gateway));
+            app.spawn(tick(app.clone()));
         }
         Err(problem) => {
             tracing::error!("the gateway did not start: {problem}");
@@ -96,9 +76,10 @@ async fn start(app: AppHandle) {
     }
     tray::refresh(&app);
     if !shell.args.hidden {
-        window::open_dashboard(&app);
+        let opening = app.clone();
+        app.on_main(move || window::open_dashboard(&opening));
     }
-    tauri::async_runtime::spawn(on_signal(app));
+    app.spawn(on_signal(app.clone()));
 }
 
 async fn launch(args: &Args) -> Result<Runtime, String> {
@@ -123,7 +104,7 @@ async fn launch(args: &Args) -> Result<Runtime, String> {
 
 /// Follows the event stream: key and gateway events refresh the menu at once, and some become
 /// desktop notifications.
-async fn follow(app: AppHandle, gateway: Arc<Gateway>) {
+async fn follow(app: App, gateway: Arc<Gateway>) {
     let mut events = gateway.events().subscribe();
     loop {
         match events.recv().await {
@@ -134,25 +115,22 @@ async fn follow(app: AppHandle, gateway: Arc<Gateway>) {
     }
 }
 
-fn on_event(app: &AppHandle, gateway: &Arc<Gateway>, envelope: &Envelope) {
+fn on_event(app: &App, gateway: &Arc<Gateway>, envelope: &Envelope) {
     if matches!(envelope.event, Event::Key(_) | Event::Gateway(_)) {
         tray::refresh(app);
     }
-    let shell = app.state::<Arc<Shell>>();
-    if !lock(&shell.settings).notifications {
+    if !lock(&app.shell.settings).notifications {
         return;
     }
     let now = gateway.clock().unix_ms();
-    let notice = lock(&shell.notifier).consider(envelope, || views::status(gateway), now);
+    let notice = lock(&app.shell.notifier).consider(envelope, || views::status(gateway), now);
     if let Some(notice) = notice {
         tracing::info!(title = %notice.title, "desktop notification");
-        if let Err(e) = app.notification().builder().title(&notice.title).body(&notice.body).show() {
-            tracing::warn!("the desktop notification could not be shown: {e}");
-        }
+        desk::notify(app, &notice.title, &notice.body);
     }
 }
 
-async fn tick(app: AppHandle) {
+async fn tick(app: App) {
     let mut ticks = tokio::time::interval(TICK);
     loop {
         ticks.tick().await;
@@ -161,7 +139,7 @@ async fn tick(app: AppHandle) {
 }
 
 /// SIGTERM (logout, system shutdown) and SIGINT (Ctrl-C) take the menu's Quit path.
-async fn on_signal(app: AppHandle) {
+async fn on_signal(app: App) {
     #[cfg(unix)]
     {
         let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {

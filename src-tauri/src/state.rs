@@ -2,6 +2,7 @@
 //! down if it is), and the one way out. The gateway's own state stays in the gateway; the shell,
 //! the menu and the window all read this.
 
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -10,9 +11,33 @@ use keymux::desktop::notices::Notifier;
 use keymux::desktop::settings::DesktopSettings;
 use keymux::gateway::Gateway;
 use keymux::Runtime;
-use tauri::{AppHandle, Manager};
 
 use crate::args::Args;
+use crate::window::WindowProcess;
+
+/// How every part of the tray reaches the app: its state, the async runtime, and the main thread (GTK's,
+/// where the tray, its menu and dialogs live).
+#[derive(Clone)]
+pub struct App {
+    pub shell: Arc<Shell>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl App {
+    pub fn new(shell: Shell, runtime: tokio::runtime::Handle) -> Self {
+        Self { shell: Arc::new(shell), runtime }
+    }
+
+    /// Runs `task` on the async runtime.
+    pub fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        self.runtime.spawn(task);
+    }
+
+    /// Runs `work` on the main thread: at once when called there, else queued to its loop.
+    pub fn on_main(&self, work: impl FnOnce() + Send + 'static) {
+        gtk::glib::MainContext::default().invoke(work);
+    }
+}
 
 /// Everything the shell keeps; the gateway's own state stays in the gateway.
 pub struct Shell {
@@ -25,6 +50,8 @@ pub struct Shell {
     pub(crate) notifier: Mutex<Notifier>,
     pub autostart: AtomicBool,
     pub(crate) quitting: AtomicBool,
+    /// The window's process while the window is open.
+    pub(crate) window: Mutex<Option<WindowProcess>>,
 }
 
 /// A lock that survives a panic elsewhere (the values stay usable).
@@ -59,6 +86,7 @@ impl Shell {
             notifier: Mutex::new(notifier),
             autostart: AtomicBool::new(false),
             quitting: AtomicBool::new(false),
+            window: Mutex::new(None),
         }
     }
 
@@ -88,15 +116,16 @@ impl Shell {
     }
 }
 
-/// The one way out: stop accepting, let streams in flight finish (bounded), flush the metrics, exit 0.
-pub fn quit(app: &AppHandle) {
-    let shell = app.state::<Arc<Shell>>().inner().clone();
-    if shell.quitting.swap(true, Ordering::SeqCst) {
+/// The one way out: close the window, stop accepting, let streams in flight finish (bounded), flush
+/// the metrics, leave the main loop (the program then exits 0).
+pub fn quit(app: &App) {
+    if app.shell.quitting.swap(true, Ordering::SeqCst) {
         return;
     }
-    let app = app.clone();
-    tauri::async_runtime::spawn(async move {
-        if let Some(runtime) = shell.runtime.lock().await.take() {
+    let done = app.clone();
+    app.spawn(async move {
+        crate::window::close(&done).await;
+        if let Some(runtime) = done.shell.runtime.lock().await.take() {
             let stopped = runtime.shutdown().await;
             let drained = match stopped.drained {
                 Some(d) if d.clean => "every request in flight finished".to_owned(),
@@ -108,6 +137,6 @@ pub fn quit(app: &AppHandle) {
                 Err(e) => tracing::warn!("Keymux stopped: {drained}; the metrics could not be flushed: {e}"),
             }
         }
-        app.exit(0);
+        done.on_main(gtk::main_quit);
     });
 }

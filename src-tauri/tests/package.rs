@@ -108,6 +108,8 @@ async fn the_deb_installs_starts_from_its_desktop_entry_and_leaves_the_users_dat
     let entry = std::fs::read_to_string(entry_file).unwrap();
     let (program, args) = exec_of(&entry);
     assert!(files.contains(&program), "Exec runs the packaged binary {program:?}, one of {files:?}");
+    let window = program.with_file_name("keymux-window");
+    assert!(files.contains(&window), "the window's program is packaged beside the tray's: {files:?}");
     println!("installed {name}: {} runs {}", entry_file.display(), program.display());
 
     // The user's own settings, where the app looks for them: any free port, the simulator upstream.

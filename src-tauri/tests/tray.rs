@@ -255,3 +255,92 @@ async fn without_a_display_it_says_to_use_keymux_serve() {
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("keymux serve") && text.contains("no display"), "{text}");
 }
+
+/// The goals for the whole app's memory (the tray's program and every process it started, their
+/// proportional set sizes summed: what the group holds, each shared page once).
+const HIDDEN_MIB: u64 = 60;
+const WINDOW_OPEN_MIB: u64 = 250;
+/// How far above the hidden figure the app may stay once its window closed.
+const AFTER_CLOSE_MIB: u64 = 10;
+
+/// The window's title and class, as `xwininfo` lists them.
+const WINDOW: &str = "\"Keymux\": (\"keymux-window\"";
+
+fn mib(kib: u64) -> u64 {
+    kib.div_ceil(1024)
+}
+
+fn said(memory: &desktop::Memory) -> String {
+    format!(
+        "{} MiB proportional, {} MiB resident summed ({})",
+        mib(memory.pss_kib),
+        mib(memory.rss_sum_kib),
+        memory.each.join(", ")
+    )
+}
+
+/// A tray that sits there all day is light: started hidden (as at login) it holds no WebKit; the window
+/// brings WebKit up in its own processes, and closing it (Ctrl+W) gives all of it back. Figures after
+/// the app served traffic and, with the window open, after the dashboard's page ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hidden_the_tray_is_light_and_closing_the_window_gives_its_memory_back() {
+    let xvfb = Xvfb::start().await.expect("the tray test needs Xvfb (scripts/test installs it)");
+    let _host = desktop::x11::TrayHost::start(&xvfb);
+    let bus = desktop::SessionBus::start();
+    let sim = Sim::start(SimConfig::new().org("org-a", &["sk-a1"])).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join("config.toml");
+    std::fs::write(&config, format!("metrics_dir = \"{}\"\n", home.path().join("metrics").display())).unwrap();
+    let env = desktop::env(home.path(), &xvfb, &[("KEYMUX_KEY_A1", "sk-a1")], TOKEN, ADMIN);
+    let env = desktop::with_var(env, "DBUS_SESSION_BUS_ADDRESS", &bus.address);
+    let mut args: Vec<String> =
+        ["--hidden", "--ephemeral", "--config", config.to_str().unwrap(), "--listen", "127.0.0.1:0"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+    args.extend(["--upstream".to_owned(), sim.base_url()]);
+    let mut app = App::spawn(&args, &env).await;
+    let base = app.base_url(WAIT).await;
+    desktop::x11::docked_icon(&xvfb.display, WAIT).await;
+    assert_eq!(codex_traffic(&base, 6).await, 6, "every Codex-shaped turn was served");
+
+    let hidden = app.memory_kib();
+    println!("hidden: {}", said(&hidden));
+    assert!(app.descendants().is_empty(), "hidden, the app starts no process: {hidden:?}");
+    // Hidden, the app is one process: its resident size is held to the goal too.
+    assert!(mib(hidden.rss_sum_kib) <= HIDDEN_MIB, "hidden: {}", said(&hidden));
+
+    // Open dashboard (a second launch asks the first for its window).
+    let second = App::run_to_end(&args[1..], &env, WAIT).await;
+    assert!(second.status.success(), "the second launch exits cleanly: {second:?}");
+    app.wait_for_line("a dashboard session began", WAIT).await;
+    if std::env::var_os("KEYMUX_SKIP_UI").is_none() {
+        app.wait_for_line("the recent decisions were read", WAIT).await;
+    }
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("tray-shots");
+    std::fs::create_dir_all(&shots).unwrap();
+    xvfb.screenshot_when_drawn(&shots.join("window-memory.png"), WAIT).await;
+    let open = app.memory_kib();
+    println!("window open: {}", said(&open));
+    assert!(mib(open.pss_kib) <= WINDOW_OPEN_MIB, "window open, over {WINDOW_OPEN_MIB} MiB: {}", said(&open));
+
+    // Ctrl+W closes the window; its process and WebKit's end with it.
+    let window = desktop::x11::until("the dashboard window is on screen", WAIT, || {
+        desktop::x11::shown(&xvfb.display, WINDOW).into_iter().next()
+    })
+    .await;
+    desktop::x11::xdotool(&xvfb.display, &["windowfocus", "--sync", &window.id]);
+    desktop::x11::xdotool(&xvfb.display, &["key", "ctrl+w"]);
+    app.wait_for_line("dashboard window closed", WAIT).await;
+    desktop::x11::until("the window's processes end", WAIT, || app.descendants().is_empty().then_some(())).await;
+    let closed = app.memory_kib();
+    println!("window closed again: {}", said(&closed));
+    assert!(
+        mib(closed.pss_kib) <= mib(hidden.pss_kib) + AFTER_CLOSE_MIB,
+        "after the window closed: {}; hidden: {}",
+        said(&closed),
+        said(&hidden)
+    );
+    let status = app.terminate(WAIT).await;
+    assert!(status.success(), "exit status {status:?}\n{}", app.output());
+}

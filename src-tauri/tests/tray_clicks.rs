@@ -32,7 +32,7 @@ const ADMIN: &str = "kma-tray-click-admin-0123456789abcdef";
 /// Generous: the machines are shared and slow; these only catch real breakage.
 const WAIT: Duration = Duration::from_secs(120);
 /// How the dashboard window shows in `xwininfo`: its title, then the app's class.
-const DASHBOARD: &str = "\"Keymux\": (\"keymux-tray\"";
+const DASHBOARD: &str = "\"Keymux\": (\"keymux-window\"";
 
 fn shots() -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("tray-shots");

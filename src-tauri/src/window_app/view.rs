@@ -1,49 +1,38 @@
-//! The dashboard window. It is made when opened and freed when closed (closing it leaves Keymux in the
-//! tray), so a hidden dashboard costs no webview. Its size and place are remembered by the window-state
-//! plugin. It shows the gateway's own dashboard, logged in through a fresh one-time link; when the
-//! gateway is not running it shows why.
+//! The dashboard window: the gateway's own dashboard, logged in through the one-time link the tray
+//! sent, or why the gateway is not running. Its size and place are remembered by the window-state
+//! plugin.
 //!
-//! It is never left blank: when the page does not log in with the window's link in time
-//! (`keymux::desktop::window::report_in`), when the load fails, or when the web process that draws it
-//! ends, the window shows why and what to do (`desktop::window::page`), and the log says the same.
+//! It is never left blank: when the tray sees that the page did not log in with the window's link in
+//! time (`keymux::desktop::window::report_in`, in the tray, which runs the gateway), when the load
+//! fails, or when the web process that draws it ends, the window shows why and what to do
+//! (`desktop::window::page`), and the log says the same.
 
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use keymux::clock::Clock;
-use keymux::desktop::window::{self as unshown, Unshown};
-use tauri::{AppHandle, Manager, WebviewUrl, WebviewWindow, WebviewWindowBuilder, WindowEvent};
-
-use crate::state::{lock, Shell};
+use keymux::desktop::window::{Command, Unshown};
+use tauri::{AppHandle, Manager, WebviewUrl, WebviewWindow, WebviewWindowBuilder};
 
 const LABEL: &str = "main";
 
-/// Shows the dashboard window, making it if it is not open.
-pub fn open_dashboard(app: &AppHandle) {
-    if let Some(window) = app.get_webview_window(LABEL) {
-        let _ = window.unminimize();
-        let _ = window.show();
-        let _ = window.set_focus();
-        return;
-    }
-    let shell = app.state::<Arc<Shell>>().inner().clone();
-    let (url, report) = match shell.gateway() {
-        Some(gateway) => {
-            let link = gateway.login_link();
-            let watch = unshown::watch_link(gateway.access(), &link, gateway.clock().now());
-            match link.parse() {
-                Ok(url) => (WebviewUrl::External(url), watch.map(|w| (w, gateway.clock().clone()))),
-                Err(e) => {
-                    tracing::warn!("the dashboard link is not a URL: {e}");
-                    return;
-                }
+/// Whether the window already said why it cannot show the dashboard (it says the first reason only).
+struct Said(Arc<AtomicBool>);
+
+/// Opens the window on what the first command says.
+pub fn open(app: &AppHandle, first: &Command) {
+    let url = match first {
+        Command::Show { link } => match link.parse() {
+            Ok(url) => WebviewUrl::External(url),
+            Err(e) => {
+                tracing::warn!("the dashboard link is not a URL: {e}");
+                return;
             }
-        }
-        None => {
-            let why = shell.problem().unwrap_or_else(|| "the gateway is starting".to_owned());
-            (WebviewUrl::App(format!("index.html#{}", encode(&why)).into()), None)
-        }
+        },
+        Command::Down { why } => WebviewUrl::App(format!("index.html#{}", encode(why)).into()),
+        Command::Focus | Command::Say(_) => return,
     };
+    // On the main thread, before the webview: the languages WebKit announces to the page.
+    crate::webkit::set_languages();
     let built = WebviewWindowBuilder::new(app, LABEL, url)
         .title("Keymux")
         .inner_size(1180.0, 780.0)
@@ -54,67 +43,52 @@ pub fn open_dashboard(app: &AppHandle) {
             let _ = window.set_focus();
             tracing::info!("dashboard window opened");
             let said = Arc::new(AtomicBool::new(false));
-            #[cfg(any(
-                target_os = "linux",
-                target_os = "dragonfly",
-                target_os = "freebsd",
-                target_os = "openbsd",
-                target_os = "netbsd"
-            ))]
-            webkit::watch(&window, &said);
-            if let Some((watch, clock)) = report {
-                wait_for_page(window, watch, clock, said);
+            #[cfg(webkitgtk)]
+            {
+                webkit::watch(&window, &said);
+                webkit::close_on_ctrl_w(&window);
             }
+            app.manage(Said(said));
         }
-        Err(e) => tracing::warn!("the dashboard window could not be opened: {e}; use Open in browser"),
+        Err(e) => {
+            tracing::warn!("the dashboard window could not be opened: {e}; use Open in browser");
+            app.exit(1);
+        }
     }
 }
 
-/// Waits, off the main thread, for the window's page to log in with the window's link; if it does
-/// not, the window says why. Ends with the window.
-fn wait_for_page(window: WebviewWindow, watch: keymux::access::CodeWatch, clock: Clock, said: Arc<AtomicBool>) {
-    let (closed, on_close) = tokio::sync::oneshot::channel::<()>();
-    let closed = Mutex::new(Some(closed));
-    window.on_window_event(move |event| {
-        if matches!(event, WindowEvent::Destroyed) {
-            lock(&closed).take();
+/// Carries out a later command from the tray. On the main thread.
+pub fn apply(app: &AppHandle, command: Command) {
+    let Some(window) = app.get_webview_window(LABEL) else { return };
+    match command {
+        Command::Focus => {
+            let _ = window.unminimize();
+            let _ = window.show();
+            let _ = window.set_focus();
         }
-    });
-    tauri::async_runtime::spawn(async move {
-        tokio::select! {
-            why = unshown::report_in(watch, &clock) => match why {
-                None => tracing::debug!("the dashboard's page logged in with the window's link"),
-                Some(why) => say(&window, &said, &why),
-            },
-            _ = on_close => {}
+        Command::Say(why) => {
+            if let Some(said) = app.try_state::<Said>() {
+                say(&window, &said.0, &why);
+            }
         }
-    });
+        Command::Show { .. } | Command::Down { .. } => {
+            tracing::debug!("the dashboard window is already open");
+        }
+    }
 }
 
 /// Shows why the window cannot show the dashboard, and logs it: once per window (the first reason).
 fn say(window: &WebviewWindow, said: &Arc<AtomicBool>, why: &Unshown) {
-    #[cfg(any(
-        target_os = "linux",
-        target_os = "dragonfly",
-        target_os = "freebsd",
-        target_os = "openbsd",
-        target_os = "netbsd"
-    ))]
+    #[cfg(webkitgtk)]
     {
         let (said, why) = (said.clone(), why.clone());
         let _ = window.with_webview(move |webview| webkit::say(&webview.inner(), &said, &why));
     }
-    #[cfg(not(any(
-        target_os = "linux",
-        target_os = "dragonfly",
-        target_os = "freebsd",
-        target_os = "openbsd",
-        target_os = "netbsd"
-    )))]
+    #[cfg(not(webkitgtk))]
     {
         if !said.swap(true, std::sync::atomic::Ordering::SeqCst) {
             logged(why);
-            let page = serde_json::to_string(&unshown::page(why)).unwrap_or_default();
+            let page = serde_json::to_string(&keymux::desktop::window::page(why)).unwrap_or_default();
             let _ = window.eval(format!("document.open();document.write({page});document.close();"));
         }
     }
@@ -128,13 +102,7 @@ fn logged(why: &Unshown) {
 }
 
 /// WebKitGTK's own signals, which Tauri does not pass on: a load that failed, a web process that ended.
-#[cfg(any(
-    target_os = "linux",
-    target_os = "dragonfly",
-    target_os = "freebsd",
-    target_os = "openbsd",
-    target_os = "netbsd"
-))]
+#[cfg(webkitgtk)]
 mod webkit {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
@@ -180,6 +148,24 @@ mod webkit {
                     tracing::info!("the dashboard window shows why it cannot show the dashboard");
                 }
             });
+        });
+    }
+
+    /// Ctrl+W closes the window, as in a browser (the dashboard's page has no use for it). Caught on the
+    /// window, before the page sees the key.
+    pub fn close_on_ctrl_w(window: &WebviewWindow) {
+        use gtk::gdk::{keys::constants as key, ModifierType};
+        use gtk::glib::Propagation;
+        use gtk::prelude::WidgetExt as _;
+        let Ok(gtk_window) = window.gtk_window() else { return };
+        let closing = window.clone();
+        gtk_window.connect_key_press_event(move |_, event| {
+            let ctrl = event.state().contains(ModifierType::CONTROL_MASK);
+            if ctrl && (event.keyval() == key::w || event.keyval() == key::W) {
+                let _ = closing.close();
+                return Propagation::Stop;
+            }
+            Propagation::Proceed
         });
     }
 

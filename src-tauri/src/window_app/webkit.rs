@@ -6,7 +6,7 @@
 //!   the user set is never overridden.
 //! * Languages: WebKit makes its language (`navigator.language`, `Accept-Language`, the page's `Intl`
 //!   default) of `LC_CTYPE` with the codeset cut off, so `C.UTF-8` gives `C`, no language tag, and the
-//!   dashboard's script stops on it before it logs in. The tray gives WebKit the list
+//!   dashboard's script stops on it before it logs in. The window gives WebKit the list
 //!   `keymux::desktop::locale` makes of the user's locale instead.
 
 use std::path::Path;
@@ -54,18 +54,12 @@ pub fn prepare() {
     tracing::debug!("no usable GPU ({machine:?}): WebKit draws in software ({} set)", names.join(", "));
 }
 
-/// Gives WebKit the window's languages. Call on the main thread once GTK is up, before the first
-/// webview: WebKit keeps the list for the whole process (every context's web and network processes
-/// start with it), so it is set once, on the default context.
+/// Gives WebKit the window's languages. Call on the main thread before the webview: WebKit keeps the
+/// list for the whole process (every context's web and network processes start with it), so it is set
+/// once, on the default context.
 pub fn set_languages() {
     let languages = keymux::desktop::locale::web_languages(|name| std::env::var(name).ok());
-    #[cfg(any(
-        target_os = "linux",
-        target_os = "dragonfly",
-        target_os = "freebsd",
-        target_os = "openbsd",
-        target_os = "netbsd"
-    ))]
+    #[cfg(webkitgtk)]
     {
         use webkit2gtk::WebContextExt as _;
         let Some(context) = webkit2gtk::WebContext::default() else {
@@ -77,13 +71,7 @@ pub fn set_languages() {
         tracing::debug!("the window's languages: {}", languages.join(", "));
     }
     // WKWebView and WebView2 take the languages from the system's own settings.
-    #[cfg(not(any(
-        target_os = "linux",
-        target_os = "dragonfly",
-        target_os = "freebsd",
-        target_os = "openbsd",
-        target_os = "netbsd"
-    )))]
+    #[cfg(not(webkitgtk))]
     let _ = languages;
 }
 

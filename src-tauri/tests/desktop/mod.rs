@@ -347,6 +347,14 @@ impl Drop for SessionBus {
 }
 
 /// The tray app as a child process, with everything it printed.
+/// What [`App::memory_kib`] read.
+#[derive(Debug, Default)]
+pub struct Memory {
+    pub pss_kib: u64,
+    pub rss_sum_kib: u64,
+    pub each: Vec<String>,
+}
+
 pub struct App {
     child: tokio::process::Child,
     output: Arc<Mutex<String>>,
@@ -425,9 +433,8 @@ impl App {
         }
     }
 
-    /// The processes the app started, and theirs, named `name` (as `/proc/PID/comm` has it: its first
-    /// 15 bytes).
-    pub fn descendants_named(&self, name: &str) -> Vec<u32> {
+    /// The processes the app started, and theirs.
+    pub fn descendants(&self) -> Vec<u32> {
         let parent_of = |pid: u32| -> Option<u32> {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
             // `pid (comm) state ppid …`: the name may hold spaces and parentheses, so read after the last `)`.
@@ -444,8 +451,38 @@ impl App {
                 _ => return false,
             }
         };
+        pids.into_iter().filter(|pid| from_app(*pid)).collect()
+    }
+
+    /// The processes the app started, and theirs, named `name` (as `/proc/PID/comm` has it: its first
+    /// 15 bytes).
+    pub fn descendants_named(&self, name: &str) -> Vec<u32> {
         let named = |pid: &u32| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == name);
-        pids.into_iter().filter(named).filter(|pid| from_app(*pid)).collect()
+        self.descendants().into_iter().filter(named).collect()
+    }
+
+    /// The memory the app and every process it started hold, in KiB: their proportional set sizes
+    /// (each shared page counted once across them, split between its sharers, so the sum is what the
+    /// group holds; a sum of resident sizes would count WebKit's libraries once per process), with
+    /// each process's `name pid pss=KiB rss=KiB`, and the sum of resident sizes.
+    pub fn memory_kib(&self) -> Memory {
+        let read = |pid: u32| -> Option<(String, u64, u64)> {
+            let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?.trim().to_owned();
+            let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+            let field = |key: &str| -> Option<u64> {
+                rollup.lines().find_map(|l| l.strip_prefix(key))?.trim().trim_end_matches("kB").trim().parse().ok()
+            };
+            Some((name, field("Pss:")?, field("Rss:")?))
+        };
+        let mut pids = self.descendants();
+        pids.extend(self.child.id());
+        let mut memory = Memory::default();
+        for (pid, (name, pss, rss)) in pids.into_iter().filter_map(|pid| read(pid).map(|m| (pid, m))) {
+            memory.pss_kib += pss;
+            memory.rss_sum_kib += rss;
+            memory.each.push(format!("{name} {pid} pss={pss} rss={rss}"));
+        }
+        memory
     }
 
     /// The gateway's base URL, from the app's first line.
