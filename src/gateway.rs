@@ -90,6 +90,8 @@ impl Gateway {
         let affinity = &config.affinity;
         let labels: Vec<(KeyId, String)> = keys.iter().map(|k| (k.id.clone(), k.label.clone())).collect();
         let pools = Pools::resolve(config.pools.clone(), &labels, &Pools::default());
+        let upstream = Upstream::new(&config.upstream, &config.timeouts, &config.extra_roots_pem)?;
+        upstream.set_proxies(&pools.proxies());
         let pool = Pool::new(keys, markers);
         // A key the user switched off stays off across restarts.
         for key in config.keys.iter().filter(|k| k.disabled) {
@@ -103,7 +105,7 @@ impl Gateway {
             hints: Table::new(crate::affinity::HINT_CAPACITY, crate::affinity::DEFAULT_TTL),
             rescued: Table::new(crate::affinity::RESCUED_CAPACITY, crate::affinity::RESCUED_TTL),
             soft: Table::new(affinity.table_capacity, Duration::from_secs(affinity.table_ttl_secs)),
-            upstream: Upstream::new(&config.upstream, &config.timeouts)?,
+            upstream,
             tokens: ArcSwap::from_pointee(tokens),
             events: Events::default(),
             sessions: Sessions::default(),
@@ -211,6 +213,7 @@ impl Gateway {
         let labels: Vec<(KeyId, String)> =
             self.pool.ids().into_iter().map(|id| (id.clone(), self.pool.label(&id))).collect();
         self.pools.rcu(|old| Pools::resolve(defs.clone(), &labels, old));
+        self.upstream.set_proxies(&self.pools.load().proxies());
     }
 
     /// Replaces the accepted tokens.

@@ -28,15 +28,25 @@ struct Changeable {
     fallback: Vec<String>,
     #[serde(flatten)]
     money: crate::budget::MoneyBudget,
+    allow_priority: bool,
+    /// `null` removes the proxy.
+    proxy: Option<String>,
 }
 
 impl PoolChanges {
     /// `pool` with the changes: refused, naming the field, if one is unknown or its value wrong (the
     /// whole pool is checked when it is saved).
     fn applied(&self, mut pool: PoolConfig) -> Result<PoolConfig, ControlError> {
-        let current = Changeable { keys: pool.keys, fallback: pool.fallback, money: pool.money };
+        let current = Changeable {
+            keys: pool.keys,
+            fallback: pool.fallback,
+            money: pool.money,
+            allow_priority: pool.allow_priority,
+            proxy: pool.proxy,
+        };
         let new = self.0.apply(&current).map_err(ControlError::Invalid)?;
         (pool.keys, pool.fallback, pool.money) = (new.keys, new.fallback, new.money);
+        (pool.allow_priority, pool.proxy) = (new.allow_priority, new.proxy);
         Ok(pool)
     }
 }
@@ -52,7 +62,7 @@ pub fn create_pool(settings: &Settings, pool: PoolConfig, live_keys: &[String]) 
             pool.name, pool.name
         )));
     }
-    save(settings, tidy(pool), live_keys)
+    save(settings, tidy(pool)?, live_keys)
 }
 
 /// Changes pool `name`. Used with and without a running gateway.
@@ -63,7 +73,7 @@ pub fn change_pool(
     live_keys: &[String],
 ) -> Result<PoolConfig, ControlError> {
     let pool = changes.applied(find(&settings.config(), name)?)?;
-    save(settings, tidy(pool), live_keys)
+    save(settings, tidy(pool)?, live_keys)
 }
 
 /// Removes pool `name`: refused while a token is bound to it or another pool falls back to it (so
@@ -154,8 +164,13 @@ fn find(config: &Config, name: &str) -> Result<PoolConfig, ControlError> {
         .ok_or_else(|| ControlError::NotFound(format!("there is no pool named '{name}'; see `keymux pool list`")))
 }
 
-/// Drops repeated names (a key listed twice is one key), keeping the first.
-fn tidy(mut pool: PoolConfig) -> PoolConfig {
+/// Drops repeated names (a key listed twice is one key), keeping the first; a proxy is checked and
+/// kept as `pools::check_proxy` writes it (an empty one is none).
+fn tidy(mut pool: PoolConfig) -> Result<PoolConfig, ControlError> {
+    pool.proxy = match pool.proxy.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(proxy) => Some(pools::check_proxy(proxy).map_err(ControlError::Invalid)?),
+    };
     for list in [&mut pool.keys, &mut pool.fallback] {
         let mut seen: Vec<String> = Vec::new();
         list.retain(|k| {
@@ -164,7 +179,7 @@ fn tidy(mut pool: PoolConfig) -> PoolConfig {
             new
         });
     }
-    pool
+    Ok(pool)
 }
 
 /// Checks the pools with `pool` in place, then writes it.

@@ -136,15 +136,36 @@ impl EnvSecrets {
 const POOL_PREFIX: &str = "KEYMUX_POOL_";
 const TOKEN_PREFIX: &str = "KEYMUX_TOKEN_";
 
-/// `KEYMUX_POOL_<NAME>=label1,label2`: a pool of those keys (checked against the keys at startup).
+/// The policies a `KEYMUX_POOL_<NAME>` pool takes from `KEYMUX_POOL_<NAME>_<ATTR>`.
+const POOL_ATTRS: [&str; 2] = ["_ALLOW_PRIORITY", "_PROXY"];
+
+/// `KEYMUX_POOL_<NAME>=label1,label2`: a pool of those keys (checked against the keys at startup), with
+/// `KEYMUX_POOL_<NAME>_ALLOW_PRIORITY=true|false` and `KEYMUX_POOL_<NAME>_PROXY=http://host:port`.
 fn env_pools(vars: &BTreeMap<String, String>) -> Result<Vec<PoolConfig>, String> {
     let mut pools = Vec::new();
     for (name, value) in vars {
         let Some(rest) = name.strip_prefix(POOL_PREFIX) else { continue };
+        let attribute = POOL_ATTRS
+            .iter()
+            .any(|attr| rest.strip_suffix(attr).is_some_and(|base| vars.contains_key(&format!("{POOL_PREFIX}{base}"))));
+        if attribute {
+            continue;
+        }
         let pool = rest.to_ascii_lowercase();
         crate::pools::check_name(&pool).map_err(|e| format!("{name}: {e}"))?;
         let keys = value.split(',').map(str::trim).filter(|k| !k.is_empty()).map(str::to_owned).collect();
-        pools.push(PoolConfig { name: pool, keys, ..PoolConfig::default() });
+        let allow_priority = match vars.get(&format!("{name}_ALLOW_PRIORITY")).map(|v| v.trim().to_ascii_lowercase()) {
+            None => true,
+            Some(v) if ["true", "1", "yes"].contains(&v.as_str()) => true,
+            Some(v) if ["false", "0", "no"].contains(&v.as_str()) => false,
+            Some(_) => return Err(format!("{name}_ALLOW_PRIORITY: use true or false")),
+        };
+        let proxy = match vars.get(&format!("{name}_PROXY")).filter(|v| !v.trim().is_empty()) {
+            // The message never quotes a user or password the URL carries (`pools::safe_proxy`).
+            Some(url) => Some(crate::pools::check_proxy(url).map_err(|e| format!("{name}_PROXY: {e}"))?),
+            None => None,
+        };
+        pools.push(PoolConfig { name: pool, keys, allow_priority, proxy, ..PoolConfig::default() });
     }
     Ok(pools)
 }
