@@ -201,6 +201,8 @@ pub struct Proxied {
     url: String,
     /// `host:port`, as messages name it.
     shown: String,
+    /// `user:password`, from the keychain (or the environment), sent as the proxy's basic auth.
+    login: Option<crate::secrets::Secret>,
     /// The client through it, or why none could be built (every request through it then fails, naming
     /// the proxy: never sent direct).
     client: Result<reqwest::Client, String>,
@@ -254,21 +256,22 @@ impl Upstream {
         })
     }
 
-    /// Sets the proxy each key goes out through (`pools::Pools::proxies`); every other key goes direct.
-    /// A client per distinct proxy, kept when the proxy stays, built here (when pools or keys change),
-    /// never per request.
-    pub fn set_proxies(&self, wanted: &[(KeyId, String)]) {
+    /// Sets the proxy each key goes out through, with its login (`pools::Pools::proxies`); every other
+    /// key goes direct. A client per distinct proxy and login, kept while they stay, built here (when
+    /// pools or keys change), never per request.
+    pub fn set_proxies(&self, wanted: &[(KeyId, String, Option<crate::secrets::Secret>)]) {
         let old = self.egress.load();
         let mut made: Vec<Arc<Proxied>> = Vec::new();
         let mut by_key = std::collections::HashMap::with_capacity(wanted.len());
-        for (key, url) in wanted {
-            let reuse = made.iter().chain(old.by_key.values()).find(|p| &p.url == url).cloned();
+        for (key, url, login) in wanted {
+            let same = |p: &&Arc<Proxied>| &p.url == url && &p.login == login;
+            let reuse = made.iter().chain(old.by_key.values()).find(same).cloned();
             let proxied = reuse.unwrap_or_else(|| {
-                let client = build_client(self.connect, Some(url), &self.roots);
+                let client = build_client(self.connect, Some((url, login.as_ref())), &self.roots);
                 if let Err(e) = &client {
                     tracing::warn!(proxy = %host_port(url), error = %e, "the proxy cannot be used; its keys' requests fail");
                 }
-                Arc::new(Proxied { url: url.clone(), shown: host_port(url), client })
+                Arc::new(Proxied { url: url.clone(), shown: host_port(url), login: login.clone(), client })
             });
             if !made.iter().any(|p| Arc::ptr_eq(p, &proxied)) {
                 made.push(proxied.clone());
@@ -342,6 +345,13 @@ impl Upstream {
         let request = client.request(method, url).headers(headers).body(body);
         match tokio::time::timeout(self.first_byte, request.send()).await {
             Err(_) => Err(UpstreamError::FirstByteTimeout { base: base.to_owned(), secs: self.first_byte.as_secs() }),
+            // The proxy's own refusal is never relayed as the provider's answer.
+            Ok(Ok(response)) if response.status() == StatusCode::PROXY_AUTHENTICATION_REQUIRED && proxied.is_some() => {
+                let proxy = proxied.as_ref().map(|p| p.shown.clone()).unwrap_or_default();
+                let detail = "the proxy refused the request: it wants a user and password (407); set them with the \
+                              pool's proxy URL (`keymux pool set NAME --proxy http://user:password@host:port`)";
+                Err(UpstreamError::Proxy { proxy, base: base.to_owned(), detail: detail.to_owned() })
+            }
             Ok(Ok(response)) => Ok(response),
             Ok(Err(e)) if e.is_connect() => match &proxied {
                 Some(p) => {
@@ -374,7 +384,11 @@ pub async fn tunnel(proxy: &Proxied, uri: &http::Uri) -> Result<tokio::net::TcpS
     } else {
         format!("{host}:{port}")
     };
-    let ask = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n");
+    let authorization = proxy.login.as_ref().map_or_else(String::new, |login| {
+        use base64::Engine as _;
+        format!("Proxy-Authorization: Basic {}\r\n", base64::engine::general_purpose::STANDARD.encode(login.expose()))
+    });
+    let ask = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{authorization}\r\n");
     stream.write_all(ask.as_bytes()).await.map_err(|e| e.to_string())?;
     // Byte by byte up to the blank line: nothing after it may be taken from the tunnel.
     let mut answer = Vec::with_capacity(256);
@@ -398,7 +412,7 @@ pub async fn tunnel(proxy: &Proxied, uri: &http::Uri) -> Result<tokio::net::TcpS
 /// `ALL_PROXY` from the environment, as Keymux always did; a pool's proxy replaces it for its keys.
 fn build_client(
     connect: Duration,
-    proxy: Option<&str>,
+    proxy: Option<(&String, Option<&crate::secrets::Secret>)>,
     roots: &[reqwest::Certificate],
 ) -> Result<reqwest::Client, String> {
     #[expect(clippy::disallowed_methods, reason = "this is the one place the upstream client is built")]
@@ -413,8 +427,12 @@ fn build_client(
     for root in roots {
         builder = builder.add_root_certificate(root.clone());
     }
-    if let Some(url) = proxy {
-        let proxy = reqwest::Proxy::all(url).map_err(|e| e.to_string())?;
+    if let Some((url, login)) = proxy {
+        let mut proxy = reqwest::Proxy::all(url.as_str()).map_err(|e| e.to_string())?;
+        if let Some(login) = login {
+            let (user, password) = login.expose().split_once(':').unwrap_or((login.expose(), ""));
+            proxy = proxy.basic_auth(user, password);
+        }
         builder = builder.no_proxy().proxy(proxy);
     }
     builder.build().map_err(|e| e.to_string())

@@ -48,8 +48,10 @@ pub struct PoolInfo {
     pub fallback: Vec<String>,
     /// Whether its requests may ask for a tier above the standard one (`priority`, Fast mode).
     pub allow_priority: bool,
-    /// The proxy its keys go out through (`None`: direct).
+    /// The proxy its keys go out through (`None`: direct), never with a user or password.
     pub proxy: Option<String>,
+    /// The proxy's user and password are kept in the keychain (never shown).
+    pub proxy_login: bool,
     /// The tokens bound to it, by name.
     pub tokens: Vec<String>,
     /// Its keys that can take a request now.
@@ -84,6 +86,7 @@ impl PoolInfo {
             fallback: def.fallback.clone(),
             allow_priority: def.allow_priority,
             proxy: def.proxy.clone(),
+            proxy_login: def.proxy_login,
             tokens: Vec::new(),
             usable: 0,
             headroom: 0.0,

@@ -270,7 +270,8 @@ enum PoolCommand {
         /// `false` sends them in the standard tier (default: true).
         #[arg(long, value_name = "BOOL")]
         allow_priority: Option<bool>,
-        /// The HTTP proxy its keys go out through (http://host:port or https://…; default: direct).
+        /// The HTTP proxy its keys go out through (http://host:port or https://…; default: direct). A
+        /// user and password in it (http://user:password@host:port) are kept in the keychain.
         #[arg(long, value_name = "URL")]
         proxy: Option<String>,
     },
@@ -291,7 +292,8 @@ enum PoolCommand {
         /// `false` sends them in the standard tier.
         #[arg(long, value_name = "BOOL")]
         allow_priority: Option<bool>,
-        /// The HTTP proxy its keys go out through (http://host:port or https://…).
+        /// The HTTP proxy its keys go out through (http://host:port or https://…). A user and password
+        /// in it (http://user:password@host:port) are kept in the keychain.
         #[arg(long, value_name = "URL", conflicts_with = "no_proxy")]
         proxy: Option<String>,
         /// Its keys go out direct again (the proxy is removed).

@@ -111,6 +111,7 @@ fn describe(p: &PoolInfo) -> String {
 fn policies(p: &PoolInfo) -> String {
     let tier = if p.allow_priority { "priority tier allowed" } else { "priority tier sent as standard" };
     match &p.proxy {
+        Some(proxy) if p.proxy_login => format!("{tier}, through the proxy {proxy} (its login in the keychain)"),
         Some(proxy) => format!("{tier}, through the proxy {proxy}"),
         None => format!("{tier}, direct"),
     }

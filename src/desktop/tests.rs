@@ -359,6 +359,7 @@ fn pooled(a: HealthState, b: HealthState) -> StatusBody {
         fallback: Vec::new(),
         allow_priority: true,
         proxy: None,
+        proxy_login: false,
         tokens: token.map(str::to_owned).into_iter().collect(),
         usable: usize::from(health == HealthState::Ready),
         headroom: 0.5,

@@ -301,27 +301,77 @@ async fn with_its_proxy_stopped_a_pools_requests_fail_naming_it_and_never_go_dir
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_proxy_with_credentials_or_another_scheme_is_refused_without_quoting_them() {
+async fn a_proxys_user_and_password_are_kept_in_the_keychain_and_never_shown() {
+    let password = "pa55w0rd-xyz";
+    let proxy = TestProxy::start_with_login(Some(&format!("alice:{password}"))).await;
     let h = Harness::start(three_orgs(), &five_keys()).await;
     let admin = Admin::new(&h.root);
-    let with_password = json!({"name": "work", "keys": ["a1"], "proxy": "http://alice:pa55w0rd-xyz@127.0.0.1:3128"});
-    let (status, body) = admin.post_json("/pools", Some(with_password)).await;
-    assert_eq!(status, 400, "{body}");
-    assert!(!body.to_string().contains("pa55w0rd-xyz") && !body.to_string().contains("alice"), "{body}");
-    let (status, body) = admin
-        .post_json("/pools", Some(json!({"name": "work", "keys": ["a1"], "proxy": "socks5://127.0.0.1:1080"})))
-        .await;
-    assert_eq!(status, 400, "{body}");
-    let (status, body) = admin
-        .post_json("/pools", Some(json!({"name": "work", "keys": ["a1"], "proxy": "http://127.0.0.1:3128/"})))
-        .await;
-    assert_eq!((status, body["proxy"].as_str()), (201, Some("http://127.0.0.1:3128")), "{body}");
-    // Changed and removed through the API, as `keymux pool set --allow-priority/--proxy/--no-proxy` does.
-    let (status, body) = admin.patch("/pools/work", json!({"allow_priority": false, "proxy": null})).await;
-    assert_eq!((status, body["allow_priority"].as_bool(), &body["proxy"]), (200, Some(false), &Value::Null), "{body}");
-    let (status, body) = admin.patch("/pools/work", json!({"proxy": "http://u:secret-word@127.0.0.1:9"})).await;
-    assert_eq!(status, 400);
-    assert!(!body.to_string().contains("secret-word"), "{body}");
+    // Without its login the proxy refuses: the request fails naming it, and never goes direct.
+    let (status, body) =
+        admin.post_json("/pools", Some(json!({"name": "work", "keys": ["a1", "a2"], "proxy": proxy.url()}))).await;
+    assert_eq!((status, body["proxy_login"].as_bool()), (201, Some(false)), "{body}");
+    let work = token_in(&admin, "acme", "work").await;
+    let c = client();
+    // (The start-up probes went direct: the pool came after them.)
+    let direct = sim_requests(&h.sim, &WORK_KEYS).len();
+    let r = c
+        .post(format!("{}/responses", h.base))
+        .bearer_auth(&work)
+        .json(&json!({"model": "gpt-5.5", "input": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    let (status, answer) = (r.status().as_u16(), r.text().await.unwrap());
+    assert!(status == 502 && answer.contains(&proxy.host_port()) && answer.contains("407"), "{status} {answer}");
+    assert_eq!(sim_requests(&h.sim, &WORK_KEYS).len(), direct, "nothing went direct");
+    assert!(proxy.log().iter().all(|p| !p.authorized));
+    // Given with the URL, the login goes to the keychain; the config and the answers hold the URL alone.
+    let with_login = format!("http://alice:{password}@{}", proxy.host_port());
+    let (status, body) = admin.patch("/pools/work", json!({"proxy": with_login})).await;
+    assert_eq!(
+        (status, body["proxy"].as_str(), body["proxy_login"].as_bool()),
+        (200, Some(proxy.url().as_str()), Some(true)),
+        "{body}"
+    );
+    let store = h.gateway.settings().store().clone();
+    let kept = store.get(&keymux::secrets::account::proxy("work")).unwrap().map(|s| s.expose().to_owned());
+    assert_eq!(kept.as_deref(), Some(format!("alice:{password}").as_str()));
+    let config = toml::to_string(&h.gateway.settings().config()).unwrap();
+    assert!(
+        config.contains("proxy_login = true") && !config.contains(password) && !config.contains("alice"),
+        "{config}"
+    );
+    // The keys rested unreachable through the refusing proxy: a probe through it brings them back.
+    for key in ["k_a1", "k_a2"] {
+        let (status, body) = admin.post_json(&format!("/keys/{key}/test"), None).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    assert_eq!(three_requests(&c, &h.base, &work).await, [200, 200, 200]);
+    let mut socket = WsClient::connect_as(&h.base, "sess-work", &work).await.unwrap();
+    assert!(socket.create(&json!({"model": "gpt-5.5", "input": [], "store": false})).await.response_id().is_some());
+    let passed: Vec<Proxied> = proxy.log().into_iter().filter(|p| p.authorized).collect();
+    assert!(
+        passed.iter().any(|p| p.method == "CONNECT") && passed.iter().filter(|p| p.method == "POST").count() == 3,
+        "{passed:?}"
+    );
+    // Another change keeps the login; none of it shows anywhere.
+    let (status, body) = admin.patch("/pools/work", json!({"allow_priority": false})).await;
+    assert_eq!((status, body["proxy_login"].as_bool()), (200, Some(true)), "{body}");
+    assert_eq!(three_requests(&c, &h.base, &work).await, [200, 200, 200]);
+    for path in ["/status", "/pools", "/decisions?limit=1000"] {
+        let text = admin.get_text(path).await;
+        assert!(!text.contains(password) && !text.contains("alice:"), "{path} shows the proxy's login");
+    }
+    // A proxy removed forgets its login.
+    let (status, body) = admin.patch("/pools/work", json!({"proxy": null})).await;
+    assert_eq!((status, &body["proxy"], body["proxy_login"].as_bool()), (200, &Value::Null, Some(false)), "{body}");
+    assert_eq!(store.get(&keymux::secrets::account::proxy("work")).unwrap(), None);
+    // Bad proxies are refused without quoting what they carry.
+    for bad in ["socks5://alice:hunter2@127.0.0.1:1080", "http://alice:hunter2@127.0.0.1:port", "ftp://127.0.0.1:21"] {
+        let (status, body) = admin.patch("/pools/work", json!({"proxy": bad})).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert!(!body.to_string().contains("hunter2"), "{body}");
+    }
 }
 
 async fn cli(cfg: &std::path::Path, env: &[(String, String)], args: &[&str]) -> (bool, String, String) {
@@ -348,7 +398,8 @@ async fn the_cli_and_the_environment_set_a_pools_policies() {
     let sim = Sim::start(keymux_sim::SimConfig::new().org("org-w", &["sk-pol-w1"]).org("org-h", &["sk-pol-h1"]))
         .await
         .unwrap();
-    let proxy = TestProxy::start().await;
+    let proxy = TestProxy::start_with_login(Some("bob:hunter2")).await;
+    let with_login = format!("http://bob:hunter2@{}", proxy.host_port());
     let home = tempfile::tempdir().unwrap();
     let cfg = home.path().join("config.toml");
     std::fs::write(&cfg, format!("keychain_service = \"keymux-pool-policies\"\nupstream = \"{}\"\n", sim.base_url()))
@@ -360,15 +411,20 @@ async fn the_cli_and_the_environment_set_a_pools_policies() {
     let (ok, out, err) =
         cli(&cfg, &env, &["pool", "create", "work", "--keys", "w1", "--allow-priority", "false"]).await;
     assert!(ok && out.contains("priority tier sent as standard, direct"), "{out}{err}");
-    let (ok, _, err) = cli(&cfg, &env, &["pool", "set", "work", "--proxy", "http://bob:hunter2@127.0.0.1:9"]).await;
-    assert!(!ok && !err.contains("hunter2") && err.contains("user or password"), "{err}");
-    let (ok, out, err) = cli(&cfg, &env, &["pool", "set", "work", "--proxy", &proxy.url()]).await;
-    assert!(ok && out.contains(&format!("through the proxy {}", proxy.url())), "{out}{err}");
+    let (ok, _, err) = cli(&cfg, &env, &["pool", "set", "work", "--proxy", "socks5://bob:hunter2@127.0.0.1:9"]).await;
+    assert!(!ok && !err.contains("hunter2") && err.contains("HTTP proxy"), "{err}");
+    // The user and password go to the keychain; the file holds the URL without them.
+    let (ok, out, err) = cli(&cfg, &env, &["pool", "set", "work", "--proxy", &with_login]).await;
+    assert!(
+        ok && out.contains(&format!("through the proxy {}", proxy.url())) && !out.contains("hunter2"),
+        "{out}{err}"
+    );
     let text = std::fs::read_to_string(&cfg).unwrap();
     assert!(
         text.contains("allow_priority = false") && text.contains(&format!("proxy = \"{}\"", proxy.url())),
         "{text}"
     );
+    assert!(text.contains("proxy_login = true") && !text.contains("hunter2"), "{text}");
     let (ok, acme, err) = cli(&cfg, &env, &["token", "create", "--name", "acme", "--pool", "work"]).await;
     assert!(ok, "{err}");
     let acme = acme.trim().to_owned();
@@ -378,7 +434,7 @@ async fn the_cli_and_the_environment_set_a_pools_policies() {
         ("KEYMUX_KEY_H1", "sk-pol-h1"),
         ("KEYMUX_POOL_HOME", "h1"),
         ("KEYMUX_POOL_HOME_ALLOW_PRIORITY", "false"),
-        ("KEYMUX_POOL_HOME_PROXY", proxy.url().as_str()),
+        ("KEYMUX_POOL_HOME_PROXY", with_login.as_str()),
         ("KEYMUX_TOKEN_PLAY", play),
         ("KEYMUX_TOKEN_PLAY_POOL", "home"),
     ] {
@@ -391,11 +447,12 @@ async fn the_cli_and_the_environment_set_a_pools_policies() {
         (tier_of(&sim, "work one").as_deref(), tier_of(&sim, "home one").as_deref()),
         (Some("default"), Some("default"))
     );
-    let through: Vec<Option<String>> = proxy.log().into_iter().filter(|p| p.method == "POST").map(|p| p.key).collect();
+    let through: Vec<(Option<String>, bool)> =
+        proxy.log().into_iter().filter(|p| p.method == "POST").map(|p| (p.key, p.authorized)).collect();
+    let expected = [(Some("sk-pol-w1".to_owned()), true), (Some("sk-pol-h1".to_owned()), true)];
     assert_eq!(
-        through,
-        [Some("sk-pol-w1".to_owned()), Some("sk-pol-h1".to_owned())],
-        "both pools went through the proxy"
+        through, expected,
+        "both pools went through the proxy, with the login from the keychain and the environment"
     );
     // Changed on the running gateway: priority allowed again, and direct.
     let (ok, out, err) = cli(&cfg, &env, &["pool", "set", "work", "--allow-priority", "true", "--no-proxy"]).await;

@@ -54,10 +54,14 @@ pub struct PoolConfig {
     pub allow_priority: bool,
     /// The HTTP proxy every upstream request of its keys goes through (`http://host:port` or
     /// `https://…`; SOCKS is not supported), probes and WebSockets included; never sent direct when it
-    /// cannot be reached.
-    /// Without credentials: a URL with a user or password is refused (see [`check_proxy`]).
+    /// cannot be reached. Never with a user or password (see [`check_proxy`]): those are kept in the
+    /// keychain, and `proxy_login` says so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy: Option<String>,
+    /// The proxy's user and password are kept in the keychain (account `proxy:<pool>`), set with the
+    /// proxy URL through the CLI, the API or the dashboard (`http://user:password@host:port`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub proxy_login: bool,
 }
 
 impl Default for PoolConfig {
@@ -69,6 +73,7 @@ impl Default for PoolConfig {
             money: crate::budget::MoneyBudget::default(),
             allow_priority: true,
             proxy: None,
+            proxy_login: false,
         }
     }
 }
@@ -116,7 +121,9 @@ pub fn check_proxy(url: &str) -> Result<String, String> {
     let authority = rest.strip_suffix('/').unwrap_or(rest);
     if authority.contains('@') {
         return Err(format!(
-            "the proxy URL carries a user or password ({}); Keymux does not keep proxy credentials: use a proxy              that lets this machine in without them",
+            "the proxy URL carries a user or password ({}), which Keymux never keeps in the config file or the \
+             API's answers: set the proxy with `keymux pool set NAME --proxy URL` (or the dashboard), which keeps \
+             them in the keychain",
             safe_proxy(url)
         ));
     }
@@ -134,6 +141,19 @@ pub fn check_proxy(url: &str) -> Result<String, String> {
         return Err(format!("the proxy '{}' has a port that is not a number", safe_proxy(url)));
     }
     Ok(format!("{scheme}://{authority}"))
+}
+
+/// Splits a proxy URL given with a user and password (`http://user:password@host:port`) into the URL
+/// without them (checked by [`check_proxy`]) and `user:password`, as the keychain keeps it. A URL
+/// without them gives `None`. The errors never quote them.
+pub fn split_proxy(url: &str) -> Result<(String, Option<String>), String> {
+    let url = url.trim();
+    let Some((scheme, rest)) = url.split_once("://") else { return check_proxy(url).map(|u| (u, None)) };
+    let Some((login, host)) = rest.rsplit_once('@') else { return check_proxy(url).map(|u| (u, None)) };
+    if login.is_empty() || login.contains(['/', '?', '#']) {
+        return Err(format!("the proxy URL {} is not one Keymux can read", safe_proxy(url)));
+    }
+    Ok((check_proxy(&format!("{scheme}://{host}"))?, Some(login.to_owned())))
 }
 
 /// A proxy URL as it may be shown: any user or password replaced by `***`.
@@ -276,7 +296,8 @@ fn proxy_conflict(pools: &[PoolConfig]) -> Option<(usize, String)> {
             if let Some(key) = shared {
                 let way = |p: &PoolConfig| p.proxy.as_deref().map_or_else(|| "no proxy".to_owned(), safe_proxy);
                 let message = format!(
-                    "the key '{key}' is in pool '{}' ({}) and in pool '{}' ({}); a key goes out one way, so give                      both pools the same proxy or keep the key in one of them",
+                    "the key '{key}' is in pool '{}' ({}) and in pool '{}' ({}); a key goes out one way, so give \
+                     both pools the same proxy or keep the key in one of them",
                     earlier.name,
                     way(earlier),
                     pool.name,
@@ -389,15 +410,16 @@ impl Pools {
         self.defs.iter().find(|p| p.name.eq_ignore_ascii_case(name)).is_none_or(|p| p.allow_priority)
     }
 
-    /// The proxy each key goes out through, for the keys of pools that have one (pools that share a key
-    /// have the same proxy: `validate` checks it).
-    pub fn proxies(&self) -> Vec<(KeyId, String)> {
-        let mut out: Vec<(KeyId, String)> = Vec::new();
+    /// The proxy each key goes out through, for the keys of pools that have one, with the pool whose
+    /// login it uses when it has one (pools that share a key have the same proxy: `validate` checks
+    /// it; the first such pool's login).
+    pub fn proxies(&self) -> Vec<(KeyId, String, Option<String>)> {
+        let mut out: Vec<(KeyId, String, Option<String>)> = Vec::new();
         for (def, resolved) in self.defs.iter().zip(&self.resolved) {
             let Some(proxy) = &def.proxy else { continue };
             for key in &resolved.keys {
-                if !out.iter().any(|(k, _)| k == key) {
-                    out.push((key.clone(), proxy.clone()));
+                if !out.iter().any(|(k, ..)| k == key) {
+                    out.push((key.clone(), proxy.clone(), def.proxy_login.then(|| def.name.clone())));
                 }
             }
         }

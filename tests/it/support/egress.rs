@@ -22,6 +22,8 @@ pub struct Proxied {
     pub target: String,
     /// The bearer secret the request carried (none for a tunnel: the proxy cannot read inside it).
     pub key: Option<String>,
+    /// Whether it came with the login the proxy asks for (always, for a proxy that asks none).
+    pub authorized: bool,
 }
 
 /// An HTTP forward proxy on `127.0.0.1:0`.
@@ -36,6 +38,15 @@ type Body = BoxBody<Bytes, hyper::Error>;
 
 impl TestProxy {
     pub async fn start() -> Self {
+        Self::start_with_login(None).await
+    }
+
+    /// A proxy that answers 407 to any request without `Proxy-Authorization: Basic` of `login`
+    /// (`user:password`).
+    pub async fn start_with_login(login: Option<&str>) -> Self {
+        use base64::Engine as _;
+        let expected: Arc<Option<String>> =
+            Arc::new(login.map(|l| format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(l))));
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the proxy");
         let addr = listener.local_addr().unwrap();
         let log = Arc::new(Mutex::new(Vec::new()));
@@ -43,9 +54,10 @@ impl TestProxy {
         let (accept_log, accept_tasks) = (log.clone(), tasks.clone());
         tasks.lock().unwrap().spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                let log = accept_log.clone();
+                let (log, expected) = (accept_log.clone(), expected.clone());
                 accept_tasks.lock().unwrap().spawn(async move {
-                    let service = hyper::service::service_fn(move |request| handle(request, log.clone()));
+                    let service =
+                        hyper::service::service_fn(move |request| handle(request, log.clone(), expected.clone()));
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service)
                         .with_upgrades()
@@ -86,7 +98,10 @@ impl Drop for TestProxy {
 async fn handle(
     request: Request<hyper::body::Incoming>,
     log: Arc<Mutex<Vec<Proxied>>>,
+    expected: Arc<Option<String>>,
 ) -> Result<Response<Body>, hyper::Error> {
+    let given = request.headers().get("proxy-authorization").and_then(|v| v.to_str().ok());
+    let authorized = expected.as_deref().is_none_or(|e| given == Some(e));
     let key = request
         .headers()
         .get("authorization")
@@ -95,7 +110,10 @@ async fn handle(
         .map(str::to_owned);
     if request.method() == hyper::Method::CONNECT {
         let target = request.uri().authority().map(|a| a.to_string()).unwrap_or_default();
-        log.lock().unwrap().push(Proxied { method: "CONNECT".into(), target: target.clone(), key: None });
+        log.lock().unwrap().push(Proxied { method: "CONNECT".into(), target: target.clone(), key: None, authorized });
+        if !authorized {
+            return Ok(status(407));
+        }
         let Ok(mut upstream) = TcpStream::connect(&target).await else { return Ok(status(502)) };
         tokio::spawn(async move {
             if let Ok(upgraded) = hyper::upgrade::on(request).await {
@@ -105,7 +123,15 @@ async fn handle(
         return Ok(status(200));
     }
     let uri = request.uri().clone();
-    log.lock().unwrap().push(Proxied { method: request.method().to_string(), target: uri.to_string(), key });
+    log.lock().unwrap().push(Proxied {
+        method: request.method().to_string(),
+        target: uri.to_string(),
+        key,
+        authorized,
+    });
+    if !authorized {
+        return Ok(status(407));
+    }
     let Some(authority) = uri.authority().map(|a| a.to_string()) else { return Ok(status(400)) };
     let Ok(upstream) = TcpStream::connect(&authority).await else { return Ok(status(502)) };
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(upstream)).await?;
@@ -113,6 +139,7 @@ async fn handle(
     let (mut parts, body) = request.into_parts();
     parts.uri = uri.path_and_query().map_or("/", |p| p.as_str()).parse().unwrap();
     parts.headers.remove("proxy-connection");
+    parts.headers.remove("proxy-authorization");
     let response = sender.send_request(Request::from_parts(parts, body)).await?;
     Ok(response.map(|body| body.boxed()))
 }

@@ -991,9 +991,13 @@ fallback: Array<string>,
  */
 allow_priority: boolean, 
 /**
- * The proxy its keys go out through (`None`: direct).
+ * The proxy its keys go out through (`None`: direct), never with a user or password.
  */
 proxy: string | null, 
+/**
+ * The proxy's user and password are kept in the keychain (never shown).
+ */
+proxy_login: boolean, 
 /**
  * The tokens bound to it, by name.
  */
@@ -1077,10 +1081,15 @@ allow_priority: boolean,
 /**
  * The HTTP proxy every upstream request of its keys goes through (`http://host:port` or
  * `https://…`; SOCKS is not supported), probes and WebSockets included; never sent direct when it
- * cannot be reached.
- * Without credentials: a URL with a user or password is refused (see [`check_proxy`]).
+ * cannot be reached. Never with a user or password (see [`check_proxy`]): those are kept in the
+ * keychain, and `proxy_login` says so.
  */
 proxy?: string | null, 
+/**
+ * The proxy's user and password are kept in the keychain (account `proxy:<pool>`), set with the
+ * proxy URL through the CLI, the API or the dashboard (`http://user:password@host:port`).
+ */
+proxy_login?: boolean, 
 /**
  * US dollars per local day.
  */

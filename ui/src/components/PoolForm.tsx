@@ -198,8 +198,9 @@ function Policies({ allowPriority, onAllow, proxy, onProxy }: PoliciesProps) {
         />
       </label>
       <p class="muted small">
-        Every request of its keys goes through this HTTP proxy, probes included, and fails rather than go direct. No user or
-        password in the URL.
+        Every request of its keys goes through this HTTP proxy, probes included, and fails rather than go direct. A user and
+        password (http://user:password@host:port) are kept in the keychain, never shown again; leave the URL as it is to
+        keep them.
       </p>
     </fieldset>
   );

@@ -66,7 +66,8 @@ export function policySentence(pool: PoolInfo): string {
   const tier = pool.allow_priority
     ? "The priority tier (Fast mode) is allowed"
     : "Requests for the priority tier (Fast mode) are sent as standard";
-  return `${tier}; its keys go out ${pool.proxy ? `through the proxy ${pool.proxy}` : "direct"}.`;
+  const login = pool.proxy_login ? " (its user and password kept in the keychain)" : "";
+  return `${tier}; its keys go out ${pool.proxy ? `through the proxy ${pool.proxy}${login}` : "direct"}.`;
 }
 
 /** What a pool's fallbacks mean, in words. */

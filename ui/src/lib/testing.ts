@@ -77,6 +77,7 @@ export function poolInfo(name: string, keyIds: string[], over: Partial<PoolInfo>
     fallback: [],
     allow_priority: true,
     proxy: null,
+    proxy_login: false,
     tokens: [],
     usable: keyIds.length,
     headroom: 1,

@@ -196,8 +196,19 @@ fn env_pools_take_their_policies_from_their_attributes() {
         EnvSecrets::from_vars(vars).expect_err("refused")
     };
     assert!(bad("KEYMUX_POOL_WORK_ALLOW_PRIORITY", "maybe").contains("true or false"));
-    let err = bad("KEYMUX_POOL_WORK_PROXY", "http://bob:hunter2@proxy.example:3128");
+    let err = bad("KEYMUX_POOL_WORK_PROXY", "socks5://bob:hunter2@proxy.example:1080");
     assert!(err.starts_with("KEYMUX_POOL_WORK_PROXY") && !err.contains("hunter2") && !err.contains("bob"), "{err}");
+    // A user and password stay in memory, apart from the pool.
+    let vars = [("KEYMUX_POOL_WORK", "a"), ("KEYMUX_POOL_WORK_PROXY", "http://bob:hunter2@proxy.example:3128")]
+        .map(|(a, b)| (a.to_owned(), b.to_owned()));
+    let env = EnvSecrets::from_vars(vars).expect("valid");
+    assert_eq!(env.pools[0].proxy.as_deref(), Some("http://proxy.example:3128"));
+    assert!(env.pools[0].proxy_login);
+    assert_eq!(
+        env.proxy_logins.iter().map(|(p, s)| (p.as_str(), s.expose())).collect::<Vec<_>>(),
+        [("work", "bob:hunter2")]
+    );
+    assert!(!format!("{env:?}").contains("hunter2"), "debug output shows no password");
 }
 
 #[test]

@@ -157,6 +157,11 @@ fn proxies_are_checked_and_credentials_never_quoted() {
     let err = check_proxy("http://alice:s3cret@proxy.example:3128").expect_err("credentials refused");
     assert!(!err.contains("s3cret") && !err.contains("alice"), "{err}");
     assert_eq!(safe_proxy("http://alice:s3cret@p:1"), "http://***@p:1");
+    let split = split_proxy("http://alice:s3:cret@proxy.example:3128/").expect("readable");
+    assert_eq!(split, ("http://proxy.example:3128".to_owned(), Some("alice:s3:cret".to_owned())));
+    assert_eq!(split_proxy("http://proxy.example:3128"), Ok(("http://proxy.example:3128".to_owned(), None)));
+    let err = split_proxy("socks5://alice:s3cret@p:1").expect_err("another scheme");
+    assert!(!err.contains("s3cret"), "{err}");
 }
 
 #[test]
@@ -169,7 +174,7 @@ fn a_key_goes_out_one_way_and_its_pools_proxy_is_found() {
     both.proxy = work.proxy.clone();
     assert_eq!(validate(&[work.clone(), both.clone()], known, []), Ok(()));
     let pools = Pools::resolve(vec![work, pool("personal", &["personal"], &[])], &keys(), &Pools::default());
-    assert_eq!(pools.proxies(), vec![(KeyId::new("k_w1"), "http://127.0.0.1:3128".to_owned())]);
+    assert_eq!(pools.proxies(), vec![(KeyId::new("k_w1"), "http://127.0.0.1:3128".to_owned(), None)]);
     assert_eq!(pools.proxy_of(&KeyId::new("k_w1")), Some("http://127.0.0.1:3128"));
     assert_eq!(pools.proxy_of(&KeyId::new("k_p1")), None);
     assert!(pools.allows_priority("work") && pools.allows_priority("all") && pools.allows_priority("nope"));
