@@ -209,7 +209,7 @@ pub fn judge_failure(error: &UpstreamError) -> Verdict {
         UpstreamError::FirstByteTimeout { .. } => (OutcomeKind::Failed, FailureKind::Timeout),
         UpstreamError::Cut { .. } => (OutcomeKind::Failed, FailureKind::UpstreamCut),
         UpstreamError::Transport { .. } => (OutcomeKind::Failed, FailureKind::UpstreamUnreachable),
-        UpstreamError::Connect { .. } | UpstreamError::BadBaseUrl { .. } => {
+        UpstreamError::Connect { .. } | UpstreamError::BadBaseUrl { .. } | UpstreamError::Proxy { .. } => {
             (OutcomeKind::Unreachable, FailureKind::UpstreamUnreachable)
         }
     };

@@ -126,6 +126,10 @@ pub enum ApiError {
     /// Keys exist but none is usable (invalid, disabled).
     #[error("no usable key")]
     NoUsableKey { unusable: usize, pool: Option<String> },
+    /// No key is usable, and keys of the request's pool rest because their pool's proxy could not be
+    /// reached: the request is not sent direct.
+    #[error("the pool's proxy cannot be reached")]
+    ProxyUnreachable { pool: String, proxy: String },
     /// The request replays state made by a key outside its token's pool.
     #[error("state from a key outside the token's pool")]
     PoolMismatch { label: String, pool: String, owner: String },
@@ -274,6 +278,7 @@ impl ApiError {
             Self::NoUsableKey { unusable, pool } => {
                 srv(S::SERVICE_UNAVAILABLE, "keymux_no_usable_key", "no_usable_key", no_usable_key(*unusable, pool))
             }
+            Self::ProxyUnreachable { pool, proxy } => proxy_spec(pool, proxy),
             Self::PoolMismatch { label, pool, owner } => {
                 req(S::FORBIDDEN, "pool_mismatch", "pool_mismatch", pool_mismatch(label, pool, owner))
             }
@@ -317,6 +322,10 @@ impl ApiError {
     pub fn to_json(&self) -> serde_json::Value {
         body(&self.spec())
     }
+}
+
+fn proxy_spec(pool: &str, proxy: &str) -> Spec {
+    srv(StatusCode::BAD_GATEWAY, "keymux_proxy_unreachable", "proxy_unreachable", proxy_unreachable(pool, proxy))
 }
 
 fn body(spec: &Spec) -> serde_json::Value {

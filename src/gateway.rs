@@ -49,6 +49,10 @@ pub struct Gateway {
     pools: ArcSwap<Pools>,
     /// Pools from `KEYMUX_POOL_*`: kept beside the config's, never written to it.
     env_pools: Vec<PoolConfig>,
+    /// The user and password of each pool's proxy that has one (`proxy_login`), by pool: read from
+    /// the keychain at start, changed with the pool, from the environment for its pools. At most one
+    /// per pool.
+    proxy_logins: Mutex<HashMap<String, crate::secrets::Secret>>,
     events: Events,
     sessions: Sessions,
     access: Access,
@@ -90,6 +94,8 @@ impl Gateway {
         let affinity = &config.affinity;
         let labels: Vec<(KeyId, String)> = keys.iter().map(|k| (k.id.clone(), k.label.clone())).collect();
         let pools = Pools::resolve(config.pools.clone(), &labels, &Pools::default());
+        let upstream = Upstream::new(&config.upstream, &config.timeouts, &config.extra_roots_pem)?;
+        upstream.set_proxies(&pools.proxies().into_iter().map(|(key, url, _)| (key, url, None)).collect::<Vec<_>>());
         let pool = Pool::new(keys, markers);
         // A key the user switched off stays off across restarts.
         for key in config.keys.iter().filter(|k| k.disabled) {
@@ -98,12 +104,13 @@ impl Gateway {
         Ok(Self {
             pools: ArcSwap::from_pointee(pools),
             env_pools: Vec::new(),
+            proxy_logins: Mutex::default(),
             pool,
             metrics: Metrics::in_memory(),
             hints: Table::new(crate::affinity::HINT_CAPACITY, crate::affinity::DEFAULT_TTL),
             rescued: Table::new(crate::affinity::RESCUED_CAPACITY, crate::affinity::RESCUED_TTL),
             soft: Table::new(affinity.table_capacity, Duration::from_secs(affinity.table_ttl_secs)),
-            upstream: Upstream::new(&config.upstream, &config.timeouts)?,
+            upstream,
             tokens: ArcSwap::from_pointee(tokens),
             events: Events::default(),
             sessions: Sessions::default(),
@@ -211,6 +218,35 @@ impl Gateway {
         let labels: Vec<(KeyId, String)> =
             self.pool.ids().into_iter().map(|id| (id.clone(), self.pool.label(&id))).collect();
         self.pools.rcu(|old| Pools::resolve(defs.clone(), &labels, old));
+        let logins = self.proxy_logins.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let login_of = |pool: &str| logins.get(&pool.to_ascii_lowercase()).cloned();
+        let proxies = self.pools.load().proxies();
+        let wanted: Vec<_> =
+            proxies.into_iter().map(|(key, url, pool)| (key, url, pool.as_deref().and_then(login_of))).collect();
+        self.upstream.set_proxies(&wanted);
+    }
+
+    /// Keeps (or with `None` forgets) the user and password of pool `pool`'s proxy, and goes out with
+    /// them from now on.
+    pub(crate) fn set_proxy_login(&self, pool: &str, login: Option<crate::secrets::Secret>) {
+        {
+            let mut logins = self.proxy_logins.lock().unwrap_or_else(|p| p.into_inner());
+            match login {
+                Some(login) => logins.insert(pool.to_ascii_lowercase(), login),
+                None => logins.remove(&pool.to_ascii_lowercase()),
+            };
+        }
+        self.refresh_pools();
+    }
+
+    /// The user and password of the pools' proxies (from the keychain and the environment), by pool.
+    pub fn with_proxy_logins(self, logins: Vec<(String, crate::secrets::Secret)>) -> Self {
+        {
+            let mut held = self.proxy_logins.lock().unwrap_or_else(|p| p.into_inner());
+            held.extend(logins.into_iter().map(|(pool, login)| (pool.to_ascii_lowercase(), login)));
+        }
+        self.refresh_pools();
+        self
     }
 
     /// Replaces the accepted tokens.

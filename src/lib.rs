@@ -51,7 +51,8 @@
 //! * [`facts`]: the words for a request that routing, events and metrics share (`Operation`,
 //!   `ClientKind`, `RequestFacts`); `facts::extract` reads them from a request, markers stripped.
 //! * [`router`]: the pure `decide(facts, pool view, memory, now) -> Decision`.
-//! * [`upstream`]: the one provider HTTP client, header policy, timeouts and rate-limit hints.
+//! * [`upstream`]: the provider HTTP client (one direct, one per pool proxy, chosen per key), header
+//!   policy, timeouts and rate-limit hints; the `CONNECT` tunnel a pool's WebSockets take.
 //! * [`relay`]: tags org-bound values in relayed SSE events, JSON bodies and WebSocket frames.
 //!
 //! Changing it:
@@ -60,7 +61,8 @@
 //!   `control::setup` for setting Codex and pi up from the dashboard and the tray (the same flow as
 //!   `keymux setup`), `control::import` for the first-run import of keys found on this machine.
 //! * [`pools`]: the user's boundaries: named sets of keys that each client token is bound to, checked
-//!   and resolved to key ids; what one request may reach (`Reach`), and the `pool_mismatch` check.
+//!   and resolved to key ids; what one request may reach (`Reach`), and the `pool_mismatch` check;
+//!   each pool's policies (`allow_priority`, the tier a request is sent in; `proxy`, its keys' way out).
 //! * [`settings`]: where those changes are kept: the secret store, the config file, the config now
 //!   and the price table it makes.
 //! * [`config_file`]: edits to the config file that keep the user's comments.

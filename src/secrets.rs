@@ -42,6 +42,11 @@ pub mod account {
     pub fn token(id: &str) -> String {
         format!("token:{id}")
     }
+
+    /// The account holding the `user:password` of a pool's proxy (by the pool's name, lower-cased).
+    pub fn proxy(pool: &str) -> String {
+        format!("proxy:{}", pool.to_ascii_lowercase())
+    }
 }
 
 /// A place to keep secrets. Implementations may block: call them from `spawn_blocking`.

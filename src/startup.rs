@@ -188,10 +188,29 @@ pub async fn prepare(options: &StartOptions) -> Result<Prepared, StartError> {
     let gateway = Gateway::new(&config, entries, tokens, Markers::new(&install))?
         .with_metrics(metrics.0)
         .with_settings(settings)
-        .with_env_pools(options.env.pools.clone());
+        .with_env_pools(options.env.pools.clone())
+        .with_proxy_logins(proxy_logins(&config, &store, options).await);
     gateway.access().set_admin(admin.as_ref());
     gateway.set_keychain_ok(keychain_ok || options.ephemeral);
     Ok(Prepared { gateway: Arc::new(gateway), config, listen, config_path, store, notices, token_hint })
+}
+
+/// The user and password of each proxy that has one: from the keychain for the config's pools (one
+/// that cannot be read is said in the log, and the pool's requests then meet the proxy's refusal,
+/// naming it), from the environment for its pools.
+async fn proxy_logins(config: &Config, store: &Arc<dyn SecretStore>, options: &StartOptions) -> Vec<(String, Secret)> {
+    let mut logins = options.env.proxy_logins.clone();
+    for pool in config.pools.iter().filter(|p| p.proxy_login && p.proxy.is_some()) {
+        let account = secrets::account::proxy(&pool.name);
+        match secrets::blocking(store.clone(), move |s| s.get(&account)).await {
+            Ok(Some(login)) => logins.push((pool.name.clone(), login)),
+            Ok(None) => {
+                tracing::warn!(pool = %pool.name, "the proxy's user and password are not in the keychain; set them again with `keymux pool set NAME --proxy URL`")
+            }
+            Err(e) => tracing::warn!(pool = %pool.name, error = %e, "the proxy's user and password could not be read"),
+        }
+    }
+    logins
 }
 
 /// The keys kept in the keychain; `false` when the keychain could not be reached (and the environment

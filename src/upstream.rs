@@ -1,13 +1,14 @@
 //! The one HTTP client that talks to providers: per-key auth and base URL, the header policy in both
 //! directions, per-phase timeouts, and classification of what came back.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use bytes::Bytes;
 
 use crate::config::Timeouts;
-use crate::keys::{KeyEntry, Provider};
+use crate::keys::{KeyEntry, KeyId, Provider};
 
 /// Why an upstream attempt produced no response.
 #[derive(Debug, thiserror::Error)]
@@ -27,15 +28,21 @@ pub enum UpstreamError {
     /// The answer ended before its first byte (or, for a JSON answer, before its end).
     #[error("the answer from {base} was cut: {detail}")]
     Cut { base: String, detail: String },
+    /// The key's pool sends it through a proxy, and no answer came through it: the proxy could not be
+    /// reached, or it could not reach the provider. Never retried direct.
+    #[error("could not reach {base} through the proxy {proxy} (the key's pool goes out through it): {detail}")]
+    Proxy { proxy: String, base: String, detail: String },
 }
 
 impl UpstreamError {
     /// The HTTP status the client gets when this was the last attempt.
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::Connect { .. } | Self::Transport { .. } | Self::BadBaseUrl { .. } | Self::Cut { .. } => {
-                StatusCode::BAD_GATEWAY
-            }
+            Self::Connect { .. }
+            | Self::Transport { .. }
+            | Self::BadBaseUrl { .. }
+            | Self::Cut { .. }
+            | Self::Proxy { .. } => StatusCode::BAD_GATEWAY,
             Self::FirstByteTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
         }
     }
@@ -43,7 +50,11 @@ impl UpstreamError {
     /// Whether another key may be tried.
     pub fn retryable(&self) -> bool {
         match self {
-            Self::Connect { .. } | Self::FirstByteTimeout { .. } | Self::Transport { .. } | Self::Cut { .. } => true,
+            Self::Connect { .. }
+            | Self::FirstByteTimeout { .. }
+            | Self::Transport { .. }
+            | Self::Cut { .. }
+            | Self::Proxy { .. } => true,
             // Another key may have a good base URL.
             Self::BadBaseUrl { .. } => true,
         }
@@ -57,11 +68,19 @@ impl UpstreamError {
             Self::Transport { .. } => "upstream_transport",
             Self::BadBaseUrl { .. } => "bad_base_url",
             Self::Cut { .. } => "upstream_cut",
+            Self::Proxy { .. } => "proxy_unreachable",
         }
     }
 
     /// What the client is told.
     pub fn client_message(&self) -> String {
+        if let Self::Proxy { proxy, .. } = self {
+            return format!(
+                "Keymux could not get an answer from the provider with any usable key: {self}. The request was not \
+                 sent direct: check that the proxy {proxy} is running and can reach the provider, or change the \
+                 pool's proxy (`keymux pool set NAME --proxy URL` or `--no-proxy`), then retry."
+            );
+        }
         format!(
             "Keymux could not get an answer from the provider with any usable key: {self}. Check the \
              network and the keys' base URLs (`keymux keys list`), then retry."
@@ -154,7 +173,13 @@ pub fn forward_response_headers(from: &HeaderMap) -> HeaderMap {
 
 /// The shared upstream client.
 pub struct Upstream {
+    /// Keys that go out direct.
     client: reqwest::Client,
+    /// Keys whose pool has a proxy: a client per distinct proxy, and the keys that use it. Replaced
+    /// whole when pools or keys change ([`Upstream::set_proxies`]); empty unless some pool has one.
+    egress: arc_swap::ArcSwap<Egress>,
+    /// Root certificates trusted beside the public ones (`Config::extra_roots_pem`: tests only).
+    roots: Vec<reqwest::Certificate>,
     connect: Duration,
     default_base: String,
     /// `default_base` parsed once: most keys use it, and parsing a URL per request is measurable.
@@ -163,29 +188,111 @@ pub struct Upstream {
     idle: Duration,
 }
 
+/// The pools' ways out: which keys go through which proxy.
+#[derive(Default)]
+struct Egress {
+    /// Bounded by the keys there are (`pool::MAX_KEYS`).
+    by_key: std::collections::HashMap<KeyId, Arc<Proxied>>,
+}
+
+/// One proxy and the client that goes through it.
+pub struct Proxied {
+    /// The proxy's URL as configured (`http://host:port`; it never holds credentials).
+    url: String,
+    /// `host:port`, as messages name it.
+    shown: String,
+    /// `user:password`, from the keychain (or the environment), sent as the proxy's basic auth.
+    login: Option<crate::secrets::Secret>,
+    /// The client through it, or why none could be built (every request through it then fails, naming
+    /// the proxy: never sent direct).
+    client: Result<reqwest::Client, String>,
+}
+
+impl Proxied {
+    /// The proxy's URL (`http://host:port`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The proxy as messages name it (`host:port`).
+    pub fn shown(&self) -> &str {
+        &self.shown
+    }
+}
+
+/// `url`'s `host:port` (the scheme's port when it names none).
+fn host_port(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(parsed) => {
+            let host = parsed.host_str().unwrap_or_default();
+            parsed.port_or_known_default().map_or_else(|| host.to_owned(), |port| format!("{host}:{port}"))
+        }
+        Err(_) => crate::pools::safe_proxy(url),
+    }
+}
+
 impl Upstream {
     /// Builds the client. Responses are requested compressed (gzip, zstd) and decoded here, so Keymux can
     /// read the streams it relays; clients on loopback get them uncompressed, with no `content-encoding`.
-    pub fn new(default_base: &str, timeouts: &Timeouts) -> Result<Self, UpstreamError> {
-        #[expect(clippy::disallowed_methods, reason = "this is the one place the upstream client is built")]
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_millis(timeouts.connect_ms))
-            .pool_idle_timeout(Duration::from_secs(90))
-            .tcp_nodelay(true)
-            .gzip(true)
-            .zstd(true)
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("keymux/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| UpstreamError::BadBaseUrl { base: default_base.to_owned(), detail: e.to_string() })?;
+    /// `roots` (PEM) are trusted beside the public roots: only tests set them (a local TLS upstream).
+    pub fn new(default_base: &str, timeouts: &Timeouts, roots: &[String]) -> Result<Self, UpstreamError> {
+        let bad = |detail: String| UpstreamError::BadBaseUrl { base: default_base.to_owned(), detail };
+        let roots = roots
+            .iter()
+            .map(|pem| reqwest::Certificate::from_pem(pem.as_bytes()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| bad(e.to_string()))?;
+        let connect = Duration::from_millis(timeouts.connect_ms);
+        let client = build_client(connect, None, &roots).map_err(bad)?;
         Ok(Self {
             client,
+            egress: arc_swap::ArcSwap::from_pointee(Egress::default()),
+            roots,
             connect: Duration::from_millis(timeouts.connect_ms),
             default_base: default_base.trim_end_matches('/').to_owned(),
             default_url: reqwest::Url::parse(default_base.trim_end_matches('/')).ok(),
             first_byte: Duration::from_millis(timeouts.first_byte_ms),
             idle: Duration::from_millis(timeouts.idle_ms),
         })
+    }
+
+    /// Sets the proxy each key goes out through, with its login (`pools::Pools::proxies`); every other
+    /// key goes direct. A client per distinct proxy and login, kept while they stay, built here (when
+    /// pools or keys change), never per request.
+    pub fn set_proxies(&self, wanted: &[(KeyId, String, Option<crate::secrets::Secret>)]) {
+        let old = self.egress.load();
+        let mut made: Vec<Arc<Proxied>> = Vec::new();
+        let mut by_key = std::collections::HashMap::with_capacity(wanted.len());
+        for (key, url, login) in wanted {
+            let same = |p: &&Arc<Proxied>| &p.url == url && &p.login == login;
+            let reuse = made.iter().chain(old.by_key.values()).find(same).cloned();
+            let proxied = reuse.unwrap_or_else(|| {
+                let client = build_client(self.connect, Some((url, login.as_ref())), &self.roots);
+                if let Err(e) = &client {
+                    tracing::warn!(proxy = %host_port(url), error = %e, "the proxy cannot be used; its keys' requests fail");
+                }
+                Arc::new(Proxied { url: url.clone(), shown: host_port(url), login: login.clone(), client })
+            });
+            if !made.iter().any(|p| Arc::ptr_eq(p, &proxied)) {
+                made.push(proxied.clone());
+            }
+            by_key.insert(key.clone(), proxied);
+        }
+        self.egress.store(Arc::new(Egress { by_key }));
+    }
+
+    /// The proxy `key` goes out through, if its pool has one.
+    pub fn proxy_of(&self, key: &KeyId) -> Option<Arc<Proxied>> {
+        let egress = self.egress.load();
+        if egress.by_key.is_empty() {
+            return None;
+        }
+        egress.by_key.get(key).cloned()
+    }
+
+    /// The root certificates trusted beside the public ones (tests only).
+    pub fn extra_roots(&self) -> &[reqwest::Certificate] {
+        &self.roots
     }
 
     /// The connect timeout (also used for WebSocket handshakes).
@@ -227,16 +334,108 @@ impl Upstream {
         let mut headers = headers;
         let (name, value) = auth_header(key);
         headers.insert(name, value);
-        let request = self.client.request(method, url).headers(headers).body(body);
+        let proxied = self.proxy_of(&key.id);
+        let client = match proxied.as_deref().map(|p| (p, &p.client)) {
+            None => &self.client,
+            Some((_, Ok(client))) => client,
+            Some((p, Err(e))) => {
+                return Err(UpstreamError::Proxy { proxy: p.shown.clone(), base: base.to_owned(), detail: e.clone() })
+            }
+        };
+        let request = client.request(method, url).headers(headers).body(body);
         match tokio::time::timeout(self.first_byte, request.send()).await {
             Err(_) => Err(UpstreamError::FirstByteTimeout { base: base.to_owned(), secs: self.first_byte.as_secs() }),
-            Ok(Ok(response)) => Ok(response),
-            Ok(Err(e)) if e.is_connect() => {
-                Err(UpstreamError::Connect { base: base.to_owned(), detail: short_error(&e) })
+            // The proxy's own refusal is never relayed as the provider's answer.
+            Ok(Ok(response)) if response.status() == StatusCode::PROXY_AUTHENTICATION_REQUIRED && proxied.is_some() => {
+                let proxy = proxied.as_ref().map(|p| p.shown.clone()).unwrap_or_default();
+                let detail = "the proxy refused the request: it wants a user and password (407); set them with the \
+                              pool's proxy URL (`keymux pool set NAME --proxy http://user:password@host:port`)";
+                Err(UpstreamError::Proxy { proxy, base: base.to_owned(), detail: detail.to_owned() })
             }
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(e)) if e.is_connect() => match &proxied {
+                Some(p) => {
+                    Err(UpstreamError::Proxy { proxy: p.shown.clone(), base: base.to_owned(), detail: short_error(&e) })
+                }
+                None => Err(UpstreamError::Connect { base: base.to_owned(), detail: short_error(&e) }),
+            },
             Ok(Err(e)) => Err(UpstreamError::Transport { base: base.to_owned(), detail: short_error(&e) }),
         }
     }
+}
+
+/// Most bytes of a proxy's answer to `CONNECT` read.
+const MAX_CONNECT_ANSWER: usize = 8 * 1024;
+
+/// A TCP stream to `uri`'s host through `proxy` (`CONNECT host:port`), for a WebSocket: the
+/// handshake, and TLS for `wss://`, then go over it. Only an `http://` proxy: a tunnel inside TLS to
+/// the proxy is not made. The error says what the proxy did, never anything the URL may hold.
+pub async fn tunnel(proxy: &Proxied, uri: &http::Uri) -> Result<tokio::net::TcpStream, String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    if !proxy.url.starts_with("http://") {
+        return Err("a WebSocket goes through an http:// proxy only; use an http:// proxy for this pool".into());
+    }
+    let host = uri.host().ok_or("the WebSocket URL has no host")?;
+    let port = uri.port_u16().unwrap_or(if uri.scheme_str() == Some("wss") { 443 } else { 80 });
+    let mut stream = tokio::net::TcpStream::connect(&proxy.shown).await.map_err(|e| e.to_string())?;
+    let _ = stream.set_nodelay(true);
+    let target = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let authorization = proxy.login.as_ref().map_or_else(String::new, |login| {
+        use base64::Engine as _;
+        format!("Proxy-Authorization: Basic {}\r\n", base64::engine::general_purpose::STANDARD.encode(login.expose()))
+    });
+    let ask = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{authorization}\r\n");
+    stream.write_all(ask.as_bytes()).await.map_err(|e| e.to_string())?;
+    // Byte by byte up to the blank line: nothing after it may be taken from the tunnel.
+    let mut answer = Vec::with_capacity(256);
+    while !answer.ends_with(b"\r\n\r\n") {
+        if answer.len() == MAX_CONNECT_ANSWER {
+            return Err("the proxy's answer to CONNECT is too long".into());
+        }
+        let byte = stream.read_u8().await.map_err(|_| "the proxy closed the connection before answering CONNECT")?;
+        answer.push(byte);
+    }
+    let status_line = String::from_utf8_lossy(&answer);
+    let status = status_line.split_whitespace().nth(1).unwrap_or_default().to_owned();
+    if !status.starts_with('2') {
+        return Err(format!("the proxy answered CONNECT with status {status}"));
+    }
+    Ok(stream)
+}
+
+/// A provider client: direct, or through `proxy` (every request, whatever the environment's
+/// `NO_PROXY` says). The direct client keeps reqwest's reading of `HTTPS_PROXY`/`HTTP_PROXY`/
+/// `ALL_PROXY` from the environment, as Keymux always did; a pool's proxy replaces it for its keys.
+fn build_client(
+    connect: Duration,
+    proxy: Option<(&String, Option<&crate::secrets::Secret>)>,
+    roots: &[reqwest::Certificate],
+) -> Result<reqwest::Client, String> {
+    #[expect(clippy::disallowed_methods, reason = "this is the one place the upstream client is built")]
+    let mut builder = reqwest::Client::builder()
+        .connect_timeout(connect)
+        .pool_idle_timeout(Duration::from_secs(90))
+        .tcp_nodelay(true)
+        .gzip(true)
+        .zstd(true)
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("keymux/", env!("CARGO_PKG_VERSION")));
+    for root in roots {
+        builder = builder.add_root_certificate(root.clone());
+    }
+    if let Some((url, login)) = proxy {
+        let mut proxy = reqwest::Proxy::all(url.as_str()).map_err(|e| e.to_string())?;
+        if let Some(login) = login {
+            let (user, password) = login.expose().split_once(':').unwrap_or((login.expose(), ""));
+            proxy = proxy.basic_auth(user, password);
+        }
+        builder = builder.no_proxy().proxy(proxy);
+    }
+    builder.build().map_err(|e| e.to_string())
 }
 
 /// `base` (which has no query) with `path_and_query` appended to its path: the same URL as parsing

@@ -150,8 +150,17 @@ fn reply(
     Reply { id, created: state.clock.unix_secs(), text, reasoning, reasoning_items, usage }
 }
 
+/// The `service_tier` an answer reports, as OpenAI's do: the tier the request asked for (`priority`,
+/// `flex`), and `default` when it asked for none or for `auto`.
+fn served_tier(body: &Map<String, Value>) -> Value {
+    match body.get("service_tier").and_then(Value::as_str) {
+        None | Some("auto") => json!("default"),
+        Some(tier) => json!(tier),
+    }
+}
+
 /// The non-streaming body.
-fn completion(reply: &Reply, model: &str) -> Value {
+fn completion(reply: &Reply, model: &str, tier: Value) -> Value {
     let mut message = json!({
         "role": "assistant",
         "content": reply.text,
@@ -171,7 +180,7 @@ fn completion(reply: &Reply, model: &str) -> Value {
         "model": model,
         "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": "stop"}],
         "usage": reply.usage,
-        "service_tier": "default",
+        "service_tier": tier,
         "system_fingerprint": null,
     })
 }
@@ -186,7 +195,7 @@ fn chunks(reply: &Reply, model: &str, body: &Map<String, Value>) -> Vec<Value> {
             "object": "chat.completion.chunk",
             "created": reply.created,
             "model": model,
-            "service_tier": "default",
+            "service_tier": served_tier(body),
             "system_fingerprint": null,
             "choices": choices,
         })
@@ -236,7 +245,7 @@ pub(crate) fn plan(
         hashes,
         prompt_tokens: prompt.tokens(),
         cached_tokens,
-        completion: completion(&reply, model),
+        completion: completion(&reply, model, served_tier(body)),
         chunks: chunks(&reply, model, body),
     })
 }

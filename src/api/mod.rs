@@ -226,7 +226,12 @@ async fn create_pool(State(gw): State<Arc<Gateway>>, request: Request) -> Respon
         Ok(new) => new,
         Err(e) => return e.into_response(),
     };
-    match gw.create_pool(new) {
+    // The keychain may block (a proxy's login): off the async workers.
+    let made = {
+        let gw = gw.clone();
+        tokio::task::spawn_blocking(move || gw.create_pool(new)).await
+    };
+    match made.unwrap_or_else(|e| Err(ControlError::Invalid(format!("the change did not finish: {e}")))) {
         Ok(made) => (StatusCode::CREATED, Json(views::pool(&gw, &made.name))).into_response(),
         Err(e) => control_error(e),
     }
@@ -237,7 +242,11 @@ async fn update_pool(State(gw): State<Arc<Gateway>>, Path(name): Path<String>, r
         Ok(changes) => changes,
         Err(e) => return e.into_response(),
     };
-    match gw.change_pool(&name, &changes) {
+    let changed = {
+        let gw = gw.clone();
+        tokio::task::spawn_blocking(move || gw.change_pool(&name, &changes)).await
+    };
+    match changed.unwrap_or_else(|e| Err(ControlError::Invalid(format!("the change did not finish: {e}")))) {
         Ok(changed) => Json(views::pool(&gw, &changed.name)).into_response(),
         Err(e) => control_error(e),
     }
@@ -247,7 +256,11 @@ async fn remove_pool(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Path(na
     if let Err(e) = guard(&gw, &headers) {
         return e.into_response();
     }
-    match gw.remove_pool(&name) {
+    let removed = {
+        let gw = gw.clone();
+        tokio::task::spawn_blocking(move || gw.remove_pool(&name)).await
+    };
+    match removed.unwrap_or_else(|e| Err(ControlError::Invalid(format!("the change did not finish: {e}")))) {
         Ok(_) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => control_error(e),
     }

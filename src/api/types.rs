@@ -46,6 +46,12 @@ pub struct PoolInfo {
     pub key_ids: Vec<KeyId>,
     /// Its fallback pools, in order.
     pub fallback: Vec<String>,
+    /// Whether its requests may ask for a tier above the standard one (`priority`, Fast mode).
+    pub allow_priority: bool,
+    /// The proxy its keys go out through (`None`: direct), never with a user or password.
+    pub proxy: Option<String>,
+    /// The proxy's user and password are kept in the keychain (never shown).
+    pub proxy_login: bool,
     /// The tokens bound to it, by name.
     pub tokens: Vec<String>,
     /// Its keys that can take a request now.
@@ -78,6 +84,9 @@ impl PoolInfo {
             keys: def.keys.clone(),
             key_ids: Vec::new(),
             fallback: def.fallback.clone(),
+            allow_priority: def.allow_priority,
+            proxy: def.proxy.clone(),
+            proxy_login: def.proxy_login,
             tokens: Vec::new(),
             usable: 0,
             headroom: 0.0,
@@ -180,6 +189,9 @@ pub struct KeyInfo {
     pub tokens_window: Option<WindowInfo>,
     /// The user's pools that hold it (every key is also in `all`).
     pub pools: Vec<String>,
+    /// The proxy it goes out through (its pool's, `http://host:port`); `None`: direct. When the proxy
+    /// cannot be reached its health is `unreachable` and its last attempt names the proxy.
+    pub proxy: Option<String>,
     /// What it spent today and this month.
     #[serde(flatten)]
     pub spend: PeriodSpend,

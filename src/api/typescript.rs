@@ -42,7 +42,7 @@ fn setup_decls() -> [String; 12] {
 fn patch_decls() -> [String; 2] {
     [
         "type KeyChanges = Partial<{ label: string } & KeySettings & MoneyBudget>;".to_owned(),
-        "type PoolChanges = Partial<{ keys: Array<string>, fallback: Array<string> } & MoneyBudget>;".to_owned(),
+        "type PoolChanges = Partial<{ keys: Array<string>, fallback: Array<string>, allow_priority: boolean, proxy: string | null } & MoneyBudget>;".to_owned(),
     ]
 }
 
@@ -71,6 +71,7 @@ pub fn typescript() -> String {
         FailureKind::decl(),
         Attempt::decl(),
         Wire::decl(),
+        crate::spend::ServiceTier::decl(),
         Usage::decl(),
         crate::spend::Unpriced::decl(),
         Routed::decl(),

@@ -84,6 +84,7 @@ fn info(status: KeyStatus, now_unix_ms: u64, pools: &Pools, spent: &SpentNow) ->
         requests_window: window(status.requests_window, now_unix_ms),
         tokens_window: window(status.tokens_window, now_unix_ms),
         pools: pools.pools_of(&status.id),
+        proxy: pools.proxy_of(&status.id).map(str::to_owned),
         status,
     }
 }

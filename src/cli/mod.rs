@@ -266,8 +266,16 @@ enum PoolCommand {
         /// Pools to use, in order, only when none of this pool's keys can serve (default: never).
         #[arg(long, value_name = "POOLS")]
         fallback: Option<String>,
+        /// Whether its requests may ask for the priority tier (Codex's Fast mode, billed about twice);
+        /// `false` sends them in the standard tier (default: true).
+        #[arg(long, value_name = "BOOL")]
+        allow_priority: Option<bool>,
+        /// The HTTP proxy its keys go out through (http://host:port or https://…; default: direct). A
+        /// user and password in it (http://user:password@host:port) are kept in the keychain.
+        #[arg(long, value_name = "URL")]
+        proxy: Option<String>,
     },
-    /// Change a pool's keys or fallbacks (each list replaces the old one).
+    /// Change a pool's keys, fallbacks or policies (each list replaces the old one).
     Set {
         /// The pool.
         name: String,
@@ -280,6 +288,17 @@ enum PoolCommand {
         /// Its budgets in money (its keys together).
         #[command(flatten)]
         money: args::MoneyArgs,
+        /// Whether its requests may ask for the priority tier (Codex's Fast mode, billed about twice);
+        /// `false` sends them in the standard tier.
+        #[arg(long, value_name = "BOOL")]
+        allow_priority: Option<bool>,
+        /// The HTTP proxy its keys go out through (http://host:port or https://…). A user and password
+        /// in it (http://user:password@host:port) are kept in the keychain.
+        #[arg(long, value_name = "URL", conflicts_with = "no_proxy")]
+        proxy: Option<String>,
+        /// Its keys go out direct again (the proxy is removed).
+        #[arg(long)]
+        no_proxy: bool,
     },
     /// Remove a pool (refused while a token is bound to it or another pool falls back to it).
     Remove {

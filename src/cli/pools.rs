@@ -22,26 +22,36 @@ pub(super) async fn pool(config_path: Option<PathBuf>, cmd: PoolCommand) -> Resu
     let control = opened.as_ref();
     match cmd {
         PoolCommand::List => list_pools(&loaded, control).await,
-        PoolCommand::Create { name, keys, fallback } => {
+        PoolCommand::Create { name, keys, fallback, allow_priority, proxy } => {
             let new = PoolConfig {
                 name,
                 keys: list(&keys),
                 fallback: fallback.as_deref().map(list).unwrap_or_default(),
+                allow_priority: allow_priority.unwrap_or(true),
+                proxy,
                 ..PoolConfig::default()
             };
             let made = control.create_pool(new).await.map_err(usage)?;
             out(&format!("created pool {} in {}", describe(&made), control.kept_in().await));
             Ok(())
         }
-        PoolCommand::Set { name, keys, fallback, money } => {
+        PoolCommand::Set { name, keys, fallback, money, allow_priority, proxy, no_proxy } => {
             let mut changes = PoolChanges(money.patch()?);
             for (field, value) in [("keys", keys), ("fallback", fallback)] {
                 if let Some(value) = value {
                     changes.0.set(field, list(&value));
                 }
             }
+            if let Some(allow) = allow_priority {
+                changes.0.set("allow_priority", allow);
+            }
+            if proxy.is_some() || no_proxy {
+                changes.0.set("proxy", proxy);
+            }
             if changes.0.is_empty() {
-                return Err(usage("nothing to change: pass --keys, --fallback or a budget"));
+                return Err(usage(
+                    "nothing to change: pass --keys, --fallback, --allow-priority, --proxy, --no-proxy or a budget",
+                ));
             }
             let changed = control.change_pool(&name, changes).await.map_err(usage)?;
             out(&format!("pool {} (in {})", describe(&changed), control.kept_in().await));
@@ -57,7 +67,7 @@ pub(super) async fn pool(config_path: Option<PathBuf>, cmd: PoolCommand) -> Resu
 
 async fn list_pools(loaded: &Loaded, control: &dyn Control) -> Result<(), StartError> {
     let pools = control.pools().await.map_err(usage)?;
-    out(&format!("{:<16} {:<32} {:<20} {:<20} USABLE", "POOL", "KEYS", "FALLBACK", "TOKENS"));
+    out(&format!("{:<16} {:<32} {:<20} {:<20} {:<8} POLICIES", "POOL", "KEYS", "FALLBACK", "TOKENS", "USABLE"));
     let live = control.is_running();
     pools.iter().for_each(|p| pool_row(p, live.then_some(p.usable)));
     if !live {
@@ -70,11 +80,12 @@ fn pool_row(p: &PoolInfo, usable: Option<usize>) {
     let keys = if p.builtin { "(every key)".to_owned() } else { joined(&p.keys, "(empty: its requests get 503)") };
     let usable = usable.map_or_else(|| "-".to_owned(), |u| format!("{u}/{}", p.key_ids.len()));
     out(&format!(
-        "{:<16} {:<32} {:<20} {:<20} {usable}",
+        "{:<16} {:<32} {:<20} {:<20} {usable:<8} {}",
         p.name,
         keys,
         joined(&p.fallback, "(never)"),
-        joined(&p.tokens, "-")
+        joined(&p.tokens, "-"),
+        policies(p)
     ));
 }
 
@@ -87,7 +98,23 @@ fn joined(items: &[String], empty: &str) -> String {
 }
 
 fn describe(p: &PoolInfo) -> String {
-    format!("'{}': keys {}, fallback {}", p.name, joined(&p.keys, "(none)"), joined(&p.fallback, "(never)"))
+    format!(
+        "'{}': keys {}, fallback {}, {}",
+        p.name,
+        joined(&p.keys, "(none)"),
+        joined(&p.fallback, "(never)"),
+        policies(p)
+    )
+}
+
+/// A pool's policies in words: the priority tier, and the way out.
+fn policies(p: &PoolInfo) -> String {
+    let tier = if p.allow_priority { "priority tier allowed" } else { "priority tier sent as standard" };
+    match &p.proxy {
+        Some(proxy) if p.proxy_login => format!("{tier}, through the proxy {proxy} (its login in the keychain)"),
+        Some(proxy) => format!("{tier}, through the proxy {proxy}"),
+        None => format!("{tier}, direct"),
+    }
 }
 
 /// `keymux token set NAME --pool POOL`.

@@ -12,6 +12,7 @@ use crate::events::GatewayEvent;
 use crate::gateway::Gateway;
 use crate::key_settings::Patch;
 use crate::pools::{self, PoolConfig};
+use crate::secrets::{account, Secret};
 use crate::settings::Settings;
 
 /// A change to a pool, by field name: its keys (by label or id, replacing the list), its fallback pools
@@ -28,23 +29,48 @@ struct Changeable {
     fallback: Vec<String>,
     #[serde(flatten)]
     money: crate::budget::MoneyBudget,
+    allow_priority: bool,
+    /// `null` removes the proxy.
+    proxy: Option<String>,
 }
 
 impl PoolChanges {
     /// `pool` with the changes: refused, naming the field, if one is unknown or its value wrong (the
     /// whole pool is checked when it is saved).
     fn applied(&self, mut pool: PoolConfig) -> Result<PoolConfig, ControlError> {
-        let current = Changeable { keys: pool.keys, fallback: pool.fallback, money: pool.money };
+        let current = Changeable {
+            keys: pool.keys,
+            fallback: pool.fallback,
+            money: pool.money,
+            allow_priority: pool.allow_priority,
+            proxy: pool.proxy,
+        };
         let new = self.0.apply(&current).map_err(ControlError::Invalid)?;
         (pool.keys, pool.fallback, pool.money) = (new.keys, new.fallback, new.money);
+        (pool.allow_priority, pool.proxy) = (new.allow_priority, new.proxy);
         Ok(pool)
     }
+}
+
+/// What becomes of a pool's proxy login (its user and password, kept in the keychain) when it is saved.
+pub enum Login {
+    /// Nothing changes: the same proxy without a new login keeps the one kept, and a pool that had
+    /// none still has none.
+    Keep,
+    /// A proxy URL given with a user and password: they are kept, the URL without them.
+    Set(Secret),
+    /// The pool had one, and now has no proxy, or one without a login: it is forgotten.
+    Clear,
 }
 
 /// Creates pool `pool` (refused when the name is taken). `live_keys` are labels a running gateway holds
 /// beyond the config's (keys from the environment), named in the refusal when a pool asks for one. Used
 /// with and without a running gateway.
 pub fn create_pool(settings: &Settings, pool: PoolConfig, live_keys: &[String]) -> Result<PoolConfig, ControlError> {
+    create(settings, pool, live_keys).map(|(pool, _)| pool)
+}
+
+fn create(settings: &Settings, pool: PoolConfig, live_keys: &[String]) -> Result<(PoolConfig, Login), ControlError> {
     pools::check_name(&pool.name).map_err(ControlError::Invalid)?;
     if pools::exists(&settings.config().pools, &pool.name) {
         return Err(ControlError::Invalid(format!(
@@ -52,7 +78,7 @@ pub fn create_pool(settings: &Settings, pool: PoolConfig, live_keys: &[String]) 
             pool.name, pool.name
         )));
     }
-    save(settings, tidy(pool), live_keys)
+    save(settings, tidy(pool, None)?, live_keys)
 }
 
 /// Changes pool `name`. Used with and without a running gateway.
@@ -62,8 +88,18 @@ pub fn change_pool(
     changes: &PoolChanges,
     live_keys: &[String],
 ) -> Result<PoolConfig, ControlError> {
-    let pool = changes.applied(find(&settings.config(), name)?)?;
-    save(settings, tidy(pool), live_keys)
+    change(settings, name, changes, live_keys).map(|(pool, _)| pool)
+}
+
+fn change(
+    settings: &Settings,
+    name: &str,
+    changes: &PoolChanges,
+    live_keys: &[String],
+) -> Result<(PoolConfig, Login), ControlError> {
+    let before = find(&settings.config(), name)?;
+    let pool = changes.applied(before.clone())?;
+    save(settings, tidy(pool, Some(&before))?, live_keys)
 }
 
 /// Removes pool `name`: refused while a token is bound to it or another pool falls back to it (so
@@ -107,6 +143,9 @@ pub fn remove_pool(
         |doc| config_file::remove_pool(doc, &gone),
         |c| c.pools.retain(|p| !p.name.eq_ignore_ascii_case(&gone)),
     )?;
+    if pool.proxy_login {
+        settings.store().delete(&account::proxy(&gone))?;
+    }
     Ok(pool)
 }
 
@@ -154,8 +193,25 @@ fn find(config: &Config, name: &str) -> Result<PoolConfig, ControlError> {
         .ok_or_else(|| ControlError::NotFound(format!("there is no pool named '{name}'; see `keymux pool list`")))
 }
 
-/// Drops repeated names (a key listed twice is one key), keeping the first.
-fn tidy(mut pool: PoolConfig) -> PoolConfig {
+/// Drops repeated names (a key listed twice is one key), keeping the first; a proxy is checked and
+/// kept as `pools::check_proxy` writes it (an empty one is none), its user and password taken out
+/// (what becomes of them: the `Login`; the same proxy as `before` without them keeps its login).
+fn tidy(mut pool: PoolConfig, before: Option<&PoolConfig>) -> Result<(PoolConfig, Login), ControlError> {
+    let had = before.is_some_and(|b| b.proxy_login);
+    let forget = if had { Login::Clear } else { Login::Keep };
+    let (proxy, login, kept) = match pool.proxy.as_deref().map(str::trim) {
+        None | Some("") => (None, forget, false),
+        Some(proxy) => {
+            let (url, login) = pools::split_proxy(proxy).map_err(ControlError::Invalid)?;
+            let same = had && before.is_some_and(|b| b.proxy.as_deref() == Some(url.as_str()));
+            match login {
+                Some(login) => (Some(url), Login::Set(Secret::new(login)), true),
+                None if same => (Some(url), Login::Keep, true),
+                None => (Some(url), forget, false),
+            }
+        }
+    };
+    (pool.proxy, pool.proxy_login) = (proxy, kept);
     for list in [&mut pool.keys, &mut pool.fallback] {
         let mut seen: Vec<String> = Vec::new();
         list.retain(|k| {
@@ -164,11 +220,16 @@ fn tidy(mut pool: PoolConfig) -> PoolConfig {
             new
         });
     }
-    pool
+    Ok((pool, login))
 }
 
-/// Checks the pools with `pool` in place, then writes it.
-fn save(settings: &Settings, pool: PoolConfig, live_keys: &[String]) -> Result<PoolConfig, ControlError> {
+/// Checks the pools with `pool` in place, then writes its proxy's login to the keychain and it to the
+/// config file.
+fn save(
+    settings: &Settings,
+    (pool, login): (PoolConfig, Login),
+    live_keys: &[String],
+) -> Result<(PoolConfig, Login), ControlError> {
     let mut config = settings.config();
     match config.pools.iter_mut().find(|p| p.name.eq_ignore_ascii_case(&pool.name)) {
         Some(old) => *old = pool.clone(),
@@ -187,6 +248,12 @@ fn save(settings: &Settings, pool: PoolConfig, live_keys: &[String]) -> Result<P
     let known = |name: &str| config.find_key(name).is_some();
     pools::validate(&config.pools, known, config.tokens.iter().map(|t| t.pool.as_str()))
         .map_err(|problem| ControlError::Invalid(problem.message))?;
+    let account = account::proxy(&pool.name);
+    match &login {
+        Login::Set(secret) => settings.store().set(&account, secret)?,
+        Login::Clear => settings.store().delete(&account)?,
+        Login::Keep => {}
+    }
     let saved = pool.clone();
     settings.edit(
         |doc| config_file::set_pool(doc, &saved),
@@ -195,13 +262,14 @@ fn save(settings: &Settings, pool: PoolConfig, live_keys: &[String]) -> Result<P
             None => c.pools.push(saved.clone()),
         },
     )?;
-    Ok(pool)
+    Ok((pool, login))
 }
 
 impl Gateway {
     /// Creates a pool; requests of its tokens reach only its keys from the next request on.
     pub fn create_pool(&self, pool: PoolConfig) -> Result<PoolConfig, ControlError> {
-        let made = create_pool(self.settings(), pool, &self.pool().labels())?;
+        let (made, login) = create(self.settings(), pool, &self.pool().labels())?;
+        self.login_changed(&made.name, login);
         self.pools_changed(&made.name);
         Ok(made)
     }
@@ -209,7 +277,8 @@ impl Gateway {
     /// Changes a pool's keys or fallbacks.
     pub fn change_pool(&self, name: &str, changes: &PoolChanges) -> Result<PoolConfig, ControlError> {
         self.refuse_env_pool(name)?;
-        let changed = change_pool(self.settings(), name, changes, &self.pool().labels())?;
+        let (changed, login) = change(self.settings(), name, changes, &self.pool().labels())?;
+        self.login_changed(&changed.name, login);
         self.pools_changed(&changed.name);
         Ok(changed)
     }
@@ -221,6 +290,7 @@ impl Gateway {
         let live: Vec<(String, String)> =
             tokens.names().into_iter().zip(tokens.pools()).map(|((_, name), (_, pool))| (name, pool)).collect();
         let gone = remove_pool(self.settings(), name, &live)?;
+        self.login_changed(&gone.name, Login::Clear);
         self.pools_changed(&gone.name);
         Ok(gone)
     }
@@ -231,6 +301,15 @@ impl Gateway {
         self.swap_tokens(|set| set.moved(&moved.id, &moved.pool));
         self.pools_changed(&moved.pool);
         Ok(moved)
+    }
+
+    /// The gateway goes out with the pool's new proxy login (the keychain holds it already).
+    fn login_changed(&self, pool: &str, login: Login) {
+        match login {
+            Login::Set(secret) => self.set_proxy_login(pool, Some(secret)),
+            Login::Clear => self.set_proxy_login(pool, None),
+            Login::Keep => {}
+        }
     }
 
     fn pools_changed(&self, name: &str) {

@@ -176,7 +176,8 @@ pub fn icon(input: &MenuInput<'_>) -> IconState {
 }
 
 /// The status line: routing or paused, keys ready of total, when the next cooling key frees, and each
-/// of the user's pools with its usable keys ("work 2/2").
+/// of the user's pools with its usable keys and its policies when they are not the default ("work 2/2",
+/// "work 2/2 (no priority tier, via proxy.example:3128)").
 pub fn status_line(input: &MenuInput<'_>) -> String {
     let Some(status) = input.status else {
         return format!("Keymux is not running: {}", input.problem.unwrap_or("starting…"));
@@ -192,6 +193,12 @@ pub fn status_line(input: &MenuInput<'_>) -> String {
     }
     for pool in status.pools.iter().filter(|p| !p.builtin) {
         line.push_str(&format!(" · {} {}/{}", pool.name, pool.usable, pool.key_ids.len()));
+        let via = pool.proxy.as_deref().map(|p| format!("via {}", p.split_once("://").map_or(p, |(_, rest)| rest)));
+        let policies: Vec<String> =
+            (!pool.allow_priority).then(|| "no priority tier".to_owned()).into_iter().chain(via).collect();
+        if !policies.is_empty() {
+            line.push_str(&format!(" ({})", policies.join(", ")));
+        }
     }
     line
 }

@@ -53,6 +53,7 @@ fn key(label: &str, org: &str, health: HealthState, until: Option<u64>) -> KeyIn
         requests_window: None,
         tokens_window: None,
         pools: Vec::new(),
+        proxy: None,
         spend: crate::api::types::PeriodSpend::default(),
     }
 }
@@ -356,6 +357,9 @@ fn pooled(a: HealthState, b: HealthState) -> StatusBody {
         keys: vec![name.to_owned()],
         key_ids: vec![KeyId::new(format!("k_{name}"))],
         fallback: Vec::new(),
+        allow_priority: true,
+        proxy: None,
+        proxy_login: false,
         tokens: token.map(str::to_owned).into_iter().collect(),
         usable: usize::from(health == HealthState::Ready),
         headroom: 0.5,
@@ -370,6 +374,20 @@ fn pooled(a: HealthState, b: HealthState) -> StatusBody {
         k.pools = vec![k.status.label.clone()];
     }
     s
+}
+
+#[test]
+fn the_tray_pool_line_says_a_pools_policies_when_they_are_not_the_default() {
+    use HealthState::*;
+    let mut s = pooled(Ready, Ready);
+    s.pools[0].allow_priority = false;
+    s.pools[0].proxy = Some("http://proxy.example:3128".into());
+    s.pools[1].proxy = Some("https://egress.home:8443".into());
+    let line = status_line(&input(&s));
+    assert!(
+        line.ends_with(" · work 1/1 (no priority tier, via proxy.example:3128) · home 1/1 (via egress.home:8443)"),
+        "{line}"
+    );
 }
 
 #[test]

@@ -213,6 +213,15 @@ pub(super) fn no_usable_key(unusable: usize, pool: &Option<String>) -> String {
     )
 }
 
+pub(super) fn proxy_unreachable(pool: &str, proxy: &str) -> String {
+    format!(
+        "The keys of the Keymux pool '{pool}' go out through the proxy {proxy}, which could not be reached (or \
+         could not reach the provider); they are tried again through it in the background. The request was not \
+         sent direct: start the proxy, or change the pool's (`keymux pool set {pool} --proxy URL` or \
+         `--no-proxy`), then retry."
+    )
+}
+
 pub(super) fn pool_empty(pool: &str) -> String {
     format!(
         "The Keymux pool '{pool}' has no keys, and this token may only use that pool. Add keys to it with \

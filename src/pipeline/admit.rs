@@ -45,6 +45,10 @@ pub fn admit(gw: &Gateway, incoming: &Incoming<'_>, entry: Entry, trace: &mut Tr
     }
     let mut decision = router::decide_within(&facts, view, reach.tiers(), &memory, now, gw.policy());
     keep_rescued(gw, &facts, &mut decision, kept, now);
+    let tier_changed = tier_change(&pools, incoming.pool, &facts);
+    if let (Some(reason), None) = (&tier_changed, &decision.refusal) {
+        decision.reasons.push(reason.clone());
+    }
     let refusal = decision.refusal.clone();
     let rescued = decision.rescued_orgs.clone();
     trace.decided(decision.clone());
@@ -58,7 +62,31 @@ pub fn admit(gw: &Gateway, incoming: &Incoming<'_>, entry: Entry, trace: &mut Tr
         (true, false) => extracted.body,
         _ => rescue(gw, incoming.body, &rescued, unmarked, trace)?,
     };
+    let body = match tier_changed {
+        Some(_) => standard_tier(&body)?,
+        None => body,
+    };
     Ok(Admitted { facts, decision, body, path: extracted.path, pool: incoming.pool.to_owned() })
+}
+
+/// The tier change a request's pool makes (the reason its decision records): when the request asks
+/// for a `service_tier` above the standard one and its pool does not allow that (`allow_priority =
+/// false`). Nothing is looked up for a request that names no tier.
+pub fn tier_change(pools: &crate::pools::Pools, pool: &str, facts: &RequestFacts) -> Option<Reason> {
+    let asked = facts.service_tier.as_deref().filter(|t| crate::pools::above_standard(t))?;
+    (!pools.allows_priority(pool)).then(|| Reason::TierChanged {
+        pool: pool.to_owned(),
+        asked: asked.to_owned(),
+        sent: crate::pools::STANDARD_TIER.to_owned(),
+    })
+}
+
+/// `body` with its `service_tier` set to the standard tier (`pools::standard_tier`); refused, never
+/// sent in the tier the pool does not allow, when it cannot be re-read.
+pub fn standard_tier(body: &[u8]) -> Result<Bytes, ApiError> {
+    crate::pools::standard_tier(body).map(Bytes::from).ok_or_else(|| ApiError::BadJson {
+        detail: "the body could not be re-read to send it in the standard service tier".into(),
+    })
 }
 
 /// The organizations this request's session was rescued from before: their pins are taken out of the
@@ -211,6 +239,19 @@ fn rescue(gw: &Gateway, raw: &Bytes, orgs: &[OrgTag], unmarked: bool, trace: &mu
     Ok(Bytes::from(stripped.body.into_owned()))
 }
 
+/// The proxy (`host:port`) that keys this request may reach go out through, when one of them rests
+/// unreachable through it: a refusal then names the proxy.
+fn proxy_down(gw: &Gateway, reach: &Reach<'_>) -> Option<String> {
+    let upstream = gw.upstream();
+    let status = gw.pool().status(gw.clock().now(), gw.today());
+    let reachable = |key: &KeyId| reach.tiers().is_empty() || reach.tiers().iter().any(|t| t.keys.contains(key));
+    status
+        .iter()
+        .filter(|k| k.health == crate::pool::HealthState::Unreachable && reachable(&k.id))
+        .find_map(|k| upstream.proxy_of(&k.id))
+        .map(|proxy| proxy.shown().to_owned())
+}
+
 /// The error a refusal is answered with, naming keys by their labels, and the pool when the request
 /// is bound to one (so the user knows no key outside it was tried).
 pub fn refusal_error(gw: &Gateway, refusal: Refusal, reach: &Reach<'_>) -> ApiError {
@@ -222,7 +263,10 @@ pub fn refusal_error(gw: &Gateway, refusal: Refusal, reach: &Reach<'_>) -> ApiEr
     match refusal {
         Refusal::NoKeys => ApiError::NoKeys { pool },
         Refusal::AllCooling { retry_after_secs, cooling } => ApiError::AllCooling { retry_after_secs, cooling, pool },
-        Refusal::NoUsableKey { unusable } => ApiError::NoUsableKey { unusable, pool },
+        Refusal::NoUsableKey { unusable } => match proxy_down(gw, reach) {
+            Some(proxy) => ApiError::ProxyUnreachable { pool: reach.pool().to_owned(), proxy },
+            None => ApiError::NoUsableKey { unusable, pool },
+        },
         Refusal::BudgetReached { retry_after_secs, keys } => ApiError::BudgetReached { retry_after_secs, keys, pool },
         Refusal::BudgetStopped { key, period, limit, retry_after_secs } => {
             // The pool's budget rather than the key's, when the pool is the one stopped at this limit.

@@ -44,7 +44,9 @@ use crate::pool::InFlight;
 use crate::router::Decision;
 use crate::upstream::UpstreamError;
 
-pub use admit::{admit, bare_id_refusal, can_open_socket, pool_mismatch, refusal_error, rescued_from};
+pub use admit::{
+    admit, bare_id_refusal, can_open_socket, pool_mismatch, refusal_error, rescued_from, standard_tier, tier_change,
+};
 pub use attempt::{attempt_all, completed, completion, tagger_for};
 pub use probe::{probe, probe_keys};
 pub use record::Trace;

@@ -229,9 +229,26 @@ impl Handshake<'_> {
             Ok(request) => request,
             Err(error) => return Reply::Failed(error),
         };
-        let base = self.gateway.upstream().base_for(guard.entry()).to_owned();
-        let connecting = tokio_tungstenite::connect_async_with_config(request, Some(upstream_config()), false);
-        match tokio::time::timeout(self.gateway.upstream().connect_timeout(), connecting).await {
+        let upstream = self.gateway.upstream();
+        let base = upstream.base_for(guard.entry()).to_owned();
+        let proxied = upstream.proxy_of(&guard.entry().id);
+        let connecting = async {
+            let Some(proxy) = &proxied else {
+                return Ok(tokio_tungstenite::connect_async_with_config(request, Some(upstream_config()), false).await);
+            };
+            let stream = crate::upstream::tunnel(proxy, request.uri()).await?;
+            Ok(tokio_tungstenite::client_async_tls_with_config(request, stream, Some(upstream_config()), None).await)
+        };
+        let connected = tokio::time::timeout(upstream.connect_timeout(), connecting).await;
+        let connected = match connected {
+            Ok(Err(detail)) => {
+                let proxy = proxied.as_ref().map(|p| p.shown().to_owned()).unwrap_or_default();
+                return Reply::Failed(UpstreamError::Proxy { proxy, base, detail });
+            }
+            Ok(Ok(connected)) => Ok(connected),
+            Err(elapsed) => Err(elapsed),
+        };
+        match connected {
             Err(_) => Reply::Failed(UpstreamError::FirstByteTimeout {
                 base,
                 secs: self.gateway.upstream().connect_timeout().as_secs(),
@@ -244,7 +261,12 @@ impl Handshake<'_> {
                 let fallback = || format!("The provider refused the WebSocket with status {status}.");
                 Reply::Declined(heard, Declined::from_body(status, &body, fallback))
             }
-            Ok(Err(e)) => Reply::Failed(UpstreamError::Connect { base, detail: e.to_string() }),
+            Ok(Err(e)) => match proxied {
+                Some(proxy) => {
+                    Reply::Failed(UpstreamError::Proxy { proxy: proxy.shown().to_owned(), base, detail: e.to_string() })
+                }
+                None => Reply::Failed(UpstreamError::Connect { base, detail: e.to_string() }),
+            },
         }
     }
 }

@@ -198,11 +198,17 @@ impl Inbound {
             decision.reasons.push(Reason::StillRescued { orgs: stale.len() });
             decision.rescued_orgs.clone_from(&stale);
         }
+        let tier_changed = pipeline::tier_change(&gateway.pools(), &self.scope.pool, facts);
+        decision.reasons.extend(tier_changed.clone());
         trace.decided(decision);
         trace.serving(&self.key);
         let completion = Completion { key: self.key.clone(), operation: Operation::ResponsesCreate, signal: None };
         self.push(Turn { trace, completion });
-        let body = if stale.is_empty() { extracted.body.to_vec() } else { drop_again(gateway, &raw, &stale)? };
+        let mut body = if stale.is_empty() { extracted.body.to_vec() } else { drop_again(gateway, &raw, &stale)? };
+        if tier_changed.is_some() {
+            let unreadable = |e: ApiError| Stop::Refused(e.spec().message.into_owned());
+            body = pipeline::standard_tier(&body).map_err(unreadable)?.to_vec();
+        }
         Ok(UpMessage::Text(String::from_utf8_lossy(&body).into_owned().into()))
     }
 

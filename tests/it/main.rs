@@ -24,6 +24,7 @@ mod key_settings;
 mod keychain;
 mod keys_import;
 mod login;
+mod pool_policies;
 mod pools;
 mod pools_cli;
 mod pools_clients;

@@ -717,17 +717,20 @@ async function apiPools(page) {
 }
 
 /** Creates a pool through the Pools view's form: the choices, then the summary, then confirm. */
-async function createPool(page, { name, keys = [], fallback = [], shot = null, taken = false }) {
+async function createPool(page, { name, keys = [], fallback = [], shot = null, taken = false, priority = true }) {
   await page.getByTestId("nav-pools").click();
   await page.getByTestId("pool-new").click();
   const form = page.getByTestId("pool-form");
   await form.locator("input[name=pool-name]").fill(name);
   for (const label of keys) await form.locator(`input[name=pool-key][value="${label}"]`).check();
   for (const f of fallback) await form.locator("select[name=pool-fallback]").selectOption(f);
+  if (!priority) await form.locator("input[name=pool-allow-priority]").uncheck();
   if (shot) await page.screenshot({ path: join(SHOTS, `${shot}-form.png`) });
   await form.getByTestId("pool-form-next").click();
   const review = await form.getByTestId("pool-review").innerText({ timeout: WAIT });
   for (const label of keys) if (!review.includes(label)) throw new Error(`the summary of ${name} does not name ${label}: ${review}`);
+  const tier = await form.getByTestId("pool-review-priority").innerText();
+  if (tier !== (priority ? "allowed" : "sent as standard")) throw new Error(`the summary of ${name} says the priority tier is ${tier}`);
   if (!taken && (await apiPools(page)).some((p) => p.name === name)) throw new Error(`pool ${name} exists before it was confirmed`);
   if (shot) await page.screenshot({ path: join(SHOTS, `${shot}-review.png`) });
   return form;
@@ -791,13 +794,18 @@ async function poolSteps(page) {
   await form.waitFor({ state: "hidden", timeout: WAIT });
   provoked = null;
 
-  step("Pools: spare, with no keys, falls back to work");
-  form = await createPool(page, { name: "spare", fallback: ["work"] });
+  step("Pools: spare, with no keys, falls back to work, and keeps its requests out of the priority tier");
+  form = await createPool(page, { name: "spare", fallback: ["work"], priority: false });
   await form.getByTestId("pool-form-confirm").click();
   await form.waitFor({ state: "hidden", timeout: WAIT });
   const spareCard = page.locator('[data-testid=pool-card][data-pool="spare"]');
   const empty = await spareCard.getByTestId("pool-empty").innerText({ timeout: WAIT });
   if (empty !== "No keys: its requests go to its fallback pool (work).") throw new Error(`the empty pool says: ${empty}`);
+  const policies = await spareCard.getByTestId("pool-policies").innerText();
+  if (!policies.startsWith("Requests for the priority tier (Fast mode) are sent as standard; its keys go out direct")) {
+    throw new Error(`the spare card says: ${policies}`);
+  }
+  if ((await apiPools(page)).find((p) => p.name === "spare")?.allow_priority !== false) throw new Error("spare allows priority");
 
   step("Connect: a token for acme-repo, bound to work, with its line");
   await page.getByTestId("nav-connect").click();

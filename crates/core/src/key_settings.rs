@@ -206,11 +206,13 @@ pub fn drop_defaults(table: &mut toml_edit::Table) {
     }
 }
 
-/// The settings of a key and of a pool at their default, serialized (for [`drop_defaults`]).
-pub fn defaults() -> [Value; 2] {
+/// The settings of a key and of a pool at their default, serialized (for [`drop_defaults`]): a pool's
+/// policies (`allow_priority = true`) among them.
+pub fn defaults() -> [Value; 3] {
     [
         serde_json::to_value(KeySettings::default()).unwrap_or(Value::Null),
         serde_json::to_value(crate::budget::MoneyBudget::default()).unwrap_or(Value::Null),
+        serde_json::json!({ "allow_priority": true }),
     ]
 }
 

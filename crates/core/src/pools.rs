@@ -30,8 +30,8 @@ pub const MAX_POOLS: usize = 32;
 pub const MAX_FALLBACKS: usize = 4;
 
 /// A pool as the config file lists it: `[[pools]] name = "work"`, `keys = ["work", "work-2"]`,
-/// `fallback = []`.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq, ts_rs::TS)]
+/// `fallback = []`, and its policies (`allow_priority`, `proxy`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, ts_rs::TS)]
 #[serde(deny_unknown_fields)]
 pub struct PoolConfig {
     /// The pool's name (letters, digits, `-` and `_`; `all` is built in).
@@ -46,6 +46,128 @@ pub struct PoolConfig {
     /// Its keys' budget in money, together (see `budget`): what its tokens' requests may spend.
     #[serde(flatten)]
     pub money: crate::budget::MoneyBudget,
+    /// Whether its tokens' requests may ask for a service tier that bills above the standard one
+    /// (`service_tier` `priority` or `fast`, Codex's Fast mode, and `ultrafast`: see
+    /// [`above_standard`]). `false`: such a request is sent with `service_tier: "default"`, and its
+    /// decision says so. Default `true`.
+    #[serde(default = "allowed")]
+    pub allow_priority: bool,
+    /// The HTTP proxy every upstream request of its keys goes through (`http://host:port` or
+    /// `https://…`; SOCKS is not supported), probes and WebSockets included; never sent direct when it
+    /// cannot be reached. Never with a user or password (see [`check_proxy`]): those are kept in the
+    /// keychain, and `proxy_login` says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<String>,
+    /// The proxy's user and password are kept in the keychain (account `proxy:<pool>`), set with the
+    /// proxy URL through the CLI, the API or the dashboard (`http://user:password@host:port`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub proxy_login: bool,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            keys: Vec::new(),
+            fallback: Vec::new(),
+            money: crate::budget::MoneyBudget::default(),
+            allow_priority: true,
+            proxy: None,
+            proxy_login: false,
+        }
+    }
+}
+
+fn allowed() -> bool {
+    true
+}
+
+/// Whether a request's `service_tier` bills above the standard tier, so a pool with
+/// `allow_priority = false` sends it as `default` instead: `priority` and `fast` (the same tier, Codex's
+/// Fast mode) and `ultrafast`, in any case. `auto`, `default`, `flex` and tiers the price table does
+/// not know (`scale`) are left as they are.
+pub fn above_standard(service_tier: &str) -> bool {
+    use crate::spend::ServiceTier;
+    matches!(ServiceTier::from_response(Some(service_tier)), ServiceTier::Priority | ServiceTier::Ultrafast)
+}
+
+/// The tier a request a pool does not allow its tier is sent with.
+pub const STANDARD_TIER: &str = "default";
+
+/// `body` (a JSON object: a request or a `response.create` frame) with its top-level `service_tier`
+/// set to [`STANDARD_TIER`], the other fields as they were, in their order. `None` when it cannot be
+/// read as a JSON object (it was read once already, so only on a body changed since).
+pub fn standard_tier(body: &[u8]) -> Option<Vec<u8>> {
+    let mut object: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(body).ok()?;
+    object.insert("service_tier".to_owned(), serde_json::Value::from(STANDARD_TIER));
+    serde_json::to_vec(&object).ok()
+}
+
+/// Checks a pool's `proxy`: an `http` or `https` URL with a host and a port (or the
+/// scheme's default), and nothing else: no user or password (Keymux keeps no proxy credentials in the
+/// config file, where they would be readable), no path, query or fragment. Returns the URL as it is
+/// kept (no trailing `/`).
+pub fn check_proxy(url: &str) -> Result<String, String> {
+    let url = url.trim();
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or_else(|| format!("the proxy '{}' must be a URL such as http://proxy.example:3128", safe_proxy(url)))?;
+    let scheme = scheme.to_ascii_lowercase();
+    if !["http", "https"].contains(&scheme.as_str()) {
+        return Err(format!(
+            "the proxy's scheme '{scheme}' is not one Keymux speaks; use an HTTP proxy (http:// or https://)"
+        ));
+    }
+    let authority = rest.strip_suffix('/').unwrap_or(rest);
+    if authority.contains('@') {
+        return Err(format!(
+            "the proxy URL carries a user or password ({}), which Keymux never keeps in the config file or the \
+             API's answers: set the proxy with `keymux pool set NAME --proxy URL` (or the dashboard), which keeps \
+             them in the keychain",
+            safe_proxy(url)
+        ));
+    }
+    if authority.is_empty() || authority.contains(['/', '?', '#', ' ']) {
+        return Err(format!(
+            "the proxy '{}' must be only a scheme, a host and a port, such as http://proxy.example:3128",
+            safe_proxy(url)
+        ));
+    }
+    let port = match authority.strip_prefix('[') {
+        Some(v6) => v6.split_once("]:").map(|(_, port)| port),
+        None => authority.rsplit_once(':').map(|(_, port)| port),
+    };
+    if port.is_some_and(|port| port.parse::<u16>().is_err()) {
+        return Err(format!("the proxy '{}' has a port that is not a number", safe_proxy(url)));
+    }
+    Ok(format!("{scheme}://{authority}"))
+}
+
+/// Splits a proxy URL given with a user and password (`http://user:password@host:port`) into the URL
+/// without them (checked by [`check_proxy`]) and `user:password`, as the keychain keeps it. A URL
+/// without them gives `None`. The errors never quote them.
+pub fn split_proxy(url: &str) -> Result<(String, Option<String>), String> {
+    let url = url.trim();
+    let Some((scheme, rest)) = url.split_once("://") else { return check_proxy(url).map(|u| (u, None)) };
+    let Some((login, host)) = rest.rsplit_once('@') else { return check_proxy(url).map(|u| (u, None)) };
+    if login.is_empty() || login.contains(['/', '?', '#']) {
+        return Err(format!("the proxy URL {} is not one Keymux can read", safe_proxy(url)));
+    }
+    Ok((check_proxy(&format!("{scheme}://{host}"))?, Some(login.to_owned())))
+}
+
+/// A proxy URL as it may be shown: any user or password replaced by `***`.
+pub fn safe_proxy(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => match rest.rsplit_once('@') {
+            Some((_, host)) => format!("{scheme}://***@{host}"),
+            None => url.to_owned(),
+        },
+        None => match url.rsplit_once('@') {
+            Some((_, host)) => format!("***@{host}"),
+            None => url.to_owned(),
+        },
+    }
 }
 
 /// Where in a list of pools (and the tokens bound to them) a problem is, so the config file can name
@@ -109,6 +231,15 @@ pub fn validate<'a>(
             place: Place::Pool(i),
             message: format!("pool '{}': {message}", pool.name),
         })?;
+        if let Some(proxy) = &pool.proxy {
+            check_proxy(proxy).map_err(|message| PoolProblem {
+                place: Place::Pool(i),
+                message: format!("pool '{}': {message}", pool.name),
+            })?;
+        }
+    }
+    if let Some((i, message)) = proxy_conflict(pools) {
+        return problem(Place::Pool(i), message);
     }
     if let Some(i) = cycle(pools) {
         let message = format!(
@@ -152,6 +283,31 @@ fn check_fallback(pools: &[PoolConfig], pool: &PoolConfig, fallback: &str) -> Re
         return Err(unknown_pool(fallback));
     }
     Ok(())
+}
+
+/// A key in two pools with different proxies: a key has one way out, so its pools must agree.
+fn proxy_conflict(pools: &[PoolConfig]) -> Option<(usize, String)> {
+    for (i, pool) in pools.iter().enumerate() {
+        for earlier in &pools[..i] {
+            if earlier.proxy == pool.proxy {
+                continue;
+            }
+            let shared = pool.keys.iter().find(|k| earlier.keys.iter().any(|e| e.eq_ignore_ascii_case(k)));
+            if let Some(key) = shared {
+                let way = |p: &PoolConfig| p.proxy.as_deref().map_or_else(|| "no proxy".to_owned(), safe_proxy);
+                let message = format!(
+                    "the key '{key}' is in pool '{}' ({}) and in pool '{}' ({}); a key goes out one way, so give \
+                     both pools the same proxy or keep the key in one of them",
+                    earlier.name,
+                    way(earlier),
+                    pool.name,
+                    way(pool)
+                );
+                return Some((i, message));
+            }
+        }
+    }
+    None
 }
 
 /// The first pool whose fallbacks lead back to it, if any.
@@ -246,6 +402,36 @@ impl Pools {
     pub fn money_of(&self, name: &str) -> Option<(crate::budget::MoneyBudget, &[KeyId])> {
         let def = self.defs.iter().find(|p| p.name.eq_ignore_ascii_case(name))?;
         Some((def.money, self.keys_of(name))).filter(|(money, _)| money.is_set())
+    }
+
+    /// Whether requests of pool `name` may ask for a tier above the standard one (`all` and pools that
+    /// do not exist: yes).
+    pub fn allows_priority(&self, name: &str) -> bool {
+        self.defs.iter().find(|p| p.name.eq_ignore_ascii_case(name)).is_none_or(|p| p.allow_priority)
+    }
+
+    /// The proxy each key goes out through, for the keys of pools that have one, with the pool whose
+    /// login it uses when it has one (pools that share a key have the same proxy: `validate` checks
+    /// it; the first such pool's login).
+    pub fn proxies(&self) -> Vec<(KeyId, String, Option<String>)> {
+        let mut out: Vec<(KeyId, String, Option<String>)> = Vec::new();
+        for (def, resolved) in self.defs.iter().zip(&self.resolved) {
+            let Some(proxy) = &def.proxy else { continue };
+            for key in &resolved.keys {
+                if !out.iter().any(|(k, ..)| k == key) {
+                    out.push((key.clone(), proxy.clone(), def.proxy_login.then(|| def.name.clone())));
+                }
+            }
+        }
+        out
+    }
+
+    /// The proxy `key` goes out through (its pools' proxy), if any.
+    pub fn proxy_of(&self, key: &KeyId) -> Option<&str> {
+        let mut pools = self.defs.iter().zip(&self.resolved);
+        pools
+            .find(|(def, resolved)| def.proxy.is_some() && resolved.keys.contains(key))
+            .and_then(|(def, _)| def.proxy.as_deref())
     }
 
     /// The key ids of pool `name` (every key for `all`; none for a pool that does not exist).

@@ -70,8 +70,8 @@ pub struct Usage {
     /// bill them apart; 0 elsewhere). Only the price reads it.
     #[serde(skip)]
     pub cache_write: u64,
-    /// The `service_tier` the answer says it was processed in. Only the price reads it.
-    #[serde(skip)]
+    /// The `service_tier` the answer says it was processed in (what the price is in; the Live view
+    /// shows it).
     pub tier: ServiceTier,
 }
 

@@ -34,6 +34,16 @@ impl From<ControlError> for Refusal {
     }
 }
 
+/// A pool change, off the async workers: it may write a proxy's login to the keychain, which blocks.
+async fn off_thread<T: Send + 'static>(
+    change: impl FnOnce() -> Result<T, ControlError> + Send + 'static,
+) -> Result<T, Refusal> {
+    match tokio::task::spawn_blocking(change).await {
+        Ok(done) => Ok(done?),
+        Err(e) => Err(Refusal { code: None, message: format!("the change did not finish: {e}") }),
+    }
+}
+
 /// The refusal of what only a running gateway can do.
 pub(super) fn not_running(loaded: &Loaded) -> Refusal {
     Refusal {
@@ -138,15 +148,18 @@ impl Control for Offline<'_> {
     }
 
     async fn create_pool(&self, pool: PoolConfig) -> Result<PoolInfo, Refusal> {
-        Ok(PoolInfo::defined(&pools::create_pool(&self.loaded.settings(), pool, &[])?))
+        let settings = self.loaded.settings();
+        Ok(PoolInfo::defined(&off_thread(move || pools::create_pool(&settings, pool, &[])).await?))
     }
 
     async fn change_pool(&self, name: &str, changes: PoolChanges) -> Result<PoolInfo, Refusal> {
-        Ok(PoolInfo::defined(&pools::change_pool(&self.loaded.settings(), name, &changes, &[])?))
+        let (settings, name) = (self.loaded.settings(), name.to_owned());
+        Ok(PoolInfo::defined(&off_thread(move || pools::change_pool(&settings, &name, &changes, &[])).await?))
     }
 
     async fn remove_pool(&self, name: &str) -> Result<String, Refusal> {
-        Ok(pools::remove_pool(&self.loaded.settings(), name, &[])?.name)
+        let (settings, name) = (self.loaded.settings(), name.to_owned());
+        Ok(off_thread(move || pools::remove_pool(&settings, &name, &[])).await?.name)
     }
 
     async fn login_link(&self) -> Result<String, Refusal> {

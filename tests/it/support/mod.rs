@@ -6,6 +6,7 @@
 pub mod admin;
 pub mod clients;
 pub mod disk;
+pub mod egress;
 pub mod harness;
 pub mod http;
 pub mod login;
@@ -16,6 +17,7 @@ pub mod ws;
 
 pub use admin::Admin;
 pub use clients::*;
+pub use egress::*;
 pub use harness::*;
 pub use http::*;
 pub use login::*;

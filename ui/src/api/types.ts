@@ -155,7 +155,19 @@ to: string, } | { "rule": "still_rescued",
 /**
  * How many organizations.
  */
-orgs: number, } | { "rule": "foreign_markers_stripped", 
+orgs: number, } | { "rule": "tier_changed", 
+/**
+ * The token's pool.
+ */
+pool: string, 
+/**
+ * The tier the request asked for (at most 32 bytes).
+ */
+asked: string, 
+/**
+ * The tier it was sent with (`default`).
+ */
+sent: string, } | { "rule": "foreign_markers_stripped", 
 /**
  * How many.
  */
@@ -267,7 +279,7 @@ choice: KeyId | null,
  */
 fallbacks: Array<KeyId>, 
 /**
- * The explanation, one line per rule applied (bounded by `MAX_KEYS + 2`).
+ * The explanation, one line per rule applied (bounded by `MAX_KEYS + 3`: the tier change is one more).
  */
 reasons: Array<Reason>, 
 /**
@@ -327,6 +339,8 @@ message: string | null, };
 
 export type Wire = "http" | "web_socket";
 
+export type ServiceTier = "standard" | "flex" | "priority" | "ultrafast" | "other";
+
 export type Usage = { 
 /**
  * Prompt tokens (`input_tokens`, or `prompt_tokens` on Chat Completions).
@@ -339,7 +353,12 @@ cached: number,
 /**
  * Output tokens.
  */
-output: number, };
+output: number, 
+/**
+ * The `service_tier` the answer says it was processed in (what the price is in; the Live view
+ * shows it).
+ */
+tier: ServiceTier, };
 
 export type Unpriced = "model" | "tier";
 
@@ -907,6 +926,11 @@ tokens_window: WindowInfo | null,
  */
 pools: Array<string>, 
 /**
+ * The proxy it goes out through (its pool's, `http://host:port`); `None`: direct. When the proxy
+ * cannot be reached its health is `unreachable` and its last attempt names the proxy.
+ */
+proxy: string | null, 
+/**
  * Where it stands against its budgets in money now.
  */
 budget: BudgetState, 
@@ -962,6 +986,18 @@ key_ids: Array<KeyId>,
  * Its fallback pools, in order.
  */
 fallback: Array<string>, 
+/**
+ * Whether its requests may ask for a tier above the standard one (`priority`, Fast mode).
+ */
+allow_priority: boolean, 
+/**
+ * The proxy its keys go out through (`None`: direct), never with a user or password.
+ */
+proxy: string | null, 
+/**
+ * The proxy's user and password are kept in the keychain (never shown).
+ */
+proxy_login: boolean, 
 /**
  * The tokens bound to it, by name.
  */
@@ -1035,6 +1071,25 @@ keys: Array<string>,
  * Pools to use, in order, only when none of this pool's keys can serve. Empty: never.
  */
 fallback: Array<string>, 
+/**
+ * Whether its tokens' requests may ask for a service tier that bills above the standard one
+ * (`service_tier` `priority` or `fast`, Codex's Fast mode, and `ultrafast`: see
+ * [`above_standard`]). `false`: such a request is sent with `service_tier: "default"`, and its
+ * decision says so. Default `true`.
+ */
+allow_priority: boolean, 
+/**
+ * The HTTP proxy every upstream request of its keys goes through (`http://host:port` or
+ * `https://…`; SOCKS is not supported), probes and WebSockets included; never sent direct when it
+ * cannot be reached. Never with a user or password (see [`check_proxy`]): those are kept in the
+ * keychain, and `proxy_login` says so.
+ */
+proxy?: string | null, 
+/**
+ * The proxy's user and password are kept in the keychain (account `proxy:<pool>`), set with the
+ * proxy URL through the CLI, the API or the dashboard (`http://user:password@host:port`).
+ */
+proxy_login?: boolean, 
 /**
  * US dollars per local day.
  */
@@ -1668,5 +1723,5 @@ notes: Array<string>, };
 
 export type KeyChanges = Partial<{ label: string } & KeySettings & MoneyBudget>;
 
-export type PoolChanges = Partial<{ keys: Array<string>, fallback: Array<string> } & MoneyBudget>;
+export type PoolChanges = Partial<{ keys: Array<string>, fallback: Array<string>, allow_priority: boolean, proxy: string | null } & MoneyBudget>;
 

@@ -1,5 +1,5 @@
 import type { LiveRow } from "../lib/live";
-import { affinitySentence, reasonSentence, refusalSentence, routeSentence } from "../lib/decision";
+import { affinitySentence, reasonSentence, refusalSentence, routeSentence, tierWords } from "../lib/decision";
 import { clock, count, duration, percent } from "../lib/format";
 import { fallbackPool, tokenName } from "../lib/pools";
 import { CLIENT, OPERATION, ROUTE } from "../lib/words";
@@ -149,6 +149,12 @@ function Details({ row }: { row: LiveRow }) {
                 ? `${count(r.usage.input)} in (${count(r.usage.cached)} cached, ${percent(r.usage.input ? r.usage.cached / r.usage.input : 0)}) · ${count(r.usage.output)} out`
                 : "not reported"}
             </dd>
+            {r.usage && (
+              <>
+                <dt>Service tier</dt>
+                <dd data-testid="drawer-tier">{tierWords(r.usage.tier)}</dd>
+              </>
+            )}
           </dl>
         </section>
       )}

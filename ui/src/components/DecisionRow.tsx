@@ -84,6 +84,12 @@ export const DecisionRow = memo(function DecisionRow({ row, keyLabel, keyOrg, on
       </td>
       <td class="c-cost num" data-testid="row-cost" title={r?.unpriced ? `No price for this ${r.unpriced}: not counted, and not $0` : "What it cost, from its usage"}>
         {r?.unpriced ? <span class="muted">unpriced</span> : r?.usage ? usd(r.cost_usd) : ""}
+        {usage && usage.tier !== "standard" && (
+          <span class="muted small" data-testid="row-tier" title="The service tier the provider says it served (what the cost is in)">
+            {" "}
+            {usage.tier}
+          </span>
+        )}
       </td>
     </tr>
   );

@@ -2,7 +2,7 @@ import { useState } from "preact/hooks";
 import { del, messageOf } from "../api/client";
 import type { PoolInfo } from "../api/types";
 import { usd } from "../lib/format";
-import { emptyPoolSentence, fallbackSentence, keysOf } from "../lib/pools";
+import { emptyPoolSentence, fallbackSentence, keysOf, policySentence } from "../lib/pools";
 import { HEALTH } from "../lib/words";
 import { NO_FILTERS, keysPool, liveFilters } from "../state/filters";
 import { go } from "../state/route";
@@ -89,6 +89,8 @@ export function PoolCard({ pool, onEdit }: Props) {
         </dd>
         <dt>Fallback</dt>
         <dd data-testid="pool-fallback">{fallbackSentence(pool)}</dd>
+        <dt>Policies</dt>
+        <dd data-testid="pool-policies">{policySentence(pool)}</dd>
         <dt>Tokens</dt>
         <dd data-testid="pool-tokens">
           {pool.tokens.length > 0 ? (

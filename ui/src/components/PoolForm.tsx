@@ -32,6 +32,8 @@ export function PoolForm({ pool, onClose, onDone }: Props) {
   const [chosen, setChosen] = useState<string[]>(() => labelsOf(pool));
   const [fallback, setFallback] = useState<string[]>(pool?.fallback ?? []);
   const [money, setMoney] = useState<Money>(() => moneyOf(pool));
+  const [allowPriority, setAllowPriority] = useState(pool?.allow_priority ?? true);
+  const [proxy, setProxy] = useState(pool?.proxy ?? "");
   const [reviewing, setReviewing] = useState(false);
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<string | null>(null);
@@ -47,10 +49,23 @@ export function PoolForm({ pool, onClose, onDone }: Props) {
     setError(null);
     try {
       if (creating) {
-        const body: PoolConfig = { name: name.trim(), keys: chosen, fallback, ...budgetOf(money) };
+        const body: PoolConfig = {
+          name: name.trim(),
+          keys: chosen,
+          fallback,
+          allow_priority: allowPriority,
+          proxy: proxy.trim() || null,
+          ...budgetOf(money),
+        };
         await post("pools", body);
       } else {
-        const body: PoolChanges = { keys: chosen, fallback, ...moneyChanges(money, pool) };
+        const body: PoolChanges = {
+          keys: chosen,
+          fallback,
+          allow_priority: allowPriority,
+          proxy: proxy.trim() || null,
+          ...moneyChanges(money, pool),
+        };
         await patch(`pools/${encodeURIComponent(pool.name)}`, body);
       }
       await refreshStatus();
@@ -71,6 +86,8 @@ export function PoolForm({ pool, onClose, onDone }: Props) {
           chosen={chosen}
           fallback={fallback}
           money={money}
+          allowPriority={allowPriority}
+          proxy={proxy.trim()}
           busy={busy}
           error={error}
           onBack={() => {
@@ -103,6 +120,7 @@ export function PoolForm({ pool, onClose, onDone }: Props) {
           <KeyChecklist chosen={chosen} onToggle={toggle} />
           <FallbackPicker self={pool?.name ?? name.trim()} fallback={fallback} onChange={setFallback} />
           <MoneyFields money={money} onChange={setMoney} testid="pool" about="What its keys spend together, for its tokens' requests." />
+          <Policies allowPriority={allowPriority} onAllow={setAllowPriority} proxy={proxy} onProxy={setProxy} />
           <div class="actions">
             <button type="button" class="button" onClick={onClose}>
               Cancel
@@ -144,6 +162,46 @@ function KeyChecklist({ chosen, onToggle }: { chosen: string[]; onToggle: (label
           );
         })}
       </ul>
+    </fieldset>
+  );
+}
+
+interface PoliciesProps {
+  allowPriority: boolean;
+  onAllow: (allow: boolean) => void;
+  proxy: string;
+  onProxy: (proxy: string) => void;
+}
+
+/** The pool's policies: whether its requests may use the priority tier, and the proxy its keys go out through. */
+function Policies({ allowPriority, onAllow, proxy, onProxy }: PoliciesProps) {
+  return (
+    <fieldset class="field-group">
+      <legend>Policies</legend>
+      <label class="check">
+        <input
+          type="checkbox"
+          name="pool-allow-priority"
+          checked={allowPriority}
+          onChange={(e) => onAllow(e.currentTarget.checked)}
+        />
+        <span>Allow the priority tier (Codex's Fast mode, billed about twice)</span>
+      </label>
+      <p class="muted small">Off: its requests that ask for it are sent in the standard tier, and their decision says so.</p>
+      <label>
+        <span>Proxy</span>
+        <input
+          name="pool-proxy"
+          placeholder="direct (or e.g. http://proxy.example:3128)"
+          value={proxy}
+          onInput={(e) => onProxy(e.currentTarget.value)}
+        />
+      </label>
+      <p class="muted small">
+        Every request of its keys goes through this HTTP proxy, probes included, and fails rather than go direct. A user and
+        password (http://user:password@host:port) are kept in the keychain, never shown again; leave the URL as it is to
+        keep them.
+      </p>
     </fieldset>
   );
 }
@@ -225,6 +283,8 @@ interface ReviewProps {
   chosen: string[];
   fallback: string[];
   money: Money;
+  allowPriority: boolean;
+  proxy: string;
   busy: boolean;
   error: string | null;
   onBack: () => void;
@@ -232,7 +292,7 @@ interface ReviewProps {
 }
 
 /** What the pool will be, to confirm before the gateway is told. */
-function Review({ name, pool, chosen, fallback, money, busy, error, onBack, onConfirm }: ReviewProps) {
+function Review({ name, pool, chosen, fallback, money, allowPriority, proxy, busy, error, onBack, onConfirm }: ReviewProps) {
   const tokens = pool?.tokens ?? [];
   return (
     <div class="confirm-text" data-testid="pool-review">
@@ -246,6 +306,10 @@ function Review({ name, pool, chosen, fallback, money, busy, error, onBack, onCo
         <dd>{fallback.length > 0 ? fallback.join(", then ") : "none"}</dd>
         <dt>Budget</dt>
         <dd data-testid="pool-review-budget">{budgetWords(money)}</dd>
+        <dt>Priority tier</dt>
+        <dd data-testid="pool-review-priority">{allowPriority ? "allowed" : "sent as standard"}</dd>
+        <dt>Proxy</dt>
+        <dd data-testid="pool-review-proxy">{proxy || "none: direct"}</dd>
       </dl>
       <p class="muted small">
         {tokens.length > 0

@@ -24,7 +24,7 @@ function record(d: Partial<Decision>, over: Partial<RequestRecord> = {}): Reques
     rescued_items: 0,
     ttfb_ms: 40,
     duration_ms: 90,
-    usage: { input: 100, cached: 0, output: 10 },
+    usage: { input: 100, cached: 0, output: 10, tier: "standard" },
     cost_usd: 0.0008,
     unpriced: null,
     ...over,
@@ -196,5 +196,10 @@ describe("sentences", () => {
     expect(s).toBe(
       "Pinned to organization: It replays encrypted reasoning that only the organization that produced it can read. The content was made by work (org-a).",
     );
+  });
+
+  it("says a pool sent a priority request as standard, and why", () => {
+    const s = reasonSentence({ rule: "tier_changed", pool: "work", asked: "priority", sent: "default" }, name);
+    expect(s).toBe("Its pool work does not allow the priority service tier (billed above standard), so it was sent as default.");
   });
 });

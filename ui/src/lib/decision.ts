@@ -1,6 +1,6 @@
 // What a routing decision says, in badges for a row and in sentences for the drawer.
 
-import type { Decision, Reason, Refusal, RequestRecord, SkipWhy } from "../api/types";
+import type { Decision, Reason, Refusal, RequestRecord, ServiceTier, SkipWhy } from "../api/types";
 import { countdown, usd } from "./format";
 import { AFFINITY_SOURCE, AFFINITY_STATE, ROUTE, type Tone } from "./words";
 
@@ -101,6 +101,22 @@ function skipWhy(why: SkipWhy): string {
   }
 }
 
+/** The service tier an answer was served (and billed) in, in words. */
+export function tierWords(tier: ServiceTier): string {
+  switch (tier) {
+    case "standard":
+      return "standard";
+    case "flex":
+      return "flex (cheaper, slower)";
+    case "priority":
+      return "priority (Fast mode: billed above standard)";
+    case "ultrafast":
+      return "ultrafast (billed above standard)";
+    default:
+      return "one the price table does not know (unpriced)";
+  }
+}
+
 /** One reason, as a sentence. */
 export function reasonSentence(reason: Reason, name: KeyNamer = plain, choice?: string | null): string {
   switch (reason.rule) {
@@ -144,6 +160,8 @@ export function reasonSentence(reason: Reason, name: KeyNamer = plain, choice?: 
       return `${reason.from} had no key that could serve: used fallback pool ${reason.to}.`;
     case "still_rescued":
       return `This session was moved off ${reason.orgs === 1 ? "an organization" : `${reason.orgs} organizations`} on an earlier turn; ${reason.orgs === 1 ? "its" : "their"} items stay dropped, so it goes on where it was moved.`;
+    case "tier_changed":
+      return `Its pool ${reason.pool} does not allow the ${reason.asked} service tier (billed above standard), so it was sent as ${reason.sent}.`;
     case "foreign_markers_stripped":
       return `${reason.count} marker${reason.count === 1 ? "" : "s"} from another Keymux install ${reason.count === 1 ? "was" : "were"} removed without routing on ${reason.count === 1 ? "it" : "them"}.`;
     case "affinity_off":

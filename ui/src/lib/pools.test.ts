@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import {
+  policySentence,
   emptyPoolSentence,
   fallbackPool,
   fallbackSentence,
@@ -93,5 +94,14 @@ describe("the Keys view's sections", () => {
   it("shows an empty pool as a section with no keys", () => {
     const sections = keySections(keys, [all, poolInfo("spare", [])], "spare");
     expect(sections).toEqual([{ pool: poolInfo("spare", []), keys: [] }]);
+  });
+});
+
+describe("policySentence", () => {
+  it("says whether the priority tier is allowed and which way the keys go out", () => {
+    expect(policySentence(poolInfo("home", ["k_a1"]))).toBe("The priority tier (Fast mode) is allowed; its keys go out direct.");
+    expect(policySentence(poolInfo("work", ["k_a1"], { allow_priority: false, proxy: "http://proxy.example:3128" }))).toBe(
+      "Requests for the priority tier (Fast mode) are sent as standard; its keys go out through the proxy http://proxy.example:3128.",
+    );
   });
 });

@@ -60,6 +60,16 @@ export function reachOf(pool: PoolInfo | undefined, keys: KeyInfo[]): string {
   return `only ${members.join(", ")}${fallback ? `, then (only when none of them can serve) ${fallback}` : ""}`;
 }
 
+/** A pool's policies in words: the priority tier, and the way its keys go out. */
+export function policySentence(pool: PoolInfo): string {
+  if (pool.builtin) return "Every tier allowed; its keys go out as their own pools say.";
+  const tier = pool.allow_priority
+    ? "The priority tier (Fast mode) is allowed"
+    : "Requests for the priority tier (Fast mode) are sent as standard";
+  const login = pool.proxy_login ? " (its user and password kept in the keychain)" : "";
+  return `${tier}; its keys go out ${pool.proxy ? `through the proxy ${pool.proxy}${login}` : "direct"}.`;
+}
+
 /** What a pool's fallbacks mean, in words. */
 export function fallbackSentence(pool: PoolInfo): string {
   if (pool.builtin) return "It holds every key, so it needs no fallback.";

@@ -39,6 +39,9 @@ pub struct EnvSecrets {
     pub keys: Vec<EnvKey>,
     /// Pools from `KEYMUX_POOL_<NAME>=label1,label2`.
     pub pools: Vec<PoolConfig>,
+    /// The user and password of a pool's proxy (`KEYMUX_POOL_<NAME>_PROXY=http://user:password@…`), by
+    /// pool: kept in memory only, like every environment secret.
+    pub proxy_logins: Vec<(String, crate::secrets::Secret)>,
     /// Named tokens from `KEYMUX_TOKEN_<NAME>`.
     pub tokens: Vec<EnvToken>,
     /// `KEYMUX_CLIENT_TOKEN`.
@@ -59,6 +62,7 @@ impl EnvSecrets {
         I: IntoIterator<Item = (String, String)>,
     {
         let vars: BTreeMap<String, String> = vars.into_iter().filter(|(k, _)| k.starts_with("KEYMUX_")).collect();
+        let (pools, proxy_logins) = env_pools(&vars)?;
         let mut out = Self {
             client_token: vars
                 .get("KEYMUX_CLIENT_TOKEN")
@@ -73,7 +77,8 @@ impl EnvSecrets {
                 .filter(|v| !v.is_empty())
                 .map(|v| crate::secrets::Secret::new(v.as_str())),
             keys: Vec::new(),
-            pools: env_pools(&vars)?,
+            pools,
+            proxy_logins,
             tokens: env_tokens(&vars)?,
         };
         for name in ["KEYMUX_CLIENT_TOKEN", "KEYMUX_ADMIN_TOKEN"] {
@@ -136,18 +141,50 @@ impl EnvSecrets {
 const POOL_PREFIX: &str = "KEYMUX_POOL_";
 const TOKEN_PREFIX: &str = "KEYMUX_TOKEN_";
 
-/// `KEYMUX_POOL_<NAME>=label1,label2`: a pool of those keys (checked against the keys at startup).
-fn env_pools(vars: &BTreeMap<String, String>) -> Result<Vec<PoolConfig>, String> {
+/// The policies a `KEYMUX_POOL_<NAME>` pool takes from `KEYMUX_POOL_<NAME>_<ATTR>`.
+const POOL_ATTRS: [&str; 2] = ["_ALLOW_PRIORITY", "_PROXY"];
+
+/// `KEYMUX_POOL_<NAME>=label1,label2`: a pool of those keys (checked against the keys at startup), with
+/// `KEYMUX_POOL_<NAME>_ALLOW_PRIORITY=true|false` and `KEYMUX_POOL_<NAME>_PROXY=http://host:port`.
+fn env_pools(vars: &BTreeMap<String, String>) -> Result<EnvPools, String> {
     let mut pools = Vec::new();
+    let mut logins = Vec::new();
     for (name, value) in vars {
         let Some(rest) = name.strip_prefix(POOL_PREFIX) else { continue };
+        let attribute = POOL_ATTRS
+            .iter()
+            .any(|attr| rest.strip_suffix(attr).is_some_and(|base| vars.contains_key(&format!("{POOL_PREFIX}{base}"))));
+        if attribute {
+            continue;
+        }
         let pool = rest.to_ascii_lowercase();
         crate::pools::check_name(&pool).map_err(|e| format!("{name}: {e}"))?;
         let keys = value.split(',').map(str::trim).filter(|k| !k.is_empty()).map(str::to_owned).collect();
-        pools.push(PoolConfig { name: pool, keys, ..PoolConfig::default() });
+        let allow_priority = match vars.get(&format!("{name}_ALLOW_PRIORITY")).map(|v| v.trim().to_ascii_lowercase()) {
+            None => true,
+            Some(v) if ["true", "1", "yes"].contains(&v.as_str()) => true,
+            Some(v) if ["false", "0", "no"].contains(&v.as_str()) => false,
+            Some(_) => return Err(format!("{name}_ALLOW_PRIORITY: use true or false")),
+        };
+        let (proxy, login) = match vars.get(&format!("{name}_PROXY")).filter(|v| !v.trim().is_empty()) {
+            // The message never quotes a user or password the URL carries (`pools::safe_proxy`).
+            Some(url) => {
+                let (url, login) = crate::pools::split_proxy(url).map_err(|e| format!("{name}_PROXY: {e}"))?;
+                (Some(url), login)
+            }
+            None => (None, None),
+        };
+        let proxy_login = login.is_some();
+        if let Some(login) = login {
+            logins.push((pool.clone(), crate::secrets::Secret::new(login)));
+        }
+        pools.push(PoolConfig { name: pool, keys, allow_priority, proxy, proxy_login, ..PoolConfig::default() });
     }
-    Ok(pools)
+    Ok((pools, logins))
 }
+
+/// The environment's pools, and their proxies' logins by pool.
+type EnvPools = (Vec<PoolConfig>, Vec<(String, crate::secrets::Secret)>);
 
 /// `KEYMUX_TOKEN_<NAME>=…` with `KEYMUX_TOKEN_<NAME>_POOL=<pool>`: a named client token.
 fn env_tokens(vars: &BTreeMap<String, String>) -> Result<Vec<EnvToken>, String> {

@@ -199,6 +199,11 @@ pub struct Config {
     /// over the price table Keymux embeds.
     #[serde(skip_serializing_if = "PriceOverrides::is_empty")]
     pub prices: PriceOverrides,
+    /// Root certificates (PEM) the upstream client trusts beside the public ones. Never read from the
+    /// config file or the environment: only a program that embeds Keymux sets it (its tests, in front
+    /// of a local TLS upstream).
+    #[serde(skip)]
+    pub extra_roots_pem: Vec<String>,
 }
 
 impl Default for Config {
@@ -218,6 +223,7 @@ impl Default for Config {
             pools: Vec::new(),
             tokens: Vec::new(),
             prices: PriceOverrides::default(),
+            extra_roots_pem: Vec::new(),
         }
     }
 }

@@ -175,3 +175,48 @@ fn bad_env_key_is_reported_without_the_value() {
     assert!(err.contains("KEYMUX_KEY_WORK"));
     assert!(!err.contains("sk-w x"));
 }
+
+#[test]
+fn env_pools_take_their_policies_from_their_attributes() {
+    let vars = [
+        ("KEYMUX_POOL_WORK", "a,b"),
+        ("KEYMUX_POOL_WORK_ALLOW_PRIORITY", "false"),
+        ("KEYMUX_POOL_WORK_PROXY", "http://proxy.example:3128/"),
+        ("KEYMUX_POOL_HOME", "c"),
+    ]
+    .map(|(a, b)| (a.to_owned(), b.to_owned()));
+    let env = EnvSecrets::from_vars(vars).expect("valid");
+    assert_eq!(env.pools.len(), 2, "the attributes are not pools of their own: {:?}", env.pools);
+    let work = env.pools.iter().find(|p| p.name == "work").expect("work");
+    assert_eq!((work.allow_priority, work.proxy.as_deref()), (false, Some("http://proxy.example:3128")));
+    let home = env.pools.iter().find(|p| p.name == "home").expect("home");
+    assert_eq!((home.allow_priority, home.proxy.as_deref()), (true, None));
+    let bad = |name: &str, value: &str| {
+        let vars = [("KEYMUX_POOL_WORK", "a"), (name, value)].map(|(a, b)| (a.to_owned(), b.to_owned()));
+        EnvSecrets::from_vars(vars).expect_err("refused")
+    };
+    assert!(bad("KEYMUX_POOL_WORK_ALLOW_PRIORITY", "maybe").contains("true or false"));
+    let err = bad("KEYMUX_POOL_WORK_PROXY", "socks5://bob:hunter2@proxy.example:1080");
+    assert!(err.starts_with("KEYMUX_POOL_WORK_PROXY") && !err.contains("hunter2") && !err.contains("bob"), "{err}");
+    // A user and password stay in memory, apart from the pool.
+    let vars = [("KEYMUX_POOL_WORK", "a"), ("KEYMUX_POOL_WORK_PROXY", "http://bob:hunter2@proxy.example:3128")]
+        .map(|(a, b)| (a.to_owned(), b.to_owned()));
+    let env = EnvSecrets::from_vars(vars).expect("valid");
+    assert_eq!(env.pools[0].proxy.as_deref(), Some("http://proxy.example:3128"));
+    assert!(env.pools[0].proxy_login);
+    assert_eq!(
+        env.proxy_logins.iter().map(|(p, s)| (p.as_str(), s.expose())).collect::<Vec<_>>(),
+        [("work", "bob:hunter2")]
+    );
+    assert!(!format!("{env:?}").contains("hunter2"), "debug output shows no password");
+}
+
+#[test]
+fn pool_policies_are_read_from_the_config_file_with_their_defaults() {
+    let text = "[[keys]]\nid = \"k_1\"\nlabel = \"w\"\n\n[[pools]]\nname = \"work\"\nkeys = [\"w\"]\nallow_priority = \
+                false\nproxy = \"http://127.0.0.1:3128\"\n\n[[pools]]\nname = \"home\"\nkeys = [\"w\"]\nproxy = \
+                \"http://127.0.0.1:3128\"\n";
+    let config = Config::parse(text, std::path::Path::new("c.toml")).expect("valid");
+    assert_eq!((config.pools[0].allow_priority, config.pools[1].allow_priority), (false, true));
+    assert_eq!(config.pools[0].proxy.as_deref(), Some("http://127.0.0.1:3128"));
+}

@@ -58,9 +58,13 @@ struct Peek<'a> {
     messages: Option<&'a serde_json::value::RawValue>,
     #[serde(default)]
     stream: Option<serde_json::Value>,
+    #[serde(default)]
+    service_tier: Option<serde_json::Value>,
 }
 
 const MODEL_DISPLAY_CAP: usize = 128;
+/// Most bytes of a requested `service_tier` kept (the tiers are short words).
+const TIER_CAP: usize = 32;
 
 /// A request as it arrived: what `extract` reads.
 #[derive(Clone, Copy, Debug)]
@@ -102,6 +106,7 @@ pub fn extract(incoming: &Incoming<'_>, markers: &Markers) -> Result<Extracted, 
     let peek = peek(body)?;
     facts.model = model_of(&peek)?;
     facts.stream = matches!(peek.stream, Some(serde_json::Value::Bool(true)));
+    facts.service_tier = peek.service_tier.as_ref().and_then(serde_json::Value::as_str).map(|t| truncate(t, TIER_CAP));
     let digest = markers.digest();
     let session_scope = match incoming.pool {
         crate::pools::ALL => std::borrow::Cow::Borrowed(operation_scope(operation)),
@@ -419,6 +424,17 @@ mod tests {
         let none = extract(8, Operation::ResponsesCreate, br#"{"model":"m","prompt_cache_key":7}"#).expect("valid");
         assert_eq!(none.signal, None);
         assert!(extract(9, Operation::Embeddings, br#"{"input":"x"}"#).expect("valid").signal.is_none());
+    }
+
+    #[test]
+    fn the_requested_service_tier_is_read_when_it_is_a_string() {
+        let tier = |body: &[u8]| extract(1, Operation::ResponsesCreate, body).expect("valid").service_tier;
+        assert_eq!(tier(br#"{"model":"m","service_tier":"priority"}"#).as_deref(), Some("priority"));
+        assert_eq!(tier(br#"{"model":"m","service_tier":null}"#), None);
+        assert_eq!(tier(br#"{"model":"m","service_tier":7}"#), None);
+        assert_eq!(tier(br#"{"model":"m"}"#), None);
+        let long = format!(r#"{{"service_tier":"{}"}}"#, "x".repeat(100));
+        assert_eq!(tier(long.as_bytes()).map(|t| t.len()), Some(TIER_CAP));
     }
 
     #[test]

@@ -205,6 +205,8 @@ pub struct RequestFacts {
     pub unmarked_encrypted: bool,
     /// Markers of another Keymux install that were stripped without routing on them.
     pub foreign_markers: usize,
+    /// The top-level `service_tier` the request asks for, when it is a string (capped at 32 bytes).
+    pub service_tier: Option<String>,
     /// Keyed digest of a valid top-level `prompt_cache_key` (Codex and pi set it to the session id).
     #[serde(skip)]
     pub session: Option<SessionKey>,
@@ -245,6 +247,7 @@ impl RequestFacts {
             prompt_tokens: 0,
             pins: Vec::new(),
             foreign_markers: 0,
+            service_tier: None,
             session: None,
             continuity: None,
             unmarked_response_id: false,

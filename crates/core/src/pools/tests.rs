@@ -123,3 +123,59 @@ fn a_bare_response_id_reaches_only_keys_whose_organization_is_their_pools_alone(
     every[2].1 = None;
     assert_eq!(pools.reach("work").bare_id_keys(&every), Err("personal".to_owned()));
 }
+
+#[test]
+fn only_tiers_above_the_standard_one_are_held_back() {
+    for tier in ["priority", "Priority", "fast", "ultrafast"] {
+        assert!(above_standard(tier), "{tier}");
+    }
+    for tier in ["default", "auto", "flex", "scale", ""] {
+        assert!(!above_standard(tier), "{tier}");
+    }
+}
+
+#[test]
+fn the_standard_tier_replaces_only_the_tier_and_keeps_the_order() {
+    let body = br#"{"model":"m","service_tier":"priority","input":[{"role":"user","content":"hi"}],"stream":true}"#;
+    let changed = String::from_utf8(standard_tier(body).expect("a JSON object")).expect("utf-8");
+    assert_eq!(
+        changed,
+        r#"{"model":"m","service_tier":"default","input":[{"role":"user","content":"hi"}],"stream":true}"#
+    );
+    assert_eq!(standard_tier(b"[1]"), None);
+}
+
+#[test]
+fn proxies_are_checked_and_credentials_never_quoted() {
+    assert_eq!(check_proxy("http://proxy.example:3128/").as_deref(), Ok("http://proxy.example:3128"));
+    assert_eq!(check_proxy("HTTPS://[::1]:8443").as_deref(), Ok("https://[::1]:8443"));
+    assert_eq!(check_proxy("http://proxy.example").as_deref(), Ok("http://proxy.example"));
+    for bad in ["proxy.example:3128", "socks5://p:1080", "ftp://p:21", "http://p:3128/path", "http://p:port", "http://"]
+    {
+        assert!(check_proxy(bad).is_err(), "{bad}");
+    }
+    let err = check_proxy("http://alice:s3cret@proxy.example:3128").expect_err("credentials refused");
+    assert!(!err.contains("s3cret") && !err.contains("alice"), "{err}");
+    assert_eq!(safe_proxy("http://alice:s3cret@p:1"), "http://***@p:1");
+    let split = split_proxy("http://alice:s3:cret@proxy.example:3128/").expect("readable");
+    assert_eq!(split, ("http://proxy.example:3128".to_owned(), Some("alice:s3:cret".to_owned())));
+    assert_eq!(split_proxy("http://proxy.example:3128"), Ok(("http://proxy.example:3128".to_owned(), None)));
+    let err = split_proxy("socks5://alice:s3cret@p:1").expect_err("another scheme");
+    assert!(!err.contains("s3cret"), "{err}");
+}
+
+#[test]
+fn a_key_goes_out_one_way_and_its_pools_proxy_is_found() {
+    let mut work = pool("work", &["work"], &[]);
+    work.proxy = Some("http://127.0.0.1:3128".into());
+    let mut both = pool("both", &["work", "personal"], &[]);
+    let problem = validate(&[work.clone(), both.clone()], known, []).expect_err("two ways out for one key");
+    assert!(problem.message.contains("a key goes out one way"), "{}", problem.message);
+    both.proxy = work.proxy.clone();
+    assert_eq!(validate(&[work.clone(), both.clone()], known, []), Ok(()));
+    let pools = Pools::resolve(vec![work, pool("personal", &["personal"], &[])], &keys(), &Pools::default());
+    assert_eq!(pools.proxies(), vec![(KeyId::new("k_w1"), "http://127.0.0.1:3128".to_owned(), None)]);
+    assert_eq!(pools.proxy_of(&KeyId::new("k_w1")), Some("http://127.0.0.1:3128"));
+    assert_eq!(pools.proxy_of(&KeyId::new("k_p1")), None);
+    assert!(pools.allows_priority("work") && pools.allows_priority("all") && pools.allows_priority("nope"));
+}

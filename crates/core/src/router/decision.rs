@@ -200,6 +200,17 @@ pub enum Reason {
         /// How many organizations.
         orgs: usize,
     },
+    /// The token's pool does not allow the service tier the request asked for (`allow_priority =
+    /// false`, and a tier above the standard one: `priority`, `fast`, `ultrafast`): it was sent in the
+    /// standard tier instead.
+    TierChanged {
+        /// The token's pool.
+        pool: String,
+        /// The tier the request asked for (at most 32 bytes).
+        asked: String,
+        /// The tier it was sent with (`default`).
+        sent: String,
+    },
     /// Markers of another Keymux install were removed without routing on them.
     ForeignMarkersStripped {
         /// How many.
@@ -300,7 +311,7 @@ pub struct Decision {
     pub choice: Option<KeyId>,
     /// Keys to try next, in order, if the choice fails before any byte reached the client.
     pub fallbacks: Vec<KeyId>,
-    /// The explanation, one line per rule applied (bounded by `MAX_KEYS + 2`).
+    /// The explanation, one line per rule applied (bounded by `MAX_KEYS + 3`: the tier change is one more).
     pub reasons: Vec<Reason>,
     /// Where the affinity signal came from.
     pub affinity_source: AffinitySource,

@@ -200,7 +200,8 @@ impl Usage {
 }
 
 /// The processing tier a request was billed in: pass the `service_tier` of the *response*.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, ts_rs::TS)]
+#[serde(rename_all = "snake_case")]
 pub enum ServiceTier {
     /// `default`, `auto`, or no tier reported.
     #[default]

@@ -1,0 +1,201 @@
+//! The ways out a pool's keys can take, for tests: a real HTTP forward proxy on a loopback port (plain
+//! requests in absolute form, and `CONNECT` tunnels) that logs each request and can be stopped, and a
+//! TLS front for the simulator (a self-signed certificate made here, trusted by the gateway only
+//! through `Config::extra_roots_pem`).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http_body_util::{combinators::BoxBody, BodyExt as _, Empty};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+
+/// One request the proxy passed on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Proxied {
+    /// `CONNECT`, or the request's method.
+    pub method: String,
+    /// The tunnel's `host:port`, or the request's absolute URL.
+    pub target: String,
+    /// The bearer secret the request carried (none for a tunnel: the proxy cannot read inside it).
+    pub key: Option<String>,
+    /// Whether it came with the login the proxy asks for (always, for a proxy that asks none).
+    pub authorized: bool,
+}
+
+/// An HTTP forward proxy on `127.0.0.1:0`.
+pub struct TestProxy {
+    pub addr: SocketAddr,
+    log: Arc<Mutex<Vec<Proxied>>>,
+    /// The accept loop and every connection: aborted on `stop`, so the port refuses from then on.
+    tasks: Arc<Mutex<JoinSet<()>>>,
+}
+
+type Body = BoxBody<Bytes, hyper::Error>;
+
+impl TestProxy {
+    pub async fn start() -> Self {
+        Self::start_with_login(None).await
+    }
+
+    /// A proxy that answers 407 to any request without `Proxy-Authorization: Basic` of `login`
+    /// (`user:password`).
+    pub async fn start_with_login(login: Option<&str>) -> Self {
+        use base64::Engine as _;
+        let expected: Arc<Option<String>> =
+            Arc::new(login.map(|l| format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(l))));
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the proxy");
+        let addr = listener.local_addr().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let tasks = Arc::new(Mutex::new(JoinSet::new()));
+        let (accept_log, accept_tasks) = (log.clone(), tasks.clone());
+        tasks.lock().unwrap().spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (log, expected) = (accept_log.clone(), expected.clone());
+                accept_tasks.lock().unwrap().spawn(async move {
+                    let service =
+                        hyper::service::service_fn(move |request| handle(request, log.clone(), expected.clone()));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .with_upgrades()
+                        .await;
+                });
+            }
+        });
+        Self { addr, log, tasks }
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// `127.0.0.1:PORT`, as Keymux names the proxy.
+    pub fn host_port(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// What passed through so far.
+    pub fn log(&self) -> Vec<Proxied> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Closes the port and every connection through it.
+    pub fn stop(&self) {
+        self.tasks.lock().unwrap().abort_all();
+    }
+}
+
+impl Drop for TestProxy {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+async fn handle(
+    request: Request<hyper::body::Incoming>,
+    log: Arc<Mutex<Vec<Proxied>>>,
+    expected: Arc<Option<String>>,
+) -> Result<Response<Body>, hyper::Error> {
+    let given = request.headers().get("proxy-authorization").and_then(|v| v.to_str().ok());
+    let authorized = expected.as_deref().is_none_or(|e| given == Some(e));
+    let key = request
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_owned);
+    if request.method() == hyper::Method::CONNECT {
+        let target = request.uri().authority().map(|a| a.to_string()).unwrap_or_default();
+        log.lock().unwrap().push(Proxied { method: "CONNECT".into(), target: target.clone(), key: None, authorized });
+        if !authorized {
+            return Ok(status(407));
+        }
+        let Ok(mut upstream) = TcpStream::connect(&target).await else { return Ok(status(502)) };
+        tokio::spawn(async move {
+            if let Ok(upgraded) = hyper::upgrade::on(request).await {
+                let _ = tokio::io::copy_bidirectional(&mut TokioIo::new(upgraded), &mut upstream).await;
+            }
+        });
+        return Ok(status(200));
+    }
+    let uri = request.uri().clone();
+    log.lock().unwrap().push(Proxied {
+        method: request.method().to_string(),
+        target: uri.to_string(),
+        key,
+        authorized,
+    });
+    if !authorized {
+        return Ok(status(407));
+    }
+    let Some(authority) = uri.authority().map(|a| a.to_string()) else { return Ok(status(400)) };
+    let Ok(upstream) = TcpStream::connect(&authority).await else { return Ok(status(502)) };
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(upstream)).await?;
+    tokio::spawn(connection);
+    let (mut parts, body) = request.into_parts();
+    parts.uri = uri.path_and_query().map_or("/", |p| p.as_str()).parse().unwrap();
+    parts.headers.remove("proxy-connection");
+    parts.headers.remove("proxy-authorization");
+    let response = sender.send_request(Request::from_parts(parts, body)).await?;
+    Ok(response.map(|body| body.boxed()))
+}
+
+fn status(code: u16) -> Response<Body> {
+    let mut response = Response::new(Empty::<Bytes>::new().map_err(|never| match never {}).boxed());
+    *response.status_mut() = hyper::StatusCode::from_u16(code).unwrap();
+    response
+}
+
+/// A TLS front for the simulator on `127.0.0.1:0`: each connection's TLS is ended here and its bytes
+/// go on to the simulator's port. Its certificate names 127.0.0.1 and is signed by nobody but itself.
+pub struct TlsFront {
+    pub addr: SocketAddr,
+    /// The certificate (PEM), for `Config::extra_roots_pem`.
+    pub cert_pem: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TlsFront {
+    pub async fn start(sim_base: &str) -> Self {
+        use tokio_rustls::rustls;
+        let target = sim_base.trim_start_matches("http://").split('/').next().unwrap().to_owned();
+        let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).expect("a certificate");
+        let cert_pem = made.cert.pem();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(made.signing_key.serialize_der().into());
+        let config = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(vec![made.cert.der().clone()], key)
+            .expect("a TLS config");
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the TLS front");
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (acceptor, target) = (acceptor.clone(), target.clone());
+                tokio::spawn(async move {
+                    let (Ok(mut tls), Ok(mut sim)) = (acceptor.accept(stream).await, TcpStream::connect(&target).await)
+                    else {
+                        return;
+                    };
+                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut sim).await;
+                });
+            }
+        });
+        Self { addr, cert_pem, task }
+    }
+
+    /// `https://127.0.0.1:PORT/v1`
+    pub fn base_url(&self) -> String {
+        format!("https://{}/v1", self.addr)
+    }
+}
+
+impl Drop for TlsFront {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
