@@ -11,6 +11,7 @@ mod budgets_clients;
 mod chaos;
 mod cli;
 mod client_kinds;
+mod clients_check;
 mod compaction;
 mod config_live;
 mod continuity;
