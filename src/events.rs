@@ -124,6 +124,7 @@ impl RequestRecord {
                 token: String::new(),
                 pool: crate::pools::ALL.to_owned(),
                 session: None,
+                parent_session: None,
                 model: None,
                 decision,
             },
@@ -285,8 +286,10 @@ pub struct Routed {
     pub token: String,
     /// The pool that token is bound to (`all`: every key).
     pub pool: String,
-    /// A short keyed digest of its session.
+    /// A short keyed digest of its session (for Codex, its thread).
     pub session: Option<String>,
+    /// For a Codex subagent thread, the short keyed digest of the session it belongs to.
+    pub parent_session: Option<String>,
     /// Model named in the body (capped).
     pub model: Option<String>,
     /// The decision.

@@ -12,6 +12,7 @@ mod chaos;
 mod cli;
 mod client_kinds;
 mod clients_check;
+mod codex_threads;
 mod compaction;
 mod config_live;
 mod continuity;

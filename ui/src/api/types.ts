@@ -369,9 +369,13 @@ token: string,
  */
 pool: string, 
 /**
- * A short keyed digest of its session.
+ * A short keyed digest of its session (for Codex, its thread).
  */
 session: string | null, 
+/**
+ * For a Codex subagent thread, the short keyed digest of the session it belongs to.
+ */
+parent_session: string | null, 
 /**
  * Model named in the body (capped).
  */
@@ -536,6 +540,11 @@ export type SessionInfo = {
  * The short keyed digest that names it.
  */
 session: string, 
+/**
+ * For a Codex subagent thread, the session it belongs to (its root thread's digest), under which
+ * the dashboard shows it.
+ */
+parent: string | null, 
 /**
  * The client that drives it.
  */

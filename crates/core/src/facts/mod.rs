@@ -205,9 +205,15 @@ pub struct RequestFacts {
     pub unmarked_encrypted: bool,
     /// Markers of another Keymux install that were stripped without routing on them.
     pub foreign_markers: usize,
-    /// Keyed digest of a valid top-level `prompt_cache_key` (Codex and pi set it to the session id).
+    /// Keyed digest of the request's session: Codex's thread id (`client_metadata.thread_id`, else
+    /// the `thread-id` header) when it names one, else a valid top-level `prompt_cache_key` (Codex and
+    /// pi set it to the session id). Each of a session's subagent threads is a session of its own here.
     #[serde(skip)]
     pub session: Option<SessionKey>,
+    /// For a Codex subagent thread (its session id, `client_metadata.session_id` or the `session-id`
+    /// header, is not its thread id): the keyed digest of the session it belongs to, the root thread.
+    #[serde(skip)]
+    pub parent: Option<SessionKey>,
     /// The soft-affinity signal: a keyed digest of the `prompt_cache_key`, or else of the prompt prefix.
     #[serde(skip)]
     pub signal: Option<Signal>,
@@ -246,6 +252,7 @@ impl RequestFacts {
             pins: Vec::new(),
             foreign_markers: 0,
             session: None,
+            parent: None,
             continuity: None,
             unmarked_response_id: false,
             unmarked_encrypted: false,
