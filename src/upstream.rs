@@ -152,9 +152,23 @@ pub fn forward_response_headers(from: &HeaderMap) -> HeaderMap {
     out
 }
 
+/// Codex's Responses-Lite request header (`true` on a Responses-Lite model's requests; over a
+/// WebSocket on the handshake, and per turn as `client_metadata.ws_request_header_…`). The provider
+/// reads it as belonging to the connection it comes on.
+pub const RESPONSES_LITE: &str = "x-openai-internal-codex-responses-lite";
+
+/// Whether a request (or a WebSocket handshake) is Responses-Lite: its [`RESPONSES_LITE`] header says
+/// `true`.
+pub fn is_responses_lite(headers: &HeaderMap) -> bool {
+    headers.get(RESPONSES_LITE).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"))
+}
+
 /// The shared upstream client.
 pub struct Upstream {
     client: reqwest::Client,
+    /// A pool of its own for Responses-Lite requests, so that one never shares a provider connection
+    /// with a request that is not.
+    lite: reqwest::Client,
     connect: Duration,
     default_base: String,
     /// `default_base` parsed once: most keys use it, and parsing a URL per request is measurable.
@@ -167,6 +181,21 @@ impl Upstream {
     /// Builds the client. Responses are requested compressed (gzip, zstd) and decoded here, so Keymux can
     /// read the streams it relays; clients on loopback get them uncompressed, with no `content-encoding`.
     pub fn new(default_base: &str, timeouts: &Timeouts) -> Result<Self, UpstreamError> {
+        let client = Self::client(default_base, timeouts)?;
+        let lite = Self::client(default_base, timeouts)?;
+        Ok(Self {
+            client,
+            lite,
+            connect: Duration::from_millis(timeouts.connect_ms),
+            default_base: default_base.trim_end_matches('/').to_owned(),
+            default_url: reqwest::Url::parse(default_base.trim_end_matches('/')).ok(),
+            first_byte: Duration::from_millis(timeouts.first_byte_ms),
+            idle: Duration::from_millis(timeouts.idle_ms),
+        })
+    }
+
+    /// One client with its own pool of connections.
+    fn client(default_base: &str, timeouts: &Timeouts) -> Result<reqwest::Client, UpstreamError> {
         #[expect(clippy::disallowed_methods, reason = "this is the one place the upstream client is built")]
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_millis(timeouts.connect_ms))
@@ -178,14 +207,7 @@ impl Upstream {
             .user_agent(concat!("keymux/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| UpstreamError::BadBaseUrl { base: default_base.to_owned(), detail: e.to_string() })?;
-        Ok(Self {
-            client,
-            connect: Duration::from_millis(timeouts.connect_ms),
-            default_base: default_base.trim_end_matches('/').to_owned(),
-            default_url: reqwest::Url::parse(default_base.trim_end_matches('/')).ok(),
-            first_byte: Duration::from_millis(timeouts.first_byte_ms),
-            idle: Duration::from_millis(timeouts.idle_ms),
-        })
+        Ok(client)
     }
 
     /// The connect timeout (also used for WebSocket handshakes).
@@ -227,7 +249,10 @@ impl Upstream {
         let mut headers = headers;
         let (name, value) = auth_header(key);
         headers.insert(name, value);
-        let request = self.client.request(method, url).headers(headers).body(body);
+        // The Responses-Lite header belongs to the connection it comes on: such requests have a pool
+        // of their own.
+        let client = if is_responses_lite(&headers) { &self.lite } else { &self.client };
+        let request = client.request(method, url).headers(headers).body(body);
         match tokio::time::timeout(self.first_byte, request.send()).await {
             Err(_) => Err(UpstreamError::FirstByteTimeout { base: base.to_owned(), secs: self.first_byte.as_secs() }),
             Ok(Ok(response)) => Ok(response),

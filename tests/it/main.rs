@@ -35,6 +35,7 @@ mod quota;
 mod request_encoding;
 mod rescued;
 mod rescued_clients;
+mod responses_lite;
 mod runtime;
 mod security;
 mod setup;

@@ -74,6 +74,9 @@ struct ClientMetadata<'a> {
     thread_id: Option<std::borrow::Cow<'a, str>>,
     #[serde(borrow, default)]
     session_id: Option<std::borrow::Cow<'a, str>>,
+    /// Over a WebSocket, the turn's Responses-Lite header as Codex projects it (`"true"`).
+    #[serde(borrow, default, rename = "ws_request_header_x_openai_internal_codex_responses_lite")]
+    responses_lite: Option<std::borrow::Cow<'a, str>>,
 }
 
 const MODEL_DISPLAY_CAP: usize = 128;
@@ -123,7 +126,12 @@ pub fn extract(incoming: &Incoming<'_>, markers: &Markers) -> Result<Extracted, 
         crate::pools::ALL => std::borrow::Cow::Borrowed(operation_scope(operation)),
         pool => std::borrow::Cow::Owned(format!("{}@{pool}", operation_scope(operation))),
     };
-    let metadata = client_metadata(&peek);
+    let sent_metadata = client_metadata(&peek);
+    // Codex's WebSocket turns say whether they are Lite in their own client_metadata (the key is there
+    // only when one is).
+    facts.lite_turn =
+        sent_metadata.as_ref().map(|own| own.responses_lite.as_deref().is_some_and(|v| v.eq_ignore_ascii_case("true")));
+    let metadata = sent_metadata.unwrap_or_default();
     let [thread, root] = codex_ids(&metadata, incoming.headers);
     // A thread is a session of its own (subagents of one session may share its `prompt_cache_key`,
     // but not its encrypted state); for a root thread the id is its `prompt_cache_key`, so the
@@ -153,8 +161,8 @@ pub fn extract(incoming: &Incoming<'_>, markers: &Markers) -> Result<Extracted, 
 
 /// The request's `client_metadata`, when it is an object with string ids (anything else is ignored,
 /// never an error: the body goes on as it is).
-fn client_metadata<'a>(peek: &Peek<'a>) -> ClientMetadata<'a> {
-    peek.client_metadata.and_then(|raw| serde_json::from_str(raw.get()).ok()).unwrap_or_default()
+fn client_metadata<'a>(peek: &Peek<'a>) -> Option<ClientMetadata<'a>> {
+    peek.client_metadata.and_then(|raw| serde_json::from_str(raw.get()).ok())
 }
 
 /// Codex's thread id and session id (the root thread's): each from the request's own
@@ -516,5 +524,14 @@ mod tests {
             let facts = extract_with(4, create, &[], odd).expect("forwarded");
             assert_eq!((facts.session, facts.parent), (Some(digest("root-a")), None));
         }
+    }
+
+    #[test]
+    fn a_websocket_turn_says_whether_it_is_responses_lite() {
+        let lite = |body: &[u8]| extract(1, Operation::ResponsesCreate, body).expect("ok").lite_turn;
+        let key = "ws_request_header_x_openai_internal_codex_responses_lite";
+        assert_eq!(lite(format!(r#"{{"input":[],"client_metadata":{{"{key}":"true"}}}}"#).as_bytes()), Some(true));
+        assert_eq!(lite(br#"{"input":[],"client_metadata":{"turn_id":"t"}}"#), Some(false));
+        assert_eq!(lite(br#"{"input":[]}"#), None, "no client_metadata: the socket's handshake decides");
     }
 }

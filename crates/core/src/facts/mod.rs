@@ -214,6 +214,12 @@ pub struct RequestFacts {
     /// header, is not its thread id): the keyed digest of the session it belongs to, the root thread.
     #[serde(skip)]
     pub parent: Option<SessionKey>,
+    /// What a request's own `client_metadata` says of Responses-Lite, as Codex projects its
+    /// `x-openai-internal-codex-responses-lite` header into each WebSocket turn
+    /// (`ws_request_header_x_openai_internal_codex_responses_lite: "true"`): `Some(true)` for a Lite
+    /// turn, `Some(false)` for one whose `client_metadata` has no such key, `None` without
+    /// `client_metadata` (the turn goes by its socket's handshake).
+    pub lite_turn: Option<bool>,
     /// The soft-affinity signal: a keyed digest of the `prompt_cache_key`, or else of the prompt prefix.
     #[serde(skip)]
     pub signal: Option<Signal>,
@@ -253,6 +259,7 @@ impl RequestFacts {
             foreign_markers: 0,
             session: None,
             parent: None,
+            lite_turn: None,
             continuity: None,
             unmarked_response_id: false,
             unmarked_encrypted: false,
