@@ -252,6 +252,22 @@ pub enum GatewayEvent {
         /// Where it stands now.
         state: crate::budget::BudgetState,
     },
+    /// An installed client (Codex, pi) was checked through Keymux because its version changed (or
+    /// Keymux started): `keymux clients check` for that client.
+    ClientChecked(ClientChecked),
+}
+
+/// One client's check, as the tray and the Connect view tell it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ts_rs::TS)]
+pub struct ClientChecked {
+    /// `codex` or `pi`.
+    pub name: String,
+    /// The version checked, when it printed one.
+    pub version: Option<String>,
+    /// Every transport it uses went through.
+    pub ok: bool,
+    /// In words: `pi 1.7.0 works through Keymux`, or `Codex 0.172.0: WebSocket turn failed: …`.
+    pub summary: String,
 }
 
 /// Whose budget in money a budget event is about.

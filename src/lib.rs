@@ -36,7 +36,8 @@
 //! * [`clients_check`]: `keymux clients check`: each installed client (Codex, pi) runs one real turn per
 //!   transport it uses through a gateway of its own, in front of the simulator as a stand-in provider,
 //!   with a throwaway key and token in memory; a turn passes when the client exits 0 and the gateway
-//!   recorded it. The CLI prints it; the tray can run it.
+//!   recorded it. The CLI prints it; `clients_check::watch` runs it in `keymux serve` and the tray when
+//!   a client's version changes, for the Connect view and a notification.
 //! * [`logging`]: the one logging setup (`KEYMUX_LOG`; other crates capped at `warn`).
 //! * [`remote`] and [`runfile`]: how the CLI finds a running gateway and makes sure it is Keymux.
 //! * [`login_page`]: the dashboard opened in a browser (`keymux dashboard --open`, the tray's Open in

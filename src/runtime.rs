@@ -80,6 +80,12 @@ impl Runtime {
         runtime.token_hint = prepared.token_hint;
         // Login pages a gateway that stopped left behind, their codes gone with it.
         crate::login_page::sweep(runtime.gateway.clock());
+        if options.watch_clients && std::env::var("KEYMUX_CLIENT_CHECK").map_or(true, |v| v != "off") {
+            let path = std::env::var("PATH").unwrap_or_default();
+            let watching =
+                crate::clients_check::watch::watch(runtime.gateway.clone(), path, crate::clients_check::watch::EVERY);
+            runtime.background.push(tokio::spawn(watching));
+        }
         if let Some(config) = prepared.config_path {
             // The CLI finds this gateway by it, even on a port chosen at start.
             match crate::runfile::write(&config, runtime.addr) {

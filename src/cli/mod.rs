@@ -358,6 +358,7 @@ async fn serve(config_path: Option<PathBuf>, args: ServeArgs) -> Result<(), Star
         allow_remote: args.allow_remote,
         ephemeral: args.ephemeral,
         env: env_secrets()?,
+        watch_clients: true,
         ..StartOptions::default()
     };
     if let Some(running) = running_already(&options).await {

@@ -15,10 +15,13 @@
 //!   answered it.
 //! * Why it failed: the client's exit status and the tail of what it printed, with key-shaped words
 //!   masked, or what Keymux recorded instead.
+//! * [`watch`]: a running gateway (`keymux serve`, the tray) checks each client whose version changed,
+//!   looked at on start and hourly, and tells the event stream (`GatewayEvent::ClientChecked`).
 
 mod clients;
 mod process;
 mod stand_in;
+pub mod watch;
 
 pub use clients::{installed, Client, Installed};
 pub use process::CLIENT_DEADLINE;

@@ -136,3 +136,36 @@ async fn no_client_installed_is_said_and_fails() {
     assert_eq!(report["clients"], serde_json::json!([]));
     assert!(all.contains("neither `codex` nor `pi` is on PATH"), "{all}");
 }
+
+/// `keymux serve` checks the clients on its PATH when it starts, by itself: the Connect view's
+/// `GET /keymux/api/clients` and the event stream say what it found, here that the stand-in `codex`
+/// does not work, with the first failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_gateway_checks_its_clients_on_start_and_says_so() {
+    let bins = tempfile::tempdir().unwrap();
+    let codex = bins.path().join("codex");
+    std::fs::write(&codex, MALFORMED_CODEX).unwrap();
+    std::fs::set_permissions(&codex, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let sim = keymux_sim::Sim::start(keymux_sim::SimConfig::new().org("org-a", &["sk-a1"])).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let mut env = base_env(home.path());
+    env.retain(|(k, _)| k != "PATH");
+    env.push(("PATH".to_owned(), format!("{}:/usr/bin:/bin", bins.path().display())));
+    env.push(("KEYMUX_KEY_A1".to_owned(), "sk-a1".to_owned()));
+    env.push(("KEYMUX_CLIENT_TOKEN".to_owned(), TOKEN.to_owned()));
+    let keymux = Keymux::spawn(&["--ephemeral", "--upstream", &sim.base_url()], &env).await;
+    let admin = Admin::new(&keymux.root);
+    let read = || async { admin.get_json("/clients").await["clients"].as_array().unwrap().clone() };
+    let clients = until("the client check", read, |c| !c.is_empty()).await;
+    assert_eq!(clients.len(), 1, "{clients:?}");
+    let codex = &clients[0];
+    assert_eq!(
+        (codex["name"].as_str(), codex["version"].as_str(), codex["ok"].as_bool()),
+        (Some("codex"), Some("0.999.0"), Some(false))
+    );
+    let summary = codex["summary"].as_str().unwrap();
+    assert!(summary.starts_with("Codex 0.999.0: HTTP turn failed: codex exited with status 22"), "{summary}");
+    assert!(summary.contains("invalid_json") && summary.contains("[key masked]"), "{summary}");
+    let log = keymux.stop().await;
+    assert!(log.contains("Codex 0.999.0: HTTP turn failed"), "the check is logged: {log}");
+}

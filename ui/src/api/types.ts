@@ -511,7 +511,7 @@ label: string,
 /**
  * Where it stands now.
  */
-state: BudgetState, };
+state: BudgetState, } | { "kind": "client_checked" } & ClientChecked;
 
 export type Event = { "type": "routed", "data": Routed } | { "type": "finished", "data": RequestRecord } | { "type": "key", "data": KeyEvent } | { "type": "gateway", "data": GatewayEvent } | { "type": "lagged", "data": { 
 /**
@@ -1678,4 +1678,28 @@ notes: Array<string>, };
 export type KeyChanges = Partial<{ label: string } & KeySettings & MoneyBudget>;
 
 export type PoolChanges = Partial<{ keys: Array<string>, fallback: Array<string> } & MoneyBudget>;
+
+export type ClientChecked = { 
+/**
+ * `codex` or `pi`.
+ */
+name: string, 
+/**
+ * The version checked, when it printed one.
+ */
+version: string | null, 
+/**
+ * Every transport it uses went through.
+ */
+ok: boolean, 
+/**
+ * In words: `pi 1.7.0 works through Keymux`, or `Codex 0.172.0: WebSocket turn failed: …`.
+ */
+summary: string, };
+
+export type ClientsBody = { 
+/**
+ * Per client checked (none until the first check ends).
+ */
+clients: Array<ClientChecked>, };
 
