@@ -124,6 +124,7 @@ impl RequestRecord {
                 token: String::new(),
                 pool: crate::pools::ALL.to_owned(),
                 session: None,
+                parent_session: None,
                 model: None,
                 decision,
             },
@@ -251,6 +252,22 @@ pub enum GatewayEvent {
         /// Where it stands now.
         state: crate::budget::BudgetState,
     },
+    /// An installed client (Codex, pi) was checked through Keymux because its version changed (or
+    /// Keymux started): `keymux clients check` for that client.
+    ClientChecked(ClientChecked),
+}
+
+/// One client's check, as the tray and the Connect view tell it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize, ts_rs::TS)]
+pub struct ClientChecked {
+    /// `codex` or `pi`.
+    pub name: String,
+    /// The version checked, when it printed one.
+    pub version: Option<String>,
+    /// Every transport it uses went through.
+    pub ok: bool,
+    /// In words: `pi 1.7.0 works through Keymux`, or `Codex 0.172.0: WebSocket turn failed: …`.
+    pub summary: String,
 }
 
 /// Whose budget in money a budget event is about.
@@ -285,8 +302,10 @@ pub struct Routed {
     pub token: String,
     /// The pool that token is bound to (`all`: every key).
     pub pool: String,
-    /// A short keyed digest of its session.
+    /// A short keyed digest of its session (for Codex, its thread).
     pub session: Option<String>,
+    /// For a Codex subagent thread, the short keyed digest of the session it belongs to.
+    pub parent_session: Option<String>,
     /// Model named in the body (capped).
     pub model: Option<String>,
     /// The decision.

@@ -80,6 +80,8 @@ pub struct Gateway {
     /// The budget state last told per key and per pool (bounded by the keys and pools there are), so
     /// each change is told once.
     budget_said: Mutex<HashMap<BudgetOf, BudgetState>>,
+    /// The latest check of each installed client (bounded by the clients Keymux knows: two).
+    clients_checked: Mutex<Vec<crate::events::ClientChecked>>,
 }
 
 impl Gateway {
@@ -138,6 +140,7 @@ impl Gateway {
             closing: CancellationToken::new(),
             setup_pending: crate::setup::Pending::default(),
             budget_said: Mutex::default(),
+            clients_checked: Mutex::default(),
         })
     }
 
@@ -450,6 +453,25 @@ impl Gateway {
         }
         tracing::info!(key = %key, label = %label, change = ?change, "key changed");
         self.events.publish(self.clock.unix_ms(), Event::Key(KeyEvent { key: key.clone(), label, change }));
+    }
+
+    /// The latest check of each installed client (at most one per client Keymux checks).
+    pub fn clients_checked(&self) -> Vec<crate::events::ClientChecked> {
+        self.clients_checked.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Keeps a client's check (in place of its last) and tells the event stream.
+    pub fn client_checked(&self, checked: crate::events::ClientChecked) {
+        self.remember_client_check(checked.clone());
+        self.notify(GatewayEvent::ClientChecked(checked));
+    }
+
+    /// Keeps a client's check made by an earlier run (in place of its last), without telling anyone
+    /// again: the Connect view shows it, no notification repeats it.
+    pub fn remember_client_check(&self, checked: crate::events::ClientChecked) {
+        let mut all = self.clients_checked.lock().unwrap_or_else(|p| p.into_inner());
+        all.retain(|c| c.name != checked.name);
+        all.push(checked);
     }
 
     /// Tells the event stream something about the gateway as a whole.

@@ -33,6 +33,11 @@
 //!   window says when it cannot show the dashboard) as pure functions of the state.
 //! * [`cli`]: the `keymux` command line; its commands change Keymux through one typed interface
 //!   (`cli::control::Control`: the running gateway, or the config and keychain when none runs).
+//! * [`clients_check`]: `keymux clients check`: each installed client (Codex, pi) runs one real turn per
+//!   transport it uses through a gateway of its own, in front of the simulator as a stand-in provider,
+//!   with a throwaway key and token in memory; a turn passes when the client exits 0 and the gateway
+//!   recorded it. The CLI prints it; `clients_check::watch` runs it in `keymux serve` and the tray when
+//!   a client's version changes, for the Connect view and a notification.
 //! * [`logging`]: the one logging setup (`KEYMUX_LOG`; other crates capped at `warn`).
 //! * [`remote`] and [`runfile`]: how the CLI finds a running gateway and makes sure it is Keymux.
 //! * [`login_page`]: the dashboard opened in a browser (`keymux dashboard --open`, the tray's Open in
@@ -123,6 +128,7 @@ pub mod api;
 pub mod budgets;
 pub mod classify;
 pub mod cli;
+pub mod clients_check;
 pub mod clock;
 pub mod config_file;
 pub mod control;

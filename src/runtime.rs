@@ -80,6 +80,17 @@ impl Runtime {
         runtime.token_hint = prepared.token_hint;
         // Login pages a gateway that stopped left behind, their codes gone with it.
         crate::login_page::sweep(runtime.gateway.clock());
+        if options.watch_clients && std::env::var("KEYMUX_CLIENT_CHECK").map_or(true, |v| v != "off") {
+            let path = std::env::var("PATH").unwrap_or_default();
+            let record = crate::clients_check::watch::record_path(options.ephemeral);
+            let watching = crate::clients_check::watch::watch(
+                runtime.gateway.clone(),
+                path,
+                crate::clients_check::watch::EVERY,
+                record,
+            );
+            runtime.background.push(tokio::spawn(watching));
+        }
         if let Some(config) = prepared.config_path {
             // The CLI finds this gateway by it, even on a port chosen at start.
             match crate::runfile::write(&config, runtime.addr) {

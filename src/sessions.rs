@@ -1,6 +1,7 @@
 //! The sessions seen recently, for the dashboard's first question: is my session safe? Each session is
-//! known only by a short keyed digest of its `prompt_cache_key`; the table is bounded and lives in
-//! memory only.
+//! known only by a short keyed digest of its `prompt_cache_key` (for Codex, of its thread id; a
+//! subagent thread names the session it belongs to, `parent`); the table is bounded and lives in memory
+//! only.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -36,6 +37,9 @@ pub enum Binding {
 pub struct SessionInfo {
     /// The short keyed digest that names it.
     pub session: String,
+    /// For a Codex subagent thread, the session it belongs to (its root thread's digest), under which
+    /// the dashboard shows it.
+    pub parent: Option<String>,
     /// The client that drives it.
     pub client: ClientKind,
     /// The key that served its last turn.
@@ -99,6 +103,7 @@ impl Sessions {
         let mut inner = self.lock();
         let entry = inner.by_digest.entry(digest.clone()).or_insert_with(|| SessionInfo {
             session: digest.clone(),
+            parent: None,
             client: record.routed.client,
             key: None,
             org: None,
@@ -146,6 +151,9 @@ fn update(entry: &mut SessionInfo, record: &RequestRecord, org: Option<String>) 
     let decision = &record.routed.decision;
     entry.turns += 1;
     entry.client = record.routed.client;
+    if record.routed.parent_session.is_some() {
+        entry.parent.clone_from(&record.routed.parent_session);
+    }
     entry.last_seen_unix_ms = entry.last_seen_unix_ms.max(record.routed.at_unix_ms);
     entry.rescued_items += record.rescued_items as u64;
     if let Some(refusal) = &decision.refusal {
@@ -246,6 +254,18 @@ mod tests {
         assert_eq!(s.unpriced_requests, 1);
         let json = serde_json::to_value(s).expect("json");
         assert_eq!(json["cost_usd"], serde_json::json!(0.00094));
+    }
+
+    #[test]
+    fn a_thread_names_the_session_it_belongs_to() {
+        let sessions = Sessions::default();
+        sessions.observe(&turn("root0000", 1), None);
+        let mut thread = turn("thrd1111", 2);
+        thread.routed.parent_session = Some("root0000".into());
+        sessions.observe(&thread, None);
+        let recent = sessions.recent(2);
+        assert_eq!(recent[0].parent.as_deref(), Some("root0000"));
+        assert_eq!(recent[1].parent, None);
     }
 
     #[test]

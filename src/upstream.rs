@@ -171,6 +171,17 @@ pub fn forward_response_headers(from: &HeaderMap) -> HeaderMap {
     out
 }
 
+/// Codex's Responses-Lite request header (`true` on a Responses-Lite model's requests; over a
+/// WebSocket on the handshake, and per turn as `client_metadata.ws_request_header_…`). The provider
+/// reads it as belonging to the connection it comes on.
+pub const RESPONSES_LITE: &str = "x-openai-internal-codex-responses-lite";
+
+/// Whether a request (or a WebSocket handshake) is Responses-Lite: its [`RESPONSES_LITE`] header says
+/// `true`.
+pub fn is_responses_lite(headers: &HeaderMap) -> bool {
+    headers.get(RESPONSES_LITE).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"))
+}
+
 /// The shared upstream client.
 pub struct Upstream {
     /// Keys that go out direct.
@@ -180,6 +191,9 @@ pub struct Upstream {
     egress: arc_swap::ArcSwap<Egress>,
     /// Root certificates trusted beside the public ones (`Config::extra_roots_pem`: tests only).
     roots: Vec<reqwest::Certificate>,
+    /// A pool of its own for Responses-Lite requests, so that one never shares a provider connection
+    /// with a request that is not.
+    lite: reqwest::Client,
     connect: Duration,
     default_base: String,
     /// `default_base` parsed once: most keys use it, and parsing a URL per request is measurable.
@@ -206,6 +220,8 @@ pub struct Proxied {
     /// The client through it, or why none could be built (every request through it then fails, naming
     /// the proxy: never sent direct).
     client: Result<reqwest::Client, String>,
+    /// The same for Responses-Lite requests: connections of their own.
+    lite: Result<reqwest::Client, String>,
 }
 
 impl Proxied {
@@ -244,10 +260,12 @@ impl Upstream {
             .map_err(|e| bad(e.to_string()))?;
         let connect = Duration::from_millis(timeouts.connect_ms);
         let client = build_client(connect, None, &roots).map_err(bad)?;
+        let lite = build_client(connect, None, &roots).map_err(bad)?;
         Ok(Self {
             client,
             egress: arc_swap::ArcSwap::from_pointee(Egress::default()),
             roots,
+            lite,
             connect: Duration::from_millis(timeouts.connect_ms),
             default_base: default_base.trim_end_matches('/').to_owned(),
             default_url: reqwest::Url::parse(default_base.trim_end_matches('/')).ok(),
@@ -271,7 +289,8 @@ impl Upstream {
                 if let Err(e) = &client {
                     tracing::warn!(proxy = %host_port(url), error = %e, "the proxy cannot be used; its keys' requests fail");
                 }
-                Arc::new(Proxied { url: url.clone(), shown: host_port(url), login: login.clone(), client })
+                let lite = build_client(self.connect, Some((url, login.as_ref())), &self.roots);
+                Arc::new(Proxied { url: url.clone(), shown: host_port(url), login: login.clone(), client, lite })
             });
             if !made.iter().any(|p| Arc::ptr_eq(p, &proxied)) {
                 made.push(proxied.clone());
@@ -334,13 +353,23 @@ impl Upstream {
         let mut headers = headers;
         let (name, value) = auth_header(key);
         headers.insert(name, value);
+        // The Responses-Lite header belongs to the connection it comes on: such requests have a pool
+        // of their own, direct or through a proxy.
+        let lite = is_responses_lite(&headers);
         let proxied = self.proxy_of(&key.id);
-        let client = match proxied.as_deref().map(|p| (p, &p.client)) {
+        let client = match proxied.as_deref() {
+            None if lite => &self.lite,
             None => &self.client,
-            Some((_, Ok(client))) => client,
-            Some((p, Err(e))) => {
-                return Err(UpstreamError::Proxy { proxy: p.shown.clone(), base: base.to_owned(), detail: e.clone() })
-            }
+            Some(p) => match if lite { &p.lite } else { &p.client } {
+                Ok(client) => client,
+                Err(e) => {
+                    return Err(UpstreamError::Proxy {
+                        proxy: p.shown.clone(),
+                        base: base.to_owned(),
+                        detail: e.clone(),
+                    })
+                }
+            },
         };
         let request = client.request(method, url).headers(headers).body(body);
         match tokio::time::timeout(self.first_byte, request.send()).await {

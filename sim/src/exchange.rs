@@ -77,6 +77,7 @@ pub(crate) struct Origin<'a> {
     pub path: &'a str,
     pub transport: Transport,
     pub headers: Vec<(String, String)>,
+    pub peer: Option<std::net::SocketAddr>,
 }
 
 /// Adds one log entry; `served` says whether it counts for the key.
@@ -106,6 +107,7 @@ pub(crate) fn record(
         error_code,
         headers: origin.headers,
         body: facts.body,
+        peer: origin.peer,
     };
     state.log.record(entry, body_bytes, served && caller.is_some());
 }
@@ -213,6 +215,8 @@ pub(crate) struct Ctx {
     path: String,
     pub query: String,
     pub headers: Vec<(String, String)>,
+    /// The address of the connection the request came on.
+    pub peer: Option<std::net::SocketAddr>,
     request_id: String,
     accepts_gzip: bool,
     pub caller: Option<Caller>,
@@ -236,6 +240,7 @@ impl Ctx {
             path: parts.uri.path().to_owned(),
             query: parts.uri.query().unwrap_or("").to_owned(),
             headers: loggable_headers(&parts.headers),
+            peer: parts.extensions.get::<axum::extract::ConnectInfo<std::net::SocketAddr>>().map(|c| c.0),
             request_id: request_id(),
             accepts_gzip,
             caller,
@@ -260,6 +265,7 @@ impl Ctx {
             path: &self.path,
             transport: Transport::Http,
             headers: self.headers.clone(),
+            peer: self.peer,
         };
         let facts = std::mem::take(&mut self.facts);
         record(&self.state, origin, self.caller.as_ref(), status, facts, error_code, served);

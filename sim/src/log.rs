@@ -60,6 +60,9 @@ pub struct LogEntry {
     pub headers: Vec<(String, String)>,
     /// The parsed JSON body or frame, when it was JSON.
     pub body: Option<serde_json::Value>,
+    /// The address of the connection it came on (a WebSocket frame: its socket's), which tells the
+    /// client's connections apart.
+    pub peer: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Default)]

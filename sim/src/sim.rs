@@ -57,6 +57,8 @@ impl Sim {
             let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
                 let _ = tcp.set_nodelay(true);
             });
+            // Each request knows the connection it came on (`LogEntry::peer`).
+            let app = app.into_make_service_with_connect_info::<SocketAddr>();
             if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
                 tracing::warn!(error = %e, "keymux-sim server stopped with an error");
             }

@@ -33,8 +33,8 @@ pub(crate) async fn upgrade(mut ctx: Ctx, caller: Caller, mut parts: Parts) -> R
     if let Some(err) = standing.and_then(|f| fault_error(&state, &caller, &f, None)) {
         return ctx.fail(err.into());
     }
-    let headers = ctx.headers.clone();
-    let resp = upgrade.on_upgrade(move |socket| session(state, caller, headers, socket));
+    let (headers, peer) = (ctx.headers.clone(), ctx.peer);
+    let resp = upgrade.on_upgrade(move |socket| session(state, caller, headers, peer, socket));
     ctx.log(101, None, true);
     ctx.decorate(resp, false)
 }
@@ -67,16 +67,23 @@ struct Conn {
     state: Arc<State>,
     caller: Caller,
     headers: Vec<(String, String)>,
+    peer: Option<std::net::SocketAddr>,
     socket: WebSocket,
     /// The connection's last response, which `previous_response_id` may name unstored.
     last: Option<ConnectionLast>,
 }
 
-async fn session(state: Arc<State>, caller: Caller, headers: Vec<(String, String)>, socket: WebSocket) {
+async fn session(
+    state: Arc<State>,
+    caller: Caller,
+    headers: Vec<(String, String)>,
+    peer: Option<std::net::SocketAddr>,
+    socket: WebSocket,
+) {
     let (id, kill) = state.ws.register(&caller.secret);
     let _registration = Registration { state: state.clone(), id };
     let deadline = state.clock.now() + state.ws_connection_limit;
-    let mut conn = Conn { state, caller, headers, socket, last: None };
+    let mut conn = Conn { state, caller, headers, peer, socket, last: None };
     loop {
         let wake = tokio::select! {
             _ = kill.notified() => Wake::Killed,
@@ -124,6 +131,7 @@ impl Conn {
             path: "/v1/responses",
             transport: Transport::WebSocket,
             headers: self.headers.clone(),
+            peer: self.peer,
         };
         record(&self.state, origin, Some(&self.caller), status, facts, error_code, served);
     }

@@ -90,6 +90,7 @@ async fn launch(args: &Args) -> Result<Runtime, String> {
         upstream: args.upstream.clone(),
         ephemeral: args.ephemeral,
         env,
+        watch_clients: true,
         ..StartOptions::default()
     };
     for done in startup::first_run(&options).await.map_err(|e| e.to_string())? {

@@ -31,7 +31,9 @@ use crate::error::ApiError;
 use crate::gateway::Gateway;
 use crate::keys::KeyId;
 use crate::limits::{Connection, RequestLimits, CONTROL_MAX_BODY};
-use types::{ChallengeAnswer, CreatedToken, DecisionsBody, KeyTestBody, LoginLink, SessionToken, SessionsBody};
+use types::{
+    ChallengeAnswer, ClientsBody, CreatedToken, DecisionsBody, KeyTestBody, LoginLink, SessionToken, SessionsBody,
+};
 
 /// The control API's routes (mounted under `/keymux/api`).
 pub fn routes() -> Router<Arc<Gateway>> {
@@ -50,6 +52,7 @@ pub fn routes() -> Router<Arc<Gateway>> {
         .route("/resume", post(resume))
         .route("/decisions", get(decisions))
         .route("/sessions", get(sessions))
+        .route("/clients", get(clients))
         .route("/usage", get(usage))
         .route("/spend", get(spend))
         .route("/metrics", get(metrics))
@@ -302,6 +305,10 @@ async fn decisions(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Query(q):
         let data = gw.events().recent(limit).into_iter().map(|r| (*r).clone()).collect();
         Json(DecisionsBody { data }).into_response()
     })
+}
+
+async fn clients(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response<Body> {
+    guarded(&gw, &headers, || Json(ClientsBody { clients: gw.clients_checked() }).into_response())
 }
 
 async fn sessions(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Query(q): Query<Limit>) -> Response<Body> {

@@ -270,6 +270,14 @@ pub struct DecisionsBody {
     pub data: Vec<RequestRecord>,
 }
 
+/// The installed clients' latest checks through Keymux (`GET /keymux/api/clients`), made when
+/// Keymux started and when a client's version changed.
+#[derive(Debug, Serialize, ts_rs::TS)]
+pub struct ClientsBody {
+    /// Per client checked (none until the first check ends).
+    pub clients: Vec<crate::events::ClientChecked>,
+}
+
 /// The recent sessions, most recently seen first.
 #[derive(Clone, Debug, Serialize, TS)]
 pub struct SessionsBody {

@@ -46,6 +46,11 @@ fn patch_decls() -> [String; 2] {
     ]
 }
 
+/// What the Connect view says of the installed clients' checks.
+fn clients_decls() -> [String; 2] {
+    [crate::events::ClientChecked::decl(), ClientsBody::decl()]
+}
+
 /// The TypeScript of every type the dashboard reads or sends, in one file.
 pub fn typescript() -> String {
     use crate::control::NewKey;
@@ -124,7 +129,7 @@ pub fn typescript() -> String {
          // Regenerate: KEYMUX_WRITE_TYPES=1 cargo test -p keymux --lib typescript_types\n\n",
     );
     let budget = [crate::budget::Period::decl(), crate::budget::OnLimit::decl(), crate::budget::BudgetState::decl()];
-    for decl in decls.into_iter().chain(budget).chain(setup_decls()).chain(patch_decls()) {
+    for decl in decls.into_iter().chain(budget).chain(setup_decls()).chain(patch_decls()).chain(clients_decls()) {
         out.push_str("export ");
         // JSON numbers arrive as JavaScript numbers; every integer Keymux sends (counts, milliseconds)
         // stays far below 2^53.

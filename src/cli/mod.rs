@@ -5,6 +5,7 @@
 
 mod args;
 mod changes;
+mod clients;
 mod control;
 mod import;
 mod keys;
@@ -69,6 +70,9 @@ enum Command {
                       metrics (read from the store when no gateway runs); per token and per model from the \
                       requests the running gateway remembers (recent requests only).")]
     Usage(usage::UsageArgs),
+    /// The clients installed here (Codex CLI, pi), run through Keymux to see that they work.
+    #[command(subcommand)]
+    Clients(ClientsCommand),
     /// Pause routing on the running gateway: new requests get 503 with retry-after.
     Pause,
     /// Resume routing on the running gateway.
@@ -127,6 +131,19 @@ struct SetupArgs {
     /// token takes its place.
     #[arg(long, value_name = "LABEL", num_args = 0..=1, default_missing_value = "codex", conflicts_with_all = ["undo", "custom_provider"])]
     import_key: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum ClientsCommand {
+    /// Run one real turn of each installed client (`codex`, `pi` on PATH) through Keymux over each
+    /// transport it uses (Codex: HTTP, WebSocket, a remote compaction; pi: HTTP), against a stand-in
+    /// provider on loopback: no key is spent, and your config and keychain are not used.
+    #[command(after_help = "Exits 0 only when a client was found and every check passed.")]
+    Check {
+        /// Print the results as JSON: {"clients":[{"name","version","ok","checks":[{"transport","ok","error"}]}]}.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -326,6 +343,7 @@ pub fn main() -> ExitCode {
             Command::Dashboard { open } => manage::dashboard(cli.config, open).await,
             Command::Setup(args) => setup::setup(cli.config, args).await,
             Command::Usage(args) => usage::usage(cli.config, args).await,
+            Command::Clients(ClientsCommand::Check { json }) => clients::check(json).await,
             Command::Pause => manage::pause(cli.config, true).await,
             Command::Resume => manage::pause(cli.config, false).await,
         }
@@ -359,6 +377,7 @@ async fn serve(config_path: Option<PathBuf>, args: ServeArgs) -> Result<(), Star
         allow_remote: args.allow_remote,
         ephemeral: args.ephemeral,
         env: env_secrets()?,
+        watch_clients: true,
         ..StartOptions::default()
     };
     if let Some(running) = running_already(&options).await {

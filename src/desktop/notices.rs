@@ -26,11 +26,15 @@ pub enum NoticeKind {
     SessionLost,
     /// A key's budget in money reserved or stopped it, or it is open again at its period's end.
     Budget,
+    /// An installed client (Codex, pi) was checked through Keymux, because its version changed or
+    /// Keymux started: whether it works.
+    ClientCheck,
 }
 
 impl NoticeKind {
     /// Every kind.
-    pub const ALL: [NoticeKind; 4] = [Self::AllKeysBlocked, Self::KeyRejected, Self::SessionLost, Self::Budget];
+    pub const ALL: [NoticeKind; 5] =
+        [Self::AllKeysBlocked, Self::KeyRejected, Self::SessionLost, Self::Budget, Self::ClientCheck];
 
     /// The kind in words, as the menu lists it.
     pub fn describe(self) -> &'static str {
@@ -39,6 +43,7 @@ impl NoticeKind {
             Self::KeyRejected => "A key is rejected",
             Self::SessionLost => "A session is refused or rescued",
             Self::Budget => "A budget is reached or resets",
+            Self::ClientCheck => "A client update is checked",
         }
     }
 
@@ -50,6 +55,8 @@ impl NoticeKind {
             Self::SessionLost => 10 * 60_000,
             // The gateway tells each budget state once per period already.
             Self::Budget => 60_000,
+            // Checked once per version: each is told.
+            Self::ClientCheck => 0,
         }
     }
 }
@@ -127,6 +134,7 @@ impl Notifier {
             Event::Gateway(crate::events::GatewayEvent::Budget { of, label, state }) => {
                 Some(budget(of, label, state, now_unix_ms))
             }
+            Event::Gateway(crate::events::GatewayEvent::ClientChecked(checked)) => Some(client_checked(checked)),
             _ => None,
         }?;
         let subject = match &event.event {
@@ -135,6 +143,9 @@ impl Notifier {
                 BudgetOf::Pool { pool } => format!("pool {pool}:{}", budget_word(state)),
             },
             Event::Key(k) if notice.kind == NoticeKind::KeyRejected => k.key.to_string(),
+            Event::Gateway(crate::events::GatewayEvent::ClientChecked(c)) => {
+                format!("{} {}", c.name, c.version.as_deref().unwrap_or(""))
+            }
             // One pool blocked is told once per quiet period, whatever the other pools do.
             Event::Key(_) if notice.kind == NoticeKind::AllKeysBlocked => notice.title.clone(),
             _ => String::new(),
@@ -185,6 +196,26 @@ impl Notifier {
             self.blocked_said = true;
         }
         Some(notice)
+    }
+}
+
+/// A client's check: `pi 1.7.0 works through Keymux`, or that it does not, with the first failure.
+fn client_checked(checked: &crate::events::ClientChecked) -> Notice {
+    if checked.ok {
+        return Notice { kind: NoticeKind::ClientCheck, title: checked.summary.clone(), body: String::new() };
+    }
+    let name = if checked.name == "codex" { "Codex" } else { checked.name.as_str() };
+    let named = match &checked.version {
+        Some(v) => format!("{name} {v}"),
+        None => name.to_owned(),
+    };
+    Notice {
+        kind: NoticeKind::ClientCheck,
+        title: format!("{named} does not work through Keymux"),
+        body: format!(
+            "{} The dashboard's Connect view shows it; `keymux clients check` runs it again.",
+            checked.summary
+        ),
     }
 }
 

@@ -166,6 +166,7 @@ fn the_menu_has_every_item_in_order_with_keys_checked_when_on() {
             "A key is rejected",
             "A session is refused or rescued",
             "A budget is reached or resets",
+            "A client update is checked",
             "Start at login",
             "Quit Keymux"
         ]
@@ -173,7 +174,7 @@ fn the_menu_has_every_item_in_order_with_keys_checked_when_on() {
     assert_eq!(entries[2].1, Some(true));
     assert_eq!(entries[3].1, Some(false), "a disabled key is unchecked");
     assert_eq!(entries[10].1, Some(true), "notifications on");
-    assert_eq!(entries[14].1, Some(true), "start at login on");
+    assert_eq!(entries[15].1, Some(true), "start at login on");
     assert!(m.items.iter().any(|i| matches!(i, Item::Submenu { label, .. } if label == "Notifications")));
     assert_eq!(m.tooltip, "Keymux — Routing · 1 of 2 keys ready");
 }
@@ -525,4 +526,29 @@ fn window_commands_cross_as_one_line_each_and_never_show_the_link_in_debug() {
         assert!(!format!("{command:?}").contains("0123456789abcdef"), "{command:?}");
     }
     assert!(Command::parse("{\"open\":1}").unwrap_err().contains("cannot read"));
+}
+
+#[test]
+fn a_client_check_is_a_notification_that_says_whether_the_client_works() {
+    use crate::events::{ClientChecked, GatewayEvent};
+    let checked = |id: u64, version: &str, ok: bool, summary: &str| Envelope {
+        id,
+        at_unix_ms: NOW,
+        event: Event::Gateway(GatewayEvent::ClientChecked(ClientChecked {
+            name: if summary.starts_with("pi") { "pi".into() } else { "codex".into() },
+            version: Some(version.into()),
+            ok,
+            summary: summary.into(),
+        })),
+    };
+    let ready = || two(HealthState::Ready, HealthState::Ready);
+    let mut n = Notifier::new();
+    let works = n.consider(&checked(1, "1.7.0", true, "pi 1.7.0 works through Keymux"), ready, NOW).expect("told");
+    assert_eq!((works.kind, works.title.as_str()), (NoticeKind::ClientCheck, "pi 1.7.0 works through Keymux"));
+    let summary = "Codex 0.172.0: WebSocket turn failed: codex exited with status 1";
+    let fails = n.consider(&checked(2, "0.172.0", false, summary), ready, NOW).expect("told");
+    assert_eq!(fails.title, "Codex 0.172.0 does not work through Keymux");
+    assert!(fails.body.starts_with(summary) && fails.body.contains("Connect view"), "{}", fails.body);
+    n.set(NoticeKind::ClientCheck, false);
+    assert_eq!(n.consider(&checked(3, "1.8.0", true, "pi 1.8.0 works through Keymux"), ready, NOW), None);
 }

@@ -56,6 +56,7 @@ impl Trace {
     pub fn facts(&mut self, facts: &RequestFacts) {
         self.record.routed.client = facts.client;
         self.record.routed.session = facts.session.map(|s| s.short());
+        self.record.routed.parent_session = facts.parent.map(|s| s.short());
         self.record.routed.model = facts.model.clone();
         self.record.stream = facts.stream;
     }

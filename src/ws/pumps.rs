@@ -43,6 +43,9 @@ enum Stop {
     Budget(ApiError),
     /// The client sent a binary frame (`ws::binary_refused_frame`).
     Binary,
+    /// The turn is Responses-Lite and the socket is not (or the other way round): the provider reads
+    /// the header as the connection's, so the turn cannot go on this socket. The client must reconnect.
+    LiteMismatch,
 }
 
 /// The two pumps, until either side closes or the gateway shuts down.
@@ -59,7 +62,9 @@ pub(super) async fn relay(
     // An answer already read (while finding the session's organization) is relayed first.
     let up_rx = futures::stream::iter(answer.map(Ok)).chain(up_rx);
     let (notice_tx, notice_rx) = tokio::sync::mpsc::channel::<AxumMessage>(1);
-    let inbound = Inbound { gateway: gateway.clone(), key: key.clone(), turns: turns.clone(), headers, scope, found };
+    let lite = crate::upstream::is_responses_lite(&headers);
+    let inbound =
+        Inbound { gateway: gateway.clone(), key: key.clone(), turns: turns.clone(), headers, scope, found, lite };
     let outbound = Outbound { gateway: gateway.clone(), key: key.clone(), tagger, turns };
     let inbound = inbound.pump(client_rx, up_tx);
     let outbound = outbound.pump(up_rx, client_tx, notice_rx);
@@ -85,6 +90,10 @@ pub(super) async fn relay(
                 Err(Stop::Refused(message)) => {
                     tracing::warn!(key = %key, "closing websocket: {message}");
                     Some(error_frame(400, "keymux_invalid_marker", &message, None))
+                }
+                Err(Stop::LiteMismatch) => {
+                    tracing::info!(key = %key, "a turn's Responses-Lite setting differs from its socket's; asking the client to reconnect");
+                    Some(lost_state_frame())
                 }
                 Err(Stop::Binary) => {
                     tracing::warn!(key = %key, "closing websocket: the client sent a binary frame");
@@ -125,6 +134,8 @@ struct Inbound {
     /// The socket was opened by finding the organization of unmarked encrypted content: such content
     /// may come again on it.
     found: bool,
+    /// The socket is Responses-Lite (its handshake said so): only such turns go on it.
+    lite: bool,
 }
 
 impl Inbound {
@@ -171,6 +182,11 @@ impl Inbound {
             facts::extract(&incoming, gateway.markers()).map_err(|e| Stop::Refused(format!("Keymux: {e}.")))?;
         let facts = &extracted.facts;
         self.check_pool(facts)?;
+        if facts.lite_turn.unwrap_or(self.lite) != self.lite {
+            trace.facts(facts);
+            trace.finish(End { served_by: None, status: 409, error: Some("responses_lite_mismatch"), usage: None });
+            return Err(Stop::LiteMismatch);
+        }
         if let Some(error) = self.budget_stop() {
             trace.facts(facts);
             trace.finish(End { served_by: None, status: 429, error: Some("budget_stopped"), usage: None });

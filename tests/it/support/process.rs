@@ -126,6 +126,12 @@ impl Keymux {
         String::from_utf8_lossy(&self.output.lock().unwrap()).into_owned()
     }
 
+    /// Waits for a line of its log (or output) that holds `needle`.
+    pub async fn wait_for_log(&self, needle: &str) {
+        let read = || async { self.output_text() };
+        super::until(&format!("{needle:?} in the log"), read, |text| text.contains(needle)).await;
+    }
+
     pub async fn stop(mut self) -> String {
         if let Some(pid) = self.child.id() {
             // SIGTERM, so the graceful shutdown path runs.

@@ -40,11 +40,29 @@ impl WsClient {
         Self::connect_as(base, session, TOKEN).await
     }
 
+    /// Opens the socket with `headers` added to Codex's.
+    pub async fn connect_with(
+        base: &str,
+        session: &str,
+        headers: &[(&'static str, &str)],
+    ) -> Result<Self, tokio_tungstenite::tungstenite::Error> {
+        Self::open(base, session, TOKEN, headers).await
+    }
+
     /// Opens the socket with the client token `token`.
     pub async fn connect_as(
         base: &str,
         session: &str,
         token: &str,
+    ) -> Result<Self, tokio_tungstenite::tungstenite::Error> {
+        Self::open(base, session, token, &[]).await
+    }
+
+    async fn open(
+        base: &str,
+        session: &str,
+        token: &str,
+        headers: &[(&'static str, &str)],
     ) -> Result<Self, tokio_tungstenite::tungstenite::Error> {
         use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
         let mut request = format!("{}/responses", base.replace("http://", "ws://")).into_client_request()?;
@@ -53,6 +71,9 @@ impl WsClient {
         h.insert("openai-beta", "responses_websockets=2026-02-06".parse().unwrap());
         h.insert("session-id", session.parse().unwrap());
         h.insert("originator", "codex_exec".parse().unwrap());
+        for (name, value) in headers {
+            h.insert(*name, value.parse().unwrap());
+        }
         let (socket, _) = tokio_tungstenite::connect_async(request).await?;
         Ok(Self { socket })
     }

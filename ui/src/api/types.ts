@@ -388,9 +388,13 @@ token: string,
  */
 pool: string, 
 /**
- * A short keyed digest of its session.
+ * A short keyed digest of its session (for Codex, its thread).
  */
 session: string | null, 
+/**
+ * For a Codex subagent thread, the short keyed digest of the session it belongs to.
+ */
+parent_session: string | null, 
 /**
  * Model named in the body (capped).
  */
@@ -526,7 +530,7 @@ label: string,
 /**
  * Where it stands now.
  */
-state: BudgetState, };
+state: BudgetState, } | { "kind": "client_checked" } & ClientChecked;
 
 export type Event = { "type": "routed", "data": Routed } | { "type": "finished", "data": RequestRecord } | { "type": "key", "data": KeyEvent } | { "type": "gateway", "data": GatewayEvent } | { "type": "lagged", "data": { 
 /**
@@ -555,6 +559,11 @@ export type SessionInfo = {
  * The short keyed digest that names it.
  */
 session: string, 
+/**
+ * For a Codex subagent thread, the session it belongs to (its root thread's digest), under which
+ * the dashboard shows it.
+ */
+parent: string | null, 
 /**
  * The client that drives it.
  */
@@ -1724,4 +1733,28 @@ notes: Array<string>, };
 export type KeyChanges = Partial<{ label: string } & KeySettings & MoneyBudget>;
 
 export type PoolChanges = Partial<{ keys: Array<string>, fallback: Array<string>, allow_priority: boolean, proxy: string | null } & MoneyBudget>;
+
+export type ClientChecked = { 
+/**
+ * `codex` or `pi`.
+ */
+name: string, 
+/**
+ * The version checked, when it printed one.
+ */
+version: string | null, 
+/**
+ * Every transport it uses went through.
+ */
+ok: boolean, 
+/**
+ * In words: `pi 1.7.0 works through Keymux`, or `Codex 0.172.0: WebSocket turn failed: …`.
+ */
+summary: string, };
+
+export type ClientsBody = { 
+/**
+ * Per client checked (none until the first check ends).
+ */
+clients: Array<ClientChecked>, };
 

@@ -13,6 +13,7 @@ function record(d: Partial<Decision>, over: Partial<RequestRecord> = {}): Reques
     token: "codex",
     pool: "all",
     session: null,
+    parent_session: null,
     model: "gpt-5.5",
     stream: true,
     decision: decision(d),

@@ -15,6 +15,7 @@ function routed(seq: number): Routed {
     token: "codex",
     pool: "all",
     session: null,
+    parent_session: null,
     model: "gpt-5.5",
     decision: decision(seq),
   };

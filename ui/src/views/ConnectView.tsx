@@ -1,5 +1,6 @@
 import { useState } from "preact/hooks";
 import type { CreatedToken } from "../api/types";
+import { ClientChecks } from "../components/ClientChecks";
 import { CopyButton } from "../components/CopyButton";
 import { NewClient } from "../components/NewClient";
 import { SetupClient } from "../components/SetupClient";
@@ -19,6 +20,8 @@ export function ConnectView() {
       <header class="view-head">
         <h1 id="connect-title">Connect</h1>
       </header>
+
+      <ClientChecks />
 
       <div class="card">
         <SetupClient client="codex" />

@@ -4,6 +4,7 @@ import type { SessionInfo, SessionsBody } from "../api/types";
 import { Tag } from "../components/Badge";
 import { Notice } from "../components/Notice";
 import { ago, compact, percent, usd } from "../lib/format";
+import { groupThreads } from "../lib/sessions";
 import { BINDING, CLIENT } from "../lib/words";
 import { finishedCount, keyName, keysById, now } from "../state/store";
 
@@ -48,7 +49,7 @@ export function SessionsView() {
       ) : sessions.length === 0 ? (
         <div class="empty">
           <p>No sessions yet.</p>
-          <p class="muted">A session is a conversation of Codex or pi (its prompt_cache_key), shown here by a short digest.</p>
+          <p class="muted">A session is a conversation of Codex or pi (its prompt_cache_key; for Codex, its thread, with subagent threads under their session), shown here by a short digest.</p>
         </div>
       ) : (
         <div class="table-wrap">
@@ -68,12 +69,18 @@ export function SessionsView() {
               </tr>
             </thead>
             <tbody>
-              {sessions.map((s) => {
+              {groupThreads(sessions).map(({ session: s, thread }) => {
                 const k = s.key ? byId.get(s.key) : undefined;
                 return (
-                  <tr key={s.session} data-testid="session-row">
+                  <tr key={s.session} data-testid="session-row" data-thread-of={s.parent ?? undefined} class={thread ? "thread-row" : undefined}>
                     <td data-label="Session">
+                      {thread && (
+                        <span class="muted small" title={`A subagent thread of session ${s.parent}`}>
+                          ↳ thread{" "}
+                        </span>
+                      )}
                       <code>{s.session}</code>
+                      {!thread && s.parent && <span class="muted small"> (thread of {s.parent})</span>}
                     </td>
                     <td data-label="Client">{CLIENT[s.client] ?? s.client}</td>
                     <td data-label="Key">

@@ -15,7 +15,11 @@ pub const MAX_CACHE_KEY_BYTES: usize = 256;
 /// A usable `prompt_cache_key`: a non-empty string of at most 256 bytes, with no leading or trailing
 /// whitespace and no control characters. Anything else is ignored (never an error, never changed).
 pub fn valid_cache_key(value: &serde_json::Value) -> Option<&str> {
-    let s = value.as_str()?;
+    valid_id(value.as_str()?)
+}
+
+/// A usable session, thread or cache id: by the same rules as [`valid_cache_key`].
+fn valid_id(s: &str) -> Option<&str> {
     let ok = !s.is_empty() && s.len() <= MAX_CACHE_KEY_BYTES && s.trim() == s && !s.chars().any(char::is_control);
     ok.then_some(s)
 }
@@ -60,6 +64,21 @@ struct Peek<'a> {
     stream: Option<serde_json::Value>,
     #[serde(default)]
     service_tier: Option<serde_json::Value>,
+    #[serde(borrow, default)]
+    client_metadata: Option<&'a serde_json::value::RawValue>,
+}
+
+/// The ids Codex puts in a request's `client_metadata` (each `response.create` on a WebSocket has its
+/// own): the thread it belongs to, and its session (the root thread).
+#[derive(Deserialize, Default)]
+struct ClientMetadata<'a> {
+    #[serde(borrow, default)]
+    thread_id: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default)]
+    session_id: Option<std::borrow::Cow<'a, str>>,
+    /// Over a WebSocket, the turn's Responses-Lite header as Codex projects it (`"true"`).
+    #[serde(borrow, default, rename = "ws_request_header_x_openai_internal_codex_responses_lite")]
+    responses_lite: Option<std::borrow::Cow<'a, str>>,
 }
 
 const MODEL_DISPLAY_CAP: usize = 128;
@@ -112,7 +131,22 @@ pub fn extract(incoming: &Incoming<'_>, markers: &Markers) -> Result<Extracted, 
         crate::pools::ALL => std::borrow::Cow::Borrowed(operation_scope(operation)),
         pool => std::borrow::Cow::Owned(format!("{}@{pool}", operation_scope(operation))),
     };
-    facts.session = peek.prompt_cache_key.as_ref().and_then(valid_cache_key).map(|k| digest.session(&session_scope, k));
+    let sent_metadata = client_metadata(&peek);
+    // Codex's WebSocket turns say whether they are Lite in their own client_metadata (the key is there
+    // only when one is).
+    facts.lite_turn =
+        sent_metadata.as_ref().map(|own| own.responses_lite.as_deref().is_some_and(|v| v.eq_ignore_ascii_case("true")));
+    let metadata = sent_metadata.unwrap_or_default();
+    let [thread, root] = codex_ids(&metadata, incoming.headers);
+    // A thread is a session of its own (subagents of one session may share its `prompt_cache_key`,
+    // but not its encrypted state); for a root thread the id is its `prompt_cache_key`, so the
+    // digest is the same either way.
+    let session = thread.or_else(|| peek.prompt_cache_key.as_ref().and_then(valid_cache_key));
+    facts.session = session.map(|k| digest.session(&session_scope, k));
+    facts.parent = match (thread, root) {
+        (Some(thread), Some(root)) if thread != root => Some(digest.session(&session_scope, root)),
+        _ => None,
+    };
     facts.signal = signal(&peek, operation, [incoming.scope, incoming.pool], facts.model.as_deref(), markers);
     let stripped = markers.strip(body)?;
     let (continuity, pins): (Vec<Pin>, Vec<Pin>) =
@@ -128,6 +162,23 @@ pub fn extract(incoming: &Incoming<'_>, markers: &Markers) -> Result<Extracted, 
         std::borrow::Cow::Owned(v) => Bytes::from(v),
     };
     Ok(Extracted { facts, path, body })
+}
+
+/// The request's `client_metadata`, when it is an object with string ids (anything else is ignored,
+/// never an error: the body goes on as it is).
+fn client_metadata<'a>(peek: &Peek<'a>) -> Option<ClientMetadata<'a>> {
+    peek.client_metadata.and_then(|raw| serde_json::from_str(raw.get()).ok())
+}
+
+/// Codex's thread id and session id (the root thread's): each from the request's own
+/// `client_metadata` (read per request, so a WebSocket's turns each say theirs), else from the
+/// `thread-id` and `session-id` headers (an HTTP request's, or a WebSocket's handshake).
+fn codex_ids<'a>(metadata: &'a ClientMetadata<'_>, headers: &'a HeaderMap) -> [Option<&'a str>; 2] {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).and_then(valid_id);
+    let pick = |own: &'a Option<std::borrow::Cow<'_, str>>, name: &str| {
+        own.as_deref().and_then(valid_id).or_else(|| header(name))
+    };
+    [pick(&metadata.thread_id, "thread-id"), pick(&metadata.session_id, "session-id")]
 }
 
 /// Reads the top-level fields routing needs, with an error that says what is wrong with the body.
@@ -301,8 +352,18 @@ mod tests {
     use http::Method;
 
     fn extract(seq: u64, op: Operation, body: &[u8]) -> Result<RequestFacts, FactsError> {
+        extract_with(seq, op, &[], body)
+    }
+
+    fn extract_with(seq: u64, op: Operation, header: &[(&str, &str)], body: &[u8]) -> Result<RequestFacts, FactsError> {
         let markers = Markers::new(&Secret::new("s"));
-        let headers = HeaderMap::new();
+        let mut headers = HeaderMap::new();
+        for (name, value) in header {
+            headers.insert(
+                http::HeaderName::from_bytes(name.as_bytes()).expect("name"),
+                http::HeaderValue::from_str(value).expect("value"),
+            );
+        }
         let body = Bytes::copy_from_slice(body);
         let incoming = Incoming {
             seq,
@@ -449,5 +510,44 @@ mod tests {
         let body = serde_json::to_vec(&serde_json::json!({ "model": model })).expect("json");
         let facts = extract(1, Operation::Embeddings, &body).expect("valid");
         assert!(facts.model.expect("model").len() <= MODEL_DISPLAY_CAP);
+    }
+
+    #[test]
+    fn a_codex_thread_is_its_own_session_under_the_root_session() {
+        let digest = |value: &str| Markers::new(&Secret::new("s")).digest().session("responses", value);
+        let create = Operation::ResponsesCreate;
+        // Subagents of one session may share its prompt_cache_key; each thread is still a session.
+        let body = br#"{"model":"gpt-5.5","input":[],"prompt_cache_key":"root-a"}"#;
+        let root = extract_with(1, create, &[("session-id", "root-a"), ("thread-id", "root-a")], body).expect("ok");
+        assert_eq!(
+            (root.session, root.parent),
+            (Some(digest("root-a")), None),
+            "a root thread: its cache key's digest"
+        );
+        let sub = extract_with(2, create, &[("session-id", "root-a"), ("thread-id", "sub-b")], body).expect("ok");
+        assert_eq!((sub.session, sub.parent), (Some(digest("sub-b")), Some(digest("root-a"))));
+        // Each request's client_metadata says its own thread, over the headers (a WebSocket's handshake).
+        let frame = br#"{"model":"gpt-5.5","input":[],"prompt_cache_key":"root-a",
+            "client_metadata":{"thread_id":"sub-c","session_id":"root-a","turn_id":"t1"}}"#;
+        let per_turn =
+            extract_with(3, create, &[("session-id", "root-a"), ("thread-id", "root-a")], frame).expect("ok");
+        assert_eq!((per_turn.session, per_turn.parent), (Some(digest("sub-c")), Some(digest("root-a"))));
+        // client_metadata of another shape, or ids that are no ids, are ignored and never refused.
+        for odd in [
+            br#"{"input":[],"prompt_cache_key":"root-a","client_metadata":"x"}"#.as_slice(),
+            br#"{"input":[],"prompt_cache_key":"root-a","client_metadata":{"thread_id":7,"session_id":" "}}"#,
+        ] {
+            let facts = extract_with(4, create, &[], odd).expect("forwarded");
+            assert_eq!((facts.session, facts.parent), (Some(digest("root-a")), None));
+        }
+    }
+
+    #[test]
+    fn a_websocket_turn_says_whether_it_is_responses_lite() {
+        let lite = |body: &[u8]| extract(1, Operation::ResponsesCreate, body).expect("ok").lite_turn;
+        let key = "ws_request_header_x_openai_internal_codex_responses_lite";
+        assert_eq!(lite(format!(r#"{{"input":[],"client_metadata":{{"{key}":"true"}}}}"#).as_bytes()), Some(true));
+        assert_eq!(lite(br#"{"input":[],"client_metadata":{"turn_id":"t"}}"#), Some(false));
+        assert_eq!(lite(br#"{"input":[]}"#), None, "no client_metadata: the socket's handshake decides");
     }
 }

@@ -207,9 +207,21 @@ pub struct RequestFacts {
     pub foreign_markers: usize,
     /// The top-level `service_tier` the request asks for, when it is a string (capped at 32 bytes).
     pub service_tier: Option<String>,
-    /// Keyed digest of a valid top-level `prompt_cache_key` (Codex and pi set it to the session id).
+    /// Keyed digest of the request's session: Codex's thread id (`client_metadata.thread_id`, else
+    /// the `thread-id` header) when it names one, else a valid top-level `prompt_cache_key` (Codex and
+    /// pi set it to the session id). Each of a session's subagent threads is a session of its own here.
     #[serde(skip)]
     pub session: Option<SessionKey>,
+    /// For a Codex subagent thread (its session id, `client_metadata.session_id` or the `session-id`
+    /// header, is not its thread id): the keyed digest of the session it belongs to, the root thread.
+    #[serde(skip)]
+    pub parent: Option<SessionKey>,
+    /// What a request's own `client_metadata` says of Responses-Lite, as Codex projects its
+    /// `x-openai-internal-codex-responses-lite` header into each WebSocket turn
+    /// (`ws_request_header_x_openai_internal_codex_responses_lite: "true"`): `Some(true)` for a Lite
+    /// turn, `Some(false)` for one whose `client_metadata` has no such key, `None` without
+    /// `client_metadata` (the turn goes by its socket's handshake).
+    pub lite_turn: Option<bool>,
     /// The soft-affinity signal: a keyed digest of the `prompt_cache_key`, or else of the prompt prefix.
     #[serde(skip)]
     pub signal: Option<Signal>,
@@ -249,6 +261,8 @@ impl RequestFacts {
             foreign_markers: 0,
             service_tier: None,
             session: None,
+            parent: None,
+            lite_turn: None,
             continuity: None,
             unmarked_response_id: false,
             unmarked_encrypted: false,
