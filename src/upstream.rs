@@ -382,13 +382,17 @@ impl Upstream {
                 Err(UpstreamError::Proxy { proxy, base: base.to_owned(), detail: detail.to_owned() })
             }
             Ok(Ok(response)) => Ok(response),
-            Ok(Err(e)) if e.is_connect() => match &proxied {
+            // Through a proxy, a request that got no answer failed on its way through it (a connection
+            // to the proxy refused, or one it kept reset when it stopped): the error names it.
+            Ok(Err(e)) => match &proxied {
                 Some(p) => {
                     Err(UpstreamError::Proxy { proxy: p.shown.clone(), base: base.to_owned(), detail: short_error(&e) })
                 }
-                None => Err(UpstreamError::Connect { base: base.to_owned(), detail: short_error(&e) }),
+                None if e.is_connect() => {
+                    Err(UpstreamError::Connect { base: base.to_owned(), detail: short_error(&e) })
+                }
+                None => Err(UpstreamError::Transport { base: base.to_owned(), detail: short_error(&e) }),
             },
-            Ok(Err(e)) => Err(UpstreamError::Transport { base: base.to_owned(), detail: short_error(&e) }),
         }
     }
 }
@@ -396,18 +400,34 @@ impl Upstream {
 /// Most bytes of a proxy's answer to `CONNECT` read.
 const MAX_CONNECT_ANSWER: usize = 8 * 1024;
 
-/// A TCP stream to `uri`'s host through `proxy` (`CONNECT host:port`), for a WebSocket: the
-/// handshake, and TLS for `wss://`, then go over it. Only an `http://` proxy: a tunnel inside TLS to
-/// the proxy is not made. The error says what the proxy did, never anything the URL may hold.
+/// A TCP stream to `uri`'s host through `proxy`, for a WebSocket: the handshake, and TLS for `wss://`,
+/// then go over it. An `http://` proxy is asked to `CONNECT host:port`; a `socks5://` or `socks5h://`
+/// proxy to connect (RFC 1928, with its user and password by RFC 1929 when it has a login). A tunnel
+/// inside TLS to an `https://` proxy is not made. The error says what the proxy did, never anything
+/// the URL may hold.
 pub async fn tunnel(proxy: &Proxied, uri: &http::Uri) -> Result<tokio::net::TcpStream, String> {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    if !proxy.url.starts_with("http://") {
-        return Err("a WebSocket goes through an http:// proxy only; use an http:// proxy for this pool".into());
-    }
     let host = uri.host().ok_or("the WebSocket URL has no host")?;
     let port = uri.port_u16().unwrap_or(if uri.scheme_str() == Some("wss") { 443 } else { 80 });
+    let scheme = proxy.url.split_once("://").map_or("", |(scheme, _)| scheme);
+    if !matches!(scheme, "http" | "socks5" | "socks5h") {
+        return Err("a WebSocket goes through an http:// or SOCKS5 proxy only; use one of those for this pool".into());
+    }
     let mut stream = tokio::net::TcpStream::connect(&proxy.shown).await.map_err(|e| e.to_string())?;
     let _ = stream.set_nodelay(true);
+    match scheme {
+        "http" => connect_through_http(&mut stream, proxy, host, port).await?,
+        _ => socks5::connect(&mut stream, proxy.login.as_ref(), host, port, scheme == "socks5h").await?,
+    }
+    Ok(stream)
+}
+
+async fn connect_through_http(
+    stream: &mut tokio::net::TcpStream,
+    proxy: &Proxied,
+    host: &str,
+    port: u16,
+) -> Result<(), String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let target = if host.contains(':') && !host.starts_with('[') {
         format!("[{host}]:{port}")
     } else {
@@ -433,7 +453,122 @@ pub async fn tunnel(proxy: &Proxied, uri: &http::Uri) -> Result<tokio::net::TcpS
     if !status.starts_with('2') {
         return Err(format!("the proxy answered CONNECT with status {status}"));
     }
-    Ok(stream)
+    Ok(())
+}
+
+/// The client side of SOCKS5's connect (RFC 1928), with a user and password (RFC 1929) when the proxy
+/// has a login, for the WebSocket tunnel. HTTP requests go through reqwest's own.
+mod socks5 {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio::net::TcpStream;
+
+    use crate::secrets::Secret;
+
+    const VERSION: u8 = 5;
+    const NO_AUTH: u8 = 0;
+    const USER_PASSWORD: u8 = 2;
+    const CONNECT: u8 = 1;
+
+    fn io(e: std::io::Error) -> String {
+        format!("the SOCKS5 proxy closed the connection ({e})")
+    }
+
+    /// Asks the proxy on `stream` to connect to `host:port`; the name goes to the proxy to resolve
+    /// when `remote_names` (`socks5h://`), else Keymux resolves it.
+    pub async fn connect(
+        stream: &mut TcpStream,
+        login: Option<&Secret>,
+        host: &str,
+        port: u16,
+        remote_names: bool,
+    ) -> Result<(), String> {
+        let method = if login.is_some() { USER_PASSWORD } else { NO_AUTH };
+        stream.write_all(&[VERSION, 1, method]).await.map_err(io)?;
+        let mut chosen = [0u8; 2];
+        stream.read_exact(&mut chosen).await.map_err(io)?;
+        if chosen != [VERSION, method] {
+            return Err(match login {
+                Some(_) => "the SOCKS5 proxy does not take a user and password".to_owned(),
+                None => "the SOCKS5 proxy asks for a login; set the pool's proxy with a user and password".to_owned(),
+            });
+        }
+        if let Some(login) = login {
+            authenticate(stream, login).await?;
+        }
+        let mut ask = vec![VERSION, CONNECT, 0];
+        ask.extend(address(host, port, remote_names).await?);
+        stream.write_all(&ask).await.map_err(io)?;
+        let mut head = [0u8; 4];
+        stream.read_exact(&mut head).await.map_err(io)?;
+        if head[1] != 0 {
+            return Err(format!("the SOCKS5 proxy refused to connect ({})", reply(head[1])));
+        }
+        // The address the proxy bound: read past it.
+        let rest = match head[3] {
+            1 => 4,
+            4 => 16,
+            3 => usize::from(stream.read_u8().await.map_err(io)?),
+            _ => return Err("the SOCKS5 proxy answered with an address of no known kind".into()),
+        };
+        let mut skip = vec![0u8; rest + 2];
+        stream.read_exact(&mut skip).await.map_err(io)?;
+        Ok(())
+    }
+
+    async fn authenticate(stream: &mut TcpStream, login: &Secret) -> Result<(), String> {
+        let (user, password) = login.expose().split_once(':').unwrap_or((login.expose(), ""));
+        let (user, password) = (user.as_bytes(), password.as_bytes());
+        let (Ok(user_len), Ok(password_len)) = (u8::try_from(user.len()), u8::try_from(password.len())) else {
+            return Err("the SOCKS5 proxy's user or password is longer than 255 bytes".into());
+        };
+        let mut ask = vec![1, user_len];
+        ask.extend_from_slice(user);
+        ask.push(password_len);
+        ask.extend_from_slice(password);
+        stream.write_all(&ask).await.map_err(io)?;
+        let mut answer = [0u8; 2];
+        stream.read_exact(&mut answer).await.map_err(io)?;
+        if answer[1] != 0 {
+            return Err("the SOCKS5 proxy refused the pool's user and password".into());
+        }
+        Ok(())
+    }
+
+    async fn address(host: &str, port: u16, remote_names: bool) -> Result<Vec<u8>, String> {
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        let ip = match bare.parse::<std::net::IpAddr>() {
+            Ok(ip) => Some(ip),
+            Err(_) if remote_names => None,
+            Err(_) => {
+                let found = tokio::net::lookup_host((bare, port)).await.map_err(|e| format!("{bare}: {e}"))?.next();
+                Some(found.ok_or_else(|| format!("{bare} has no address"))?.ip())
+            }
+        };
+        let mut out = match ip {
+            Some(std::net::IpAddr::V4(v4)) => [&[1u8][..], &v4.octets()].concat(),
+            Some(std::net::IpAddr::V6(v6)) => [&[4u8][..], &v6.octets()].concat(),
+            None => {
+                let len = u8::try_from(bare.len()).map_err(|_| "the host name is too long for SOCKS5")?;
+                [&[3u8, len][..], bare.as_bytes()].concat()
+            }
+        };
+        out.extend_from_slice(&port.to_be_bytes());
+        Ok(out)
+    }
+
+    fn reply(code: u8) -> &'static str {
+        match code {
+            1 => "general failure",
+            2 => "not allowed by its rules",
+            3 => "network unreachable",
+            4 => "host unreachable",
+            5 => "connection refused",
+            6 => "TTL expired",
+            7 => "command not supported",
+            8 => "address type not supported",
+            _ => "an unknown reply",
+        }
+    }
 }
 
 /// A provider client: direct, or through `proxy` (every request, whatever the environment's

@@ -269,7 +269,7 @@ async fn with_its_proxy_stopped_a_pools_requests_fail_naming_it_and_never_go_dir
     let (work, personal) = (token_in(&admin, "acme", "work").await, token_in(&admin, "play", "personal").await);
     let c = client();
     assert_eq!(three_requests(&c, &h.base, &work).await, [200, 200, 200]);
-    proxy.stop();
+    proxy.stop_and_wait().await;
     let before = sim_requests(&h.sim, &WORK_KEYS).len();
     let body = json!({"model": "gpt-5.5", "input": "hello", "store": false});
     for attempt in 0..3 {
@@ -367,7 +367,7 @@ async fn a_proxys_user_and_password_are_kept_in_the_keychain_and_never_shown() {
     assert_eq!((status, &body["proxy"], body["proxy_login"].as_bool()), (200, &Value::Null, Some(false)), "{body}");
     assert_eq!(store.get(&keymux::secrets::account::proxy("work")).unwrap(), None);
     // Bad proxies are refused without quoting what they carry.
-    for bad in ["socks5://alice:hunter2@127.0.0.1:1080", "http://alice:hunter2@127.0.0.1:port", "ftp://127.0.0.1:21"] {
+    for bad in ["socks4://alice:hunter2@127.0.0.1:1080", "http://alice:hunter2@127.0.0.1:port", "ftp://127.0.0.1:21"] {
         let (status, body) = admin.patch("/pools/work", json!({"proxy": bad})).await;
         assert_eq!(status, 400, "{bad}: {body}");
         assert!(!body.to_string().contains("hunter2"), "{body}");
@@ -411,7 +411,7 @@ async fn the_cli_and_the_environment_set_a_pools_policies() {
     let (ok, out, err) =
         cli(&cfg, &env, &["pool", "create", "work", "--keys", "w1", "--allow-priority", "false"]).await;
     assert!(ok && out.contains("priority tier sent as standard, direct"), "{out}{err}");
-    let (ok, _, err) = cli(&cfg, &env, &["pool", "set", "work", "--proxy", "socks5://bob:hunter2@127.0.0.1:9"]).await;
+    let (ok, _, err) = cli(&cfg, &env, &["pool", "set", "work", "--proxy", "socks4://bob:hunter2@127.0.0.1:9"]).await;
     assert!(!ok && !err.contains("hunter2") && err.contains("HTTP proxy"), "{err}");
     // The user and password go to the keychain; the file holds the URL without them.
     let (ok, out, err) = cli(&cfg, &env, &["pool", "set", "work", "--proxy", &with_login]).await;
@@ -469,4 +469,43 @@ async fn the_cli_and_the_environment_set_a_pools_policies() {
     assert!(!text.contains("proxy =") && !text.contains("hunter2"), "{text}");
     let out = keymux.stop().await;
     assert_no_secrets("the gateway's output", &out, &["sk-pol-w1", "sk-pol-h1", &acme, play, "hunter2"]);
+}
+
+/// A SOCKS5 proxy carries a pool's keys out too: HTTP requests (reqwest's SOCKS5) and the WebSocket's
+/// tunnel (Keymux's own), whether the proxy resolves names (`socks5h://`) or Keymux does
+/// (`socks5://`). Judged by the simulator: every work request came from a connection the proxy
+/// opened, and no personal one did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socks5_proxy_carries_every_request_of_its_pool_and_no_other() {
+    for remote_names in [true, false] {
+        let proxy = SocksProxy::start().await;
+        let h =
+            Harness::start_with(three_orgs(), &five_keys(), proxied_pools(&proxy.url(remote_names), None, Vec::new()))
+                .await;
+        let admin = Admin::new(&h.root);
+        let (work, personal) = (token_in(&admin, "acme", "work").await, token_in(&admin, "play", "personal").await);
+        let c = client();
+        assert_eq!(three_requests(&c, &h.base, &work).await, [200, 200, 200]);
+        assert_eq!(three_requests(&c, &h.base, &personal).await, [200, 200, 200]);
+        let mut socket = WsClient::connect_as(&h.base, "sess-work", &work).await.unwrap();
+        assert!(socket.create(&json!({"model": "gpt-5.5", "input": [], "store": false})).await.response_id().is_some());
+        let tunnels = proxy.log();
+        let through: Vec<std::net::SocketAddr> = tunnels.iter().map(|t| t.from).collect();
+        let sim_addr = h.sim.base_url().trim_start_matches("http://").trim_end_matches("/v1").to_owned();
+        assert!(tunnels.iter().all(|t| t.target == sim_addr), "every tunnel went to the simulator: {tunnels:?}");
+        let (work_log, personal_log) = (h.sim.log(), h.sim.log());
+        let work_seen: Vec<_> =
+            work_log.iter().filter(|e| e.key.as_deref().is_some_and(|k| WORK_KEYS.contains(&k))).collect();
+        let personal_seen: Vec<_> =
+            personal_log.iter().filter(|e| e.key.as_deref().is_some_and(|k| PERSONAL_KEYS.contains(&k))).collect();
+        assert!(work_seen.len() >= 3 + 1 + 2, "work traffic, its socket and probes reached the simulator");
+        for entry in &work_seen {
+            assert!(entry.peer.is_some_and(|p| through.contains(&p)), "work went through the proxy: {entry:?}");
+        }
+        assert!(!personal_seen.is_empty());
+        for entry in &personal_seen {
+            assert!(!entry.peer.is_some_and(|p| through.contains(&p)), "personal went direct: {entry:?}");
+        }
+        println!("{}: {} tunnels carried {} work requests", proxy.url(remote_names), tunnels.len(), work_seen.len());
+    }
 }

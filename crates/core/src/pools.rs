@@ -103,8 +103,11 @@ pub fn standard_tier(body: &[u8]) -> Option<Vec<u8>> {
     serde_json::to_vec(&object).ok()
 }
 
-/// Checks a pool's `proxy`: an `http` or `https` URL with a host and a port (or the
-/// scheme's default), and nothing else: no user or password (Keymux keeps no proxy credentials in the
+/// The proxy schemes Keymux speaks.
+pub const PROXY_SCHEMES: [&str; 4] = ["http", "https", "socks5", "socks5h"];
+
+/// Checks a pool's `proxy`: an `http`, `https`, `socks5` (names resolved by Keymux) or `socks5h`
+/// (names resolved by the proxy) URL with a host and a port (or the scheme's default), and nothing else: no user or password (Keymux keeps no proxy credentials in the
 /// config file, where they would be readable), no path, query or fragment. Returns the URL as it is
 /// kept (no trailing `/`).
 pub fn check_proxy(url: &str) -> Result<String, String> {
@@ -113,9 +116,10 @@ pub fn check_proxy(url: &str) -> Result<String, String> {
         .split_once("://")
         .ok_or_else(|| format!("the proxy '{}' must be a URL such as http://proxy.example:3128", safe_proxy(url)))?;
     let scheme = scheme.to_ascii_lowercase();
-    if !["http", "https"].contains(&scheme.as_str()) {
+    if !PROXY_SCHEMES.contains(&scheme.as_str()) {
         return Err(format!(
-            "the proxy's scheme '{scheme}' is not one Keymux speaks; use an HTTP proxy (http:// or https://)"
+            "the proxy's scheme '{scheme}' is not one Keymux speaks; use an HTTP proxy (http:// or https://) or a \
+             SOCKS5 proxy (socks5://, or socks5h:// to have the proxy resolve host names)"
         ));
     }
     let authority = rest.strip_suffix('/').unwrap_or(rest);

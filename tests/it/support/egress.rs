@@ -87,6 +87,15 @@ impl TestProxy {
     pub fn stop(&self) {
         self.tasks.lock().unwrap().abort_all();
     }
+
+    /// Closes the port and every connection through it, and returns once they are closed (the port
+    /// refuses from then on).
+    pub async fn stop_and_wait(&self) {
+        let mut running = std::mem::take(&mut *self.tasks.lock().unwrap());
+        running.shutdown().await;
+        // A connection the accept loop took just before it ended.
+        self.tasks.lock().unwrap().abort_all();
+    }
 }
 
 impl Drop for TestProxy {
@@ -198,4 +207,88 @@ impl Drop for TlsFront {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// One connection a SOCKS5 proxy made for its client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tunnel {
+    /// What the client asked to reach: `host:port`, the host as sent (a name or an address).
+    pub target: String,
+    /// The proxy's own end of the connection it opened (the address the upstream sees the client at).
+    pub from: SocketAddr,
+}
+
+/// A SOCKS5 proxy (RFC 1928, connect only, no login) on `127.0.0.1:0`, logging each tunnel.
+pub struct SocksProxy {
+    pub addr: SocketAddr,
+    log: Arc<Mutex<Vec<Tunnel>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SocksProxy {
+    pub async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the SOCKS5 proxy");
+        let addr = listener.local_addr().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let accept_log = log.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let log = accept_log.clone();
+                tokio::spawn(async move {
+                    let _ = socks_connection(stream, log).await;
+                });
+            }
+        });
+        Self { addr, log, task }
+    }
+
+    /// `socks5h://127.0.0.1:PORT` (`remote_names`) or `socks5://127.0.0.1:PORT`.
+    pub fn url(&self, remote_names: bool) -> String {
+        format!("{}://{}", if remote_names { "socks5h" } else { "socks5" }, self.addr)
+    }
+
+    pub fn log(&self) -> Vec<Tunnel> {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+impl Drop for SocksProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn socks_connection(mut client: TcpStream, log: Arc<Mutex<Vec<Tunnel>>>) -> std::io::Result<()> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut greeting = [0u8; 2];
+    client.read_exact(&mut greeting).await?;
+    let mut methods = vec![0u8; usize::from(greeting[1])];
+    client.read_exact(&mut methods).await?;
+    if greeting[0] != 5 || !methods.contains(&0) {
+        return client.write_all(&[5, 0xff]).await;
+    }
+    client.write_all(&[5, 0]).await?;
+    let mut head = [0u8; 4];
+    client.read_exact(&mut head).await?;
+    let host = match head[3] {
+        1 => {
+            let mut ip = [0u8; 4];
+            client.read_exact(&mut ip).await?;
+            std::net::Ipv4Addr::from(ip).to_string()
+        }
+        3 => {
+            let mut name = vec![0u8; usize::from(client.read_u8().await?)];
+            client.read_exact(&mut name).await?;
+            String::from_utf8_lossy(&name).into_owned()
+        }
+        _ => return client.write_all(&[5, 8, 0, 1, 0, 0, 0, 0, 0, 0]).await,
+    };
+    let port = client.read_u16().await?;
+    let target = format!("{host}:{port}");
+    let Ok(mut upstream) = TcpStream::connect(&target).await else {
+        return client.write_all(&[5, 5, 0, 1, 0, 0, 0, 0, 0, 0]).await;
+    };
+    log.lock().unwrap().push(Tunnel { target, from: upstream.local_addr()? });
+    client.write_all(&[5, 0, 0, 1, 0, 0, 0, 0, 0, 0]).await?;
+    tokio::io::copy_bidirectional(&mut client, &mut upstream).await.map(|_| ())
 }

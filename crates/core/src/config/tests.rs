@@ -196,7 +196,7 @@ fn env_pools_take_their_policies_from_their_attributes() {
         EnvSecrets::from_vars(vars).expect_err("refused")
     };
     assert!(bad("KEYMUX_POOL_WORK_ALLOW_PRIORITY", "maybe").contains("true or false"));
-    let err = bad("KEYMUX_POOL_WORK_PROXY", "socks5://bob:hunter2@proxy.example:1080");
+    let err = bad("KEYMUX_POOL_WORK_PROXY", "ftp://bob:hunter2@proxy.example:21");
     assert!(err.starts_with("KEYMUX_POOL_WORK_PROXY") && !err.contains("hunter2") && !err.contains("bob"), "{err}");
     // A user and password stay in memory, apart from the pool.
     let vars = [("KEYMUX_POOL_WORK", "a"), ("KEYMUX_POOL_WORK_PROXY", "http://bob:hunter2@proxy.example:3128")]

@@ -150,7 +150,9 @@ fn proxies_are_checked_and_credentials_never_quoted() {
     assert_eq!(check_proxy("http://proxy.example:3128/").as_deref(), Ok("http://proxy.example:3128"));
     assert_eq!(check_proxy("HTTPS://[::1]:8443").as_deref(), Ok("https://[::1]:8443"));
     assert_eq!(check_proxy("http://proxy.example").as_deref(), Ok("http://proxy.example"));
-    for bad in ["proxy.example:3128", "socks5://p:1080", "ftp://p:21", "http://p:3128/path", "http://p:port", "http://"]
+    assert_eq!(check_proxy("socks5://127.0.0.1:1080").as_deref(), Ok("socks5://127.0.0.1:1080"));
+    assert_eq!(check_proxy("SOCKS5H://proxy.example:1080").as_deref(), Ok("socks5h://proxy.example:1080"));
+    for bad in ["proxy.example:3128", "socks4://p:1080", "ftp://p:21", "http://p:3128/path", "http://p:port", "http://"]
     {
         assert!(check_proxy(bad).is_err(), "{bad}");
     }
@@ -160,7 +162,9 @@ fn proxies_are_checked_and_credentials_never_quoted() {
     let split = split_proxy("http://alice:s3:cret@proxy.example:3128/").expect("readable");
     assert_eq!(split, ("http://proxy.example:3128".to_owned(), Some("alice:s3:cret".to_owned())));
     assert_eq!(split_proxy("http://proxy.example:3128"), Ok(("http://proxy.example:3128".to_owned(), None)));
-    let err = split_proxy("socks5://alice:s3cret@p:1").expect_err("another scheme");
+    let split = split_proxy("socks5://alice:s3cret@p:1080").expect("readable");
+    assert_eq!(split, ("socks5://p:1080".to_owned(), Some("alice:s3cret".to_owned())));
+    let err = split_proxy("ftp://alice:s3cret@p:1").expect_err("another scheme");
     assert!(!err.contains("s3cret"), "{err}");
 }
 
