@@ -256,8 +256,9 @@ async fn without_a_display_it_says_to_use_keymux_serve() {
     assert!(text.contains("keymux serve") && text.contains("no display"), "{text}");
 }
 
-/// The goals for the whole app's memory (the tray's program and every process it started, their
-/// proportional set sizes summed: what the group holds, each shared page once).
+/// The goals for the whole app's memory (the tray's program and every process it started). Hidden and
+/// after the window closed the app is one process, held by its resident size; with the window open,
+/// by the processes' proportional set sizes summed (what the group holds, each shared page once).
 const HIDDEN_MIB: u64 = 60;
 const WINDOW_OPEN_MIB: u64 = 250;
 /// How far above the hidden figure the app may stay once its window closed.
@@ -335,8 +336,10 @@ async fn hidden_the_tray_is_light_and_closing_the_window_gives_its_memory_back()
     desktop::x11::until("the window's processes end", WAIT, || app.descendants().is_empty().then_some(())).await;
     let closed = app.memory_kib();
     println!("window closed again: {}", said(&closed));
+    // One process again, as when hidden: resident sizes compare (a proportional size moves with
+    // whatever else maps the same files, other tests' apps included).
     assert!(
-        mib(closed.pss_kib) <= mib(hidden.pss_kib) + AFTER_CLOSE_MIB,
+        mib(closed.rss_sum_kib) <= mib(hidden.rss_sum_kib) + AFTER_CLOSE_MIB,
         "after the window closed: {}; hidden: {}",
         said(&closed),
         said(&hidden)
