@@ -25,7 +25,10 @@ impl Xvfb {
     pub async fn start() -> Option<Self> {
         let fb = tempfile::tempdir().ok()?;
         for n in 90..200 {
-            if Path::new(&format!("/tmp/.X{n}-lock")).exists() {
+            // A display whose lock names a running server is taken; a stale lock (its server killed)
+            // is Xvfb's to take over, as every X server does.
+            let holder = std::fs::read_to_string(format!("/tmp/.X{n}-lock")).ok();
+            if holder.is_some_and(|pid| Path::new(&format!("/proc/{}", pid.trim())).exists()) {
                 continue;
             }
             let child = std::process::Command::new("Xvfb")
@@ -84,7 +87,18 @@ impl Xvfb {
 }
 
 impl Drop for Xvfb {
+    /// SIGTERM first, so the server removes its lock and socket (killed, it leaves them, and a
+    /// machine that ran the tests many times had every display from :90 locked); SIGKILL if it has
+    /// not ended in 10 s.
     fn drop(&mut self) {
+        let _ = std::process::Command::new("kill").arg(self.child.id().to_string()).status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
