@@ -143,6 +143,29 @@ async fn the_tray_app_runs_the_gateway_shows_it_and_quits_cleanly() {
 /// The line the app logs when its window cannot show the dashboard (and shows why instead).
 const UNSHOWN: &str = "the dashboard window cannot show the dashboard";
 
+/// The app with one key (a1, at `sim`) and its metrics under `home`, on `bus` (a bus of its own: on
+/// a shared one, another test's app would take this one's launches over): its environment, and its
+/// arguments, `first` ahead of the usual ones.
+fn one_key_app(
+    home: &Path,
+    xvfb: &Xvfb,
+    bus: &desktop::SessionBus,
+    sim: &Sim,
+    first: &[&str],
+) -> (Vec<(String, String)>, Vec<String>) {
+    let config = home.join("config.toml");
+    std::fs::write(&config, format!("metrics_dir = \"{}\"\n", home.join("metrics").display())).unwrap();
+    let env = desktop::env(home, xvfb, &[("KEYMUX_KEY_A1", "sk-a1")], TOKEN, ADMIN);
+    let env = desktop::with_var(env, "DBUS_SESSION_BUS_ADDRESS", &bus.address);
+    let mut args: Vec<String> = first.iter().map(|s| (*s).to_owned()).collect();
+    args.extend(
+        ["--ephemeral", "--config", config.to_str().unwrap(), "--listen", "127.0.0.1:0", "--upstream"]
+            .map(String::from),
+    );
+    args.push(sim.base_url());
+    (env, args)
+}
+
 /// The locales the window is tried in, each alone: C.UTF-8 (Debian's and containers' default) by
 /// `LANG` and by `LC_ALL`, a locale this system does not have, and en_US.UTF-8 where it is installed.
 fn locales() -> Vec<(&'static str, &'static str)> {
@@ -166,7 +189,6 @@ fn locales() -> Vec<(&'static str, &'static str)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_window_draws_the_dashboard_in_every_locale() {
     let xvfb = Xvfb::start().await.expect("the tray test needs Xvfb (scripts/test installs it)");
-    // A bus of its own: on the shared one, the other test's app would take this one's launches over.
     let bus = desktop::SessionBus::start();
     let sim = Sim::start(SimConfig::new().org("org-a", &["sk-a1"])).await.unwrap();
     let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("tray-shots");
@@ -174,16 +196,8 @@ async fn the_window_draws_the_dashboard_in_every_locale() {
     for (var, value) in locales() {
         println!("{var}={value}: starting the app");
         let home = tempfile::tempdir().unwrap();
-        let config = home.path().join("config.toml");
-        std::fs::write(&config, format!("metrics_dir = \"{}\"\n", home.path().join("metrics").display())).unwrap();
-        let env = desktop::env(home.path(), &xvfb, &[("KEYMUX_KEY_A1", "sk-a1")], TOKEN, ADMIN);
-        let env =
-            desktop::with_var(desktop::with_locale(env, &[(var, value)]), "DBUS_SESSION_BUS_ADDRESS", &bus.address);
-        let mut args: Vec<String> = ["--ephemeral", "--config", config.to_str().unwrap(), "--listen", "127.0.0.1:0"]
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect();
-        args.extend(["--upstream".to_owned(), sim.base_url()]);
+        let (env, args) = one_key_app(home.path(), &xvfb, &bus, &sim, &[]);
+        let env = desktop::with_locale(env, &[(var, value)]);
         let mut app = App::spawn(&args, &env).await;
         app.base_url(WAIT).await;
         // The dashboard's script ran in the window: it logged in with the window's link and (built
@@ -208,15 +222,7 @@ async fn a_window_that_cannot_show_the_dashboard_says_why() {
     let bus = desktop::SessionBus::start();
     let sim = Sim::start(SimConfig::new().org("org-a", &["sk-a1"])).await.unwrap();
     let home = tempfile::tempdir().unwrap();
-    let config = home.path().join("config.toml");
-    std::fs::write(&config, format!("metrics_dir = \"{}\"\n", home.path().join("metrics").display())).unwrap();
-    let env = desktop::env(home.path(), &xvfb, &[("KEYMUX_KEY_A1", "sk-a1")], TOKEN, ADMIN);
-    let env = desktop::with_var(env, "DBUS_SESSION_BUS_ADDRESS", &bus.address);
-    let mut args: Vec<String> = ["--ephemeral", "--config", config.to_str().unwrap(), "--listen", "127.0.0.1:0"]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
-    args.extend(["--upstream".to_owned(), sim.base_url()]);
+    let (env, args) = one_key_app(home.path(), &xvfb, &bus, &sim, &[]);
     let mut app = App::spawn(&args, &env).await;
     app.base_url(WAIT).await;
     app.wait_for_line_unless("a dashboard session began", Some(UNSHOWN), WAIT).await;
@@ -283,8 +289,8 @@ fn said(memory: &desktop::Memory) -> String {
 
 /// A tray that sits there all day is light: started hidden (as at login) it holds no WebKit; the window
 /// brings WebKit up in its own processes (their memory is printed), and closing it (Ctrl+W) gives all
-/// of it back. Figures after
-/// the app served traffic and, with the window open, after the dashboard's page ran.
+/// of it back. Figures after the app served traffic and, with the window open, after the dashboard's
+/// page ran.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hidden_the_tray_is_light_and_closing_the_window_gives_its_memory_back() {
     let xvfb = Xvfb::start().await.expect("the tray test needs Xvfb (scripts/test installs it)");
@@ -292,16 +298,7 @@ async fn hidden_the_tray_is_light_and_closing_the_window_gives_its_memory_back()
     let bus = desktop::SessionBus::start();
     let sim = Sim::start(SimConfig::new().org("org-a", &["sk-a1"])).await.unwrap();
     let home = tempfile::tempdir().unwrap();
-    let config = home.path().join("config.toml");
-    std::fs::write(&config, format!("metrics_dir = \"{}\"\n", home.path().join("metrics").display())).unwrap();
-    let env = desktop::env(home.path(), &xvfb, &[("KEYMUX_KEY_A1", "sk-a1")], TOKEN, ADMIN);
-    let env = desktop::with_var(env, "DBUS_SESSION_BUS_ADDRESS", &bus.address);
-    let mut args: Vec<String> =
-        ["--hidden", "--ephemeral", "--config", config.to_str().unwrap(), "--listen", "127.0.0.1:0"]
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect();
-    args.extend(["--upstream".to_owned(), sim.base_url()]);
+    let (env, args) = one_key_app(home.path(), &xvfb, &bus, &sim, &["--hidden"]);
     let mut app = App::spawn(&args, &env).await;
     let base = app.base_url(WAIT).await;
     desktop::x11::docked_icon(&xvfb.display, WAIT).await;
