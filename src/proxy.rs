@@ -6,6 +6,7 @@
 //! a cut answer can still fail over), and how the answer goes back (streamed event by event, with
 //! markers spliced in, the record finished when the stream ends).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use axum::body::Body;
 use axum::http::{header, request, HeaderMap, Method, Response, StatusCode};
 use axum::response::IntoResponse;
 use bytes::{Bytes, BytesMut};
-use futures::StreamExt as _;
+use futures::{FutureExt as _, StreamExt as _};
 
 use crate::classify::Heard;
 use crate::error::ApiError;
@@ -241,6 +242,7 @@ fn relay(
                 None if content_type(&headers).contains("json") => Mode::Json(Box::default()),
                 _ => Mode::Pass,
             };
+            let ended = Arc::new(AtomicBool::new(false));
             let state = RelayState {
                 chunks,
                 idle: gateway.upstream().idle_timeout(),
@@ -252,12 +254,16 @@ fn relay(
                 usage: None,
                 over: false,
                 idle_timer: Box::pin(tokio::time::sleep(gateway.upstream().idle_timeout())),
+                held: None,
+                ended: ended.clone(),
+                started: false,
                 _guard: guard,
             };
-            Body::from_stream(futures::stream::unfold(state, |mut state| async move {
+            let pieces = futures::stream::unfold(state, |mut state| async move {
                 let next = state.next().await?;
                 Some((next, state))
-            }))
+            });
+            Body::new(Relayed { pieces: Box::pin(pieces), ended })
         }
     };
     let mut out = Response::new(body);
@@ -292,11 +298,92 @@ struct RelayState {
     over: bool,
     /// The idle timer, moved on at every chunk rather than made anew (one timer per stream).
     idle_timer: std::pin::Pin<Box<tokio::time::Sleep>>,
+    /// The end (or break) found while gathering chunks, for the call after the piece gathered.
+    held: Option<Option<Result<Bytes, std::io::Error>>>,
+    /// Set when the provider's stream ended whole: the piece handed on then is the last.
+    ended: Arc<AtomicBool>,
+    /// A piece has been handed on (the first is never held back to gather more).
+    started: bool,
+}
+
+/// A relayed stream as the client's answer body. It says it has ended as soon as its last piece is
+/// out, so the end of the chunked answer goes in the same write as the last events, not one of its own.
+struct Relayed {
+    pieces: std::pin::Pin<Box<dyn futures::Stream<Item = Result<Bytes, std::io::Error>> + Send>>,
+    ended: Arc<AtomicBool>,
+}
+
+impl hyper::body::Body for Relayed {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, std::io::Error>>> {
+        self.pieces.poll_next_unpin(cx).map(|piece| piece.map(|piece| piece.map(hyper::body::Frame::data)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
+    }
+}
+
+/// Most bytes gathered into one piece for the client before it is handed on.
+const GATHER_LIMIT: usize = 64 * 1024;
+
+/// How many times the relay gives way for the provider's next chunk to come through (`arrived`): two
+/// turns are what a chunk read together with the one before takes through reqwest and hyper.
+const GATHER_TURNS: usize = 2;
+
+/// One item of the provider's stream, settled (`RelayState::settle`).
+enum Item {
+    Piece(Bytes),
+    Over(Option<Result<Bytes, std::io::Error>>),
+}
+
+/// The stream's next item if it has already arrived. The provider's connection hands its chunks on
+/// one at a time, each once the relay took the one before, through a few tasks' turns: the relay gives
+/// way up to `GATHER_TURNS` times for a chunk already read to come through, and never waits for the
+/// network.
+async fn arrived<S: futures::Stream + Unpin>(chunks: &mut S) -> Option<Option<S::Item>> {
+    for turn in 0..=GATHER_TURNS {
+        if let Some(next) = chunks.next().now_or_never() {
+            return Some(next);
+        }
+        if turn < GATHER_TURNS {
+            tokio::task::yield_now().await;
+        }
+    }
+    None
+}
+
+/// `a` then `b`, copied only when both hold bytes.
+fn joined(a: Bytes, b: Bytes) -> Bytes {
+    match (a.is_empty(), b.is_empty()) {
+        (true, _) => b,
+        (_, true) => a,
+        _ => {
+            let mut both = BytesMut::with_capacity(a.len() + b.len());
+            both.extend_from_slice(&a);
+            both.extend_from_slice(&b);
+            both.freeze()
+        }
+    }
 }
 
 impl RelayState {
     /// The next piece for the client: `None` at the end, an error to abort the response.
+    ///
+    /// Everything that has already arrived goes out as one piece: one read from the provider often
+    /// holds several chunks (events written together), and each piece handed on is a write to the
+    /// client, so gathering them saves a system call and a wake-up of the client per chunk without
+    /// waiting for anything. An end or a break found while gathering is held for the next call, after
+    /// what came before it.
     async fn next(&mut self) -> Option<Result<Bytes, std::io::Error>> {
+        if let Some(held) = self.held.take() {
+            return held;
+        }
         if self.over {
             return None;
         }
@@ -307,38 +394,72 @@ impl RelayState {
                 next = self.chunks.next() => next,
                 () = self.idle_timer.as_mut() => return self.broke("upstream_idle", "upstream stream went idle"),
             };
-            let bytes = match next {
-                Some(Err(e)) => return self.broke("upstream_cut", &format!("upstream stream failed: {e}")),
-                Some(Ok(bytes)) => bytes,
-                None => return self.ended(),
+            let mut out = match self.settle(next) {
+                Item::Piece(out) => out,
+                Item::Over(end) => return end,
             };
-            let rw = match &mut self.mode {
-                Mode::Sse(rw) => rw,
-                Mode::Json(tail) => {
-                    tail.push(&bytes);
-                    return Some(Ok(bytes));
+            // The first piece goes at once: the answer's head waits in the same write for it, and giving
+            // way now would send the head on its own.
+            let gather = std::mem::replace(&mut self.started, true);
+            while gather && out.len() < GATHER_LIMIT {
+                let Some(next) = arrived(&mut self.chunks).await else { break };
+                match self.settle(next) {
+                    Item::Piece(more) => out = joined(out, more),
+                    Item::Over(end) => {
+                        match end {
+                            Some(Ok(tail)) => out = joined(out, tail),
+                            end => self.held = Some(end),
+                        }
+                        break;
+                    }
                 }
-                Mode::Pass => return Some(Ok(bytes)),
-            };
-            let pushed = rw.push(&bytes);
-            let ending = rw.end();
-            if ending.completed {
-                self.usage = ending.usage;
-                pipeline::completed(&self.gateway, &self.completion, ending.usage);
-                // Learn once: a stream has one terminal event.
-                self.completion.signal = None;
             }
-            match pushed {
-                Ok(out) if out.is_empty() => continue,
-                Ok(out) => return Some(Ok(out)),
-                Err(e) => return self.broke("event_too_large", &e.to_string()),
+            if !out.is_empty() {
+                return Some(Ok(out));
             }
+            if let Some(held) = self.held.take() {
+                return held;
+            }
+            if self.over {
+                return None;
+            }
+        }
+    }
+
+    /// What one item of the provider's stream comes to: a piece for the client (maybe empty), or the
+    /// end of the stream (its last piece, or the error it broke with).
+    fn settle(&mut self, next: Option<reqwest::Result<Bytes>>) -> Item {
+        let bytes = match next {
+            Some(Err(e)) => return Item::Over(self.broke("upstream_cut", &format!("upstream stream failed: {e}"))),
+            Some(Ok(bytes)) => bytes,
+            None => return Item::Over(self.ended()),
+        };
+        let rw = match &mut self.mode {
+            Mode::Sse(rw) => rw,
+            Mode::Json(tail) => {
+                tail.push(&bytes);
+                return Item::Piece(bytes);
+            }
+            Mode::Pass => return Item::Piece(bytes),
+        };
+        let pushed = rw.push(&bytes);
+        let ending = rw.end();
+        if ending.completed {
+            self.usage = ending.usage;
+            pipeline::completed(&self.gateway, &self.completion, ending.usage);
+            // Learn once: a stream has one terminal event.
+            self.completion.signal = None;
+        }
+        match pushed {
+            Ok(out) => Item::Piece(out),
+            Err(e) => Item::Over(self.broke("event_too_large", &e.to_string())),
         }
     }
 
     /// The upstream stream ended: flush what is left and finish the record.
     fn ended(&mut self) -> Option<Result<Bytes, std::io::Error>> {
         self.over = true;
+        self.ended.store(true, Ordering::Release);
         let tail = match &mut self.mode {
             Mode::Sse(rw) => rw.finish(),
             Mode::Json(tail) => {
@@ -442,6 +563,25 @@ fn content_type(headers: &HeaderMap) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A chunk that the provider's side hands on within the turns given is gathered; one that is
+    /// not there yet is not waited for.
+    #[tokio::test(flavor = "current_thread")]
+    async fn chunks_already_read_are_gathered_and_nothing_is_waited_for() {
+        let (tx, rx) = futures::channel::mpsc::unbounded::<u32>();
+        let mut rx = rx;
+        // Hands its item on after `GATHER_TURNS - 1` turns of its own, as hyper's connection does.
+        let handed = tokio::spawn(async move {
+            for _ in 1..GATHER_TURNS {
+                tokio::task::yield_now().await;
+            }
+            tx.unbounded_send(7).unwrap();
+            tx
+        });
+        assert_eq!(arrived(&mut rx).await, Some(Some(7)), "the chunk handed on within the turns is gathered");
+        let _tx = handed.await.unwrap();
+        assert_eq!(arrived(&mut rx).await, None, "nothing more has arrived: the relay goes on without waiting");
+    }
 
     #[test]
     fn dot_segments_are_found_however_spelled() {
