@@ -42,6 +42,8 @@ fn key(label: &str, org: &str, health: HealthState, until: Option<u64>) -> KeyIn
             cached_ratio: 0.0,
             unavailable_models: Vec::new(),
             base_url: None,
+            plan: None,
+            plan_windows: None,
             cooldown_ms: 0,
             requests_window: None,
             tokens_window: None,

@@ -244,9 +244,10 @@ fn codex_auth(text: &str, path: &Path) -> Result<Read, String> {
             Ok(()) => read.key(key, Origin::CodexAuth(path.to_owned())),
             Err(why) => read.notes.push(format!("{}: {ENV_VAR} passed over: {why}", path.display())),
         },
-        None if chatgpt => read
-            .notes
-            .push(format!("{} holds a ChatGPT login, not an API key: nothing to import from it", path.display())),
+        None if chatgpt => read.notes.push(format!(
+            "{} holds a ChatGPT login, not an API key: import it with `keymux keys import --chatgpt`",
+            path.display()
+        )),
         None => {}
     }
     Ok(read)

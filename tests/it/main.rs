@@ -9,6 +9,7 @@ mod affinity;
 mod budgets;
 mod budgets_clients;
 mod chaos;
+mod chatgpt;
 mod cli;
 mod client_kinds;
 mod clients_check;
