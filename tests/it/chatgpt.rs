@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use support::disk::{contains, every_file};
 use support::*;
 
-const ACCOUNT: &str = "acct-plan-7f3a";
+pub(crate) const ACCOUNT: &str = "acct-plan-7f3a";
 const PLAN_KEY: &str = "chatgpt-acct-plan-7f3a";
 const API_KEY: &str = "sk-plan-test-a1";
 
@@ -140,7 +140,7 @@ async fn the_plan_is_imported_from_codex_listed_with_its_account_and_no_token_is
 }
 
 /// The harness's plan key: its login in the memory store, the backend and auth server the simulator's.
-async fn harness_with_plan(spec: PlanSpec) -> (Harness, ChatgptTokens) {
+pub(crate) async fn harness_with_plan(spec: PlanSpec) -> (Harness, ChatgptTokens) {
     harness_with_plan_and(spec, |_| {}).await
 }
 
