@@ -39,6 +39,8 @@ const AUTH_CLAIMS: &str = "https://api.openai.com/auth";
 const REFUSED: &[&str] = &["max_output_tokens", "max_completion_tokens"];
 /// Access tokens still accepted after a refresh issued newer ones (they live until their `exp`).
 const KEPT_TOKENS: usize = 4;
+/// Logins remembered for [`PlanState::issued`].
+const KEPT_LOGINS: usize = 64;
 /// The windows' lengths, minutes.
 const PRIMARY_MINUTES: u64 = 300;
 const SECONDARY_MINUTES: u64 = 7 * 24 * 60;
@@ -109,6 +111,8 @@ struct Login {
     /// Refreshes granted, and refresh requests made (granted or not).
     refreshes: u64,
     asked: u64,
+    /// Every login issued, the first included (bounded: the latest `KEPT_LOGINS`).
+    issued: Vec<Tokens>,
 }
 
 impl PlanState {
@@ -118,13 +122,24 @@ impl PlanState {
             Window::new(PRIMARY_MINUTES, spec.primary_requests),
             Window::new(SECONDARY_MINUTES, spec.secondary_requests),
         ];
-        let login = Login { access: vec![(tokens.access_token.clone(), exp)], current: tokens, refreshes: 0, asked: 0 };
+        let login = Login {
+            access: vec![(tokens.access_token.clone(), exp)],
+            issued: vec![tokens.clone()],
+            current: tokens,
+            refreshes: 0,
+            asked: 0,
+        };
         PlanState { spec, org, login: Mutex::new(login), windows: Mutex::new(windows) }
     }
 
     /// The login as it stands (what a test writes into Codex's `auth.json`).
     pub(crate) fn tokens(&self) -> Tokens {
         lock(&self.login).current.clone()
+    }
+
+    /// Every login issued (the latest 64), so a test can look for each of their tokens.
+    pub(crate) fn issued(&self) -> Vec<Tokens> {
+        lock(&self.login).issued.clone()
     }
 
     /// How many refreshes were granted, and how many were asked for.
@@ -324,6 +339,10 @@ fn refresh(state: &State, plan: &PlanState, bytes: &[u8]) -> Response {
     }
     login.current = tokens.clone();
     login.refreshes += 1;
+    if login.issued.len() == KEPT_LOGINS {
+        login.issued.remove(0);
+    }
+    login.issued.push(tokens.clone());
     let answer = json!({
         "id_token": tokens.id_token,
         "access_token": tokens.access_token,

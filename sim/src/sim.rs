@@ -86,6 +86,11 @@ impl Sim {
         self.inner.state.plan.as_ref().map(|p| p.tokens())
     }
 
+    /// Every login the plan issued (the latest 64), the first included.
+    pub fn chatgpt_issued(&self) -> Vec<crate::chatgpt::Tokens> {
+        self.inner.state.plan.as_ref().map_or_else(Vec::new, |p| p.issued())
+    }
+
     /// How many refreshes of the plan's login were granted.
     pub fn chatgpt_refreshes(&self) -> u64 {
         self.inner.state.plan.as_ref().map_or(0, |p| p.refreshes().0)
