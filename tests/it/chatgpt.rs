@@ -286,3 +286,53 @@ async fn with_lost_org_fail_a_session_on_a_used_up_plan_gets_a_429_with_its_rese
     let text = r.text().await.unwrap();
     assert!(!text.contains("invalid_encrypted_content"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_run_offer_of_the_dashboard_and_tray_includes_the_plan() {
+    assert!(
+        std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_some(),
+        "the keychain tests need a Secret Service in a D-Bus session: run them through `scripts/test`"
+    );
+    let sim = Sim::start(sim_config(PlanSpec::new(ACCOUNT))).await.unwrap();
+    let tokens = sim.chatgpt_tokens().unwrap();
+    let secrets = token_parts(&tokens);
+    let home = tempfile::tempdir().unwrap();
+    codex_auth(&home.path().join(".codex"), &tokens);
+    let cfg = home.path().join("config.toml");
+    let service = format!("keymux-chatgpt-offer-{}", std::process::id());
+    std::fs::write(&cfg, format!("keychain_service = \"{service}\"\nupstream = \"{}\"\n", sim.base_url())).unwrap();
+    let mut env = base_env(home.path());
+    env.push(("KEYMUX_CHATGPT_BASE_URL".into(), sim.chatgpt_base_url()));
+    env.push(("KEYMUX_CHATGPT_AUTH_URL".into(), sim.chatgpt_auth_url()));
+    env.push(("KEYMUX_CLIENT_TOKEN".into(), TOKEN.into()));
+    let keymux = Keymux::spawn(&["--config", cfg.to_str().unwrap()], &env).await;
+    let admin = Admin::new(&keymux.root);
+    let mut printed = Vec::new();
+
+    let offer = admin.get_json("/import").await;
+    printed.extend_from_slice(offer.to_string().as_bytes());
+    let plan = offer["keys"].as_array().unwrap().iter().find(|k| k["label"] == "chatgpt").expect("the plan is offered");
+    assert_eq!(plan["masked"], "ChatGPT plan", "{offer}");
+    assert!(plan["source"].as_str().unwrap().contains(&format!("{ACCOUNT} (plus)")), "{offer}");
+    assert!(plan["file"].is_null(), "Codex's login stays in its file: {offer}");
+    let (status, done) = admin.post_json("/import", Some(json!({ "fingerprints": [plan["fingerprint"]] }))).await;
+    printed.extend_from_slice(done.to_string().as_bytes());
+    assert_eq!((status, &done["imported"]), (200, &json!(["chatgpt"])), "{done}");
+    let keys = admin.get_json("/keys").await;
+    printed.extend_from_slice(keys.to_string().as_bytes());
+    let pooled = keys.as_array().unwrap().iter().find(|k| k["label"] == "chatgpt").expect("pooled");
+    assert_eq!((&pooled["provider"], &pooled["plan"]["account_id"]), (&json!("chatgpt"), &json!(ACCOUNT)));
+    let again = admin.get_json("/import").await;
+    let offered = again["keys"].as_array().unwrap().iter().find(|k| k["source"] == plan["source"]).unwrap().clone();
+    assert_eq!(offered["pooled_as"], "chatgpt", "the plan is known to be pooled: {again}");
+
+    let (status, body) = send_turn(&keymux.base, "hello").await;
+    printed.extend_from_slice(body.as_bytes());
+    assert_eq!(status, 200, "{body}");
+    let last = sim.log().into_iter().rev().find(|e| e.path.ends_with("/responses")).unwrap();
+    assert_eq!(last.key.as_deref(), Some(PLAN_KEY));
+    let id = pooled["id"].as_str().unwrap().to_owned();
+    assert_eq!(admin.call(reqwest::Method::DELETE, &format!("/keys/{id}"), None).await.0, 204);
+    printed.extend_from_slice(keymux.stop().await.as_bytes());
+    assert_no_token("what the gateway answered and printed", &printed, &secrets);
+}
