@@ -33,8 +33,12 @@ pub fn admit(gw: &Gateway, incoming: &Incoming<'_>, entry: Entry, trace: &mut Tr
     let kept = still_rescued(gw, &mut facts, now);
     let memory = memory(gw, &facts, entry, now);
     let mut view = pool_view(gw, &facts, now, &reach);
-    if !plan_may_serve(&facts, entry) {
+    if !plan_may_serve(&facts, entry) && view.keys.iter().any(|k| k.plan) {
         view.keys.retain(|k| !k.plan);
+        if view.keys.is_empty() {
+            trace.decided(Decision { refusal: Some(Refusal::NoKeys), ..Decision::new(facts.seq) });
+            return Err(ApiError::PlanCannotServe);
+        }
     }
     if facts.unmarked_response_id {
         match bare_id_keys(gw, &reach) {

@@ -148,6 +148,15 @@ async fn harness_with_plan_and(
     spec: PlanSpec,
     tweak: impl FnOnce(&mut keymux::config::Config),
 ) -> (Harness, ChatgptTokens) {
+    harness_with_keys(spec, true, tweak).await
+}
+
+/// The plan, and the API key `a1` when `api`.
+async fn harness_with_keys(
+    spec: PlanSpec,
+    api: bool,
+    tweak: impl FnOnce(&mut keymux::config::Config),
+) -> (Harness, ChatgptTokens) {
     let sim = Sim::start(sim_config(spec)).await.unwrap();
     let tokens = sim.chatgpt_tokens().unwrap();
     let login = keymux_core::chatgpt::Login {
@@ -158,7 +167,8 @@ async fn harness_with_plan_and(
     };
     let plan = TestKey { provider: Provider::Chatgpt, ..key("plan", login.to_secret().expose()) };
     let (base, auth) = (sim.chatgpt_base_url(), sim.chatgpt_auth_url());
-    let h = Harness::start_on(sim, &[plan, key("a1", API_KEY)], |c| {
+    let keys = if api { vec![plan, key("a1", API_KEY)] } else { vec![plan] };
+    let h = Harness::start_on(sim, &keys, |c| {
         c.chatgpt_base_url = base;
         c.chatgpt_auth_url = auth;
         tweak(c);
@@ -335,4 +345,20 @@ async fn the_first_run_offer_of_the_dashboard_and_tray_includes_the_plan() {
     assert_eq!(admin.call(reqwest::Method::DELETE, &format!("/keys/{id}"), None).await.0, 204);
     printed.extend_from_slice(keymux.stop().await.as_bytes());
     assert_no_token("what the gateway answered and printed", &printed, &secrets);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_only_the_plan_could_take_but_cannot_is_refused_with_what_to_do() {
+    let (h, _) = harness_with_keys(PlanSpec::new(ACCOUNT), false, |_| {}).await;
+    let whole = json!({"model": "gpt-5.5", "input": "hi", "stream": false});
+    let chat = json!({"model": "gpt-5.5", "messages": [{"role": "user", "content": "hi"}]});
+    for (path, body) in [("responses", &whole), ("chat/completions", &chat)] {
+        let r = post(&client(), &format!("{}/{path}", h.base), &[], body).send().await.unwrap();
+        assert_eq!(r.status(), 503, "{path}");
+        let answer: Value = r.json().await.unwrap();
+        assert_eq!(answer["error"]["code"], "keymux_plan_cannot_serve", "{answer}");
+        assert!(answer["error"]["message"].as_str().unwrap().contains("keymux keys add"), "{answer}");
+    }
+    assert_eq!(send_turn(&h.base, "streamed").await.0, 200, "a streamed turn is the plan's to serve");
+    assert!(h.sim.log().iter().all(|e| !e.path.starts_with("/v1/")), "nothing went to the API");
 }
