@@ -27,6 +27,8 @@ pub enum Code {
     InvalidEncryptedContent,
     /// A `previous_response_id` the key does not hold.
     PreviousResponseNotFound,
+    /// A ChatGPT plan's usage window is used up (`usage_limit_reached`, its reset in the body).
+    UsageLimitReached,
     /// Any other code.
     Other,
 }
@@ -39,6 +41,7 @@ impl Code {
             "model_not_found" => Self::ModelNotFound,
             "invalid_encrypted_content" => Self::InvalidEncryptedContent,
             "previous_response_not_found" => Self::PreviousResponseNotFound,
+            "usage_limit_reached" => Self::UsageLimitReached,
             _ => Self::Other,
         }
     }
@@ -50,6 +53,7 @@ impl Code {
             Self::ModelNotFound => Some("model_not_found"),
             Self::InvalidEncryptedContent => Some("invalid_encrypted_content"),
             Self::PreviousResponseNotFound => Some("previous_response_not_found"),
+            Self::UsageLimitReached => Some("usage_limit_reached"),
             Self::Other => None,
         }
     }
@@ -70,6 +74,8 @@ pub struct Heard {
     pub code: Option<Code>,
     /// The error body's `error.message`, shortened and with anything key-like masked.
     pub message: Option<String>,
+    /// A ChatGPT plan's usage windows (`x-codex-*`), when the answer reported them.
+    pub plan: keymux_core::chatgpt::PlanWindows,
 }
 
 impl Heard {
@@ -88,14 +94,20 @@ impl Heard {
             cooldown: cooldown_hint(headers),
             code: None,
             message: None,
+            plan: keymux_core::chatgpt::PlanWindows::from_headers(|name| headers.get(name)?.to_str().ok(), None),
         }
     }
 
-    /// Reads `error.code` and `error.message` from an error body.
+    /// Reads `error.code` and `error.message` from an error body; a ChatGPT plan's
+    /// `usage_limit_reached` (named by its `type`) cools the key until the reset it gives.
     pub fn with_body(mut self, body: &[u8]) -> Self {
         let (code, message) = error_detail(body);
         self.code = code.map(|c| Code::parse(&c));
         self.message = message.map(|m| safe_message(&m));
+        if let Some(wait) = keymux_core::chatgpt::usage_limit_wait(body) {
+            self.code = Some(Code::UsageLimitReached);
+            self.cooldown = Some(Duration::from_secs(wait.max(1)));
+        }
         self
     }
 }
@@ -212,6 +224,8 @@ pub fn judge_failure(error: &UpstreamError) -> Verdict {
         UpstreamError::Connect { .. } | UpstreamError::BadBaseUrl { .. } | UpstreamError::Proxy { .. } => {
             (OutcomeKind::Unreachable, FailureKind::UpstreamUnreachable)
         }
+        // A plan's login that cannot be read or sent: the key cannot serve until it is imported again.
+        UpstreamError::ChatgptLogin { .. } => (OutcomeKind::Rejected, FailureKind::InvalidKey),
     };
     Verdict { outcome, failure: Some(failure), next: Next::FailOver }
 }
@@ -228,7 +242,19 @@ mod tests {
             cooldown: cooldown.map(Duration::from_secs),
             code: code.map(Code::parse),
             message: None,
+            plan: keymux_core::chatgpt::PlanWindows::default(),
         }
+    }
+
+    #[test]
+    fn a_used_up_chatgpt_plan_cools_until_its_reset_and_fails_over() {
+        let body =
+            br#"{"error":{"type":"usage_limit_reached","plan_type":"plus","resets_at":9,"resets_in_seconds":5400}}"#;
+        let h = heard(429, None, Some(5)).with_body(body);
+        assert_eq!((h.code, h.cooldown), (Some(Code::UsageLimitReached), Some(Duration::from_secs(5400))));
+        let v = judge(&h, Context { model_named: true, quota_recheck: Duration::from_secs(3600) });
+        assert_eq!(v.outcome, OutcomeKind::RateLimited { cooldown: Duration::from_secs(5400) });
+        assert_eq!(v.next, Next::FailOver);
     }
 
     #[test]

@@ -86,6 +86,10 @@ pub enum ApiError {
     /// Keymux with a key that is not in the pool), and the policy is `fail`.
     #[error("no organization can read the session's encrypted content")]
     Unreadable { tried: usize },
+    /// The only keys the request may reach are ChatGPT plans, whose backend cannot serve it (it takes
+    /// streamed Responses over HTTP only).
+    #[error("only a ChatGPT plan, which cannot serve this request")]
+    PlanCannotServe,
     /// The pool has no keys at all (`pool`: the user's pool the request is bound to, if not `all`).
     #[error("no keys in the pool")]
     NoKeys { pool: Option<String> },
@@ -262,10 +266,8 @@ impl ApiError {
             Self::ContinuityLost { label } => {
                 req(S::CONFLICT, "keymux_continuity_unavailable", "continuity_lost", continuity_lost(label))
             }
-            Self::NoKeys { pool: None } => srv(S::SERVICE_UNAVAILABLE, "keymux_no_keys", "no_keys", NO_KEYS),
-            Self::NoKeys { pool: Some(pool) } => {
-                srv(S::SERVICE_UNAVAILABLE, "keymux_pool_empty", "pool_empty", pool_empty(pool))
-            }
+            Self::PlanCannotServe => plan_cannot_serve(),
+            Self::NoKeys { pool } => no_keys(pool.as_deref()),
             Self::AllCooling { retry_after_secs: secs, cooling, pool } => {
                 wait("rate_limit_exceeded", "all_cooling", all_cooling(*secs, *cooling, pool))
             }
@@ -322,6 +324,17 @@ impl ApiError {
     pub fn to_json(&self) -> serde_json::Value {
         body(&self.spec())
     }
+}
+
+fn no_keys(pool: Option<&str>) -> Spec {
+    match pool {
+        None => srv(StatusCode::SERVICE_UNAVAILABLE, "keymux_no_keys", "no_keys", NO_KEYS),
+        Some(pool) => srv(StatusCode::SERVICE_UNAVAILABLE, "keymux_pool_empty", "pool_empty", pool_empty(pool)),
+    }
+}
+
+fn plan_cannot_serve() -> Spec {
+    srv(StatusCode::SERVICE_UNAVAILABLE, "keymux_plan_cannot_serve", "plan_cannot_serve", PLAN_CANNOT_SERVE)
 }
 
 fn proxy_spec(pool: &str, proxy: &str) -> Spec {

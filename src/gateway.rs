@@ -82,6 +82,8 @@ pub struct Gateway {
     budget_said: Mutex<HashMap<BudgetOf, BudgetState>>,
     /// The latest check of each installed client (bounded by the clients Keymux knows: two).
     clients_checked: Mutex<Vec<crate::events::ClientChecked>>,
+    /// One refresh of a ChatGPT plan's login at a time.
+    refresher: crate::chatgpt::Refresher,
 }
 
 impl Gateway {
@@ -96,7 +98,8 @@ impl Gateway {
         let affinity = &config.affinity;
         let labels: Vec<(KeyId, String)> = keys.iter().map(|k| (k.id.clone(), k.label.clone())).collect();
         let pools = Pools::resolve(config.pools.clone(), &labels, &Pools::default());
-        let upstream = Upstream::new(&config.upstream, &config.timeouts, &config.extra_roots_pem)?;
+        let upstream = Upstream::new(&config.upstream, &config.timeouts, &config.extra_roots_pem)?
+            .with_chatgpt(&config.chatgpt_base_url, &config.chatgpt_auth_url);
         upstream.set_proxies(&pools.proxies().into_iter().map(|(key, url, _)| (key, url, None)).collect::<Vec<_>>());
         let pool = Pool::new(keys, markers);
         // A key the user switched off stays off across restarts.
@@ -141,7 +144,13 @@ impl Gateway {
             setup_pending: crate::setup::Pending::default(),
             budget_said: Mutex::default(),
             clients_checked: Mutex::default(),
+            refresher: crate::chatgpt::Refresher::default(),
         })
+    }
+
+    /// The one refresh of a ChatGPT plan's login at a time (`chatgpt::fresh`).
+    pub fn refresher(&self) -> &crate::chatgpt::Refresher {
+        &self.refresher
     }
 
     /// Keeps metrics in `metrics` (by default they stay in memory).

@@ -59,6 +59,9 @@
 //! * [`upstream`]: the provider HTTP client (one direct, one per pool proxy, chosen per key), header
 //!   policy, timeouts and rate-limit hints; the `CONNECT` tunnel a pool's WebSockets take.
 //! * [`relay`]: tags org-bound values in relayed SSE events, JSON bodies and WebSocket frames.
+//! * [`chatgpt`]: a ChatGPT plan key's login refreshed ahead of its expiry, one refresh at a time, and
+//!   written back to the keychain (the login itself, its claims and the body its backend takes are
+//!   `keymux_core::chatgpt`'s).
 //!
 //! Changing it:
 //! * [`control`]: keys, tokens, pools and routing changed at runtime (and offline, by the CLI);
@@ -126,6 +129,7 @@ pub mod access;
 pub mod affinity;
 pub mod api;
 pub mod budgets;
+pub mod chatgpt;
 pub mod classify;
 pub mod cli;
 pub mod clients_check;

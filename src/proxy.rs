@@ -65,6 +65,7 @@ impl ErrorAnswer {
 
 /// How one request reaches the upstream.
 struct Http<'a> {
+    gateway: &'a Gateway,
     upstream: &'a Upstream,
     method: Method,
     path_and_query: String,
@@ -85,9 +86,12 @@ impl Transport for Http<'_> {
     }
 
     async fn attempt(&mut self, guard: &InFlight) -> Reply<Accepted, ErrorAnswer> {
+        // A plan key's login refreshed first when its token is about to expire.
+        let fresh = crate::chatgpt::fresh(self.gateway, guard.entry()).await;
+        let entry = fresh.as_ref().unwrap_or(guard.entry());
         let sent = self
             .upstream
-            .send(guard.entry(), self.method.clone(), &self.path_and_query, self.headers.clone(), self.body.clone())
+            .send(entry, self.method.clone(), &self.path_and_query, self.headers.clone(), self.body.clone())
             .await;
         let response = match sent {
             Ok(response) => response,
@@ -178,6 +182,7 @@ async fn attempt(
         path_and_query.push_str(query);
     }
     let mut http = Http {
+        gateway,
         upstream: gateway.upstream(),
         method: parts.method.clone(),
         path_and_query,

@@ -122,6 +122,15 @@ pub fn load_config(options: &StartOptions) -> Result<(Config, Option<PathBuf>), 
         crate::keys::validate_base_url(upstream).map_err(|e| StartError::Usage(format!("--upstream: {e}")))?;
         config.upstream = upstream.trim_end_matches('/').to_owned();
     }
+    for (var, field) in [
+        ("KEYMUX_CHATGPT_BASE_URL", &mut config.chatgpt_base_url),
+        ("KEYMUX_CHATGPT_AUTH_URL", &mut config.chatgpt_auth_url),
+    ] {
+        if let Some(url) = std::env::var(var).ok().filter(|u| !u.is_empty()) {
+            crate::keys::validate_base_url(&url).map_err(|e| StartError::Usage(format!("{var}: {e}")))?;
+            *field = url.trim_end_matches('/').to_owned();
+        }
+    }
     // Also for a config handed over as a value (the tray, tests), which no file parse checked.
     config.check_urls().map_err(StartError::Usage)?;
     config.price_table().map_err(|e| StartError::Usage(e.to_string()))?;

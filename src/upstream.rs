@@ -28,6 +28,9 @@ pub enum UpstreamError {
     /// The answer ended before its first byte (or, for a JSON answer, before its end).
     #[error("the answer from {base} was cut: {detail}")]
     Cut { base: String, detail: String },
+    /// A ChatGPT plan key's login cannot be used (unreadable, or a token that cannot be sent).
+    #[error("the ChatGPT login for {base} cannot be used: {detail}")]
+    ChatgptLogin { base: String, detail: String },
     /// The key's pool sends it through a proxy, and no answer came through it: the proxy could not be
     /// reached, or it could not reach the provider. Never retried direct.
     #[error("could not reach {base} through the proxy {proxy} (the key's pool goes out through it): {detail}")]
@@ -42,6 +45,7 @@ impl UpstreamError {
             | Self::Transport { .. }
             | Self::BadBaseUrl { .. }
             | Self::Cut { .. }
+            | Self::ChatgptLogin { .. }
             | Self::Proxy { .. } => StatusCode::BAD_GATEWAY,
             Self::FirstByteTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
         }
@@ -55,8 +59,8 @@ impl UpstreamError {
             | Self::Transport { .. }
             | Self::Cut { .. }
             | Self::Proxy { .. } => true,
-            // Another key may have a good base URL.
-            Self::BadBaseUrl { .. } => true,
+            // Another key may have a good base URL, or be an API key.
+            Self::BadBaseUrl { .. } | Self::ChatgptLogin { .. } => true,
         }
     }
 
@@ -69,6 +73,7 @@ impl UpstreamError {
             Self::BadBaseUrl { .. } => "bad_base_url",
             Self::Cut { .. } => "upstream_cut",
             Self::Proxy { .. } => "proxy_unreachable",
+            Self::ChatgptLogin { .. } => "chatgpt_login",
         }
     }
 
@@ -200,6 +205,10 @@ pub struct Upstream {
     default_url: Option<reqwest::Url>,
     first_byte: Duration,
     idle: Duration,
+    /// The ChatGPT Codex backend, for plan keys without a base URL of their own.
+    chatgpt_base: String,
+    /// The token endpoint that refreshes a ChatGPT login.
+    chatgpt_token_url: String,
 }
 
 /// The pools' ways out: which keys go through which proxy.
@@ -271,7 +280,35 @@ impl Upstream {
             default_url: reqwest::Url::parse(default_base.trim_end_matches('/')).ok(),
             first_byte: Duration::from_millis(timeouts.first_byte_ms),
             idle: Duration::from_millis(timeouts.idle_ms),
+            chatgpt_base: keymux_core::chatgpt::DEFAULT_BASE_URL.to_owned(),
+            chatgpt_token_url: format!("{}/oauth/token", keymux_core::chatgpt::DEFAULT_AUTH_URL),
         })
+    }
+
+    /// Where ChatGPT plan keys go: the backend `base` (for keys without a base URL of their own), and
+    /// the auth server `auth` that refreshes their logins.
+    pub fn with_chatgpt(mut self, base: &str, auth: &str) -> Self {
+        self.chatgpt_base = base.trim_end_matches('/').to_owned();
+        self.chatgpt_token_url = format!("{}/oauth/token", auth.trim_end_matches('/'));
+        self
+    }
+
+    /// Asks the token endpoint for a ChatGPT login's new tokens: the status and body it answered (the
+    /// body bounded), or why it could not be asked. The body carries tokens: only the caller reads it.
+    pub async fn refresh_login(&self, body: Vec<u8>) -> Result<(u16, Bytes), String> {
+        let request = self
+            .client
+            .post(&self.chatgpt_token_url)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .timeout(self.first_byte + self.idle);
+        let response = request.send().await.map_err(|e| short_error(&e))?;
+        let status = response.status().as_u16();
+        let bytes = response.bytes().await.map_err(|e| short_error(&e))?;
+        if bytes.len() > MAX_TOKEN_ANSWER {
+            return Err("the token endpoint's answer is too large".into());
+        }
+        Ok((status, bytes))
     }
 
     /// Sets the proxy each key goes out through, with its login (`pools::Pools::proxies`); every other
@@ -326,12 +363,16 @@ impl Upstream {
 
     /// The base URL a key uses.
     pub fn base_for<'a>(&'a self, key: &'a KeyEntry) -> &'a str {
-        key.base_url.as_deref().map(|b| b.trim_end_matches('/')).unwrap_or(&self.default_base)
+        let default = match key.provider {
+            Provider::Chatgpt => &self.chatgpt_base,
+            Provider::Openai | Provider::Azure => &self.default_base,
+        };
+        key.base_url.as_deref().map(|b| b.trim_end_matches('/')).unwrap_or(default)
     }
 
     /// The upstream URL of a request: the key's base URL followed by `path_and_query`.
     fn url_for(&self, key: &KeyEntry, path_and_query: &str) -> Result<reqwest::Url, UpstreamError> {
-        if let (None, Some(base)) = (&key.base_url, &self.default_url) {
+        if let (None, Some(base), false) = (&key.base_url, &self.default_url, key.provider == Provider::Chatgpt) {
             return Ok(extend(base, path_and_query));
         }
         let base = self.base_for(key);
@@ -351,8 +392,14 @@ impl Upstream {
         let base = self.base_for(key);
         let url = self.url_for(key, path_and_query)?;
         let mut headers = headers;
-        let (name, value) = auth_header(key);
-        headers.insert(name, value);
+        let mut body = body;
+        if key.provider == Provider::Chatgpt {
+            body = chatgpt_request(key, &method, path_and_query, &mut headers, body)
+                .map_err(|detail| UpstreamError::ChatgptLogin { base: base.to_owned(), detail })?;
+        } else {
+            let (name, value) = auth_header(key);
+            headers.insert(name, value);
+        }
         // The Responses-Lite header belongs to the connection it comes on: such requests have a pool
         // of their own, direct or through a proxy.
         let lite = is_responses_lite(&headers);
@@ -395,6 +442,37 @@ impl Upstream {
             },
         }
     }
+}
+
+/// Most bytes of the token endpoint's answer read.
+const MAX_TOKEN_ANSWER: usize = 256 * 1024;
+
+/// A request on a ChatGPT plan key as its backend takes it: the login's access token and account in
+/// the headers, and a Responses body adapted (`chatgpt::adapt_request`). The error never quotes a token.
+fn chatgpt_request(
+    key: &KeyEntry,
+    method: &Method,
+    path_and_query: &str,
+    headers: &mut HeaderMap,
+    body: Bytes,
+) -> Result<Bytes, String> {
+    use keymux_core::chatgpt::{adapt_request, Login, ACCOUNT_HEADER};
+    let login = Login::from_secret(&key.secret)?;
+    let bearer = HeaderValue::from_str(&format!("Bearer {}", login.access_token));
+    let account = HeaderValue::from_str(&login.account_id);
+    let (Ok(mut bearer), Ok(account)) = (bearer, account) else {
+        return Err("the ChatGPT login holds a token that cannot be sent; import it again".into());
+    };
+    bearer.set_sensitive(true);
+    headers.insert(axum::http::header::AUTHORIZATION, bearer);
+    headers.insert(HeaderName::from_static(ACCOUNT_HEADER), account);
+    let path = path_and_query.split('?').next().unwrap_or_default();
+    if *method != Method::POST || path != "/responses" {
+        return Ok(body);
+    }
+    let adapted = adapt_request(&body).ok_or("the request body is not a JSON object")?;
+    headers.insert(axum::http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    Ok(Bytes::from(adapted))
 }
 
 /// Most bytes of a proxy's answer to `CONNECT` read.
@@ -628,6 +706,8 @@ pub(crate) fn auth_header(key: &KeyEntry) -> (HeaderName, HeaderValue) {
     let (name, value) = match key.provider {
         Provider::Openai => (axum::http::header::AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {secret}"))),
         Provider::Azure => (HeaderName::from_static("api-key"), HeaderValue::from_str(secret)),
+        // A plan's login is sent by `chatgpt_request`; a WebSocket never goes to a plan.
+        Provider::Chatgpt => (axum::http::header::AUTHORIZATION, HeaderValue::from_str("")),
     };
     // Secrets are validated to printable ASCII without spaces when added; a value that still fails is
     // sent as an empty credential, which the provider rejects as invalid (and the key is flagged).

@@ -15,6 +15,54 @@ pub struct SimConfig {
     pub cache_ttl: Duration,
     /// How long one WebSocket connection may stay open before the server ends it.
     pub ws_connection_limit: Duration,
+    /// A ChatGPT plan served by the ChatGPT Codex backend (`/backend-api/codex`), if any.
+    pub plan: Option<PlanSpec>,
+}
+
+/// One ChatGPT plan (one login): its account, its usage windows and how long its tokens live.
+#[derive(Debug, Clone)]
+pub struct PlanSpec {
+    /// The ChatGPT account id, e.g. `acct-plan`.
+    pub account_id: String,
+    /// The plan type its tokens' claims name (`plus`, `pro`…).
+    pub plan_type: String,
+    /// Requests the 5-hour window allows.
+    pub primary_requests: u64,
+    /// Requests the weekly window allows.
+    pub secondary_requests: u64,
+    /// How long an access token lives.
+    pub token_lifetime: Duration,
+}
+
+impl PlanSpec {
+    /// A `plus` plan of `account_id`, unlimited in practice, with tokens that live an hour.
+    pub fn new(account_id: &str) -> Self {
+        PlanSpec {
+            account_id: account_id.to_owned(),
+            plan_type: "plus".to_owned(),
+            primary_requests: 1_000_000,
+            secondary_requests: 1_000_000,
+            token_lifetime: Duration::from_secs(3600),
+        }
+    }
+
+    /// The requests its 5-hour and weekly windows allow.
+    pub fn windows(mut self, primary: u64, secondary: u64) -> Self {
+        self.primary_requests = primary;
+        self.secondary_requests = secondary;
+        self
+    }
+
+    /// How long its access tokens live.
+    pub fn token_lifetime(mut self, lifetime: Duration) -> Self {
+        self.token_lifetime = lifetime;
+        self
+    }
+
+    /// The organization the plan's requests are served in (none of the API's can read its items).
+    pub fn org_id(&self) -> String {
+        format!("chatgpt-{}", self.account_id)
+    }
 }
 
 /// One organization and the keys that belong to it.
@@ -70,6 +118,7 @@ impl Default for SimConfig {
             gzip_json: false,
             cache_ttl: Duration::from_secs(300),
             ws_connection_limit: Duration::from_secs(60 * 60),
+            plan: None,
         }
     }
 }
@@ -105,6 +154,12 @@ impl SimConfig {
     /// Sets the prompt-cache entry lifetime.
     pub fn cache_ttl(mut self, ttl: Duration) -> Self {
         self.cache_ttl = ttl;
+        self
+    }
+
+    /// Adds a ChatGPT plan behind the ChatGPT Codex backend.
+    pub fn chatgpt_plan(mut self, plan: PlanSpec) -> Self {
+        self.plan = Some(plan);
         self
     }
 

@@ -17,6 +17,8 @@
 //!   the clock.
 //! - `server`: routing, authentication, request bodies (a `content-encoding` of gzip or zstd
 //!   undone, as OpenAI does), drawing faults and the HTTP endpoint handlers.
+//! - `chatgpt`: the ChatGPT Codex backend of one plan (its login, token refresh, usage windows, what
+//!   it requires and refuses), serving through `server` in an organization of its own.
 //! - `ws`: Responses over WebSocket, with connection-local state and the connection age limit.
 //! - `control`: the `/__sim/` control surface.
 //! - `sse`: server-sent event bodies, pumped with the stream-shaping faults.
@@ -44,6 +46,7 @@
 
 mod cache;
 mod chat;
+mod chatgpt;
 mod clock;
 pub mod config;
 mod connections;
@@ -66,7 +69,8 @@ mod store;
 mod util;
 mod ws;
 
-pub use config::{KeyAuth, KeySpec, Limits, OrgSpec, SimConfig};
+pub use chatgpt::Tokens as ChatgptTokens;
+pub use config::{KeyAuth, KeySpec, Limits, OrgSpec, PlanSpec, SimConfig};
 pub use fault::Fault;
 pub use log::{LogEntry, Transport, LOG_CAPACITY};
 pub use sim::Sim;

@@ -30,7 +30,7 @@ pub(crate) fn router(state: Arc<State>) -> Router {
 }
 
 #[derive(Debug, Clone)]
-enum Route {
+pub(crate) enum Route {
     Socket,
     Models,
     Model(String),
@@ -40,7 +40,7 @@ enum Route {
 
 /// What to do with a stored response.
 #[derive(Debug, Clone, Copy)]
-enum StoredOp {
+pub(crate) enum StoredOp {
     Get,
     Delete,
     Cancel,
@@ -49,14 +49,14 @@ enum StoredOp {
 
 /// The endpoints that run the model.
 #[derive(Debug, Clone, Copy)]
-enum Generation {
+pub(crate) enum Generation {
     Create,
     Compact,
     Chat,
     Embeddings,
 }
 
-fn route(method: &Method, path: &str, upgrade: bool) -> Option<Route> {
+pub(crate) fn route(method: &Method, path: &str, upgrade: bool) -> Option<Route> {
     let rest = path.strip_prefix("/v1/")?.trim_end_matches('/');
     let segs: Vec<&str> = rest.split('/').collect();
     let r = match (method.as_str(), segs.as_slice()) {
@@ -119,29 +119,48 @@ async fn dispatch(AxState(state): AxState<Arc<State>>, req: Request) -> Response
     if path == "/__sim" || path.starts_with("/__sim/") {
         return control::handle(&state, req).await;
     }
+    if crate::chatgpt::owns(&path) {
+        return crate::chatgpt::handle(state, req).await;
+    }
     let (parts, body) = req.into_parts();
     let auth = authenticate(&state, &parts.headers);
-    let mut ctx = Ctx::new(state.clone(), &parts, auth.as_ref().ok().cloned());
+    let ctx = Ctx::new(state.clone(), &parts, auth.as_ref().ok().cloned());
     let Some(route) = route(&parts.method, &path, is_upgrade(&parts.headers)) else {
         let err = ApiError::invalid_url(parts.method.as_str(), &path);
-        return ctx.fail(err.into());
+        return fail(ctx, err);
     };
     let caller = match auth {
         Ok(caller) => caller,
-        Err(err) => return ctx.fail(err.into()),
+        Err(err) => return fail(ctx, err),
     };
     if matches!(route, Route::Socket) {
         return ws::upgrade(ctx, caller, parts).await;
     }
-    let bytes = match axum::body::to_bytes(body, MAX_BODY).await {
-        Ok(b) => b,
-        Err(_) => return ctx.fail(ApiError::bad_json().into()),
+    let Some(bytes) = read_body(&parts.headers, body).await else {
+        return fail(ctx, ApiError::bad_json());
     };
-    let Some(bytes) = decoded(&parts.headers, bytes) else {
-        return ctx.fail(ApiError::bad_json().into());
+    run(ctx, caller, route, bytes).await
+}
+
+fn fail(mut ctx: Ctx, err: ApiError) -> Response {
+    ctx.fail(err.into())
+}
+
+/// A request body, decoded (`decoded`) under the cap; `None` when it cannot be read.
+pub(crate) async fn read_body(headers: &HeaderMap, body: axum::body::Body) -> Option<bytes::Bytes> {
+    let bytes = axum::body::to_bytes(body, MAX_BODY).await.ok()?;
+    decoded(headers, bytes)
+}
+
+/// Serves an authenticated request of `caller` on `route` with its (decoded) body: faults drawn,
+/// then the endpoint.
+pub(crate) async fn run(mut ctx: Ctx, caller: Caller, route: Route, bytes: bytes::Bytes) -> Response {
+    let state = ctx.state.clone();
+    let parsed: Parsed = if bytes.is_empty() && !matches!(route, Route::Generate(_)) {
+        None
+    } else {
+        Some(serde_json::from_slice(&bytes))
     };
-    let parsed: Parsed =
-        if bytes.is_empty() && parts.method != Method::POST { None } else { Some(serde_json::from_slice(&bytes)) };
     ctx.facts = Facts::from_body(parsed.as_ref().and_then(|p| p.as_ref().ok()).cloned(), true);
     ctx.facts.body_bytes = bytes.len();
 

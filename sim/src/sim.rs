@@ -71,6 +71,43 @@ impl Sim {
         format!("http://{}/v1", self.inner.addr)
     }
 
+    /// The ChatGPT Codex backend: `http://127.0.0.1:PORT/backend-api/codex`.
+    pub fn chatgpt_base_url(&self) -> String {
+        format!("http://{}{}", self.inner.addr, crate::chatgpt::BASE_PATH)
+    }
+
+    /// The auth server whose `/oauth/token` refreshes the plan's login: `http://127.0.0.1:PORT`.
+    pub fn chatgpt_auth_url(&self) -> String {
+        format!("http://{}", self.inner.addr)
+    }
+
+    /// The plan's login as it stands, if a plan is configured.
+    pub fn chatgpt_tokens(&self) -> Option<crate::chatgpt::Tokens> {
+        self.inner.state.plan.as_ref().map(|p| p.tokens())
+    }
+
+    /// Every login the plan issued (the latest 64), the first included.
+    pub fn chatgpt_issued(&self) -> Vec<crate::chatgpt::Tokens> {
+        self.inner.state.plan.as_ref().map_or_else(Vec::new, |p| p.issued())
+    }
+
+    /// How many refreshes of the plan's login were granted.
+    pub fn chatgpt_refreshes(&self) -> u64 {
+        self.inner.state.plan.as_ref().map_or(0, |p| p.refreshes().0)
+    }
+
+    /// How many refreshes of the plan's login were asked for (granted or refused).
+    pub fn chatgpt_refresh_requests(&self) -> u64 {
+        self.inner.state.plan.as_ref().map_or(0, |p| p.refreshes().1)
+    }
+
+    /// Uses up the plan's 5-hour window now (it resets 5 hours on).
+    pub fn exhaust_plan(&self) {
+        if let Some(plan) = &self.inner.state.plan {
+            plan.exhaust(self.inner.state.clock.unix_secs());
+        }
+    }
+
     /// The bound address.
     pub fn addr(&self) -> SocketAddr {
         self.inner.addr

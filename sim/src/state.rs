@@ -51,6 +51,8 @@ pub(crate) struct Caller {
 #[derive(Debug)]
 pub(crate) struct State {
     pub orgs: Vec<OrgState>,
+    /// The ChatGPT plan, if one is configured (its organization is the last of `orgs`).
+    pub plan: Option<crate::chatgpt::PlanState>,
     /// Bound: the configured keys.
     pub keys: HashMap<String, KeyInfo>,
     pub gzip_json: bool,
@@ -80,15 +82,7 @@ impl State {
             if orgs.iter().any(|o: &OrgState| o.id == spec.id) {
                 return Err(invalid(format!("organization {} is configured twice", spec.id)));
             }
-            let mut secret = [0u8; 32];
-            rand::thread_rng().fill_bytes(&mut secret);
-            orgs.push(OrgState {
-                id: spec.id.clone(),
-                cipher: OrgCipher::new(&secret),
-                store: Mutex::new(ResponseStore::default()),
-                cache: Mutex::new(PromptCache::new(config.cache_ttl)),
-                replies: AtomicU64::new(0),
-            });
+            orgs.push(org_state(spec.id.clone(), config));
             for key in &spec.keys {
                 if key.secret.is_empty() {
                     return Err(invalid(format!("organization {} has an empty key", spec.id)));
@@ -99,12 +93,18 @@ impl State {
                 }
             }
         }
+        let clock = Clock::default();
+        let plan = config.plan.clone().map(|spec| {
+            orgs.push(org_state(spec.org_id(), config));
+            crate::chatgpt::PlanState::new(spec, orgs.len() - 1, clock.unix_secs())
+        });
         Ok(State {
             orgs,
+            plan,
             keys,
             gzip_json: config.gzip_json,
             ws_connection_limit: config.ws_connection_limit,
-            clock: Clock::default(),
+            clock,
             log: LogBook::default(),
             faults: FaultBook::default(),
             limiter: RateLimiter::new(config.limits),
@@ -130,6 +130,19 @@ impl State {
     /// The ciphers of every organization except `index`.
     pub(crate) fn other_ciphers(&self, index: usize) -> Vec<&OrgCipher> {
         self.orgs.iter().enumerate().filter(|(i, _)| *i != index).map(|(_, o)| &o.cipher).collect()
+    }
+}
+
+/// A new organization with a secret of its own.
+fn org_state(id: String, config: &SimConfig) -> OrgState {
+    let mut secret = [0u8; 32];
+    rand::thread_rng().fill_bytes(&mut secret);
+    OrgState {
+        id,
+        cipher: OrgCipher::new(&secret),
+        store: Mutex::new(ResponseStore::default()),
+        cache: Mutex::new(PromptCache::new(config.cache_ttl)),
+        replies: AtomicU64::new(0),
     }
 }
 

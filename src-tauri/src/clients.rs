@@ -176,7 +176,8 @@ fn import_question(offer: &ImportOffer) -> Option<(String, ImportRequest)> {
     }
     let list: Vec<String> = fresh.iter().map(|k| format!("• {} ({}), {}", k.label, k.masked, k.source)).collect();
     let text = format!(
-        "Keymux has no API keys yet. It found these OpenAI API keys on this machine:\n\n{}\n\nImport them into \
+        "Keymux has no API keys yet. It found these OpenAI API keys (and the ChatGPT plan Codex is logged in \
+         with, if one is listed: new sessions would go to it first) on this machine:\n\n{}\n\nImport them into \
          the system keychain? Each is probed once to learn its organization. The files keep their copies; the \
          dashboard's Keys view or `keymux keys import --remove-plaintext` can take them out.",
         list.join("\n")

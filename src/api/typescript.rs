@@ -19,6 +19,18 @@ fn extending(decl: String, base: &str) -> String {
     }
 }
 
+/// Budgets in money, and a ChatGPT plan's account.
+fn money_and_plan_decls() -> [String; 6] {
+    [
+        crate::budget::Period::decl(),
+        crate::budget::OnLimit::decl(),
+        crate::budget::BudgetState::decl(),
+        keymux_core::chatgpt::PlanInfo::decl(),
+        keymux_core::chatgpt::UsageWindow::decl(),
+        keymux_core::chatgpt::PlanWindows::decl(),
+    ]
+}
+
 /// The bodies of setting clients up and importing keys (`api::setup`).
 fn setup_decls() -> [String; 12] {
     [
@@ -128,8 +140,8 @@ pub fn typescript() -> String {
         "// Generated from Keymux's Rust types by `api::types::typescript()`; do not edit.\n\
          // Regenerate: KEYMUX_WRITE_TYPES=1 cargo test -p keymux --lib typescript_types\n\n",
     );
-    let budget = [crate::budget::Period::decl(), crate::budget::OnLimit::decl(), crate::budget::BudgetState::decl()];
-    for decl in decls.into_iter().chain(budget).chain(setup_decls()).chain(patch_decls()).chain(clients_decls()) {
+    let more = money_and_plan_decls().into_iter().chain(setup_decls()).chain(patch_decls());
+    for decl in decls.into_iter().chain(more).chain(clients_decls()) {
         out.push_str("export ");
         // JSON numbers arrive as JavaScript numbers; every integer Keymux sends (counts, milliseconds)
         // stays far below 2^53.

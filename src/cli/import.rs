@@ -210,7 +210,7 @@ fn remove_copies(pooled: &[&Candidate], up_front: bool) -> Result<usize, StartEr
                 "{var} still holds the key ({masked}): delete the line `export {var}=…` that sets it from your shell \
                  profile (~/.bashrc, ~/.zshrc or ~/.profile) and open a new shell; Keymux does not edit shell files"
             )),
-            Origin::Pasted(..) => {}
+            Origin::Pasted(..) | Origin::CodexChatgpt(..) => {}
             Origin::CodexAuth(path) | Origin::PiAuth(path, _) | Origin::PiModels(path, _) => {
                 let question = format!("Remove the key ({masked}) from {}? [y/N] ", path.display());
                 let yes = up_front || (std::io::stdin().is_terminal() && super::setup::ask(&question)?);

@@ -20,8 +20,12 @@ pub(super) async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Resu
     let control = opened.as_ref();
     match cmd {
         KeysCommand::Add { label, provider, base_url, org, settings } => {
-            let provider = Provider::parse(&provider)
-                .ok_or_else(|| usage(format!("--provider {provider:?}: expected openai or azure")))?;
+            let provider = Provider::parse(&provider).filter(|p| *p != Provider::Chatgpt).ok_or_else(|| {
+                usage(format!(
+                    "--provider {provider:?}: expected openai or azure (a ChatGPT plan is imported from Codex's \
+                         login with `keymux keys import --chatgpt`)"
+                ))
+            })?;
             let new = NewKey { provider, base_url, org, ..NewKey::openai(label, Secret::new("")) };
             let new = with_settings(new, &settings)?;
             // Checked before the secret is asked for, so a typo in the label costs no paste.
@@ -32,10 +36,13 @@ pub(super) async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Resu
                 Added::AlreadyPooled(why) | Added::Refused(_, why) => Err(usage(why)),
             }
         }
-        KeysCommand::Import { from, yes, remove_plaintext } => {
+        KeysCommand::Import { chatgpt: true, label, yes, .. } => {
+            super::import_chatgpt::import(control, label, yes).await
+        }
+        KeysCommand::Import { from, yes, remove_plaintext, .. } => {
             super::import::import(&loaded, control, super::import::ImportArgs { from, yes, remove_plaintext }).await
         }
-        KeysCommand::List => super::list::list_keys(&loaded, control).await,
+        KeysCommand::List { json } => super::list::list_keys(&loaded, control, json).await,
         KeysCommand::Remove { key } => remove_key(control, &key).await,
         KeysCommand::Set { key, label, secret, settings } => {
             let mut changes = KeyChanges(settings.patch()?);

@@ -8,6 +8,7 @@ mod changes;
 mod clients;
 mod control;
 mod import;
+mod import_chatgpt;
 mod keys;
 mod list;
 mod loaded;
@@ -196,9 +197,21 @@ enum KeysCommand {
         /// Take each imported key out of the file it was found in without asking (a backup is kept).
         #[arg(long)]
         remove_plaintext: bool,
+        /// Import the ChatGPT login Codex keeps ($CODEX_HOME/auth.json) as a key of provider chatgpt:
+        /// new sessions go to your plan first, and to your API keys once its usage runs out.
+        #[arg(long, conflicts_with_all = ["from", "remove_plaintext"])]
+        chatgpt: bool,
+        /// With --chatgpt: the plan's label (default chatgpt).
+        #[arg(long, requires = "chatgpt", value_name = "LABEL")]
+        label: Option<String>,
     },
-    /// List keys: label, id, provider, org and a short fingerprint (never the secret).
-    List,
+    /// List keys: label, id, provider, org and a short fingerprint (never the secret); a ChatGPT
+    /// plan shows its account and plan type.
+    List {
+        /// Print the keys as a JSON array.
+        #[arg(long)]
+        json: bool,
+    },
     /// Remove a key by label or id, from the config and the keychain (and the running gateway).
     Remove {
         /// Label or id.

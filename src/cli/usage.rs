@@ -146,7 +146,8 @@ async fn fingerprints(loaded: &Loaded, env: &EnvSecrets) -> Vec<(KeyId, String, 
     let mut out = Vec::new();
     for key in &loaded.config.keys {
         if let Ok(Some(secret)) = read(account::key(key.id.as_str())).await {
-            out.push((key.id.clone(), key.label.clone(), install.fingerprint(&secret)));
+            let identity = crate::keys::identity_of(key.provider, &secret);
+            out.push((key.id.clone(), key.label.clone(), install.fingerprint(&identity)));
         }
     }
     for key in &env.keys {

@@ -14,10 +14,16 @@ use crate::pool::HealthState;
 use crate::setup::mask;
 
 impl Gateway {
-    /// The keys this user has in plaintext, as the gateway's own environment and home show them.
+    /// The keys this user has in plaintext, as the gateway's own environment and home show them, and
+    /// the ChatGPT login Codex keeps (offered as a plan, ahead of the keys).
     fn found_keys(&self) -> Found {
         let home = dirs::home_dir().unwrap_or_default();
-        let mut found = Sources::from_vars(std::env::vars(), &home).find();
+        let sources = Sources::from_vars(std::env::vars(), &home);
+        let mut found = sources.find();
+        if let Some(plan) = crate::keys_import::chatgpt_login(&sources.codex_auth) {
+            found.notes.retain(|n| !n.contains("holds a ChatGPT login"));
+            found.candidates.insert(0, plan);
+        }
         let labels = self.pool().labels();
         found.label(&labels);
         found
@@ -25,7 +31,7 @@ impl Gateway {
 
     /// The label of the pooled key with this secret, if the pool has it.
     fn pooled_as(&self, candidate: &Candidate) -> Option<String> {
-        let holder = self.pool().holder_of(&self.markers().digest().fingerprint(&candidate.secret))?;
+        let holder = self.pool().holder_of(&self.markers().digest().fingerprint(&candidate.identity()))?;
         Some(self.pool().label(&holder))
     }
 
@@ -36,8 +42,8 @@ impl Gateway {
             .candidates
             .iter()
             .map(|c| FoundKey {
-                fingerprint: self.markers().digest().fingerprint(&c.secret),
-                masked: mask(c.secret.expose()),
+                fingerprint: self.markers().digest().fingerprint(&c.identity()),
+                masked: c.shown(),
                 label: c.label.clone(),
                 source: c.origin.describe(),
                 file: c.origin.file().map(|p| p.display().to_string()),
@@ -58,7 +64,7 @@ impl Gateway {
         let mut done = ImportDone::default();
         for fingerprint in &request.fingerprints {
             let candidate =
-                found.candidates.iter().find(|c| self.markers().digest().fingerprint(&c.secret) == *fingerprint);
+                found.candidates.iter().find(|c| self.markers().digest().fingerprint(&c.identity()) == *fingerprint);
             let Some(candidate) = candidate else {
                 done.not_imported.push(NotImported {
                     label: fingerprint.clone(),
@@ -88,7 +94,8 @@ impl Gateway {
     /// already had when the pool has it (by fingerprint). A key the provider refuses is taken out again
     /// (an import keeps no dead key) and refused with the fix.
     pub async fn import_key(&self, new: NewKey) -> Result<String, ControlError> {
-        if let Some(holder) = self.pool().holder_of(&self.markers().digest().fingerprint(&new.secret)) {
+        let identity = crate::keys::identity_of(new.provider, &new.secret);
+        if let Some(holder) = self.pool().holder_of(&self.markers().digest().fingerprint(&identity)) {
             return Ok(self.pool().label(&holder));
         }
         let label = new.label.clone();
@@ -119,6 +126,9 @@ pub fn new_key(candidate: &Candidate) -> NewKey {
             NewKey::imported(label, secret)
         }
         Origin::Pasted(..) => NewKey::openai(label, secret),
+        Origin::CodexChatgpt(..) => {
+            NewKey { provider: crate::keys::Provider::Chatgpt, ..NewKey::imported(label, secret) }
+        }
     }
 }
 
@@ -130,7 +140,7 @@ fn remove_copy(origin: &Origin, candidate: &Candidate) -> Option<String> {
         Origin::Env(var) => {
             Some(format!("{var} still holds the key ({masked}): delete the line that sets it from your shell profile"))
         }
-        Origin::Pasted(..) => None,
+        Origin::Pasted(..) | Origin::CodexChatgpt(..) => None,
         Origin::CodexAuth(_) | Origin::PiAuth(..) | Origin::PiModels(..) => {
             Some(match crate::keys_import::remove_plaintext(origin, &candidate.secret) {
                 Ok(removed) => format!(

@@ -54,6 +54,9 @@ pub fn check_new_key(config: &Config, labels_in_use: &[String], new: &NewKey) ->
             "an Azure key needs a base URL: https://RESOURCE.openai.azure.com/openai/v1".into(),
         ));
     }
+    if new.provider == Provider::Chatgpt {
+        return keymux_core::chatgpt::Login::from_secret(&new.secret).map(|_| ()).map_err(ControlError::Invalid);
+    }
     validate_secret(new.secret.expose()).map_err(ControlError::Invalid)
 }
 
@@ -80,7 +83,8 @@ pub async fn store_new_key(
     new: &NewKey,
 ) -> Result<KeyConfig, ControlError> {
     check_new_key(&settings.config(), labels_in_use, new)?;
-    if let Some(holder) = stored_holder(settings, &new.secret, None).await? {
+    let identity = crate::keys::identity_of(new.provider, &new.secret);
+    if let Some(holder) = stored_holder(settings, &identity, None).await? {
         return Err(ControlError::AlreadyPooled(holder));
     }
     let key = key_config(KeyId::generate(), new);
@@ -96,16 +100,18 @@ pub async fn store_new_key(
     Ok(key)
 }
 
-/// The label of the configured key whose keychain secret is `secret` (other than `except`), if any.
+/// The label of the configured key whose keychain secret is `identity` (`keys::identity_of`: the
+/// secret, or a ChatGPT plan's account) (other than `except`), if any.
 async fn stored_holder(
     settings: &Settings,
-    secret: &Secret,
+    identity: &Secret,
     except: Option<&KeyId>,
 ) -> Result<Option<String>, ControlError> {
     for key in settings.config().keys.into_iter().filter(|k| Some(&k.id) != except) {
         let account = account::key(key.id.as_str());
         let stored = secrets::blocking(settings.store().clone(), move |s| s.get(&account)).await?;
-        if stored.is_some_and(|stored| stored.expose() == secret.expose()) {
+        let held = stored.map(|stored| crate::keys::identity_of(key.provider, &stored));
+        if held.is_some_and(|held| held.expose() == identity.expose()) {
             return Ok(Some(key.label));
         }
     }
@@ -265,7 +271,8 @@ impl Gateway {
             )));
         }
         let labels = self.pool().labels();
-        if let Some(holder) = self.pool().holder_of(&self.markers().digest().fingerprint(&new.secret)) {
+        let identity = crate::keys::identity_of(new.provider, &new.secret);
+        if let Some(holder) = self.pool().holder_of(&self.markers().digest().fingerprint(&identity)) {
             return Err(ControlError::AlreadyPooled(self.pool().label(&holder)));
         }
         let key = store_new_key(self.settings(), &labels, &new).await?;

@@ -191,6 +191,7 @@ pub fn status_line(input: &MenuInput<'_>) -> String {
     if let Some(reset) = g.next_reset_unix_ms {
         line.push_str(&format!(" · next frees in {}", countdown(reset.saturating_sub(g.now_unix_ms))));
     }
+    line.push_str(&plan_line(status));
     for pool in status.pools.iter().filter(|p| !p.builtin) {
         line.push_str(&format!(" · {} {}/{}", pool.name, pool.usable, pool.key_ids.len()));
         let via = pool.proxy.as_deref().map(|p| format!("via {}", p.split_once("://").map_or(p, |(_, rest)| rest)));
@@ -201,6 +202,37 @@ pub fn status_line(input: &MenuInput<'_>) -> String {
         }
     }
     line
+}
+
+/// " · ChatGPT plan first", or " · ChatGPT plan used up, API keys for 2h 5m": where new sessions go
+/// while a ChatGPT plan is in the pool. Empty without one.
+fn plan_line(status: &crate::api::types::StatusBody) -> String {
+    let Some(plan) = status.keys.iter().find(|k| k.status.plan.is_some()) else { return String::new() };
+    match (plan.status.health, plan.until_unix_ms) {
+        (HealthState::Ready, _) => " · ChatGPT plan first".to_owned(),
+        (HealthState::Cooling, Some(until)) => {
+            let left = countdown(until.saturating_sub(status.gateway.now_unix_ms));
+            format!(" · ChatGPT plan used up, API keys for {left}")
+        }
+        _ => " · ChatGPT plan unavailable, API keys serve".to_owned(),
+    }
+}
+
+/// A ChatGPT plan's windows as the menu shows them: " · 5h 42% used (resets in 3h 1m), week 10% used".
+fn plan_windows(key: &KeyInfo, now_unix_ms: u64) -> String {
+    let Some(windows) = key.status.plan_windows else { return String::new() };
+    let part = |name: &str, w: Option<keymux_core::chatgpt::UsageWindow>| {
+        let w = w?;
+        let reset =
+            w.resets_unix.map(|r| format!(" (resets in {})", countdown((r * 1000).saturating_sub(now_unix_ms))));
+        Some(format!("{name} {:.0}% used{}", w.used_percent, reset.unwrap_or_default()))
+    };
+    let parts: Vec<String> =
+        [part("5h", windows.primary), part("week", windows.secondary)].into_iter().flatten().collect();
+    if parts.is_empty() {
+        return String::new();
+    }
+    format!(" · {}", parts.join(", "))
 }
 
 /// A key's menu text: its label, organization, pools and state (headroom when it is usable), then its
@@ -220,7 +252,13 @@ pub fn key_label(key: &KeyInfo, now_unix_ms: u64) -> String {
         HealthState::Unreachable => format!("unreachable, tried again in {until}"),
     };
     let pools = if key.pools.is_empty() { String::new() } else { format!(" [{}]", key.pools.join(", ")) };
-    format!("{}{org}{pools} · {state}{}", key.status.label, forecast(key, now_unix_ms))
+    let (org, windows) = match &key.status.plan {
+        Some(plan) => {
+            (format!(" (ChatGPT {} plan)", plan.plan_type.as_deref().unwrap_or("")), plan_windows(key, now_unix_ms))
+        }
+        None => (org, String::new()),
+    };
+    format!("{}{org}{pools} · {state}{windows}{}", key.status.label, forecast(key, now_unix_ms))
 }
 
 /// " · $1.20 of $5.00 today, out in 2h 5m": spend against the key's budget (daily first), then the

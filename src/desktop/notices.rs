@@ -29,12 +29,14 @@ pub enum NoticeKind {
     /// An installed client (Codex, pi) was checked through Keymux, because its version changed or
     /// Keymux started: whether it works.
     ClientCheck,
+    /// The ChatGPT plan is used up (new sessions go to the API keys), or back after its reset.
+    Plan,
 }
 
 impl NoticeKind {
     /// Every kind.
-    pub const ALL: [NoticeKind; 5] =
-        [Self::AllKeysBlocked, Self::KeyRejected, Self::SessionLost, Self::Budget, Self::ClientCheck];
+    pub const ALL: [NoticeKind; 6] =
+        [Self::AllKeysBlocked, Self::KeyRejected, Self::SessionLost, Self::Budget, Self::ClientCheck, Self::Plan];
 
     /// The kind in words, as the menu lists it.
     pub fn describe(self) -> &'static str {
@@ -44,6 +46,7 @@ impl NoticeKind {
             Self::SessionLost => "A session is refused or rescued",
             Self::Budget => "A budget is reached or resets",
             Self::ClientCheck => "A client update is checked",
+            Self::Plan => "The ChatGPT plan runs out or is back",
         }
     }
 
@@ -57,6 +60,8 @@ impl NoticeKind {
             Self::Budget => 60_000,
             // Checked once per version: each is told.
             Self::ClientCheck => 0,
+            // A plan runs out and comes back at most a few times a day.
+            Self::Plan => 60_000,
         }
     }
 }
@@ -126,7 +131,7 @@ impl Notifier {
                 if usable {
                     self.blocked_said = false;
                 }
-                self.key_notice(k, &status, usable)
+                plan_notice(k, &status, now_unix_ms).or_else(|| self.key_notice(k, &status, usable))
             }
             Event::Finished(record) => {
                 session_lost(&record.routed.decision.refusal, !record.routed.decision.rescued_orgs.is_empty())
@@ -143,6 +148,7 @@ impl Notifier {
                 BudgetOf::Pool { pool } => format!("pool {pool}:{}", budget_word(state)),
             },
             Event::Key(k) if notice.kind == NoticeKind::KeyRejected => k.key.to_string(),
+            Event::Key(k) if notice.kind == NoticeKind::Plan => format!("{}:{}", k.key, notice.title),
             Event::Gateway(crate::events::GatewayEvent::ClientChecked(c)) => {
                 format!("{} {}", c.name, c.version.as_deref().unwrap_or(""))
             }
@@ -197,6 +203,28 @@ impl Notifier {
         }
         Some(notice)
     }
+}
+
+/// The ChatGPT plan ran out (its cooldown lasts until its window resets) or is back.
+fn plan_notice(k: &crate::events::KeyEvent, status: &StatusBody, now_unix_ms: u64) -> Option<Notice> {
+    status.keys.iter().find(|s| s.status.id == k.key && s.status.plan.is_some())?;
+    let (title, body) = match k.change {
+        KeyChange::CoolingStarted { until_unix_ms } => (
+            "Your ChatGPT plan is used up".to_owned(),
+            format!(
+                "New sessions go to your API keys until your plan ({}) resets in {}; sessions on it go on \
+                 as lost_org says.",
+                k.label,
+                countdown(until_unix_ms.saturating_sub(now_unix_ms))
+            ),
+        ),
+        KeyChange::CoolingEnded => (
+            "Your ChatGPT plan is back".to_owned(),
+            format!("Its window reset: new sessions go to {} first again.", k.label),
+        ),
+        _ => return None,
+    };
+    Some(Notice { kind: NoticeKind::Plan, title, body })
 }
 
 /// A client's check: `pi 1.7.0 works through Keymux`, or that it does not, with the first failure.

@@ -42,6 +42,8 @@ fn key(label: &str, org: &str, health: HealthState, until: Option<u64>) -> KeyIn
             cached_ratio: 0.0,
             unavailable_models: Vec::new(),
             base_url: None,
+            plan: None,
+            plan_windows: None,
             cooldown_ms: 0,
             requests_window: None,
             tokens_window: None,
@@ -167,6 +169,7 @@ fn the_menu_has_every_item_in_order_with_keys_checked_when_on() {
             "A session is refused or rescued",
             "A budget is reached or resets",
             "A client update is checked",
+            "The ChatGPT plan runs out or is back",
             "Start at login",
             "Quit Keymux"
         ]
@@ -551,4 +554,55 @@ fn a_client_check_is_a_notification_that_says_whether_the_client_works() {
     assert!(fails.body.starts_with(summary) && fails.body.contains("Connect view"), "{}", fails.body);
     n.set(NoticeKind::ClientCheck, false);
     assert_eq!(n.consider(&checked(3, "1.8.0", true, "pi 1.8.0 works through Keymux"), ready, NOW), None);
+}
+
+/// A status with an API key and a ChatGPT plan in `plan`'s state (cooling for 2 hours when used up).
+fn with_plan(plan: HealthState) -> StatusBody {
+    let until = (plan == HealthState::Cooling).then_some(NOW + 7_200_000);
+    let mut p = key("chatgpt", "chatgpt-acct", plan, until);
+    p.status.provider = Provider::Chatgpt;
+    p.status.plan = Some(keymux_core::chatgpt::PlanInfo {
+        account_id: "acct".into(),
+        plan_type: Some("plus".into()),
+        expires_unix: None,
+    });
+    let used = |pct: f32, resets: u64| keymux_core::chatgpt::UsageWindow {
+        used_percent: pct,
+        window_minutes: None,
+        resets_unix: Some(resets),
+    };
+    p.status.plan_windows = Some(keymux_core::chatgpt::PlanWindows {
+        primary: Some(used(42.0, NOW / 1000 + 3_600)),
+        secondary: Some(used(10.0, NOW / 1000 + 86_400)),
+    });
+    status(vec![key("work", "org-a", HealthState::Ready, None), p], false)
+}
+
+#[test]
+fn the_tray_says_where_new_sessions_go_and_shows_the_plans_windows() {
+    let ready = with_plan(HealthState::Ready);
+    assert!(status_line(&input(&ready)).ends_with(" · ChatGPT plan first"), "{}", status_line(&input(&ready)));
+    let used_up = with_plan(HealthState::Cooling);
+    assert!(
+        status_line(&input(&used_up)).contains("ChatGPT plan used up, API keys for 2h"),
+        "{}",
+        status_line(&input(&used_up))
+    );
+    let line = super::menu::key_label(&ready.keys[1], NOW);
+    assert!(line.starts_with("chatgpt (ChatGPT plus plan)"), "{line}");
+    assert!(line.contains("5h 42% used (resets in 1h") && line.contains("week 10% used"), "{line}");
+}
+
+#[test]
+fn the_plan_running_out_and_coming_back_are_each_told() {
+    let mut n = Notifier::new();
+    let cooling = KeyChange::CoolingStarted { until_unix_ms: NOW + 7_200_000 };
+    let out = n.consider(&key_event(1, "chatgpt", cooling), || with_plan(HealthState::Cooling), NOW).expect("told");
+    assert_eq!((out.kind, out.title.as_str()), (NoticeKind::Plan, "Your ChatGPT plan is used up"));
+    assert!(out.body.contains("API keys") && out.body.contains("2h"), "{}", out.body);
+    let back = n.consider(&key_event(2, "chatgpt", KeyChange::CoolingEnded), || with_plan(HealthState::Ready), NOW);
+    assert_eq!(back.map(|b| b.title), Some("Your ChatGPT plan is back".to_owned()));
+    // An API key cooling is no plan news.
+    let api = n.consider(&key_event(3, "work", cooling), || with_plan(HealthState::Ready), NOW);
+    assert!(api.is_none_or(|a| a.kind != NoticeKind::Plan));
 }

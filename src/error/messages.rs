@@ -36,6 +36,9 @@ pub(super) const DOT_SEGMENTS: &str =
     the provider's /v1. Send the path without them.";
 pub(super) const NO_KEYS: &str = "Keymux has no API keys to use. Add one with `keymux keys add --label NAME`, or set \
     KEYMUX_KEY_<LABEL>=sk-... for a headless run.";
+pub(super) const PLAN_CANNOT_SERVE: &str = "The only key this request may use is your ChatGPT plan, and its backend \
+    takes only streamed Responses requests over HTTP (POST /v1/responses with \"stream\": true, and \
+    /v1/responses/compact). Add an API key (`keymux keys add --label NAME`) to serve the others.";
 pub(super) const NO_WEBSOCKET: &str =
     "Keymux cannot open a Responses WebSocket for this request now (only GET /v1/responses \
     upgrades, and only while some key is usable); use HTTP. Codex falls back to HTTP by itself on this answer.";

@@ -33,6 +33,8 @@ pub enum Origin {
     PiModels(PathBuf, String),
     /// A pasted list (`None`: stdin), this line (from 1).
     Pasted(Option<PathBuf>, usize),
+    /// Codex's `auth.json`, its ChatGPT login (`tokens`), of this account and plan (`acct-1 (plus)`).
+    CodexChatgpt(PathBuf, String),
 }
 
 impl Origin {
@@ -45,6 +47,7 @@ impl Origin {
             Self::PiModels(path, provider) => format!("{} (provider {provider}, apiKey)", path.display()),
             Self::Pasted(Some(path), line) => format!("{} line {line}", path.display()),
             Self::Pasted(None, line) => format!("stdin line {line}"),
+            Self::CodexChatgpt(path, account) => format!("{} (ChatGPT login of {account})", path.display()),
         }
     }
 
@@ -52,7 +55,8 @@ impl Origin {
     pub fn file(&self) -> Option<&Path> {
         match self {
             Self::CodexAuth(path) | Self::PiAuth(path, _) | Self::PiModels(path, _) => Some(path),
-            Self::Env(_) | Self::Pasted(..) => None,
+            // Codex keeps its login: Keymux takes a copy and refreshes it, and leaves Codex's file alone.
+            Self::Env(_) | Self::Pasted(..) | Self::CodexChatgpt(..) => None,
         }
     }
 
@@ -63,8 +67,24 @@ impl Origin {
             Self::CodexAuth(_) => "codex".into(),
             Self::PiAuth(_, provider) | Self::PiModels(_, provider) => format!("pi-{provider}"),
             Self::Pasted(..) => "pasted".into(),
+            Self::CodexChatgpt(..) => "chatgpt".into(),
         }
     }
+}
+
+/// The ChatGPT login in Codex's `auth.json` at `path`, as a candidate for the first-run offer (the
+/// dashboard and the tray offer it beside the API keys; `keymux keys import --chatgpt` imports it from
+/// the command line). `None` when the file holds none or cannot be read as one.
+pub fn chatgpt_login(path: &Path) -> Option<Candidate> {
+    let bytes = crate::setup::read_limited(path).ok()??;
+    let login = keymux_core::chatgpt::from_codex_auth(&String::from_utf8_lossy(&bytes)).ok()??;
+    let info = login.info();
+    let account = format!("{} ({})", info.account_id, info.plan_type.as_deref().unwrap_or("plan"));
+    Some(Candidate {
+        secret: login.to_secret(),
+        origin: Origin::CodexChatgpt(path.to_owned(), account),
+        label: String::new(),
+    })
 }
 
 /// A key found in plaintext.
@@ -76,6 +96,29 @@ pub struct Candidate {
     pub origin: Origin,
     /// The label it gets: the user's (`label=`) or one derived from the origin, made unique.
     pub label: String,
+}
+
+impl Candidate {
+    /// The provider it is a key of: a ChatGPT login is a plan, anything else an OpenAI key.
+    pub fn provider(&self) -> crate::keys::Provider {
+        match self.origin {
+            Origin::CodexChatgpt(..) => crate::keys::Provider::Chatgpt,
+            _ => crate::keys::Provider::Openai,
+        }
+    }
+
+    /// What the pool's fingerprints are taken of (`keys::identity_of`: a plan's account).
+    pub fn identity(&self) -> Secret {
+        crate::keys::identity_of(self.provider(), &self.secret)
+    }
+
+    /// How it is shown: the key masked (`sk-…abcd`), or a plan by its name, never a token.
+    pub fn shown(&self) -> String {
+        match &self.origin {
+            Origin::CodexChatgpt(..) => "ChatGPT plan".to_owned(),
+            _ => crate::setup::mask(self.secret.expose()),
+        }
+    }
 }
 
 /// What a look through the sources found.
@@ -244,9 +287,10 @@ fn codex_auth(text: &str, path: &Path) -> Result<Read, String> {
             Ok(()) => read.key(key, Origin::CodexAuth(path.to_owned())),
             Err(why) => read.notes.push(format!("{}: {ENV_VAR} passed over: {why}", path.display())),
         },
-        None if chatgpt => read
-            .notes
-            .push(format!("{} holds a ChatGPT login, not an API key: nothing to import from it", path.display())),
+        None if chatgpt => read.notes.push(format!(
+            "{} holds a ChatGPT login, not an API key: import it with `keymux keys import --chatgpt`",
+            path.display()
+        )),
         None => {}
     }
     Ok(read)

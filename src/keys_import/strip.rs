@@ -83,7 +83,7 @@ fn stripped(text: &str, origin: &Origin, secret: &Secret) -> Result<String, Stri
             let held = at.iter().try_fold(&original, |v, k| v.get(*k));
             (at, held)
         }
-        Origin::Env(_) | Origin::Pasted(..) => return Err("not a file Keymux edits".into()),
+        Origin::Env(_) | Origin::Pasted(..) | Origin::CodexChatgpt(..) => return Err("not a file Keymux edits".into()),
     };
     if held.and_then(Value::as_str) != Some(secret.expose()) {
         return Err("it no longer holds that key there".into());
@@ -96,7 +96,7 @@ fn stripped(text: &str, origin: &Origin, secret: &Secret) -> Result<String, Stri
             let value = value_start(text, start).ok_or("the key could not be found in the text")?;
             format!("{}null{}", &text[..value], &text[end..])
         }
-        Origin::PiAuth(..) | Origin::PiModels(..) | Origin::Env(_) | Origin::Pasted(..) => {
+        Origin::PiAuth(..) | Origin::PiModels(..) | Origin::Env(_) | Origin::Pasted(..) | Origin::CodexChatgpt(..) => {
             remove_at(&mut expected, &at);
             cut_member(text, start, end)
         }

@@ -33,6 +33,13 @@ pub fn admit(gw: &Gateway, incoming: &Incoming<'_>, entry: Entry, trace: &mut Tr
     let kept = still_rescued(gw, &mut facts, now);
     let memory = memory(gw, &facts, entry, now);
     let mut view = pool_view(gw, &facts, now, &reach);
+    if !plan_may_serve(&facts, entry) && view.keys.iter().any(|k| k.plan) {
+        view.keys.retain(|k| !k.plan);
+        if view.keys.is_empty() {
+            trace.decided(Decision { refusal: Some(Refusal::NoKeys), ..Decision::new(facts.seq) });
+            return Err(ApiError::PlanCannotServe);
+        }
+    }
     if facts.unmarked_response_id {
         match bare_id_keys(gw, &reach) {
             Ok(None) => {}
@@ -126,7 +133,7 @@ pub fn remember_unreadable(gw: &Gateway, facts: &RequestFacts) {
 
 /// Adds `orgs` to the organizations the rescued table remembers for `session` (each once, at most
 /// `markers::MAX_PINS`).
-fn remember_rescued(gw: &Gateway, session: SessionKey, orgs: &[OrgTag], now: Instant) {
+pub(super) fn remember_rescued(gw: &Gateway, session: SessionKey, orgs: &[OrgTag], now: Instant) {
     let mut remembered = gw.rescued().get(&session, now).unwrap_or_default();
     for org in orgs {
         if !remembered.contains(org) && remembered.len() < crate::markers::MAX_PINS {
@@ -203,6 +210,18 @@ pub(super) fn pool_view(gw: &Gateway, facts: &RequestFacts, now: Instant, reach:
     crate::budgets::hold_to_pool(gw, view, now, reach)
 }
 
+/// Whether a ChatGPT plan can serve this request: its backend answers Responses requests (created,
+/// streamed, or compacted) over HTTP, and nothing else.
+fn plan_may_serve(facts: &RequestFacts, entry: Entry) -> bool {
+    use crate::facts::Operation;
+    entry == Entry::Request
+        && match facts.operation {
+            Operation::ResponsesCreate => facts.stream,
+            Operation::ResponsesCompact => true,
+            _ => false,
+        }
+}
+
 /// Whether a new WebSocket of a token bound to `pool` could be served at all right now: some key it
 /// may reach is usable for a new request, by the same view a request is decided on (the pool's
 /// budget included), so a handshake and a request never disagree.
@@ -217,6 +236,8 @@ pub fn can_open_socket(gw: &Gateway, pool: &str) -> bool {
     let pools = gw.pools();
     let reach = pools.reach(pool);
     let mut view = gw.pool().view(view_for);
+    // A plan serves no WebSocket: with only the plan usable, Codex is told to use HTTP.
+    view.keys.retain(|k| !k.plan);
     if !reach.tiers().is_empty() {
         view.keys.retain(|k| reach.tiers().iter().any(|t| t.keys.contains(&k.id)));
     }

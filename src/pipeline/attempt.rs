@@ -24,8 +24,61 @@ pub async fn attempt_all<T: Transport>(
 ) -> Settled<T::Accepted, T::Declined> {
     let finding = admitted.decision.finding_org();
     match attempt_each(gw, admitted, transport, trace, finding).await {
+        Attempts::Settled(Settled::Failed(fallback)) if plan_used_up(gw, admitted) => {
+            plan_rescue(gw, admitted, transport, trace, fallback).await
+        }
         Attempts::Settled(settled) => settled,
         Attempts::Unreadable { tried } => unreadable(gw, admitted, transport, trace, tried).await,
+    }
+}
+
+/// Whether a session pinned to the ChatGPT plan just found the plan used up (its only candidates are
+/// plan keys, all now closed for their usage), with `lost_org = "rescue"`.
+fn plan_used_up(gw: &Gateway, admitted: &Admitted) -> bool {
+    let now = gw.clock().now();
+    let is_plan = |key: &KeyId| gw.pool().entry(key).is_some_and(|e| e.provider == crate::keys::Provider::Chatgpt);
+    let cooling = |key: &KeyId| gw.pool().status(now, gw.today()).iter().any(|s| &s.id == key && s.cooldown_ms > 0);
+    gw.policy().lost_org == LostOrgPolicy::Rescue
+        && admitted.decision.pin.is_some()
+        && admitted.decision.candidates().all(|k| is_plan(k) && cooling(k))
+}
+
+/// The plan ran out in the middle of a session: as for a lost organization, the plan's items (the
+/// only encrypted content left in the body) are dropped, the session is remembered as moved off the
+/// plan, and the request is decided again (the plan now closed) and sent to an API key.
+async fn plan_rescue<T: Transport>(
+    gw: &Gateway,
+    admitted: &Admitted,
+    transport: &mut T,
+    trace: &mut Trace,
+    fallback: Fallback<T::Declined>,
+) -> Settled<T::Accepted, T::Declined> {
+    let now = gw.clock().now();
+    let pools = gw.pools();
+    let reach = pools.reach(&admitted.pool);
+    let view = super::admit::pool_view(gw, &admitted.facts, now, &reach);
+    let decision = router::decide_within(&admitted.facts, view, reach.tiers(), &Memory::default(), now, gw.policy());
+    let dropped = gw.markers().drop_unreadable(&admitted.body, &[], true);
+    let (Some((body, dropped)), None) = (dropped, &decision.refusal) else {
+        return Settled::Failed(fallback);
+    };
+    decision.reasons.iter().cloned().for_each(|r| trace.reason(r));
+    trace.rescued(dropped);
+    if let Some(session) = admitted.facts.session {
+        super::admit::remember_rescued(gw, session, &decision.rescued_orgs, now);
+    }
+    let body = bytes::Bytes::from(body);
+    transport.rescue(body.clone());
+    let again = Admitted {
+        facts: admitted.facts.clone(),
+        decision,
+        body,
+        path: admitted.path.clone(),
+        pool: admitted.pool.clone(),
+    };
+    match attempt_each(gw, &again, transport, trace, false).await {
+        Attempts::Settled(settled) => settled,
+        Attempts::Unreadable { .. } => Settled::Failed(fallback),
     }
 }
 
@@ -151,6 +204,7 @@ pub(super) async fn attempt_key<T: Transport>(
         outcome.status = Some(heard.status);
         outcome.org = heard.org.clone();
         outcome.limits = heard.limits;
+        outcome.plan = heard.plan.any().then(|| Box::new(heard.plan));
         // Keymux routed this correctly; the provider could still not read it (it has had incidents).
         // Never the key's fault: counted, not cooled.
         outcome.invalid_encrypted = heard.code == Some(Code::InvalidEncryptedContent) && attempt_for.pinned;

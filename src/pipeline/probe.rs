@@ -17,6 +17,7 @@ use crate::upstream::Upstream;
 
 /// `GET /models` with the key.
 struct Probe<'a> {
+    gateway: &'a Gateway,
     upstream: &'a Upstream,
     clock: &'a Clock,
 }
@@ -29,8 +30,9 @@ impl Transport for Probe<'_> {
     fn rescue(&mut self, _body: Bytes) {}
 
     async fn attempt(&mut self, guard: &InFlight) -> Reply<(), ()> {
-        let sent =
-            self.upstream.send(guard.entry(), http::Method::GET, "/models", HeaderMap::new(), Bytes::new()).await;
+        let fresh = crate::chatgpt::fresh(self.gateway, guard.entry()).await;
+        let entry = fresh.as_ref().unwrap_or(guard.entry());
+        let sent = self.upstream.send(entry, http::Method::GET, "/models", HeaderMap::new(), Bytes::new()).await;
         match sent {
             Ok(response) => {
                 let heard = Heard::from_headers(response.status().as_u16(), response.headers(), self.clock.now());
@@ -57,7 +59,7 @@ pub async fn probe(gw: &Gateway, key: KeyId) -> Option<KeyTest> {
     let started = gw.clock().now();
     let guard = gw.pool().begin(&key, Begin::default(), started)?;
     let label = guard.entry().label.clone();
-    let mut transport = Probe { upstream: gw.upstream(), clock: gw.clock() };
+    let mut transport = Probe { gateway: gw, upstream: gw.upstream(), clock: gw.clock() };
     let (reply, verdict) = attempt_key(gw, &guard, &mut transport, AttemptFor::default()).await;
     drop(guard);
     let duration_ms = gw.clock().elapsed_ms(started);

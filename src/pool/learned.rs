@@ -27,6 +27,8 @@ pub struct Outcome {
     pub model_missing: Option<String>,
     /// The provider answered `invalid_encrypted_content` to a request Keymux had pinned correctly.
     pub invalid_encrypted: bool,
+    /// A ChatGPT plan's usage windows, when the answer reported them (boxed: most answers have none).
+    pub plan: Option<Box<keymux_core::chatgpt::PlanWindows>>,
 }
 
 impl Outcome {
@@ -41,6 +43,7 @@ impl Outcome {
             limits: Reading::default(),
             model_missing: None,
             invalid_encrypted: false,
+            plan: None,
         }
     }
 }

@@ -30,7 +30,7 @@ pub use keymux_core::pool::{
     MAX_UNREACHABLE_BACKOFF,
 };
 pub use learned::{Begin, Learned, Outcome};
-pub use status::KeyStatus;
+pub use status::{plan_info, KeyStatus};
 
 use keymux_core::pool::{health_change, next_health, switched};
 use view::key_view;
@@ -96,6 +96,8 @@ struct Tally {
     budget_used: u64,
     budget_day: u32,
     starts: Decaying,
+    // A ChatGPT plan's usage windows, as its latest answer that reported them said.
+    plan_windows: Option<keymux_core::chatgpt::PlanWindows>,
 }
 
 struct Slot {
@@ -154,10 +156,15 @@ impl Pool {
     }
 
     /// Azure sends no organization header: each resource is its own organization, read from the base
-    /// URL when none is configured.
+    /// URL when none is configured. A ChatGPT plan is an organization of its own, named by its account:
+    /// what it encrypts no API key can read.
     fn with_azure_org(mut entry: KeyEntry) -> KeyEntry {
         if entry.org.is_none() && entry.provider == Provider::Azure {
             entry.org = entry.base_url.as_deref().and_then(azure_resource);
+        }
+        if entry.provider == Provider::Chatgpt {
+            let login = keymux_core::chatgpt::Login::from_secret(&entry.secret).ok();
+            entry.org = login.map(|l| keymux_core::chatgpt::Login::org(&l.account_id)).or(entry.org);
         }
         entry
     }
@@ -166,7 +173,7 @@ impl Pool {
         let entry = Self::with_azure_org(entry);
         let org_tag = markers.org_tag(entry.org.as_deref(), &entry.id);
         Arc::new(Slot {
-            fingerprint: markers.digest().fingerprint(&entry.secret),
+            fingerprint: markers.digest().fingerprint(&crate::keys::identity(&entry)),
             entry: ArcSwap::from_pointee(entry),
             in_flight: AtomicU32::new(0),
             counters: Counters::default(),
@@ -294,6 +301,9 @@ impl Pool {
         {
             let mut state = slot.lock();
             state.quota.observe(outcome.limits);
+            if let Some(windows) = &outcome.plan {
+                state.plan_windows = Some(**windows);
+            }
             if let Some(model) = &outcome.model_missing {
                 note_missing(&mut state.missing_models, model);
             }

@@ -69,6 +69,10 @@ pub struct KeyStatus {
     pub unavailable_models: Vec<String>,
     /// Its base URL, when it has its own (Azure, a proxy); otherwise the provider's default.
     pub base_url: Option<String>,
+    /// A ChatGPT plan's account and plan type, from its tokens' claims (never a token).
+    pub plan: Option<keymux_core::chatgpt::PlanInfo>,
+    /// A ChatGPT plan's usage windows (5-hour and weekly), as its latest answer reported them.
+    pub plan_windows: Option<keymux_core::chatgpt::PlanWindows>,
     /// Milliseconds of cooldown (or quota rest) left.
     #[serde(skip)]
     #[ts(skip)]
@@ -117,8 +121,18 @@ pub(super) fn key_status(s: &Slot, now: Instant, day: u32) -> KeyStatus {
         cached_ratio: if input_tokens == 0 { 0.0 } else { cached_tokens as f32 / input_tokens as f32 },
         unavailable_models: state.missing_models.clone(),
         base_url: entry.base_url.clone(),
+        plan: plan_info(entry.provider, &entry.secret),
+        plan_windows: state.plan_windows,
         cooldown_ms: left.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         requests_window,
         tokens_window,
     }
+}
+
+/// A ChatGPT plan's account and plan type, read from its login's claims; `None` for an API key.
+pub fn plan_info(provider: Provider, secret: &crate::secrets::Secret) -> Option<keymux_core::chatgpt::PlanInfo> {
+    (provider == Provider::Chatgpt)
+        .then(|| keymux_core::chatgpt::Login::from_secret(secret).ok())
+        .flatten()
+        .map(|l| l.info())
 }

@@ -24,6 +24,7 @@ pub(super) fn key_view(s: &Slot, request: ViewFor<'_>) -> KeyView {
         org: entry.org.clone().or_else(|| live.learned_org.clone()),
         org_tag: live.org_tag,
         imported: entry.imported,
+        plan: entry.provider == crate::keys::Provider::Chatgpt,
         budget,
         budget_resets,
         in_flight: s.in_flight.load(Ordering::Acquire),

@@ -2,7 +2,8 @@
 //! WebSocket sessions over three organizations, refuses bad input, has a key added and removed, and is
 //! read through every control API a dashboard fetches. Then every byte the run produced (its logs, every
 //! file it wrote, every API and event-stream answer, every error body) is searched for each API key,
-//! the client token, the admin credential, the install secret and every raw `prompt_cache_key`.
+//! the client token, the admin credential, the install secret, every raw `prompt_cache_key`, and every
+//! token (and each part of each JWT) of a ChatGPT plan's login, before and after Keymux refreshed it.
 #![allow(clippy::unwrap_used, clippy::disallowed_methods, reason = "tests")]
 
 use crate::support;
@@ -75,6 +76,41 @@ async fn bad_input(c: &reqwest::Client, base: &str, answers: &mut Vec<(String, V
     cache_keys
 }
 
+/// A ChatGPT plan added through the control API, a turn on it (its token refreshed first: it lives
+/// less than the five minutes Keymux refreshes ahead), then removed. Returns every part of every token
+/// the login held, before and after the refresh.
+async fn plan_turn(sim: &keymux_sim::Sim, root: &str, base: &str, answers: &mut Vec<(String, Vec<u8>)>) -> Vec<String> {
+    let first = sim.chatgpt_tokens().unwrap();
+    let login = json!({"id_token": first.id_token, "access_token": first.access_token,
+                       "refresh_token": first.refresh_token, "account_id": first.account_id});
+    let api = Admin::new(root);
+    let added = api.request(reqwest::Method::POST, "/keys");
+    let added = added.json(&json!({"label": "plan", "provider": "chatgpt", "secret": login.to_string()})).send();
+    let added = added.await.unwrap();
+    assert_eq!(added.status(), 201);
+    let added: Value = added.json().await.unwrap();
+    answers.push(("plan added".into(), added.to_string().into_bytes()));
+    let turn = json!({"model": "gpt-5.5", "input": "hi", "stream": true, "max_output_tokens": 64});
+    let r = post(&client(), &format!("{base}/responses"), &[], &turn).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    answers.push(("plan turn".into(), r.bytes().await.unwrap().to_vec()));
+    // Its tokens live less than the margin: the probe of the added key and the turn each refreshed it.
+    assert!(sim.chatgpt_refreshes() >= 2, "the login was refreshed");
+    answers.push(("/keys with the plan".into(), api.get("/keys").await.bytes().await.unwrap().to_vec()));
+    let id = added["id"].as_str().unwrap();
+    api.request(reqwest::Method::DELETE, &format!("/keys/{id}")).send().await.unwrap();
+    let mut parts = Vec::new();
+    assert!(sim.chatgpt_issued().iter().any(|t| t.access_token == first.access_token));
+    for tokens in sim.chatgpt_issued() {
+        parts.push(tokens.refresh_token);
+        for jwt in [tokens.access_token, tokens.id_token] {
+            parts.extend(jwt.split('.').skip(1).map(str::to_owned));
+            parts.push(jwt);
+        }
+    }
+    parts
+}
+
 /// A key added and removed, and every view the dashboard reads.
 async fn control_plane(root: &str, answers: &mut Vec<(String, Vec<u8>)>) {
     let api = Admin::new(root);
@@ -99,7 +135,8 @@ async fn control_plane(root: &str, answers: &mut Vec<(String, Vec<u8>)>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_secret_appears_in_anything_a_trace_level_run_produced() {
-    let sim = keymux_sim::Sim::start(three_orgs()).await.unwrap();
+    let plan = keymux_sim::PlanSpec::new("acct-hygiene").token_lifetime(std::time::Duration::from_secs(240));
+    let sim = keymux_sim::Sim::start(three_orgs().chatgpt_plan(plan)).await.unwrap();
     let home = tempfile::tempdir().unwrap();
     let config = home.path().join("config.toml");
     let store = home.path().join("metrics");
@@ -112,6 +149,8 @@ async fn no_secret_appears_in_anything_a_trace_level_run_produced() {
     }
     env.push(("KEYMUX_CLIENT_TOKEN".into(), TOKEN.into()));
     env.push(("KEYMUX_INSTALL_SECRET".into(), INSTALL_SECRET.into()));
+    env.push(("KEYMUX_CHATGPT_BASE_URL".into(), sim.chatgpt_base_url()));
+    env.push(("KEYMUX_CHATGPT_AUTH_URL".into(), sim.chatgpt_auth_url()));
     let gateway =
         Keymux::spawn(&["--ephemeral", "--config", config.to_str().unwrap(), "--upstream", &sim.base_url()], &env)
             .await;
@@ -122,6 +161,7 @@ async fn no_secret_appears_in_anything_a_trace_level_run_produced() {
     let mut cache_keys = traffic(&c, &gateway.base).await;
     cache_keys.extend(bad_input(&c, &gateway.base, &mut answers).await);
     control_plane(&gateway.root, &mut answers).await;
+    let plan_tokens = plan_turn(&sim, &gateway.root, &gateway.base, &mut answers).await;
     let last = Admin::new(&gateway.root).get_json("/status").await["gateway"]["last_event_id"].as_u64().unwrap();
     support::events_reach(&events, last).await;
     answers.push(("event stream".into(), serde_json::to_vec(&*events.lock().unwrap()).unwrap()));
@@ -138,6 +178,7 @@ async fn no_secret_appears_in_anything_a_trace_level_run_produced() {
     let mut secrets: Vec<&str> = vec!["sk-a1", "sk-b1", "sk-b2", "sk-c1", ADDED_KEY, REJECTED_KEY, TOKEN, ADMIN];
     secrets.push(INSTALL_SECRET);
     secrets.extend(cache_keys.iter().map(String::as_str));
+    secrets.extend(plan_tokens.iter().map(String::as_str));
     let mut hits = Vec::new();
     for (what, bytes) in &answers {
         for secret in &secrets {

@@ -9,6 +9,8 @@ mod affinity;
 mod budgets;
 mod budgets_clients;
 mod chaos;
+mod chatgpt;
+mod chatgpt_clients;
 mod cli;
 mod client_kinds;
 mod clients_check;

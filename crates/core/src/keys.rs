@@ -60,6 +60,9 @@ pub enum Provider {
     Openai,
     /// Azure OpenAI v1 API: `api-key` header, base URL `https://{resource}.openai.azure.com/openai/v1`.
     Azure,
+    /// A ChatGPT plan (one login, `crate::chatgpt`): Responses only, sent to the ChatGPT Codex backend
+    /// with the login's access token and account.
+    Chatgpt,
 }
 
 impl Provider {
@@ -68,6 +71,7 @@ impl Provider {
         match s.trim().to_ascii_lowercase().as_str() {
             "openai" => Some(Self::Openai),
             "azure" | "azure-openai" | "azure_openai" => Some(Self::Azure),
+            "chatgpt" => Some(Self::Chatgpt),
             _ => None,
         }
     }
@@ -77,6 +81,7 @@ impl Provider {
         match self {
             Self::Openai => "openai",
             Self::Azure => "azure",
+            Self::Chatgpt => "chatgpt",
         }
     }
 }
@@ -138,6 +143,20 @@ impl KeyEntry {
     /// Whether the user allows this key for `model`.
     pub fn allows(&self, model: &str) -> bool {
         self.settings.allows(model)
+    }
+}
+
+/// What a key's fingerprint is taken of: its secret, or for a ChatGPT plan its account (its tokens
+/// change at every refresh; the plan stays the same key).
+pub fn identity(entry: &KeyEntry) -> Secret {
+    identity_of(entry.provider, &entry.secret)
+}
+
+/// [`identity`] of a secret of `provider`.
+pub fn identity_of(provider: Provider, secret: &Secret) -> Secret {
+    match (provider, crate::chatgpt::Login::from_secret(secret)) {
+        (Provider::Chatgpt, Ok(login)) => Secret::new(format!("chatgpt-account:{}", login.account_id)),
+        _ => secret.clone(),
     }
 }
 

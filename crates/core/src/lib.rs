@@ -17,6 +17,8 @@
 //! * [`key_settings`]: a key's settings declared once (`KeySettings`, beside `budget::MoneyBudget`),
 //!   and `Patch`, the one way settings of keys and pools change.
 //! * [`tokens`]: local client tokens and their constant-time check.
+//! * [`chatgpt`]: a ChatGPT plan as a key: its login (read from Codex's `auth.json`, refreshed), its
+//!   tokens' claims, the body its backend takes, and the usage windows it reports.
 //!
 //! One request:
 //! * [`facts`]: the words for a request that routing, events and metrics share (`Operation`,
@@ -39,6 +41,7 @@
 //!   variables.
 
 pub mod budget;
+pub mod chatgpt;
 pub mod clock;
 pub mod config;
 pub mod digest;

@@ -101,7 +101,10 @@ pub fn key_prefixed(word: &str) -> bool {
 }
 
 fn key_like(word: &str) -> bool {
-    key_prefixed(word) || (word.len() >= 24 && word.chars().any(|c| c.is_ascii_digit() || c == '*'))
+    key_prefixed(word)
+        || (word.len() >= 24 && word.chars().any(|c| c.is_ascii_digit() || c == '*'))
+        // A JWT's parts (a ChatGPT login's tokens): base64url of JSON, `{"` first.
+        || (word.len() >= 16 && word.starts_with("eyJ"))
 }
 
 /// `text` with `exact` (the key a request was sent with; empty for none) and every key-like word

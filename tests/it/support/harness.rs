@@ -135,6 +135,11 @@ impl Harness {
 
     pub async fn start_with(sim_config: SimConfig, keys: &[TestKey], tweak: impl FnOnce(&mut Config)) -> Self {
         let sim = Sim::start(sim_config).await.expect("simulator starts");
+        Self::start_on(sim, keys, tweak).await
+    }
+
+    /// A gateway in front of a simulator the test started (and read addresses of) itself.
+    pub async fn start_on(sim: Sim, keys: &[TestKey], tweak: impl FnOnce(&mut Config)) -> Self {
         let runtime = Runtime::start(options_for(&sim, keys, tweak)).await.expect("gateway starts");
         // As with `keymux serve`, every key's organization is learned before clients arrive.
         runtime.probed().await;

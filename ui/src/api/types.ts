@@ -3,7 +3,7 @@
 
 export type KeyId = string;
 
-export type Provider = "openai" | "azure";
+export type Provider = "openai" | "azure" | "chatgpt";
 
 export type KeySource = "keychain" | "environment" | "embedded";
 
@@ -83,7 +83,19 @@ in_flight: number,
 /**
  * How many usable keys were compared.
  */
-candidates: number, } | { "rule": "priority_tier", 
+candidates: number, } | { "rule": "plan_first", 
+/**
+ * The plan's key.
+ */
+key: KeyId, } | { "rule": "plan_exhausted", 
+/**
+ * The plan's key.
+ */
+key: KeyId, 
+/**
+ * Milliseconds until its window resets.
+ */
+resets_ms: number, } | { "rule": "priority_tier", 
 /**
  * That tier.
  */
@@ -860,6 +872,14 @@ unavailable_models: Array<string>,
  */
 base_url: string | null, 
 /**
+ * A ChatGPT plan's account and plan type, from its tokens' claims (never a token).
+ */
+plan: PlanInfo | null, 
+/**
+ * A ChatGPT plan's usage windows (5-hour and weekly), as its latest answer reported them.
+ */
+plan_windows: PlanWindows | null, 
+/**
  * Priority tier: unpinned traffic goes to the lowest tier with a usable key (work keys 0, personal
  * keys 1, say).
  */
@@ -1543,6 +1563,44 @@ limit: number,
  * When it resets, Unix milliseconds.
  */
 resets_unix_ms: number, };
+
+export type PlanInfo = { 
+/**
+ * The ChatGPT account id.
+ */
+account_id: string, 
+/**
+ * The plan (`plus`, `pro`, `team`…), when the id token says.
+ */
+plan_type: string | null, 
+/**
+ * When the access token expires, Unix seconds.
+ */
+expires_unix: number | null, };
+
+export type UsageWindow = { 
+/**
+ * How much of it is used, 0 to 100.
+ */
+used_percent: number, 
+/**
+ * Its length, minutes (300 for the 5-hour window, 10080 for the weekly one).
+ */
+window_minutes: number | null, 
+/**
+ * When it resets, Unix seconds.
+ */
+resets_unix: number | null, };
+
+export type PlanWindows = { 
+/**
+ * The short window (5 hours).
+ */
+primary: UsageWindow | null, 
+/**
+ * The long window (a week).
+ */
+secondary: UsageWindow | null, };
 
 export type Client = "codex" | "pi";
 

@@ -1,4 +1,4 @@
-import type { WindowInfo } from "../api/types";
+import type { UsageWindow, WindowInfo } from "../api/types";
 import { compact, pace } from "../lib/format";
 import { Countdown } from "./Countdown";
 
@@ -15,6 +15,35 @@ export function Bar({ left, label }: { left: number; label: string }) {
 }
 
 /** One rate-limit window: what is left, when it refills, and at what pace it is used. */
+/** One of a ChatGPT plan's usage windows (5-hour or weekly): the share used, and when it resets. */
+export function PlanGauge({ title, window: w }: { title: string; window: UsageWindow | null }) {
+  if (!w) {
+    return (
+      <div class="gauge">
+        <div class="gauge-head">
+          <span>{title}</span>
+          <span class="muted small">not reported yet</span>
+        </div>
+        <Bar left={1} label={`${title}: unknown`} />
+      </div>
+    );
+  }
+  return (
+    <div class="gauge" data-testid="plan-window">
+      <div class="gauge-head">
+        <span>{title}</span>
+        <span class="num">{Math.round(w.used_percent)} % used</span>
+      </div>
+      <Bar left={Math.max(0, 1 - w.used_percent / 100)} label={`${title} left`} />
+      <div class="gauge-foot small">
+        <span class="muted">
+          {w.resets_unix === null ? "reset not reported" : <>resets in <Countdown until={w.resets_unix * 1000} /></>}
+        </span>
+      </div>
+    </div>
+  );
+}
+
 export function WindowGauge({ title, window: w }: { title: string; window: WindowInfo | null }) {
   if (!w) {
     return (

@@ -8,7 +8,7 @@ import { Tag } from "./Badge";
 import { ConfirmDialog } from "./ConfirmDialog";
 import { Countdown } from "./Countdown";
 import { EditKeyDialog } from "./EditKeyDialog";
-import { Bar, WindowGauge } from "./Gauge";
+import { Bar, PlanGauge, WindowGauge } from "./Gauge";
 import { Notice } from "./Notice";
 import { PoolBadge } from "./PoolBadge";
 import { Sparkline } from "./Sparkline";
@@ -113,10 +113,21 @@ export function KeyCard({ info, spark, showOrg = false }: Props) {
         {info.source !== "keychain" && <span>from {info.source}</span>}
       </p>
 
-      <div class="gauges">
-        <WindowGauge title="Requests" window={info.requests_window} />
-        <WindowGauge title="Tokens" window={info.tokens_window} />
-      </div>
+      {info.plan ? (
+        <div class="gauges" data-testid="plan-windows">
+          <p class="small muted">
+            ChatGPT account <code>{info.plan.account_id}</code>
+            {info.plan.plan_type && <> ({info.plan.plan_type} plan)</>}: new sessions go here first
+          </p>
+          <PlanGauge title="5-hour window" window={info.plan_windows?.primary ?? null} />
+          <PlanGauge title="Weekly window" window={info.plan_windows?.secondary ?? null} />
+        </div>
+      ) : (
+        <div class="gauges">
+          <WindowGauge title="Requests" window={info.requests_window} />
+          <WindowGauge title="Tokens" window={info.tokens_window} />
+        </div>
+      )}
       {(info.window_reserved || info.window_runs_out_unix_ms !== null || info.reserve_window_pct !== null) && (
         <p class="small muted key-window-note" data-testid="key-window-note">
           {info.window_reserved && (

@@ -128,6 +128,13 @@ describe("sentences", () => {
     expect(reasonSentence({ rule: "continuity_binding", key: "k_a1" }, name)).toContain("work (org-a)");
   });
 
+  it("says plan first, and when the plan is used up", () => {
+    expect(reasonSentence({ rule: "plan_first", key: "k_a1" }, name)).toContain("Plan first: work (org-a) is your ChatGPT plan");
+    expect(reasonSentence({ rule: "plan_exhausted", key: "k_a1", resets_ms: 5_400_000 }, name)).toBe(
+      "Your ChatGPT plan (work (org-a)) is used up until its window resets in 90 min: new sessions go to your API keys.",
+    );
+  });
+
   it("names the chosen key in the headroom reason", () => {
     const s = reasonSentence({ rule: "most_headroom", headroom_permille: 875, in_flight: 2, candidates: 3 }, name, "k_a1");
     expect(s).toBe(

@@ -126,6 +126,10 @@ export function reasonSentence(reason: Reason, name: KeyNamer = plain, choice?: 
       const among = reason.candidates === 1 ? "the only usable key" : `of ${reason.candidates} usable keys`;
       return `${who} had the most headroom for its load (${share} of its tighter window left, ${reason.in_flight} in flight), ${among}.`;
     }
+    case "plan_first":
+      return `Plan first: ${name(reason.key)} is your ChatGPT plan, and new sessions go to it while its usage allows.`;
+    case "plan_exhausted":
+      return `Your ChatGPT plan (${name(reason.key)}) is used up until its window resets in ${Math.ceil(reason.resets_ms / 60000)} min: new sessions go to your API keys.`;
     case "priority_tier":
       return `Only priority tier ${reason.tier} was used: the lowest tier with a usable key takes unpinned traffic.`;
     case "budget_overrun":

@@ -51,6 +51,8 @@ export function keyInfo(id: string, over: Partial<KeyInfo> = {}): KeyInfo {
     exclude_models: [],
     unavailable_models: [],
     base_url: null,
+    plan: null,
+    plan_windows: null,
     until_unix_ms: null,
     requests_window: null,
     tokens_window: null,

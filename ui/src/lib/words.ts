@@ -25,6 +25,7 @@ export const CLIENT: Record<ClientKind, string> = {
 export const PROVIDER: Record<Provider, string> = {
   openai: "OpenAI",
   azure: "Azure OpenAI",
+  chatgpt: "ChatGPT plan",
 };
 
 export const OPERATION: Record<Operation, string> = {

@@ -171,6 +171,11 @@ pub struct Config {
     pub listen: String,
     /// The upstream base URL for keys that have none of their own.
     pub upstream: String,
+    /// The ChatGPT Codex backend a ChatGPT plan's requests go to (`KEYMUX_CHATGPT_BASE_URL` overrides).
+    pub chatgpt_base_url: String,
+    /// The auth server that refreshes a ChatGPT login (`{url}/oauth/token`; `KEYMUX_CHATGPT_AUTH_URL`
+    /// overrides).
+    pub chatgpt_auth_url: String,
     /// The keychain service name every secret is stored under.
     pub keychain_service: String,
     /// Request body cap in bytes.
@@ -211,6 +216,8 @@ impl Default for Config {
         Self {
             listen: DEFAULT_LISTEN.into(),
             upstream: DEFAULT_UPSTREAM.into(),
+            chatgpt_base_url: crate::chatgpt::DEFAULT_BASE_URL.into(),
+            chatgpt_auth_url: crate::chatgpt::DEFAULT_AUTH_URL.into(),
             keychain_service: "keymux".into(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             max_attempts: 3,
@@ -318,6 +325,8 @@ impl Config {
     /// Checks the upstream and every key's base URL (`https://`, or `http://` to this machine only).
     pub fn check_urls(&self) -> Result<(), String> {
         crate::keys::validate_base_url(&self.upstream).map_err(|e| format!("upstream: {e}"))?;
+        crate::keys::validate_base_url(&self.chatgpt_base_url).map_err(|e| format!("chatgpt_base_url: {e}"))?;
+        crate::keys::validate_base_url(&self.chatgpt_auth_url).map_err(|e| format!("chatgpt_auth_url: {e}"))?;
         for key in &self.keys {
             if let Some(url) = &key.base_url {
                 crate::keys::validate_base_url(url).map_err(|e| format!("key {:?}: {e}", key.label))?;

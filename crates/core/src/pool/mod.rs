@@ -30,6 +30,8 @@ pub struct KeyView {
     /// Imported from a client's own login: a session from before Keymux is looked for on its
     /// organization first.
     pub imported: bool,
+    /// A ChatGPT plan (provider `chatgpt`): it serves streamed Responses requests over HTTP only.
+    pub plan: bool,
     /// Where it stands against its budgets in money.
     pub budget: BudgetState,
     /// When that budget resets (reserved or stopped), on the router's clock.

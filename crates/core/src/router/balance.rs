@@ -48,7 +48,7 @@ pub(super) fn balance(ask: &Ask<'_>, decision: &mut Decision) -> Route {
         decision.reasons.append(&mut sorted.skipped);
         return Route::Refused;
     }
-    let ranked = rank_by_headroom(std::mem::take(&mut sorted.open), ask.facts.seq);
+    let ranked = plan_first(ask, decision, rank_by_headroom(std::mem::take(&mut sorted.open), ask.facts.seq));
     let best = ranked[0];
     let tied = ranked.iter().take_while(|k| score(k) == score(best) && k.priority == best.priority).count();
     let candidates = ranked.len();
@@ -70,6 +70,43 @@ pub(super) fn balance(ask: &Ask<'_>, decision: &mut Decision) -> Route {
     }
     decision.reasons.append(&mut sorted.skipped);
     route
+}
+
+/// Plan first: a ChatGPT plan that is open goes ahead of every API key, for a new session (no warm
+/// API key remembered for it); a session moved off an API key's organization never goes to the plan
+/// (what it replays could not be read there), nor does one an API key keeps warm. A plan that is
+/// closed because its usage is used up says so (`plan_exhausted`) as the request overflows.
+fn plan_first<'a>(ask: &Ask<'_>, decision: &mut Decision, ranked: Vec<&'a KeyView>) -> Vec<&'a KeyView> {
+    for plan in ask.keys.iter().filter(|k| k.plan) {
+        if let Some(resets_ms) = exhausted_ms(plan, ask.now) {
+            decision.reasons.push(Reason::PlanExhausted { key: plan.id.clone(), resets_ms });
+        }
+    }
+    let warm_api = ask.target.is_some_and(|t| ask.keys.iter().any(|k| &k.id == t && !k.plan));
+    let plan_orgs: Vec<_> = ask.keys.iter().filter(|k| k.plan).map(|k| k.org_tag).collect();
+    let moved_off_api = decision.rescued_orgs.iter().any(|org| !plan_orgs.contains(org));
+    let (plans, api): (Vec<&KeyView>, Vec<&KeyView>) = ranked.into_iter().partition(|k| k.plan);
+    if api.is_empty() && (warm_api || moved_off_api) {
+        return plans;
+    }
+    match plans.first() {
+        Some(first) if !warm_api && !moved_off_api => {
+            decision.reasons.push(Reason::PlanFirst { key: first.id.clone() });
+            plans.into_iter().chain(api).collect()
+        }
+        _ => api,
+    }
+}
+
+/// How long until a ChatGPT plan that is closed for its usage opens again (cooling after
+/// `usage_limit_reached`, or a window reported used up); `None` when it is not so closed.
+pub(super) fn exhausted_ms(plan: &KeyView, now: Instant) -> Option<u64> {
+    let cooling = match plan.health {
+        Health::Cooling { until } if until > now => Some(until),
+        _ => None,
+    };
+    let until = cooling.or(plan.exhausted_until.filter(|u| *u > now))?;
+    Some(millis(until - now))
 }
 
 /// Splits the keys into those open to the request and those skipped (with why). Budgets are soft: when

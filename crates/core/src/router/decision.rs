@@ -107,6 +107,20 @@ pub enum Reason {
         /// How many usable keys were compared.
         candidates: usize,
     },
+    /// Plan first: a new session goes to the ChatGPT plan while its usage windows allow, ahead of
+    /// every API key.
+    PlanFirst {
+        /// The plan's key.
+        key: KeyId,
+    },
+    /// The ChatGPT plan's usage is used up until its window resets: new sessions overflow to the API
+    /// keys (a session on the plan is rescued onto one, or refused, by `lost_org`).
+    PlanExhausted {
+        /// The plan's key.
+        key: KeyId,
+        /// Milliseconds until its window resets.
+        resets_ms: u64,
+    },
     /// Only the lowest priority tier with a usable key takes unpinned traffic first.
     PriorityTier {
         /// That tier.

@@ -89,8 +89,14 @@ fn split_live<'a>(ask: &Ask<'a>) -> (Vec<&'a Pin>, Vec<&'a Pin>) {
             continue;
         }
         let alive = ask.keys.iter().any(|k| {
-            // Unreachable may pass (a DNS hiccup): wait for it rather than drop the session's state.
+            // Unreachable may pass (a DNS hiccup): wait for it rather than drop the session's state. A
+            // ChatGPT plan whose usage is used up is lost until it resets when sessions are rescued
+            // (`fail` waits for the reset instead, with a 429 that says when).
+            let exhausted = k.plan
+                && ask.policy.lost_org == LostOrgPolicy::Rescue
+                && super::balance::exhausted_ms(k, ask.now).is_some();
             (k.org_tag == pin.org || k.id == pin.key)
+                && !exhausted
                 && matches!(k.health, Health::Ready | Health::Cooling { .. } | Health::Unreachable { .. })
         });
         if alive {

@@ -28,6 +28,7 @@ fn key(id: &str, in_flight: u32, health: Health) -> KeyView {
         id,
         org: None,
         imported: false,
+        plan: false,
         budget: BudgetState::Open,
         budget_resets: None,
         in_flight,
@@ -819,4 +820,64 @@ fn a_key_down_to_its_window_reserve_keeps_it_for_its_pinned_sessions_until_the_w
     // Once the window refilled, it takes new sessions again.
     let later = now + Duration::from_secs(30);
     assert_eq!(ids(&decide(&facts(4), &only, &Memory::default(), later, &policy(2))), ["a1"]);
+}
+
+/// A ChatGPT plan key (an organization of its own).
+fn plan_key(health: Health) -> KeyView {
+    KeyView { plan: true, ..org_key("plan", "chatgpt-acct", 0, health) }
+}
+
+#[test]
+fn a_new_session_goes_to_the_plan_first_and_overflows_to_the_api_keys_while_it_is_used_up() {
+    let now = clock_now();
+    let keys = || vec![org_key("a1", "org-a", 0, Health::Ready), plan_key(Health::Ready)];
+    let d = decide(&facts(1), &PoolView { keys: keys() }, &Memory::default(), now, &policy(3));
+    assert_eq!(ids(&d), ["plan", "a1"], "the plan first, the API key its fallback");
+    assert!(d.reasons.contains(&Reason::PlanFirst { key: KeyId::new("plan") }), "{:?}", d.reasons);
+
+    let resets = now + Duration::from_secs(3_600);
+    let used_up = vec![org_key("a1", "org-a", 0, Health::Ready), plan_key(Health::Cooling { until: resets })];
+    let d = decide(&facts(2), &PoolView { keys: used_up }, &Memory::default(), now, &policy(3));
+    assert_eq!(ids(&d), ["a1"]);
+    let said = Reason::PlanExhausted { key: KeyId::new("plan"), resets_ms: 3_600_000 };
+    assert!(d.reasons.contains(&said), "{:?}", d.reasons);
+
+    // Back once its window resets.
+    let d = decide(&facts(3), &PoolView { keys: keys() }, &Memory::default(), resets, &policy(3));
+    assert_eq!(d.choice.as_ref().map(KeyId::as_str), Some("plan"));
+}
+
+#[test]
+fn a_session_on_an_api_key_never_moves_to_the_plan() {
+    let now = clock_now();
+    let keys = || vec![org_key("a1", "org-a", 0, Health::Ready), plan_key(Health::Ready)];
+    let pinned_to_api =
+        decide(&pinned(1, "a1", "org-a"), &PoolView { keys: keys() }, &Memory::default(), now, &policy(3));
+    assert_eq!(ids(&pinned_to_api), ["a1"]);
+    let d = decide(&with_signal(2), &PoolView { keys: keys() }, &remembers("a1"), now, &policy(3));
+    assert_eq!(d.choice.as_ref().map(KeyId::as_str), Some("a1"), "its warm API key keeps it: {:?}", d.reasons);
+    // Rescued off an API key's organization, it goes to another API key, not the plan.
+    let lost = vec![
+        org_key("a1", "org-a", 0, Health::Rejected),
+        org_key("b1", "org-b", 3, Health::Ready),
+        plan_key(Health::Ready),
+    ];
+    let d = decide(&pinned(3, "a1", "org-a"), &PoolView { keys: lost }, &Memory::default(), now, &policy(3));
+    assert_eq!(ids(&d), ["b1"], "{:?}", d.reasons);
+}
+
+#[test]
+fn a_plan_session_used_up_mid_way_is_rescued_onto_an_api_key_or_refused_with_the_reset() {
+    let now = clock_now();
+    let resets = now + Duration::from_secs(1_800);
+    let keys = || vec![org_key("a1", "org-a", 0, Health::Ready), plan_key(Health::Cooling { until: resets })];
+    let on_plan = pinned(1, "plan", "chatgpt-acct");
+    let d = decide(&on_plan, &PoolView { keys: keys() }, &Memory::default(), now, &policy(3));
+    assert_eq!(ids(&d), ["a1"], "{:?}", d.reasons);
+    assert!(d.reasons.contains(&Reason::Rescued { key: KeyId::new("plan") }), "{:?}", d.reasons);
+    assert_eq!(d.rescued_orgs.len(), 1);
+
+    let fail = Policy { lost_org: LostOrgPolicy::Fail, ..policy(3) };
+    let d = decide(&on_plan, &PoolView { keys: keys() }, &Memory::default(), now, &fail);
+    assert_eq!(d.refusal, Some(Refusal::AllCooling { retry_after_secs: 1_800, cooling: 1 }));
 }

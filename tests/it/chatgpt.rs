@@ -1,0 +1,364 @@
+//! A ChatGPT plan as a pool member, against the simulator's ChatGPT Codex backend: imported from
+//! Codex's `auth.json` through the real binary and the real keychain (listed with its account and plan,
+//! no token in any output, log or file), its requests sent to the backend in the shape it takes, and
+//! its access token refreshed ahead of expiry, once, with no request failing.
+#![allow(clippy::unwrap_used, clippy::disallowed_methods, reason = "tests")]
+
+use crate::support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use keymux::keys::Provider;
+use keymux::secrets::account;
+use keymux_sim::{ChatgptTokens, PlanSpec, Sim, SimConfig};
+use serde_json::{json, Value};
+use support::disk::{contains, every_file};
+use support::*;
+
+pub(crate) const ACCOUNT: &str = "acct-plan-7f3a";
+const PLAN_KEY: &str = "chatgpt-acct-plan-7f3a";
+const API_KEY: &str = "sk-plan-test-a1";
+
+fn sim_config(spec: PlanSpec) -> SimConfig {
+    SimConfig::new().org("org-a", &[API_KEY]).chatgpt_plan(spec)
+}
+
+/// Every secret a login holds, and each part of its JWTs (a part alone is as telling).
+fn token_parts(tokens: &ChatgptTokens) -> Vec<String> {
+    let mut parts = vec![tokens.refresh_token.clone()];
+    for jwt in [&tokens.access_token, &tokens.id_token] {
+        parts.push(jwt.clone());
+        parts.extend(jwt.split('.').skip(1).map(str::to_owned));
+    }
+    parts
+}
+
+fn assert_no_token(what: &str, text: &[u8], secrets: &[String]) {
+    for secret in secrets {
+        assert!(!contains(text, secret), "{what} holds a token ({}…)", &secret[..secret.len().min(8)]);
+    }
+}
+
+/// Codex's `auth.json` holding the plan's login.
+fn codex_auth(dir: &Path, tokens: &ChatgptTokens) -> std::path::PathBuf {
+    let path = dir.join("auth.json");
+    let auth = json!({
+        "auth_mode": "chatgpt",
+        "OPENAI_API_KEY": null,
+        "tokens": {"id_token": tokens.id_token, "access_token": tokens.access_token,
+                   "refresh_token": tokens.refresh_token, "account_id": tokens.account_id},
+        "last_refresh": "2026-12-01T00:00:00Z",
+    });
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(&path, auth.to_string()).unwrap();
+    path
+}
+
+/// A streamed Responses turn as Codex sends one, with what the backend refuses or requires otherwise.
+fn turn(input: &str) -> Value {
+    json!({"model": "gpt-5.5", "input": input, "stream": true, "store": true, "max_output_tokens": 256,
+           "include": ["reasoning.encrypted_content"], "prompt_cache_key": "plan-session-1"})
+}
+
+async fn send_turn(base: &str, input: &str) -> (u16, String) {
+    let r = post(&client(), &format!("{base}/responses"), &[], &turn(input)).send().await.unwrap();
+    let status = r.status().as_u16();
+    (status, r.text().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plan_is_imported_from_codex_listed_with_its_account_and_no_token_is_written_or_printed() {
+    assert!(
+        std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_some(),
+        "the keychain tests need a Secret Service in a D-Bus session: run them through `scripts/test`"
+    );
+    let sim = Sim::start(sim_config(PlanSpec::new(ACCOUNT))).await.unwrap();
+    let tokens = sim.chatgpt_tokens().unwrap();
+    let secrets = token_parts(&tokens);
+    let home = tempfile::tempdir().unwrap();
+    let codex_home = home.path().join("codex");
+    let auth = codex_auth(&codex_home, &tokens);
+    let cfg = home.path().join("config.toml");
+    let service = format!("keymux-chatgpt-{}", std::process::id());
+    std::fs::write(&cfg, format!("keychain_service = \"{service}\"\nupstream = \"{}\"\n", sim.base_url())).unwrap();
+    let mut env = base_env(home.path());
+    env.push(("CODEX_HOME".into(), codex_home.display().to_string()));
+    env.push(("KEYMUX_CHATGPT_BASE_URL".into(), sim.chatgpt_base_url()));
+    env.push(("KEYMUX_CHATGPT_AUTH_URL".into(), sim.chatgpt_auth_url()));
+    env.push(("KEYMUX_CLIENT_TOKEN".into(), TOKEN.into()));
+    let cli = |args: &[&str]| {
+        let mut all = vec!["--config", cfg.to_str().unwrap()];
+        all.extend_from_slice(args);
+        let all: Vec<String> = all.into_iter().map(str::to_owned).collect();
+        let env = env.clone();
+        async move { run_keymux(&all.iter().map(String::as_str).collect::<Vec<_>>(), &env, "").await }
+    };
+    let mut printed = Vec::new();
+
+    let (ok, out, err) = cli(&["keys", "import", "--chatgpt", "--yes"]).await;
+    printed.extend_from_slice((out.clone() + &err).as_bytes());
+    assert!(ok, "{out}{err}");
+    assert!(out.contains(ACCOUNT) && out.contains("plus") && out.contains("imported the plan as 'chatgpt'"), "{out}");
+
+    let (ok, list, err) = cli(&["keys", "list"]).await;
+    printed.extend_from_slice((list.clone() + &err).as_bytes());
+    assert!(ok && list.contains("chatgpt") && list.contains(&format!("{ACCOUNT} (plus)")), "{list}{err}");
+    let (ok, listed, err) = cli(&["keys", "list", "--json"]).await;
+    printed.extend_from_slice((listed.clone() + &err).as_bytes());
+    assert!(ok, "{err}");
+    let listed: Value = serde_json::from_str(&listed).unwrap();
+    let plan = listed.as_array().unwrap().iter().find(|k| k["label"] == "chatgpt").expect("the plan is listed");
+    assert_eq!(
+        (&plan["provider"], &plan["account_id"], &plan["plan_type"]),
+        (&json!("chatgpt"), &json!(ACCOUNT), &json!("plus"))
+    );
+
+    // A second import of the same login is the plan already in the pool.
+    let (ok, again, err) = cli(&["keys", "import", "--chatgpt", "--yes", "--label", "plan2"]).await;
+    printed.extend_from_slice((again.clone() + &err).as_bytes());
+    assert!(ok && again.contains("chatgpt"), "{again}{err}");
+
+    // Served by the real binary: the turn goes to the plan's backend.
+    let keymux = Keymux::spawn(&["--config", cfg.to_str().unwrap()], &env).await;
+    let (status, body) = send_turn(&keymux.base, "hello plan").await;
+    printed.extend_from_slice(body.as_bytes());
+    assert_eq!(status, 200, "{body}");
+    let served: Vec<_> = sim.log().into_iter().filter(|e| e.path.ends_with("/responses")).collect();
+    assert_eq!(served.last().and_then(|e| e.key.clone()).as_deref(), Some(PLAN_KEY), "{served:?}");
+    let keys = Admin::new(&keymux.root).get_json("/keys").await;
+    printed.extend_from_slice(keys.to_string().as_bytes());
+    printed.extend_from_slice(keymux.stop().await.as_bytes());
+    assert_no_token("the output", &printed, &secrets);
+    let mut files = Vec::new();
+    every_file(home.path(), &mut files);
+    for (name, bytes) in files.iter().filter(|(name, _)| Path::new(name) != auth) {
+        assert_no_token(name, bytes, &secrets);
+    }
+    let (ok, _, err) = cli(&["keys", "remove", "chatgpt"]).await;
+    assert!(ok, "{err}");
+}
+
+/// The harness's plan key: its login in the memory store, the backend and auth server the simulator's.
+pub(crate) async fn harness_with_plan(spec: PlanSpec) -> (Harness, ChatgptTokens) {
+    harness_with_plan_and(spec, |_| {}).await
+}
+
+async fn harness_with_plan_and(
+    spec: PlanSpec,
+    tweak: impl FnOnce(&mut keymux::config::Config),
+) -> (Harness, ChatgptTokens) {
+    harness_with_keys(spec, true, tweak).await
+}
+
+/// The plan, and the API key `a1` when `api`.
+async fn harness_with_keys(
+    spec: PlanSpec,
+    api: bool,
+    tweak: impl FnOnce(&mut keymux::config::Config),
+) -> (Harness, ChatgptTokens) {
+    let sim = Sim::start(sim_config(spec)).await.unwrap();
+    let tokens = sim.chatgpt_tokens().unwrap();
+    let login = keymux_core::chatgpt::Login {
+        id_token: tokens.id_token.clone(),
+        access_token: tokens.access_token.clone(),
+        refresh_token: tokens.refresh_token.clone(),
+        account_id: tokens.account_id.clone(),
+    };
+    let plan = TestKey { provider: Provider::Chatgpt, ..key("plan", login.to_secret().expose()) };
+    let (base, auth) = (sim.chatgpt_base_url(), sim.chatgpt_auth_url());
+    let keys = if api { vec![plan, key("a1", API_KEY)] } else { vec![plan] };
+    let h = Harness::start_on(sim, &keys, |c| {
+        c.chatgpt_base_url = base;
+        c.chatgpt_auth_url = auth;
+        tweak(c);
+    })
+    .await;
+    (h, tokens)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_on_the_plan_reaches_the_backend_in_the_shape_it_takes() {
+    let (h, _) = harness_with_plan(PlanSpec::new(ACCOUNT)).await;
+    let (status, body) = send_turn(&h.base, "hello").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("response.completed"), "{body}");
+    let entry = h.sim.log().into_iter().rev().find(|e| e.path.ends_with("/responses")).unwrap();
+    assert_eq!((entry.path.as_str(), entry.key.as_deref()), ("/backend-api/codex/responses", Some(PLAN_KEY)));
+    let header = |name: &str| entry.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    assert_eq!(header("chatgpt-account-id").as_deref(), Some(ACCOUNT));
+    let plan = h.status().into_iter().find(|k| k.label == "plan").unwrap();
+    assert_eq!(plan.org.as_deref(), Some("chatgpt-acct-plan-7f3a"), "the plan is an organization of its own");
+    assert_eq!(plan.plan.map(|p| p.account_id).as_deref(), Some(ACCOUNT));
+    // Chat Completions never go to the plan: its backend has no such endpoint.
+    let chat = json!({"model": "gpt-5.5", "messages": [{"role": "user", "content": "hi"}]});
+    let r = post(&client(), &format!("{}/chat/completions", h.base), &[], &chat).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let last = h.sim.log().into_iter().last().unwrap();
+    assert_eq!(last.key.as_deref(), Some(API_KEY));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_access_token_is_refreshed_once_ahead_of_expiry_and_no_request_fails() {
+    let lifetime = Duration::from_secs(3600);
+    let (h, first) = harness_with_plan(PlanSpec::new(ACCOUNT).token_lifetime(lifetime)).await;
+    assert_eq!(send_turn(&h.base, "before").await.0, 200);
+    assert_eq!(h.sim.chatgpt_refreshes(), 0, "a token with an hour left is not refreshed");
+
+    // Four minutes before it expires: inside the refresh margin, the token still valid upstream.
+    h.advance(lifetime - Duration::from_secs(240));
+    let turns = (0..4).map(|n| {
+        let base = h.base.clone();
+        async move { send_turn(&base, &format!("turn {n}")).await }
+    });
+    for (status, body) in futures::future::join_all(turns).await {
+        assert_eq!(status, 200, "{body}");
+    }
+    assert_eq!(h.sim.chatgpt_refresh_requests(), 1, "four requests at once asked for one refresh");
+    assert_eq!(h.sim.chatgpt_refreshes(), 1);
+    let stored = h.gateway.settings().store().get(&account::key("k_plan")).unwrap().expect("the login is kept");
+    let kept = keymux_core::chatgpt::Login::from_secret(&stored).unwrap();
+    let now = h.sim.chatgpt_tokens().unwrap();
+    assert_eq!(kept.access_token, now.access_token, "the new tokens are written back to the store");
+    assert_ne!(kept.refresh_token, first.refresh_token);
+
+    // Past the first token's expiry: the new one serves, with no failed attempt on the way.
+    h.advance(Duration::from_secs(600));
+    let mut feed = h.gateway.events().subscribe();
+    assert_eq!(send_turn(&h.base, "after").await.0, 200);
+    let record = next_record(&mut feed).await;
+    assert!(record.attempts.iter().all(|a| a.failure.is_none()), "{:?}", record.attempts);
+    assert_eq!(h.sim.chatgpt_refreshes(), 1);
+}
+
+/// The key the simulator saw serve the latest turn of `session`.
+fn served_by(sim: &Sim, session: &Session) -> Option<String> {
+    let turn = format!("{}:{}", session.id, session.turn);
+    let seen = sim.log().into_iter().rev().find(|e| e.headers.iter().any(|(k, v)| k == "x-test-turn" && *v == turn));
+    seen.and_then(|e| (e.status == 200).then_some(e.key).flatten())
+}
+
+async fn turn_on(h: &Harness, session: &mut Session) -> Option<String> {
+    let result = session.turn(&client(), &h.base, false).await;
+    assert_eq!((result.status, result.error_code.as_deref()), (200, None), "{}", result.body);
+    served_by(&h.sim, session)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_first_then_api_keys_while_it_is_used_up_then_the_plan_again_with_no_failed_turn() {
+    let spec = PlanSpec::new(ACCOUNT).token_lifetime(Duration::from_secs(30 * 86_400));
+    let (h, _) = harness_with_plan(spec).await;
+    let mut on_plan = Session::new(Shape::Codex, 1, true);
+    for _ in 0..2 {
+        assert_eq!(turn_on(&h, &mut on_plan).await.as_deref(), Some(PLAN_KEY), "new sessions start on the plan");
+    }
+
+    // The plan's 5-hour window runs out: the session on it goes on with an API key (its plan-bound
+    // reasoning dropped), and new sessions start on the API keys.
+    h.sim.exhaust_plan();
+    let mut feed = h.gateway.events().subscribe();
+    assert_eq!(turn_on(&h, &mut on_plan).await.as_deref(), Some(API_KEY), "rescued onto an API key");
+    let record = next_record(&mut feed).await;
+    let reasons = serde_json::to_value(&record.routed.decision.reasons).unwrap().to_string();
+    assert!(reasons.contains("rescued") && reasons.contains("plan_exhausted"), "{reasons}");
+    assert_eq!(turn_on(&h, &mut on_plan).await.as_deref(), Some(API_KEY), "and stays there");
+    let record = next_record(&mut feed).await;
+    let reasons = serde_json::to_value(&record.routed.decision.reasons).unwrap().to_string();
+    assert!(reasons.contains("still_rescued") && reasons.contains("pinned_to_org"), "{reasons}");
+    let mut overflow = Session::new(Shape::Codex, 2, true);
+    assert_eq!(turn_on(&h, &mut overflow).await.as_deref(), Some(API_KEY), "a new session overflows");
+    let record = next_record(&mut feed).await;
+    let reasons = serde_json::to_value(&record.routed.decision.reasons).unwrap().to_string();
+    assert!(reasons.contains("plan_exhausted"), "{reasons}");
+
+    // The window resets: new sessions go to the plan again; a session that began on an API key stays.
+    h.advance(Duration::from_secs(5 * 3600));
+    let mut back = Session::new(Shape::Codex, 3, true);
+    assert_eq!(turn_on(&h, &mut back).await.as_deref(), Some(PLAN_KEY), "back on the plan after the reset");
+    assert_eq!(turn_on(&h, &mut overflow).await.as_deref(), Some(API_KEY), "never moved to the plan");
+    let unreadable =
+        h.sim.log().iter().filter(|e| e.error_code.as_deref() == Some("invalid_encrypted_content")).count();
+    assert_eq!(unreadable, 0, "no request reached an organization that could not read it");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_lost_org_fail_a_session_on_a_used_up_plan_gets_a_429_with_its_reset() {
+    let spec = PlanSpec::new(ACCOUNT).token_lifetime(Duration::from_secs(30 * 86_400));
+    let (h, _) = harness_with_plan_and(spec, |c| c.affinity.lost_org = keymux::router::LostOrgPolicy::Fail).await;
+    let mut on_plan = Session::new(Shape::Codex, 4, true);
+    assert_eq!(turn_on(&h, &mut on_plan).await.as_deref(), Some(PLAN_KEY));
+    h.sim.exhaust_plan();
+    let body = on_plan.next_body(false);
+    let r = post(&client(), &format!("{}/responses", h.base), &[], &body).send().await.unwrap();
+    assert_eq!(r.status(), 429);
+    let retry: u64 = r.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()).unwrap();
+    assert!((4 * 3600..=5 * 3600).contains(&retry), "retry-after is the plan's reset: {retry}");
+    let text = r.text().await.unwrap();
+    assert!(!text.contains("invalid_encrypted_content"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_run_offer_of_the_dashboard_and_tray_includes_the_plan() {
+    assert!(
+        std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_some(),
+        "the keychain tests need a Secret Service in a D-Bus session: run them through `scripts/test`"
+    );
+    let sim = Sim::start(sim_config(PlanSpec::new(ACCOUNT))).await.unwrap();
+    let tokens = sim.chatgpt_tokens().unwrap();
+    let secrets = token_parts(&tokens);
+    let home = tempfile::tempdir().unwrap();
+    codex_auth(&home.path().join(".codex"), &tokens);
+    let cfg = home.path().join("config.toml");
+    let service = format!("keymux-chatgpt-offer-{}", std::process::id());
+    std::fs::write(&cfg, format!("keychain_service = \"{service}\"\nupstream = \"{}\"\n", sim.base_url())).unwrap();
+    let mut env = base_env(home.path());
+    env.push(("KEYMUX_CHATGPT_BASE_URL".into(), sim.chatgpt_base_url()));
+    env.push(("KEYMUX_CHATGPT_AUTH_URL".into(), sim.chatgpt_auth_url()));
+    env.push(("KEYMUX_CLIENT_TOKEN".into(), TOKEN.into()));
+    let keymux = Keymux::spawn(&["--config", cfg.to_str().unwrap()], &env).await;
+    let admin = Admin::new(&keymux.root);
+    let mut printed = Vec::new();
+
+    let offer = admin.get_json("/import").await;
+    printed.extend_from_slice(offer.to_string().as_bytes());
+    let plan = offer["keys"].as_array().unwrap().iter().find(|k| k["label"] == "chatgpt").expect("the plan is offered");
+    assert_eq!(plan["masked"], "ChatGPT plan", "{offer}");
+    assert!(plan["source"].as_str().unwrap().contains(&format!("{ACCOUNT} (plus)")), "{offer}");
+    assert!(plan["file"].is_null(), "Codex's login stays in its file: {offer}");
+    let (status, done) = admin.post_json("/import", Some(json!({ "fingerprints": [plan["fingerprint"]] }))).await;
+    printed.extend_from_slice(done.to_string().as_bytes());
+    assert_eq!((status, &done["imported"]), (200, &json!(["chatgpt"])), "{done}");
+    let keys = admin.get_json("/keys").await;
+    printed.extend_from_slice(keys.to_string().as_bytes());
+    let pooled = keys.as_array().unwrap().iter().find(|k| k["label"] == "chatgpt").expect("pooled");
+    assert_eq!((&pooled["provider"], &pooled["plan"]["account_id"]), (&json!("chatgpt"), &json!(ACCOUNT)));
+    let again = admin.get_json("/import").await;
+    let offered = again["keys"].as_array().unwrap().iter().find(|k| k["source"] == plan["source"]).unwrap().clone();
+    assert_eq!(offered["pooled_as"], "chatgpt", "the plan is known to be pooled: {again}");
+
+    let (status, body) = send_turn(&keymux.base, "hello").await;
+    printed.extend_from_slice(body.as_bytes());
+    assert_eq!(status, 200, "{body}");
+    let last = sim.log().into_iter().rev().find(|e| e.path.ends_with("/responses")).unwrap();
+    assert_eq!(last.key.as_deref(), Some(PLAN_KEY));
+    let id = pooled["id"].as_str().unwrap().to_owned();
+    assert_eq!(admin.call(reqwest::Method::DELETE, &format!("/keys/{id}"), None).await.0, 204);
+    printed.extend_from_slice(keymux.stop().await.as_bytes());
+    assert_no_token("what the gateway answered and printed", &printed, &secrets);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_only_the_plan_could_take_but_cannot_is_refused_with_what_to_do() {
+    let (h, _) = harness_with_keys(PlanSpec::new(ACCOUNT), false, |_| {}).await;
+    let whole = json!({"model": "gpt-5.5", "input": "hi", "stream": false});
+    let chat = json!({"model": "gpt-5.5", "messages": [{"role": "user", "content": "hi"}]});
+    for (path, body) in [("responses", &whole), ("chat/completions", &chat)] {
+        let r = post(&client(), &format!("{}/{path}", h.base), &[], body).send().await.unwrap();
+        assert_eq!(r.status(), 503, "{path}");
+        let answer: Value = r.json().await.unwrap();
+        assert_eq!(answer["error"]["code"], "keymux_plan_cannot_serve", "{answer}");
+        assert!(answer["error"]["message"].as_str().unwrap().contains("keymux keys add"), "{answer}");
+    }
+    assert_eq!(send_turn(&h.base, "streamed").await.0, 200, "a streamed turn is the plan's to serve");
+    assert!(h.sim.log().iter().all(|e| !e.path.starts_with("/v1/")), "nothing went to the API");
+}
