@@ -580,11 +580,11 @@ mod tests {
             for _ in 1..GATHER_TURNS {
                 tokio::task::yield_now().await;
             }
-            tx.unbounded_send(7).unwrap();
+            tx.unbounded_send(7).expect("the receiver is open");
             tx
         });
         assert_eq!(arrived(&mut rx).await, Some(Some(7)), "the chunk handed on within the turns is gathered");
-        let _tx = handed.await.unwrap();
+        let _tx = handed.await.expect("the handing task ends");
         assert_eq!(arrived(&mut rx).await, None, "nothing more has arrived: the relay goes on without waiting");
     }
 

@@ -14,19 +14,23 @@ export function Bar({ left, label }: { left: number; label: string }) {
   );
 }
 
-/** One rate-limit window: what is left, when it refills, and at what pace it is used. */
+/** A window the provider has not reported yet: its title and an unknown bar. */
+function Unreported({ title }: { title: string }) {
+  return (
+    <div class="gauge">
+      <div class="gauge-head">
+        <span>{title}</span>
+        <span class="muted small">not reported yet</span>
+      </div>
+      <Bar left={1} label={`${title}: unknown`} />
+    </div>
+  );
+}
+
 /** One of a ChatGPT plan's usage windows (5-hour or weekly): the share used, and when it resets. */
 export function PlanGauge({ title, window: w }: { title: string; window: UsageWindow | null }) {
   if (!w) {
-    return (
-      <div class="gauge">
-        <div class="gauge-head">
-          <span>{title}</span>
-          <span class="muted small">not reported yet</span>
-        </div>
-        <Bar left={1} label={`${title}: unknown`} />
-      </div>
-    );
+    return <Unreported title={title} />;
   }
   return (
     <div class="gauge" data-testid="plan-window">
@@ -44,17 +48,10 @@ export function PlanGauge({ title, window: w }: { title: string; window: UsageWi
   );
 }
 
+/** One rate-limit window: what is left, when it refills, and at what pace it is used. */
 export function WindowGauge({ title, window: w }: { title: string; window: WindowInfo | null }) {
   if (!w) {
-    return (
-      <div class="gauge">
-        <div class="gauge-head">
-          <span>{title}</span>
-          <span class="muted small">not reported yet</span>
-        </div>
-        <Bar left={1} label={`${title}: unknown`} />
-      </div>
-    );
+    return <Unreported title={title} />;
   }
   const left = w.limit > 0 ? w.remaining / w.limit : 1;
   const p = pace(w.pace);
