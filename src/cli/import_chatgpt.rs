@@ -65,7 +65,7 @@ pub(super) async fn import(control: &dyn Control, label: Option<String>, yes: bo
     match add_key(control, new).await? {
         Added::Ready(_) => {
             out(&format!("imported the plan as '{label}': new sessions go to it first while its usage allows"));
-            out("Keymux now refreshes this login itself; point Codex at Keymux with `keymux setup codex`");
+            out("Keymux now refreshes this login itself: hand Codex Keymux's token in its place with `keymux setup codex --import-key`");
             Ok(())
         }
         Added::AlreadyPooled(why) => {

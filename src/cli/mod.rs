@@ -128,9 +128,10 @@ struct SetupArgs {
     /// then records sessions under the provider `keymux`, apart from the ones you have now.
     #[arg(long, conflicts_with = "undo")]
     custom_provider: bool,
-    /// Codex: add the API key its auth.json holds to Keymux's keys (label LABEL) before the client
-    /// token takes its place.
-    #[arg(long, value_name = "LABEL", num_args = 0..=1, default_missing_value = "codex", conflicts_with_all = ["undo", "custom_provider"])]
+    /// Codex: add the API key its auth.json holds to Keymux's keys (label LABEL, `codex` unless given)
+    /// before the client token takes its place; a ChatGPT login there joins as your plan (label
+    /// `chatgpt` unless given).
+    #[arg(long, value_name = "LABEL", num_args = 0..=1, default_missing_value = "", conflicts_with_all = ["undo", "custom_provider"])]
     import_key: Option<String>,
 }
 

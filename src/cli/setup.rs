@@ -83,9 +83,22 @@ pub(super) async fn setup(config_path: Option<PathBuf>, args: SetupArgs) -> Resu
         let name = &token.name;
         out(&format!("(a new client token '{name}' is created when this is applied; the preview shows a stand-in)"));
     }
-    let import = args.import_key.as_deref().zip(preview.key_to_import().cloned());
+    let plan = preview.imports_plan();
+    let import = args.import_key.as_deref().zip(preview.key_to_import().cloned()).map(|(label, secret)| {
+        let label = match (label, plan) {
+            ("", false) => "codex",
+            ("", true) => "chatgpt",
+            (label, _) => label,
+        };
+        (label, secret)
+    });
     if let Some((label, _)) = &import {
-        out(&format!("the API key in auth.json is added to Keymux's keys as '{label}' first"));
+        let what = if plan {
+            "ChatGPT login in auth.json is added to Keymux's keys as your plan"
+        } else {
+            "API key in auth.json is added to Keymux's keys"
+        };
+        out(&format!("the {what} as '{label}' first"));
     }
     if !args.yes && !confirm()? {
         return Ok(());
@@ -93,10 +106,11 @@ pub(super) async fn setup(config_path: Option<PathBuf>, args: SetupArgs) -> Resu
     if let Some((label, secret)) = import {
         // Before the file loses it: a key that cannot be added leaves auth.json as it is.
         let new = NewKey::imported(label.to_owned(), secret);
+        let new = if plan { NewKey { provider: crate::keys::Provider::Chatgpt, ..new } } else { new };
         match add_key(control, new).await? {
             Added::Ready(_) => {}
             // Imported before (or added by hand): it is in the pool already, which is what was wanted.
-            Added::AlreadyPooled(_) => out("the API key in auth.json is in Keymux's pool already: not added again"),
+            Added::AlreadyPooled(_) => out("what auth.json holds is in Keymux's pool already: not added again"),
             Added::Refused(_, why) => return Err(usage(why)),
         }
     }

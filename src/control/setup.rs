@@ -96,7 +96,12 @@ impl Gateway {
         let imported = match (import_label, preview.key_to_import()) {
             (Some(label), Some(secret)) => {
                 let auth = preview.plans().iter().find(|p| p.path().ends_with("auth.json")).map(|p| p.path());
-                let imported = self.import_key(NewKey::imported(label, secret.clone())).await;
+                let new = NewKey::imported(label, secret.clone());
+                let new = match preview.imports_plan() {
+                    true => NewKey { provider: crate::keys::Provider::Chatgpt, ..new },
+                    false => new,
+                };
+                let imported = self.import_key(new).await;
                 Some(imported.map_err(|e| refused_key(auth, e))?)
             }
             (Some(_) | None, None) | (None, Some(_)) => None,

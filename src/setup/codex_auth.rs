@@ -8,8 +8,10 @@
 //!   backup, and can be imported into Keymux's keychain (Undo puts the file back byte for byte).
 //! * No key (`OPENAI_API_KEY` null, as `keymux keys import --remove-plaintext` leaves it, or missing):
 //!   the token goes in its place, every other member stays.
-//! * A ChatGPT login: refused; it is not an API key, and only the custom-provider form can go through
-//!   Keymux without replacing it.
+//! * A ChatGPT login: with `--import-key` it joins Keymux's keys as the plan (Keymux refreshes it from
+//!   then on, so Codex must not go on spending the same refresh token) and the file becomes
+//!   `{"auth_mode": "apikey", "OPENAI_API_KEY": "<token>"}`, the login kept in the backup for Undo.
+//!   Without it, refused: the custom-provider form leaves the login where it is.
 
 use serde_json::Value;
 
@@ -58,18 +60,21 @@ pub(super) fn held(text: &str) -> Result<(Held, Option<String>), Refusal> {
     })
 }
 
-/// The file holding `token`: created, or put in the API key's place (or the place of none).
-pub(super) fn edit(text: &str, token: &str) -> Result<Edited, Refusal> {
+/// The file holding `token`: created, or put in the API key's place (or the place of none); with
+/// `take_login`, in the place of a ChatGPT login too.
+pub(super) fn edit(text: &str, token: &str, take_login: bool) -> Result<Edited, Refusal> {
     let surgical = Some(Surgical::AuthKey { key_sha256: sha256(token.as_bytes()) });
     let (held, _) = held(text)?;
     let text = match held {
-        Held::Nothing => format!("{{\n  \"auth_mode\": \"apikey\",\n  \"{FIELD}\": \"{token}\"\n}}"),
+        Held::Nothing => api_key_file(token),
+        Held::ChatGpt if take_login => api_key_file(token),
         Held::ApiKey | Held::Token | Held::NoKey => put_key(text, token)?,
         Held::ChatGpt => {
             return Err(Refusal::Conflict(
-                "it holds a ChatGPT login, not an API key: Keymux pools API keys and cannot send a ChatGPT \
-                 login on. Set Codex up with --custom-provider instead (Codex's sessions then live under the \
-                 provider `keymux`, apart from the ones you have now), or log in with an API key"
+                "it holds a ChatGPT login, not an API key. With --import-key the login joins Keymux's keys as \
+                 your plan (used first, then your API keys) and Keymux's client token takes its place; or set \
+                 Codex up with --custom-provider, which leaves the login where it is (Codex's sessions then \
+                 live under the provider `keymux`, apart from the ones you have now)"
                     .into(),
                 Remedy::CustomProvider,
             ))
@@ -80,9 +85,20 @@ pub(super) fn edit(text: &str, token: &str) -> Result<Edited, Refusal> {
             "auth.json holds an OpenAI API key: Keymux's client token takes its place (the file as it is now is \
              backed up, and Undo puts it back); add the key to Keymux's pool with --import-key"
         )],
-        Held::Nothing | Held::NoKey | Held::Token | Held::ChatGpt => Vec::new(),
+        Held::ChatGpt => vec![format!(
+            "auth.json holds your ChatGPT login: it joins Keymux's keys as your plan and Keymux's client token \
+             takes its place. Keymux refreshes the login from now on; the file as it is now is backed up and \
+             Undo puts it back (then log in to Codex again: the login in the backup will have been refreshed \
+             away)"
+        )],
+        Held::Nothing | Held::NoKey | Held::Token => Vec::new(),
     };
     Ok(Edited { text, notes, surgical })
+}
+
+/// A new `auth.json` holding `token` as its API key.
+fn api_key_file(token: &str) -> String {
+    format!("{{\n  \"auth_mode\": \"apikey\",\n  \"{FIELD}\": \"{token}\"\n}}")
 }
 
 /// Whether the file still holds the token with this digest.
@@ -162,7 +178,7 @@ mod tests {
 
     #[test]
     fn a_new_file_holds_the_token_as_codex_writes_an_api_key() {
-        let edited = edit("", TOKEN).unwrap();
+        let edited = edit("", TOKEN, false).unwrap();
         let parsed: Value = serde_json::from_str(&edited.text).unwrap();
         assert_eq!(parsed, serde_json::json!({"auth_mode": "apikey", "OPENAI_API_KEY": TOKEN}));
         assert!(holds(&edited.text, &sha256(TOKEN.as_bytes())));
@@ -173,7 +189,7 @@ mod tests {
         let text =
             "{\n  \"auth_mode\": \"apikey\",\n  \"OPENAI_API_KEY\" :  \"sk-proj-a\\\"b\",\n  \"last_refresh\": null\n}";
         assert_eq!(held(text).unwrap(), (Held::ApiKey, Some("sk-proj-a\"b".into())));
-        let edited = edit(text, TOKEN).unwrap();
+        let edited = edit(text, TOKEN, false).unwrap();
         assert_eq!(edited.text, text.replace("\"sk-proj-a\\\"b\"", &format!("\"{TOKEN}\"")));
         assert!(edited.notes.iter().any(|n| n.contains("--import-key")), "{:?}", edited.notes);
         assert!(!edited.notes.iter().any(|n| n.contains("sk-proj")), "the key is never in a note");
@@ -183,11 +199,11 @@ mod tests {
     fn a_file_without_a_key_gets_the_token_in_its_place_and_keeps_every_other_member() {
         let null = "{\n  \"auth_mode\": \"apikey\",\n  \"OPENAI_API_KEY\": null,\n  \"last_refresh\": null\n}\n";
         assert_eq!(held(null).unwrap(), (Held::NoKey, None));
-        assert_eq!(edit(null, TOKEN).unwrap().text, null.replacen("null", &format!("\"{TOKEN}\""), 1));
+        assert_eq!(edit(null, TOKEN, false).unwrap().text, null.replacen("null", &format!("\"{TOKEN}\""), 1));
         let missing = "{\n  \"auth_mode\": \"apikey\"\n}";
         let expected = format!("{{\n  \"{FIELD}\": \"{TOKEN}\",\n  \"auth_mode\": \"apikey\"\n}}");
-        assert_eq!(edit(missing, TOKEN).unwrap().text, expected);
-        assert_eq!(edit("{}", TOKEN).unwrap().text, format!("{{\"{FIELD}\": \"{TOKEN}\"}}"));
+        assert_eq!(edit(missing, TOKEN, false).unwrap().text, expected);
+        assert_eq!(edit("{}", TOKEN, false).unwrap().text, format!("{{\"{FIELD}\": \"{TOKEN}\"}}"));
     }
 
     #[test]
@@ -195,14 +211,28 @@ mod tests {
         let text =
             r#"{"OPENAI_API_KEY": null, "tokens": {"id_token": "x", "access_token": "y"}, "last_refresh": "2026"}"#;
         assert_eq!(held(text).unwrap().0, Held::ChatGpt);
-        let Err(Refusal::Conflict(why, Remedy::CustomProvider)) = edit(text, TOKEN) else { panic!("refused") };
+        let Err(Refusal::Conflict(why, Remedy::CustomProvider)) = edit(text, TOKEN, false) else { panic!("refused") };
         assert!(why.contains("not an API key") && why.contains("--custom-provider"), "{why}");
+        assert!(why.contains("--import-key"), "the refusal names the way to hand the login to Keymux: {why}");
+    }
+
+    #[test]
+    fn a_chatgpt_login_handed_to_keymux_leaves_only_the_token() {
+        let text = r#"{"auth_mode": "chatgpt", "OPENAI_API_KEY": null, "tokens": {"id_token": "eyJ-id", "access_token": "eyJ-access", "refresh_token": "rt-refresh", "account_id": "acct-1"}, "last_refresh": "2026"}"#;
+        let edited = edit(text, TOKEN, true).unwrap();
+        let root: Value = serde_json::from_str(&edited.text).unwrap();
+        assert_eq!(root, serde_json::json!({"auth_mode": "apikey", FIELD: TOKEN}));
+        for part in ["eyJ-id", "eyJ-access", "rt-refresh"] {
+            assert!(!edited.text.contains(part), "the login is out of the file: {}", edited.text);
+        }
+        assert!(edited.notes.iter().any(|n| n.contains("plan") && n.contains("Undo")), "{:?}", edited.notes);
+        assert!(holds(&edited.text, &sha256(TOKEN.as_bytes())), "Undo finds its token there");
     }
 
     #[test]
     fn files_that_are_not_json_or_hold_nothing_usable_are_refused() {
-        assert!(matches!(edit("{\"OPENAI_API_KEY\": ", TOKEN), Err(Refusal::Syntax(_))));
-        assert!(matches!(edit("[1]", TOKEN), Err(Refusal::Shape(_))));
-        assert!(matches!(edit("{\"OPENAI_API_KEY\": 3}", TOKEN), Err(Refusal::Shape(_))));
+        assert!(matches!(edit("{\"OPENAI_API_KEY\": ", TOKEN, false), Err(Refusal::Syntax(_))));
+        assert!(matches!(edit("[1]", TOKEN, false), Err(Refusal::Shape(_))));
+        assert!(matches!(edit("{\"OPENAI_API_KEY\": 3}", TOKEN, false), Err(Refusal::Shape(_))));
     }
 }

@@ -24,8 +24,10 @@ pub struct Preview {
     choices: Choices,
     /// `None`: the preview shows a stand-in, and [`Preview::confirm`] makes the real token.
     existing: Option<Secret>,
-    /// The API key Codex's `auth.json` holds now, if it holds one.
+    /// The API key Codex's `auth.json` holds now, if it holds one, or its ChatGPT login (`found_plan`).
     found: Option<Secret>,
+    /// `found` is a ChatGPT login (it joins Keymux's keys as a plan, provider `chatgpt`).
+    found_plan: bool,
 }
 
 /// Why a setup the person agreed to was not made.
@@ -74,13 +76,27 @@ pub fn preview_with(
         Some(auth) if target == Target::Default(Client::Codex) => {
             let text = String::from_utf8_lossy(auth.current().unwrap_or_default());
             match codex_auth::held(&text) {
-                Ok((Held::ApiKey, Some(key))) => Some(Secret::new(key)),
+                Ok((Held::ApiKey, Some(key))) => Some((Secret::new(key), false)),
+                Ok((Held::ChatGpt, _)) => {
+                    keymux_core::chatgpt::from_codex_auth(&text).ok().flatten().map(|login| (login.to_secret(), true))
+                }
                 Ok(_) | Err(_) => None,
             }
         }
         Some(_) | None => None,
     };
-    Ok(Preview { target, path: path.to_owned(), shown, base_url: base_url.to_owned(), choices, existing, found })
+    let found_plan = found.as_ref().is_some_and(|(_, plan)| *plan);
+    let found = found.map(|(secret, _)| secret);
+    Ok(Preview {
+        target,
+        path: path.to_owned(),
+        shown,
+        base_url: base_url.to_owned(),
+        choices,
+        existing,
+        found,
+        found_plan,
+    })
 }
 
 impl Preview {
@@ -114,7 +130,13 @@ impl Preview {
     /// Whether Codex's `auth.json` holds an OpenAI API key, which [`Choices::import_key`] would add to
     /// Keymux's keys: for a dialog to offer it.
     pub fn finds_api_key(&self) -> bool {
-        self.found.is_some()
+        self.found.is_some() && !self.found_plan
+    }
+
+    /// Whether what [`Preview::key_to_import`] hands over is a ChatGPT login, to join Keymux's keys as
+    /// a plan (provider `chatgpt`, as `keymux keys import --chatgpt` adds it) rather than an API key.
+    pub fn imports_plan(&self) -> bool {
+        self.found_plan
     }
 
     /// The choices this preview was made with.
@@ -138,7 +160,7 @@ impl Preview {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Secret, E>>,
     {
-        let Preview { target, path, shown, base_url, choices, existing, found: _ } = self;
+        let Preview { target, path, shown, base_url, choices, existing, found: _, found_plan: _ } = self;
         let plans = match existing {
             // The preview was made with the real token: it is the plan, and `apply` checks each file.
             Some(_) => shown,

@@ -23,7 +23,8 @@ pub struct Choices {
     /// (Undo puts that one back).
     pub force: bool,
     /// Codex: hand the API key `auth.json` holds to the caller ([`crate::setup::Preview::key_to_import`])
-    /// so it can join Keymux's keys before the client token takes its place.
+    /// so it can join Keymux's keys before the client token takes its place. A ChatGPT login there is
+    /// handed over the same way, to join as the plan ([`crate::setup::Preview::imports_plan`]).
     pub import_key: bool,
 }
 
@@ -118,7 +119,8 @@ pub(super) fn plan_target(target: &Target, places: &Places<'_>, token: &Secret) 
         Target::Default(Client::Codex) if !places.choices.custom_provider => {
             let prior = prior_line(places.state_dir, path);
             let config = plan_edit(Edit::CodexHistory { force: places.choices.force, prior }, path, base_url, token)?;
-            let auth = plan_edit(Edit::CodexAuth, &codex_auth_path(path), base_url, token)?;
+            let take_login = places.choices.import_key;
+            let auth = plan_edit(Edit::CodexAuth { take_login }, &codex_auth_path(path), base_url, token)?;
             Ok(vec![config, auth])
         }
         Target::Default(client) => Ok(vec![plan(*client, path, base_url, token)?]),
@@ -198,7 +200,7 @@ fn edit_text(edit: &Edit, old: &str, base_url: &str, token: &Secret) -> Result<E
     match edit {
         Edit::Codex { pool } => codex::edit(old, pool.as_deref(), base_url, token.expose()),
         Edit::CodexHistory { force, prior } => codex_history::edit(old, base_url, *force, prior),
-        Edit::CodexAuth => codex_auth::edit(old, token.expose()),
+        Edit::CodexAuth { take_login } => codex_auth::edit(old, token.expose(), *take_login),
         Edit::PiModels { pool } => pi::edit(old, pool.as_deref(), base_url, token.expose()),
         Edit::PiProject { pool, model } => pi_project::edit(old, pool, model),
     }
@@ -224,7 +226,7 @@ fn prior_line(state_dir: Option<&Path>, path: &Path) -> Prior {
 /// What the preview says when the file is set up already.
 fn already(edit: &Edit, title: &str, base_url: &str) -> String {
     match edit {
-        Edit::CodexAuth => format!("{title} already holds this client token: nothing to change\n"),
+        Edit::CodexAuth { .. } => format!("{title} already holds this client token: nothing to change\n"),
         Edit::Codex { .. } | Edit::CodexHistory { .. } | Edit::PiModels { .. } => format!(
             "{title} already points {} at Keymux ({base_url}) with this token: nothing to change\n",
             edit.client()

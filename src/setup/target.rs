@@ -49,8 +49,9 @@ pub(super) enum Edit {
     Codex { pool: Option<String> },
     /// Codex's `config.toml` in the history-keeping form: the top-level `openai_base_url` line.
     CodexHistory { force: bool, prior: Prior },
-    /// Codex's `auth.json`: the client token as its API key.
-    CodexAuth,
+    /// Codex's `auth.json`: the client token as its API key. `take_login`: a ChatGPT login there is
+    /// replaced too (it joins Keymux's keys as the plan first: `Choices::import_key`).
+    CodexAuth { take_login: bool },
     /// pi's `models.json`: the provider.
     PiModels { pool: Option<String> },
     /// A project's `.pi/settings.json`: `defaultProvider` and `defaultModel`.
@@ -185,7 +186,7 @@ impl Edit {
 
     pub(super) fn client(&self) -> Client {
         match self {
-            Edit::Codex { .. } | Edit::CodexHistory { .. } | Edit::CodexAuth => Client::Codex,
+            Edit::Codex { .. } | Edit::CodexHistory { .. } | Edit::CodexAuth { .. } => Client::Codex,
             Edit::PiModels { .. } | Edit::PiProject { .. } => Client::Pi,
         }
     }
@@ -193,7 +194,7 @@ impl Edit {
     /// The file's format, "TOML" or "JSON".
     pub(super) fn format(&self) -> &'static str {
         match self {
-            Edit::CodexAuth => "JSON",
+            Edit::CodexAuth { .. } => "JSON",
             Edit::Codex { .. } | Edit::CodexHistory { .. } | Edit::PiModels { .. } | Edit::PiProject { .. } => {
                 self.client().format()
             }
@@ -203,7 +204,7 @@ impl Edit {
     /// Whether the file will hold a client token (and so is made readable by the user only).
     pub(super) fn holds_token(&self) -> bool {
         match self {
-            Edit::Codex { .. } | Edit::CodexAuth | Edit::PiModels { .. } => true,
+            Edit::Codex { .. } | Edit::CodexAuth { .. } | Edit::PiModels { .. } => true,
             // The line is a URL; the file keeps its permissions.
             Edit::CodexHistory { .. } | Edit::PiProject { .. } => false,
         }
@@ -214,7 +215,7 @@ impl Edit {
         match self {
             Edit::Codex { pool: None }
             | Edit::CodexHistory { .. }
-            | Edit::CodexAuth
+            | Edit::CodexAuth { .. }
             | Edit::PiModels { pool: None } => Target::Default(self.client()).undo_command(),
             Edit::Codex { pool: Some(pool) } => Target::CodexPool { pool: pool.clone() }.undo_command(),
             Edit::PiModels { pool: Some(pool) } | Edit::PiProject { pool, .. } => {
@@ -230,7 +231,7 @@ impl Edit {
             Edit::Codex { pool: None } | Edit::CodexHistory { .. } | Edit::PiModels { pool: None } => {
                 Some(self.client().id().to_owned())
             }
-            Edit::CodexAuth => Some(CODEX_AUTH_RECORD.to_owned()),
+            Edit::CodexAuth { .. } => Some(CODEX_AUTH_RECORD.to_owned()),
             Edit::Codex { pool: Some(pool) } => Some(codex_pool_record(pool)),
             Edit::PiModels { pool: Some(_) } => None,
             Edit::PiProject { .. } => Some(project_record(path)),

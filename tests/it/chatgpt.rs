@@ -139,6 +139,86 @@ async fn the_plan_is_imported_from_codex_listed_with_its_account_and_no_token_is
     assert!(ok, "{err}");
 }
 
+/// Once imported, Keymux owns the login: `keymux setup codex --import-key` hands the ChatGPT login in
+/// Codex's `auth.json` to Keymux as the plan and puts Keymux's client token in its place, so Codex no
+/// longer spends the refresh token Keymux now refreshes with. Nothing prints a token; only Codex's file
+/// as it was (the backup Undo restores) still holds one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_codex_hands_the_login_to_keymux_and_codex_gets_the_client_token() {
+    assert!(
+        std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_some(),
+        "the keychain tests need a Secret Service in a D-Bus session: run them through `scripts/test`"
+    );
+    let sim = Sim::start(sim_config(PlanSpec::new(ACCOUNT))).await.unwrap();
+    let tokens = sim.chatgpt_tokens().unwrap();
+    let secrets = token_parts(&tokens);
+    let home = tempfile::tempdir().unwrap();
+    let codex_home = home.path().join("codex");
+    let auth = codex_auth(&codex_home, &tokens);
+    let cfg = home.path().join("config.toml");
+    let service = format!("keymux-chatgpt-setup-{}", std::process::id());
+    std::fs::write(&cfg, format!("keychain_service = \"{service}\"\nupstream = \"{}\"\n", sim.base_url())).unwrap();
+    let mut env = base_env(home.path());
+    env.push(("CODEX_HOME".into(), codex_home.display().to_string()));
+    env.push(("KEYMUX_CHATGPT_BASE_URL".into(), sim.chatgpt_base_url()));
+    env.push(("KEYMUX_CHATGPT_AUTH_URL".into(), sim.chatgpt_auth_url()));
+    let cli = |args: &[&str]| {
+        let mut all = vec!["--config", cfg.to_str().unwrap()];
+        all.extend_from_slice(args);
+        let all: Vec<String> = all.into_iter().map(str::to_owned).collect();
+        let env = env.clone();
+        async move { run_keymux(&all.iter().map(String::as_str).collect::<Vec<_>>(), &env, "").await }
+    };
+    let mut printed = Vec::new();
+
+    // Without --import-key the login stays, and the refusal says how to hand it over.
+    let (ok, out, err) = cli(&["setup", "codex", "--yes"]).await;
+    printed.extend_from_slice((out.clone() + &err).as_bytes());
+    assert!(!ok && err.contains("--import-key"), "{out}{err}");
+
+    let (ok, out, err) = cli(&["setup", "codex", "--import-key", "--yes"]).await;
+    printed.extend_from_slice((out.clone() + &err).as_bytes());
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("as your plan as 'chatgpt'"), "{out}");
+    let (ok, listed, err) = cli(&["keys", "list", "--json"]).await;
+    printed.extend_from_slice((listed.clone() + &err).as_bytes());
+    assert!(ok, "{err}");
+    let listed: Value = serde_json::from_str(&listed).unwrap();
+    let plan = listed.as_array().unwrap().iter().find(|k| k["label"] == "chatgpt").expect("the plan is listed");
+    assert_eq!((&plan["provider"], &plan["account_id"]), (&json!("chatgpt"), &json!(ACCOUNT)));
+
+    let now: Value = serde_json::from_slice(&std::fs::read(&auth).unwrap()).unwrap();
+    assert_eq!(now["auth_mode"], "apikey", "{now}");
+    let token = now["OPENAI_API_KEY"].as_str().unwrap_or_default().to_owned();
+    assert!(token.starts_with("km-"), "Codex holds Keymux's client token: {now}");
+    assert!(now.get("tokens").is_none(), "the login left Codex's file: {now}");
+
+    // Codex's next turn, with what its file holds now, is served on the plan.
+    let keymux = Keymux::spawn(&["--config", cfg.to_str().unwrap()], &env).await;
+    let r = post_as(&client(), &format!("{}/responses", keymux.base), &token, &[], &turn("hello from codex"))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let body = r.text().await.unwrap();
+    printed.extend_from_slice(body.as_bytes());
+    assert_eq!(status, 200, "{body}");
+    let served: Vec<_> = sim.log().into_iter().filter(|e| e.path.ends_with("/responses")).collect();
+    assert_eq!(served.last().and_then(|e| e.key.clone()).as_deref(), Some(PLAN_KEY), "{served:?}");
+    printed.extend_from_slice(keymux.stop().await.as_bytes());
+
+    assert_no_token("the output", &printed, &secrets);
+    let mut files = Vec::new();
+    every_file(home.path(), &mut files);
+    let backups = files.iter().filter(|(name, _)| name.contains("auth.json.")).count();
+    assert_eq!(backups, 1, "Codex's file as it was is kept once, for Undo");
+    for (name, bytes) in files.iter().filter(|(name, _)| !name.contains("auth.json.")) {
+        assert_no_token(name, bytes, &secrets);
+    }
+    let (ok, _, err) = cli(&["keys", "remove", "chatgpt"]).await;
+    assert!(ok, "{err}");
+}
+
 /// The harness's plan key: its login in the memory store, the backend and auth server the simulator's.
 pub(crate) async fn harness_with_plan(spec: PlanSpec) -> (Harness, ChatgptTokens) {
     harness_with_plan_and(spec, |_| {}).await
