@@ -183,7 +183,7 @@ async fn add(control: &dyn Control, candidate: &Candidate, standing: &Standing) 
     let new = crate::control::import::new_key(candidate);
     match add_key(control, new).await.map_err(|e| e.to_string())? {
         Added::Ready(_) => Ok(()),
-        Added::AlreadyPooled(why) => {
+        Added::AlreadyPooled { why, .. } => {
             out(&format!("{}: {why}", candidate.label));
             Ok(())
         }

@@ -13,6 +13,7 @@ use super::loaded::usage;
 use super::out;
 use crate::control::NewKey;
 use crate::keys::Provider;
+use crate::secrets::Secret;
 use crate::startup::StartError;
 
 /// The label a plan gets unless the user gives one.
@@ -43,6 +44,22 @@ fn read_login() -> Result<(PathBuf, Login), StartError> {
     Ok((path, login))
 }
 
+/// The plan `holder` (the key the same account is pooled as) takes `login` when it is newer than the
+/// one Keymux keeps (the user logged in to Codex again); an older copy changes nothing, and says so.
+pub(super) async fn renew(control: &dyn Control, holder: &str, login: Secret) -> Result<(), StartError> {
+    let id = control.key_id(holder).await.map_err(usage)?;
+    match control.replace_secret(&id, login).await {
+        Ok(_) => {
+            out(&format!("renewed the login of the plan '{holder}': Keymux uses the one you logged in with now"));
+            Ok(())
+        }
+        Err(refusal) => {
+            out(&format!("the login is in Keymux's pool already as '{holder}': {refusal}"));
+            Ok(())
+        }
+    }
+}
+
 /// Imports the login as the key `label` (default `chatgpt`).
 pub(super) async fn import(control: &dyn Control, label: Option<String>, yes: bool) -> Result<(), StartError> {
     let (path, login) = read_login()?;
@@ -68,10 +85,7 @@ pub(super) async fn import(control: &dyn Control, label: Option<String>, yes: bo
             out("Keymux now refreshes this login itself: hand Codex Keymux's token in its place with `keymux setup codex --import-key`");
             Ok(())
         }
-        Added::AlreadyPooled(why) => {
-            out(&format!("{label}: {why}"));
-            Ok(())
-        }
+        Added::AlreadyPooled { holder, .. } => renew(control, &holder, login.to_secret()).await,
         Added::Refused(_, why) => {
             remove_key(control, &label).await?;
             Err(usage(format!("{why}; it was taken out of the pool again: log in to Codex again and retry")))

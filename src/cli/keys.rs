@@ -33,7 +33,7 @@ pub(super) async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Resu
                 .map_err(usage)?;
             match add_key(control, NewKey { secret: read_secret()?, ..new }).await? {
                 Added::Ready(_) => Ok(()),
-                Added::AlreadyPooled(why) | Added::Refused(_, why) => Err(usage(why)),
+                Added::AlreadyPooled { why, .. } | Added::Refused(_, why) => Err(usage(why)),
             }
         }
         KeysCommand::Import { chatgpt: true, label, yes, .. } => {

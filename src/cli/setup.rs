@@ -105,12 +105,15 @@ pub(super) async fn setup(config_path: Option<PathBuf>, args: SetupArgs) -> Resu
     }
     if let Some((label, secret)) = import {
         // Before the file loses it: a key that cannot be added leaves auth.json as it is.
-        let new = NewKey::imported(label.to_owned(), secret);
+        let new = NewKey::imported(label.to_owned(), secret.clone());
         let new = if plan { NewKey { provider: crate::keys::Provider::Chatgpt, ..new } } else { new };
         match add_key(control, new).await? {
             Added::Ready(_) => {}
             // Imported before (or added by hand): it is in the pool already, which is what was wanted.
-            Added::AlreadyPooled(_) => out("what auth.json holds is in Keymux's pool already: not added again"),
+            Added::AlreadyPooled { holder, .. } if plan => {
+                super::import_chatgpt::renew(control, &holder, secret).await?
+            }
+            Added::AlreadyPooled { .. } => out("the API key in auth.json is in Keymux's pool already: not added again"),
             Added::Refused(_, why) => return Err(usage(why)),
         }
     }

@@ -82,11 +82,13 @@ pub async fn store_new_key(
     labels_in_use: &[String],
     new: &NewKey,
 ) -> Result<KeyConfig, ControlError> {
-    check_new_key(&settings.config(), labels_in_use, new)?;
+    // A secret pooled already is named before its label is checked: importing the same key (or a plan's
+    // account) again is about the key it is, not about the label it asked for.
     let identity = crate::keys::identity_of(new.provider, &new.secret);
     if let Some(holder) = stored_holder(settings, &identity, None).await? {
         return Err(ControlError::AlreadyPooled(holder));
     }
+    check_new_key(&settings.config(), labels_in_use, new)?;
     let key = key_config(KeyId::generate(), new);
     let account = account::key(key.id.as_str());
     let value = new.secret.clone();
@@ -121,18 +123,45 @@ async fn stored_holder(
 /// Replaces a configured key's secret in the keychain, in place: its id, label, settings and pools stay.
 /// Used with and without a running gateway.
 pub async fn replace_secret(settings: &Settings, id: &KeyId, secret: &Secret) -> Result<KeyConfig, ControlError> {
-    validate_secret(secret.expose()).map_err(ControlError::Invalid)?;
     let key = settings.config().keys.into_iter().find(|k| &k.id == id).ok_or_else(|| {
         ControlError::Invalid(format!(
             "key {id} is not in the config (a key from the environment): change its KEYMUX_KEY_* variable"
         ))
     })?;
+    match key.provider {
+        Provider::Chatgpt => newer_login(settings, &key, secret).await?,
+        Provider::Openai | Provider::Azure => validate_secret(secret.expose()).map_err(ControlError::Invalid)?,
+    }
     if let Some(holder) = stored_holder(settings, secret, Some(id)).await? {
         return Err(ControlError::AlreadyPooled(holder));
     }
     let (account, value) = (account::key(id.as_str()), secret.clone());
     secrets::blocking(settings.store().clone(), move |s| s.set(&account, &value)).await?;
     Ok(key)
+}
+
+/// A plan's login is renewed only by a newer login of the same account: the one Codex holds after the
+/// user logged in again. The login Keymux keeps is refreshed by Keymux, so an older copy (Codex's file
+/// from before the import, whose refresh token Keymux has spent since) would only lose the plan.
+async fn newer_login(settings: &Settings, key: &KeyConfig, secret: &Secret) -> Result<(), ControlError> {
+    use keymux_core::chatgpt::Login;
+    let new = Login::from_secret(secret).map_err(ControlError::Invalid)?;
+    let account = account::key(key.id.as_str());
+    let stored = secrets::blocking(settings.store().clone(), move |s| s.get(&account)).await?;
+    let Some(kept) = stored.and_then(|s| Login::from_secret(&s).ok()) else { return Ok(()) };
+    if new.account_id != kept.account_id {
+        return Err(ControlError::Invalid(format!(
+            "this login is of another ChatGPT account than the plan '{}' ({}); import it as a plan of its own",
+            key.label, kept.account_id
+        )));
+    }
+    if new.expires_unix().unwrap_or(0) <= kept.expires_unix().unwrap_or(0) {
+        return Err(ControlError::Invalid(format!(
+            "the plan '{}' holds this login already, as new or newer (Keymux refreshes it itself): nothing changed",
+            key.label
+        )));
+    }
+    Ok(())
 }
 
 /// Deletes a configured key's secret and its config entry. Used with and without a running gateway.

@@ -219,6 +219,90 @@ async fn setup_codex_hands_the_login_to_keymux_and_codex_gets_the_client_token()
     assert!(ok, "{err}");
 }
 
+/// A login of the plan's account as Codex keeps it, its access token expiring at `exp` (claims read,
+/// never verified, as Keymux reads them).
+fn login_at(dir: &Path, exp: u64, refresh: &str) -> Vec<String> {
+    use base64::Engine as _;
+    let part = |v: &Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+    let auth = json!({"chatgpt_account_id": ACCOUNT, "chatgpt_plan_type": "plus"});
+    let jwt = |claims: Value| format!("{}.{}.sig{exp}", part(&json!({"alg": "RS256"})), part(&claims));
+    let tokens = ChatgptTokens {
+        id_token: jwt(json!({"exp": exp, "https://api.openai.com/auth": auth})),
+        access_token: jwt(json!({"exp": exp, "https://api.openai.com/auth": auth, "n": refresh})),
+        refresh_token: refresh.to_owned(),
+        account_id: ACCOUNT.to_owned(),
+    };
+    codex_auth(dir, &tokens);
+    token_parts(&tokens)
+}
+
+/// Logging in to Codex again is how a plan whose login was refused comes back (the refusal says so):
+/// importing the newer login of the same account renews the plan's in place, through the keychain
+/// alone and through a running gateway; an older copy (Codex's file from before, whose refresh token
+/// Keymux has spent since) changes nothing and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_login_of_the_plan_renews_it_and_an_older_copy_changes_nothing() {
+    assert!(
+        std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_some(),
+        "the keychain tests need a Secret Service in a D-Bus session: run them through `scripts/test`"
+    );
+    let sim = Sim::start(sim_config(PlanSpec::new(ACCOUNT))).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let codex_home = home.path().join("codex");
+    let cfg = home.path().join("config.toml");
+    let service = format!("keymux-chatgpt-renew-{}", std::process::id());
+    std::fs::write(&cfg, format!("keychain_service = \"{service}\"\nupstream = \"{}\"\n", sim.base_url())).unwrap();
+    let mut env = base_env(home.path());
+    env.push(("CODEX_HOME".into(), codex_home.display().to_string()));
+    env.push(("KEYMUX_CHATGPT_BASE_URL".into(), sim.chatgpt_base_url()));
+    env.push(("KEYMUX_CHATGPT_AUTH_URL".into(), sim.chatgpt_auth_url()));
+    env.push(("KEYMUX_CLIENT_TOKEN".into(), TOKEN.into()));
+    let cli = |args: &[&str]| {
+        let mut all = vec!["--config", cfg.to_str().unwrap()];
+        all.extend_from_slice(args);
+        let all: Vec<String> = all.into_iter().map(str::to_owned).collect();
+        let env = env.clone();
+        async move { run_keymux(&all.iter().map(String::as_str).collect::<Vec<_>>(), &env, "").await }
+    };
+    let import = ["keys", "import", "--chatgpt", "--yes"];
+    let (mut secrets, mut printed) = (Vec::new(), Vec::new());
+    let t = 4_000_000_000;
+
+    secrets.extend(login_at(&codex_home, t, "rt-first-login-0001"));
+    let (ok, out, err) = cli(&import).await;
+    printed.extend_from_slice((out.clone() + &err).as_bytes());
+    assert!(ok && out.contains("imported the plan as 'chatgpt'"), "{out}{err}");
+
+    secrets.extend(login_at(&codex_home, t + 3600, "rt-second-login-0002"));
+    let (ok, out, err) = cli(&import).await;
+    printed.extend_from_slice((out.clone() + &err).as_bytes());
+    assert!(ok && out.contains("renewed the login of the plan 'chatgpt'"), "{out}{err}");
+
+    // The first login again: older than the one kept now, so the plan keeps the second.
+    login_at(&codex_home, t, "rt-first-login-0001");
+    let (ok, out, err) = cli(&import).await;
+    printed.extend_from_slice((out.clone() + &err).as_bytes());
+    assert!(ok && out.contains("as new or newer") && !out.contains("renewed"), "{out}{err}");
+
+    // Through a running gateway: its refusal names the plan, and the renewal goes through it.
+    let keymux = Keymux::spawn(&["--config", cfg.to_str().unwrap()], &env).await;
+    secrets.extend(login_at(&codex_home, t + 7200, "rt-third-login-0003"));
+    let (ok, out, err) = cli(&import).await;
+    printed.extend_from_slice((out.clone() + &err).as_bytes());
+    assert!(ok && out.contains("renewed the login of the plan 'chatgpt'"), "{out}{err}");
+    let (ok, out, err) = cli(&import).await;
+    printed.extend_from_slice((out.clone() + &err).as_bytes());
+    assert!(ok && out.contains("as new or newer"), "the running gateway kept the third login: {out}{err}");
+    let keys = Admin::new(&keymux.root).get_json("/keys").await;
+    assert_eq!(keys.as_array().map(Vec::len), Some(1), "one plan, renewed in place: {keys}");
+    printed.extend_from_slice(keys.to_string().as_bytes());
+    printed.extend_from_slice(keymux.stop().await.as_bytes());
+
+    assert_no_token("the output", &printed, &secrets);
+    let (ok, _, err) = cli(&["keys", "remove", "chatgpt"]).await;
+    assert!(ok, "{err}");
+}
+
 /// The harness's plan key: its login in the memory store, the backend and auth server the simulator's.
 pub(crate) async fn harness_with_plan(spec: PlanSpec) -> (Harness, ChatgptTokens) {
     harness_with_plan_and(spec, |_| {}).await

@@ -41,8 +41,8 @@ pub(super) struct KeyAdded {
 pub(super) enum Added {
     /// In the pool, and the provider took it (or has not answered yet, or nobody asked it: offline).
     Ready(KeyAdded),
-    /// Its secret is pooled already, as this key (the refusal's words).
-    AlreadyPooled(String),
+    /// Its secret is pooled already: the refusal's words, and the label of the key holding it.
+    AlreadyPooled { why: String, holder: String },
     /// In the pool, but the provider refused it or could not be reached (what to do).
     Refused(KeyAdded, String),
 }

@@ -86,7 +86,10 @@ impl Control for Offline<'_> {
     async fn add_key(&self, new: NewKey) -> Result<Added, Refusal> {
         let key = match control::store_new_key(&self.loaded.settings(), &[], &new).await {
             Ok(key) => key,
-            Err(e @ ControlError::AlreadyPooled(_)) => return Ok(Added::AlreadyPooled(e.to_string())),
+            Err(ControlError::AlreadyPooled(holder)) => {
+                let why = ControlError::AlreadyPooled(holder.clone()).to_string();
+                return Ok(Added::AlreadyPooled { why, holder });
+            }
             Err(e) => return Err(e.into()),
         };
         let install =

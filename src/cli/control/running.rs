@@ -105,7 +105,10 @@ impl Control for Running<'_> {
     async fn add_key(&self, new: NewKey) -> Result<Added, Refusal> {
         match self.remote.send(Method::POST, "/keys", Some(new.request_body())).await {
             Ok(key) => Ok(probed(key)),
-            Err(e) if e.code.as_deref() == Some(control::ALREADY_POOLED) => Ok(Added::AlreadyPooled(e.message)),
+            Err(e) if e.code.as_deref() == Some(control::ALREADY_POOLED) => {
+                let holder = quoted_label(&e.message).unwrap_or_default().to_owned();
+                Ok(Added::AlreadyPooled { why: e.message, holder })
+            }
             Err(e) => Err(e),
         }
     }
@@ -192,4 +195,10 @@ impl Control for Running<'_> {
         let by = serde_json::to_value(by).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
         self.remote.get(&format!("/spend?days={days}&by={by}")).await.map(Some)
     }
+}
+
+/// The label a `key_already_pooled` refusal names (`… as key 'LABEL'; …`): labels hold no quotes.
+fn quoted_label(message: &str) -> Option<&str> {
+    let (_, rest) = message.split_once("as key '")?;
+    rest.split_once('\'').map(|(label, _)| label)
 }
