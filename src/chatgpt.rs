@@ -23,6 +23,13 @@ pub async fn fresh(gw: &Gateway, entry: &KeyEntry) -> Option<KeyEntry> {
     if entry.provider != Provider::Chatgpt {
         return None;
     }
+    // Boxed: the refresh's state (a login, the lock, an HTTP request) would otherwise be part of every
+    // attempt's future, and be copied with it on every request of every key.
+    Box::pin(fresh_plan(gw, entry)).await
+}
+
+/// [`fresh`] for a plan key.
+async fn fresh_plan(gw: &Gateway, entry: &KeyEntry) -> Option<KeyEntry> {
     let now = || gw.clock().unix_ms() / 1000;
     let login = Login::from_secret(&entry.secret).ok()?;
     if !login.needs_refresh(now()) {

@@ -94,7 +94,7 @@ impl Heard {
             cooldown: cooldown_hint(headers),
             code: None,
             message: None,
-            plan: keymux_core::chatgpt::PlanWindows::from_headers(|name| headers.get(name)?.to_str().ok(), None),
+            plan: plan_windows(headers),
         }
     }
 
@@ -110,6 +110,16 @@ impl Heard {
         }
         self
     }
+}
+
+/// A ChatGPT plan's usage windows, read only from an answer that reports one (the names are looked up
+/// once each, not made for every answer of every key).
+fn plan_windows(headers: &HeaderMap) -> keymux_core::chatgpt::PlanWindows {
+    const REPORTED: [&str; 2] = ["x-codex-primary-used-percent", "x-codex-secondary-used-percent"];
+    if !REPORTED.iter().any(|name| headers.contains_key(*name)) {
+        return keymux_core::chatgpt::PlanWindows::default();
+    }
+    keymux_core::chatgpt::PlanWindows::from_headers(|name| headers.get(name)?.to_str().ok(), None)
 }
 
 /// The `error.code` and `error.message` of an OpenAI-shaped error body.
