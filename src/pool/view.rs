@@ -30,11 +30,24 @@ pub(super) fn key_view(s: &Slot, request: ViewFor<'_>) -> KeyView {
         in_flight: s.in_flight.load(Ordering::Acquire),
         priority: entry.settings.priority,
         headroom: state.quota.headroom(request.now),
-        exhausted_until: state.quota.exhausted_until(request.now, request.tokens),
+        exhausted_until: state
+            .quota
+            .exhausted_until(request.now, request.tokens)
+            .or_else(|| plan_used_up(&state, &request)),
         window_reserve: entry.settings.window_reserve(&state.quota, request.now),
         over_budget: entry.settings.over_token_budget(used),
         model_ok,
         recent_starts: state.starts.at(request.now) as f32,
         health: live.health,
     }
+}
+
+/// Until when a ChatGPT plan is used up by what its last answer reported (a 5-hour or weekly window at
+/// 100 %, with its reset), on the request's clock. Closed so, the plan takes no new session (they
+/// overflow to the API keys at once, `plan_exhausted`, instead of trying it first for its 429), while
+/// sessions pinned to it still reach it.
+fn plan_used_up(state: &super::Tally, request: &ViewFor<'_>) -> Option<std::time::Instant> {
+    let reset_ms = state.plan_windows?.exhausted_until_unix()?.saturating_mul(1000);
+    let left = reset_ms.checked_sub(request.now_unix_ms).filter(|left| *left > 0)?;
+    Some(crate::clock::later(request.now, std::time::Duration::from_millis(left)))
 }

@@ -445,6 +445,33 @@ async fn plan_first_then_api_keys_while_it_is_used_up_then_the_plan_again_with_n
     assert_eq!(unreadable, 0, "no request reached an organization that could not read it");
 }
 
+/// The backend's headers say when the plan is used up before any 429 does: the answer that used the
+/// 5-hour window's last request reports it at 100 % with its reset, and from then on new sessions go
+/// straight to the API keys (`plan_exhausted`), the plan not tried for a refusal first, until the reset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_reported_used_up_sends_new_sessions_to_api_keys_without_trying_the_plan() {
+    let spec = PlanSpec::new(ACCOUNT).windows(2, 1_000_000).token_lifetime(Duration::from_secs(30 * 86_400));
+    let (h, _) = harness_with_plan(spec).await;
+    let plan_requests = || h.sim.log().iter().filter(|e| e.key.as_deref() == Some(PLAN_KEY)).count();
+    let mut first = Session::new(Shape::Codex, 11, true);
+    assert_eq!(turn_on(&h, &mut first).await.as_deref(), Some(PLAN_KEY));
+    let mut second = Session::new(Shape::Codex, 12, true);
+    assert_eq!(turn_on(&h, &mut second).await.as_deref(), Some(PLAN_KEY), "the window's last request");
+    let tried = plan_requests();
+
+    let mut feed = h.gateway.events().subscribe();
+    let mut third = Session::new(Shape::Codex, 13, true);
+    assert_eq!(turn_on(&h, &mut third).await.as_deref(), Some(API_KEY), "a new session overflows");
+    let record = next_record(&mut feed).await;
+    let reasons = serde_json::to_value(&record.routed.decision.reasons).unwrap().to_string();
+    assert!(reasons.contains("plan_exhausted"), "{reasons}");
+    assert_eq!(plan_requests(), tried, "the plan was not tried for its 429 first");
+
+    h.advance(Duration::from_secs(5 * 3600 + 1));
+    let mut fourth = Session::new(Shape::Codex, 14, true);
+    assert_eq!(turn_on(&h, &mut fourth).await.as_deref(), Some(PLAN_KEY), "back on the plan after the reset");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_lost_org_fail_a_session_on_a_used_up_plan_gets_a_429_with_its_reset() {
     let spec = PlanSpec::new(ACCOUNT).token_lifetime(Duration::from_secs(30 * 86_400));
