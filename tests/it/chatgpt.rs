@@ -67,44 +67,70 @@ async fn send_turn(base: &str, input: &str) -> (u16, String) {
     (status, r.text().await.unwrap())
 }
 
+/// A user's machine for the CLI: the simulator with the plan, a home with Codex's directory
+/// (`CODEX_HOME`), a config naming a keychain service of the test's own, and the environment every
+/// `keymux` run of the test gets (with the gateway's client token when `client_token`).
+struct CliHome {
+    sim: Sim,
+    home: tempfile::TempDir,
+    codex_home: std::path::PathBuf,
+    cfg: std::path::PathBuf,
+    env: Vec<(String, String)>,
+}
+
+impl CliHome {
+    async fn start(name: &str, client_token: bool) -> Self {
+        assert!(
+            std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_some(),
+            "the keychain tests need a Secret Service in a D-Bus session: run them through `scripts/test`"
+        );
+        let sim = Sim::start(sim_config(PlanSpec::new(ACCOUNT))).await.unwrap();
+        let home = tempfile::tempdir().unwrap();
+        let codex_home = home.path().join("codex");
+        let cfg = home.path().join("config.toml");
+        let service = format!("keymux-chatgpt-{name}-{}", std::process::id());
+        std::fs::write(&cfg, format!("keychain_service = \"{service}\"\nupstream = \"{}\"\n", sim.base_url())).unwrap();
+        let mut env = base_env(home.path());
+        env.push(("CODEX_HOME".into(), codex_home.display().to_string()));
+        env.push(("KEYMUX_CHATGPT_BASE_URL".into(), sim.chatgpt_base_url()));
+        env.push(("KEYMUX_CHATGPT_AUTH_URL".into(), sim.chatgpt_auth_url()));
+        if client_token {
+            env.push(("KEYMUX_CLIENT_TOKEN".into(), TOKEN.into()));
+        }
+        CliHome { sim, home, codex_home, cfg, env }
+    }
+
+    /// `keymux --config CFG ARGS…`: (succeeded, stdout, stderr).
+    async fn cli(&self, args: &[&str]) -> (bool, String, String) {
+        let mut all = vec!["--config", self.cfg.to_str().unwrap()];
+        all.extend_from_slice(args);
+        run_keymux(&all, &self.env, "").await
+    }
+
+    /// The gateway, as `keymux --config CFG` runs it.
+    async fn gateway(&self) -> Keymux {
+        Keymux::spawn(&["--config", self.cfg.to_str().unwrap()], &self.env).await
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_plan_is_imported_from_codex_listed_with_its_account_and_no_token_is_written_or_printed() {
-    assert!(
-        std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_some(),
-        "the keychain tests need a Secret Service in a D-Bus session: run them through `scripts/test`"
-    );
-    let sim = Sim::start(sim_config(PlanSpec::new(ACCOUNT))).await.unwrap();
+    let m = CliHome::start("import", true).await;
+    let (sim, home) = (&m.sim, &m.home);
     let tokens = sim.chatgpt_tokens().unwrap();
     let secrets = token_parts(&tokens);
-    let home = tempfile::tempdir().unwrap();
-    let codex_home = home.path().join("codex");
-    let auth = codex_auth(&codex_home, &tokens);
-    let cfg = home.path().join("config.toml");
-    let service = format!("keymux-chatgpt-{}", std::process::id());
-    std::fs::write(&cfg, format!("keychain_service = \"{service}\"\nupstream = \"{}\"\n", sim.base_url())).unwrap();
-    let mut env = base_env(home.path());
-    env.push(("CODEX_HOME".into(), codex_home.display().to_string()));
-    env.push(("KEYMUX_CHATGPT_BASE_URL".into(), sim.chatgpt_base_url()));
-    env.push(("KEYMUX_CHATGPT_AUTH_URL".into(), sim.chatgpt_auth_url()));
-    env.push(("KEYMUX_CLIENT_TOKEN".into(), TOKEN.into()));
-    let cli = |args: &[&str]| {
-        let mut all = vec!["--config", cfg.to_str().unwrap()];
-        all.extend_from_slice(args);
-        let all: Vec<String> = all.into_iter().map(str::to_owned).collect();
-        let env = env.clone();
-        async move { run_keymux(&all.iter().map(String::as_str).collect::<Vec<_>>(), &env, "").await }
-    };
+    let auth = codex_auth(&m.codex_home, &tokens);
     let mut printed = Vec::new();
 
-    let (ok, out, err) = cli(&["keys", "import", "--chatgpt", "--yes"]).await;
+    let (ok, out, err) = m.cli(&["keys", "import", "--chatgpt", "--yes"]).await;
     printed.extend_from_slice((out.clone() + &err).as_bytes());
     assert!(ok, "{out}{err}");
     assert!(out.contains(ACCOUNT) && out.contains("plus") && out.contains("imported the plan as 'chatgpt'"), "{out}");
 
-    let (ok, list, err) = cli(&["keys", "list"]).await;
+    let (ok, list, err) = m.cli(&["keys", "list"]).await;
     printed.extend_from_slice((list.clone() + &err).as_bytes());
     assert!(ok && list.contains("chatgpt") && list.contains(&format!("{ACCOUNT} (plus)")), "{list}{err}");
-    let (ok, listed, err) = cli(&["keys", "list", "--json"]).await;
+    let (ok, listed, err) = m.cli(&["keys", "list", "--json"]).await;
     printed.extend_from_slice((listed.clone() + &err).as_bytes());
     assert!(ok, "{err}");
     let listed: Value = serde_json::from_str(&listed).unwrap();
@@ -115,12 +141,12 @@ async fn the_plan_is_imported_from_codex_listed_with_its_account_and_no_token_is
     );
 
     // A second import of the same login is the plan already in the pool.
-    let (ok, again, err) = cli(&["keys", "import", "--chatgpt", "--yes", "--label", "plan2"]).await;
+    let (ok, again, err) = m.cli(&["keys", "import", "--chatgpt", "--yes", "--label", "plan2"]).await;
     printed.extend_from_slice((again.clone() + &err).as_bytes());
     assert!(ok && again.contains("chatgpt"), "{again}{err}");
 
     // Served by the real binary: the turn goes to the plan's backend.
-    let keymux = Keymux::spawn(&["--config", cfg.to_str().unwrap()], &env).await;
+    let keymux = m.gateway().await;
     let (status, body) = send_turn(&keymux.base, "hello plan").await;
     printed.extend_from_slice(body.as_bytes());
     assert_eq!(status, 200, "{body}");
@@ -135,7 +161,7 @@ async fn the_plan_is_imported_from_codex_listed_with_its_account_and_no_token_is
     for (name, bytes) in files.iter().filter(|(name, _)| Path::new(name) != auth) {
         assert_no_token(name, bytes, &secrets);
     }
-    let (ok, _, err) = cli(&["keys", "remove", "chatgpt"]).await;
+    let (ok, _, err) = m.cli(&["keys", "remove", "chatgpt"]).await;
     assert!(ok, "{err}");
 }
 
@@ -145,42 +171,23 @@ async fn the_plan_is_imported_from_codex_listed_with_its_account_and_no_token_is
 /// as it was (the backup Undo restores) still holds one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn setup_codex_hands_the_login_to_keymux_and_codex_gets_the_client_token() {
-    assert!(
-        std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_some(),
-        "the keychain tests need a Secret Service in a D-Bus session: run them through `scripts/test`"
-    );
-    let sim = Sim::start(sim_config(PlanSpec::new(ACCOUNT))).await.unwrap();
+    let m = CliHome::start("setup", false).await;
+    let (sim, home) = (&m.sim, &m.home);
     let tokens = sim.chatgpt_tokens().unwrap();
     let secrets = token_parts(&tokens);
-    let home = tempfile::tempdir().unwrap();
-    let codex_home = home.path().join("codex");
-    let auth = codex_auth(&codex_home, &tokens);
-    let cfg = home.path().join("config.toml");
-    let service = format!("keymux-chatgpt-setup-{}", std::process::id());
-    std::fs::write(&cfg, format!("keychain_service = \"{service}\"\nupstream = \"{}\"\n", sim.base_url())).unwrap();
-    let mut env = base_env(home.path());
-    env.push(("CODEX_HOME".into(), codex_home.display().to_string()));
-    env.push(("KEYMUX_CHATGPT_BASE_URL".into(), sim.chatgpt_base_url()));
-    env.push(("KEYMUX_CHATGPT_AUTH_URL".into(), sim.chatgpt_auth_url()));
-    let cli = |args: &[&str]| {
-        let mut all = vec!["--config", cfg.to_str().unwrap()];
-        all.extend_from_slice(args);
-        let all: Vec<String> = all.into_iter().map(str::to_owned).collect();
-        let env = env.clone();
-        async move { run_keymux(&all.iter().map(String::as_str).collect::<Vec<_>>(), &env, "").await }
-    };
+    let auth = codex_auth(&m.codex_home, &tokens);
     let mut printed = Vec::new();
 
     // Without --import-key the login stays, and the refusal says how to hand it over.
-    let (ok, out, err) = cli(&["setup", "codex", "--yes"]).await;
+    let (ok, out, err) = m.cli(&["setup", "codex", "--yes"]).await;
     printed.extend_from_slice((out.clone() + &err).as_bytes());
     assert!(!ok && err.contains("--import-key"), "{out}{err}");
 
-    let (ok, out, err) = cli(&["setup", "codex", "--import-key", "--yes"]).await;
+    let (ok, out, err) = m.cli(&["setup", "codex", "--import-key", "--yes"]).await;
     printed.extend_from_slice((out.clone() + &err).as_bytes());
     assert!(ok, "{out}{err}");
     assert!(out.contains("as your plan as 'chatgpt'"), "{out}");
-    let (ok, listed, err) = cli(&["keys", "list", "--json"]).await;
+    let (ok, listed, err) = m.cli(&["keys", "list", "--json"]).await;
     printed.extend_from_slice((listed.clone() + &err).as_bytes());
     assert!(ok, "{err}");
     let listed: Value = serde_json::from_str(&listed).unwrap();
@@ -194,7 +201,7 @@ async fn setup_codex_hands_the_login_to_keymux_and_codex_gets_the_client_token()
     assert!(now.get("tokens").is_none(), "the login left Codex's file: {now}");
 
     // Codex's next turn, with what its file holds now, is served on the plan.
-    let keymux = Keymux::spawn(&["--config", cfg.to_str().unwrap()], &env).await;
+    let keymux = m.gateway().await;
     let r = post_as(&client(), &format!("{}/responses", keymux.base), &token, &[], &turn("hello from codex"))
         .send()
         .await
@@ -215,7 +222,7 @@ async fn setup_codex_hands_the_login_to_keymux_and_codex_gets_the_client_token()
     for (name, bytes) in files.iter().filter(|(name, _)| !name.contains("auth.json.")) {
         assert_no_token(name, bytes, &secrets);
     }
-    let (ok, _, err) = cli(&["keys", "remove", "chatgpt"]).await;
+    let (ok, _, err) = m.cli(&["keys", "remove", "chatgpt"]).await;
     assert!(ok, "{err}");
 }
 
@@ -242,55 +249,35 @@ fn login_at(dir: &Path, exp: u64, refresh: &str) -> Vec<String> {
 /// Keymux has spent since) changes nothing and says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_newer_login_of_the_plan_renews_it_and_an_older_copy_changes_nothing() {
-    assert!(
-        std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_some(),
-        "the keychain tests need a Secret Service in a D-Bus session: run them through `scripts/test`"
-    );
-    let sim = Sim::start(sim_config(PlanSpec::new(ACCOUNT))).await.unwrap();
-    let home = tempfile::tempdir().unwrap();
-    let codex_home = home.path().join("codex");
-    let cfg = home.path().join("config.toml");
-    let service = format!("keymux-chatgpt-renew-{}", std::process::id());
-    std::fs::write(&cfg, format!("keychain_service = \"{service}\"\nupstream = \"{}\"\n", sim.base_url())).unwrap();
-    let mut env = base_env(home.path());
-    env.push(("CODEX_HOME".into(), codex_home.display().to_string()));
-    env.push(("KEYMUX_CHATGPT_BASE_URL".into(), sim.chatgpt_base_url()));
-    env.push(("KEYMUX_CHATGPT_AUTH_URL".into(), sim.chatgpt_auth_url()));
-    env.push(("KEYMUX_CLIENT_TOKEN".into(), TOKEN.into()));
-    let cli = |args: &[&str]| {
-        let mut all = vec!["--config", cfg.to_str().unwrap()];
-        all.extend_from_slice(args);
-        let all: Vec<String> = all.into_iter().map(str::to_owned).collect();
-        let env = env.clone();
-        async move { run_keymux(&all.iter().map(String::as_str).collect::<Vec<_>>(), &env, "").await }
-    };
+    let m = CliHome::start("renew", true).await;
+    let codex_home = &m.codex_home;
     let import = ["keys", "import", "--chatgpt", "--yes"];
     let (mut secrets, mut printed) = (Vec::new(), Vec::new());
     let t = 4_000_000_000;
 
-    secrets.extend(login_at(&codex_home, t, "rt-first-login-0001"));
-    let (ok, out, err) = cli(&import).await;
+    secrets.extend(login_at(codex_home, t, "rt-first-login-0001"));
+    let (ok, out, err) = m.cli(&import).await;
     printed.extend_from_slice((out.clone() + &err).as_bytes());
     assert!(ok && out.contains("imported the plan as 'chatgpt'"), "{out}{err}");
 
-    secrets.extend(login_at(&codex_home, t + 3600, "rt-second-login-0002"));
-    let (ok, out, err) = cli(&import).await;
+    secrets.extend(login_at(codex_home, t + 3600, "rt-second-login-0002"));
+    let (ok, out, err) = m.cli(&import).await;
     printed.extend_from_slice((out.clone() + &err).as_bytes());
     assert!(ok && out.contains("renewed the login of the plan 'chatgpt'"), "{out}{err}");
 
     // The first login again: older than the one kept now, so the plan keeps the second.
-    login_at(&codex_home, t, "rt-first-login-0001");
-    let (ok, out, err) = cli(&import).await;
+    login_at(codex_home, t, "rt-first-login-0001");
+    let (ok, out, err) = m.cli(&import).await;
     printed.extend_from_slice((out.clone() + &err).as_bytes());
     assert!(ok && out.contains("as new or newer") && !out.contains("renewed"), "{out}{err}");
 
     // Through a running gateway: its refusal names the plan, and the renewal goes through it.
-    let keymux = Keymux::spawn(&["--config", cfg.to_str().unwrap()], &env).await;
-    secrets.extend(login_at(&codex_home, t + 7200, "rt-third-login-0003"));
-    let (ok, out, err) = cli(&import).await;
+    let keymux = m.gateway().await;
+    secrets.extend(login_at(codex_home, t + 7200, "rt-third-login-0003"));
+    let (ok, out, err) = m.cli(&import).await;
     printed.extend_from_slice((out.clone() + &err).as_bytes());
     assert!(ok && out.contains("renewed the login of the plan 'chatgpt'"), "{out}{err}");
-    let (ok, out, err) = cli(&import).await;
+    let (ok, out, err) = m.cli(&import).await;
     printed.extend_from_slice((out.clone() + &err).as_bytes());
     assert!(ok && out.contains("as new or newer"), "the running gateway kept the third login: {out}{err}");
     let keys = Admin::new(&keymux.root).get_json("/keys").await;
@@ -299,7 +286,7 @@ async fn a_newer_login_of_the_plan_renews_it_and_an_older_copy_changes_nothing()
     printed.extend_from_slice(keymux.stop().await.as_bytes());
 
     assert_no_token("the output", &printed, &secrets);
-    let (ok, _, err) = cli(&["keys", "remove", "chatgpt"]).await;
+    let (ok, _, err) = m.cli(&["keys", "remove", "chatgpt"]).await;
     assert!(ok, "{err}");
 }
 

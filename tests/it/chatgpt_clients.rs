@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use keymux_sim::PlanSpec;
-use serde_json::{json, Value};
+use serde_json::Value;
 use support::*;
 
 /// A client pointed at Keymux in its own config, as setup writes it.
@@ -33,17 +33,7 @@ impl Client {
                 );
                 std::fs::write(home.join("config.toml"), config).unwrap();
             }
-            Self::Pi => {
-                let agent = home.join(".pi/agent");
-                std::fs::create_dir_all(&agent).unwrap();
-                let models = json!({"providers": {"keymux": {"baseUrl": base, "api": "openai-responses", "apiKey": TOKEN,
-                    "models": [{"id": "gpt-5.5", "name": "gpt-5.5", "reasoning": true, "input": ["text"],
-                                "contextWindow": 400000, "maxTokens": 128000}]}}});
-                std::fs::write(agent.join("models.json"), models.to_string()).unwrap();
-                let settings = json!({"defaultProvider": "keymux", "defaultModel": "gpt-5.5",
-                    "retry": {"enabled": false, "provider": {"maxRetries": 0}}});
-                std::fs::write(agent.join("settings.json"), settings.to_string()).unwrap();
-            }
+            Self::Pi => pi_agent(home, base),
         }
     }
 

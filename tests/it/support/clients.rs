@@ -125,3 +125,17 @@ pub fn codex_config_with_keys_in_values() -> String {
          [mcp_servers.docs]\nurl = \"http://127.0.0.1:9/mcp?token={token}\"\n"
     )
 }
+
+/// pi's agent directory under `home` pointed at Keymux at `base` with the test token: a `keymux`
+/// provider serving `gpt-5.5`, chosen by default, and pi's own retries off (so a failed turn shows).
+pub fn pi_agent(home: &Path, base: &str) {
+    let agent = home.join(".pi/agent");
+    std::fs::create_dir_all(&agent).expect("pi's agent directory");
+    let models = serde_json::json!({"providers": {"keymux": {"baseUrl": base, "api": "openai-responses",
+        "apiKey": super::TOKEN, "models": [{"id": "gpt-5.5", "name": "gpt-5.5", "reasoning": true,
+        "input": ["text"], "contextWindow": 400000, "maxTokens": 128000}]}}});
+    std::fs::write(agent.join("models.json"), models.to_string()).expect("pi's models.json");
+    let settings = serde_json::json!({"defaultProvider": "keymux", "defaultModel": "gpt-5.5",
+        "retry": {"enabled": false, "provider": {"maxRetries": 0}}});
+    std::fs::write(agent.join("settings.json"), settings.to_string()).expect("pi's settings.json");
+}
