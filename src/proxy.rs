@@ -363,17 +363,38 @@ async fn arrived<S: futures::Stream + Unpin>(chunks: &mut S) -> Option<Option<S:
     None
 }
 
-/// `a` then `b`, copied only when both hold bytes.
-fn joined(a: Bytes, b: Bytes) -> Bytes {
-    match (a.is_empty(), b.is_empty()) {
-        (true, _) => b,
-        (_, true) => a,
-        _ => {
-            let mut both = BytesMut::with_capacity(a.len() + b.len());
-            both.extend_from_slice(&a);
-            both.extend_from_slice(&b);
-            both.freeze()
+/// The pieces gathered for one write: the first kept as it came, the later ones copied after it once
+/// each (never the whole gathered run again for every chunk).
+#[derive(Default)]
+struct Gathered {
+    first: Bytes,
+    more: Option<BytesMut>,
+}
+
+impl Gathered {
+    fn push(&mut self, piece: Bytes) {
+        if piece.is_empty() {
+            return;
         }
+        if self.first.is_empty() {
+            self.first = piece;
+            return;
+        }
+        let first = &self.first;
+        let more = self.more.get_or_insert_with(|| {
+            let mut more = BytesMut::with_capacity(first.len() + piece.len());
+            more.extend_from_slice(first);
+            more
+        });
+        more.extend_from_slice(&piece);
+    }
+
+    fn len(&self) -> usize {
+        self.more.as_ref().map_or(self.first.len(), BytesMut::len)
+    }
+
+    fn into_bytes(self) -> Bytes {
+        self.more.map_or(self.first, BytesMut::freeze)
     }
 }
 
@@ -399,28 +420,29 @@ impl RelayState {
                 next = self.chunks.next() => next,
                 () = self.idle_timer.as_mut() => return self.broke("upstream_idle", "upstream stream went idle"),
             };
-            let mut out = match self.settle(next) {
-                Item::Piece(out) => out,
+            let mut out = Gathered::default();
+            match self.settle(next) {
+                Item::Piece(piece) => out.push(piece),
                 Item::Over(end) => return end,
-            };
+            }
             // The first piece goes at once: the answer's head waits in the same write for it, and giving
             // way now would send the head on its own.
             let gather = std::mem::replace(&mut self.started, true);
             while gather && out.len() < GATHER_LIMIT {
                 let Some(next) = arrived(&mut self.chunks).await else { break };
                 match self.settle(next) {
-                    Item::Piece(more) => out = joined(out, more),
+                    Item::Piece(more) => out.push(more),
                     Item::Over(end) => {
                         match end {
-                            Some(Ok(tail)) => out = joined(out, tail),
+                            Some(Ok(tail)) => out.push(tail),
                             end => self.held = Some(end),
                         }
                         break;
                     }
                 }
             }
-            if !out.is_empty() {
-                return Some(Ok(out));
+            if out.len() > 0 {
+                return Some(Ok(out.into_bytes()));
             }
             if let Some(held) = self.held.take() {
                 return held;
@@ -568,6 +590,19 @@ fn content_type(headers: &HeaderMap) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gathered_pieces_come_out_in_order_as_one() {
+        let mut out = Gathered::default();
+        for piece in ["", "a", "", "bc", "d"] {
+            out.push(Bytes::from_static(piece.as_bytes()));
+        }
+        assert_eq!(out.len(), 4);
+        assert_eq!(out.into_bytes(), Bytes::from_static(b"abcd"));
+        let mut one = Gathered::default();
+        one.push(Bytes::from_static(b"only"));
+        assert_eq!(one.into_bytes(), Bytes::from_static(b"only"), "a single piece goes out as it came");
+    }
 
     /// A chunk that the provider's side hands on within the turns given is gathered; one that is
     /// not there yet is not waited for.
