@@ -305,8 +305,10 @@ fn with_windows(mut resp: Response, windows: &[Window; 2], now: u64) -> Response
         };
         set("used-percent", format!("{:.1}", w.percent()));
         set("window-minutes", w.minutes.to_string());
-        set("reset-at", w.resets_at().max(now).to_string());
-        set("reset-after-seconds", w.resets_at().saturating_sub(now).to_string());
+        // A window not yet begun begins with its first use: its whole length is still ahead.
+        let resets = if w.used == 0 { now + w.minutes * 60 } else { w.resets_at().max(now) };
+        set("reset-at", resets.to_string());
+        set("reset-after-seconds", resets.saturating_sub(now).to_string());
     }
     resp
 }
