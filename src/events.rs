@@ -143,6 +143,14 @@ impl RequestRecord {
         }
     }
 
+    /// An answer a ChatGPT plan served: its subscription includes it, so it costs nothing more (and
+    /// counts against no budget in money).
+    pub fn included_in_plan(&mut self) {
+        if self.usage.is_some() {
+            self.cost_usd = Some(Usd::ZERO);
+        }
+    }
+
     /// Prices the answer's usage (once, when the request finished): its cost, or why it has none.
     pub fn price(&mut self, prices: &PriceTable) {
         let Some(usage) = self.usage else { return };
@@ -176,6 +184,14 @@ pub enum KeyChange {
     },
     /// A cooldown ended: the key is usable again.
     CoolingEnded,
+    /// A ChatGPT plan is used up (its 429, or a window its answer reported at 100 %): new sessions go
+    /// to the API keys until then (Unix milliseconds); sessions on it go on as `lost_org` says.
+    PlanUsedUp {
+        /// When its window resets.
+        until_unix_ms: u64,
+    },
+    /// A used-up ChatGPT plan's window reset: new sessions go to it first again.
+    PlanBack,
     /// The account is out of quota; it is tried again then (Unix milliseconds).
     QuotaExhausted {
         /// When it is tried again.

@@ -64,6 +64,9 @@ pub struct Gateway {
     keychain_ok: AtomicBool,
     /// The health state last announced per key (bounded by the pool), so a change is told once.
     announced: Mutex<HashMap<KeyId, HealthState>>,
+    /// The ChatGPT plans last announced used up (at most the pool's keys), so each running out and
+    /// coming back is told once.
+    plans_used_up: Mutex<std::collections::HashSet<KeyId>>,
     clock: Clock,
     seq: AtomicU64,
     max_body_bytes: usize,
@@ -126,6 +129,7 @@ impl Gateway {
             started_unix_ms: Clock::system().unix_ms(),
             keychain_ok: AtomicBool::new(true),
             announced: Mutex::default(),
+            plans_used_up: Mutex::default(),
             clock: Clock::system(),
             seq: AtomicU64::new(0),
             max_body_bytes: config.max_body_bytes,
@@ -408,7 +412,12 @@ impl Gateway {
     /// Applies what the provider taught to the pool, and tells the event stream when a key's health
     /// changed.
     pub fn apply(&self, learned: Learned) {
-        if let Some((key, change)) = self.pool.apply(&learned) {
+        let plan_reported = matches!(&learned, Learned::Outcome(o) if o.plan.is_some());
+        let changed = self.pool.apply(&learned);
+        if plan_reported || changed.is_some() {
+            self.tell_plans();
+        }
+        if let Some((key, change)) = changed {
             let now = self.clock.now();
             let unix = |until: std::time::Instant| {
                 self.clock.unix_ms() + u64::try_from(until.saturating_duration_since(now).as_millis()).unwrap_or(0)
@@ -440,7 +449,7 @@ impl Gateway {
             KeyChange::CoolingEnded | KeyChange::Recovered | KeyChange::Enabled | KeyChange::Added => {
                 Some(HealthState::Ready)
             }
-            KeyChange::Removed | KeyChange::Updated => None,
+            KeyChange::Removed | KeyChange::Updated | KeyChange::PlanUsedUp { .. } | KeyChange::PlanBack => None,
         };
         {
             let mut announced = self.announced.lock().unwrap_or_else(|p| p.into_inner());
@@ -521,6 +530,40 @@ impl Gateway {
                 &key,
                 if was == HealthState::Cooling { KeyChange::CoolingEnded } else { KeyChange::Recovered },
             );
+        }
+        self.tell_plans();
+    }
+
+    /// Tells the event stream when a ChatGPT plan runs out (by its 429, or by a window its answer
+    /// reported used up) and when it is back, once each.
+    fn tell_plans(&self) {
+        let now_unix_ms = self.clock.unix_ms();
+        let plans: Vec<(KeyId, Option<u64>)> = self
+            .pool
+            .status(self.clock.now(), self.today())
+            .into_iter()
+            .filter(|k| k.plan.is_some())
+            .map(|k| {
+                let until = k.plan_used_up_until_unix_ms(now_unix_ms);
+                (k.id, until)
+            })
+            .collect();
+        let changes: Vec<(KeyId, KeyChange)> = {
+            let mut told = self.plans_used_up.lock().unwrap_or_else(|p| p.into_inner());
+            told.retain(|id| plans.iter().any(|(plan, _)| plan == id));
+            plans
+                .into_iter()
+                .filter_map(|(id, until)| match until {
+                    Some(until_unix_ms) if told.insert(id.clone()) => {
+                        Some((id, KeyChange::PlanUsedUp { until_unix_ms }))
+                    }
+                    None if told.remove(&id) => Some((id, KeyChange::PlanBack)),
+                    _ => None,
+                })
+                .collect()
+        };
+        for (key, change) in changes {
+            self.announce(&key, change);
         }
     }
 

@@ -347,6 +347,7 @@ mod tests {
         keymux::api::types::FoundKey {
             fingerprint: format!("fp-{label}"),
             masked: "sk-…abcd".into(),
+            provider: keymux::keys::Provider::Openai,
             label: label.into(),
             source: format!("{label}'s file"),
             file: None,

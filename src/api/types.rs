@@ -183,6 +183,10 @@ pub struct KeyInfo {
     pub status: KeyStatus,
     /// When a cooldown or quota rest ends, Unix milliseconds.
     pub until_unix_ms: Option<u64>,
+    /// A ChatGPT plan used up (resting after its 429, or a window its answer reported at 100 %): until
+    /// when new sessions go to the API keys instead, Unix milliseconds. `None`: an API key, or an open
+    /// plan.
+    pub plan_used_up_until_unix_ms: Option<u64>,
     /// The provider's window for requests (`x-ratelimit-*-requests`), once an answer reported it.
     pub requests_window: Option<WindowInfo>,
     /// The provider's window for tokens (`x-ratelimit-*-tokens`), once an answer reported it.

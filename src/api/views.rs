@@ -81,6 +81,7 @@ fn info(status: KeyStatus, now_unix_ms: u64, pools: &Pools, spent: &SpentNow) ->
         window_runs_out_unix_ms: window_runs_out(&status, now_unix_ms),
         spend,
         until_unix_ms: (status.cooldown_ms > 0).then(|| now_unix_ms + status.cooldown_ms),
+        plan_used_up_until_unix_ms: status.plan_used_up_until_unix_ms(now_unix_ms),
         requests_window: window(status.requests_window, now_unix_ms),
         tokens_window: window(status.tokens_window, now_unix_ms),
         pools: pools.pools_of(&status.id),

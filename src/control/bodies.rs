@@ -94,8 +94,10 @@ pub struct SetupUndone {
 pub struct FoundKey {
     /// Names the key in the import (the keyed fingerprint, as on the key cards).
     pub fingerprint: String,
-    /// The key masked (`sk-…abcd`).
+    /// The key masked (`sk-…abcd`), or `ChatGPT plan`.
     pub masked: String,
+    /// An OpenAI API key, or a ChatGPT plan (the login Codex is signed in with).
+    pub provider: crate::keys::Provider,
     /// The label it gets.
     pub label: String,
     /// Where it is, in words.

@@ -44,6 +44,7 @@ impl Gateway {
             .map(|c| FoundKey {
                 fingerprint: self.markers().digest().fingerprint(&c.identity()),
                 masked: c.shown(),
+                provider: c.provider(),
                 label: c.label.clone(),
                 source: c.origin.describe(),
                 file: c.origin.file().map(|p| p.display().to_string()),

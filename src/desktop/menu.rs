@@ -208,13 +208,13 @@ pub fn status_line(input: &MenuInput<'_>) -> String {
 /// while a ChatGPT plan is in the pool. Empty without one.
 fn plan_line(status: &crate::api::types::StatusBody) -> String {
     let Some(plan) = status.keys.iter().find(|k| k.status.plan.is_some()) else { return String::new() };
-    match (plan.status.health, plan.until_unix_ms) {
-        (HealthState::Ready, _) => " · ChatGPT plan first".to_owned(),
-        (HealthState::Cooling, Some(until)) => {
+    match (plan.plan_used_up_until_unix_ms, plan.status.health) {
+        (Some(until), _) => {
             let left = countdown(until.saturating_sub(status.gateway.now_unix_ms));
             format!(" · ChatGPT plan used up, API keys for {left}")
         }
-        _ => " · ChatGPT plan unavailable, API keys serve".to_owned(),
+        (None, HealthState::Ready) => " · ChatGPT plan first".to_owned(),
+        (None, _) => " · ChatGPT plan unavailable, API keys serve".to_owned(),
     }
 }
 
@@ -235,12 +235,15 @@ fn plan_windows(key: &KeyInfo, now_unix_ms: u64) -> String {
     format!(" · {}", parts.join(", "))
 }
 
-/// A key's menu text: its label, organization, pools and state (headroom when it is usable), then its
-/// spend against its budget and when a budget or its rate window runs out at the current pace.
-pub fn key_label(key: &KeyInfo, now_unix_ms: u64) -> String {
-    let org = key.status.org.as_deref().map(|o| format!(" ({o})")).unwrap_or_default();
+/// A key's state in the menu: headroom when it is usable, else why not and until when. A ChatGPT plan
+/// says where new sessions go instead of headroom (its windows follow).
+fn key_state(key: &KeyInfo, now_unix_ms: u64) -> String {
+    if let Some(back) = key.plan_used_up_until_unix_ms {
+        return format!("used up, API keys for {}", countdown(back.saturating_sub(now_unix_ms)));
+    }
     let until = key.until_unix_ms.map(|u| countdown(u.saturating_sub(now_unix_ms))).unwrap_or_default();
-    let state = match key.status.health {
+    match key.status.health {
+        HealthState::Ready if key.status.plan.is_some() => "takes new sessions first".to_owned(),
         HealthState::Ready if key.status.window_reserved => {
             format!("{:.0}% headroom, kept for its sessions", key.status.headroom * 100.0)
         }
@@ -250,7 +253,14 @@ pub fn key_label(key: &KeyInfo, now_unix_ms: u64) -> String {
         HealthState::Rejected => "rejected by the provider".to_owned(),
         HealthState::Disabled => "off".to_owned(),
         HealthState::Unreachable => format!("unreachable, tried again in {until}"),
-    };
+    }
+}
+
+/// A key's menu text: its label, organization, pools and state (headroom when it is usable), then its
+/// spend against its budget and when a budget or its rate window runs out at the current pace.
+pub fn key_label(key: &KeyInfo, now_unix_ms: u64) -> String {
+    let org = key.status.org.as_deref().map(|o| format!(" ({o})")).unwrap_or_default();
+    let state = key_state(key, now_unix_ms);
     let pools = if key.pools.is_empty() { String::new() } else { format!(" [{}]", key.pools.join(", ")) };
     let (org, windows) = match &key.status.plan {
         Some(plan) => {

@@ -131,7 +131,7 @@ impl Notifier {
                 if usable {
                     self.blocked_said = false;
                 }
-                plan_notice(k, &status, now_unix_ms).or_else(|| self.key_notice(k, &status, usable))
+                plan_notice(k, now_unix_ms).or_else(|| self.key_notice(k, &status, usable))
             }
             Event::Finished(record) => {
                 session_lost(&record.routed.decision.refusal, !record.routed.decision.rescued_orgs.is_empty())
@@ -205,11 +205,10 @@ impl Notifier {
     }
 }
 
-/// The ChatGPT plan ran out (its cooldown lasts until its window resets) or is back.
-fn plan_notice(k: &crate::events::KeyEvent, status: &StatusBody, now_unix_ms: u64) -> Option<Notice> {
-    status.keys.iter().find(|s| s.status.id == k.key && s.status.plan.is_some())?;
+/// The ChatGPT plan ran out (by its 429, or by a window its answer reported used up) or is back.
+fn plan_notice(k: &crate::events::KeyEvent, now_unix_ms: u64) -> Option<Notice> {
     let (title, body) = match k.change {
-        KeyChange::CoolingStarted { until_unix_ms } => (
+        KeyChange::PlanUsedUp { until_unix_ms } => (
             "Your ChatGPT plan is used up".to_owned(),
             format!(
                 "New sessions go to your API keys until your plan ({}) resets in {}; sessions on it go on \
@@ -218,7 +217,7 @@ fn plan_notice(k: &crate::events::KeyEvent, status: &StatusBody, now_unix_ms: u6
                 countdown(until_unix_ms.saturating_sub(now_unix_ms))
             ),
         ),
-        KeyChange::CoolingEnded => (
+        KeyChange::PlanBack => (
             "Your ChatGPT plan is back".to_owned(),
             format!("Its window reset: new sessions go to {} first again.", k.label),
         ),

@@ -52,6 +52,7 @@ fn key(label: &str, org: &str, health: HealthState, until: Option<u64>) -> KeyIn
         budget_runs_out_unix_ms: None,
         window_runs_out_unix_ms: None,
         until_unix_ms: until,
+        plan_used_up_until_unix_ms: None,
         requests_window: None,
         tokens_window: None,
         pools: Vec::new(),
@@ -575,6 +576,8 @@ fn with_plan(plan: HealthState) -> StatusBody {
         primary: Some(used(42.0, NOW / 1000 + 3_600)),
         secondary: Some(used(10.0, NOW / 1000 + 86_400)),
     });
+    p.status.cooldown_ms = until.map_or(0, |u| u - NOW);
+    p.plan_used_up_until_unix_ms = p.status.plan_used_up_until_unix_ms(NOW);
     status(vec![key("work", "org-a", HealthState::Ready, None), p], false)
 }
 
@@ -588,21 +591,40 @@ fn the_tray_says_where_new_sessions_go_and_shows_the_plans_windows() {
         "{}",
         status_line(&input(&used_up))
     );
+    // Ready, but its answer reported the weekly window used up: closed to new sessions until that reset.
+    let mut reported = with_plan(HealthState::Ready);
+    let plan = &mut reported.keys[1];
+    if let Some(w) = plan.status.plan_windows.as_mut().and_then(|w| w.secondary.as_mut()) {
+        w.used_percent = 100.0;
+    }
+    plan.plan_used_up_until_unix_ms = plan.status.plan_used_up_until_unix_ms(NOW);
+    assert_eq!(plan.plan_used_up_until_unix_ms, Some(NOW + 86_400_000));
+    assert!(
+        status_line(&input(&reported)).contains("ChatGPT plan used up, API keys for 1d 0h"),
+        "{}",
+        status_line(&input(&reported))
+    );
     let line = super::menu::key_label(&ready.keys[1], NOW);
-    assert!(line.starts_with("chatgpt (ChatGPT plus plan)"), "{line}");
+    assert!(line.starts_with("chatgpt (ChatGPT plus plan) · takes new sessions first"), "{line}");
+    let line = super::menu::key_label(&used_up.keys[1], NOW);
+    assert!(line.starts_with("chatgpt (ChatGPT plus plan) · used up, API keys for 2h 0m"), "{line}");
+    assert!(line.contains("week 10% used (resets in 1d 0h)"), "{line}");
     assert!(line.contains("5h 42% used (resets in 1h") && line.contains("week 10% used"), "{line}");
 }
 
 #[test]
 fn the_plan_running_out_and_coming_back_are_each_told() {
     let mut n = Notifier::new();
-    let cooling = KeyChange::CoolingStarted { until_unix_ms: NOW + 7_200_000 };
-    let out = n.consider(&key_event(1, "chatgpt", cooling), || with_plan(HealthState::Cooling), NOW).expect("told");
+    let used_up = KeyChange::PlanUsedUp { until_unix_ms: NOW + 7_200_000 };
+    let out = n.consider(&key_event(1, "chatgpt", used_up), || with_plan(HealthState::Cooling), NOW).expect("told");
     assert_eq!((out.kind, out.title.as_str()), (NoticeKind::Plan, "Your ChatGPT plan is used up"));
     assert!(out.body.contains("API keys") && out.body.contains("2h"), "{}", out.body);
-    let back = n.consider(&key_event(2, "chatgpt", KeyChange::CoolingEnded), || with_plan(HealthState::Ready), NOW);
+    let back = n.consider(&key_event(2, "chatgpt", KeyChange::PlanBack), || with_plan(HealthState::Ready), NOW);
     assert_eq!(back.map(|b| b.title), Some("Your ChatGPT plan is back".to_owned()));
-    // An API key cooling is no plan news.
+    // A key cooling is no plan news (the plan's own running out comes as PlanUsedUp).
+    let cooling = KeyChange::CoolingStarted { until_unix_ms: NOW + 7_200_000 };
     let api = n.consider(&key_event(3, "work", cooling), || with_plan(HealthState::Ready), NOW);
     assert!(api.is_none_or(|a| a.kind != NoticeKind::Plan));
+    let plan = n.consider(&key_event(4, "chatgpt", cooling), || with_plan(HealthState::Cooling), NOW);
+    assert!(plan.is_none_or(|a| a.kind != NoticeKind::Plan));
 }

@@ -133,7 +133,11 @@ impl Trace {
         record.status = end.status;
         record.error = end.error;
         record.usage = end.usage;
-        record.price(&self.gateway.settings().prices());
+        if record.served_by.as_ref().is_some_and(|k| self.gateway.pool().is_plan(k)) {
+            record.included_in_plan();
+        } else {
+            record.price(&self.gateway.settings().prices());
+        }
         let record = std::mem::replace(record, RequestRecord::new(0, Operation::Other, Wire::Http, Decision::new(0)));
         self.gateway.publish(record);
     }

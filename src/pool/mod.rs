@@ -211,6 +211,11 @@ impl Pool {
         self.slot(key).map(|s| s.live.load().org_tag)
     }
 
+    /// Whether a key is a ChatGPT plan (whose use the subscription includes: it costs nothing more).
+    pub fn is_plan(&self, key: &KeyId) -> bool {
+        self.slot(key).is_some_and(|s| s.entry.load().provider == crate::keys::Provider::Chatgpt)
+    }
+
     /// A key's organization: configured, or learned from the provider.
     pub fn org_of(&self, key: &KeyId) -> Option<String> {
         let slot = self.slot(key)?;

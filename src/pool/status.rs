@@ -87,6 +87,25 @@ pub struct KeyStatus {
     pub tokens_window: Option<WindowState>,
 }
 
+impl KeyStatus {
+    /// Until when a ChatGPT plan takes no new session (Unix milliseconds, `now_unix_ms` being the
+    /// moment this status was read at): resting after its `usage_limit_reached` answer, or a 5-hour or
+    /// weekly window its last answer reported used up, whichever ends later. `None` for an API key or an
+    /// open plan. The router closes a plan the same way (`view::plan_used_up`).
+    pub fn plan_used_up_until_unix_ms(&self, now_unix_ms: u64) -> Option<u64> {
+        self.plan.as_ref()?;
+        let resting = matches!(self.health, HealthState::Cooling | HealthState::QuotaExhausted)
+            .then(|| now_unix_ms.saturating_add(self.cooldown_ms))
+            .filter(|_| self.cooldown_ms > 0);
+        let reported = self
+            .plan_windows
+            .and_then(|w| w.exhausted_until_unix())
+            .map(|secs| secs.saturating_mul(1000))
+            .filter(|ms| *ms > now_unix_ms);
+        resting.max(reported)
+    }
+}
+
 pub(super) fn key_status(s: &Slot, now: Instant, day: u32) -> KeyStatus {
     let entry = s.entry.load();
     let live = s.live.load();

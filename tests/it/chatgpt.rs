@@ -9,6 +9,7 @@ use crate::support;
 use std::path::Path;
 use std::time::Duration;
 
+use keymux::events::{Envelope, Event, KeyChange};
 use keymux::keys::Provider;
 use keymux::secrets::account;
 use keymux_sim::{ChatgptTokens, PlanSpec, Sim, SimConfig};
@@ -18,14 +19,14 @@ use support::*;
 
 pub(crate) const ACCOUNT: &str = "acct-plan-7f3a";
 const PLAN_KEY: &str = "chatgpt-acct-plan-7f3a";
-const API_KEY: &str = "sk-plan-test-a1";
+pub(crate) const API_KEY: &str = "sk-plan-test-a1";
 
-fn sim_config(spec: PlanSpec) -> SimConfig {
+pub(crate) fn sim_config(spec: PlanSpec) -> SimConfig {
     SimConfig::new().org("org-a", &[API_KEY]).chatgpt_plan(spec)
 }
 
 /// Every secret a login holds, and each part of its JWTs (a part alone is as telling).
-fn token_parts(tokens: &ChatgptTokens) -> Vec<String> {
+pub(crate) fn token_parts(tokens: &ChatgptTokens) -> Vec<String> {
     let mut parts = vec![tokens.refresh_token.clone()];
     for jwt in [&tokens.access_token, &tokens.id_token] {
         parts.push(jwt.clone());
@@ -34,14 +35,14 @@ fn token_parts(tokens: &ChatgptTokens) -> Vec<String> {
     parts
 }
 
-fn assert_no_token(what: &str, text: &[u8], secrets: &[String]) {
+pub(crate) fn assert_no_token(what: &str, text: &[u8], secrets: &[String]) {
     for secret in secrets {
         assert!(!contains(text, secret), "{what} holds a token ({}…)", &secret[..secret.len().min(8)]);
     }
 }
 
 /// Codex's `auth.json` holding the plan's login.
-fn codex_auth(dir: &Path, tokens: &ChatgptTokens) -> std::path::PathBuf {
+pub(crate) fn codex_auth(dir: &Path, tokens: &ChatgptTokens) -> std::path::PathBuf {
     let path = dir.join("auth.json");
     let auth = json!({
         "auth_mode": "chatgpt",
@@ -331,9 +332,14 @@ async fn harness_with_keys(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_on_the_plan_reaches_the_backend_in_the_shape_it_takes() {
     let (h, _) = harness_with_plan(PlanSpec::new(ACCOUNT)).await;
+    let mut feed = h.gateway.events().subscribe();
     let (status, body) = send_turn(&h.base, "hello").await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("response.completed"), "{body}");
+    // The subscription includes what the plan serves: it costs nothing more, and is not "unpriced".
+    let record = next_record(&mut feed).await;
+    assert!(record.usage.is_some(), "the plan's answer reported its usage");
+    assert_eq!((record.cost_usd, record.unpriced), (Some(keymux::spend::Usd::ZERO), None));
     let entry = h.sim.log().into_iter().rev().find(|e| e.path.ends_with("/responses")).unwrap();
     assert_eq!((entry.path.as_str(), entry.key.as_deref()), ("/backend-api/codex/responses", Some(PLAN_KEY)));
     let header = |name: &str| entry.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
@@ -347,6 +353,8 @@ async fn a_turn_on_the_plan_reaches_the_backend_in_the_shape_it_takes() {
     assert_eq!(r.status(), 200);
     let last = h.sim.log().into_iter().last().unwrap();
     assert_eq!(last.key.as_deref(), Some(API_KEY));
+    let record = next_record(&mut feed).await;
+    assert!(record.cost_usd.is_some_and(|c| c > keymux::spend::Usd::ZERO), "an API key's answer is priced");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -380,6 +388,25 @@ async fn the_access_token_is_refreshed_once_ahead_of_expiry_and_no_request_fails
     let record = next_record(&mut feed).await;
     assert!(record.attempts.iter().all(|a| a.failure.is_none()), "{:?}", record.attempts);
     assert_eq!(h.sim.chatgpt_refreshes(), 1);
+}
+
+/// The next change a ChatGPT plan went through (used up, back) on an event feed.
+async fn next_plan_change(feed: &mut tokio::sync::broadcast::Receiver<std::sync::Arc<Envelope>>) -> KeyChange {
+    let wait = async {
+        loop {
+            match feed.recv().await {
+                Ok(envelope) => match &envelope.event {
+                    Event::Key(k) if matches!(k.change, KeyChange::PlanUsedUp { .. } | KeyChange::PlanBack) => {
+                        return k.change;
+                    }
+                    _ => {}
+                },
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(e) => panic!("event feed closed: {e}"),
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), wait).await.expect("a plan change within 30 s")
 }
 
 /// The key the simulator saw serve the latest turn of `session`.
@@ -442,9 +469,17 @@ async fn a_window_reported_used_up_sends_new_sessions_to_api_keys_without_trying
     let plan_requests = || h.sim.log().iter().filter(|e| e.key.as_deref() == Some(PLAN_KEY)).count();
     let mut first = Session::new(Shape::Codex, 11, true);
     assert_eq!(turn_on(&h, &mut first).await.as_deref(), Some(PLAN_KEY));
+    let mut feed = h.gateway.events().subscribe();
     let mut second = Session::new(Shape::Codex, 12, true);
     assert_eq!(turn_on(&h, &mut second).await.as_deref(), Some(PLAN_KEY), "the window's last request");
     let tried = plan_requests();
+    // Told once, as the answer reports it, with the window's reset (the tray's notification).
+    let until = match next_plan_change(&mut feed).await {
+        KeyChange::PlanUsedUp { until_unix_ms } => until_unix_ms,
+        other => panic!("the plan's running out was not told: {other:?}"),
+    };
+    let left = until.saturating_sub(h.gateway.clock().unix_ms());
+    assert!((4 * 3_600_000..=5 * 3_600_000).contains(&left), "told with its reset: {left} ms");
 
     let mut feed = h.gateway.events().subscribe();
     let mut third = Session::new(Shape::Codex, 13, true);
@@ -455,6 +490,8 @@ async fn a_window_reported_used_up_sends_new_sessions_to_api_keys_without_trying
     assert_eq!(plan_requests(), tried, "the plan was not tried for its 429 first");
 
     h.advance(Duration::from_secs(5 * 3600 + 1));
+    h.gateway.tick();
+    assert_eq!(next_plan_change(&mut feed).await, KeyChange::PlanBack, "its coming back is told");
     let mut fourth = Session::new(Shape::Codex, 14, true);
     assert_eq!(turn_on(&h, &mut fourth).await.as_deref(), Some(PLAN_KEY), "back on the plan after the reset");
 }

@@ -472,7 +472,11 @@ export type KeyChange = { "kind": "cooling_started",
 /**
  * When it frees.
  */
-until_unix_ms: number, } | { "kind": "cooling_ended" } | { "kind": "quota_exhausted", 
+until_unix_ms: number, } | { "kind": "cooling_ended" } | { "kind": "plan_used_up", 
+/**
+ * When its window resets.
+ */
+until_unix_ms: number, } | { "kind": "plan_back" } | { "kind": "quota_exhausted", 
 /**
  * When it is tried again.
  */
@@ -942,6 +946,12 @@ export type KeyInfo = KeyStatus & {
  * When a cooldown or quota rest ends, Unix milliseconds.
  */
 until_unix_ms: number | null, 
+/**
+ * A ChatGPT plan used up (resting after its 429, or a window its answer reported at 100 %): until
+ * when new sessions go to the API keys instead, Unix milliseconds. `None`: an API key, or an open
+ * plan.
+ */
+plan_used_up_until_unix_ms: number | null, 
 /**
  * The provider's window for requests (`x-ratelimit-*-requests`), once an answer reported it.
  */
@@ -1720,9 +1730,13 @@ export type FoundKey = {
  */
 fingerprint: string, 
 /**
- * The key masked (`sk-…abcd`).
+ * The key masked (`sk-…abcd`), or `ChatGPT plan`.
  */
 masked: string, 
+/**
+ * An OpenAI API key, or a ChatGPT plan (the login Codex is signed in with).
+ */
+provider: Provider, 
 /**
  * The label it gets.
  */
