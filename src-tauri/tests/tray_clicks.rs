@@ -15,13 +15,12 @@
 mod desktop;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
+use desktop::desk::{Desk, WAIT};
 use desktop::x11::{self, Rect, TrayHost};
-use desktop::xwd::Image;
 use desktop::{App, Xvfb};
 use keymux::api::types::StatusBody;
-use keymux::desktop::menu::{self, Action, IconState, MenuInput};
+use keymux::desktop::menu::{self, Action, IconState};
 use keymux::desktop::notices::NoticeKind;
 use keymux::keys::KeyId;
 use keymux::pool::HealthState;
@@ -29,8 +28,6 @@ use keymux_sim::{Fault, Sim, SimConfig};
 
 const TOKEN: &str = "km-tray-click-token-0123456789abcdef";
 const ADMIN: &str = "kma-tray-click-admin-0123456789abcdef";
-/// Generous: the machines are shared and slow; these only catch real breakage.
-const WAIT: Duration = Duration::from_secs(120);
 /// How the dashboard window shows in `xwininfo`: its title, then the app's class.
 const DASHBOARD: &str = "\"Keymux\": (\"keymux-window\"";
 
@@ -38,128 +35,6 @@ fn shots() -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("tray-shots");
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-/// The running app as the test drives it: its display, its icon's place, the gateway's API.
-struct Desk<'a> {
-    xvfb: &'a Xvfb,
-    icon: Rect,
-    api: String,
-    http: reqwest::Client,
-    /// What the menu's shape depends on besides the gateway's status.
-    codex_undo: bool,
-    notifications: bool,
-    autostart: bool,
-}
-
-impl Desk<'_> {
-    async fn status(&self) -> StatusBody {
-        let r = self.http.get(format!("{}/status", self.api)).bearer_auth(ADMIN).send().await.unwrap();
-        assert_eq!(r.status(), 200);
-        r.json().await.unwrap()
-    }
-
-    async fn wait_status(&self, what: &str, ok: impl Fn(&StatusBody) -> bool) -> StatusBody {
-        let started = std::time::Instant::now();
-        loop {
-            let s = self.status().await;
-            if ok(&s) {
-                return s;
-            }
-            assert!(started.elapsed() < WAIT, "{what}: the gateway never got there");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    /// Waits until the tray shows `want`, and keeps a picture of it.
-    async fn expect_icon(&self, want: IconState) {
-        let started = std::time::Instant::now();
-        loop {
-            let screen = self.xvfb.screen();
-            let (shown, distances) = x11::icon_shown(&screen, self.icon);
-            if shown == want {
-                let crop = screen.crop(Rect { x: 0, y: 0, w: 200, h: 34 });
-                crop.write_png(&shots().join(format!("icon-{}.png", want.name())));
-                return;
-            }
-            assert!(started.elapsed() < WAIT, "the tray never showed {want:?}; nearest now: {distances:?}");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    /// The menu the tray draws now, from the same pure function the app uses.
-    async fn menu(&self) -> menu::Menu {
-        let status = self.status().await;
-        menu::menu(&MenuInput {
-            status: Some(&status),
-            problem: None,
-            notifications: self.notifications,
-            notices_off: Vec::new(),
-            autostart: self.autostart,
-            codex_undo: self.codex_undo,
-            pi_undo: false,
-        })
-    }
-
-    /// Clicks the icon and waits for the menu to open; returns its window.
-    async fn open_menu(&self) -> x11::Window {
-        assert!(x11::popups(&self.xvfb.display).is_empty(), "nothing else is open");
-        let (x, y) = (self.icon.x + self.icon.w / 2, self.icon.y + self.icon.h / 2);
-        x11::xdotool(&self.xvfb.display, &["mousemove", &x.to_string(), &y.to_string(), "click", "1"]);
-        x11::until("the menu opens", WAIT, || x11::popups(&self.xvfb.display).into_iter().next()).await
-    }
-
-    /// Opens the menu, keeps a picture of it (the tray and the menu) as `name`, and closes it again.
-    async fn picture_of_menu(&self, name: &str) {
-        let menu = self.open_menu().await;
-        // Like a dialog, a menu is black from when it is mapped until GTK paints it.
-        self.drawn("the menu", menu.rect).await;
-        let r = menu.rect;
-        self.xvfb.screen().crop(Rect { x: 0, y: 0, w: r.x + r.w + 8, h: r.y + r.h + 8 }).write_png(&shots().join(name));
-        x11::xdotool(&self.xvfb.display, &["key", "Escape"]);
-        self.gone("the menu closes", &menu).await;
-    }
-
-    /// Waits until the window at `rect` is painted, and returns its picture: GTK maps a window (a
-    /// menu, a dialog) black and paints it a moment later. Painted means a third of its pixels lit.
-    async fn drawn(&self, what: &str, rect: Rect) -> Image {
-        x11::until(&format!("{what} is drawn"), WAIT, || {
-            let shot = self.xvfb.screen().crop(rect);
-            let lit = shot.pixels().chunks(3).filter(|px| px.iter().any(|&c| c > 24)).count();
-            (lit * 3 > shot.pixels().len() / 3).then_some(shot)
-        })
-        .await
-    }
-
-    /// Waits until `window` is off the screen.
-    async fn gone(&self, what: &str, window: &x11::Window) {
-        x11::until(what, WAIT, || (!x11::viewable(&self.xvfb.display, &window.id)).then_some(())).await;
-    }
-
-    /// Opens the menu and chooses `action` from the keyboard; waits for the menu to close.
-    async fn choose(&self, action: Action) {
-        let keys = x11::keys_for(&self.menu().await, &action);
-        let menu = self.open_menu().await;
-        for key in keys {
-            x11::xdotool(&self.xvfb.display, &["key", key]);
-        }
-        self.gone("the menu closes", &menu).await;
-    }
-
-    /// Waits for the dialog titled `title`, keeps a picture of it, and presses its default button.
-    async fn answer_dialog(&self, title: &str, picture: Option<&str>) {
-        let needle = format!("\"{title}\": (\"keymux-tray\"");
-        let dialog = x11::until(&format!("the {title:?} dialog opens"), WAIT, || {
-            x11::shown(&self.xvfb.display, &needle).into_iter().next()
-        })
-        .await;
-        if let Some(name) = picture {
-            self.drawn(&format!("the {title:?} dialog"), dialog.rect).await.write_png(&shots().join(name));
-        }
-        x11::xdotool(&self.xvfb.display, &["windowfocus", "--sync", &dialog.id]);
-        x11::xdotool(&self.xvfb.display, &["key", "Return"]);
-        self.gone(&format!("the {title:?} dialog closes"), &dialog).await;
-    }
 }
 
 fn health_of(s: &StatusBody, label: &str) -> HealthState {
@@ -213,7 +88,9 @@ async fn every_tray_state_and_menu_action_as_a_user_sees_and_clicks_them() {
         xvfb: &xvfb,
         icon,
         api: format!("{}/keymux/api", base.trim_end_matches("/v1")),
+        admin: ADMIN.to_owned(),
         http: reqwest::Client::new(),
+        shots: shots(),
         codex_undo: false,
         notifications: true,
         autostart: false,

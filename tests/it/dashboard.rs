@@ -9,14 +9,14 @@
 //! `KEYMUX_SKIP_UI` set the binary has no dashboard, and the test says it skipped.
 #![allow(clippy::unwrap_used, clippy::disallowed_methods, clippy::print_stdout, reason = "tests")]
 
-use crate::support;
+use crate::{chatgpt, support};
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use keymux_sim::{Sim, SimConfig};
+use keymux_sim::{PlanSpec, Sim, SimConfig};
 use support::{base_env, keymux_bin, run_codex, EXISTING_CODEX_CONFIG_HEAD, EXISTING_CODEX_CONFIG_TAIL, TOKEN};
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, BufReader};
 
@@ -71,8 +71,14 @@ async fn serve(sim: &Sim, home: &Path) -> Served {
     env.push(("KEYMUX_LOG".to_owned(), "info".to_owned()));
     // Setup records go under this home, never the user's.
     env.push(("XDG_DATA_HOME".to_owned(), home.join("data").display().to_string()));
+    let args = ["serve", "--ephemeral", "--listen", "127.0.0.1:0", "--upstream", &sim.base_url()];
+    serve_with(&args, &env).await
+}
+
+/// `keymux ARGS` with only `env`, and the address and login link it prints first.
+async fn serve_with(args: &[&str], env: &[(String, String)]) -> Served {
     let mut cmd = tokio::process::Command::new(keymux_bin());
-    cmd.args(["serve", "--ephemeral", "--listen", "127.0.0.1:0", "--upstream", &sim.base_url()]);
+    cmd.args(args);
     // Only what is given: in particular no KEYMUX_UI_DIR, so the embedded dashboard is served.
     cmd.env_clear().envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
@@ -152,34 +158,97 @@ async fn the_dashboard_shows_what_the_gateway_does() {
     );
 
     let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-shots");
-    let _ = std::fs::remove_dir_all(&shots);
-    std::fs::create_dir_all(&shots).unwrap();
+    browse("dashboard.mjs", &served, &sim, &shots, &[("KEYMUX_CODEX_HOME", codex_home.as_os_str())]).await;
+    codex_accepts_the_connect_snippet(&shots.join("codex-snippet.toml"), home.path(), &sim).await;
+    let _ = served.child.start_kill();
+    sim.shutdown();
+}
+
+/// The ChatGPT plan in the dashboard, end to end (`ui/e2e/plan.mjs`): the first-run offer finds the
+/// plan Codex is logged in to and an API key in the environment, the page imports both, the plan's
+/// card shows its 5-hour and weekly windows as the backend reports them, new sessions start on it
+/// ("plan first"), and once its 5-hour window is used up a new session goes to the API key with the
+/// reason and the plan's reset said in the row, the drawer, the card and the status bar. Nothing the
+/// page or the gateway shows holds a token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plan_card_shows_its_windows_and_new_sessions_go_to_the_api_key_once_it_is_used_up() {
+    if std::env::var_os("KEYMUX_SKIP_UI").is_some() {
+        println!("skipped: KEYMUX_SKIP_UI is set, so this build has no dashboard to test");
+        return;
+    }
+    let missing = missing_tools();
+    assert!(missing.is_empty(), "the dashboard's browser test needs:\n  - {}", missing.join("\n  - "));
+    assert!(
+        std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_some(),
+        "the plan lives in the keychain: run this test through `scripts/test`"
+    );
+    // Three requests fill the plan's 5-hour window; forty its weekly one.
+    let spec = PlanSpec::new(chatgpt::ACCOUNT).windows(3, 40).token_lifetime(Duration::from_secs(30 * 86_400));
+    let sim = Sim::start(chatgpt::sim_config(spec)).await.expect("simulator starts");
+    let tokens = sim.chatgpt_tokens().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    chatgpt::codex_auth(&home.path().join(".codex"), &tokens);
+    let cfg = home.path().join("config.toml");
+    let service = format!("keymux-dashboard-plan-{}", std::process::id());
+    std::fs::write(&cfg, format!("keychain_service = \"{service}\"\nupstream = \"{}\"\n", sim.base_url())).unwrap();
+    let mut env = base_env(home.path());
+    env.push(("KEYMUX_CHATGPT_BASE_URL".into(), sim.chatgpt_base_url()));
+    env.push(("KEYMUX_CHATGPT_AUTH_URL".into(), sim.chatgpt_auth_url()));
+    env.push(("KEYMUX_CLIENT_TOKEN".into(), TOKEN.into()));
+    env.push(("OPENAI_API_KEY".into(), chatgpt::API_KEY.into()));
+    env.push(("KEYMUX_LOG".into(), "info".into()));
+    env.push(("XDG_DATA_HOME".into(), home.path().join("data").display().to_string()));
+    let cfg_arg = cfg.display().to_string();
+    let served = serve_with(&["--config", &cfg_arg, "serve", "--listen", "127.0.0.1:0"], &env).await;
+
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-plan-shots");
+    let said = browse("plan.mjs", &served, &sim, &shots, &[]).await;
+    let served_by: Vec<_> =
+        sim.log().into_iter().filter(|e| e.path.ends_with("/responses")).filter_map(|e| e.key).collect();
+    let unreadable = sim.log().iter().filter(|e| e.error_code.as_deref() == Some("invalid_encrypted_content")).count();
+    assert_eq!(unreadable, 0, "no request reached an organization that could not read it");
+    assert!(served_by.iter().any(|k| k.starts_with("chatgpt-")), "the plan served: {served_by:?}");
+    assert!(served_by.iter().any(|k| k == chatgpt::API_KEY), "the API key served: {served_by:?}");
+
+    let (ok, _, err) = support::run_keymux(&["--config", &cfg_arg, "keys", "remove", "chatgpt"], &env, "").await;
+    assert!(ok, "{err}");
+    let mut printed = said.into_bytes();
+    printed.extend_from_slice(served.log.lock().unwrap().as_bytes());
+    chatgpt::assert_no_token("what the page and the gateway said", &printed, &chatgpt::token_parts(&tokens));
+    sim.shutdown();
+}
+
+/// Runs `ui/e2e/SCRIPT` against `served` in front of `sim`, its screenshots in `shots` (emptied
+/// first), and fails the test with the script's output and Keymux's last log lines when it fails.
+async fn browse(script: &str, served: &Served, sim: &Sim, shots: &Path, extra: &[(&str, &std::ffi::OsStr)]) -> String {
+    let _ = std::fs::remove_dir_all(shots);
+    std::fs::create_dir_all(shots).unwrap();
     let sim_root = sim.base_url().trim_end_matches("/v1").to_owned();
     let started = Instant::now();
     let mut node = tokio::process::Command::new("node");
-    node.arg("e2e/dashboard.mjs")
+    node.arg(Path::new("e2e").join(script))
         .current_dir(ui_dir())
         .env("KEYMUX_ROOT", &served.root)
         .env("KEYMUX_LOGIN_LINK", &served.login)
         .env("KEYMUX_SIM", &sim_root)
         .env("KEYMUX_TOKEN", TOKEN)
         .env("KEYMUX_FIXTURES", Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures"))
-        .env("KEYMUX_SHOTS", &shots)
-        .env("KEYMUX_CODEX_HOME", &codex_home)
+        .env("KEYMUX_SHOTS", shots)
         .env("CHROMIUM", chromium())
+        .envs(extra.iter().copied())
         .stdin(Stdio::null())
         .kill_on_drop(true);
     let out = tokio::time::timeout(E2E_TIMEOUT, node.output())
         .await
         .expect("the browser test finished within 15 minutes")
         .expect("node runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     println!("{stdout}");
     // Straight to stderr, past the test harness's capture: a person looks at these screenshots.
     let _ = writeln!(
         std::io::stderr(),
-        "dashboard browser test took {:.1} s; screenshots in {}",
+        "browser test {script} took {:.1} s; screenshots in {}",
         started.elapsed().as_secs_f64(),
         shots.display()
     );
@@ -190,9 +259,7 @@ async fn the_dashboard_shows_what_the_gateway_does() {
         };
         panic!("the browser test failed:\n{stdout}\n{stderr}\n--- keymux's last log lines ---\n{tail}");
     }
-    codex_accepts_the_connect_snippet(&shots.join("codex-snippet.toml"), home.path(), &sim).await;
-    let _ = served.child.start_kill();
-    sim.shutdown();
+    stdout
 }
 
 /// The Codex block the Connect view showed, pasted into a config a user already has (its first line at

@@ -7,134 +7,17 @@
 //
 // Environment: KEYMUX_ROOT (http://127.0.0.1:PORT), KEYMUX_LOGIN_LINK, KEYMUX_SIM (the simulator's
 // root), KEYMUX_TOKEN (a client token), KEYMUX_FIXTURES (tests/fixtures), KEYMUX_SHOTS (where the
-// screenshots go), optionally CHROMIUM (default /usr/bin/chromium).
+// screenshots go), KEYMUX_CODEX_HOME (the user's Codex directory), optionally CHROMIUM (default
+// /usr/bin/chromium). What it shares with the other browser tests is in common.mjs.
 
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { chromium } from "playwright-core";
+import {
+  BASE, clientHeaders, codexTurn1, CodexSession, LOGIN, need, piShort, post, ROOT, runInBrowser, send, SHOTS, short, simJson, step, TOKEN, WAIT, watch,
+} from "./common.mjs";
 
-const need = (name) => {
-  const v = process.env[name];
-  if (!v) {
-    console.error(`e2e: ${name} is not set (run it through \`cargo test --test it dashboard::\`)`);
-    process.exit(2);
-  }
-  return v;
-};
-const ROOT = need("KEYMUX_ROOT").replace(/\/$/, "");
-const LOGIN = need("KEYMUX_LOGIN_LINK");
-const SIM = need("KEYMUX_SIM").replace(/\/$/, "");
-const TOKEN = need("KEYMUX_TOKEN");
-const FIXTURES = need("KEYMUX_FIXTURES");
-const SHOTS = need("KEYMUX_SHOTS");
 const CODEX_HOME = need("KEYMUX_CODEX_HOME");
-const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
-const BASE = `${ROOT}/v1`;
-/** Generous: the machine is small and shared. */
-const WAIT = 45_000;
 
-const started = Date.now();
-const step = (what) => console.log(`e2e [${((Date.now() - started) / 1000).toFixed(1)}s] ${what}`);
-
-// ---------- traffic, shaped like Codex and pi ----------
-
-const fixture = (name) => JSON.parse(readFileSync(join(FIXTURES, name), "utf8"));
-const codexTurn1 = fixture("codex/http-turn1.json");
-const piTurn1 = fixture("pi/responses-turn1.json");
-
-function clientHeaders(captured, sessionId) {
-  const drop = new Set(["authorization", "host", "content-length", "connection", "accept-encoding", "content-type"]);
-  const out = {};
-  for (const [k, v] of captured.headers) {
-    const key = k.toLowerCase();
-    if (drop.has(key)) continue;
-    out[key] = ["session-id", "thread-id", "x-client-request-id", "session_id"].includes(key) ? sessionId : v;
-  }
-  return out;
-}
-
-let sessionCounter = 0;
-function sessionId() {
-  sessionCounter += 1;
-  return `01a227d7-ed08-7e52-9dfa-${(0xe2e000 + sessionCounter).toString(16).padStart(12, "0")}`;
-}
-
-/** Posts to /v1/responses and reads the whole answer, whatever its status. */
-async function post(body, headers, token) {
-  const r = await fetch(`${BASE}/responses`, {
-    method: "POST",
-    headers: { "content-type": "application/json", authorization: `Bearer ${token}`, ...headers },
-    body: JSON.stringify(body),
-  });
-  return { status: r.status, text: await r.text() };
-}
-
-async function send(body, headers = {}, token = TOKEN) {
-  const { status, text } = await post(body, headers, token);
-  if (status !== 200) throw new Error(`POST /v1/responses answered ${status}: ${text.slice(0, 300)}`);
-  if (body.stream) {
-    // The output items of a streamed answer, from its `response.output_item.done` events.
-    const items = [];
-    let id = null;
-    for (const frame of text.split("\n\n")) {
-      const data = frame.split("\n").find((l) => l.startsWith("data:"));
-      if (!data || data.includes("[DONE]")) continue;
-      const ev = JSON.parse(data.slice(5));
-      if (ev.type === "response.output_item.done") items.push(ev.item);
-      if (ev.type === "response.completed") id = ev.response.id;
-    }
-    return { id, output: items };
-  }
-  return JSON.parse(text);
-}
-
-/** A Codex conversation: each turn re-sends the whole history, replaying reasoning byte for byte. */
-class CodexSession {
-  constructor({ keepReasoning = true, token = TOKEN } = {}) {
-    this.token = token;
-    this.id = sessionId();
-    this.body = structuredClone(codexTurn1.body);
-    this.body.prompt_cache_key = this.id;
-    this.body.client_metadata = { ...this.body.client_metadata, session_id: this.id, thread_id: this.id };
-    this.body.stream = true;
-    this.keepReasoning = keepReasoning;
-    this.turn = 1;
-  }
-  async next() {
-    const answer = await send(this.body, clientHeaders(codexTurn1, this.id), this.token);
-    for (const item of answer.output) {
-      if (item.type === "reasoning") {
-        // A client with reasoning summaries off keeps no reasoning items (nothing pins it).
-        if (!this.keepReasoning) continue;
-        this.body.input.push({ ...item, content: null });
-      } else {
-        this.body.input.push(item);
-      }
-    }
-    this.turn += 1;
-    this.body.input.push({
-      type: "message",
-      id: `msg_${this.id}-${this.turn}`,
-      role: "user",
-      content: [{ type: "input_text", text: `Turn ${this.turn}: please continue.` }],
-    });
-    return answer;
-  }
-}
-
-const short = (text = "hello", token = TOKEN) => send({ model: "gpt-5.5", input: text, store: false }, {}, token);
-const piShort = (text = "Say hi.", token = TOKEN) =>
-  send({ model: "gpt-5.5", input: [{ role: "user", content: text }], store: false, stream: false }, clientHeaders(piTurn1, sessionId()), token);
-
-async function simJson(path, body) {
-  const r = await fetch(`${SIM}${path}`, body ? { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) } : {});
-  if (!r.ok) throw new Error(`simulator ${path}: ${r.status} ${await r.text()}`);
-  return r.json();
-}
-
-// ---------- the browser ----------
-
-const problems = [];
 /**
  * A refusal the test provokes on purpose through the page (the gateway's 400 for a pool change it
  * refuses): its status and a part of its address, while the step that provokes it runs.
@@ -144,63 +27,11 @@ const isProvoked = (x) =>
   provoked !== null &&
   ((x.status === provoked.status && (x.url ?? "").includes(provoked.path)) ||
     (x.console ?? "").includes(`status of ${provoked.status}`));
-/** Responses the test provokes on purpose (by page), which are not problems. */
-function watch(page, name, allowed = () => false) {
-  let closing = false;
-  page.on("console", (m) => {
-    if (closing) return;
-    if (m.type() === "error" && !allowed({ console: m.text() })) problems.push(`[${name}] console error: ${m.text()}`);
-  });
-  page.on("pageerror", (e) => problems.push(`[${name}] page error: ${e.message}`));
-  page.on("requestfailed", (r) => {
-    if (closing) return;
-    problems.push(`[${name}] request failed: ${r.method()} ${r.url()} (${r.failure()?.errorText})`);
-  });
-  page.on("response", (r) => {
-    if (r.status() >= 400 && !allowed({ url: r.url(), status: r.status() })) {
-      problems.push(`[${name}] ${r.status()} for ${r.request().method()} ${r.url()}`);
-    }
-  });
-  return () => {
-    closing = true;
-  };
-}
-
-// Playwright gives every launch a fresh, temporary profile (it refuses --user-data-dir here).
-const browser = await chromium.launch({
-  executablePath: CHROMIUM,
-  headless: true,
-  args: [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-  ],
-});
 
 let page;
-try {
-  await run();
-} catch (e) {
-  console.error(`e2e failed: ${e.stack ?? e}`);
-  if (page) await page.screenshot({ path: join(SHOTS, "failure.png"), fullPage: true }).catch(() => undefined);
-  problems.push(`failed: ${e.message}`);
-} finally {
-  await browser.close().catch(() => undefined);
-}
+await runInBrowser(run, () => page);
 
-if (problems.length > 0) {
-  console.error(`e2e: ${problems.length} problem(s):\n  ${problems.join("\n  ")}`);
-  process.exit(1);
-}
-step(`passed; screenshots in ${SHOTS}`);
-
-async function run() {
-  mkdirSync(SHOTS, { recursive: true });
-
+async function run(browser) {
   // Without a session the page says how to log in (the 401s here are the point).
   step("a page without a session shows how to log in");
   const stranger = await browser.newContext({ viewport: { width: 1280, height: 800 } });

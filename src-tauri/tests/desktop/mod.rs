@@ -3,6 +3,7 @@
 //! session bus, and the app as a process.
 #![allow(dead_code, reason = "each tray test binary uses its own part of these")]
 
+pub mod desk;
 pub mod x11;
 
 use std::collections::HashMap;

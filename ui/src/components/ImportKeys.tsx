@@ -53,7 +53,11 @@ export function ImportKeys({ firstRun = false }: { firstRun?: boolean }) {
   return (
     <div class="card import-keys" data-testid="import-keys">
       <h2>Keys already on this machine</h2>
-      <p class="muted small">Keymux found these OpenAI API keys in plaintext. Pick the ones to move into the keychain; each is probed once to learn its organization.</p>
+      <p class="muted small">
+        {offer.keys.some((k) => k.provider === "chatgpt")
+          ? "Keymux found these OpenAI API keys in plaintext, and the ChatGPT plan Codex is logged in to. Pick the ones to move into the keychain: each key is probed once to learn its organization; the plan then takes new sessions first, and Keymux keeps its login fresh."
+          : "Keymux found these OpenAI API keys in plaintext. Pick the ones to move into the keychain; each is probed once to learn its organization."}
+      </p>
       <ul class="import-list">
         {offer.keys.map((k) => (
           <li key={k.fingerprint}>

@@ -27,7 +27,9 @@ export function KeyCard({ info, spark, showOrg = false }: Props) {
   const [editing, setEditing] = useState(false);
   const [removing, setRemoving] = useState(false);
   const paused = status.value?.gateway.paused ?? false;
-  const health = HEALTH[info.health] ?? { name: info.health, tone: "muted" as const };
+  // A plan its answers reported used up is still "ready" for the sessions on it, but closed to new ones.
+  const planClosed = info.health === "ready" && info.plan_used_up_until_unix_ms !== null;
+  const health = planClosed ? { name: "used up", tone: "warn" as const } : (HEALTH[info.health] ?? { name: info.health, tone: "muted" as const });
 
   const act = async (what: string, run: () => Promise<string>) => {
     setBusy(what);
@@ -85,6 +87,14 @@ export function KeyCard({ info, spark, showOrg = false }: Props) {
         <div class="key-health" data-testid="key-health">
           <Tag tone={health.tone}>
             {health.name}
+            {planClosed && info.plan_used_up_until_unix_ms !== null && (
+              <>
+                {" "}
+                <span data-testid="key-countdown">
+                  <Countdown until={info.plan_used_up_until_unix_ms} />
+                </span>
+              </>
+            )}
             {info.until_unix_ms !== null &&
               (info.health === "cooling" || info.health === "quota_exhausted" || info.health === "unreachable") && (
               <>
@@ -115,12 +125,20 @@ export function KeyCard({ info, spark, showOrg = false }: Props) {
 
       {info.plan ? (
         <div class="gauges" data-testid="plan-windows">
-          <p class="small muted">
+          <p class="small muted plan-note" data-testid="plan-note">
             ChatGPT account <code>{info.plan.account_id}</code>
-            {info.plan.plan_type && <> ({info.plan.plan_type} plan)</>}: new sessions go here first
+            {info.plan.plan_type && <> ({info.plan.plan_type} plan)</>}
+            {info.plan_used_up_until_unix_ms !== null ? (
+              <>
+                : <strong class="plan-used-up">used up</strong>, new sessions go to your API keys for{" "}
+                <Countdown until={info.plan_used_up_until_unix_ms} />
+              </>
+            ) : info.health === "ready" ? (
+              <>: new sessions go here first</>
+            ) : null}
           </p>
-          <PlanGauge title="5-hour window" window={info.plan_windows?.primary ?? null} />
-          <PlanGauge title="Weekly window" window={info.plan_windows?.secondary ?? null} />
+          <PlanGauge title="5-hour" window={info.plan_windows?.primary ?? null} />
+          <PlanGauge title="Weekly" window={info.plan_windows?.secondary ?? null} />
         </div>
       ) : (
         <div class="gauges">

@@ -2,7 +2,8 @@ import { useState } from "preact/hooks";
 import { messageOf, post } from "../api/client";
 import type { GatewayInfo } from "../api/types";
 import { count } from "../lib/format";
-import { refreshStatus, status, statusError, stream } from "../state/store";
+import { planState } from "../lib/keys";
+import { keys, refreshStatus, status, statusError, stream } from "../state/store";
 import { Countdown } from "./Countdown";
 
 /** The gateway at a glance, always visible: address, keys, load, pause, store and keychain. */
@@ -49,6 +50,7 @@ export function StatusBar() {
           </span>
         )}
       </div>
+      <PlanStat />
       <div class="stat">
         <span class="num">{count(g.requests_last_minute)}</span>
         <span class="label">req/min</span>
@@ -59,7 +61,7 @@ export function StatusBar() {
       </div>
       <div class="stat" title={`Secrets: ${g.keychain.kind}`}>
         <span class={`dot ${g.keychain.ok ? "dot-ok" : "dot-bad"}`} />
-        <span class="label">{g.keychain.ok ? `secrets: ${g.keychain.kind}` : `secrets: ${g.keychain.kind} unreachable`}</span>
+        <span class="label">{g.keychain.kind === "memory" ? "keys in memory" : g.keychain.ok ? g.keychain.kind : `${g.keychain.kind} unreachable`}</span>
       </div>
       <div class="stat stat-pause">
         {g.paused && <span class="paused-flag">Paused: new requests get 503</span>}
@@ -71,6 +73,39 @@ export function StatusBar() {
         <div class="statusbar-alert" role="alert">
           {error ?? `Metrics store: ${g.store.error}`}
         </div>
+      )}
+    </div>
+  );
+}
+
+/** Where new sessions go while a ChatGPT plan is in the pool (the tray's menu says the same). */
+function PlanStat() {
+  const plan = planState(keys.value);
+  if (!plan) return null;
+  const primary = plan.key.plan_windows?.primary ?? null;
+  const title = `Your ChatGPT plan (${plan.key.label}) takes new sessions first while its usage allows; when it is used up they go to your API keys until it resets.`;
+  return (
+    <div class="stat" data-testid="status-plan" title={title}>
+      {plan.kind === "first" && (
+        <>
+          <span class="dot dot-ok" />
+          <span class="label">Plan first</span>
+          {primary && <span class="label">· 5h {Math.round(primary.used_percent)} %</span>}
+        </>
+      )}
+      {plan.kind === "used_up" && (
+        <>
+          <span class="dot dot-warn" />
+          <span class="label">
+            Plan used up · back in <Countdown until={plan.until} />
+          </span>
+        </>
+      )}
+      {plan.kind === "unavailable" && (
+        <>
+          <span class="dot dot-bad" />
+          <span class="label">Plan unavailable · API keys serve</span>
+        </>
       )}
     </div>
   );

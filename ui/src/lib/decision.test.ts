@@ -112,6 +112,14 @@ describe("badges", () => {
     expect(badges(r)).toEqual(["BALANCED", "POOL FALLBACK"]);
   });
 
+  it("marks a new session sent to the plan, and one that overflowed to an API key", () => {
+    const first = record({ reasons: [{ rule: "plan_first", key: "k_a1" }] });
+    const overflow = record({ reasons: [{ rule: "plan_exhausted", key: "k_a1", resets_ms: 60_000 }] });
+    expect(badges(first)).toEqual(["BALANCED", "PLAN FIRST"]);
+    expect(badges(overflow)).toEqual(["BALANCED", "PLAN USED UP"]);
+    expect(badges(record({}))).not.toContain("PLAN FIRST");
+  });
+
   it("reads a decision still in flight (no attempts yet)", () => {
     expect(badges({ decision: decision() })).toEqual(["BALANCED"]);
   });
@@ -131,7 +139,7 @@ describe("sentences", () => {
   it("says plan first, and when the plan is used up", () => {
     expect(reasonSentence({ rule: "plan_first", key: "k_a1" }, name)).toContain("Plan first: work (org-a) is your ChatGPT plan");
     expect(reasonSentence({ rule: "plan_exhausted", key: "k_a1", resets_ms: 5_400_000 }, name)).toBe(
-      "Your ChatGPT plan (work (org-a)) is used up until its window resets in 90 min: new sessions go to your API keys.",
+      "Your ChatGPT plan work (org-a) is used up until its window resets in 1h 30m: new sessions go to your API keys.",
     );
   });
 

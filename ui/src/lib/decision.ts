@@ -12,6 +12,8 @@ export const BADGES = {
   "PREFIX HIT": { tone: "teal", title: "Sent to the key whose prompt cache is warm for this prompt prefix" },
   "CACHE MISS": { tone: "muted", title: "A cache signal, but nothing remembered for it yet" },
   BALANCED: { tone: "muted", title: "Placed by headroom and load alone" },
+  "PLAN FIRST": { tone: "teal", title: "A new session sent to your ChatGPT plan, which new sessions use first while its usage allows" },
+  "PLAN USED UP": { tone: "warn", title: "Your ChatGPT plan is used up until its window resets, so this went to an API key" },
   RESCUED: { tone: "warn", title: "Items its organization could read were dropped: no key of that organization was usable" },
   FAILOVER: { tone: "warn", title: "The first key failed before any byte reached the client; another key answered" },
   "POOL FALLBACK": { tone: "warn", title: "No key of its token's pool could serve, so a fallback pool the user declared did" },
@@ -42,6 +44,8 @@ export function badges(r: BadgeInput): BadgeName[] {
   }
   if (d.affinity_state === "cache_miss") out.push("CACHE MISS");
   if (d.route === "balanced") out.push("BALANCED");
+  if (d.reasons.some((x) => x.rule === "plan_first")) out.push("PLAN FIRST");
+  if (d.reasons.some((x) => x.rule === "plan_exhausted")) out.push("PLAN USED UP");
   if (d.rescued_orgs.length > 0 || (r.rescued_items ?? 0) > 0) out.push("RESCUED");
   if ((r.attempts?.length ?? 0) > 1) out.push("FAILOVER");
   if (d.reasons.some((x) => x.rule === "pool_fallback")) out.push("POOL FALLBACK");
@@ -129,7 +133,7 @@ export function reasonSentence(reason: Reason, name: KeyNamer = plain, choice?: 
     case "plan_first":
       return `Plan first: ${name(reason.key)} is your ChatGPT plan, and new sessions go to it while its usage allows.`;
     case "plan_exhausted":
-      return `Your ChatGPT plan (${name(reason.key)}) is used up until its window resets in ${Math.ceil(reason.resets_ms / 60000)} min: new sessions go to your API keys.`;
+      return `Your ChatGPT plan ${name(reason.key)} is used up until its window resets in ${countdown(reason.resets_ms)}: new sessions go to your API keys.`;
     case "priority_tier":
       return `Only priority tier ${reason.tier} was used: the lowest tier with a usable key takes unpinned traffic.`;
     case "budget_overrun":

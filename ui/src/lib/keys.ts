@@ -27,3 +27,21 @@ export function probeVerdict(label: string, added: KeyInfo | null): { ok: boolea
     }
   }
 }
+
+/** Where new sessions go while a ChatGPT plan is in the pool, as the status bar and the plan's card say it. */
+export type PlanState =
+  | { kind: "first"; key: KeyInfo }
+  | { kind: "used_up"; key: KeyInfo; until: number }
+  | { kind: "unavailable"; key: KeyInfo };
+
+/**
+ * The pool's ChatGPT plan and where new sessions go: to it first while it is open, to the API keys
+ * while it is used up (until its reset, as the gateway reports it) or otherwise unusable. `null`
+ * without a plan. The same words as the tray's menu line.
+ */
+export function planState(all: KeyInfo[]): PlanState | null {
+  const key = all.find((k) => k.plan !== null);
+  if (!key) return null;
+  if (key.plan_used_up_until_unix_ms !== null) return { kind: "used_up", key, until: key.plan_used_up_until_unix_ms };
+  return key.health === "ready" ? { kind: "first", key } : { kind: "unavailable", key };
+}

@@ -54,6 +54,7 @@ export function keyInfo(id: string, over: Partial<KeyInfo> = {}): KeyInfo {
     plan: null,
     plan_windows: null,
     until_unix_ms: null,
+    plan_used_up_until_unix_ms: null,
     requests_window: null,
     tokens_window: null,
     pools: [],

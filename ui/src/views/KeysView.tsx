@@ -57,12 +57,21 @@ function OrgGroups({ lines }: { lines: Map<string, Spark> }) {
       {groups.map(([org, list]) => (
         <section class="org-group" key={org} data-testid="org-group" data-org={org}>
           <h2 class="org-title">
-            {org || "Organization not known yet"}
-            <span class="muted small">
-              {" "}
-              · {list.length} key{list.length === 1 ? "" : "s"}
-              {list.some((k) => k.org_learned) ? " · learned from the provider" : ""}
-            </span>
+            {list.every((k) => k.plan !== null) ? (
+              <>
+                Your ChatGPT plan
+                <span class="muted small"> · an organization of its own: API keys cannot read what its sessions replay</span>
+              </>
+            ) : (
+              <>
+                {org || "Organization not known yet"}
+                <span class="muted small">
+                  {" "}
+                  · {list.length} key{list.length === 1 ? "" : "s"}
+                  {list.some((k) => k.org_learned) ? " · learned from the provider" : ""}
+                </span>
+              </>
+            )}
           </h2>
           <div class="key-grid">
             {list.map((k) => (
