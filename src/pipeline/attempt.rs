@@ -36,7 +36,7 @@ pub async fn attempt_all<T: Transport>(
 /// plan keys, all now closed for their usage), with `lost_org = "rescue"`.
 fn plan_used_up(gw: &Gateway, admitted: &Admitted) -> bool {
     let now = gw.clock().now();
-    let is_plan = |key: &KeyId| gw.pool().entry(key).is_some_and(|e| e.provider == crate::keys::Provider::Chatgpt);
+    let is_plan = |key: &KeyId| gw.pool().is_plan(key);
     let cooling = |key: &KeyId| gw.pool().status(now, gw.today()).iter().any(|s| &s.id == key && s.cooldown_ms > 0);
     gw.policy().lost_org == LostOrgPolicy::Rescue
         && admitted.decision.pin.is_some()
