@@ -14,9 +14,9 @@
 
 mod desktop;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use desktop::desk::{Desk, WAIT};
+use desktop::desk::{shots, Desk, WAIT};
 use desktop::x11::{self, Rect, TrayHost};
 use desktop::{App, Xvfb};
 use keymux::api::types::StatusBody;
@@ -30,12 +30,6 @@ const TOKEN: &str = "km-tray-click-token-0123456789abcdef";
 const ADMIN: &str = "kma-tray-click-admin-0123456789abcdef";
 /// How the dashboard window shows in `xwininfo`: its title, then the app's class.
 const DASHBOARD: &str = "\"Keymux\": (\"keymux-window\"";
-
-fn shots() -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("tray-shots");
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 fn health_of(s: &StatusBody, label: &str) -> HealthState {
     s.keys.iter().find(|k| k.status.label == label).unwrap().status.health
@@ -73,28 +67,11 @@ async fn every_tray_state_and_menu_action_as_a_user_sees_and_clicks_them() {
     let original = "# my settings\nmodel = \"gpt-5.5\"\n\n[tui]\nnotifications = true\n";
     std::fs::write(&codex, original).unwrap();
     let env = app_env(home.path(), &xvfb);
-    let mut args: Vec<String> =
-        ["--ephemeral", "--hidden", "--config", config.to_str().unwrap(), "--listen", "127.0.0.1:0", "--upstream"]
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect();
-    args.push(sim.base_url());
+    let args = desktop::desk::hidden_app_args(&config, &sim.base_url());
 
     let mut app = App::spawn(&args, &env).await;
     let base = app.base_url(WAIT).await;
-    let icon = x11::docked_icon(&xvfb.display, WAIT).await;
-    println!("the icon docked at {icon:?}");
-    let mut desk = Desk {
-        xvfb: &xvfb,
-        icon,
-        api: format!("{}/keymux/api", base.trim_end_matches("/v1")),
-        admin: ADMIN.to_owned(),
-        http: reqwest::Client::new(),
-        shots: shots(),
-        codex_undo: false,
-        notifications: true,
-        autostart: false,
-    };
+    let mut desk = Desk::new(&xvfb, &base, ADMIN).await;
 
     states(&desk).await;
     test_a_cooling_key_now(&desk, &sim, &base, &notifications).await;

@@ -11,11 +11,11 @@
 
 mod desktop;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use desktop::desk::{Desk, WAIT};
-use desktop::x11::{self, TrayHost};
+use desktop::x11::TrayHost;
 use desktop::{App, Xvfb};
 use keymux::api::types::StatusBody;
 use keymux::desktop::menu::{self, MenuInput};
@@ -25,12 +25,6 @@ use serde_json::{json, Value};
 const TOKEN: &str = "km-tray-plan-token-0123456789abcdef";
 const ADMIN: &str = "kma-tray-plan-admin-0123456789abcdef";
 const ACCOUNT: &str = "acct-tray-plan-41c2";
-
-fn shots() -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("tray-shots");
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 fn status_line(status: &StatusBody) -> String {
     menu::status_line(&MenuInput {
@@ -68,17 +62,7 @@ async fn the_tray_says_where_new_sessions_go_and_tells_when_the_plan_is_used_up(
     let (args, env) = app_with_login(home.path(), &xvfb, &sim);
     let mut app = App::spawn(&args, &env).await;
     let base = app.base_url(WAIT).await;
-    let desk = Desk {
-        xvfb: &xvfb,
-        icon: x11::docked_icon(&xvfb.display, WAIT).await,
-        api: format!("{}/keymux/api", base.trim_end_matches("/v1")),
-        admin: ADMIN.to_owned(),
-        http: reqwest::Client::new(),
-        shots: shots(),
-        codex_undo: false,
-        notifications: true,
-        autostart: false,
-    };
+    let desk = Desk::new(&xvfb, &base, ADMIN).await;
 
     import_the_plan(&desk).await;
 
@@ -136,12 +120,7 @@ fn app_with_login(home: &Path, xvfb: &Xvfb, sim: &Sim) -> (Vec<String>, Vec<(Str
     env.push(("CODEX_HOME".into(), codex.display().to_string()));
     env.push(("KEYMUX_CHATGPT_BASE_URL".into(), sim.chatgpt_base_url()));
     env.push(("KEYMUX_CHATGPT_AUTH_URL".into(), sim.chatgpt_auth_url()));
-    let mut args: Vec<String> =
-        ["--ephemeral", "--hidden", "--config", config.to_str().unwrap(), "--listen", "127.0.0.1:0", "--upstream"]
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect();
-    args.push(sim.base_url());
+    let args = desktop::desk::hidden_app_args(&config, &sim.base_url());
     (args, env)
 }
 

@@ -2,7 +2,7 @@
 //! chosen from the keyboard, its dialogs answered, pictures of what it shows, and the gateway's
 //! control API.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use keymux::api::types::StatusBody;
@@ -14,6 +14,23 @@ use super::Xvfb;
 
 /// Generous: the machines are shared and slow; these only catch real breakage.
 pub const WAIT: Duration = Duration::from_secs(120);
+
+/// Where the tray tests keep their pictures (`tray-shots/` in the test's temporary directory).
+pub fn shots() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("tray-shots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The app's arguments as start at login gives them (hidden), with secrets from the environment only,
+/// `config`, a port of its own and `upstream` as the provider.
+pub fn hidden_app_args(config: &Path, upstream: &str) -> Vec<String> {
+    let config = config.display().to_string();
+    ["--ephemeral", "--hidden", "--config", &config, "--listen", "127.0.0.1:0", "--upstream", upstream]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect()
+}
 
 /// The running app as the test drives it: its display, its icon's place, the gateway's API.
 pub struct Desk<'a> {
@@ -29,6 +46,26 @@ pub struct Desk<'a> {
     pub codex_undo: bool,
     pub notifications: bool,
     pub autostart: bool,
+}
+
+impl<'a> Desk<'a> {
+    /// The app whose gateway answers at `base` (`…/v1`), its icon docked on `xvfb`'s tray, with the
+    /// menu as a fresh start shows it (notifications on, no Undo, not started at login).
+    pub async fn new(xvfb: &'a Xvfb, base: &str, admin: &str) -> Self {
+        let icon = x11::docked_icon(&xvfb.display, WAIT).await;
+        println!("the icon docked at {icon:?}");
+        Desk {
+            xvfb,
+            icon,
+            api: format!("{}/keymux/api", base.trim_end_matches("/v1")),
+            admin: admin.to_owned(),
+            http: reqwest::Client::new(),
+            shots: shots(),
+            codex_undo: false,
+            notifications: true,
+            autostart: false,
+        }
+    }
 }
 
 impl Desk<'_> {
