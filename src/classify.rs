@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use axum::http::HeaderMap;
-use std::time::Instant;
 
 use crate::events::FailureKind;
 use crate::pool::OutcomeKind;
@@ -79,8 +78,10 @@ pub struct Heard {
 }
 
 impl Heard {
-    /// Reads what a response's status line and headers say (the code is read from the body later).
-    pub fn from_headers(status: u16, headers: &HeaderMap, now: Instant) -> Self {
+    /// Reads what a response's status line and headers say (the code is read from the body later), on
+    /// the gateway's clock.
+    pub fn from_headers(status: u16, headers: &HeaderMap, clock: &crate::clock::Clock) -> Self {
+        let now = clock.now();
         let org = headers
             .get("openai-organization")
             .and_then(|v| v.to_str().ok())
@@ -94,7 +95,7 @@ impl Heard {
             cooldown: cooldown_hint(headers),
             code: None,
             message: None,
-            plan: plan_windows(headers),
+            plan: plan_windows(headers, clock),
         }
     }
 
@@ -113,13 +114,15 @@ impl Heard {
 }
 
 /// A ChatGPT plan's usage windows, read only from an answer that reports one (the names are looked up
-/// once each, not made for every answer of every key).
-fn plan_windows(headers: &HeaderMap) -> keymux_core::chatgpt::PlanWindows {
+/// once each, not made for every answer of every key). A window that gives only its
+/// `reset-after-seconds` resets that long after now.
+fn plan_windows(headers: &HeaderMap, clock: &crate::clock::Clock) -> keymux_core::chatgpt::PlanWindows {
     const REPORTED: [&str; 2] = ["x-codex-primary-used-percent", "x-codex-secondary-used-percent"];
     if !REPORTED.iter().any(|name| headers.contains_key(*name)) {
         return keymux_core::chatgpt::PlanWindows::default();
     }
-    keymux_core::chatgpt::PlanWindows::from_headers(|name| headers.get(name)?.to_str().ok(), None)
+    let now_unix = clock.unix_ms() / 1000;
+    keymux_core::chatgpt::PlanWindows::from_headers(|name| headers.get(name)?.to_str().ok(), Some(now_unix))
 }
 
 /// The `error.code` and `error.message` of an OpenAI-shaped error body.
@@ -284,7 +287,7 @@ mod tests {
         let long = safe_message(&"word ".repeat(200));
         assert_eq!(long.chars().count(), MAX_MESSAGE_CHARS + 1);
         let body = br#"{"error":{"message":"The server had an error","type":"server_error","code":null}}"#;
-        let h = Heard::from_headers(500, &HeaderMap::new(), crate::clock::Clock::system().now()).with_body(body);
+        let h = Heard::from_headers(500, &HeaderMap::new(), &crate::clock::Clock::system()).with_body(body);
         assert_eq!(h.message.as_deref(), Some("The server had an error"));
     }
 
@@ -350,5 +353,21 @@ mod tests {
         );
         assert_eq!(error_code(br#"{"error":{"code":null}}"#), None);
         assert_eq!(error_code(b"<html>"), None);
+    }
+
+    /// A plan window that gives only how long until it resets is read on the gateway's clock, so a
+    /// window reported used up closes the plan until then.
+    #[test]
+    fn a_plan_window_that_gives_only_its_seconds_to_reset_resets_that_long_after_now() {
+        let clock = crate::clock::Clock::system();
+        clock.advance(Duration::from_secs(86_400));
+        let mut headers = HeaderMap::new();
+        headers.insert("x-codex-primary-used-percent", http::HeaderValue::from_static("100.0"));
+        headers.insert("x-codex-primary-reset-after-seconds", http::HeaderValue::from_static("3600"));
+        let heard = Heard::from_headers(200, &headers, &clock);
+        let resets = heard.plan.primary.and_then(|w| w.resets_unix).expect("a reset");
+        let now = clock.unix_ms() / 1000;
+        assert!((now + 3599..=now + 3600).contains(&resets), "{resets} against {now}");
+        assert_eq!(heard.plan.exhausted_until_unix(), Some(resets));
     }
 }

@@ -98,7 +98,7 @@ impl Transport for Http<'_> {
             Err(error) => return Reply::Failed(error),
         };
         let status = response.status();
-        let heard = Heard::from_headers(status.as_u16(), response.headers(), self.clock.now());
+        let heard = Heard::from_headers(status.as_u16(), response.headers(), self.clock);
         let mut headers = upstream::forward_response_headers(response.headers());
         let base = guard.entry().label.clone();
         if !status.is_success() {

@@ -35,7 +35,7 @@ impl Transport for Probe<'_> {
         let sent = self.upstream.send(entry, http::Method::GET, "/models", HeaderMap::new(), Bytes::new()).await;
         match sent {
             Ok(response) => {
-                let heard = Heard::from_headers(response.status().as_u16(), response.headers(), self.clock.now());
+                let heard = Heard::from_headers(response.status().as_u16(), response.headers(), self.clock);
                 if response.status().is_success() {
                     Reply::Accepted(heard, ())
                 } else {

@@ -218,13 +218,13 @@ impl Handshake<'_> {
             .and_then(|v| v["status"].as_u64())
             .and_then(|s| u16::try_from(s).ok())
             .unwrap_or(400);
-        let heard = Heard::from_headers(status, &HeaderMap::new(), self.gateway.clock().now()).with_body(&error);
+        let heard = Heard::from_headers(status, &HeaderMap::new(), self.gateway.clock()).with_body(&error);
         Reply::Declined(heard, Declined::from_body(status, &error, || "The provider refused the frame.".to_owned()))
     }
 
     /// The handshake alone: an open socket, the provider's refusal, or no answer.
     async fn connect(&self, guard: &InFlight) -> Reply<Upstream, Declined> {
-        let now = || self.gateway.clock().now();
+        let clock = self.gateway.clock();
         let request = match handshake_request(self.gateway, guard, self.headers) {
             Ok(request) => request,
             Err(error) => return Reply::Failed(error),
@@ -253,11 +253,11 @@ impl Handshake<'_> {
                 base,
                 secs: self.gateway.upstream().connect_timeout().as_secs(),
             }),
-            Ok(Ok((socket, response))) => Reply::Accepted(Heard::from_headers(101, response.headers(), now()), socket),
+            Ok(Ok((socket, response))) => Reply::Accepted(Heard::from_headers(101, response.headers(), clock), socket),
             Ok(Err(tokio_tungstenite::tungstenite::Error::Http(response))) => {
                 let status = response.status().as_u16();
                 let body = response.body().clone().unwrap_or_default();
-                let heard = Heard::from_headers(status, response.headers(), now()).with_body(&body);
+                let heard = Heard::from_headers(status, response.headers(), clock).with_body(&body);
                 let fallback = || format!("The provider refused the WebSocket with status {status}.");
                 Reply::Declined(heard, Declined::from_body(status, &body, fallback))
             }
