@@ -64,6 +64,9 @@ async function run(browser) {
   if (!reasons.includes("Your ChatGPT plan chatgpt") || !reasons.includes("new sessions go to your API keys")) {
     throw new Error(`the drawer does not say the plan is used up: ${reasons}`);
   }
+  if (!reasons.includes("was skipped: its plan's usage is used up until its window resets in")) {
+    throw new Error(`the drawer does not say why the plan was skipped: ${reasons}`);
+  }
   await shots("plan-used-up-drawer", { full: false, keepView: true });
   await page.keyboard.press("Escape");
   await drawer.waitFor({ state: "hidden", timeout: WAIT });

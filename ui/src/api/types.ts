@@ -29,6 +29,10 @@ remaining_ms: number, } | { "kind": "model_unavailable" } | { "kind": "near_exha
 /**
  * Milliseconds until the window refills.
  */
+reset_ms: number, } | { "kind": "plan_used_up", 
+/**
+ * Milliseconds until the window resets.
+ */
 reset_ms: number, } | { "kind": "over_budget" } | { "kind": "unreachable", 
 /**
  * Milliseconds until the next try.

@@ -136,6 +136,12 @@ describe("sentences", () => {
     expect(reasonSentence({ rule: "continuity_binding", key: "k_a1" }, name)).toContain("work (org-a)");
   });
 
+  it("says a used-up plan was skipped for its usage, not for a rate limit", () => {
+    expect(reasonSentence({ rule: "skipped", key: "k_a1", why: { kind: "plan_used_up", reset_ms: 3_600_000 } }, name)).toBe(
+      "work (org-a) was skipped: its plan's usage is used up until its window resets in 1h 00m.",
+    );
+  });
+
   it("says plan first, and when the plan is used up", () => {
     expect(reasonSentence({ rule: "plan_first", key: "k_a1" }, name)).toContain("Plan first: work (org-a) is your ChatGPT plan");
     expect(reasonSentence({ rule: "plan_exhausted", key: "k_a1", resets_ms: 5_400_000 }, name)).toBe(

@@ -90,6 +90,8 @@ function skipWhy(why: SkipWhy): string {
       return "it does not serve this model";
     case "near_exhaustion":
       return `a rate-limit window is used up until it refills in ${countdown(why.reset_ms)}`;
+    case "plan_used_up":
+      return `its plan's usage is used up until its window resets in ${countdown(why.reset_ms)}`;
     case "over_budget":
       return "it is over its daily token budget";
     case "unreachable":

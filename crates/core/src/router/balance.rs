@@ -125,7 +125,7 @@ fn sort_keys<'a>(ask: &Ask<'a>, decision: &mut Decision) -> Sorted<'a> {
             Some(why) => {
                 let frees = match (why, key.health) {
                     (SkipWhy::Cooling { .. }, Health::Cooling { until }) => Some(until),
-                    (SkipWhy::NearExhaustion { .. }, _) => key.exhausted_until,
+                    (SkipWhy::NearExhaustion { .. } | SkipWhy::PlanUsedUp { .. }, _) => key.exhausted_until,
                     (SkipWhy::WindowReserved { .. }, _) => key.window_reserve.map(|r| r.frees),
                     (SkipWhy::BudgetReserved { .. } | SkipWhy::BudgetStopped { .. }, _) => {
                         sorted.over_money += 1;
@@ -158,7 +158,8 @@ pub(super) fn closed(key: &KeyView, now: Instant) -> Option<SkipWhy> {
         .or_else(|| reserved(key))
         .or_else(|| {
             let until = key.exhausted_until.filter(|u| *u > now)?;
-            Some(SkipWhy::NearExhaustion { reset_ms: millis(until - now) })
+            let reset_ms = millis(until - now);
+            Some(if key.plan { SkipWhy::PlanUsedUp { reset_ms } } else { SkipWhy::NearExhaustion { reset_ms } })
         })
         .or_else(|| {
             let kept = key.window_reserve.filter(|r| r.frees > now)?;

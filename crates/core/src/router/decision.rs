@@ -55,6 +55,12 @@ pub enum SkipWhy {
         /// Milliseconds until the window refills.
         reset_ms: u64,
     },
+    /// A ChatGPT plan's usage window (5-hour or weekly) is used up; it resets in that many
+    /// milliseconds.
+    PlanUsedUp {
+        /// Milliseconds until the window resets.
+        reset_ms: u64,
+    },
     /// Over its daily token budget.
     OverBudget,
     /// Its base URL cannot be reached; a background probe tries again in that many milliseconds.

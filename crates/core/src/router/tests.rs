@@ -842,6 +842,14 @@ fn a_new_session_goes_to_the_plan_first_and_overflows_to_the_api_keys_while_it_i
     let said = Reason::PlanExhausted { key: KeyId::new("plan"), resets_ms: 3_600_000 };
     assert!(d.reasons.contains(&said), "{:?}", d.reasons);
 
+    // Closed by a window its answer reported used up (still ready): skipped as a used-up plan.
+    let reported = KeyView { exhausted_until: Some(resets), ..plan_key(Health::Ready) };
+    let d =
+        decide(&facts(4), &PoolView { keys: vec![keys().remove(0), reported] }, &Memory::default(), now, &policy(3));
+    assert_eq!(ids(&d), ["a1"]);
+    let skipped = Reason::Skipped { key: KeyId::new("plan"), why: SkipWhy::PlanUsedUp { reset_ms: 3_600_000 } };
+    assert!(d.reasons.contains(&skipped) && d.reasons.contains(&said), "{:?}", d.reasons);
+
     // Back once its window resets.
     let d = decide(&facts(3), &PoolView { keys: keys() }, &Memory::default(), resets, &policy(3));
     assert_eq!(d.choice.as_ref().map(KeyId::as_str), Some("plan"));
