@@ -44,6 +44,8 @@ async function run(browser) {
   await onPlan.next();
   let row = await rowAfter(mark, "PLAN FIRST");
   if ((await rowKey(row)) !== "chatgpt") throw new Error(`the first turn went to ${await rowKey(row)}`);
+  const cost = await row.getByTestId("row-cost").innerText();
+  if (cost.trim() !== "in plan") throw new Error(`a turn the plan served costs ${cost}`);
   await windowsSay(card, ["33 % used", "3 % used"]);
   await statusSays("Plan first · 5h 33 %");
   await shots("plan-first");

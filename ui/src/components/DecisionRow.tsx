@@ -10,6 +10,8 @@ interface Props {
   row: LiveRow;
   keyLabel: string;
   keyOrg: string | null;
+  /** Served by a ChatGPT plan: its subscription includes what it served. */
+  onPlan?: boolean;
   onOpen: (seq: number) => void;
 }
 
@@ -21,7 +23,7 @@ function statusTone(status: number): string {
 }
 
 /** One request in the Live table: click or Enter opens its decision. */
-export const DecisionRow = memo(function DecisionRow({ row, keyLabel, keyOrg, onOpen }: Props) {
+export const DecisionRow = memo(function DecisionRow({ row, keyLabel, keyOrg, onPlan = false, onOpen }: Props) {
   const r = row.record;
   const source = r ?? row.routed;
   const usage = r?.usage;
@@ -82,8 +84,18 @@ export const DecisionRow = memo(function DecisionRow({ row, keyLabel, keyOrg, on
       <td class="c-cached num" title="Share of prompt tokens from the provider's cache">
         {cached !== null ? percent(cached) : ""}
       </td>
-      <td class="c-cost num" data-testid="row-cost" title={r?.unpriced ? `No price for this ${r.unpriced}: not counted, and not $0` : "What it cost, from its usage"}>
-        {r?.unpriced ? <span class="muted">unpriced</span> : r?.usage ? usd(r.cost_usd) : ""}
+      <td
+        class="c-cost num"
+        data-testid="row-cost"
+        title={
+          r?.unpriced
+            ? `No price for this ${r.unpriced}: not counted, and not $0`
+            : onPlan
+              ? "Included in your ChatGPT plan: it costs nothing more"
+              : "What it cost, from its usage"
+        }
+      >
+        {r?.unpriced ? <span class="muted">unpriced</span> : r?.usage && onPlan ? <span class="muted">in plan</span> : r?.usage ? usd(r.cost_usd) : ""}
         {usage && usage.tier !== "standard" && (
           <span class="muted small" data-testid="row-tier" title="The service tier the provider says it served (what the cost is in)">
             {" "}

@@ -171,36 +171,44 @@ export function KeyCard({ info, spark, showOrg = false }: Props) {
           </span>
           {budget !== null && <Bar left={1 - info.tokens_today / Math.max(1, budget)} label="Daily budget left" />}
         </div>
-        <div class="key-stat" data-testid="key-spend" title="Spent today and this month (local day and month)">
-          <span class="muted small">Spent today</span>
-          <span class="num">{usd(info.spend_today_usd)}</span>
-          {info.daily_budget_usd !== null && (
-            <>
-              <span class="muted small">
-                of {usd(info.daily_budget_usd)} a day
-                {info.spend_today_usd >= info.daily_budget_usd ? " · reached" : ""}
+        {info.plan ? (
+          <div class="key-stat" data-testid="key-spend" title="Your ChatGPT plan's subscription includes what it serves">
+            <span class="muted small">Spent</span>
+            <span class="num">in plan</span>
+            <span class="muted small">nothing more</span>
+          </div>
+        ) : (
+          <div class="key-stat" data-testid="key-spend" title="Spent today and this month (local day and month)">
+            <span class="muted small">Spent today</span>
+            <span class="num">{usd(info.spend_today_usd)}</span>
+            {info.daily_budget_usd !== null && (
+              <>
+                <span class="muted small">
+                  of {usd(info.daily_budget_usd)} a day
+                  {info.spend_today_usd >= info.daily_budget_usd ? " · reached" : ""}
+                </span>
+                <Bar left={1 - info.spend_today_usd / Math.max(1e-9, info.daily_budget_usd)} label="Daily budget in money left" />
+              </>
+            )}
+            <span class="muted small">
+              {usd(info.spend_month_usd)}
+              {info.monthly_budget_usd !== null ? ` of ${usd(info.monthly_budget_usd)}` : ""} this month
+              {info.unpriced_requests_month > 0 ? ` · ${info.unpriced_requests_month} unpriced` : ""}
+            </span>
+            {info.budget_runs_out_unix_ms !== null && info.budget.state === "open" && (
+              <span class="muted small" data-testid="key-runs-out" title="When a budget runs out at the last hour's pace">
+                runs out ~{new Date(info.budget_runs_out_unix_ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })}
               </span>
-              <Bar left={1 - info.spend_today_usd / Math.max(1e-9, info.daily_budget_usd)} label="Daily budget in money left" />
-            </>
-          )}
-          <span class="muted small">
-            {usd(info.spend_month_usd)}
-            {info.monthly_budget_usd !== null ? ` of ${usd(info.monthly_budget_usd)}` : ""} this month
-            {info.unpriced_requests_month > 0 ? ` · ${info.unpriced_requests_month} unpriced` : ""}
-          </span>
-          {info.budget_runs_out_unix_ms !== null && info.budget.state === "open" && (
-            <span class="muted small" data-testid="key-runs-out" title="When a budget runs out at the last hour's pace">
-              runs out ~{new Date(info.budget_runs_out_unix_ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })}
-            </span>
-          )}
-          {info.budget.state !== "open" && (
-            <span data-testid="key-budget-state">
-              <Tag tone={info.budget.state === "stopped" ? "bad" : "warn"} title={budgetTitle(info)}>
-                {info.budget.state === "stopped" ? "budget: stopped" : "budget: no new sessions"}
-              </Tag>
-            </span>
-          )}
-        </div>
+            )}
+            {info.budget.state !== "open" && (
+              <span data-testid="key-budget-state">
+                <Tag tone={info.budget.state === "stopped" ? "bad" : "warn"} title={budgetTitle(info)}>
+                  {info.budget.state === "stopped" ? "budget: stopped" : "budget: no new sessions"}
+                </Tag>
+              </span>
+            )}
+          </div>
+        )}
         <div class="key-stat">
           <span class="muted small">Cached</span>
           <span class="num">{percent(info.cached_ratio)}</span>

@@ -98,7 +98,12 @@ function onEvent(envelope: Envelope): void {
     case "routed":
     case "finished":
       rows.apply(envelope);
-      if (envelope.type === "finished") finishedCount.value++;
+      if (envelope.type === "finished") {
+        finishedCount.value++;
+        // The key cards' counters (served, tokens, spend, windows) follow the traffic: at most one
+        // status read a second however many requests finish.
+        scheduleStatus(1000);
+      }
       publish();
       break;
     case "key":

@@ -175,6 +175,7 @@ export function LiveView() {
                     row={row}
                     keyLabel={info?.label ?? k ?? "—"}
                     keyOrg={info?.org ?? null}
+                    onPlan={info?.plan != null}
                     onOpen={open}
                   />
                 );
