@@ -133,9 +133,7 @@ impl Notifier {
                 }
                 plan_notice(k, now_unix_ms).or_else(|| self.key_notice(k, &status, usable))
             }
-            Event::Finished(record) => {
-                session_lost(&record.routed.decision.refusal, !record.routed.decision.rescued_orgs.is_empty())
-            }
+            Event::Finished(record) => session_lost(record),
             Event::Gateway(crate::events::GatewayEvent::Budget { of, label, state }) => {
                 Some(budget(of, label, state, now_unix_ms))
             }
@@ -293,8 +291,13 @@ fn pool_blocked(status: &StatusBody) -> Option<Notice> {
     Some(Notice { kind: NoticeKind::AllKeysBlocked, title: format!("{}: no key can serve", pool.name), body })
 }
 
-fn session_lost(refusal: &Option<Refusal>, rescued: bool) -> Option<Notice> {
-    let (title, body) = match refusal {
+/// A session refused, or rescued (its unreadable items dropped: by the decision, for an organization
+/// with no usable key left, or on the way, for a ChatGPT plan that ran out under it).
+fn session_lost(record: &crate::events::RequestRecord) -> Option<Notice> {
+    let decision = &record.routed.decision;
+    let rescued = !decision.rescued_orgs.is_empty() || record.rescued_items > 0;
+    let plan_ran_out = decision.reasons.iter().any(|r| matches!(r, crate::router::Reason::PlanExhausted { .. }));
+    let (title, body) = match &decision.refusal {
         Some(Refusal::LostOrg { .. }) => (
             "A session was refused",
             "It replays encrypted reasoning that only an organization with no usable key left can read. \
@@ -315,6 +318,11 @@ fn session_lost(refusal: &Option<Refusal>, rescued: bool) -> Option<Notice> {
             "A session was refused",
             "It continues a stored response held by a key that is gone. Resend the full history or start a \
              new session.",
+        ),
+        _ if rescued && plan_ran_out => (
+            "A session was rescued",
+            "Your ChatGPT plan ran out under it, so Keymux dropped the reasoning only the plan can read and \
+             sent it on to an API key; the session goes on there.",
         ),
         _ if rescued => (
             "A session was rescued",

@@ -11,7 +11,7 @@ use crate::facts::Operation;
 use crate::keys::{KeyId, KeySource, Provider};
 use crate::metrics::StoreStatus;
 use crate::pool::{HealthState, KeyStatus};
-use crate::router::decision::{Decision, Refusal};
+use crate::router::decision::{Decision, Reason, Refusal};
 
 const NOW: u64 = 1_800_000_000_000;
 
@@ -338,6 +338,20 @@ fn refused_and_rescued_sessions_are_said_and_ordinary_requests_are_not() {
     assert_eq!(rescued.title, "A session was rescued");
     let cooling = Some(Refusal::AllCooling { retry_after_secs: 5, cooling: 2 });
     assert_eq!(n.consider(&finished(5, cooling, false), || s.clone(), NOW + 99_000_000), None, "not a lost session");
+}
+
+#[test]
+fn a_session_rescued_because_the_plan_ran_out_under_it_is_said_so() {
+    let s = with_plan(HealthState::Cooling);
+    let mut decision = Decision::new(6);
+    decision.reasons.push(Reason::PlanExhausted { key: KeyId::new("k_chatgpt"), resets_ms: 3_600_000 });
+    let mut record = RequestRecord::new(NOW, Operation::ResponsesCreate, Wire::Http, decision);
+    // The plan rescue drops the items on the way: the decision's rescued organizations stay empty.
+    record.rescued_items = 2;
+    let envelope = Envelope { id: 6, at_unix_ms: NOW, event: Event::Finished(Arc::new(record)) };
+    let notice = Notifier::new().consider(&envelope, || s.clone(), NOW).expect("told");
+    assert_eq!((notice.kind, notice.title.as_str()), (NoticeKind::SessionLost, "A session was rescued"));
+    assert!(notice.body.contains("Your ChatGPT plan ran out under it"), "{}", notice.body);
 }
 
 #[test]
