@@ -127,6 +127,9 @@ pub struct GatewayInfo {
     pub base_url: String,
     /// Routing is paused: new requests get 503.
     pub paused: bool,
+    /// `lost_org = "rescue"` (the default): a session whose organization (or ChatGPT plan) has no usable
+    /// key left goes on with another key, its unreadable items dropped; `false`: it is refused.
+    pub rescues_lost_sessions: bool,
     /// How many keys the pool holds, in any health.
     pub keys_total: usize,
     /// Of those, usable now.

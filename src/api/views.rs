@@ -189,6 +189,7 @@ pub fn status(gw: &Gateway) -> StatusBody {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         base_url: gw.base_url(),
         paused: gw.paused(),
+        rescues_lost_sessions: gw.policy().lost_org == crate::router::LostOrgPolicy::Rescue,
         keys_total: keys.len(),
         keys_healthy: keys.iter().filter(|k| k.status.health == HealthState::Ready).count(),
         next_reset_unix_ms: keys

@@ -131,7 +131,8 @@ impl Notifier {
                 if usable {
                     self.blocked_said = false;
                 }
-                plan_notice(k, now_unix_ms).or_else(|| self.key_notice(k, &status, usable))
+                plan_notice(k, status.gateway.rescues_lost_sessions, now_unix_ms)
+                    .or_else(|| self.key_notice(k, &status, usable))
             }
             Event::Finished(record) => session_lost(record),
             Event::Gateway(crate::events::GatewayEvent::Budget { of, label, state }) => {
@@ -204,15 +205,19 @@ impl Notifier {
 }
 
 /// The ChatGPT plan ran out (by its 429, or by a window its answer reported used up) or is back.
-fn plan_notice(k: &crate::events::KeyEvent, now_unix_ms: u64) -> Option<Notice> {
+fn plan_notice(k: &crate::events::KeyEvent, rescues: bool, now_unix_ms: u64) -> Option<Notice> {
     let (title, body) = match k.change {
         KeyChange::PlanUsedUp { until_unix_ms } => (
             "Your ChatGPT plan is used up".to_owned(),
             format!(
-                "New sessions go to your API keys until your plan ({}) resets in {}; sessions on it go on \
-                 as lost_org says.",
+                "New sessions go to your API keys until your plan ({}) resets in {}; {}",
                 k.label,
-                countdown(until_unix_ms.saturating_sub(now_unix_ms))
+                countdown(until_unix_ms.saturating_sub(now_unix_ms)),
+                if rescues {
+                    "sessions on it go on with an API key, without the reasoning only the plan can read."
+                } else {
+                    "sessions on it get a 429 until then (lost_org = \"fail\")."
+                }
             ),
         ),
         KeyChange::PlanBack => (

@@ -71,6 +71,7 @@ fn status(keys: Vec<KeyInfo>, paused: bool) -> StatusBody {
         version: "0".into(),
         base_url: "http://127.0.0.1:8787/v1".into(),
         paused,
+        rescues_lost_sessions: true,
         keys_total: keys.len(),
         keys_healthy: keys.iter().filter(|k| k.status.health == HealthState::Ready).count(),
         next_reset_unix_ms,
@@ -633,6 +634,11 @@ fn the_plan_running_out_and_coming_back_are_each_told() {
     let out = n.consider(&key_event(1, "chatgpt", used_up), || with_plan(HealthState::Cooling), NOW).expect("told");
     assert_eq!((out.kind, out.title.as_str()), (NoticeKind::Plan, "Your ChatGPT plan is used up"));
     assert!(out.body.contains("API keys") && out.body.contains("2h"), "{}", out.body);
+    assert!(out.body.contains("sessions on it go on with an API key"), "{}", out.body);
+    let mut failing = with_plan(HealthState::Cooling);
+    failing.gateway.rescues_lost_sessions = false;
+    let told = Notifier::new().consider(&key_event(7, "chatgpt", used_up), || failing, NOW).expect("told");
+    assert!(told.body.contains("sessions on it get a 429 until then"), "{}", told.body);
     let back = n.consider(&key_event(2, "chatgpt", KeyChange::PlanBack), || with_plan(HealthState::Ready), NOW);
     assert_eq!(back.map(|b| b.title), Some("Your ChatGPT plan is back".to_owned()));
     // A key cooling is no plan news (the plan's own running out comes as PlanUsedUp).

@@ -722,6 +722,11 @@ base_url: string,
  */
 paused: boolean, 
 /**
+ * `lost_org = "rescue"` (the default): a session whose organization (or ChatGPT plan) has no usable
+ * key left goes on with another key, its unreadable items dropped; `false`: it is refused.
+ */
+rescues_lost_sessions: boolean, 
+/**
  * How many keys the pool holds, in any health.
  */
 keys_total: number, 
