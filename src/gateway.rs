@@ -415,7 +415,7 @@ impl Gateway {
         let plan_reported = matches!(&learned, Learned::Outcome(o) if o.plan.is_some());
         let changed = self.pool.apply(&learned);
         if plan_reported || changed.is_some() {
-            self.tell_plans();
+            self.tell_plans(&self.pool.status(self.clock.now(), self.today()));
         }
         if let Some((key, change)) = changed {
             let now = self.clock.now();
@@ -511,17 +511,17 @@ impl Gateway {
     /// second, with `budgets::tell`.
     pub fn tick(&self) {
         crate::login_page::remove_spent(&self.access, self.clock.now());
+        let statuses = self.pool.status(self.clock.now(), self.today());
         let changes: Vec<(KeyId, HealthState)> = {
             let announced = self.announced.lock().unwrap_or_else(|p| p.into_inner());
-            self.pool
-                .status(self.clock.now(), self.today())
-                .into_iter()
+            statuses
+                .iter()
                 .filter(|k| k.health == HealthState::Ready)
                 .filter_map(|k| {
                     let was = announced
                         .get(&k.id)
                         .filter(|s| matches!(s, HealthState::Cooling | HealthState::QuotaExhausted));
-                    was.map(|s| (k.id, *s))
+                    was.map(|s| (k.id.clone(), *s))
                 })
                 .collect()
         };
@@ -531,33 +531,28 @@ impl Gateway {
                 if was == HealthState::Cooling { KeyChange::CoolingEnded } else { KeyChange::Recovered },
             );
         }
-        self.tell_plans();
+        self.tell_plans(&statuses);
     }
 
     /// Tells the event stream when a ChatGPT plan runs out (by its 429, or by a window its answer
-    /// reported used up) and when it is back, once each.
-    fn tell_plans(&self) {
+    /// reported used up) and when it is back, once each, from the keys' `statuses` now.
+    fn tell_plans(&self, statuses: &[crate::pool::KeyStatus]) {
         let now_unix_ms = self.clock.unix_ms();
-        let plans: Vec<(KeyId, Option<u64>)> = self
-            .pool
-            .status(self.clock.now(), self.today())
-            .into_iter()
+        let plans: Vec<(&KeyId, Option<u64>)> = statuses
+            .iter()
             .filter(|k| k.plan.is_some())
-            .map(|k| {
-                let until = k.plan_used_up_until_unix_ms(now_unix_ms);
-                (k.id, until)
-            })
+            .map(|k| (&k.id, k.plan_used_up_until_unix_ms(now_unix_ms)))
             .collect();
         let changes: Vec<(KeyId, KeyChange)> = {
             let mut told = self.plans_used_up.lock().unwrap_or_else(|p| p.into_inner());
-            told.retain(|id| plans.iter().any(|(plan, _)| plan == id));
+            told.retain(|id| plans.iter().any(|(plan, _)| *plan == id));
             plans
                 .into_iter()
                 .filter_map(|(id, until)| match until {
                     Some(until_unix_ms) if told.insert(id.clone()) => {
-                        Some((id, KeyChange::PlanUsedUp { until_unix_ms }))
+                        Some((id.clone(), KeyChange::PlanUsedUp { until_unix_ms }))
                     }
-                    None if told.remove(&id) => Some((id, KeyChange::PlanBack)),
+                    None if told.remove(id) => Some((id.clone(), KeyChange::PlanBack)),
                     _ => None,
                 })
                 .collect()

@@ -97,11 +97,7 @@ impl KeyStatus {
         let resting = matches!(self.health, HealthState::Cooling | HealthState::QuotaExhausted)
             .then(|| now_unix_ms.saturating_add(self.cooldown_ms))
             .filter(|_| self.cooldown_ms > 0);
-        let reported = self
-            .plan_windows
-            .and_then(|w| w.exhausted_until_unix())
-            .map(|secs| secs.saturating_mul(1000))
-            .filter(|ms| *ms > now_unix_ms);
+        let reported = self.plan_windows.and_then(|w| w.used_up_until_ms(now_unix_ms));
         resting.max(reported)
     }
 }

@@ -47,7 +47,7 @@ pub(super) fn key_view(s: &Slot, request: ViewFor<'_>) -> KeyView {
 /// overflow to the API keys at once, `plan_exhausted`, instead of trying it first for its 429), while
 /// sessions pinned to it still reach it.
 fn plan_used_up(state: &super::Tally, request: &ViewFor<'_>) -> Option<std::time::Instant> {
-    let reset_ms = state.plan_windows?.exhausted_until_unix()?.saturating_mul(1000);
-    let left = reset_ms.checked_sub(request.now_unix_ms).filter(|left| *left > 0)?;
+    let reset_ms = state.plan_windows?.used_up_until_ms(request.now_unix_ms)?;
+    let left = reset_ms - request.now_unix_ms;
     Some(crate::clock::later(request.now, std::time::Duration::from_millis(left)))
 }

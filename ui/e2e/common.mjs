@@ -133,6 +133,36 @@ export async function simJson(path, body) {
 
 // ---------- the browser ----------
 
+/** The newest row's number in the Live table as drawn (0 when it has none). */
+export function newestRow(page) {
+  return page.evaluate(() => Math.max(0, ...[...document.querySelectorAll("[data-testid=decision-row]")].map((r) => Number(r.dataset.seq))));
+}
+
+/**
+ * Waits for a finished row of the Live table newer than `after` with `badge` (any row without one),
+ * and returns its number; when none comes, fails naming `what` and the newest rows.
+ */
+export async function rowWith(page, after, badge, what = "a") {
+  try {
+    const handle = await page.waitForFunction(
+      ([after, badge]) => {
+        const row = [...document.querySelectorAll("[data-testid=decision-row]:not(.is-pending)")].find(
+          (r) => Number(r.dataset.seq) > after && (!badge || r.querySelector(`[data-badge="${badge}"]`)),
+        );
+        return row ? Number(row.dataset.seq) : false;
+      },
+      [after, badge],
+      { timeout: WAIT },
+    );
+    return await handle.jsonValue();
+  } catch (e) {
+    const rows = await page.evaluate(() =>
+      [...document.querySelectorAll("[data-testid=decision-row]")].slice(0, 5).map((r) => r.innerText.replace(/\s+/g, " ")),
+    );
+    throw new Error(`no ${what} row with ${badge} after #${after}; newest rows: ${JSON.stringify(rows)} (${e.message})`);
+  }
+}
+
 /** What went wrong, said once the run ends. */
 export const problems = [];
 

@@ -13,7 +13,7 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import {
-  BASE, clientHeaders, codexTurn1, CodexSession, LOGIN, need, piShort, post, ROOT, runInBrowser, send, SHOTS, short, simJson, step, TOKEN, WAIT, watch,
+  BASE, clientHeaders, codexTurn1, CodexSession, LOGIN, need, newestRow, piShort, post, ROOT, rowWith as rowWithIn, runInBrowser, send, SHOTS, short, simJson, step, TOKEN, WAIT, watch,
 } from "./common.mjs";
 
 const CODEX_HOME = need("KEYMUX_CODEX_HOME");
@@ -101,29 +101,9 @@ async function run(browser) {
   if (new URL(page.url()).pathname !== "/") throw new Error(`the login link went to ${page.url()}`);
   await page.getByTestId("nav-live").click();
 
-  const rowsAfter = async () =>
-    page.evaluate(() => Math.max(0, ...[...document.querySelectorAll("[data-testid=decision-row]")].map((r) => Number(r.dataset.seq))));
+  const rowsAfter = () => newestRow(page);
   /** Waits for a finished request newer than `after` with `badge`, and returns its number. */
-  const rowWith = async (after, badge, what) => {
-    try {
-      const handle = await page.waitForFunction(
-        ([after, badge]) => {
-          const row = [...document.querySelectorAll("[data-testid=decision-row]:not(.is-pending)")].find(
-            (r) => Number(r.dataset.seq) > after && (!badge || r.querySelector(`[data-badge="${badge}"]`)),
-          );
-          return row ? Number(row.dataset.seq) : false;
-        },
-        [after, badge],
-        { timeout: WAIT },
-      );
-      return await handle.jsonValue();
-    } catch (e) {
-      const rows = await page.evaluate(() =>
-        [...document.querySelectorAll("[data-testid=decision-row]")].slice(0, 5).map((r) => r.innerText.replace(/\s+/g, " ")),
-      );
-      throw new Error(`no ${what} row with ${badge} after #${after}; newest rows: ${JSON.stringify(rows)} (${e.message})`);
-    }
-  };
+  const rowWith = (after, badge, what) => rowWithIn(page, after, badge, what);
 
   step("balanced: a short prompt with no cache key");
   let mark = await rowsAfter();

@@ -10,7 +10,7 @@
 // the tray window's size.
 
 import { join } from "node:path";
-import { CodexSession, LOGIN, runInBrowser, SHOTS, step, WAIT, watch } from "./common.mjs";
+import { CodexSession, LOGIN, newestRow, rowWith, runInBrowser, SHOTS, step, WAIT, watch } from "./common.mjs";
 
 let page;
 await runInBrowser(run, () => page);
@@ -40,7 +40,7 @@ async function run(browser) {
 
   step("a new Codex session starts on the plan");
   const onPlan = new CodexSession();
-  let mark = await newestRow();
+  let mark = await newestRowShown();
   await onPlan.next();
   let row = await rowAfter(mark, "PLAN FIRST");
   if ((await rowKey(row)) !== "chatgpt") throw new Error(`the first turn went to ${await rowKey(row)}`);
@@ -55,7 +55,7 @@ async function run(browser) {
   await onPlan.next();
   await windowsSay(card, ["100 % used", "8 % used"]);
   const overflow = new CodexSession();
-  mark = await newestRow();
+  mark = await newestRowShown();
   await overflow.next();
   row = await rowAfter(mark, "PLAN USED UP");
   const overflowKey = await rowKey(row);
@@ -74,7 +74,7 @@ async function run(browser) {
   await drawer.waitFor({ state: "hidden", timeout: WAIT });
 
   step("the session on the plan goes on with the API key (rescued), and the card says until when");
-  mark = await newestRow();
+  mark = await newestRowShown();
   await onPlan.next();
   row = await rowAfter(mark, "RESCUED");
   if ((await rowKey(row)) === "chatgpt") throw new Error("the rescued turn stayed on the used-up plan");
@@ -128,34 +128,18 @@ async function statusSays(words) {
   }
 }
 
-/** The newest finished row's number on the Live view. */
-async function newestRow() {
+/** The newest row's number on the Live view. */
+async function newestRowShown() {
   await page.getByTestId("nav-live").click();
   await page.locator("[data-testid=live-table], [data-testid=live-empty]").first().waitFor({ timeout: WAIT });
-  return page.evaluate(() => Math.max(0, ...[...document.querySelectorAll("[data-testid=decision-row]")].map((r) => Number(r.dataset.seq))));
+  return newestRow(page);
 }
 
 /** Waits for a finished row newer than `after` with `badge` on the Live view, and returns it. */
 async function rowAfter(after, badge) {
   await page.getByTestId("nav-live").click();
-  try {
-    const seq = await page.waitForFunction(
-      ([after, badge]) => {
-        const row = [...document.querySelectorAll("[data-testid=decision-row]:not(.is-pending)")].find(
-          (r) => Number(r.dataset.seq) > after && r.querySelector(`[data-badge="${badge}"]`),
-        );
-        return row ? Number(row.dataset.seq) : false;
-      },
-      [after, badge],
-      { timeout: WAIT },
-    );
-    return page.locator(`[data-testid=decision-row][data-seq="${await seq.jsonValue()}"]`);
-  } catch (e) {
-    const rows = await page.evaluate(() =>
-      [...document.querySelectorAll("[data-testid=decision-row]")].slice(0, 5).map((r) => r.innerText.replace(/\s+/g, " ")),
-    );
-    throw new Error(`no row with ${badge} after #${after}; newest rows: ${JSON.stringify(rows)} (${e.message})`);
-  }
+  const seq = await rowWith(page, after, badge, "a");
+  return page.locator(`[data-testid=decision-row][data-seq="${seq}"]`);
 }
 
 /** The label of the key a row was served by. */

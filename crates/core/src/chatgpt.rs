@@ -264,6 +264,12 @@ impl PlanWindows {
         self.primary.is_some() || self.secondary.is_some()
     }
 
+    /// Until when a window reported used up keeps the plan closed, Unix milliseconds, while that is
+    /// after `now_unix_ms` (the gateway's pool view and its status read it alike).
+    pub fn used_up_until_ms(&self, now_unix_ms: u64) -> Option<u64> {
+        self.exhausted_until_unix().map(|secs| secs.saturating_mul(1000)).filter(|ms| *ms > now_unix_ms)
+    }
+
     /// When the plan is usable again if a window is used up: the latest reset of the used-up windows.
     pub fn exhausted_until_unix(&self) -> Option<u64> {
         [self.primary, self.secondary]

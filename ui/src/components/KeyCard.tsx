@@ -2,6 +2,7 @@ import { useState } from "preact/hooks";
 import { del, messageOf, post } from "../api/client";
 import type { KeyInfo, KeyTestBody } from "../api/types";
 import { compact, duration, percent, usd } from "../lib/format";
+import { planStateOf } from "../lib/keys";
 import { HEALTH, PROVIDER } from "../lib/words";
 import { keys, refreshStatus, status } from "../state/store";
 import { Tag } from "./Badge";
@@ -27,9 +28,11 @@ export function KeyCard({ info, spark, showOrg = false }: Props) {
   const [editing, setEditing] = useState(false);
   const [removing, setRemoving] = useState(false);
   const paused = status.value?.gateway.paused ?? false;
-  // A plan its answers reported used up is still "ready" for the sessions on it, but closed to new ones.
-  const planClosed = info.health === "ready" && info.plan_used_up_until_unix_ms !== null;
-  const health = planClosed ? { name: "used up", tone: "warn" as const } : (HEALTH[info.health] ?? { name: info.health, tone: "muted" as const });
+  const plan = info.plan ? planStateOf(info) : null;
+  // A plan its answers reported used up is still "ready" for the sessions on it, but closed to new ones:
+  // until when, then.
+  const planClosed = plan?.kind === "used_up" && info.health === "ready" ? plan.until : null;
+  const health = planClosed !== null ? { name: "used up", tone: "warn" as const } : (HEALTH[info.health] ?? { name: info.health, tone: "muted" as const });
 
   const act = async (what: string, run: () => Promise<string>) => {
     setBusy(what);
@@ -87,11 +90,11 @@ export function KeyCard({ info, spark, showOrg = false }: Props) {
         <div class="key-health" data-testid="key-health">
           <Tag tone={health.tone}>
             {health.name}
-            {planClosed && info.plan_used_up_until_unix_ms !== null && (
+            {planClosed !== null && (
               <>
                 {" "}
                 <span data-testid="key-countdown">
-                  <Countdown until={info.plan_used_up_until_unix_ms} />
+                  <Countdown until={planClosed} />
                 </span>
               </>
             )}
@@ -128,12 +131,12 @@ export function KeyCard({ info, spark, showOrg = false }: Props) {
           <p class="small muted plan-note" data-testid="plan-note">
             ChatGPT account <code>{info.plan.account_id}</code>
             {info.plan.plan_type && <> ({info.plan.plan_type} plan)</>}
-            {info.plan_used_up_until_unix_ms !== null ? (
+            {plan?.kind === "used_up" ? (
               <>
                 : <strong class="plan-used-up">used up</strong>, new sessions go to your API keys for{" "}
-                <Countdown until={info.plan_used_up_until_unix_ms} />
+                <Countdown until={plan.until} />
               </>
-            ) : info.health === "ready" ? (
+            ) : plan?.kind === "first" ? (
               <>: new sessions go here first</>
             ) : null}
           </p>

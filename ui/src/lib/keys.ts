@@ -41,7 +41,11 @@ export type PlanState =
  */
 export function planState(all: KeyInfo[]): PlanState | null {
   const key = all.find((k) => k.plan !== null);
-  if (!key) return null;
+  return key ? planStateOf(key) : null;
+}
+
+/** Where new sessions go for one plan key (see [`planState`]). */
+export function planStateOf(key: KeyInfo): PlanState {
   if (key.plan_used_up_until_unix_ms !== null) return { kind: "used_up", key, until: key.plan_used_up_until_unix_ms };
   return key.health === "ready" ? { kind: "first", key } : { kind: "unavailable", key };
 }
