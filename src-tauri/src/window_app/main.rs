@@ -9,9 +9,12 @@
 //!   it says why it cannot show the dashboard).
 //! * `webkit`: what WebKitGTK is told before the first webview: software rendering where no GPU is
 //!   usable, and the window's languages.
+//! * `gl`: drawing in software, no GL driver in the window's own process (its web process draws).
 
 #![cfg_attr(not(debug_assertions), windows_subsystem = "windows")]
 
+#[cfg(target_os = "linux")]
+mod gl;
 mod view;
 mod webkit;
 

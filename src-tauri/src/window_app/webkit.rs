@@ -8,6 +8,7 @@
 //!   default) of `LC_CTYPE` with the codeset cut off, so `C.UTF-8` gives `C`, no language tag, and the
 //!   dashboard's script stops on it before it logs in. The window gives WebKit the list
 //!   `keymux::desktop::locale` makes of the user's locale instead.
+//! * Memory: drawing in software, the window's process needs no GL driver (`crate::gl`).
 
 use std::path::Path;
 
@@ -52,6 +53,8 @@ pub fn prepare() {
     }
     let names: Vec<&str> = set.iter().map(|(n, _)| *n).collect();
     tracing::debug!("no usable GPU ({machine:?}): WebKit draws in software ({} set)", names.join(", "));
+    #[cfg(target_os = "linux")]
+    crate::gl::leave_to_the_web_process();
 }
 
 /// Gives WebKit the window's languages. Call on the main thread before the webview: WebKit keeps the
