@@ -524,10 +524,21 @@ impl RelayState {
 /// Whether a path has `.` or `..` segments, plain or percent-encoded. URL parsing would resolve them,
 /// and a key's credentials could then reach a path outside its base URL.
 pub fn has_dot_segments(path: &str) -> bool {
-    path.split('/').any(|segment| {
-        let decoded = segment.replace("%2e", ".").replace("%2E", ".");
-        decoded == "." || decoded == ".."
-    })
+    path.split('/').any(|segment| is_dot_segment(segment.as_bytes()))
+}
+
+/// Whether a segment is `.` or `..`, each dot plain or as `%2e`/`%2E` (read in place: every request's
+/// path goes through this).
+fn is_dot_segment(mut segment: &[u8]) -> bool {
+    let mut dots = 0;
+    while !segment.is_empty() {
+        segment = match segment {
+            [b'.', rest @ ..] | [b'%', b'2', b'e' | b'E', rest @ ..] => rest,
+            _ => return false,
+        };
+        dots += 1;
+    }
+    matches!(dots, 1 | 2)
 }
 
 /// Reads a small error body. One over `MAX_ERROR_BODY` is replaced by a well-formed error that says
@@ -625,10 +636,27 @@ mod tests {
 
     #[test]
     fn dot_segments_are_found_however_spelled() {
-        for bad in ["/v1/x/../other", "/v1/x/%2e%2e/%2e%2e/other/collect", "/v1/./models", "/v1/%2E%2e/x", "/v1/.."] {
+        for bad in [
+            "/v1/x/../other",
+            "/v1/x/%2e%2e/%2e%2e/other/collect",
+            "/v1/./models",
+            "/v1/%2E%2e/x",
+            "/v1/..",
+            "/%2e/x",
+            "/v1/.%2E",
+        ] {
             assert!(has_dot_segments(bad), "{bad}");
         }
-        for ok in ["/v1/responses", "/v1/files/file-1.jsonl", "/v1/x..y/z", "/v1/.well"] {
+        for ok in [
+            "/v1/responses",
+            "/v1/files/file-1.jsonl",
+            "/v1/x..y/z",
+            "/v1/.well",
+            "/v1/...",
+            "/v1/%2e%2",
+            "/v1//x",
+            "/v1/%2f",
+        ] {
             assert!(!has_dot_segments(ok), "{ok}");
         }
     }

@@ -141,9 +141,9 @@ impl InstallKey {
         mac.update(&[0]);
         mac.update(&org.0);
         mac.update(original);
-        let digest = B64.encode(&mac.finalize().into_bytes()[..12]);
         let mut out = [0u8; MARKER_MAC_LEN];
-        out.copy_from_slice(digest.as_bytes());
+        let written = B64.encode_slice(&mac.finalize().into_bytes()[..12], &mut out);
+        debug_assert_eq!(written.ok(), Some(MARKER_MAC_LEN));
         out
     }
 

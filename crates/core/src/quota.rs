@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 
 use crate::clock::later;
 
@@ -73,7 +73,7 @@ impl Reading {
     /// Reads `x-ratelimit-*` headers. Headers a provider does not send, sends as `-1`/`0` limits (Azure
     /// does), or fills with nonsense leave that window unknown; a reset past a day is clamped.
     pub fn from_headers(headers: &HeaderMap, now: Instant) -> Self {
-        Self { requests: window(headers, "requests", now), tokens: window(headers, "tokens", now) }
+        Self { requests: window(headers, &REQUESTS, now), tokens: window(headers, &TOKENS, now) }
     }
 }
 
@@ -205,14 +205,33 @@ impl WindowState {
     }
 }
 
-fn window(headers: &HeaderMap, kind: &str, now: Instant) -> Option<Window> {
-    let text = |name: String| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim).map(str::to_owned);
-    let limit: i64 = text(format!("x-ratelimit-limit-{kind}"))?.parse().ok()?;
-    let remaining: i64 = text(format!("x-ratelimit-remaining-{kind}"))?.parse().ok()?;
+/// The three headers of one rate-limit window, as names ready to look up (every answer is read).
+struct WindowHeaders {
+    limit: HeaderName,
+    remaining: HeaderName,
+    reset: HeaderName,
+}
+
+const REQUESTS: WindowHeaders = WindowHeaders {
+    limit: HeaderName::from_static("x-ratelimit-limit-requests"),
+    remaining: HeaderName::from_static("x-ratelimit-remaining-requests"),
+    reset: HeaderName::from_static("x-ratelimit-reset-requests"),
+};
+
+const TOKENS: WindowHeaders = WindowHeaders {
+    limit: HeaderName::from_static("x-ratelimit-limit-tokens"),
+    remaining: HeaderName::from_static("x-ratelimit-remaining-tokens"),
+    reset: HeaderName::from_static("x-ratelimit-reset-tokens"),
+};
+
+fn window(headers: &HeaderMap, names: &WindowHeaders, now: Instant) -> Option<Window> {
+    let text = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    let limit: i64 = text(&names.limit)?.parse().ok()?;
+    let remaining: i64 = text(&names.remaining)?.parse().ok()?;
     if limit <= 0 || remaining < 0 {
         return None;
     }
-    let reset = text(format!("x-ratelimit-reset-{kind}")).and_then(|r| parse_reset(&r)).unwrap_or(DEFAULT_WINDOW);
+    let reset = text(&names.reset).and_then(parse_reset).unwrap_or(DEFAULT_WINDOW);
     let reset = reset.min(crate::clock::MAX_WAIT);
     Some(Window {
         limit: limit as u64,
@@ -257,20 +276,21 @@ fn seconds(secs: f64) -> Option<Duration> {
 
 /// Parses OpenAI's reset durations: `6m0s`, `1s`, `12ms`, `1m30.5s`, `2h3m`.
 pub fn parse_reset(text: &str) -> Option<Duration> {
+    let text = text.trim();
     let mut total = 0f64;
-    let mut number = String::new();
-    let mut chars = text.trim().chars().peekable();
+    let mut number = 0..0;
     let mut any = false;
-    while let Some(c) = chars.next() {
+    let mut chars = text.char_indices().peekable();
+    while let Some((at, c)) = chars.next() {
         if c.is_ascii_digit() || c == '.' {
-            number.push(c);
+            number = if number.is_empty() { at..at + 1 } else { number.start..at + 1 };
             continue;
         }
-        let value: f64 = number.parse().ok()?;
-        number.clear();
+        let value: f64 = text[number.clone()].parse().ok()?;
+        number = 0..0;
         let unit = match c {
             'h' => 3600.0,
-            'm' if chars.peek() == Some(&'s') => {
+            'm' if chars.peek().map(|(_, c)| *c) == Some('s') => {
                 chars.next();
                 0.001
             }

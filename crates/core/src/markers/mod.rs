@@ -167,7 +167,7 @@ impl Markers {
         debug_assert!(KeyId::is_well_formed(key.as_str()));
         out.push_str("km1");
         out.push_str(std::str::from_utf8(&self.install).unwrap_or(""));
-        out.push_str(&format!("{:02x}", key.as_str().len()));
+        push_hex_byte(out, key.as_str().len());
         out.push_str(key.as_str());
         out.push_str(org.as_str());
         let mac = self.digest.marker_mac(field.domain(), key.as_str(), org, original);
@@ -347,6 +347,14 @@ fn is_bound_id(id: &str) -> bool {
 
 fn is_b64(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'-' || b == b'_'
+}
+
+/// Appends `len` (under 256: a key id's length) as two lowercase hex digits, as `{:02x}` would.
+fn push_hex_byte(out: &mut String, len: usize) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let byte = u8::try_from(len).unwrap_or(u8::MAX);
+    out.push(char::from(HEX[usize::from(byte >> 4)]));
+    out.push(char::from(HEX[usize::from(byte & 0xf)]));
 }
 
 #[cfg(test)]
