@@ -101,9 +101,35 @@ fn classify(err: keyring::Error) -> SecretsError {
     }
 }
 
+/// Whether a keychain call failed because the service went away while it was answering (on Linux,
+/// the Secret Service's daemon ended mid-call: D-Bus says `NoReply`). The session bus starts the
+/// service again for the next caller, so the call is worth making once more.
+fn service_went_away(err: &keyring::Error) -> bool {
+    match err {
+        keyring::Error::PlatformFailure(inner) | keyring::Error::NoStorageAccess(inner) => {
+            inner.to_string().contains("org.freedesktop.DBus.Error.NoReply")
+        }
+        _ => false,
+    }
+}
+
+/// Runs a keychain call, and once more if the service went away while answering it. Every call
+/// made through it is idempotent: a read, writing the same value, deleting (an absent entry is
+/// already deleted).
+fn once_more_if_restarted<T>(call: impl Fn() -> Result<T, keyring::Error>) -> Result<T, keyring::Error> {
+    match call() {
+        Err(err) if service_went_away(&err) => {
+            tracing::warn!("the keychain's service went away during a call; asking it again");
+            call()
+        }
+        done => done,
+    }
+}
+
 impl SecretStore for KeychainStore {
     fn get(&self, account: &str) -> Result<Option<Secret>, SecretsError> {
-        match self.entry(account)?.get_password() {
+        let entry = self.entry(account)?;
+        match once_more_if_restarted(|| entry.get_password()) {
             Ok(value) => Ok(Some(Secret::new(value))),
             Err(keyring::Error::NoEntry) => Ok(None),
             Err(err) => Err(classify(err)),
@@ -111,11 +137,13 @@ impl SecretStore for KeychainStore {
     }
 
     fn set(&self, account: &str, value: &Secret) -> Result<(), SecretsError> {
-        self.entry(account)?.set_password(value.expose()).map_err(classify)
+        let entry = self.entry(account)?;
+        once_more_if_restarted(|| entry.set_password(value.expose())).map_err(classify)
     }
 
     fn delete(&self, account: &str) -> Result<(), SecretsError> {
-        match self.entry(account)?.delete_credential() {
+        let entry = self.entry(account)?;
+        match once_more_if_restarted(|| entry.delete_credential()) {
             Ok(()) | Err(keyring::Error::NoEntry) => Ok(()),
             Err(err) => Err(classify(err)),
         }
@@ -176,6 +204,45 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_the_service_left_unanswered_is_made_once_more_and_no_other_failure_is() {
+        use std::cell::Cell;
+        let failure = |text: &str| keyring::Error::PlatformFailure(text.to_owned().into());
+        let went_away =
+            "org.freedesktop.DBus.Error.NoReply: Message recipient disconnected from message bus without replying";
+        let calls = Cell::new(0);
+        let got = once_more_if_restarted(|| {
+            calls.set(calls.get() + 1);
+            if calls.get() == 1 {
+                Err(failure(went_away))
+            } else {
+                Ok("value")
+            }
+        });
+        assert_eq!(got.ok(), Some("value"));
+        assert_eq!(calls.get(), 2, "asked again once");
+
+        calls.set(0);
+        let got: Result<(), _> = once_more_if_restarted(|| {
+            calls.set(calls.get() + 1);
+            Err(failure(went_away))
+        });
+        assert!(got.is_err() && calls.get() == 2, "asked once more, not in a loop");
+
+        calls.set(0);
+        let got: Result<(), _> = once_more_if_restarted(|| {
+            calls.set(calls.get() + 1);
+            Err(failure("Object does not exist at path: the collection is locked"))
+        });
+        assert!(got.is_err() && calls.get() == 1, "a locked keychain is not asked again");
+        calls.set(0);
+        let got: Result<(), _> = once_more_if_restarted(|| {
+            calls.set(calls.get() + 1);
+            Err(keyring::Error::NoEntry)
+        });
+        assert!(matches!(got, Err(keyring::Error::NoEntry)) && calls.get() == 1);
+    }
 
     #[test]
     fn memory_store_round_trips() {
