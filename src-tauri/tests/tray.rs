@@ -88,9 +88,8 @@ async fn the_tray_app_runs_the_gateway_shows_it_and_quits_cleanly() {
         app.wait_for_line("an event stream subscriber connected", WAIT).await;
         app.wait_for_line("the recent decisions were read", WAIT).await;
     }
-    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("tray-shots");
-    std::fs::create_dir_all(&shot).unwrap();
-    let png = shot.join("window.png");
+    let shots = desktop::desk::shots();
+    let png = shots.join("window.png");
     let colours = xvfb.screenshot_when_drawn(&png, WAIT).await;
     println!("screenshot of the tray app's window: {} ({colours} colours)", png.display());
 
@@ -133,7 +132,7 @@ async fn the_tray_app_runs_the_gateway_shows_it_and_quits_cleanly() {
     let mut down = App::spawn(&down_args, &env).await;
     let why = down.wait_for_line("the gateway did not start", WAIT).await;
     assert!(why.contains(&port), "the reason names the port: {why}");
-    let png = shot.join("window-down.png");
+    let png = shots.join("window-down.png");
     xvfb.screenshot_when_drawn(&png, WAIT).await;
     println!("screenshot of the window when the gateway cannot start: {}", png.display());
     let status = down.terminate(WAIT).await;
@@ -191,8 +190,7 @@ async fn the_window_draws_the_dashboard_in_every_locale() {
     let xvfb = Xvfb::start().await.expect("the tray test needs Xvfb (scripts/test installs it)");
     let bus = desktop::SessionBus::start();
     let sim = Sim::start(SimConfig::new().org("org-a", &["sk-a1"])).await.unwrap();
-    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("tray-shots");
-    std::fs::create_dir_all(&shots).unwrap();
+    let shots = desktop::desk::shots();
     for (var, value) in locales() {
         println!("{var}={value}: starting the app");
         let home = tempfile::tempdir().unwrap();
@@ -235,8 +233,7 @@ async fn a_window_that_cannot_show_the_dashboard_says_why() {
     let said = app.wait_for_line(UNSHOWN, WAIT).await;
     assert!(said.contains("it crashed") && said.contains("Open in browser"), "{said}");
     app.wait_for_line("the dashboard window shows why it cannot show the dashboard", WAIT).await;
-    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("tray-shots");
-    std::fs::create_dir_all(&shots).unwrap();
+    let shots = desktop::desk::shots();
     let png = shots.join("window-unshown.png");
     let colours = xvfb.screenshot_when_drawn(&png, WAIT).await;
     println!("the window says why it cannot show the dashboard ({colours} colours): {}", png.display());
@@ -317,8 +314,7 @@ async fn hidden_the_tray_is_light_and_closing_the_window_gives_its_memory_back()
     if std::env::var_os("KEYMUX_SKIP_UI").is_none() {
         app.wait_for_line("the recent decisions were read", WAIT).await;
     }
-    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("tray-shots");
-    std::fs::create_dir_all(&shots).unwrap();
+    let shots = desktop::desk::shots();
     xvfb.screenshot_when_drawn(&shots.join("window-memory.png"), WAIT).await;
     // Held in proportional size: the same library pages are mapped by each of WebKit's processes (and
     // by other tests' apps), so resident sizes summed count them several times. Alone (the worst
@@ -328,18 +324,19 @@ async fn hidden_the_tray_is_light_and_closing_the_window_gives_its_memory_back()
     assert!(mib(open.pss_kib) <= WINDOW_OPEN_MIB, "window open: {}", said(&open));
     // Drawn in software (Xvfb has no GPU), the window's own process loads no GL driver: the web
     // process, which paints the page, does.
+    // The GL driver's files each of `name`'s processes maps (there must be one such process).
     let drivers = |name: &str| -> Vec<String> {
-        let maps =
-            app.descendants_named(name).into_iter().map(|pid| std::fs::read_to_string(format!("/proc/{pid}/maps")));
-        let mut found: Vec<String> = maps
-            .flat_map(|m| {
-                m.unwrap_or_default()
-                    .lines()
-                    .filter_map(|l| l.split_whitespace().nth(5).map(str::to_owned))
-                    .collect::<Vec<_>>()
+        let pids = app.descendants_named(name);
+        assert!(!pids.is_empty(), "no {name} process is running");
+        let mut found: Vec<String> = pids
+            .into_iter()
+            .flat_map(|pid| {
+                let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("the process's memory map");
+                maps.lines().filter_map(|l| l.split_whitespace().nth(5).map(str::to_owned)).collect::<Vec<_>>()
             })
             .filter(|path| path.ends_with("_dri.so") || path.contains("libLLVM"))
             .collect();
+        found.sort();
         found.dedup();
         found
     };

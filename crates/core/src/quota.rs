@@ -224,8 +224,13 @@ const TOKENS: WindowHeaders = WindowHeaders {
     reset: HeaderName::from_static("x-ratelimit-reset-tokens"),
 };
 
+/// A header's value as trimmed text, if it is there and is text.
+fn header_text(headers: &HeaderMap, name: impl http::header::AsHeaderName) -> Option<&str> {
+    headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim)
+}
+
 fn window(headers: &HeaderMap, names: &WindowHeaders, now: Instant) -> Option<Window> {
-    let text = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    let text = |name: &HeaderName| header_text(headers, name);
     let limit: i64 = text(&names.limit)?.parse().ok()?;
     let remaining: i64 = text(&names.remaining)?.parse().ok()?;
     if limit <= 0 || remaining < 0 {
@@ -251,17 +256,14 @@ pub fn estimate_tokens(body_len: usize) -> u64 {
 /// rate-limit reset headers. `None` when the upstream gave no hint.
 /// Values past a day are clamped to a day; negative, non-finite and unparsable ones are ignored.
 pub fn cooldown_hint(headers: &HeaderMap) -> Option<Duration> {
-    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    let text = |name: &str| header_text(headers, name);
     if let Some(wait) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()).and_then(|ms| seconds(ms / 1000.0)) {
         return Some(wait);
     }
     if let Some(wait) = text("retry-after").and_then(|v| v.parse::<f64>().ok()).and_then(seconds) {
         return Some(wait);
     }
-    ["x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"]
-        .iter()
-        .filter_map(|h| text(h).and_then(parse_reset))
-        .max()
+    [&REQUESTS.reset, &TOKENS.reset].into_iter().filter_map(|h| header_text(headers, h).and_then(parse_reset)).max()
 }
 
 /// A wait in seconds from an upstream header, clamped to `clock::MAX_WAIT`; `None` for negative or

@@ -351,10 +351,10 @@ fn is_b64(b: u8) -> bool {
 
 /// Appends `len` (under 256: a key id's length) as two lowercase hex digits, as `{:02x}` would.
 fn push_hex_byte(out: &mut String, len: usize) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let byte = u8::try_from(len).unwrap_or(u8::MAX);
-    out.push(char::from(HEX[usize::from(byte >> 4)]));
-    out.push(char::from(HEX[usize::from(byte & 0xf)]));
+    let mut digits = [0u8; 2];
+    let written = hex::encode_to_slice([u8::try_from(len).unwrap_or(u8::MAX)], &mut digits);
+    debug_assert!(written.is_ok());
+    out.push_str(std::str::from_utf8(&digits).unwrap_or("ff"));
 }
 
 #[cfg(test)]
