@@ -104,10 +104,22 @@ impl Usage {
         }
     }
 
-    /// The usage of a complete JSON answer (a Responses object or a chat completion). Only the
-    /// top-level `usage` and `service_tier` are built; everything else is skipped over without
-    /// building a tree.
+    /// The usage of a complete JSON answer (a Responses object or a chat completion): its top-level
+    /// `usage` and `service_tier`. The answer is walked, not parsed (`scan::top_level_values`: the
+    /// output it carries, most of its bytes, is jumped over), and only those two values are read; an
+    /// answer that spells keys with escapes, which no provider writes, is parsed instead.
     pub fn from_body(body: &[u8]) -> Option<Self> {
+        if crate::markers::scan::has_ascii_escape(body) {
+            return Self::from_body_parsed(body);
+        }
+        let [usage, tier] = crate::markers::scan::top_level_values(body, [b"usage", b"service_tier"])?;
+        let usage: Value = serde_json::from_slice(usage?).ok()?;
+        let tier: Option<String> = tier.map_or(Ok(None), serde_json::from_slice).ok()?;
+        Some(Self::from_json(&usage)?.billed_in(tier.as_deref()))
+    }
+
+    /// `from_body` by a parser: everything but the two values is skipped by serde, without a tree.
+    fn from_body_parsed(body: &[u8]) -> Option<Self> {
         #[derive(serde::Deserialize)]
         struct Top {
             #[serde(default)]

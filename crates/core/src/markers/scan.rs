@@ -111,6 +111,83 @@ pub fn has_ascii_escape(text: &[u8]) -> bool {
     })
 }
 
+/// The raw text of the values of `keys` among the members of the JSON object `body` (its top level
+/// only; the first member of each name), found by walking the text without building anything:
+/// strings are jumped over with `memchr`, nested objects and arrays by their depth. `None` when
+/// `body` is not an object the walk can read to its end. Keys are compared as written, so a body that
+/// spells keys with escapes (`has_ascii_escape`) needs a real parser instead.
+pub fn top_level_values<'a, const N: usize>(body: &'a [u8], keys: [&[u8]; N]) -> Option<[Option<&'a [u8]>; N]> {
+    let mut found = [None; N];
+    let mut i = skip_ws(body, 0);
+    if body.get(i) != Some(&b'{') {
+        return None;
+    }
+    i = skip_ws(body, i + 1);
+    if body.get(i) == Some(&b'}') {
+        return Some(found);
+    }
+    loop {
+        if body.get(i) != Some(&b'"') {
+            return None;
+        }
+        let key_end = string_end(body, i + 1)?;
+        let key = &body[i + 1..key_end];
+        i = skip_ws(body, key_end + 1);
+        if body.get(i) != Some(&b':') {
+            return None;
+        }
+        let start = skip_ws(body, i + 1);
+        let end = value_end(body, start)?;
+        if let Some(slot) = keys.iter().position(|k| *k == key) {
+            found[slot].get_or_insert(&body[start..end]);
+        }
+        i = skip_ws(body, end);
+        match body.get(i) {
+            Some(b',') => i = skip_ws(body, i + 1),
+            Some(b'}') => return Some(found),
+            _ => return None,
+        }
+    }
+}
+
+fn skip_ws(body: &[u8], mut i: usize) -> usize {
+    while body.get(i).is_some_and(|b| is_ws(*b)) {
+        i += 1;
+    }
+    i
+}
+
+/// Where the JSON value starting at `start` ends (one past its last byte).
+fn value_end(body: &[u8], start: usize) -> Option<usize> {
+    match body.get(start)? {
+        b'"' => Some(string_end(body, start + 1)? + 1),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut i = start;
+            while let Some(b) = body.get(i) {
+                match b {
+                    b'"' => i = string_end(body, i + 1)?,
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+            None
+        }
+        _ => {
+            let len = body[start..].iter().position(|b| matches!(b, b',' | b'}' | b']') || is_ws(*b));
+            let end = start + len.unwrap_or(body.len() - start);
+            (end > start).then_some(end)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,5 +211,20 @@ mod tests {
         assert!(!has_ascii_escape(br#"{"text":"\\u005f is literal"}"#), "an escaped backslash, then text");
         assert!(!has_ascii_escape(br#"{"text":"caf\u00e9 \u2019"}"#), "non-ASCII escapes are ordinary");
         assert!(!has_ascii_escape(br#"{"text":"\u0007"}"#), "control characters must be escaped");
+    }
+
+    #[test]
+    fn top_level_values_skip_nested_members_and_text() {
+        let body = br#" { "output" : [{"usage":1,"t":"\"usage\":2 }]"}], "meta":{"usage":{"a":[3]}},
+            "usage" : {"input_tokens": 4} , "n": -1.5e3, "tier":"flex", "usage": 5 } "#;
+        let [usage, tier, n, none] = top_level_values(body, [b"usage", b"tier", b"n", b"none"]).expect("an object");
+        assert_eq!(usage, Some(&br#"{"input_tokens": 4}"#[..]), "the top-level member, the first of its name");
+        assert_eq!(tier, Some(&br#""flex""#[..]));
+        assert_eq!(n, Some(&b"-1.5e3"[..]));
+        assert_eq!(none, None);
+        assert_eq!(top_level_values(b"{}", [b"usage"]), Some([None]));
+        for broken in [&b"[1]"[..], b"", b"{", br#"{"usage":{"a":1}"#, br#"{"usage" 1}"#, br#"{"a":"x}"#, b"{,}"] {
+            assert_eq!(top_level_values(broken, [b"usage"]), None, "{}", String::from_utf8_lossy(broken));
+        }
     }
 }

@@ -25,6 +25,30 @@ fn a_whole_answer_yields_its_top_level_usage_only() {
 }
 
 #[test]
+fn walking_an_answer_reads_the_same_usage_as_parsing_it() {
+    let usage = r#"{"input_tokens":120,"input_tokens_details":{"cached_tokens":64},"output_tokens":7}"#;
+    let bodies = [
+        format!(r#"{{"id":"resp_1","service_tier":"flex","output":[{{"usage":1}}],"usage":{usage}}}"#),
+        format!(r#" {{ "usage" : {usage} , "service_tier" : "priority" , "metadata" : {{"usage":{{}}}} }} "#),
+        format!(r#"{{"choices":[{{"message":{{"content":"[{{\"usage\":3}}]"}}}}],"usage":{usage}}}"#),
+        format!(r#"{{"us\u0061ge":{usage},"service_tier":"flex"}}"#),
+        format!(r#"{{"usage":{usage},"service_tier":null}}"#),
+        format!(r#"{{"usage":{usage},"service_tier":7}}"#),
+        r#"{"usage":{"prompt_tokens":5,"completion_tokens":1}}"#.to_owned(),
+        r#"{"usage":null,"service_tier":"flex"}"#.to_owned(),
+        r#"{"usage":[1],"output":[]}"#.to_owned(),
+        r#"{"output":[]}"#.to_owned(),
+        r#"{"usage":{"input_tokens":1}"#.to_owned(),
+        "[]".to_owned(),
+    ];
+    for body in &bodies {
+        assert_eq!(Usage::from_body(body.as_bytes()), Usage::from_body_parsed(body.as_bytes()), "{body}");
+    }
+    assert_eq!(Usage::from_body(bodies[0].as_bytes()).map(|u| (u.input, u.tier)), Some((120, ServiceTier::Flex)));
+    assert_eq!(Usage::from_body(bodies[3].as_bytes()).map(|u| u.tier), Some(ServiceTier::Flex), "escaped keys parse");
+}
+
+#[test]
 fn the_service_tier_an_answer_was_billed_in_comes_with_its_usage() {
     let usage = json!({"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 4},
         "output_tokens": 3});
