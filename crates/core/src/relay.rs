@@ -202,9 +202,8 @@ impl SseRewriter {
         if !completed && USAGE.find(frame).is_none() {
             return;
         }
-        let Some(event) = event_data(frame).and_then(|data| EndEvent::read(&data)) else {
-            return;
-        };
+        let Some(data) = event_data(frame) else { return };
+        let Some(event) = EndEvent::read(&data) else { return };
         if completed && event.kind() == Some("response.completed") {
             self.end.completed = true;
             self.end.usage = event.response_usage().or(self.end.usage);
@@ -328,36 +327,66 @@ static FAILED: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"respon
 static COMPLETED: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"response.completed"));
 static USAGE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\":{"));
 
-/// The few fields of an event that say how a stream (or a WebSocket turn) ended; the rest is skipped
-/// over, never built into a tree.
-#[derive(serde::Deserialize)]
-pub struct EndEvent {
-    #[serde(rename = "type", default)]
+/// The few fields of an event that say how a stream (or a WebSocket turn) ended. They are found by
+/// walking the event's top level (`scan::top_level_values`), not by parsing it: every `response.*`
+/// event quotes `"error": null` and the whole response, and streams are read event by event. The
+/// response and usage are kept as raw text and read only when asked for. An event that spells keys
+/// with escapes, which no provider writes, is parsed instead.
+pub struct EndEvent<'a> {
     kind: Option<String>,
-    #[serde(default)]
-    response: Option<UsageHolder>,
-    #[serde(default)]
-    usage: Option<Value>,
-    #[serde(default)]
+    response: Option<&'a [u8]>,
+    usage: Option<&'a [u8]>,
     service_tier: Option<String>,
     /// A top-level `error` that is not null: the error chunk of a Chat Completions stream, or an
     /// error event in a shape without a `type`.
+    error: bool,
+}
+
+/// `EndEvent` by a parser (an event that spells keys with escapes).
+#[derive(serde::Deserialize)]
+struct ParsedEnd<'a> {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    #[serde(borrow, default)]
+    response: Option<&'a serde_json::value::RawValue>,
+    #[serde(borrow, default)]
+    usage: Option<&'a serde_json::value::RawValue>,
+    #[serde(default)]
+    service_tier: Option<String>,
     #[serde(default)]
     error: Option<serde::de::IgnoredAny>,
 }
 
-#[derive(serde::Deserialize)]
-struct UsageHolder {
-    #[serde(default)]
-    usage: Option<Value>,
-    #[serde(default)]
-    service_tier: Option<String>,
-}
+impl<'a> EndEvent<'a> {
+    /// Reads an event's JSON; `None` if it is not a JSON object, or names its `type` or
+    /// `service_tier` with something other than a string.
+    pub fn read(json: &'a [u8]) -> Option<Self> {
+        if crate::markers::scan::has_ascii_escape(json) {
+            return Self::read_parsed(json);
+        }
+        let [kind, response, usage, tier, error] = crate::markers::scan::top_level_values(
+            json,
+            [b"type", b"response", b"usage", b"service_tier", b"error"],
+        )?;
+        let not_null = |raw: Option<&'a [u8]>| raw.filter(|r| *r != b"null");
+        Some(Self {
+            kind: string_member(kind)?,
+            response: not_null(response),
+            usage: not_null(usage),
+            service_tier: string_member(tier)?,
+            error: not_null(error).is_some(),
+        })
+    }
 
-impl EndEvent {
-    /// Reads an event's JSON; `None` if it is not a JSON object.
-    pub fn read(json: &[u8]) -> Option<Self> {
-        serde_json::from_slice(json).ok()
+    fn read_parsed(json: &'a [u8]) -> Option<Self> {
+        let parsed: ParsedEnd<'a> = serde_json::from_slice(json).ok()?;
+        Some(Self {
+            kind: parsed.kind,
+            response: parsed.response.map(|r| r.get().as_bytes()),
+            usage: parsed.usage.map(|r| r.get().as_bytes()),
+            service_tier: parsed.service_tier,
+            error: parsed.error.is_some(),
+        })
     }
 
     /// Its `type`.
@@ -368,18 +397,27 @@ impl EndEvent {
     /// Whether it reports an error: an `error` or `response.failed` event, or any event with a
     /// top-level `error` that is not null.
     pub fn is_error(&self) -> bool {
-        matches!(self.kind(), Some("error" | "response.failed")) || self.error.is_some()
+        matches!(self.kind(), Some("error" | "response.failed")) || self.error
     }
 
     /// The usage of a `response.*` event's response, in its service tier.
     pub fn response_usage(&self) -> Option<Usage> {
-        let response = self.response.as_ref()?;
-        Some(Usage::from_json(response.usage.as_ref()?)?.billed_in(response.service_tier.as_deref()))
+        Usage::from_body(self.response?)
     }
 
     /// A top-level `usage` (a Chat Completions chunk), in the chunk's service tier.
     pub fn usage(&self) -> Option<Usage> {
-        Some(Usage::from_json(self.usage.as_ref()?)?.billed_in(self.service_tier.as_deref()))
+        let usage: Value = serde_json::from_slice(self.usage?).ok()?;
+        Some(Usage::from_json(&usage)?.billed_in(self.service_tier.as_deref()))
+    }
+}
+
+/// A member that must be a string when present: `Some(None)` when absent or null, `None` when it is
+/// something else (the event is then not read, as a parser would refuse it).
+fn string_member(raw: Option<&[u8]>) -> Option<Option<String>> {
+    match raw {
+        None | Some(b"null") => Some(None),
+        Some(raw) => serde_json::from_slice::<String>(raw).ok().map(Some),
     }
 }
 

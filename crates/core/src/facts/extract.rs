@@ -54,8 +54,9 @@ struct Peek<'a> {
     prompt_cache_key: Option<serde_json::Value>,
     #[serde(default)]
     previous_response_id: Option<serde_json::Value>,
-    #[serde(default)]
-    instructions: Option<serde_json::Value>,
+    /// Read only for a prompt without a `prompt_cache_key` (Codex's instructions run to tens of KB).
+    #[serde(borrow, default)]
+    instructions: Option<&'a serde_json::value::RawValue>,
     #[serde(borrow, default)]
     input: Option<&'a serde_json::value::RawValue>,
     #[serde(borrow, default)]
@@ -281,8 +282,8 @@ fn prompt_prefix(peek: &Peek<'_>) -> Option<Vec<u8>> {
         canon.extend_from_slice(&(text.len() as u64).to_le_bytes());
         canon.extend_from_slice(text.as_bytes());
     };
-    if let Some(serde_json::Value::String(instructions)) = &peek.instructions {
-        push("instructions", instructions);
+    if let Some(Ok(instructions)) = peek.instructions.map(|raw| serde_json::from_str::<String>(raw.get())) {
+        push("instructions", &instructions);
     }
     let raw = peek.input.or(peek.messages);
     if let Some(raw) = raw {
@@ -485,6 +486,22 @@ mod tests {
         let none = extract(8, Operation::ResponsesCreate, br#"{"model":"m","prompt_cache_key":7}"#).expect("valid");
         assert_eq!(none.signal, None);
         assert!(extract(9, Operation::Embeddings, br#"{"input":"x"}"#).expect("valid").signal.is_none());
+    }
+
+    #[test]
+    fn string_instructions_are_part_of_the_prompt_prefix() {
+        let key = |n: u64, body: &[u8]| extract(n, Operation::ResponsesCreate, body).expect("valid").signal.map(|s| s.key);
+        let plain = key(1, br#"{"model":"m","input":"hi"}"#);
+        let told = key(2, br#"{"model":"m","instructions":"Be brief.\nAlways.","input":"hi"}"#);
+        let again = key(3, br#"{"input":"hi","instructions":"Be brief.\nAlways.","model":"m"}"#);
+        let other = key(4, br#"{"model":"m","instructions":"Be long.","input":"hi"}"#);
+        assert!(plain.is_some() && told.is_some());
+        assert_eq!(told, again, "the same instructions, the same prefix");
+        assert_ne!(told, plain, "instructions are part of the prefix");
+        assert_ne!(told, other);
+        for ignored in [&br#"{"model":"m","instructions":null,"input":"hi"}"#[..], br#"{"model":"m","instructions":["x"],"input":"hi"}"#] {
+            assert_eq!(key(5, ignored), plain, "instructions that are not a string are not read");
+        }
     }
 
     #[test]

@@ -49,6 +49,38 @@ fn walking_an_answer_reads_the_same_usage_as_parsing_it() {
 }
 
 #[test]
+fn walking_an_event_reads_what_parsing_it_reads() {
+    let usage = r#"{"input_tokens":10,"input_tokens_details":{"cached_tokens":4},"output_tokens":3}"#;
+    let events = [
+        format!(r#"{{"type":"response.created","response":{{"id":"r","error":null,"usage":null,"output":[]}}}}"#),
+        format!(r#"{{"type":"response.completed","sequence_number":9,"response":{{"error":null,"output":[{{"type":"reasoning","error":{{"x":1}}}}],"service_tier":"flex","usage":{usage}}}}}"#),
+        format!(r#"{{"type":"response.failed","response":{{"error":{{"code":"server_error","message":"sk-proj-abc"}}}}}}"#),
+        format!(r#"{{"type":"error","error":{{"message":"bad"}}}}"#),
+        format!(r#"{{"error":{{"message":"key sk-abc"}}}}"#),
+        format!(r#"{{"error":null,"choices":[]}}"#),
+        format!(r#"{{"object":"chat.completion.chunk","choices":[],"service_tier":"priority","usage":{usage}}}"#),
+        format!(r#"{{"type":"response.output_text.delta","delta":"\"error\": {{}} and \"usage\":{{"}}"#),
+        format!(r#"{{"t\u0079pe":"error","error":{{"message":"escaped"}}}}"#),
+        format!(r#"{{"type":7,"error":{{}}}}"#),
+        format!(r#"{{"type":"response.completed","response":null}}"#),
+        "[DONE]".to_owned(),
+        "{".to_owned(),
+    ];
+    let seen = |e: Option<EndEvent<'_>>| {
+        e.map(|e| (e.kind().map(str::to_owned), e.is_error(), e.response_usage(), e.usage()))
+    };
+    for event in &events {
+        let (walked, parsed) = (EndEvent::read(event.as_bytes()), EndEvent::read_parsed(event.as_bytes()));
+        assert_eq!(seen(walked), seen(parsed), "{event}");
+    }
+    let completed = EndEvent::read(events[1].as_bytes()).and_then(|e| e.response_usage());
+    assert_eq!(completed.map(|u| (u.input, u.cached, u.tier)), Some((10, 4, ServiceTier::Flex)));
+    assert!(EndEvent::read(events[4].as_bytes()).is_some_and(|e| e.is_error()), "a chat error chunk");
+    assert!(!EndEvent::read(events[5].as_bytes()).is_some_and(|e| e.is_error()), "a null error is none");
+    assert!(EndEvent::read(events[8].as_bytes()).is_some_and(|e| e.is_error()), "escaped keys are parsed");
+}
+
+#[test]
 fn the_service_tier_an_answer_was_billed_in_comes_with_its_usage() {
     let usage = json!({"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 4},
         "output_tokens": 3});
