@@ -52,17 +52,17 @@ fn walking_an_answer_reads_the_same_usage_as_parsing_it() {
 fn walking_an_event_reads_what_parsing_it_reads() {
     let usage = r#"{"input_tokens":10,"input_tokens_details":{"cached_tokens":4},"output_tokens":3}"#;
     let events = [
-        format!(r#"{{"type":"response.created","response":{{"id":"r","error":null,"usage":null,"output":[]}}}}"#),
+        r#"{"type":"response.created","response":{"id":"r","error":null,"usage":null,"output":[]}}"#.to_owned(),
         format!(r#"{{"type":"response.completed","sequence_number":9,"response":{{"error":null,"output":[{{"type":"reasoning","error":{{"x":1}}}}],"service_tier":"flex","usage":{usage}}}}}"#),
-        format!(r#"{{"type":"response.failed","response":{{"error":{{"code":"server_error","message":"sk-proj-abc"}}}}}}"#),
-        format!(r#"{{"type":"error","error":{{"message":"bad"}}}}"#),
-        format!(r#"{{"error":{{"message":"key sk-abc"}}}}"#),
-        format!(r#"{{"error":null,"choices":[]}}"#),
+        r#"{"type":"response.failed","response":{"error":{"code":"server_error","message":"sk-proj-abc"}}}"#.to_owned(),
+        r#"{"type":"error","error":{"message":"bad"}}"#.to_owned(),
+        r#"{"error":{"message":"key sk-abc"}}"#.to_owned(),
+        r#"{"error":null,"choices":[]}"#.to_owned(),
         format!(r#"{{"object":"chat.completion.chunk","choices":[],"service_tier":"priority","usage":{usage}}}"#),
-        format!(r#"{{"type":"response.output_text.delta","delta":"\"error\": {{}} and \"usage\":{{"}}"#),
-        format!(r#"{{"t\u0079pe":"error","error":{{"message":"escaped"}}}}"#),
-        format!(r#"{{"type":7,"error":{{}}}}"#),
-        format!(r#"{{"type":"response.completed","response":null}}"#),
+        r#"{"type":"response.output_text.delta","delta":"\"error\": {} and \"usage\":{"}"#.to_owned(),
+        r#"{"t\u0079pe":"error","error":{"message":"escaped"}}"#.to_owned(),
+        r#"{"type":7,"error":{}}"#.to_owned(),
+        r#"{"type":"response.completed","response":null}"#.to_owned(),
         "[DONE]".to_owned(),
         "{".to_owned(),
     ];
