@@ -78,14 +78,22 @@ pub struct Usage {
 impl Usage {
     /// Reads a `usage` object of either API (billed in the standard tier until [`Usage::billed_in`]).
     pub fn from_json(usage: &Value) -> Option<Self> {
-        let read = crate::spend::Usage::from_json(usage)?;
-        Some(Self {
+        Some(Self::from_priced(crate::spend::Usage::from_json(usage)?))
+    }
+
+    /// `from_json` over a `usage` object's text, without building a tree of it.
+    pub fn from_text(usage: &[u8]) -> Option<Self> {
+        Some(Self::from_priced(crate::spend::Usage::from_text(usage)?))
+    }
+
+    fn from_priced(read: crate::spend::Usage) -> Self {
+        Self {
             input: read.input_tokens,
             cached: read.cached_input_tokens,
             output: read.output_tokens,
             cache_write: read.cache_write_tokens,
             tier: ServiceTier::Standard,
-        })
+        }
     }
 
     /// The same counts, billed in the answer's `service_tier`.
@@ -113,9 +121,8 @@ impl Usage {
             return Self::from_body_parsed(body);
         }
         let [usage, tier] = crate::markers::scan::top_level_values(body, [b"usage", b"service_tier"])?;
-        let usage: Value = serde_json::from_slice(usage?).ok()?;
         let tier: Option<String> = tier.map_or(Ok(None), serde_json::from_slice).ok()?;
-        Some(Self::from_json(&usage)?.billed_in(tier.as_deref()))
+        Some(Self::from_text(usage?)?.billed_in(tier.as_deref()))
     }
 
     /// `from_body` by a parser: everything but the two values is skipped by serde, without a tree.
@@ -407,8 +414,7 @@ impl<'a> EndEvent<'a> {
 
     /// A top-level `usage` (a Chat Completions chunk), in the chunk's service tier.
     pub fn usage(&self) -> Option<Usage> {
-        let usage: Value = serde_json::from_slice(self.usage?).ok()?;
-        Some(Usage::from_json(&usage)?.billed_in(self.service_tier.as_deref()))
+        Some(Usage::from_text(self.usage?)?.billed_in(self.service_tier.as_deref()))
     }
 }
 

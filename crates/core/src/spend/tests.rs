@@ -430,3 +430,27 @@ fn an_amount_to_the_cent_rounds_half_up_and_never_says_zero_for_something() {
     assert_eq!(usd(1_235_000_000).cents(), "$1.24");
     assert_eq!(usd(120_000_000_000).cents(), "$120.00");
 }
+
+#[test]
+fn reading_the_text_gives_the_counts_the_tree_gives() {
+    let objects = [
+        r#"{"input_tokens":1536,"input_tokens_details":{"cached_tokens":1024},"output_tokens":420,"output_tokens_details":{"reasoning_tokens":128},"total_tokens":1956}"#,
+        r#"{"prompt_tokens":5,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":3,"audio_tokens":0}}"#,
+        r#"{"input_tokens":10,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":4},"output_tokens":3}"#,
+        r#"{"input_tokens":-1,"output_tokens":2.5,"prompt_tokens":"7","completion_tokens":null}"#,
+        r#"{"input_tokens":9,"input_tokens_details":null,"prompt_tokens_details":{"cached_tokens":2}}"#,
+        r#"{"input_tokens":9,"input_tokens_details":[1,{"cached_tokens":4}],"output_tokens":{"a":[1]}}"#,
+        r#"{"input_tokens":9,"prompt_tokens_details":{"cached_tokens":true,"cache_write_tokens":6}}"#,
+        r#"{"in\u0070ut_tokens":8,"output_tokens":18446744073709551615}"#,
+        r#"{"total_tokens":8}"#,
+        r#"{}"#,
+        r#"null"#,
+        r#"[1]"#,
+        r#"{"input_tokens":1"#,
+    ];
+    for text in objects {
+        let tree = serde_json::from_str::<serde_json::Value>(text).ok().and_then(|v| Usage::from_json(&v));
+        assert_eq!(Usage::from_text(text.as_bytes()), tree, "{text}");
+    }
+    assert_eq!(Usage::from_text(objects[0].as_bytes()), Some(usage(1536, 1024, 420)));
+}
