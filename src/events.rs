@@ -78,11 +78,12 @@ pub enum Wire {
 /// A finished request: how it was routed, and everything that came of it.
 #[derive(Clone, Debug, Serialize, ts_rs::TS)]
 pub struct RequestRecord {
-    /// What arrived and how it was decided (the same as the `routed` event showed).
+    /// What arrived and how it was decided: the very `routed` event the live stream showed, shared
+    /// with it (`Trace` changes it through `Arc::make_mut`, which copies only once it is shared).
     #[serde(flatten)]
     // Declared in TypeScript as `Routed & { ... }` by `api::typescript::typescript()`.
     #[ts(skip)]
-    pub routed: Routed,
+    pub routed: Arc<Routed>,
     /// Whether the client asked for a stream.
     pub stream: bool,
     /// Attempts made, in order (at most `router::MAX_ATTEMPTS`).
@@ -115,19 +116,42 @@ pub struct RequestRecord {
 impl RequestRecord {
     /// A record of a request about which nothing is known yet but when and how it arrived.
     pub fn new(at_unix_ms: u64, operation: Operation, transport: Wire, decision: Decision) -> Self {
-        Self {
-            routed: Routed {
-                at_unix_ms,
-                operation,
-                transport,
+        Self::with(Arc::new(Routed {
+            at_unix_ms,
+            operation,
+            transport,
+            client: ClientKind::Other,
+            token: String::new(),
+            pool: crate::pools::ALL.to_owned(),
+            session: None,
+            parent_session: None,
+            model: None,
+            decision,
+        }))
+    }
+
+    /// An empty record that allocates nothing: what a trace keeps once it has published its own.
+    pub fn spent() -> Self {
+        static NOTHING: std::sync::LazyLock<Arc<Routed>> = std::sync::LazyLock::new(|| {
+            Arc::new(Routed {
+                at_unix_ms: 0,
+                operation: Operation::Other,
+                transport: Wire::Http,
                 client: ClientKind::Other,
                 token: String::new(),
-                pool: crate::pools::ALL.to_owned(),
+                pool: String::new(),
                 session: None,
                 parent_session: None,
                 model: None,
-                decision,
-            },
+                decision: Decision::new(0),
+            })
+        });
+        Self::with(NOTHING.clone())
+    }
+
+    fn with(routed: Arc<Routed>) -> Self {
+        Self {
+            routed,
             stream: false,
             attempts: Vec::new(),
             served_by: None,
@@ -333,7 +357,7 @@ pub struct Routed {
 #[serde(tag = "type", content = "data", rename_all = "snake_case")]
 pub enum Event {
     /// A request was routed.
-    Routed(Box<Routed>),
+    Routed(Arc<Routed>),
     /// A request finished.
     Finished(Arc<RequestRecord>),
     /// A key's state changed.

@@ -568,8 +568,8 @@ impl Gateway {
     }
 
     /// Tells the event stream that a request was routed.
-    pub(crate) fn routed(&self, routed: Routed) {
-        self.events.publish(routed.at_unix_ms, Event::Routed(Box::new(routed)));
+    pub(crate) fn routed(&self, routed: Arc<Routed>) {
+        self.events.publish(routed.at_unix_ms, Event::Routed(routed));
     }
 
     /// The one way a finished request (HTTP, or a WebSocket turn) is reported: a log line, the hashed

@@ -93,13 +93,13 @@ impl Transport for Http<'_> {
             .upstream
             .send(entry, self.method.clone(), &self.path_and_query, self.headers.clone(), self.body.clone())
             .await;
-        let response = match sent {
+        let mut response = match sent {
             Ok(response) => response,
             Err(error) => return Reply::Failed(error),
         };
         let status = response.status();
         let heard = Heard::from_headers(status.as_u16(), response.headers(), self.clock);
-        let mut headers = upstream::forward_response_headers(response.headers());
+        let mut headers = upstream::forward_response_headers(response.headers_mut());
         let base = guard.entry().label.clone();
         if !status.is_success() {
             let body = read_error(response, self.upstream.idle_timeout()).await;
@@ -363,8 +363,8 @@ async fn arrived<S: futures::Stream + Unpin>(chunks: &mut S) -> Option<Option<S:
     None
 }
 
-/// The pieces gathered for one write: the first kept as it came, the later ones copied after it once
-/// each (never the whole gathered run again for every chunk).
+/// Pieces gathered into one (a write to the client, or a whole answer): the first kept as it came, the
+/// later ones copied after it once each (never the whole gathered run again for every chunk).
 #[derive(Default)]
 struct Gathered {
     first: Bytes,
@@ -560,14 +560,15 @@ async fn read_error(response: reqwest::Response, idle: Duration) -> Bytes {
 /// Reads a JSON answer whole, so it can be tagged and, if it is cut, another key tried.
 async fn read_whole(response: reqwest::Response, idle: Duration, key: &str) -> Result<Bytes, UpstreamError> {
     let cut = |detail: String| UpstreamError::Cut { base: format!("key '{key}'"), detail };
-    let mut bytes = BytesMut::new();
+    // An answer that arrives in one piece (most do) is kept as it came, not copied.
+    let mut bytes = Gathered::default();
     let mut chunks = response.bytes_stream();
     loop {
         match tokio::time::timeout(idle, chunks.next()).await {
             Err(_) => return Err(cut("the answer went idle before its end".into())),
             Ok(Some(Err(e))) => return Err(cut(format!("the answer broke off: {e}"))),
-            Ok(Some(Ok(chunk))) => bytes.extend_from_slice(&chunk),
-            Ok(None) => return Ok(bytes.freeze()),
+            Ok(Some(Ok(chunk))) => bytes.push(chunk),
+            Ok(None) => return Ok(bytes.into_bytes()),
         }
         if bytes.len() > MAX_EVENT_BYTES {
             return Err(cut(format!("the answer is larger than {MAX_EVENT_BYTES} bytes")));

@@ -212,7 +212,7 @@ mod tests {
 
     fn turn(session: &str, at: u64) -> RequestRecord {
         let mut r = RequestRecord::new(at, Operation::ResponsesCreate, Wire::Http, Decision::new(at));
-        r.routed.session = Some(session.to_owned());
+        std::sync::Arc::make_mut(&mut r.routed).session = Some(session.to_owned());
         r.served_by = Some(KeyId::new("k_a"));
         r.status = 200;
         r.usage = Some(crate::relay::Usage { input: 100, cached: 40, output: 5, ..Default::default() });
@@ -224,7 +224,7 @@ mod tests {
         let sessions = Sessions::default();
         sessions.observe(&turn("aaaa1111", 1), Some("org-a".into()));
         let mut refused = turn("aaaa1111", 2);
-        refused.routed.decision.refusal = Some(Refusal::LostOrg { key: KeyId::new("k_gone") });
+        std::sync::Arc::make_mut(&mut refused.routed).decision.refusal = Some(Refusal::LostOrg { key: KeyId::new("k_gone") });
         sessions.observe(&refused, None);
         let mut rescued = turn("aaaa1111", 3);
         rescued.rescued_items = 2;
@@ -244,7 +244,7 @@ mod tests {
         let prices = crate::spend::PriceTable::builtin();
         for model in ["gpt-5.5", "gpt-5.5", "not-a-priced-model"] {
             let mut t = turn("cccc3333", 1);
-            t.routed.model = Some(model.to_owned());
+            std::sync::Arc::make_mut(&mut t.routed).model = Some(model.to_owned());
             t.price(prices);
             sessions.observe(&t, None);
         }
@@ -261,7 +261,7 @@ mod tests {
         let sessions = Sessions::default();
         sessions.observe(&turn("root0000", 1), None);
         let mut thread = turn("thrd1111", 2);
-        thread.routed.parent_session = Some("root0000".into());
+        std::sync::Arc::make_mut(&mut thread.routed).parent_session = Some("root0000".into());
         sessions.observe(&thread, None);
         let recent = sessions.recent(2);
         assert_eq!(recent[0].parent.as_deref(), Some("root0000"));

@@ -224,8 +224,8 @@ mod tests {
     fn tokens_and_models_group_the_remembered_requests() {
         let record = |at: u64, token: &str, model: Option<&str>, nanos: Option<u64>| {
             let mut r = RequestRecord::new(at, Operation::ResponsesCreate, Wire::Http, Decision::new(at));
-            r.routed.token = token.to_owned();
-            r.routed.model = model.map(str::to_owned);
+            Arc::make_mut(&mut r.routed).token = token.to_owned();
+            Arc::make_mut(&mut r.routed).model = model.map(str::to_owned);
             r.cost_usd = nanos.map(Usd::from_nanos);
             r.unpriced = nanos.is_none().then_some(crate::spend::Unpriced::Model);
             Arc::new(r)

@@ -17,7 +17,7 @@ fn record(status: u16, ms: u32) -> RequestRecord {
     decision.affinity_source = AffinitySource::PromptCacheKey;
     decision.affinity_state = AffinityState::Hit;
     let mut record = RequestRecord::new(NOW_MS, Operation::ResponsesCreate, Wire::Http, decision);
-    record.routed.model = Some("gpt-5.5".into());
+    std::sync::Arc::make_mut(&mut record.routed).model = Some("gpt-5.5".into());
     record.stream = true;
     record.attempts = vec![Attempt {
         key: KeyId::new("k_a"),
@@ -155,7 +155,7 @@ fn series_sum_hours_into_buckets_and_a_total() {
     let m = Metrics::in_memory();
     for (offset, fp) in [(0, "a"), (1, "a"), (HOUR_MS, "b"), (25 * HOUR_MS, "a")] {
         let mut r = record(200, 1);
-        r.routed.at_unix_ms = NOW_MS + offset;
+        std::sync::Arc::make_mut(&mut r.routed).at_unix_ms = NOW_MS + offset;
         m.record(&r, Some(fp.into()));
     }
     let hourly = m.series(NOW_MS, 1);
@@ -177,8 +177,8 @@ fn day_names() {
 /// A served request of `model` with usage, priced by the embedded table.
 fn priced(model: &str, at_unix_ms: u64) -> RequestRecord {
     let mut r = record(200, 40);
-    r.routed.at_unix_ms = at_unix_ms;
-    r.routed.model = Some(model.to_owned());
+    std::sync::Arc::make_mut(&mut r.routed).at_unix_ms = at_unix_ms;
+    std::sync::Arc::make_mut(&mut r.routed).model = Some(model.to_owned());
     r.usage = Some(crate::relay::Usage { input: 1_000, cached: 0, output: 100, ..Default::default() });
     r.price(crate::spend::PriceTable::builtin());
     r

@@ -54,28 +54,32 @@ impl Trace {
 
     /// Takes what the record shows of the request's facts.
     pub fn facts(&mut self, facts: &RequestFacts) {
-        self.record.routed.client = facts.client;
-        self.record.routed.session = facts.session.map(|s| s.short());
-        self.record.routed.parent_session = facts.parent.map(|s| s.short());
-        self.record.routed.model = facts.model.clone();
+        let routed = Arc::make_mut(&mut self.record.routed);
+        routed.client = facts.client;
+        routed.session = facts.session.map(|s| s.short());
+        routed.parent_session = facts.parent.map(|s| s.short());
+        routed.model = facts.model.clone();
         self.record.stream = facts.stream;
     }
 
     /// Notes which token the request came with and the pool it is bound to.
     pub fn client(&mut self, scope: &crate::tokens::ClientScope) {
-        self.record.routed.token.clone_from(&scope.token);
-        self.record.routed.pool.clone_from(&scope.pool);
+        let routed = Arc::make_mut(&mut self.record.routed);
+        routed.token.clone_from(&scope.token);
+        routed.pool.clone_from(&scope.pool);
     }
 
-    /// Takes the decision, and tells the event stream the request was routed.
+    /// Takes the decision, and tells the event stream the request was routed (the event and the
+    /// record share it).
     pub fn decided(&mut self, decision: Decision) {
-        self.record.routed.decision = decision;
+        Arc::make_mut(&mut self.record.routed).decision = decision;
         self.gateway.routed(self.record.routed.clone());
     }
 
-    /// Adds what happened after the decision to its reasons (the decision was already published).
+    /// Adds what happened after the decision to its reasons (the decision was already published: the
+    /// record's copy changes, the event's stays as it was shown).
     pub fn reason(&mut self, reason: crate::router::Reason) {
-        self.record.routed.decision.reasons.push(reason);
+        Arc::make_mut(&mut self.record.routed).decision.reasons.push(reason);
     }
 
     /// Items dropped by rescue.
@@ -138,7 +142,7 @@ impl Trace {
         } else {
             record.price(&self.gateway.settings().prices());
         }
-        let record = std::mem::replace(record, RequestRecord::new(0, Operation::Other, Wire::Http, Decision::new(0)));
+        let record = std::mem::replace(record, RequestRecord::spent());
         self.gateway.publish(record);
     }
 }
