@@ -24,38 +24,33 @@ pub fn app(gateway: Arc<Gateway>) -> Router {
         .route("/login", get(login))
         .nest("/keymux/api", crate::api::routes())
         .fallback(not_found)
-        .layer(axum::middleware::from_fn(refuse_oversized))
-        .layer(axum::middleware::from_fn(no_store_no_sniff))
+        .layer(axum::middleware::from_fn(outside_v1))
         .with_state(gateway)
 }
 
-/// No answer of Keymux's own may be read as another type than it says, and no answer of the control
-/// API or the login link may be kept by a cache (they carry tokens, login links, keys' state). `/v1`
-/// answers are the provider's to set.
-async fn no_store_no_sniff(request: Request, next: axum::middleware::Next) -> Response<Body> {
+/// What holds for everything outside `/v1` (whose answers are the provider's to set, and whose body
+/// cap is the config's `max_body_bytes`, checked by `proxy`), in one layer:
+/// * a body declared over [`crate::limits::CONTROL_MAX_BODY`] is refused before routing, before
+///   anything reads it;
+/// * no answer of Keymux's own may be read as another type than it says, and no answer of the control
+///   API or the login link may be kept by a cache (they carry tokens, login links, keys' state).
+async fn outside_v1(request: Request, next: axum::middleware::Next) -> Response<Body> {
     let path = request.uri().path();
-    let v1 = path == "/v1" || path.starts_with("/v1/");
-    let private = path.starts_with("/keymux/") || path == "/login";
-    let mut response = next.run(request).await;
-    let headers = response.headers_mut();
-    if !v1 {
-        headers.insert(header::X_CONTENT_TYPE_OPTIONS, header::HeaderValue::from_static("nosniff"));
+    if path == "/v1" || path.starts_with("/v1/") {
+        return next.run(request).await;
     }
+    let private = path.starts_with("/keymux/") || path == "/login";
+    let limit = crate::limits::CONTROL_MAX_BODY;
+    let mut response = match crate::limits::declared_length(request.headers()) {
+        Some(n) if n > limit as u64 => ApiError::BodyTooLarge { limit }.into_response(),
+        _ => next.run(request).await,
+    };
+    let headers = response.headers_mut();
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, header::HeaderValue::from_static("nosniff"));
     if private {
         headers.insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-store"));
     }
     response
-}
-
-/// Outside `/v1` (whose cap is the config's `max_body_bytes`, checked by `proxy`), a body declared
-/// over [`crate::limits::CONTROL_MAX_BODY`] is refused before routing, before anything reads it.
-async fn refuse_oversized(request: Request, next: axum::middleware::Next) -> Response<Body> {
-    let limit = crate::limits::CONTROL_MAX_BODY;
-    let v1 = request.uri().path() == "/v1" || request.uri().path().starts_with("/v1/");
-    if !v1 && crate::limits::declared_length(request.headers()).is_some_and(|n| n > limit as u64) {
-        return ApiError::BodyTooLarge { limit }.into_response();
-    }
-    next.run(request).await
 }
 
 async fn proxy(State(gateway): State<Arc<Gateway>>, request: Request) -> Response<Body> {

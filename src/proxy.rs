@@ -100,7 +100,7 @@ impl Transport for Http<'_> {
         let status = response.status();
         let heard = Heard::from_headers(status.as_u16(), response.headers(), self.clock);
         let mut headers = upstream::forward_response_headers(response.headers_mut());
-        let base = guard.entry().label.clone();
+        let base = guard.entry().label.as_str();
         if !status.is_success() {
             let body = read_error(response, self.upstream.idle_timeout()).await;
             // A provider may quote the key it was sent: the client never holds one, so it never sees one.
@@ -111,9 +111,9 @@ impl Transport for Http<'_> {
         }
         let is_json = content_type(&headers).contains("json");
         let body = if self.tagged && is_json {
-            read_whole(response, self.upstream.idle_timeout(), &base).await.map(AcceptedBody::Whole)
+            read_whole(response, self.upstream.idle_timeout(), base).await.map(AcceptedBody::Whole)
         } else {
-            first_chunk(response, self.upstream.idle_timeout(), &base).await.map(AcceptedBody::Stream)
+            first_chunk(response, self.upstream.idle_timeout(), base).await.map(AcceptedBody::Stream)
         };
         match body {
             Ok(body) => Reply::Accepted(heard, Accepted { status, headers, body }),

@@ -224,7 +224,8 @@ mod tests {
         let sessions = Sessions::default();
         sessions.observe(&turn("aaaa1111", 1), Some("org-a".into()));
         let mut refused = turn("aaaa1111", 2);
-        std::sync::Arc::make_mut(&mut refused.routed).decision.refusal = Some(Refusal::LostOrg { key: KeyId::new("k_gone") });
+        std::sync::Arc::make_mut(&mut refused.routed).decision.refusal =
+            Some(Refusal::LostOrg { key: KeyId::new("k_gone") });
         sessions.observe(&refused, None);
         let mut rescued = turn("aaaa1111", 3);
         rescued.rescued_items = 2;

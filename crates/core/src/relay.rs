@@ -371,10 +371,8 @@ impl<'a> EndEvent<'a> {
         if crate::markers::scan::has_ascii_escape(json) {
             return Self::read_parsed(json);
         }
-        let [kind, response, usage, tier, error] = crate::markers::scan::top_level_values(
-            json,
-            [b"type", b"response", b"usage", b"service_tier", b"error"],
-        )?;
+        let [kind, response, usage, tier, error] =
+            crate::markers::scan::top_level_values(json, [b"type", b"response", b"usage", b"service_tier", b"error"])?;
         let not_null = |raw: Option<&'a [u8]>| raw.filter(|r| *r != b"null");
         Some(Self {
             kind: string_member(kind)?,

@@ -490,7 +490,8 @@ mod tests {
 
     #[test]
     fn string_instructions_are_part_of_the_prompt_prefix() {
-        let key = |n: u64, body: &[u8]| extract(n, Operation::ResponsesCreate, body).expect("valid").signal.map(|s| s.key);
+        let key =
+            |n: u64, body: &[u8]| extract(n, Operation::ResponsesCreate, body).expect("valid").signal.map(|s| s.key);
         let plain = key(1, br#"{"model":"m","input":"hi"}"#);
         let told = key(2, br#"{"model":"m","instructions":"Be brief.\nAlways.","input":"hi"}"#);
         let again = key(3, br#"{"input":"hi","instructions":"Be brief.\nAlways.","model":"m"}"#);
@@ -499,7 +500,10 @@ mod tests {
         assert_eq!(told, again, "the same instructions, the same prefix");
         assert_ne!(told, plain, "instructions are part of the prefix");
         assert_ne!(told, other);
-        for ignored in [&br#"{"model":"m","instructions":null,"input":"hi"}"#[..], br#"{"model":"m","instructions":["x"],"input":"hi"}"#] {
+        for ignored in [
+            &br#"{"model":"m","instructions":null,"input":"hi"}"#[..],
+            br#"{"model":"m","instructions":["x"],"input":"hi"}"#,
+        ] {
             assert_eq!(key(5, ignored), plain, "instructions that are not a string are not read");
         }
     }

@@ -53,7 +53,9 @@ fn walking_an_event_reads_what_parsing_it_reads() {
     let usage = r#"{"input_tokens":10,"input_tokens_details":{"cached_tokens":4},"output_tokens":3}"#;
     let events = [
         r#"{"type":"response.created","response":{"id":"r","error":null,"usage":null,"output":[]}}"#.to_owned(),
-        format!(r#"{{"type":"response.completed","sequence_number":9,"response":{{"error":null,"output":[{{"type":"reasoning","error":{{"x":1}}}}],"service_tier":"flex","usage":{usage}}}}}"#),
+        format!(
+            r#"{{"type":"response.completed","sequence_number":9,"response":{{"error":null,"output":[{{"type":"reasoning","error":{{"x":1}}}}],"service_tier":"flex","usage":{usage}}}}}"#
+        ),
         r#"{"type":"response.failed","response":{"error":{"code":"server_error","message":"sk-proj-abc"}}}"#.to_owned(),
         r#"{"type":"error","error":{"message":"bad"}}"#.to_owned(),
         r#"{"error":{"message":"key sk-abc"}}"#.to_owned(),
@@ -66,9 +68,8 @@ fn walking_an_event_reads_what_parsing_it_reads() {
         "[DONE]".to_owned(),
         "{".to_owned(),
     ];
-    let seen = |e: Option<EndEvent<'_>>| {
-        e.map(|e| (e.kind().map(str::to_owned), e.is_error(), e.response_usage(), e.usage()))
-    };
+    let seen =
+        |e: Option<EndEvent<'_>>| e.map(|e| (e.kind().map(str::to_owned), e.is_error(), e.response_usage(), e.usage()));
     for event in &events {
         let (walked, parsed) = (EndEvent::read(event.as_bytes()), EndEvent::read_parsed(event.as_bytes()));
         assert_eq!(seen(walked), seen(parsed), "{event}");

@@ -212,7 +212,8 @@ impl Usage {
         if input.is_none() && output.is_none() {
             return None;
         }
-        let details = if read.input_tokens_details.present { read.input_tokens_details } else { read.prompt_tokens_details };
+        let details =
+            if read.input_tokens_details.present { read.input_tokens_details } else { read.prompt_tokens_details };
         Some(Self {
             input_tokens: input.unwrap_or(0),
             cached_input_tokens: details.cached_tokens.0.unwrap_or(0),
