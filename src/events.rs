@@ -132,20 +132,9 @@ impl RequestRecord {
 
     /// An empty record that allocates nothing: what a trace keeps once it has published its own.
     pub fn spent() -> Self {
-        static NOTHING: std::sync::LazyLock<Arc<Routed>> = std::sync::LazyLock::new(|| {
-            Arc::new(Routed {
-                at_unix_ms: 0,
-                operation: Operation::Other,
-                transport: Wire::Http,
-                client: ClientKind::Other,
-                token: String::new(),
-                pool: String::new(),
-                session: None,
-                parent_session: None,
-                model: None,
-                decision: Decision::new(0),
-            })
-        });
+        // Built once; every trace shares it.
+        static NOTHING: std::sync::LazyLock<Arc<Routed>> =
+            std::sync::LazyLock::new(|| RequestRecord::new(0, Operation::Other, Wire::Http, Decision::new(0)).routed);
         Self::with(NOTHING.clone())
     }
 

@@ -121,7 +121,7 @@ impl Usage {
             return Self::from_body_parsed(body);
         }
         let [usage, tier] = crate::markers::scan::top_level_values(body, [b"usage", b"service_tier"])?;
-        let tier: Option<String> = tier.map_or(Ok(None), serde_json::from_slice).ok()?;
+        let tier = string_member(tier)?;
         Some(Self::from_text(usage?)?.billed_in(tier.as_deref()))
     }
 
