@@ -56,8 +56,10 @@
 //! * [`facts`]: the words for a request that routing, events and metrics share (`Operation`,
 //!   `ClientKind`, `RequestFacts`); `facts::extract` reads them from a request, markers stripped.
 //! * [`router`]: the pure `decide(facts, pool view, memory, now) -> Decision`.
-//! * [`upstream`]: the provider HTTP client (one direct, one per pool proxy, chosen per key), header
-//!   policy, timeouts and rate-limit hints; the `CONNECT` tunnel a pool's WebSockets take.
+//! * [`upstream`]: the provider HTTP clients (`upstream::direct`, hyper's pooled client, for keys that
+//!   go out direct; reqwest for a pool's proxy and for a proxy set in the environment), chosen per
+//!   key, header policy, timeouts and rate-limit hints; `upstream::Answer`, what either gives back;
+//!   the `CONNECT` tunnel a pool's WebSockets take.
 //! * [`relay`]: tags org-bound values in relayed SSE events, JSON bodies and WebSocket frames.
 //! * [`chatgpt`]: a ChatGPT plan key's login refreshed ahead of its expiry, one refresh at a time, and
 //!   written back to the keychain (the login itself, its claims and the body its backend takes are

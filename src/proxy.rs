@@ -33,7 +33,7 @@ use crate::upstream::{self, Upstream, UpstreamError};
 /// by a well-formed error that says so.
 pub const MAX_ERROR_BODY: usize = 256 * 1024;
 
-type Chunks = std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<Bytes>> + Send>>;
+use crate::upstream::{Answer, BodyError, Chunks};
 
 /// An accepted answer: held whole (a JSON answer to tag), or with its first chunk read (a stream).
 pub struct Accepted {
@@ -455,7 +455,7 @@ impl RelayState {
 
     /// What one item of the provider's stream comes to: a piece for the client (maybe empty), or the
     /// end of the stream (its last piece, or the error it broke with).
-    fn settle(&mut self, next: Option<reqwest::Result<Bytes>>) -> Item {
+    fn settle(&mut self, next: Option<Result<Bytes, BodyError>>) -> Item {
         let bytes = match next {
             Some(Err(e)) => return Item::Over(self.broke("upstream_cut", &format!("upstream stream failed: {e}"))),
             Some(Ok(bytes)) => bytes,
@@ -543,10 +543,10 @@ fn is_dot_segment(mut segment: &[u8]) -> bool {
 
 /// Reads a small error body. One over `MAX_ERROR_BODY` is replaced by a well-formed error that says
 /// so, so the client never gets JSON cut in half.
-async fn read_error(response: reqwest::Response, idle: Duration) -> Bytes {
+async fn read_error(response: Answer, idle: Duration) -> Bytes {
     let status = response.status().as_u16();
     let mut bytes = BytesMut::new();
-    let mut chunks = response.bytes_stream();
+    let mut chunks = response.chunks();
     while let Ok(Some(Ok(chunk))) = tokio::time::timeout(idle, chunks.next()).await {
         bytes.extend_from_slice(&chunk);
         if bytes.len() > MAX_ERROR_BODY {
@@ -558,11 +558,11 @@ async fn read_error(response: reqwest::Response, idle: Duration) -> Bytes {
 }
 
 /// Reads a JSON answer whole, so it can be tagged and, if it is cut, another key tried.
-async fn read_whole(response: reqwest::Response, idle: Duration, key: &str) -> Result<Bytes, UpstreamError> {
+async fn read_whole(response: Answer, idle: Duration, key: &str) -> Result<Bytes, UpstreamError> {
     let cut = |detail: String| UpstreamError::Cut { base: format!("key '{key}'"), detail };
     // An answer that arrives in one piece (most do) is kept as it came, not copied.
     let mut bytes = Gathered::default();
-    let mut chunks = response.bytes_stream();
+    let mut chunks = response.chunks();
     loop {
         match tokio::time::timeout(idle, chunks.next()).await {
             Err(_) => return Err(cut("the answer went idle before its end".into())),
@@ -578,16 +578,16 @@ async fn read_whole(response: reqwest::Response, idle: Duration, key: &str) -> R
 
 /// Reads a streamed answer's first chunk, so a stream cut before its first byte can still fail over.
 /// An answer that is empty by design (204, `content-length: 0`) has none to wait for.
-async fn first_chunk(response: reqwest::Response, idle: Duration, key: &str) -> Result<Chunks, UpstreamError> {
+async fn first_chunk(response: Answer, idle: Duration, key: &str) -> Result<Chunks, UpstreamError> {
     let empty = response.status() == StatusCode::NO_CONTENT
         || response.status() == StatusCode::RESET_CONTENT
         || response.content_length() == Some(0);
-    let mut chunks: Chunks = Box::pin(response.bytes_stream());
+    let mut chunks = response.chunks();
     if empty {
         return Ok(chunks);
     }
     match tokio::time::timeout(idle, chunks.next()).await {
-        Ok(Some(Ok(first))) => Ok(Box::pin(futures::stream::once(async move { Ok(first) }).chain(chunks))),
+        Ok(Some(Ok(first))) => Ok(crate::upstream::put_back(first, chunks)),
         Ok(None) | Ok(Some(Err(_))) | Err(_) => Err(UpstreamError::Cut {
             base: format!("key '{key}'"),
             detail: "the answer ended before its first byte".into(),

@@ -49,5 +49,6 @@ mod spread_clients;
 mod store;
 mod transports;
 mod unreachable;
+mod upstream_direct;
 mod usage;
 mod websocket;

@@ -161,46 +161,118 @@ fn status(code: u16) -> Response<Body> {
 
 /// A TLS front for the simulator on `127.0.0.1:0`: each connection's TLS is ended here and its bytes
 /// go on to the simulator's port. Its certificate names 127.0.0.1 and is signed by nobody but itself.
+/// Made with [`TlsFront::start_h2`], it offers HTTP/2 by ALPN and serves it itself, passing each
+/// request on to the simulator (which speaks HTTP/1.1), as a provider's HTTP/2 front does.
 pub struct TlsFront {
     pub addr: SocketAddr,
     /// The certificate (PEM), for `Config::extra_roots_pem`.
     pub cert_pem: String,
+    /// The protocol each connection's TLS agreed on (`None`: no ALPN).
+    alpn: Arc<Mutex<Vec<Option<String>>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl TlsFront {
     pub async fn start(sim_base: &str) -> Self {
+        Self::start_offering(sim_base, Vec::new()).await
+    }
+
+    /// A front that offers only HTTP/2 (`h2`): a client that does not offer it cannot connect.
+    pub async fn start_h2(sim_base: &str) -> Self {
+        Self::start_offering(sim_base, vec![b"h2".to_vec()]).await
+    }
+
+    async fn start_offering(sim_base: &str, protocols: Vec<Vec<u8>>) -> Self {
         use tokio_rustls::rustls;
         let target = sim_base.trim_start_matches("http://").split('/').next().unwrap().to_owned();
         let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).expect("a certificate");
         let cert_pem = made.cert.pem();
         let key = rustls::pki_types::PrivateKeyDer::Pkcs8(made.signing_key.serialize_der().into());
-        let config = rustls::ServerConfig::builder()
+        let mut config = rustls::ServerConfig::builder()
             .with_no_client_auth()
             .with_single_cert(vec![made.cert.der().clone()], key)
             .expect("a TLS config");
+        config.alpn_protocols = protocols;
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the TLS front");
         let addr = listener.local_addr().unwrap();
+        let alpn = Arc::new(Mutex::new(Vec::new()));
+        let seen = alpn.clone();
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                let (acceptor, target) = (acceptor.clone(), target.clone());
+                let (acceptor, target, seen) = (acceptor.clone(), target.clone(), seen.clone());
                 tokio::spawn(async move {
-                    let (Ok(mut tls), Ok(mut sim)) = (acceptor.accept(stream).await, TcpStream::connect(&target).await)
-                    else {
-                        return;
-                    };
-                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut sim).await;
+                    let Ok(tls) = acceptor.accept(stream).await else { return };
+                    let agreed = tls.get_ref().1.alpn_protocol().map(|p| String::from_utf8_lossy(p).into_owned());
+                    seen.lock().unwrap().push(agreed.clone());
+                    if agreed.as_deref() == Some("h2") {
+                        serve_h2(tls, target).await;
+                    } else if let Ok(mut sim) = TcpStream::connect(&target).await {
+                        let mut tls = tls;
+                        let _ = tokio::io::copy_bidirectional(&mut tls, &mut sim).await;
+                    }
                 });
             }
         });
-        Self { addr, cert_pem, task }
+        Self { addr, cert_pem, alpn, task }
     }
 
     /// `https://127.0.0.1:PORT/v1`
     pub fn base_url(&self) -> String {
         format!("https://{}/v1", self.addr)
     }
+
+    /// The protocol each connection so far agreed on by ALPN.
+    pub fn protocols(&self) -> Vec<Option<String>> {
+        self.alpn.lock().unwrap().clone()
+    }
+}
+
+/// Serves HTTP/2 on `tls`, each request passed on to the simulator at `target` over HTTP/1.1 and its
+/// answer streamed back.
+async fn serve_h2(tls: tokio_rustls::server::TlsStream<TcpStream>, target: String) {
+    let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+        let target = target.clone();
+        async move { pass_on(request, &target).await }
+    });
+    let _ = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+        .serve_connection(TokioIo::new(tls), service)
+        .await;
+}
+
+async fn pass_on(
+    request: Request<hyper::body::Incoming>,
+    target: &str,
+) -> Result<
+    Response<
+        http_body_util::StreamBody<
+            futures::stream::BoxStream<'static, Result<hyper::body::Frame<Bytes>, std::io::Error>>,
+        >,
+    >,
+    std::io::Error,
+> {
+    use futures::StreamExt as _;
+    let (parts, body) = request.into_parts();
+    let body = body.collect().await.map_err(std::io::Error::other)?.to_bytes();
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut headers = parts.headers.clone();
+    headers.remove(hyper::header::HOST);
+    let client = super::http::client();
+    let answer = client
+        .request(parts.method, format!("http://{target}{path}"))
+        .headers(headers)
+        .body(body)
+        .send()
+        .await
+        .map_err(std::io::Error::other)?;
+    let mut out = Response::builder().status(answer.status());
+    for (name, value) in answer.headers() {
+        if !["connection", "transfer-encoding", "keep-alive"].contains(&name.as_str()) {
+            out = out.header(name, value);
+        }
+    }
+    let frames = answer.bytes_stream().map(|chunk| chunk.map(hyper::body::Frame::data).map_err(std::io::Error::other));
+    out.body(http_body_util::StreamBody::new(frames.boxed())).map_err(std::io::Error::other)
 }
 
 impl Drop for TlsFront {

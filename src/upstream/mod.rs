@@ -1,5 +1,7 @@
-//! The one HTTP client that talks to providers: per-key auth and base URL, the header policy in both
-//! directions, per-phase timeouts, and classification of what came back.
+//! The HTTP clients that talk to providers: per-key auth and base URL, the header policy in both
+//! directions, per-phase timeouts, and classification of what came back. Keys that go out direct take
+//! `direct` (hyper's client, lean enough for every request); a pool's proxy, or a proxy set in the
+//! environment, takes reqwest. Either answer is an [`Answer`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,6 +11,14 @@ use bytes::Bytes;
 
 use crate::config::Timeouts;
 use crate::keys::{KeyEntry, KeyId, Provider};
+
+mod answer;
+mod direct;
+
+pub use answer::{put_back, Answer, BodyError, Chunks};
+
+/// The `user-agent` Keymux sends when the client's request has none.
+const USER_AGENT: &str = concat!("keymux/", env!("CARGO_PKG_VERSION"));
 
 /// Why an upstream attempt produced no response.
 #[derive(Debug, thiserror::Error)]
@@ -188,7 +198,13 @@ pub fn is_responses_lite(headers: &HeaderMap) -> bool {
 
 /// The shared upstream client.
 pub struct Upstream {
-    /// Keys that go out direct.
+    /// Keys that go out direct, when no proxy is set in the environment (`direct::environment_proxy`);
+    /// its own pool for Responses-Lite requests beside it.
+    direct: Option<(direct::Direct, direct::Direct)>,
+    /// `default_base` split once for the direct client's URIs.
+    default_split: Option<direct::Base>,
+    /// Keys that go out direct when the environment sets a proxy (reqwest reads it), and the
+    /// ChatGPT token endpoint.
     client: reqwest::Client,
     /// Keys whose pool has a proxy: a client per distinct proxy, and the keys that use it. Replaced
     /// whole when pools or keys change ([`Upstream::set_proxies`]); empty unless some pool has one.
@@ -259,9 +275,9 @@ impl Upstream {
     /// Builds the client. Responses are requested compressed (gzip, zstd) and decoded here, so Keymux can
     /// read the streams it relays; clients on loopback get them uncompressed, with no `content-encoding`.
     /// `roots` (PEM) are trusted beside the public roots: only tests set them (a local TLS upstream).
-    pub fn new(default_base: &str, timeouts: &Timeouts, roots: &[String]) -> Result<Self, UpstreamError> {
+    pub fn new(default_base: &str, timeouts: &Timeouts, pem_roots: &[String]) -> Result<Self, UpstreamError> {
         let bad = |detail: String| UpstreamError::BadBaseUrl { base: default_base.to_owned(), detail };
-        let roots = roots
+        let roots = pem_roots
             .iter()
             .map(|pem| reqwest::Certificate::from_pem(pem.as_bytes()))
             .collect::<Result<Vec<_>, _>>()
@@ -269,14 +285,23 @@ impl Upstream {
         let connect = Duration::from_millis(timeouts.connect_ms);
         let client = build_client(connect, None, &roots).map_err(bad)?;
         let lite = build_client(connect, None, &roots).map_err(bad)?;
+        let default_url = reqwest::Url::parse(default_base.trim_end_matches('/')).ok();
+        let direct = if direct::environment_proxy(|name| std::env::var_os(name)) {
+            None
+        } else {
+            let der = der_roots(pem_roots).map_err(bad)?;
+            Some((direct::Direct::new(connect, &der).map_err(bad)?, direct::Direct::new(connect, &der).map_err(bad)?))
+        };
         Ok(Self {
+            direct,
+            default_split: default_url.as_ref().and_then(direct::Base::split),
             client,
             egress: arc_swap::ArcSwap::from_pointee(Egress::default()),
             roots,
             lite,
             connect: Duration::from_millis(timeouts.connect_ms),
             default_base: default_base.trim_end_matches('/').to_owned(),
-            default_url: reqwest::Url::parse(default_base.trim_end_matches('/')).ok(),
+            default_url,
             first_byte: Duration::from_millis(timeouts.first_byte_ms),
             idle: Duration::from_millis(timeouts.idle_ms),
             chatgpt_base: keymux_core::chatgpt::DEFAULT_BASE_URL.to_owned(),
@@ -345,11 +370,6 @@ impl Upstream {
         egress.by_key.get(key).cloned()
     }
 
-    /// The root certificates trusted beside the public ones (tests only).
-    pub fn extra_roots(&self) -> &[reqwest::Certificate] {
-        &self.roots
-    }
-
     /// The connect timeout (also used for WebSocket handshakes).
     pub fn connect_timeout(&self) -> Duration {
         self.connect
@@ -379,6 +399,21 @@ impl Upstream {
             .map_err(|e| UpstreamError::BadBaseUrl { base: base.to_owned(), detail: e.to_string() })
     }
 
+    /// The URI of a request on the direct client: built from the split default base when URL parsing
+    /// would leave it as it is, else parsed as reqwest parses it.
+    fn uri_for(&self, key: &KeyEntry, path_and_query: &str) -> Result<http::Uri, UpstreamError> {
+        if let (None, Some(split), false) = (&key.base_url, &self.default_split, key.provider == Provider::Chatgpt) {
+            if let Some(uri) = split.uri(path_and_query) {
+                return Ok(uri);
+            }
+        }
+        let url = self.url_for(key, path_and_query)?;
+        url.as_str().parse().map_err(|e: http::uri::InvalidUri| UpstreamError::BadBaseUrl {
+            base: self.base_for(key).to_owned(),
+            detail: e.to_string(),
+        })
+    }
+
     /// Sends one attempt with `key`. `path_and_query` is what follows `/v1` in the client's URL.
     pub async fn send(
         &self,
@@ -387,9 +422,8 @@ impl Upstream {
         path_and_query: &str,
         headers: HeaderMap,
         body: Bytes,
-    ) -> Result<reqwest::Response, UpstreamError> {
+    ) -> Result<Answer, UpstreamError> {
         let base = self.base_for(key);
-        let url = self.url_for(key, path_and_query)?;
         let mut headers = headers;
         let mut body = body;
         if key.provider == Provider::Chatgpt {
@@ -403,6 +437,21 @@ impl Upstream {
         // of their own, direct or through a proxy.
         let lite = is_responses_lite(&headers);
         let proxied = self.proxy_of(&key.id);
+        if let (None, Some((plain, lite_pool))) = (&proxied, &self.direct) {
+            let uri = self.uri_for(key, path_and_query)?;
+            let client = if lite { lite_pool } else { plain };
+            return match tokio::time::timeout(self.first_byte, client.send(method, uri, headers, body)).await {
+                Err(_) => {
+                    Err(UpstreamError::FirstByteTimeout { base: base.to_owned(), secs: self.first_byte.as_secs() })
+                }
+                Ok(Ok(answer)) => Ok(answer.into()),
+                Ok(Err(e)) if e.is_connect() => {
+                    Err(UpstreamError::Connect { base: base.to_owned(), detail: chain(&e) })
+                }
+                Ok(Err(e)) => Err(UpstreamError::Transport { base: base.to_owned(), detail: chain(&e) }),
+            };
+        }
+        let url = self.url_for(key, path_and_query)?;
         let client = match proxied.as_deref() {
             None if lite => &self.lite,
             None => &self.client,
@@ -418,19 +467,30 @@ impl Upstream {
             },
         };
         let request = client.request(method, url).headers(headers).body(body);
-        match tokio::time::timeout(self.first_byte, request.send()).await {
+        let sent = tokio::time::timeout(self.first_byte, request.send()).await;
+        self.reqwest_answer(sent, base, proxied.as_deref())
+    }
+
+    /// What a request sent through reqwest (direct or through a pool's proxy) came to.
+    fn reqwest_answer(
+        &self,
+        sent: Result<reqwest::Result<reqwest::Response>, tokio::time::error::Elapsed>,
+        base: &str,
+        proxied: Option<&Proxied>,
+    ) -> Result<Answer, UpstreamError> {
+        match sent {
             Err(_) => Err(UpstreamError::FirstByteTimeout { base: base.to_owned(), secs: self.first_byte.as_secs() }),
             // The proxy's own refusal is never relayed as the provider's answer.
             Ok(Ok(response)) if response.status() == StatusCode::PROXY_AUTHENTICATION_REQUIRED && proxied.is_some() => {
-                let proxy = proxied.as_ref().map(|p| p.shown.clone()).unwrap_or_default();
+                let proxy = proxied.map(|p| p.shown.clone()).unwrap_or_default();
                 let detail = "the proxy refused the request: it wants a user and password (407); set them with the \
                               pool's proxy URL (`keymux pool set NAME --proxy http://user:password@host:port`)";
                 Err(UpstreamError::Proxy { proxy, base: base.to_owned(), detail: detail.to_owned() })
             }
-            Ok(Ok(response)) => Ok(response),
+            Ok(Ok(response)) => Ok(response.into()),
             // Through a proxy, a request that got no answer failed on its way through it (a connection
             // to the proxy refused, or one it kept reset when it stopped): the error names it.
-            Ok(Err(e)) => match &proxied {
+            Ok(Err(e)) => match proxied {
                 Some(p) => {
                     Err(UpstreamError::Proxy { proxy: p.shown.clone(), base: base.to_owned(), detail: short_error(&e) })
                 }
@@ -664,7 +724,7 @@ fn build_client(
         .gzip(true)
         .zstd(true)
         .redirect(reqwest::redirect::Policy::none())
-        .user_agent(concat!("keymux/", env!("CARGO_PKG_VERSION")));
+        .user_agent(USER_AGENT);
     for root in roots {
         builder = builder.add_root_certificate(root.clone());
     }
@@ -715,20 +775,30 @@ pub(crate) fn auth_header(key: &KeyEntry) -> (HeaderName, HeaderValue) {
     (name, value)
 }
 
-/// The error's chain as one line, without the URL (which may carry a query).
+/// The error's chain as one line, without the URL (which may carry a query): reqwest's own message
+/// names it, so only what is below it is said.
 fn short_error(e: &reqwest::Error) -> String {
     use std::error::Error as _;
-    let mut parts = Vec::new();
+    e.source().map_or_else(|| "request failed".to_owned(), chain)
+}
+
+/// An error and every error below it, as one line.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![e.to_string()];
     let mut source = e.source();
     while let Some(s) = source {
         parts.push(s.to_string());
         source = s.source();
     }
-    if parts.is_empty() {
-        "request failed".to_owned()
-    } else {
-        parts.join(": ")
-    }
+    parts.join(": ")
+}
+
+/// The DER of each PEM certificate in `pems`, for the direct client's TLS.
+fn der_roots(pems: &[String]) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
+    use rustls::pki_types::pem::PemObject as _;
+    pems.iter()
+        .map(|pem| rustls::pki_types::CertificateDer::from_pem_slice(pem.as_bytes()).map_err(|e| e.to_string()))
+        .collect()
 }
 
 #[cfg(test)]
