@@ -119,6 +119,9 @@ async fn a_proxy_set_in_the_environment_carries_every_request() {
         ("HTTP_PROXY".to_owned(), proxy.url()),
     ]);
     let keymux = Keymux::spawn(&["--ephemeral", "--upstream", &sim.base_url()], &env).await;
+    // Serving does not wait for the key's probe: let it reach the provider first.
+    until("the key's probe at the provider", || async { sim.log() }, |log| log.iter().any(|e| e.path == "/v1/models"))
+        .await;
     let body = json!({"model": "gpt-5.5", "input": "hello", "store": false});
     let r = client().post(format!("{}/responses", keymux.base)).bearer_auth(TOKEN).json(&body).send().await.unwrap();
     assert_eq!(r.status(), 200);
