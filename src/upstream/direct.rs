@@ -50,18 +50,17 @@ pub fn environment_proxy(read: impl Fn(&str) -> Option<std::ffi::OsString>) -> b
 }
 
 impl Direct {
-    /// Builds the client: `roots` (DER) trusted beside the public roots.
-    pub fn new(connect: Duration, roots: &[rustls::pki_types::CertificateDer<'static>]) -> Result<Self, String> {
-        let mut trusted = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
-        for root in roots {
-            trusted.add(root.clone()).map_err(|e| format!("an extra root certificate cannot be used: {e}"))?;
-        }
-        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_root_certificates(trusted)
-            .with_no_client_auth();
+    /// Builds two clients with connections of their own (plain requests, and Responses-Lite ones) over
+    /// one TLS configuration: `roots` (DER) trusted beside the public roots.
+    pub fn pair(
+        connect: Duration,
+        roots: &[rustls::pki_types::CertificateDer<'static>],
+    ) -> Result<(Self, Self), String> {
+        let tls = tls(roots)?;
+        Ok((Self::new(connect, tls.clone()), Self::new(connect, tls)))
+    }
+
+    fn new(connect: Duration, tls: rustls::ClientConfig) -> Self {
         let mut tcp = HttpConnector::new();
         tcp.enforce_http(false);
         tcp.set_nodelay(true);
@@ -80,7 +79,7 @@ impl Direct {
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(90))
             .build(connector);
-        Ok(Self { service: Decompression::new(client).no_br().no_deflate().gzip(true).zstd(true) })
+        Self { service: Decompression::new(client).no_br().no_deflate().gzip(true).zstd(true) }
     }
 
     /// Sends one request. `headers` are sent as they are, with what reqwest adds when they lack it
@@ -100,6 +99,20 @@ impl Direct {
         *request.headers_mut() = headers;
         self.service.clone().oneshot(request).await
     }
+}
+
+/// rustls with the public roots and `roots` beside them.
+fn tls(roots: &[rustls::pki_types::CertificateDer<'static>]) -> Result<rustls::ClientConfig, String> {
+    let mut trusted = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+    for root in roots {
+        trusted.add(root.clone()).map_err(|e| format!("an extra root certificate cannot be used: {e}"))?;
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(trusted)
+        .with_no_client_auth())
 }
 
 /// A base URL split once: the scheme, the host and port, and the path that every request's own path

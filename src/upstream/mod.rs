@@ -198,12 +198,11 @@ pub fn is_responses_lite(headers: &HeaderMap) -> bool {
 
 /// The shared upstream client.
 pub struct Upstream {
-    /// Keys that go out direct, when no proxy is set in the environment (`direct::environment_proxy`);
-    /// its own pool for Responses-Lite requests beside it.
-    direct: Option<(direct::Direct, direct::Direct)>,
+    /// How keys without a pool proxy go out.
+    direct: Direct,
     /// `default_base` split once for the direct client's URIs.
     default_split: Option<direct::Base>,
-    /// Keys that go out direct when the environment sets a proxy (reqwest reads it), and the
+    /// Keys without a pool proxy when the environment sets a proxy (reqwest reads it), and the
     /// ChatGPT token endpoint.
     client: reqwest::Client,
     /// Keys whose pool has a proxy: a client per distinct proxy, and the keys that use it. Replaced
@@ -211,9 +210,6 @@ pub struct Upstream {
     egress: arc_swap::ArcSwap<Egress>,
     /// Root certificates trusted beside the public ones (`Config::extra_roots_pem`: tests only).
     roots: Vec<reqwest::Certificate>,
-    /// A pool of its own for Responses-Lite requests, so that one never shares a provider connection
-    /// with a request that is not.
-    lite: reqwest::Client,
     connect: Duration,
     default_base: String,
     /// `default_base` parsed once: most keys use it, and parsing a URL per request is measurable.
@@ -224,6 +220,16 @@ pub struct Upstream {
     chatgpt_base: String,
     /// The token endpoint that refreshes a ChatGPT login.
     chatgpt_token_url: String,
+}
+
+/// How keys without a pool proxy go out. Either way, Responses-Lite requests have a pool of their
+/// own, so that one never shares a provider connection with a request that is not.
+#[expect(clippy::large_enum_variant, reason = "one per gateway, built once")]
+enum Direct {
+    /// hyper's client, when no proxy is set in the environment (`direct::environment_proxy`).
+    Lean { plain: direct::Direct, lite: direct::Direct },
+    /// reqwest, which reads the environment's proxy: `Upstream::client` for plain requests, and this.
+    Reqwest { lite: reqwest::Client },
 }
 
 /// The pools' ways out: which keys go through which proxy.
@@ -284,13 +290,12 @@ impl Upstream {
             .map_err(|e| bad(e.to_string()))?;
         let connect = Duration::from_millis(timeouts.connect_ms);
         let client = build_client(connect, None, &roots).map_err(bad)?;
-        let lite = build_client(connect, None, &roots).map_err(bad)?;
         let default_url = reqwest::Url::parse(default_base.trim_end_matches('/')).ok();
         let direct = if direct::environment_proxy(|name| std::env::var_os(name)) {
-            None
+            Direct::Reqwest { lite: build_client(connect, None, &roots).map_err(bad)? }
         } else {
-            let der = der_roots(pem_roots).map_err(bad)?;
-            Some((direct::Direct::new(connect, &der).map_err(bad)?, direct::Direct::new(connect, &der).map_err(bad)?))
+            let (plain, lite) = direct::Direct::pair(connect, &der_roots(pem_roots).map_err(bad)?).map_err(bad)?;
+            Direct::Lean { plain, lite }
         };
         Ok(Self {
             direct,
@@ -298,8 +303,7 @@ impl Upstream {
             client,
             egress: arc_swap::ArcSwap::from_pointee(Egress::default()),
             roots,
-            lite,
-            connect: Duration::from_millis(timeouts.connect_ms),
+            connect,
             default_base: default_base.trim_end_matches('/').to_owned(),
             default_url,
             first_byte: Duration::from_millis(timeouts.first_byte_ms),
@@ -437,25 +441,20 @@ impl Upstream {
         // of their own, direct or through a proxy.
         let lite = is_responses_lite(&headers);
         let proxied = self.proxy_of(&key.id);
-        if let (None, Some((plain, lite_pool))) = (&proxied, &self.direct) {
+        if let (None, Direct::Lean { plain, lite: lite_pool }) = (&proxied, &self.direct) {
             let uri = self.uri_for(key, path_and_query)?;
             let client = if lite { lite_pool } else { plain };
             return match tokio::time::timeout(self.first_byte, client.send(method, uri, headers, body)).await {
-                Err(_) => {
-                    Err(UpstreamError::FirstByteTimeout { base: base.to_owned(), secs: self.first_byte.as_secs() })
-                }
+                Err(_) => Err(self.timed_out(base)),
                 Ok(Ok(answer)) => Ok(answer.into()),
-                Ok(Err(e)) if e.is_connect() => {
-                    Err(UpstreamError::Connect { base: base.to_owned(), detail: chain(&e) })
-                }
-                Ok(Err(e)) => Err(UpstreamError::Transport { base: base.to_owned(), detail: chain(&e) }),
+                Ok(Err(e)) => Err(no_answer(base, e.is_connect(), chain(&e))),
             };
         }
         let url = self.url_for(key, path_and_query)?;
-        let client = match proxied.as_deref() {
-            None if lite => &self.lite,
-            None => &self.client,
-            Some(p) => match if lite { &p.lite } else { &p.client } {
+        let client = match (proxied.as_deref(), &self.direct) {
+            (None, Direct::Reqwest { lite: lite_pool }) if lite => lite_pool,
+            (None, _) => &self.client,
+            (Some(p), _) => match if lite { &p.lite } else { &p.client } {
                 Ok(client) => client,
                 Err(e) => {
                     return Err(UpstreamError::Proxy {
@@ -471,6 +470,11 @@ impl Upstream {
         self.reqwest_answer(sent, base, proxied.as_deref())
     }
 
+    /// No answer headers within the first-byte timeout.
+    fn timed_out(&self, base: &str) -> UpstreamError {
+        UpstreamError::FirstByteTimeout { base: base.to_owned(), secs: self.first_byte.as_secs() }
+    }
+
     /// What a request sent through reqwest (direct or through a pool's proxy) came to.
     fn reqwest_answer(
         &self,
@@ -479,7 +483,7 @@ impl Upstream {
         proxied: Option<&Proxied>,
     ) -> Result<Answer, UpstreamError> {
         match sent {
-            Err(_) => Err(UpstreamError::FirstByteTimeout { base: base.to_owned(), secs: self.first_byte.as_secs() }),
+            Err(_) => Err(self.timed_out(base)),
             // The proxy's own refusal is never relayed as the provider's answer.
             Ok(Ok(response)) if response.status() == StatusCode::PROXY_AUTHENTICATION_REQUIRED && proxied.is_some() => {
                 let proxy = proxied.map(|p| p.shown.clone()).unwrap_or_default();
@@ -494,10 +498,7 @@ impl Upstream {
                 Some(p) => {
                     Err(UpstreamError::Proxy { proxy: p.shown.clone(), base: base.to_owned(), detail: short_error(&e) })
                 }
-                None if e.is_connect() => {
-                    Err(UpstreamError::Connect { base: base.to_owned(), detail: short_error(&e) })
-                }
-                None => Err(UpstreamError::Transport { base: base.to_owned(), detail: short_error(&e) }),
+                None => Err(no_answer(base, e.is_connect(), short_error(&e))),
             },
         }
     }
@@ -780,6 +781,16 @@ pub(crate) fn auth_header(key: &KeyEntry) -> (HeaderName, HeaderValue) {
 fn short_error(e: &reqwest::Error) -> String {
     use std::error::Error as _;
     e.source().map_or_else(|| "request failed".to_owned(), chain)
+}
+
+/// A request sent direct that got no answer: it could not connect, or it failed after connecting.
+fn no_answer(base: &str, connect: bool, detail: String) -> UpstreamError {
+    let base = base.to_owned();
+    if connect {
+        UpstreamError::Connect { base, detail }
+    } else {
+        UpstreamError::Transport { base, detail }
+    }
 }
 
 /// An error and every error below it, as one line.
