@@ -120,6 +120,11 @@ impl Usage {
         if crate::markers::scan::has_ascii_escape(body) {
             return Self::from_body_parsed(body);
         }
+        Self::from_body_walked(body)
+    }
+
+    /// `from_body` of a body known to spell no key with escapes (a part of a text checked whole).
+    fn from_body_walked(body: &[u8]) -> Option<Self> {
         let [usage, tier] = crate::markers::scan::top_level_values(body, [b"usage", b"service_tier"])?;
         let tier = string_member(tier)?;
         Some(Self::from_text(usage?)?.billed_in(tier.as_deref()))
@@ -347,6 +352,8 @@ pub struct EndEvent<'a> {
     /// A top-level `error` that is not null: the error chunk of a Chat Completions stream, or an
     /// error event in a shape without a `type`.
     error: bool,
+    /// Whether the event was walked: it spells no key with escapes, so neither does its response.
+    walked: bool,
 }
 
 /// `EndEvent` by a parser (an event that spells keys with escapes).
@@ -380,6 +387,7 @@ impl<'a> EndEvent<'a> {
             usage: not_null(usage),
             service_tier: string_member(tier)?,
             error: not_null(error).is_some(),
+            walked: true,
         })
     }
 
@@ -391,6 +399,7 @@ impl<'a> EndEvent<'a> {
             usage: parsed.usage.map(|r| r.get().as_bytes()),
             service_tier: parsed.service_tier,
             error: parsed.error.is_some(),
+            walked: false,
         })
     }
 
@@ -407,7 +416,12 @@ impl<'a> EndEvent<'a> {
 
     /// The usage of a `response.*` event's response, in its service tier.
     pub fn response_usage(&self) -> Option<Usage> {
-        Usage::from_body(self.response?)
+        let response = self.response?;
+        if self.walked {
+            Usage::from_body_walked(response)
+        } else {
+            Usage::from_body(response)
+        }
     }
 
     /// A top-level `usage` (a Chat Completions chunk), in the chunk's service tier.
