@@ -186,17 +186,9 @@ impl Usage {
         let count = |v: &serde_json::Value, key: &str| v.get(key).and_then(serde_json::Value::as_u64);
         let input = count(usage, "input_tokens").or_else(|| count(usage, "prompt_tokens"));
         let output = count(usage, "output_tokens").or_else(|| count(usage, "completion_tokens"));
-        if input.is_none() && output.is_none() {
-            return None;
-        }
         let details = usage.get("input_tokens_details").or_else(|| usage.get("prompt_tokens_details"));
-        let detail = |key: &str| details.and_then(|d| count(d, key)).unwrap_or(0);
-        Some(Self {
-            input_tokens: input.unwrap_or(0),
-            cached_input_tokens: detail("cached_tokens"),
-            cache_write_tokens: detail("cache_write_tokens"),
-            output_tokens: output.unwrap_or(0),
-        })
+        let detail = |key: &str| details.and_then(|d| count(d, key));
+        Self::from_counts(input, output, detail("cached_tokens"), detail("cache_write_tokens"))
     }
 
     /// `from_json` over the object's text, read straight into the counts without building a tree
@@ -210,15 +202,21 @@ impl Usage {
         let read: read::Counts = serde_json::from_slice(text).ok()?;
         let input = read.input_tokens.0.or(read.prompt_tokens.0);
         let output = read.output_tokens.0.or(read.completion_tokens.0);
+        let details =
+            if read.input_tokens_details.present { read.input_tokens_details } else { read.prompt_tokens_details };
+        Self::from_counts(input, output, details.cached_tokens.0, details.cache_write_tokens.0)
+    }
+
+    /// The counts a `usage` object held (each absent when it is missing or not a count); `None` when
+    /// it holds neither an input nor an output count.
+    fn from_counts(input: Option<u64>, output: Option<u64>, cached: Option<u64>, written: Option<u64>) -> Option<Self> {
         if input.is_none() && output.is_none() {
             return None;
         }
-        let details =
-            if read.input_tokens_details.present { read.input_tokens_details } else { read.prompt_tokens_details };
         Some(Self {
             input_tokens: input.unwrap_or(0),
-            cached_input_tokens: details.cached_tokens.0.unwrap_or(0),
-            cache_write_tokens: details.cache_write_tokens.0.unwrap_or(0),
+            cached_input_tokens: cached.unwrap_or(0),
+            cache_write_tokens: written.unwrap_or(0),
             output_tokens: output.unwrap_or(0),
         })
     }
