@@ -1,11 +1,12 @@
-//! Key identity: the stable `KeyId`, the provider a key talks to, and the runtime description of a pooled
-//! key (its secret included, which only `upstream` ever exposes).
+//! Key identity: the stable `KeyId` and the runtime description of a pooled key (its provider, and its
+//! secret, which only `upstream` ever exposes).
 
 use std::fmt;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::provider::ProviderId;
 use crate::secrets::Secret;
 
 /// The stable id of a pooled key. Never derived from the secret.
@@ -51,41 +52,6 @@ impl fmt::Display for KeyId {
     }
 }
 
-/// Which API dialect a key speaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default, ts_rs::TS)]
-#[serde(rename_all = "lowercase")]
-pub enum Provider {
-    /// OpenAI: `Authorization: Bearer`, base URL `https://api.openai.com/v1` unless configured.
-    #[default]
-    Openai,
-    /// Azure OpenAI v1 API: `api-key` header, base URL `https://{resource}.openai.azure.com/openai/v1`.
-    Azure,
-    /// A ChatGPT plan (one login, `crate::chatgpt`): Responses only, sent to the ChatGPT Codex backend
-    /// with the login's access token and account.
-    Chatgpt,
-}
-
-impl Provider {
-    /// Parses the name used on the command line and in the environment.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "openai" => Some(Self::Openai),
-            "azure" | "azure-openai" | "azure_openai" => Some(Self::Azure),
-            "chatgpt" => Some(Self::Chatgpt),
-            _ => None,
-        }
-    }
-
-    /// The name shown to users.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Openai => "openai",
-            Self::Azure => "azure",
-            Self::Chatgpt => "chatgpt",
-        }
-    }
-}
-
 /// Where a key came from: the keychain (persistent) or the environment (ephemeral).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(rename_all = "lowercase")]
@@ -105,8 +71,8 @@ pub struct KeyEntry {
     pub id: KeyId,
     /// User-chosen label ("work", "personal").
     pub label: String,
-    /// API dialect.
-    pub provider: Provider,
+    /// The provider it talks to.
+    pub provider: ProviderId,
     /// Base URL override (ends before the `/responses` part, e.g. `https://api.openai.com/v1`).
     pub base_url: Option<String>,
     /// Organization set by the user; otherwise learned from upstream.
@@ -125,7 +91,7 @@ pub struct KeyEntry {
 
 impl KeyEntry {
     /// A key with default settings (tier 0, no budget, every model).
-    pub fn new(id: KeyId, label: impl Into<String>, provider: Provider, secret: Secret, source: KeySource) -> Self {
+    pub fn new(id: KeyId, label: impl Into<String>, provider: ProviderId, secret: Secret, source: KeySource) -> Self {
         Self {
             id,
             label: label.into(),
@@ -144,19 +110,10 @@ impl KeyEntry {
     pub fn allows(&self, model: &str) -> bool {
         self.settings.allows(model)
     }
-}
 
-/// What a key's fingerprint is taken of: its secret, or for a ChatGPT plan its account (its tokens
-/// change at every refresh; the plan stays the same key).
-pub fn identity(entry: &KeyEntry) -> Secret {
-    identity_of(entry.provider, &entry.secret)
-}
-
-/// [`identity`] of a secret of `provider`.
-pub fn identity_of(provider: Provider, secret: &Secret) -> Secret {
-    match (provider, crate::chatgpt::Login::from_secret(secret)) {
-        (Provider::Chatgpt, Ok(login)) => Secret::new(format!("chatgpt-account:{}", login.account_id)),
-        _ => secret.clone(),
+    /// What its fingerprint is taken of (`Provider::identity`).
+    pub fn identity(&self) -> Secret {
+        self.provider.get().identity(&self.secret)
     }
 }
 
@@ -257,13 +214,6 @@ mod tests {
         {
             assert!(validate_base_url(bad).expect_err(bad).contains("https://"), "{bad}");
         }
-    }
-
-    #[test]
-    fn provider_names() {
-        assert_eq!(Provider::parse("Azure"), Some(Provider::Azure));
-        assert_eq!(Provider::parse("openai"), Some(Provider::Openai));
-        assert_eq!(Provider::parse("anthropic"), None);
     }
 }
 

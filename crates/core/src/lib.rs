@@ -12,13 +12,14 @@
 //! * [`digest`]: every keyed digest under the install secret (fingerprints, org tags, marker MACs,
 //!   session digests).
 //! * [`markers`]: every marker format (format, byte scanner, strip, tag, rescue).
-//! * [`keys`]: key identity (`KeyId`), providers (OpenAI, Azure), the runtime `KeyEntry`, the checks
-//!   of a key's label, models, organization, base URL and secret.
+//! * [`keys`]: key identity (`KeyId`), the runtime `KeyEntry`, the checks of a key's label, models,
+//!   organization, base URL and secret.
+//! * [`provider`]: what differs between providers, each one type behind the one `Provider` interface
+//!   (OpenAI, Azure, and the ChatGPT plan in `provider::chatgpt`: its login, the body its backend
+//!   takes, the usage windows it reports), registered in `ProviderId::get`.
 //! * [`key_settings`]: a key's settings declared once (`KeySettings`, beside `budget::MoneyBudget`),
 //!   and `Patch`, the one way settings of keys and pools change.
 //! * [`tokens`]: local client tokens and their constant-time check.
-//! * [`chatgpt`]: a ChatGPT plan as a key: its login (read from Codex's `auth.json`, refreshed), its
-//!   tokens' claims, the body its backend takes, and the usage windows it reports.
 //!
 //! One request:
 //! * [`facts`]: the words for a request that routing, events and metrics share (`Operation`,
@@ -41,7 +42,6 @@
 //!   variables.
 
 pub mod budget;
-pub mod chatgpt;
 pub mod clock;
 pub mod config;
 pub mod digest;
@@ -51,6 +51,7 @@ pub mod keys;
 pub mod markers;
 pub mod pool;
 pub mod pools;
+pub mod provider;
 pub mod quota;
 pub mod relay;
 pub mod router;

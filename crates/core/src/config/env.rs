@@ -11,7 +11,7 @@ pub struct EnvKey {
     /// The secret value.
     pub secret: crate::secrets::Secret,
     /// Provider (default OpenAI).
-    pub provider: Provider,
+    pub provider: ProviderId,
     /// Base URL override.
     pub base_url: Option<String>,
     /// Organization.
@@ -105,8 +105,8 @@ impl EnvSecrets {
             crate::keys::validate_secret(value).map_err(|e| format!("{name}: {e}"))?;
             let attr = |suffix: &str| vars.get(&format!("{name}{suffix}")).filter(|v| !v.is_empty()).cloned();
             let provider = match attr("_PROVIDER") {
-                None => Provider::Openai,
-                Some(p) => Provider::parse(&p)
+                None => ProviderId::Openai,
+                Some(p) => ProviderId::parse(&p)
                     .ok_or_else(|| format!("{name}_PROVIDER={p:?}: expected \"openai\" or \"azure\""))?,
             };
             if let Some(org) = attr("_ORG") {

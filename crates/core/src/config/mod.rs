@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::budget::MoneyBudget;
 use crate::key_settings::KeySettings;
-use crate::keys::{validate_label, KeyEntry, KeyId, KeySource, Provider};
+use crate::keys::{validate_label, KeyEntry, KeyId, KeySource, ProviderId};
 use crate::pools::PoolConfig;
 use crate::secrets::Secret;
 use crate::spend::{PriceError, PriceOverrides, PriceTable};
@@ -19,7 +19,7 @@ mod locate;
 pub use env::{EnvKey, EnvSecrets, EnvToken};
 
 /// The default OpenAI base URL.
-pub const DEFAULT_UPSTREAM: &str = "https://api.openai.com/v1";
+pub const DEFAULT_UPSTREAM: &str = crate::provider::openai::DEFAULT_BASE_URL;
 /// The default listen address: loopback only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
 /// The default request body cap: Codex histories run to megabytes.
@@ -112,7 +112,7 @@ pub struct KeyConfig {
     pub label: String,
     /// API dialect.
     #[serde(default)]
-    pub provider: Provider,
+    pub provider: ProviderId,
     /// Base URL override.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url: Option<String>,
@@ -216,8 +216,8 @@ impl Default for Config {
         Self {
             listen: DEFAULT_LISTEN.into(),
             upstream: DEFAULT_UPSTREAM.into(),
-            chatgpt_base_url: crate::chatgpt::DEFAULT_BASE_URL.into(),
-            chatgpt_auth_url: crate::chatgpt::DEFAULT_AUTH_URL.into(),
+            chatgpt_base_url: crate::provider::chatgpt::DEFAULT_BASE_URL.into(),
+            chatgpt_auth_url: crate::provider::chatgpt::DEFAULT_AUTH_URL.into(),
             keychain_service: "keymux".into(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             max_attempts: 3,
@@ -236,6 +236,15 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The base URLs each provider picks its keys' default from.
+    pub fn endpoints(&self) -> crate::provider::Endpoints {
+        crate::provider::Endpoints {
+            api: self.upstream.trim_end_matches('/').to_owned(),
+            chatgpt: self.chatgpt_base_url.trim_end_matches('/').to_owned(),
+            chatgpt_auth: self.chatgpt_auth_url.trim_end_matches('/').to_owned(),
+        }
+    }
+
     /// The platform's default config path (`~/.config/keymux/config.toml` on Linux).
     pub fn default_path() -> Result<PathBuf, ConfigError> {
         dirs::config_dir().map(|d| d.join("keymux").join("config.toml")).ok_or(ConfigError::NoConfigDir)

@@ -40,7 +40,7 @@ fn round_trips_through_a_file() {
     config.keys.push(KeyConfig {
         id: KeyId::new("k_1"),
         label: "work".into(),
-        provider: Provider::Azure,
+        provider: ProviderId::Azure,
         base_url: Some("https://r.openai.azure.com/openai/v1".into()),
         org: Some("org-1".into()),
         disabled: true,
@@ -154,9 +154,9 @@ fn env_keys_and_attributes() {
     assert_eq!(env.keys.len(), 2);
     let work = env.keys.iter().find(|k| k.label == "work").expect("work");
     assert_eq!(work.org.as_deref(), Some("org-1"));
-    assert_eq!(work.provider, Provider::Openai);
+    assert_eq!(work.provider, ProviderId::Openai);
     let az = env.keys.iter().find(|k| k.label == "az").expect("az");
-    assert_eq!(az.provider, Provider::Azure);
+    assert_eq!(az.provider, ProviderId::Azure);
     assert!(az.base_url.is_some());
     assert!(env.client_token.is_some());
 }

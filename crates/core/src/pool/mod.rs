@@ -30,8 +30,10 @@ pub struct KeyView {
     /// Imported from a client's own login: a session from before Keymux is looked for on its
     /// organization first.
     pub imported: bool,
-    /// A ChatGPT plan (provider `chatgpt`): it serves streamed Responses requests over HTTP only.
+    /// A subscription whose use costs nothing more (`Provider::is_plan`): new sessions go to it first.
     pub plan: bool,
+    /// Its provider can serve the request the view is taken for (`Provider::serves`).
+    pub serves: bool,
     /// Where it stands against its budgets in money.
     pub budget: BudgetState,
     /// When that budget resets (reserved or stopped), on the router's clock.
@@ -80,4 +82,6 @@ pub struct ViewFor<'a> {
     pub now_unix_ms: u64,
     /// Today's and this month's spend per key, for the budgets in money.
     pub spend: &'a SpendNow,
+    /// The request as its keys' providers judge whether they serve it.
+    pub ask: crate::provider::Ask,
 }

@@ -29,6 +29,7 @@ fn key(id: &str, in_flight: u32, health: Health) -> KeyView {
         org: None,
         imported: false,
         plan: false,
+        serves: true,
         budget: BudgetState::Open,
         budget_resets: None,
         in_flight,

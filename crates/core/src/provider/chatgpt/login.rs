@@ -1,35 +1,16 @@
-//! A ChatGPT plan as a pooled key (provider `chatgpt`): the login it holds (one keychain secret, the
-//! JSON of [`Login`]), what its tokens' claims say (account, plan type, expiry), reading it from
-//! Codex's `auth.json`, the answer of the token endpoint, the request body the ChatGPT Codex backend
-//! takes, and the usage windows its answers report. Pure: the gateway sends, refreshes and stores.
-//!
-//! The tokens are JWTs; Keymux reads their claims without checking the signature (the backend checks
-//! them; Keymux only needs to know when to refresh and whom the login belongs to).
+//! A plan's login: what Codex keeps under `tokens` in its `auth.json` and the keychain holds, what its
+//! tokens' claims say (account, plan type, expiry), and a refresh's request and answer. The tokens are
+//! JWTs; Keymux reads their claims without checking the signature (the backend checks them; Keymux
+//! only needs to know when to refresh and whom the login belongs to).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::{AUTH_CLAIMS, CLIENT_ID, REFRESH_AHEAD_SECS, REFRESH_SCOPE};
 use crate::secrets::Secret;
 
-/// The ChatGPT Codex backend, unless `chatgpt_base_url` or `KEYMUX_CHATGPT_BASE_URL` says otherwise.
-pub const DEFAULT_BASE_URL: &str = "https://chatgpt.com/backend-api/codex";
-/// The OpenAI auth server that refreshes a ChatGPT login, unless `chatgpt_auth_url` or
-/// `KEYMUX_CHATGPT_AUTH_URL` says otherwise; the token endpoint is `{auth}/oauth/token`.
-pub const DEFAULT_AUTH_URL: &str = "https://auth.openai.com";
-/// The OAuth client a Codex ChatGPT login was issued to (Codex's own); a refresh names it.
-pub const CLIENT_ID: &str = "app_EMoamEEZ73f0CkXaXp7hrann";
-/// The scope a refresh asks for, as Codex does.
-pub const REFRESH_SCOPE: &str = "openid profile email";
-/// The access token is refreshed once it has less than this left.
-pub const REFRESH_AHEAD_SECS: u64 = 5 * 60;
-/// The header that names the ChatGPT account a request is for.
-pub const ACCOUNT_HEADER: &str = "chatgpt-account-id";
-/// Where the claims Keymux reads live in a token.
-const AUTH_CLAIMS: &str = "https://api.openai.com/auth";
 /// Longest token accepted (the keychain entry stays small; real ones are a few kilobytes).
 const MAX_TOKEN_BYTES: usize = 16 * 1024;
-/// Request fields the backend refuses (`Unsupported parameter: …`), dropped before a request goes there.
-pub const REFUSED_FIELDS: &[&str] = &["max_output_tokens", "max_completion_tokens"];
 
 /// A ChatGPT login: what Codex keeps under `tokens` in its `auth.json`, and what the keychain holds.
 #[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -194,104 +175,3 @@ pub fn claims(token: &str) -> Option<Map<String, Value>> {
         _ => None,
     }
 }
-
-/// A Responses request body as the ChatGPT Codex backend takes it: `store: false` (it keeps nothing),
-/// `stream: true`, `instructions` present (empty when the client sent none), and the fields it refuses
-/// ([`REFUSED_FIELDS`]) left out. `None` when the body is not a JSON object.
-pub fn adapt_request(body: &[u8]) -> Option<Vec<u8>> {
-    let Ok(Value::Object(mut map)) = serde_json::from_slice::<Value>(body) else { return None };
-    map.insert("store".into(), Value::Bool(false));
-    map.insert("stream".into(), Value::Bool(true));
-    if !map.get("instructions").is_some_and(Value::is_string) {
-        map.insert("instructions".into(), Value::String(String::new()));
-    }
-    for field in REFUSED_FIELDS {
-        map.remove(*field);
-    }
-    serde_json::to_vec(&Value::Object(map)).ok()
-}
-
-/// One of the plan's usage windows, from an answer's `x-codex-{primary,secondary}-*` headers.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, ts_rs::TS)]
-pub struct UsageWindow {
-    /// How much of it is used, 0 to 100.
-    pub used_percent: f32,
-    /// Its length, minutes (300 for the 5-hour window, 10080 for the weekly one).
-    pub window_minutes: Option<u64>,
-    /// When it resets, Unix seconds.
-    pub resets_unix: Option<u64>,
-}
-
-impl UsageWindow {
-    /// Whether it is used up.
-    pub fn exhausted(&self) -> bool {
-        self.used_percent >= 100.0
-    }
-}
-
-/// The plan's two windows as one answer reported them: the 5-hour one (`primary`) and the weekly one
-/// (`secondary`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, ts_rs::TS)]
-pub struct PlanWindows {
-    /// The short window (5 hours).
-    pub primary: Option<UsageWindow>,
-    /// The long window (a week).
-    pub secondary: Option<UsageWindow>,
-}
-
-impl PlanWindows {
-    /// Reads the windows from an answer's headers (`get` looks a header up by its lowercase name); a
-    /// window's reset is its `reset-at`, else `reset-after-seconds` from `now_unix` when given.
-    pub fn from_headers<'a>(get: impl Fn(&str) -> Option<&'a str>, now_unix: Option<u64>) -> Self {
-        let window = |which: &str| {
-            let number =
-                |what: &str| get(&format!("x-codex-{which}-{what}")).and_then(|v| v.trim().parse::<f64>().ok());
-            let used = number("used-percent")?;
-            let resets = number("reset-at")
-                .map(|at| at as u64)
-                .or_else(|| Some(now_unix?.saturating_add(number("reset-after-seconds")? as u64)));
-            Some(UsageWindow {
-                used_percent: used.clamp(0.0, 100.0) as f32,
-                window_minutes: number("window-minutes").map(|m| m as u64),
-                resets_unix: resets,
-            })
-        };
-        Self { primary: window("primary"), secondary: window("secondary") }
-    }
-
-    /// Whether an answer reported either window.
-    pub fn any(&self) -> bool {
-        self.primary.is_some() || self.secondary.is_some()
-    }
-
-    /// Until when a window reported used up keeps the plan closed, Unix milliseconds, while that is
-    /// after `now_unix_ms` (the gateway's pool view and its status read it alike).
-    pub fn used_up_until_ms(&self, now_unix_ms: u64) -> Option<u64> {
-        self.exhausted_until_unix().map(|secs| secs.saturating_mul(1000)).filter(|ms| *ms > now_unix_ms)
-    }
-
-    /// When the plan is usable again if a window is used up: the latest reset of the used-up windows.
-    pub fn exhausted_until_unix(&self) -> Option<u64> {
-        [self.primary, self.secondary]
-            .into_iter()
-            .flatten()
-            .filter(UsageWindow::exhausted)
-            .filter_map(|w| w.resets_unix)
-            .max()
-    }
-}
-
-/// How long until a `usage_limit_reached` error body's window resets, seconds: its
-/// `resets_in_seconds`, or a minute when it gives none. `None` when the body is no such error.
-pub fn usage_limit_wait(body: &[u8]) -> Option<u64> {
-    let root: Value = serde_json::from_slice(body).ok()?;
-    let error = root.get("error")?;
-    let kind = error.get("type").or_else(|| error.get("code")).and_then(Value::as_str)?;
-    if kind != "usage_limit_reached" {
-        return None;
-    }
-    Some(error.get("resets_in_seconds").and_then(Value::as_u64).unwrap_or(60))
-}
-
-#[cfg(test)]
-mod tests;

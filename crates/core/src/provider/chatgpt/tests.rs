@@ -108,3 +108,64 @@ fn usage_limit_reached_gives_its_wait() {
     assert_eq!(usage_limit_wait(br#"{"error":{"type":"usage_limit_reached"}}"#), Some(60));
     assert_eq!(usage_limit_wait(br#"{"error":{"type":"rate_limit_exceeded"}}"#), None);
 }
+
+#[test]
+fn the_plan_is_its_account_an_organization_of_its_own() {
+    let (a, b) = (login(2_000_000_000).to_secret(), login(2_000_000_100).to_secret());
+    assert_eq!(Plan.identity(&a).expose(), "chatgpt-account:acct-1");
+    assert_eq!(Plan.identity(&a).expose(), Plan.identity(&b).expose(), "a refreshed login is the same key");
+    assert_eq!(Plan.org(&a, None, Some("org-set".into())), Some("chatgpt-acct-1".into()));
+    assert_eq!(Plan.plan(&a).and_then(|p| p.plan_type), Some("plus".into()));
+}
+
+#[test]
+fn a_request_goes_with_the_logins_token_and_account_and_only_a_create_is_adapted() {
+    let secret = login(2_000_000_000).to_secret();
+    let access = login(2_000_000_000).access_token;
+    for (method, path, adapted) in [
+        (Method::POST, "/responses", true),
+        (Method::POST, "/responses?x=1", true),
+        (Method::POST, "/responses/compact", false),
+        (Method::GET, "/models", false),
+    ] {
+        let mut headers = http::HeaderMap::new();
+        let body = bytes::Bytes::from_static(b"{\"input\":\"hi\",\"max_output_tokens\":9}");
+        let mut out = Outgoing { method: &method, path_and_query: path, headers: &mut headers, body: body.clone() };
+        Plan.prepare(&secret, &mut out).expect("prepared");
+        assert_eq!(out.body != body, adapted, "{method} {path}");
+        assert_eq!(headers[http::header::AUTHORIZATION].as_bytes(), format!("Bearer {access}").as_bytes());
+        assert!(headers[http::header::AUTHORIZATION].is_sensitive());
+        assert_eq!(headers[ACCOUNT_HEADER].as_bytes(), b"acct-1");
+    }
+    let mut headers = http::HeaderMap::new();
+    let mut out =
+        Outgoing { method: &Method::POST, path_and_query: "/responses", headers: &mut headers, body: "[1]".into() };
+    assert!(Plan.prepare(&secret, &mut out).is_err(), "a body that is no object is refused");
+    let mut out = Outgoing { method: &Method::GET, path_and_query: "/models", headers: &mut headers, body: "".into() };
+    let error = Plan.prepare(&Secret::new("sk-not-a-login"), &mut out).expect_err("refused");
+    assert!(!error.contains("sk-not"), "{error}");
+}
+
+#[test]
+fn a_refresh_is_due_only_near_the_expiry_and_goes_to_the_auth_servers_token_endpoint() {
+    let exp = 2_000_000_000;
+    let secret = login(exp).to_secret();
+    let endpoints = super::super::Endpoints::public();
+    assert!(Plan.refresh_call(&secret, &endpoints, exp - REFRESH_AHEAD_SECS - 1).is_none());
+    let call = Plan.refresh_call(&secret, &endpoints, exp - REFRESH_AHEAD_SECS).expect("due");
+    assert_eq!(call.url, "https://auth.openai.com/oauth/token");
+    let body: Value = serde_json::from_slice(&call.body).expect("json");
+    assert_eq!((body["grant_type"].as_str(), body["client_id"].as_str()), (Some("refresh_token"), Some(CLIENT_ID)));
+}
+
+#[test]
+fn only_a_newer_login_of_the_same_account_replaces_the_plans() {
+    let (old, new) = (login(2_000_000_000).to_secret(), login(2_000_000_500).to_secret());
+    assert!(Plan.check_replacement("plan", Some(&old), &new).is_ok());
+    assert!(Plan.check_replacement("plan", None, &new).is_ok());
+    assert!(Plan.check_replacement("plan", Some(&new), &old).expect_err("older").contains("nothing changed"));
+    let mut other = login(2_000_000_900);
+    other.account_id = "acct-2".into();
+    let refused = Plan.check_replacement("plan", Some(&old), &other.to_secret()).expect_err("another account");
+    assert!(refused.contains("another ChatGPT account"), "{refused}");
+}
