@@ -57,7 +57,7 @@ async fn is_keymux(client: &reqwest::Client, addr: std::net::SocketAddr) -> bool
 /// the address it would listen on, said as what to do; `None` when there is none. A second
 /// `keymux serve` says this first, instead of failing on the metrics store or the port.
 pub async fn already_running(config_path: &Path, listen: std::net::SocketAddr) -> Option<String> {
-    let client = crate::upstream::local_client(Duration::from_secs(5))?;
+    let client = local_client(Duration::from_secs(5))?;
     if let Some(running) = crate::runfile::read(config_path) {
         if is_keymux(&client, running.addr).await {
             return Some(format!(
@@ -93,7 +93,7 @@ impl Remote {
             },
         };
         let root = format!("http://{addr}");
-        let client = crate::upstream::local_client(Duration::from_secs(30)).ok_or("no HTTP client")?;
+        let client = local_client(Duration::from_secs(30)).ok_or("no HTTP client")?;
         if !is_keymux(&client, addr).await {
             return Ok(Found::Nobody);
         }
@@ -186,4 +186,12 @@ async fn authenticate(client: &reqwest::Client, addr: std::net::SocketAddr, admi
     } else {
         Err(refused())
     }
+}
+
+/// A small client for Keymux's own local API (the CLI asking a running gateway for its status): loopback
+/// only, never through a proxy.
+pub fn local_client(timeout: Duration) -> Option<reqwest::Client> {
+    #[expect(clippy::disallowed_methods, reason = "a loopback-only client for Keymux's own API, not a provider")]
+    let builder = reqwest::Client::builder();
+    builder.timeout(timeout).no_proxy().build().ok()
 }

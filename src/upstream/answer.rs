@@ -1,11 +1,11 @@
-//! A provider's answer as both clients give it: status, headers, and a body read as it arrives
-//! (decoded from gzip or zstd), whichever client it came through.
+//! A provider's answer as the client gives it: status, headers, and a body read as it arrives (decoded
+//! from gzip or zstd).
 
 use std::pin::Pin;
 
 use axum::http::{HeaderMap, StatusCode};
 use bytes::Bytes;
-use futures::{Stream, StreamExt as _, TryStreamExt as _};
+use futures::{Stream, StreamExt as _};
 use http_body_util::{BodyDataStream, BodyExt as _};
 
 /// Why a body could not be read to its end.
@@ -18,29 +18,13 @@ pub type Chunks = Pin<Box<dyn Stream<Item = Result<Bytes, BodyError>> + Send>>;
 pub struct Answer {
     status: StatusCode,
     headers: HeaderMap,
-    body: Body,
+    body: tower_http::decompression::DecompressionBody<hyper::body::Incoming>,
 }
 
-#[expect(
-    clippy::large_enum_variant,
-    reason = "the direct body is the one most answers have; boxing it would cost an allocation per answer"
-)]
-enum Body {
-    Direct(tower_http::decompression::DecompressionBody<hyper::body::Incoming>),
-    Reqwest(reqwest::Body),
-}
-
-impl From<super::direct::Answered> for Answer {
-    fn from(answer: super::direct::Answered) -> Self {
+impl From<super::client::Answered> for Answer {
+    fn from(answer: super::client::Answered) -> Self {
         let (head, body) = answer.into_parts();
-        Self { status: head.status, headers: head.headers, body: Body::Direct(body) }
-    }
-}
-
-impl From<reqwest::Response> for Answer {
-    fn from(answer: reqwest::Response) -> Self {
-        let (head, body) = http::Response::from(answer).into_parts();
-        Self { status: head.status, headers: head.headers, body: Body::Reqwest(body) }
+        Self { status: head.status, headers: head.headers, body }
     }
 }
 
@@ -60,26 +44,17 @@ impl Answer {
     /// The body's length when it is known before reading it (a decoded body's never is).
     pub fn content_length(&self) -> Option<u64> {
         use hyper::body::Body as _;
-        match &self.body {
-            Body::Direct(body) => body.size_hint().exact(),
-            Body::Reqwest(body) => body.size_hint().exact(),
-        }
+        self.body.size_hint().exact()
     }
 
     /// The body's pieces, as they arrive.
     pub fn chunks(self) -> Chunks {
-        match self.body {
-            Body::Direct(body) => Box::pin(BodyDataStream::new(body)),
-            Body::Reqwest(body) => Box::pin(BodyDataStream::new(body).map_err(BodyError::from)),
-        }
+        Box::pin(BodyDataStream::new(self.body))
     }
 
     /// The whole body (for answers that are small by design: probes, errors read elsewhere whole).
     pub async fn bytes(self) -> Result<Bytes, BodyError> {
-        match self.body {
-            Body::Direct(body) => Ok(body.collect().await?.to_bytes()),
-            Body::Reqwest(body) => Ok(body.collect().await?.to_bytes()),
-        }
+        Ok(self.body.collect().await?.to_bytes())
     }
 }
 

@@ -1,13 +1,12 @@
-//! The client of keys that go out direct: hyper's pooled client over rustls (the public roots, and
-//! the extra ones tests trust), HTTP/1.1 or HTTP/2 as the provider's TLS offers, answers decoded
-//! (gzip, zstd) by the same layer reqwest uses, and the same connection settings as Keymux's reqwest
-//! clients (connect timeout, no-delay, TCP keep-alive, 90 s idle pool).
+//! The HTTP client every provider request takes: hyper's pooled client over rustls (the public roots,
+//! and the extra ones tests trust), HTTP/1.1 or HTTP/2 as the provider's TLS offers, answers decoded
+//! (gzip, zstd) by the same layer reqwest uses, connected by an [`egress::Connector`] (direct, or
+//! through a proxy).
 //!
 //! Every JSON and streamed request takes it, so it leaves out what Keymux never uses: redirects (the
-//! provider's answer is relayed as it is), retries (failover is Keymux's own), URL parsing per request
-//! (the default base URL is split once; `uri` checks the rest is already what URL parsing would
-//! give), and the proxy matcher. It is used only when no proxy is set in the environment
-//! ([`environment_proxy`]); then, and for pools with a proxy, requests go through reqwest as before.
+//! provider's answer is relayed as it is), retries (failover is Keymux's own), and URL parsing per
+//! request (a provider's default base URL is split once; `Base::uri` checks the rest is already what
+//! URL parsing would give).
 
 use std::time::Duration;
 
@@ -16,14 +15,17 @@ use bytes::Bytes;
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower::ServiceExt as _;
 use tower_http::decompression::{Decompression, DecompressionBody};
 
+use super::egress::{self, Connector};
+
+/// The `user-agent` Keymux sends when the client's request has none.
+const USER_AGENT: &str = concat!("keymux/", env!("CARGO_PKG_VERSION"));
+
 /// The client with its layers, as one request takes it.
-type Service = Decompression<Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>>;
+type Service = Decompression<hyper_util::client::legacy::Client<hyper_rustls::HttpsConnector<Connector>, Full<Bytes>>>;
 
 /// An answer as it came, its body decoded as it is read.
 pub type Answered = http::Response<DecompressionBody<Incoming>>;
@@ -31,59 +33,34 @@ pub type Answered = http::Response<DecompressionBody<Incoming>>;
 /// Why a request got no answer: hyper's error, with the connector's below it.
 pub type Failed = hyper_util::client::legacy::Error;
 
-/// The direct client.
-pub struct Direct {
+/// One pool of provider connections.
+pub struct Client {
     service: Service,
+    /// It goes out through a proxy that a plain request may need to log in to.
+    proxied: Option<Connector>,
 }
 
-/// The environment variables that make reqwest send a request through a proxy (either case).
-const PROXY_VARIABLES: [&str; 3] = ["HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"];
-
-/// Whether the environment sets a proxy for requests (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`, in
-/// either case): then keys without a pool proxy keep going through reqwest, which reads them (and
-/// `NO_PROXY`) as Keymux always did.
-pub fn environment_proxy(read: impl Fn(&str) -> Option<std::ffi::OsString>) -> bool {
-    PROXY_VARIABLES
-        .iter()
-        .flat_map(|name| [name.to_string(), name.to_ascii_lowercase()])
-        .any(|name| read(&name).is_some_and(|value| !value.is_empty()))
-}
-
-impl Direct {
-    /// Builds two clients with connections of their own (plain requests, and Responses-Lite ones) over
-    /// one TLS configuration: `roots` (DER) trusted beside the public roots.
-    pub fn pair(
-        connect: Duration,
-        roots: &[rustls::pki_types::CertificateDer<'static>],
-    ) -> Result<(Self, Self), String> {
-        let tls = tls(roots)?;
-        Ok((Self::new(connect, tls.clone()), Self::new(connect, tls)))
-    }
-
-    fn new(connect: Duration, tls: rustls::ClientConfig) -> Self {
-        let mut tcp = HttpConnector::new();
-        tcp.enforce_http(false);
-        tcp.set_nodelay(true);
-        tcp.set_connect_timeout(Some(connect));
-        tcp.set_keepalive(Some(Duration::from_secs(15)));
-        tcp.set_keepalive_interval(Some(Duration::from_secs(15)));
-        tcp.set_keepalive_retries(Some(3));
+impl Client {
+    /// A client whose connections `connector` opens, over `tls`.
+    pub fn new(connector: Connector, tls: rustls::ClientConfig) -> Self {
+        let proxied = (!matches!(connector.way(), egress::Way::Direct)).then(|| connector.clone());
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
             .enable_http1()
             .enable_http2()
-            .wrap_connector(tcp);
-        let client = Client::builder(TokioExecutor::new())
+            .wrap_connector(connector);
+        let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
             .timer(TokioTimer::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(90))
             .build(connector);
-        Self { service: Decompression::new(client).no_br().no_deflate().gzip(true).zstd(true) }
+        Self { service: Decompression::new(client).no_br().no_deflate().gzip(true).zstd(true), proxied }
     }
 
     /// Sends one request. `headers` are sent as they are, with what reqwest adds when they lack it
-    /// (`user-agent`, `accept`; the decoding layer adds `accept-encoding`).
+    /// (`user-agent`, `accept`; the decoding layer adds `accept-encoding`), and the proxy's login when
+    /// the request goes to an HTTP proxy itself.
     pub async fn send(
         &self,
         method: Method,
@@ -91,8 +68,11 @@ impl Direct {
         mut headers: HeaderMap,
         body: Bytes,
     ) -> Result<Answered, Failed> {
-        headers.entry(http::header::USER_AGENT).or_insert(HeaderValue::from_static(super::USER_AGENT));
+        headers.entry(http::header::USER_AGENT).or_insert(HeaderValue::from_static(USER_AGENT));
         headers.entry(http::header::ACCEPT).or_insert(HeaderValue::from_static("*/*"));
+        if let Some(auth) = self.proxied.as_ref().and_then(|c| c.request_auth(&uri)) {
+            headers.insert(http::header::PROXY_AUTHORIZATION, auth);
+        }
         let mut request = http::Request::new(Full::new(body));
         *request.method_mut() = method;
         *request.uri_mut() = uri;
@@ -102,7 +82,7 @@ impl Direct {
 }
 
 /// rustls with the public roots and `roots` beside them.
-fn tls(roots: &[rustls::pki_types::CertificateDer<'static>]) -> Result<rustls::ClientConfig, String> {
+pub fn tls(roots: &[rustls::pki_types::CertificateDer<'static>]) -> Result<rustls::ClientConfig, String> {
     let mut trusted = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
     for root in roots {
         trusted.add(root.clone()).map_err(|e| format!("an extra root certificate cannot be used: {e}"))?;
@@ -197,18 +177,5 @@ mod tests {
         for path in ["/files/x y", "/a\\b", "/emoji/\u{1f600}", "/q?x='1'", "/a#frag", "/a\"b", "/{x}", "models"] {
             assert!(split.uri(path).is_none(), "{path} is left to URL parsing");
         }
-    }
-
-    #[test]
-    fn a_proxy_in_the_environment_in_either_case_sends_requests_through_reqwest() {
-        let only = |set: &'static str, value: &'static str| {
-            move |name: &str| (name == set).then(|| std::ffi::OsString::from(value))
-        };
-        assert!(!environment_proxy(|_| None));
-        for name in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"] {
-            assert!(environment_proxy(only(name, "http://127.0.0.1:3128")), "{name}");
-            assert!(!environment_proxy(only(name, "")), "an empty {name} sets no proxy");
-        }
-        assert!(!environment_proxy(only("NO_PROXY", "*")), "NO_PROXY alone sets no proxy");
     }
 }

@@ -33,7 +33,8 @@ use crate::pipeline::{self, Admitted, Completion, Entry, Fallback, Reply, Settle
 use crate::pool::InFlight;
 use crate::relay::Tagger;
 use crate::tokens::ClientScope;
-use crate::upstream::UpstreamError;
+use crate::upstream::{egress, UpstreamError};
+use hyper_util::rt::TokioIo;
 
 /// Request headers that belong to the client's own WebSocket handshake and are never forwarded.
 const HANDSHAKE_HEADERS: &[&str] = &[
@@ -63,7 +64,7 @@ fn upstream_config() -> tokio_tungstenite::tungstenite::protocol::WebSocketConfi
 /// Most turns sent on a socket and not yet answered (Codex sends one at a time).
 pub const MAX_PENDING_TURNS: usize = 8;
 
-type Upstream = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+type Upstream = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<TokioIo<egress::Conn>>>;
 
 /// An error frame in the shape OpenAI sends over the Responses WebSocket.
 fn error_frame(status: u16, code: &str, message: &str, retry_after: Option<u64>) -> AxumMessage {
@@ -218,11 +219,13 @@ impl Handshake<'_> {
             .and_then(|v| v["status"].as_u64())
             .and_then(|s| u16::try_from(s).ok())
             .unwrap_or(400);
-        let heard = Heard::from_headers(status, &HeaderMap::new(), self.gateway.clock()).with_body(&error);
+        let provider = guard.entry().provider;
+        let heard = Heard::from_headers(status, &HeaderMap::new(), self.gateway.clock(), provider).with_body(&error);
         Reply::Declined(heard, Declined::from_body(status, &error, || "The provider refused the frame.".to_owned()))
     }
 
-    /// The handshake alone: an open socket, the provider's refusal, or no answer.
+    /// The handshake alone: an open socket, the provider's refusal, or no answer. The connection is
+    /// opened on the key's way out (`upstream::egress`), TLS on it for `wss://`.
     async fn connect(&self, guard: &InFlight) -> Reply<Upstream, Declined> {
         let clock = self.gateway.clock();
         let request = match handshake_request(self.gateway, guard, self.headers) {
@@ -231,42 +234,38 @@ impl Handshake<'_> {
         };
         let upstream = self.gateway.upstream();
         let base = upstream.base_for(guard.entry()).to_owned();
-        let proxied = upstream.proxy_of(&guard.entry().id);
+        let route = upstream.route(&guard.entry().id);
+        let tls = tokio_tungstenite::Connector::Rustls(Arc::new(upstream.tls().clone()));
         let connecting = async {
-            let Some(proxy) = &proxied else {
-                return Ok(tokio_tungstenite::connect_async_with_config(request, Some(upstream_config()), false).await);
-            };
-            let stream = crate::upstream::tunnel(proxy, request.uri()).await?;
-            Ok(tokio_tungstenite::client_async_tls_with_config(request, stream, Some(upstream_config()), None).await)
+            let stream = route.open_socket(request.uri()).await?;
+            let config = Some(upstream_config());
+            Ok(tokio_tungstenite::client_async_tls_with_config(request, TokioIo::new(stream), config, Some(tls)).await)
         };
-        let connected = tokio::time::timeout(upstream.connect_timeout(), connecting).await;
-        let connected = match connected {
-            Ok(Err(detail)) => {
-                let proxy = proxied.as_ref().map(|p| p.shown().to_owned()).unwrap_or_default();
-                return Reply::Failed(UpstreamError::Proxy { proxy, base, detail });
+        let failed = |detail: String| match route.shown() {
+            Some(proxy) => UpstreamError::Proxy { proxy: proxy.to_owned(), base: base.clone(), detail },
+            None => UpstreamError::Connect { base: base.clone(), detail },
+        };
+        let connected = match tokio::time::timeout(upstream.connect_timeout(), connecting).await {
+            Err(_) => {
+                let secs = upstream.connect_timeout().as_secs();
+                return Reply::Failed(UpstreamError::FirstByteTimeout { base, secs });
             }
-            Ok(Ok(connected)) => Ok(connected),
-            Err(elapsed) => Err(elapsed),
+            Ok(Err(detail)) => return Reply::Failed(failed(detail)),
+            Ok(Ok(connected)) => connected,
         };
+        let provider = guard.entry().provider;
         match connected {
-            Err(_) => Reply::Failed(UpstreamError::FirstByteTimeout {
-                base,
-                secs: self.gateway.upstream().connect_timeout().as_secs(),
-            }),
-            Ok(Ok((socket, response))) => Reply::Accepted(Heard::from_headers(101, response.headers(), clock), socket),
-            Ok(Err(tokio_tungstenite::tungstenite::Error::Http(response))) => {
+            Ok((socket, response)) => {
+                Reply::Accepted(Heard::from_headers(101, response.headers(), clock, provider), socket)
+            }
+            Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
                 let status = response.status().as_u16();
                 let body = response.body().clone().unwrap_or_default();
-                let heard = Heard::from_headers(status, response.headers(), clock).with_body(&body);
+                let heard = Heard::from_headers(status, response.headers(), clock, provider).with_body(&body);
                 let fallback = || format!("The provider refused the WebSocket with status {status}.");
                 Reply::Declined(heard, Declined::from_body(status, &body, fallback))
             }
-            Ok(Err(e)) => match proxied {
-                Some(proxy) => {
-                    Reply::Failed(UpstreamError::Proxy { proxy: proxy.shown().to_owned(), base, detail: e.to_string() })
-                }
-                None => Reply::Failed(UpstreamError::Connect { base, detail: e.to_string() }),
-            },
+            Err(e) => Reply::Failed(failed(e.to_string())),
         }
     }
 }
@@ -278,7 +277,8 @@ fn handshake_request(
     client_headers: &HeaderMap,
 ) -> Result<http::Request<()>, UpstreamError> {
     let entry = guard.entry();
-    let base = gateway.upstream().base_for(entry);
+    let upstream = gateway.upstream();
+    let base = upstream.base_for(entry);
     let url = match base.split_once("://") {
         Some(("https", rest)) => format!("wss://{rest}/responses"),
         Some((_, rest)) => format!("ws://{rest}/responses"),
@@ -294,8 +294,19 @@ fn handshake_request(
             request.headers_mut().append(name.clone(), value.clone());
         }
     }
-    let (name, value) = crate::upstream::auth_header(entry);
-    request.headers_mut().insert(name, value);
+    // The handshake is authenticated as the provider authenticates a request (a provider that serves no
+    // WebSocket never gets one: `Provider::serves`).
+    let mut outgoing = crate::provider::Outgoing {
+        method: &http::Method::GET,
+        path_and_query: "/responses",
+        headers: request.headers_mut(),
+        body: Bytes::new(),
+    };
+    entry
+        .provider
+        .get()
+        .prepare(&entry.secret, &mut outgoing)
+        .map_err(|detail| UpstreamError::Credential { base: base.to_owned(), detail })?;
     Ok(request)
 }
 
