@@ -66,32 +66,7 @@ pub fn tell(gw: &Gateway) {
         let state = pool_state_in(gw, &pools, &spend, &def.name);
         (BudgetOf::Pool { pool: def.name.clone() }, def.name.clone(), state)
     });
-    let now: Vec<(BudgetOf, String, BudgetState)> = keys.chain(pools).collect();
-    let told: Vec<(BudgetOf, String, BudgetState)> = {
-        let mut said = gw.budgets_told();
-        said.retain(|of, _| now.iter().any(|(o, _, _)| o == of));
-        now.into_iter()
-            .filter(|(of, _, state)| {
-                let before = said.insert(of.clone(), *state);
-                news(before, *state)
-            })
-            .collect()
-    };
-    for (of, label, state) in told {
+    for (of, label, state) in gw.notices().budgets(keys.chain(pools).collect()) {
         gw.notify(GatewayEvent::Budget { of, label, state });
-    }
-}
-
-/// Whether a budget state is news after `before` (`None`: not seen yet): a change of state or of the
-/// budget that causes it; not the same state again, and not a key first seen open.
-fn news(before: Option<BudgetState>, now: BudgetState) -> bool {
-    let kind = |s: &BudgetState| match s {
-        BudgetState::Open => (0, None),
-        BudgetState::Reserved { period, resets_unix_ms, .. } => (1, Some((*period, *resets_unix_ms))),
-        BudgetState::Stopped { period, resets_unix_ms, .. } => (2, Some((*period, *resets_unix_ms))),
-    };
-    match before {
-        None => now != BudgetState::Open,
-        Some(before) => kind(&before) != kind(&now),
     }
 }

@@ -225,6 +225,8 @@ async fn tick_every(gateway: Arc<Gateway>, every: Duration) {
         ticks.tick().await;
         gateway.tick();
         crate::budgets::tell(&gateway);
+        // The pages of login codes that stopped waiting (used, expired, pushed out).
+        crate::login_page::remove_spent(gateway.access(), gateway.clock().now());
         // Unreachable keys are tried again in the background, so no client request pays for it.
         for key in gateway.pool().claim_retries(gateway.clock().now()) {
             let gateway = gateway.clone();

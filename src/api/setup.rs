@@ -19,7 +19,7 @@ use super::types::{ImportRequest, SetupRequest};
 use super::{control_error, guard, guarded, guarded_json};
 use crate::control::ControlError;
 use crate::gateway::Gateway;
-use crate::setup::Client;
+use crate::setup::{Client, Pending};
 
 /// The setup routes (mounted under `/keymux/api`).
 pub fn routes() -> Router<Arc<Gateway>> {
@@ -29,6 +29,8 @@ pub fn routes() -> Router<Arc<Gateway>> {
         .route("/setup/{client}/confirm/{id}", post(confirm))
         .route("/setup/{client}/undo", post(undo))
         .route("/import", get(import_offer).post(import))
+        // The previews waiting for the person's yes: held by these routes, the only ones that use them.
+        .layer(axum::Extension(Arc::new(Pending::default())))
 }
 
 async fn import_offer(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response<Body> {
@@ -65,7 +67,12 @@ async fn status(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response<
     guarded(&gw, &headers, || Json(gw.setup_status()).into_response())
 }
 
-async fn preview(State(gw): State<Arc<Gateway>>, Path(name): Path<String>, request: Request) -> Response<Body> {
+async fn preview(
+    State(gw): State<Arc<Gateway>>,
+    axum::Extension(pending): axum::Extension<Arc<Pending>>,
+    Path(name): Path<String>,
+    request: Request,
+) -> Response<Body> {
     let body: SetupRequest = match guarded_json(&gw, request).await {
         Ok(body) => body,
         Err(e) => return e.into_response(),
@@ -74,7 +81,7 @@ async fn preview(State(gw): State<Arc<Gateway>>, Path(name): Path<String>, reque
         Ok(client) => client,
         Err(e) => return control_error(e),
     };
-    match gw.setup_preview(client, body).await {
+    match gw.setup_preview(&pending, client, body).await {
         Ok(shown) => Json(shown).into_response(),
         Err(e) => control_error(e),
     }
@@ -82,6 +89,7 @@ async fn preview(State(gw): State<Arc<Gateway>>, Path(name): Path<String>, reque
 
 async fn confirm(
     State(gw): State<Arc<Gateway>>,
+    axum::Extension(pending): axum::Extension<Arc<Pending>>,
     headers: HeaderMap,
     Path((name, id)): Path<(String, String)>,
 ) -> Response<Body> {
@@ -92,7 +100,7 @@ async fn confirm(
         Ok(client) => client,
         Err(e) => return control_error(e),
     };
-    match gw.setup_confirm(client, &id).await {
+    match gw.setup_confirm(&pending, client, &id).await {
         Ok(done) => Json(done).into_response(),
         Err(e) => control_error(e),
     }

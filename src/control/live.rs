@@ -24,7 +24,7 @@ impl Gateway {
         match self.settings().reload() {
             Ok(None) => Vec::new(),
             Ok(Some((before, after))) => {
-                self.forget_refused();
+                self.notices().config_valid();
                 let done = self.apply_config(&before, &after).await;
                 tracing::info!(changes = ?done, "the config file changed and was applied");
                 self.notify(GatewayEvent::ConfigApplied { changes: done.clone() });
@@ -36,7 +36,7 @@ impl Gateway {
 
     /// A refused edit is said once per distinct problem, not every few seconds.
     fn refuse_config(&self, message: String) -> Vec<String> {
-        if self.note_refused(&message) {
+        if self.notices().config_refused(&message) {
             tracing::error!("{message}; the running settings stay. Fix the file and save it again");
             self.notify(GatewayEvent::ConfigRefused { message: message.clone() });
         }

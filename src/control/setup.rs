@@ -53,7 +53,12 @@ impl Gateway {
     }
 
     /// [`Gateway::setup_offer`], held for the dashboard's yes under the id the answer carries.
-    pub async fn setup_preview(&self, client: Client, request: SetupRequest) -> Result<SetupPreview, ControlError> {
+    pub async fn setup_preview(
+        &self,
+        pending: &crate::setup::Pending,
+        client: Client,
+        request: SetupRequest,
+    ) -> Result<SetupPreview, ControlError> {
         let offer = self.setup_offer(client, &request, &SetupPlaces::of(client)?).await?;
         let shown = SetupPreview {
             id: String::new(),
@@ -67,13 +72,18 @@ impl Gateway {
         if !shown.changes_anything {
             return Ok(shown);
         }
-        let id = self.setup_pending().hold(client, offer, self.clock().now());
+        let id = pending.hold(client, offer, self.clock().now());
         Ok(SetupPreview { id, ..shown })
     }
 
     /// The dashboard's yes to the preview `id`: makes exactly the change it showed.
-    pub async fn setup_confirm(&self, client: Client, id: &str) -> Result<SetupDone, ControlError> {
-        let offer = self.setup_pending().take(client, id, self.clock().now()).ok_or_else(|| {
+    pub async fn setup_confirm(
+        &self,
+        pending: &crate::setup::Pending,
+        client: Client,
+        id: &str,
+    ) -> Result<SetupDone, ControlError> {
+        let offer = pending.take(client, id, self.clock().now()).ok_or_else(|| {
             ControlError::NotFound(format!(
                 "there is no {client} setup preview '{id}' waiting (it was confirmed already, or is over 15 minutes \
                  old, or a newer one pushed it out): make a new preview"
@@ -98,7 +108,7 @@ impl Gateway {
                 let auth = preview.plans().iter().find(|p| p.path().ends_with("auth.json")).map(|p| p.path());
                 let new = NewKey::imported(label, secret.clone());
                 let new = match preview.imports_plan() {
-                    true => NewKey { provider: crate::keys::Provider::Chatgpt, ..new },
+                    true => NewKey { provider: crate::provider::chatgpt::ID, ..new },
                     false => new,
                 };
                 let imported = self.import_key(new).await;

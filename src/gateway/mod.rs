@@ -1,6 +1,6 @@
 //! The gateway: the state every request shares (the pool, the affinity tables, the upstream client,
-//! the accepted tokens, the clock, the metrics, the sessions and the event stream), and publishing:
-//! records, events, and the health changes what the provider taught makes.
+//! the accepted tokens, the clock, the metrics, the sessions and the event stream), and publishing
+//! (`publish.rs`): records, events, and the health changes what the provider taught makes.
 //!
 //! What acts on this state lives elsewhere, and imports it (never the reverse):
 //! * `pipeline`: one request's way through (admit, attempt, record) and key probes, as functions over
@@ -16,14 +16,14 @@ use arc_swap::ArcSwap;
 
 use crate::access::Access;
 use crate::affinity::Table;
-use crate::budget::BudgetState;
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::events::{BudgetOf, Event, Events, GatewayEvent, KeyChange, KeyEvent, RequestRecord, Routed};
+use crate::events::{Events, GatewayEvent};
 use crate::keys::{KeyEntry, KeyId};
 use crate::markers::Markers;
 use crate::metrics::Metrics;
-use crate::pool::{HealthChange, HealthState, Learned, Pool};
+use crate::notices::Notices;
+use crate::pool::Pool;
 use crate::pools::{PoolConfig, Pools};
 use crate::router::{self, Policy};
 use crate::sessions::Sessions;
@@ -32,6 +32,8 @@ use crate::tokens::TokenSet;
 use crate::upstream::{Upstream, UpstreamError};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+
+mod publish;
 
 /// The gateway.
 pub struct Gateway {
@@ -62,31 +64,21 @@ pub struct Gateway {
     addr: std::sync::OnceLock<std::net::SocketAddr>,
     started_unix_ms: u64,
     keychain_ok: AtomicBool,
-    /// The health state last announced per key (bounded by the pool), so a change is told once.
-    announced: Mutex<HashMap<KeyId, HealthState>>,
-    /// The ChatGPT plans last announced used up (at most the pool's keys), so each running out and
-    /// coming back is told once.
-    plans_used_up: Mutex<std::collections::HashSet<KeyId>>,
+    /// What has been told, so each change is told once.
+    notices: Notices,
     clock: Clock,
     seq: AtomicU64,
     max_body_bytes: usize,
     policy: Policy,
     quota_recheck: Duration,
-    /// The last config-file problem said, so one bad edit is said once.
-    refused: Mutex<Option<String>>,
     /// Open WebSockets, so a shutdown can wait for them.
     sockets: TaskTracker,
     /// Cancelled when the gateway shuts down: open WebSockets close with 1001.
     closing: CancellationToken,
-    /// Client setups previewed through the control API, waiting for a yes (bounded).
-    setup_pending: crate::setup::Pending,
-    /// The budget state last told per key and per pool (bounded by the keys and pools there are), so
-    /// each change is told once.
-    budget_said: Mutex<HashMap<BudgetOf, BudgetState>>,
     /// The latest check of each installed client (bounded by the clients Keymux knows: two).
     clients_checked: Mutex<Vec<crate::events::ClientChecked>>,
-    /// One refresh of a ChatGPT plan's login at a time.
-    refresher: crate::chatgpt::Refresher,
+    /// One refresh of a key's credential at a time (`refresh::fresh`).
+    refreshing: tokio::sync::Mutex<()>,
 }
 
 impl Gateway {
@@ -101,8 +93,7 @@ impl Gateway {
         let affinity = &config.affinity;
         let labels: Vec<(KeyId, String)> = keys.iter().map(|k| (k.id.clone(), k.label.clone())).collect();
         let pools = Pools::resolve(config.pools.clone(), &labels, &Pools::default());
-        let upstream = Upstream::new(&config.upstream, &config.timeouts, &config.extra_roots_pem)?
-            .with_chatgpt(&config.chatgpt_base_url, &config.chatgpt_auth_url);
+        let upstream = Upstream::new(config.endpoints(), &config.timeouts, &config.extra_roots_pem)?;
         upstream.set_proxies(&pools.proxies().into_iter().map(|(key, url, _)| (key, url, None)).collect::<Vec<_>>());
         let pool = Pool::new(keys, markers);
         // A key the user switched off stays off across restarts.
@@ -128,8 +119,7 @@ impl Gateway {
             addr: std::sync::OnceLock::new(),
             started_unix_ms: Clock::system().unix_ms(),
             keychain_ok: AtomicBool::new(true),
-            announced: Mutex::default(),
-            plans_used_up: Mutex::default(),
+            notices: Notices::default(),
             clock: Clock::system(),
             seq: AtomicU64::new(0),
             max_body_bytes: config.max_body_bytes,
@@ -142,19 +132,21 @@ impl Gateway {
                 max_in_flight_per_key: affinity.max_in_flight_per_key,
                 lost_org: affinity.lost_org,
             },
-            refused: Mutex::new(None),
             sockets: TaskTracker::new(),
             closing: CancellationToken::new(),
-            setup_pending: crate::setup::Pending::default(),
-            budget_said: Mutex::default(),
             clients_checked: Mutex::default(),
-            refresher: crate::chatgpt::Refresher::default(),
+            refreshing: tokio::sync::Mutex::new(()),
         })
     }
 
-    /// The one refresh of a ChatGPT plan's login at a time (`chatgpt::fresh`).
-    pub fn refresher(&self) -> &crate::chatgpt::Refresher {
-        &self.refresher
+    /// Held while a key's credential is refreshed: one refresh at a time (`refresh::fresh`).
+    pub fn refreshing(&self) -> &tokio::sync::Mutex<()> {
+        &self.refreshing
+    }
+
+    /// What has been told, so each change is told once.
+    pub fn notices(&self) -> &Notices {
+        &self.notices
     }
 
     /// Keeps metrics in `metrics` (by default they stay in memory).
@@ -206,19 +198,6 @@ impl Gateway {
     /// The user's pools (a snapshot).
     pub fn pools(&self) -> arc_swap::Guard<Arc<Pools>> {
         self.pools.load()
-    }
-
-    /// Remembers a config-file problem; whether it is new (and so worth saying).
-    pub(crate) fn note_refused(&self, message: &str) -> bool {
-        let mut last = self.refused.lock().unwrap_or_else(|p| p.into_inner());
-        let new = last.as_deref() != Some(message);
-        *last = Some(message.to_owned());
-        new
-    }
-
-    /// A valid config again: the next problem is news.
-    pub(crate) fn forget_refused(&self) {
-        *self.refused.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     /// Pools from the environment (`KEYMUX_POOL_*`).
@@ -273,11 +252,6 @@ impl Gateway {
     /// The recent sessions.
     pub fn sessions(&self) -> &Sessions {
         &self.sessions
-    }
-
-    /// Client setups previewed through the control API, waiting for a yes.
-    pub fn setup_pending(&self) -> &crate::setup::Pending {
-        &self.setup_pending
     }
 
     /// Who may call the control API.
@@ -409,70 +383,6 @@ impl Gateway {
         self.seq.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    /// Applies what the provider taught to the pool, and tells the event stream when a key's health
-    /// changed.
-    pub fn apply(&self, learned: Learned) {
-        let plan_reported = matches!(&learned, Learned::Outcome(o) if o.plan.is_some());
-        let changed = self.pool.apply(&learned);
-        if plan_reported || changed.is_some() {
-            self.tell_plans(&self.pool.status(self.clock.now(), self.today()));
-        }
-        if let Some((key, change)) = changed {
-            let now = self.clock.now();
-            let unix = |until: std::time::Instant| {
-                self.clock.unix_ms() + u64::try_from(until.saturating_duration_since(now).as_millis()).unwrap_or(0)
-            };
-            let change = match change {
-                HealthChange::Cooling { until } => KeyChange::CoolingStarted { until_unix_ms: unix(until) },
-                HealthChange::QuotaExhausted { until } => KeyChange::QuotaExhausted { until_unix_ms: unix(until) },
-                HealthChange::Rejected => KeyChange::Rejected,
-                HealthChange::Unreachable { retry } => KeyChange::Unreachable { retry_unix_ms: unix(retry) },
-                HealthChange::Recovered => KeyChange::Recovered,
-            };
-            self.announce(&key, change);
-        }
-    }
-
-    /// Tells the event stream that a key changed (once per change of its health state).
-    pub(crate) fn announce(&self, key: &KeyId, change: KeyChange) {
-        self.announce_as(key, self.pool.label(key), change);
-    }
-
-    /// Like `announce`, with the label given (a removed key's is no longer in the pool).
-    pub(crate) fn announce_as(&self, key: &KeyId, label: String, change: KeyChange) {
-        let state = match change {
-            KeyChange::CoolingStarted { .. } => Some(HealthState::Cooling),
-            KeyChange::QuotaExhausted { .. } => Some(HealthState::QuotaExhausted),
-            KeyChange::Rejected => Some(HealthState::Rejected),
-            KeyChange::Unreachable { .. } => Some(HealthState::Unreachable),
-            KeyChange::Disabled => Some(HealthState::Disabled),
-            KeyChange::CoolingEnded | KeyChange::Recovered | KeyChange::Enabled | KeyChange::Added => {
-                Some(HealthState::Ready)
-            }
-            KeyChange::Removed | KeyChange::Updated | KeyChange::PlanUsedUp { .. } | KeyChange::PlanBack => None,
-        };
-        {
-            let mut announced = self.announced.lock().unwrap_or_else(|p| p.into_inner());
-            match (state, change) {
-                (_, KeyChange::Removed) => {
-                    announced.remove(key);
-                }
-                // A cooldown that grew is news; any other repeat is not.
-                (Some(state), _)
-                    if announced.get(key) == Some(&state) && !matches!(change, KeyChange::CoolingStarted { .. }) =>
-                {
-                    return
-                }
-                (Some(state), _) => {
-                    announced.insert(key.clone(), state);
-                }
-                (None, _) => {}
-            }
-        }
-        tracing::info!(key = %key, label = %label, change = ?change, "key changed");
-        self.events.publish(self.clock.unix_ms(), Event::Key(KeyEvent { key: key.clone(), label, change }));
-    }
-
     /// The latest check of each installed client (at most one per client Keymux checks).
     pub fn clients_checked(&self) -> Vec<crate::events::ClientChecked> {
         self.clients_checked.lock().unwrap_or_else(|p| p.into_inner()).clone()
@@ -490,115 +400,5 @@ impl Gateway {
         let mut all = self.clients_checked.lock().unwrap_or_else(|p| p.into_inner());
         all.retain(|c| c.name != checked.name);
         all.push(checked);
-    }
-
-    /// Tells the event stream something about the gateway as a whole.
-    pub(crate) fn notify(&self, event: GatewayEvent) {
-        tracing::info!(event = ?event, "gateway");
-        self.events.publish(self.clock.unix_ms(), Event::Gateway(event));
-    }
-
-    /// Tells the event stream the metrics store failed (with why) or recovered.
-    pub(crate) fn notify_store(&self, failure: Option<String>) {
-        self.notify(match failure {
-            Some(message) => GatewayEvent::StoreFailed { message },
-            None => GatewayEvent::StoreRecovered,
-        });
-    }
-
-    /// Notices what time alone changed (cooldowns that ended, out-of-quota keys due to be tried again,
-    /// login codes that expired, whose pages go) and tells the event stream. The runtime calls it every
-    /// second, with `budgets::tell`.
-    pub fn tick(&self) {
-        crate::login_page::remove_spent(&self.access, self.clock.now());
-        let statuses = self.pool.status(self.clock.now(), self.today());
-        let changes: Vec<(KeyId, HealthState)> = {
-            let announced = self.announced.lock().unwrap_or_else(|p| p.into_inner());
-            statuses
-                .iter()
-                .filter(|k| k.health == HealthState::Ready)
-                .filter_map(|k| {
-                    let was = announced
-                        .get(&k.id)
-                        .filter(|s| matches!(s, HealthState::Cooling | HealthState::QuotaExhausted));
-                    was.map(|s| (k.id.clone(), *s))
-                })
-                .collect()
-        };
-        for (key, was) in changes {
-            self.announce(
-                &key,
-                if was == HealthState::Cooling { KeyChange::CoolingEnded } else { KeyChange::Recovered },
-            );
-        }
-        self.tell_plans(&statuses);
-    }
-
-    /// Tells the event stream when a ChatGPT plan runs out (by its 429, or by a window its answer
-    /// reported used up) and when it is back, once each, from the keys' `statuses` now.
-    fn tell_plans(&self, statuses: &[crate::pool::KeyStatus]) {
-        let now_unix_ms = self.clock.unix_ms();
-        let plans: Vec<(&KeyId, Option<u64>)> = statuses
-            .iter()
-            .filter(|k| k.plan.is_some())
-            .map(|k| (&k.id, k.plan_used_up_until_unix_ms(now_unix_ms)))
-            .collect();
-        let changes: Vec<(KeyId, KeyChange)> = {
-            let mut told = self.plans_used_up.lock().unwrap_or_else(|p| p.into_inner());
-            told.retain(|id| plans.iter().any(|(plan, _)| *plan == id));
-            plans
-                .into_iter()
-                .filter_map(|(id, until)| match until {
-                    Some(until_unix_ms) if told.insert(id.clone()) => {
-                        Some((id.clone(), KeyChange::PlanUsedUp { until_unix_ms }))
-                    }
-                    None if told.remove(id) => Some((id.clone(), KeyChange::PlanBack)),
-                    _ => None,
-                })
-                .collect()
-        };
-        for (key, change) in changes {
-            self.announce(&key, change);
-        }
-    }
-
-    /// The last budget state told for each key and pool (`budgets::tell` keeps it).
-    pub(crate) fn budgets_told(&self) -> std::sync::MutexGuard<'_, HashMap<BudgetOf, BudgetState>> {
-        self.budget_said.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Tells the event stream that a request was routed.
-    pub(crate) fn routed(&self, routed: Arc<Routed>) {
-        self.events.publish(routed.at_unix_ms, Event::Routed(routed));
-    }
-
-    /// The one way a finished request (HTTP, or a WebSocket turn) is reported: a log line, the hashed
-    /// metrics under the key's fingerprint, the sessions, and the event stream.
-    pub fn publish(&self, record: RequestRecord) {
-        // Per request, so `debug`: see `logging`.
-        tracing::debug!(
-            seq = record.routed.decision.seq,
-            op = ?record.routed.operation,
-            transport = ?record.routed.transport,
-            client = ?record.routed.client,
-            model = record.routed.model.as_deref().unwrap_or("-"),
-            key = record.served_by.as_ref().map(KeyId::as_str).unwrap_or("-"),
-            route = ?record.routed.decision.route,
-            attempts = record.attempts.len(),
-            status = record.status,
-            error = record.error.or(record.upstream_code).unwrap_or("-"),
-            ttfb_ms = record.ttfb_ms,
-            ms = record.duration_ms,
-            "request"
-        );
-        let fingerprint = record
-            .served_by
-            .as_ref()
-            .or_else(|| record.attempts.last().map(|a| &a.key))
-            .and_then(|k| self.pool.fingerprint(k));
-        self.metrics.record(&record, fingerprint);
-        let org = record.served_by.as_ref().and_then(|k| self.pool.org_of(k));
-        self.sessions.observe(&record, org);
-        self.events.publish_record(record);
     }
 }
