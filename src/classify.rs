@@ -26,7 +26,7 @@ pub enum Code {
     InvalidEncryptedContent,
     /// A `previous_response_id` the key does not hold.
     PreviousResponseNotFound,
-    /// A ChatGPT plan's usage window is used up (`usage_limit_reached`, its reset in the body).
+    /// A plan's usage window is used up (`usage_limit_reached`, its reset in the body).
     UsageLimitReached,
     /// Any other code.
     Other,
@@ -73,14 +73,21 @@ pub struct Heard {
     pub code: Option<Code>,
     /// The error body's `error.message`, shortened and with anything key-like masked.
     pub message: Option<String>,
-    /// A ChatGPT plan's usage windows (`x-codex-*`), when the answer reported them.
-    pub plan: keymux_core::chatgpt::PlanWindows,
+    /// A plan's usage windows (`x-codex-*`), when the answer reported them.
+    pub plan: crate::provider::Windows,
+    /// The provider of the key that answered (it reads what its answers report of its limits).
+    pub provider: crate::keys::ProviderId,
 }
 
 impl Heard {
     /// Reads what a response's status line and headers say (the code is read from the body later), on
-    /// the gateway's clock.
-    pub fn from_headers(status: u16, headers: &HeaderMap, clock: &crate::clock::Clock) -> Self {
+    /// the gateway's clock; `provider` answered.
+    pub fn from_headers(
+        status: u16,
+        headers: &HeaderMap,
+        clock: &crate::clock::Clock,
+        provider: crate::keys::ProviderId,
+    ) -> Self {
         let now = clock.now();
         let org = headers
             .get("openai-organization")
@@ -95,34 +102,23 @@ impl Heard {
             cooldown: cooldown_hint(headers),
             code: None,
             message: None,
-            plan: plan_windows(headers, clock),
+            plan: provider.get().windows(&|name| headers.get(name)?.to_str().ok(), clock.unix_ms() / 1000),
+            provider,
         }
     }
 
-    /// Reads `error.code` and `error.message` from an error body; a ChatGPT plan's
-    /// `usage_limit_reached` (named by its `type`) cools the key until the reset it gives.
+    /// Reads `error.code` and `error.message` from an error body; a provider's word that the key is used
+    /// up (a plan's `usage_limit_reached`, named by its `type`) cools the key until the reset it gives.
     pub fn with_body(mut self, body: &[u8]) -> Self {
         let (code, message) = error_detail(body);
         self.code = code.map(|c| Code::parse(&c));
         self.message = message.map(|m| safe_message(&m));
-        if let Some(wait) = keymux_core::chatgpt::usage_limit_wait(body) {
+        if let Some(wait) = self.provider.get().used_up_for(body) {
             self.code = Some(Code::UsageLimitReached);
             self.cooldown = Some(Duration::from_secs(wait.max(1)));
         }
         self
     }
-}
-
-/// A ChatGPT plan's usage windows, read only from an answer that reports one (the names are looked up
-/// once each, not made for every answer of every key). A window that gives only its
-/// `reset-after-seconds` resets that long after now.
-fn plan_windows(headers: &HeaderMap, clock: &crate::clock::Clock) -> keymux_core::chatgpt::PlanWindows {
-    const REPORTED: [&str; 2] = ["x-codex-primary-used-percent", "x-codex-secondary-used-percent"];
-    if !REPORTED.iter().any(|name| headers.contains_key(*name)) {
-        return keymux_core::chatgpt::PlanWindows::default();
-    }
-    let now_unix = clock.unix_ms() / 1000;
-    keymux_core::chatgpt::PlanWindows::from_headers(|name| headers.get(name)?.to_str().ok(), Some(now_unix))
 }
 
 /// The `error.code` and `error.message` of an OpenAI-shaped error body.
@@ -237,8 +233,9 @@ pub fn judge_failure(error: &UpstreamError) -> Verdict {
         UpstreamError::Connect { .. } | UpstreamError::BadBaseUrl { .. } | UpstreamError::Proxy { .. } => {
             (OutcomeKind::Unreachable, FailureKind::UpstreamUnreachable)
         }
-        // A plan's login that cannot be read or sent: the key cannot serve until it is imported again.
-        UpstreamError::ChatgptLogin { .. } => (OutcomeKind::Rejected, FailureKind::InvalidKey),
+        // A credential that cannot be read or sent (a plan's login): the key cannot serve until it is
+        // given a new one.
+        UpstreamError::Credential { .. } => (OutcomeKind::Rejected, FailureKind::InvalidKey),
     };
     Verdict { outcome, failure: Some(failure), next: Next::FailOver }
 }
@@ -255,7 +252,8 @@ mod tests {
             cooldown: cooldown.map(Duration::from_secs),
             code: code.map(Code::parse),
             message: None,
-            plan: keymux_core::chatgpt::PlanWindows::default(),
+            plan: crate::provider::Windows::default(),
+            provider: crate::provider::chatgpt::ID,
         }
     }
 
@@ -287,7 +285,9 @@ mod tests {
         let long = safe_message(&"word ".repeat(200));
         assert_eq!(long.chars().count(), MAX_MESSAGE_CHARS + 1);
         let body = br#"{"error":{"message":"The server had an error","type":"server_error","code":null}}"#;
-        let h = Heard::from_headers(500, &HeaderMap::new(), &crate::clock::Clock::system()).with_body(body);
+        let h =
+            Heard::from_headers(500, &HeaderMap::new(), &crate::clock::Clock::system(), crate::provider::openai::ID)
+                .with_body(body);
         assert_eq!(h.message.as_deref(), Some("The server had an error"));
     }
 
@@ -364,10 +364,25 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert("x-codex-primary-used-percent", http::HeaderValue::from_static("100.0"));
         headers.insert("x-codex-primary-reset-after-seconds", http::HeaderValue::from_static("3600"));
-        let heard = Heard::from_headers(200, &headers, &clock);
+        let heard = Heard::from_headers(200, &headers, &clock, crate::provider::chatgpt::ID);
         let resets = heard.plan.primary.and_then(|w| w.resets_unix).expect("a reset");
         let now = clock.unix_ms() / 1000;
         assert!((now + 3599..=now + 3600).contains(&resets), "{resets} against {now}");
         assert_eq!(heard.plan.exhausted_until_unix(), Some(resets));
+    }
+
+    /// Only a plan's answers are read for what a plan reports: an API key's answer that happens to carry
+    /// the same headers or body neither closes it for a window nor cools it for a plan's reset.
+    #[test]
+    fn an_api_keys_answer_is_not_read_for_a_plans_windows() {
+        let clock = crate::clock::Clock::system();
+        let mut headers = HeaderMap::new();
+        headers.insert("x-codex-primary-used-percent", http::HeaderValue::from_static("100.0"));
+        headers.insert("x-codex-primary-reset-after-seconds", http::HeaderValue::from_static("3600"));
+        let body = br#"{"error":{"type":"usage_limit_reached","resets_in_seconds":5400}}"#;
+        let heard = Heard::from_headers(429, &headers, &clock, crate::provider::openai::ID).with_body(body);
+        assert!(!heard.plan.any());
+        assert_ne!(heard.code, Some(Code::UsageLimitReached));
+        assert_eq!(heard.cooldown, None);
     }
 }

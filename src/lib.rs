@@ -63,7 +63,7 @@
 //! * [`relay`]: tags org-bound values in relayed SSE events, JSON bodies and WebSocket frames.
 //! * [`chatgpt`]: a ChatGPT plan key's login refreshed ahead of its expiry, one refresh at a time, and
 //!   written back to the keychain (the login itself, its claims and the body its backend takes are
-//!   `keymux_core::chatgpt`'s).
+//!   `keymux_core::provider::chatgpt`'s).
 //!
 //! Changing it:
 //! * [`control`]: keys, tokens, pools and routing changed at runtime (and offline, by the CLI);
@@ -131,7 +131,6 @@ pub mod access;
 pub mod affinity;
 pub mod api;
 pub mod budgets;
-pub mod chatgpt;
 pub mod classify;
 pub mod cli;
 pub mod clients_check;
@@ -150,10 +149,12 @@ pub mod limits;
 pub mod logging;
 pub mod login_page;
 pub mod metrics;
+pub mod notices;
 pub mod pipeline;
 pub mod pool;
 pub mod proxy;
 pub mod recency;
+pub mod refresh;
 pub mod remote;
 pub mod runfile;
 pub mod runtime;
@@ -167,7 +168,7 @@ pub mod upstream;
 pub mod ws;
 
 pub use keymux_core::{
-    budget, config, digest, facts, key_settings, keys, markers, pools, quota, relay, router, spend, tokens,
+    budget, config, digest, facts, key_settings, keys, markers, pools, provider, quota, relay, router, spend, tokens,
 };
 
 pub use gateway::Gateway;

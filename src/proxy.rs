@@ -86,8 +86,9 @@ impl Transport for Http<'_> {
     }
 
     async fn attempt(&mut self, guard: &InFlight) -> Reply<Accepted, ErrorAnswer> {
-        // A plan key's login refreshed first when its token is about to expire.
-        let fresh = crate::chatgpt::fresh(self.gateway, guard.entry()).await;
+        // A key's credential refreshed first when its provider says it is due (a plan's token about to
+        // expire).
+        let fresh = crate::refresh::fresh(self.gateway, guard.entry()).await;
         let entry = fresh.as_ref().unwrap_or(guard.entry());
         let sent = self
             .upstream
@@ -98,7 +99,7 @@ impl Transport for Http<'_> {
             Err(error) => return Reply::Failed(error),
         };
         let status = response.status();
-        let heard = Heard::from_headers(status.as_u16(), response.headers(), self.clock);
+        let heard = Heard::from_headers(status.as_u16(), response.headers(), self.clock, entry.provider);
         let mut headers = upstream::forward_response_headers(response.headers_mut());
         let base = guard.entry().label.as_str();
         if !status.is_success() {

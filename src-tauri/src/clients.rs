@@ -347,7 +347,7 @@ mod tests {
         keymux::api::types::FoundKey {
             fingerprint: format!("fp-{label}"),
             masked: "sk-…abcd".into(),
-            provider: keymux::keys::Provider::Openai,
+            provider: keymux::keys::ProviderId::Openai,
             label: label.into(),
             source: format!("{label}'s file"),
             file: None,

@@ -10,7 +10,7 @@ use crate::budget::{MoneyBudget, OnLimit};
 use crate::config::{Config, KeyConfig};
 use crate::control::{self, KeyChanges, NewKey};
 use crate::key_settings::{KeySettings, Patch};
-use crate::keys::{KeyId, Provider};
+use crate::keys::{KeyId, ProviderId};
 use crate::markers::Markers;
 use crate::pool::Pool;
 use crate::secrets::Secret;
@@ -113,5 +113,5 @@ fn each_setting_is_taken_by_a_new_key_and_a_change_and_written_back_to_the_confi
     for (field, _) in fields() {
         assert!(!text.contains(&format!("{field} = ")), "{field} at its default is left out:\n{text}");
     }
-    assert_eq!(plain.provider, Provider::Openai);
+    assert_eq!(plain.provider, ProviderId::Openai);
 }

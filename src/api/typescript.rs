@@ -6,7 +6,7 @@ use ts_rs::TS;
 use super::types::*;
 use crate::clock::LocalPeriods;
 use crate::events::RequestRecord;
-use crate::keys::{KeyId, KeySource, Provider};
+use crate::keys::{KeyId, KeySource, ProviderId};
 use crate::metrics::StoreStatus;
 use crate::pool::{HealthState, KeyStatus};
 
@@ -25,9 +25,9 @@ fn money_and_plan_decls() -> [String; 6] {
         crate::budget::Period::decl(),
         crate::budget::OnLimit::decl(),
         crate::budget::BudgetState::decl(),
-        keymux_core::chatgpt::PlanInfo::decl(),
-        keymux_core::chatgpt::UsageWindow::decl(),
-        keymux_core::chatgpt::PlanWindows::decl(),
+        keymux_core::provider::chatgpt::PlanInfo::decl(),
+        keymux_core::provider::chatgpt::UsageWindow::decl(),
+        keymux_core::provider::chatgpt::PlanWindows::decl(),
     ]
 }
 
@@ -73,7 +73,7 @@ pub fn typescript() -> String {
     use crate::sessions::{Binding, SessionInfo};
     let decls = [
         KeyId::decl(),
-        Provider::decl(),
+        ProviderId::decl(),
         KeySource::decl(),
         Operation::decl(),
         ClientKind::decl(),

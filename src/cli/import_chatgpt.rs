@@ -5,14 +5,13 @@
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
 
-use keymux_core::chatgpt::{self, Login};
+use keymux_core::provider::chatgpt::{self, Login};
 
 use super::changes::{add_key, remove_key};
 use super::control::{Added, Control};
 use super::loaded::usage;
 use super::out;
 use crate::control::NewKey;
-use crate::keys::Provider;
 use crate::secrets::Secret;
 use crate::startup::StartError;
 
@@ -77,8 +76,11 @@ pub(super) async fn import(control: &dyn Control, label: Option<String>, yes: bo
         }
     }
     let label = label.unwrap_or_else(|| DEFAULT_LABEL.to_owned());
-    let new =
-        NewKey { provider: Provider::Chatgpt, imported: true, ..NewKey::openai(label.clone(), login.to_secret()) };
+    let new = NewKey {
+        provider: crate::provider::chatgpt::ID,
+        imported: true,
+        ..NewKey::openai(label.clone(), login.to_secret())
+    };
     match add_key(control, new).await? {
         Added::Ready(_) => {
             out(&format!("imported the plan as '{label}': new sessions go to it first while its usage allows"));

@@ -10,7 +10,7 @@ use super::loaded::{load, usage};
 use super::KeysCommand;
 
 use crate::control::{check_new_key, KeyChanges, NewKey};
-use crate::keys::Provider;
+use crate::keys::ProviderId;
 use crate::secrets::Secret;
 use crate::startup::StartError;
 
@@ -20,10 +20,13 @@ pub(super) async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Resu
     let control = opened.as_ref();
     match cmd {
         KeysCommand::Add { label, provider, base_url, org, settings } => {
-            let provider = Provider::parse(&provider).filter(|p| *p != Provider::Chatgpt).ok_or_else(|| {
+            let provider = ProviderId::parse(&provider).filter(|p| p.get().pasted()).ok_or_else(|| {
+                let pasted: Vec<&str> =
+                    crate::provider::ALL.iter().filter(|p| p.get().pasted()).map(|p| p.as_str()).collect();
                 usage(format!(
-                    "--provider {provider:?}: expected openai or azure (a ChatGPT plan is imported from Codex's \
-                         login with `keymux keys import --chatgpt`)"
+                    "--provider {provider:?}: expected {} (a ChatGPT plan is imported from Codex's login with \
+                     `keymux keys import --chatgpt`)",
+                    pasted.join(" or ")
                 ))
             })?;
             let new = NewKey { provider, base_url, org, ..NewKey::openai(label, Secret::new("")) };

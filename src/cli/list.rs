@@ -7,12 +7,11 @@ use super::{env_secrets, out};
 
 use crate::api::types::KeyInfo;
 use crate::digest::InstallKey;
-use crate::keys::Provider;
-use crate::pool::plan_info;
+use crate::keys::ProviderId;
 use crate::pool::HealthState;
 use crate::secrets::{self, account};
 use crate::startup::{self, StartError};
-use keymux_core::chatgpt::PlanInfo;
+use keymux_core::provider::chatgpt::PlanInfo;
 
 pub(super) async fn list_keys(loaded: &Loaded, control: &dyn Control, json: bool) -> Result<(), StartError> {
     let env = env_secrets()?;
@@ -64,9 +63,7 @@ async fn config_rows<'k>(
         let account = account::key(key.id.as_str());
         let secret = secrets::blocking(loaded.store.clone(), move |s| s.get(&account)).await?;
         let (fp, stored) = match (&secret, &install) {
-            (Some(secret), Some(install)) => {
-                (install.fingerprint(&crate::keys::identity_of(key.provider, secret)), "in keychain")
-            }
+            (Some(secret), Some(install)) => (install.fingerprint(&key.provider.get().identity(secret)), "in keychain"),
             _ => ("-".to_owned(), "MISSING from keychain"),
         };
         let state = live.and_then(|keys| keys.iter().find(|k| k.status.id == key.id));
@@ -79,7 +76,7 @@ async fn config_rows<'k>(
             pools: pools_of(pools, &key.label, key.id.as_str()),
             settings: key.settings.summary(),
             stored,
-            plan: secret.and_then(|s| plan_info(key.provider, &s)),
+            plan: secret.and_then(|s| key.provider.get().plan(&s)),
         };
         rows.push((row, state));
     }
@@ -159,7 +156,7 @@ fn pools_of(pools: &[crate::pools::PoolConfig], label: &str, id: &str) -> String
 struct Row {
     label: String,
     id: String,
-    provider: Provider,
+    provider: ProviderId,
     org: Option<String>,
     fp: String,
     pools: String,

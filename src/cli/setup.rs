@@ -106,7 +106,7 @@ pub(super) async fn setup(config_path: Option<PathBuf>, args: SetupArgs) -> Resu
     if let Some((label, secret)) = import {
         // Before the file loses it: a key that cannot be added leaves auth.json as it is.
         let new = NewKey::imported(label.to_owned(), secret.clone());
-        let new = if plan { NewKey { provider: crate::keys::Provider::Chatgpt, ..new } } else { new };
+        let new = if plan { NewKey { provider: crate::provider::chatgpt::ID, ..new } } else { new };
         match add_key(control, new).await? {
             Added::Ready(_) => {}
             // Imported before (or added by hand): it is in the pool already, which is what was wanted.

@@ -146,7 +146,7 @@ async fn fingerprints(loaded: &Loaded, env: &EnvSecrets) -> Vec<(KeyId, String, 
     let mut out = Vec::new();
     for key in &loaded.config.keys {
         if let Ok(Some(secret)) = read(account::key(key.id.as_str())).await {
-            let identity = crate::keys::identity_of(key.provider, &secret);
+            let identity = key.provider.get().identity(&secret);
             out.push((key.id.clone(), key.label.clone(), install.fingerprint(&identity)));
         }
     }

@@ -12,7 +12,7 @@ use crate::budget::MoneyBudget;
 use crate::config::{Config, KeyConfig, TokenConfig};
 use crate::events::RequestRecord;
 use crate::key_settings::KeySettings;
-use crate::keys::{KeyId, Provider};
+use crate::keys::{KeyId, ProviderId};
 use crate::limits::ServeOptions;
 use crate::runtime::Runtime;
 use crate::secrets::{account, MemoryStore, Secret, SecretStore as _};
@@ -104,7 +104,7 @@ fn options(sim: &Sim, key: &str, token: &str) -> Result<StartOptions, crate::sec
     config.keys.push(KeyConfig {
         id,
         label: "check".into(),
-        provider: Provider::Openai,
+        provider: ProviderId::Openai,
         base_url: None,
         org: None,
         disabled: false,

@@ -1,7 +1,7 @@
 use super::*;
 use crate::budget::{MoneyBudget, OnLimit};
 use crate::key_settings::KeySettings;
-use crate::keys::{KeyId, Provider};
+use crate::keys::{KeyId, ProviderId};
 
 const COMMENTED: &str = r#"# My Keymux setup
 listen = "127.0.0.1:8787"   # the usual port
@@ -20,7 +20,7 @@ fn key(id: &str, label: &str) -> KeyConfig {
     KeyConfig {
         id: KeyId::new(id),
         label: label.into(),
-        provider: Provider::Openai,
+        provider: ProviderId::Openai,
         base_url: None,
         org: None,
         disabled: false,

@@ -97,7 +97,7 @@ pub struct FoundKey {
     /// The key masked (`sk-…abcd`), or `ChatGPT plan`.
     pub masked: String,
     /// An OpenAI API key, or a ChatGPT plan (the login Codex is signed in with).
-    pub provider: crate::keys::Provider,
+    pub provider: crate::keys::ProviderId,
     /// The label it gets.
     pub label: String,
     /// Where it is, in words.

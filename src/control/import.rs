@@ -95,7 +95,7 @@ impl Gateway {
     /// already had when the pool has it (by fingerprint). A key the provider refuses is taken out again
     /// (an import keeps no dead key) and refused with the fix.
     pub async fn import_key(&self, new: NewKey) -> Result<String, ControlError> {
-        let identity = crate::keys::identity_of(new.provider, &new.secret);
+        let identity = new.provider.get().identity(&new.secret);
         if let Some(holder) = self.pool().holder_of(&self.markers().digest().fingerprint(&identity)) {
             return Ok(self.pool().label(&holder));
         }
@@ -127,9 +127,7 @@ pub fn new_key(candidate: &Candidate) -> NewKey {
             NewKey::imported(label, secret)
         }
         Origin::Pasted(..) => NewKey::openai(label, secret),
-        Origin::CodexChatgpt(..) => {
-            NewKey { provider: crate::keys::Provider::Chatgpt, ..NewKey::imported(label, secret) }
-        }
+        Origin::CodexChatgpt(..) => NewKey { provider: candidate.provider(), ..NewKey::imported(label, secret) },
     }
 }
 

@@ -8,7 +8,7 @@ use super::error::ControlError;
 use crate::budget::MoneyBudget;
 use crate::config::KeyConfig;
 use crate::key_settings::{KeySettings, Patch};
-use crate::keys::{validate_label, KeyEntry, Provider};
+use crate::keys::{validate_label, KeyEntry, ProviderId};
 use crate::secrets::Secret;
 
 /// A key to add. The secret is read once and goes straight to the keychain. The CLI sends it to a
@@ -18,9 +18,9 @@ use crate::secrets::Secret;
 pub struct NewKey {
     /// A short name: work, personal, azure-eu…
     pub label: String,
-    /// The API dialect (default OpenAI).
+    /// The provider it talks to (default OpenAI).
     #[serde(default)]
-    pub provider: Provider,
+    pub provider: ProviderId,
     /// Base URL (required for Azure).
     #[serde(default)]
     pub base_url: Option<String>,
@@ -49,7 +49,7 @@ impl NewKey {
     pub fn openai(label: String, secret: Secret) -> Self {
         Self {
             label,
-            provider: Provider::default(),
+            provider: ProviderId::default(),
             base_url: None,
             org: None,
             settings: KeySettings::default(),

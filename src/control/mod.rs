@@ -25,9 +25,7 @@ use crate::config_file;
 use crate::events::{GatewayEvent, KeyChange};
 use crate::gateway::Gateway;
 use crate::keys::KeyTest;
-use crate::keys::{
-    validate_base_url, validate_label, validate_org, validate_secret, KeyEntry, KeyId, KeySource, Provider,
-};
+use crate::keys::{validate_base_url, validate_label, validate_org, KeyEntry, KeyId, KeySource};
 use crate::secrets::{self, account, Secret};
 use crate::settings::Settings;
 
@@ -49,15 +47,7 @@ pub fn check_new_key(config: &Config, labels_in_use: &[String], new: &NewKey) ->
     }
     new.settings.validate().map_err(ControlError::Invalid)?;
     new.money.validate().map_err(ControlError::Invalid)?;
-    if new.provider == Provider::Azure && new.base_url.is_none() {
-        return Err(ControlError::Invalid(
-            "an Azure key needs a base URL: https://RESOURCE.openai.azure.com/openai/v1".into(),
-        ));
-    }
-    if new.provider == Provider::Chatgpt {
-        return keymux_core::chatgpt::Login::from_secret(&new.secret).map(|_| ()).map_err(ControlError::Invalid);
-    }
-    validate_secret(new.secret.expose()).map_err(ControlError::Invalid)
+    new.provider.get().check_new(&new.secret, new.base_url.as_deref()).map_err(ControlError::Invalid)
 }
 
 /// The config entry of a new key.
@@ -84,7 +74,7 @@ pub async fn store_new_key(
 ) -> Result<KeyConfig, ControlError> {
     // A secret pooled already is named before its label is checked: importing the same key (or a plan's
     // account) again is about the key it is, not about the label it asked for.
-    let identity = crate::keys::identity_of(new.provider, &new.secret);
+    let identity = new.provider.get().identity(&new.secret);
     if let Some(holder) = stored_holder(settings, &identity, None).await? {
         return Err(ControlError::AlreadyPooled(holder));
     }
@@ -102,7 +92,7 @@ pub async fn store_new_key(
     Ok(key)
 }
 
-/// The label of the configured key whose keychain secret is `identity` (`keys::identity_of`: the
+/// The label of the configured key whose keychain secret is `identity` (`Provider::identity`: the
 /// secret, or a ChatGPT plan's account) (other than `except`), if any.
 async fn stored_holder(
     settings: &Settings,
@@ -112,7 +102,7 @@ async fn stored_holder(
     for key in settings.config().keys.into_iter().filter(|k| Some(&k.id) != except) {
         let account = account::key(key.id.as_str());
         let stored = secrets::blocking(settings.store().clone(), move |s| s.get(&account)).await?;
-        let held = stored.map(|stored| crate::keys::identity_of(key.provider, &stored));
+        let held = stored.map(|stored| key.provider.get().identity(&stored));
         if held.is_some_and(|held| held.expose() == identity.expose()) {
             return Ok(Some(key.label));
         }
@@ -128,40 +118,16 @@ pub async fn replace_secret(settings: &Settings, id: &KeyId, secret: &Secret) ->
             "key {id} is not in the config (a key from the environment): change its KEYMUX_KEY_* variable"
         ))
     })?;
-    match key.provider {
-        Provider::Chatgpt => newer_login(settings, &key, secret).await?,
-        Provider::Openai | Provider::Azure => validate_secret(secret.expose()).map_err(ControlError::Invalid)?,
-    }
-    if let Some(holder) = stored_holder(settings, secret, Some(id)).await? {
+    let provider = key.provider.get();
+    let account = account::key(id.as_str());
+    let kept = secrets::blocking(settings.store().clone(), move |s| s.get(&account)).await?;
+    provider.check_replacement(&key.label, kept.as_ref(), secret).map_err(ControlError::Invalid)?;
+    if let Some(holder) = stored_holder(settings, &provider.identity(secret), Some(id)).await? {
         return Err(ControlError::AlreadyPooled(holder));
     }
     let (account, value) = (account::key(id.as_str()), secret.clone());
     secrets::blocking(settings.store().clone(), move |s| s.set(&account, &value)).await?;
     Ok(key)
-}
-
-/// A plan's login is renewed only by a newer login of the same account: the one Codex holds after the
-/// user logged in again. The login Keymux keeps is refreshed by Keymux, so an older copy (Codex's file
-/// from before the import, whose refresh token Keymux has spent since) would only lose the plan.
-async fn newer_login(settings: &Settings, key: &KeyConfig, secret: &Secret) -> Result<(), ControlError> {
-    use keymux_core::chatgpt::Login;
-    let new = Login::from_secret(secret).map_err(ControlError::Invalid)?;
-    let account = account::key(key.id.as_str());
-    let stored = secrets::blocking(settings.store().clone(), move |s| s.get(&account)).await?;
-    let Some(kept) = stored.and_then(|s| Login::from_secret(&s).ok()) else { return Ok(()) };
-    if new.account_id != kept.account_id {
-        return Err(ControlError::Invalid(format!(
-            "this login is of another ChatGPT account than the plan '{}' ({}); import it as a plan of its own",
-            key.label, kept.account_id
-        )));
-    }
-    if new.expires_unix().unwrap_or(0) <= kept.expires_unix().unwrap_or(0) {
-        return Err(ControlError::Invalid(format!(
-            "the plan '{}' holds this login already, as new or newer (Keymux refreshes it itself): nothing changed",
-            key.label
-        )));
-    }
-    Ok(())
 }
 
 /// Deletes a configured key's secret and its config entry. Used with and without a running gateway.
@@ -300,7 +266,7 @@ impl Gateway {
             )));
         }
         let labels = self.pool().labels();
-        let identity = crate::keys::identity_of(new.provider, &new.secret);
+        let identity = new.provider.get().identity(&new.secret);
         if let Some(holder) = self.pool().holder_of(&self.markers().digest().fingerprint(&identity)) {
             return Err(ControlError::AlreadyPooled(self.pool().label(&holder)));
         }

@@ -221,7 +221,7 @@ fn plan_line(status: &crate::api::types::StatusBody) -> String {
 /// A ChatGPT plan's windows as the menu shows them: " · 5h 42% used (resets in 3h 1m), week 10% used".
 fn plan_windows(key: &KeyInfo, now_unix_ms: u64) -> String {
     let Some(windows) = key.status.plan_windows else { return String::new() };
-    let part = |name: &str, w: Option<keymux_core::chatgpt::UsageWindow>| {
+    let part = |name: &str, w: Option<keymux_core::provider::chatgpt::UsageWindow>| {
         let w = w?;
         let reset =
             w.resets_unix.map(|r| format!(" (resets in {})", countdown((r * 1000).saturating_sub(now_unix_ms))));

@@ -8,7 +8,7 @@ use super::notices::{NoticeKind, Notifier};
 use crate::api::types::{GatewayInfo, KeyInfo, KeychainInfo, StatusBody};
 use crate::events::{Envelope, Event, KeyChange, KeyEvent, RequestRecord, Wire};
 use crate::facts::Operation;
-use crate::keys::{KeyId, KeySource, Provider};
+use crate::keys::{KeyId, KeySource, ProviderId};
 use crate::metrics::StoreStatus;
 use crate::pool::{HealthState, KeyStatus};
 use crate::router::decision::{Decision, Reason, Refusal};
@@ -21,7 +21,7 @@ fn key(label: &str, org: &str, health: HealthState, until: Option<u64>) -> KeyIn
             id: KeyId::new(format!("k_{label}")),
             label: label.to_owned(),
             fingerprint: "0a1b2c3d".into(),
-            provider: Provider::Openai,
+            provider: ProviderId::Openai,
             source: KeySource::Keychain,
             org: Some(org.to_owned()),
             org_learned: true,
@@ -576,18 +576,18 @@ fn a_client_check_is_a_notification_that_says_whether_the_client_works() {
 fn with_plan(plan: HealthState) -> StatusBody {
     let until = (plan == HealthState::Cooling).then_some(NOW + 7_200_000);
     let mut p = key("chatgpt", "chatgpt-acct", plan, until);
-    p.status.provider = Provider::Chatgpt;
-    p.status.plan = Some(keymux_core::chatgpt::PlanInfo {
+    p.status.provider = ProviderId::Chatgpt;
+    p.status.plan = Some(keymux_core::provider::chatgpt::PlanInfo {
         account_id: "acct".into(),
         plan_type: Some("plus".into()),
         expires_unix: None,
     });
-    let used = |pct: f32, resets: u64| keymux_core::chatgpt::UsageWindow {
+    let used = |pct: f32, resets: u64| keymux_core::provider::chatgpt::UsageWindow {
         used_percent: pct,
         window_minutes: None,
         resets_unix: Some(resets),
     };
-    p.status.plan_windows = Some(keymux_core::chatgpt::PlanWindows {
+    p.status.plan_windows = Some(keymux_core::provider::chatgpt::PlanWindows {
         primary: Some(used(42.0, NOW / 1000 + 3_600)),
         secondary: Some(used(10.0, NOW / 1000 + 86_400)),
     });

@@ -77,7 +77,7 @@ impl Origin {
 /// the command line). `None` when the file holds none or cannot be read as one.
 pub fn chatgpt_login(path: &Path) -> Option<Candidate> {
     let bytes = crate::setup::read_limited(path).ok()??;
-    let login = keymux_core::chatgpt::from_codex_auth(&String::from_utf8_lossy(&bytes)).ok()??;
+    let login = keymux_core::provider::chatgpt::from_codex_auth(&String::from_utf8_lossy(&bytes)).ok()??;
     let info = login.info();
     let account = format!("{} ({})", info.account_id, info.plan_type.as_deref().unwrap_or("plan"));
     Some(Candidate {
@@ -100,16 +100,16 @@ pub struct Candidate {
 
 impl Candidate {
     /// The provider it is a key of: a ChatGPT login is a plan, anything else an OpenAI key.
-    pub fn provider(&self) -> crate::keys::Provider {
+    pub fn provider(&self) -> crate::keys::ProviderId {
         match self.origin {
-            Origin::CodexChatgpt(..) => crate::keys::Provider::Chatgpt,
-            _ => crate::keys::Provider::Openai,
+            Origin::CodexChatgpt(..) => crate::provider::chatgpt::ID,
+            _ => crate::provider::openai::ID,
         }
     }
 
-    /// What the pool's fingerprints are taken of (`keys::identity_of`: a plan's account).
+    /// What the pool's fingerprints are taken of (`Provider::identity`: a plan's account).
     pub fn identity(&self) -> Secret {
-        crate::keys::identity_of(self.provider(), &self.secret)
+        self.provider().get().identity(&self.secret)
     }
 
     /// How it is shown: the key masked (`sk-…abcd`), or a plan by its name, never a token.

@@ -6,12 +6,14 @@ use std::time::Instant;
 use super::{Admitted, Entry, Trace};
 use crate::budget::{BudgetState, SpendNow};
 use crate::error::ApiError;
+use crate::facts::Operation;
 use crate::facts::{self, FactsError, Incoming, RequestFacts};
 use crate::gateway::Gateway;
 use crate::keys::KeyId;
 use crate::markers::{OrgTag, SessionKey};
 use crate::pool::{PoolView, ViewFor};
 use crate::pools::Reach;
+use crate::provider::{Ask, Transport};
 use crate::router::{self, Decision, Memory, Reason, Refusal, Remembered};
 
 /// Step 1: facts, memory, decision, rescue. A refusal comes back as the error to answer with (the
@@ -32,9 +34,10 @@ pub fn admit(gw: &Gateway, incoming: &Incoming<'_>, entry: Entry, trace: &mut Tr
     let now = gw.clock().now();
     let kept = still_rescued(gw, &mut facts, now);
     let memory = memory(gw, &facts, entry, now);
-    let mut view = pool_view(gw, &facts, now, &reach);
-    if !plan_may_serve(&facts, entry) && view.keys.iter().any(|k| k.plan) {
-        view.keys.retain(|k| !k.plan);
+    let mut view = pool_view(gw, &facts, entry, now, &reach);
+    // Keys whose provider cannot serve this request (a plan: streamed Responses over HTTP only).
+    if view.keys.iter().any(|k| !k.serves) {
+        view.keys.retain(|k| k.serves);
         if view.keys.is_empty() {
             trace.decided(Decision { refusal: Some(Refusal::NoKeys), ..Decision::new(facts.seq) });
             return Err(ApiError::PlanCannotServe);
@@ -73,7 +76,7 @@ pub fn admit(gw: &Gateway, incoming: &Incoming<'_>, entry: Entry, trace: &mut Tr
         Some(_) => standard_tier(&body)?,
         None => body,
     };
-    Ok(Admitted { facts, decision, body, path: extracted.path, pool: incoming.pool.to_owned() })
+    Ok(Admitted { facts, decision, body, path: extracted.path, pool: incoming.pool.to_owned(), entry })
 }
 
 /// The tier change a request's pool makes (the reason its decision records): when the request asks
@@ -204,22 +207,10 @@ fn memory(gw: &Gateway, facts: &RequestFacts, entry: Entry, now: Instant) -> Mem
 
 /// The router's view of the pool for a request bound to `reach`: each key as it stands, the pool's
 /// own keys held to its budget too (`budgets::hold_to_pool`).
-pub(super) fn pool_view(gw: &Gateway, facts: &RequestFacts, now: Instant, reach: &Reach<'_>) -> PoolView {
+pub(super) fn pool_view(gw: &Gateway, facts: &RequestFacts, entry: Entry, now: Instant, reach: &Reach<'_>) -> PoolView {
     let spend = gw.spend_now();
-    let view = gw.pool().view(view_for(gw, facts, now, &spend));
+    let view = gw.pool().view(view_for(gw, facts, entry, now, &spend));
     crate::budgets::hold_to_pool(gw, view, now, reach)
-}
-
-/// Whether a ChatGPT plan can serve this request: its backend answers Responses requests (created,
-/// streamed, or compacted) over HTTP, and nothing else.
-fn plan_may_serve(facts: &RequestFacts, entry: Entry) -> bool {
-    use crate::facts::Operation;
-    entry == Entry::Request
-        && match facts.operation {
-            Operation::ResponsesCreate => facts.stream,
-            Operation::ResponsesCompact => true,
-            _ => false,
-        }
 }
 
 /// Whether a new WebSocket of a token bound to `pool` could be served at all right now: some key it
@@ -232,21 +223,41 @@ pub fn can_open_socket(gw: &Gateway, pool: &str) -> bool {
     let now = gw.clock().now();
     let spend = gw.spend_now();
     let now_unix_ms = gw.clock().unix_ms();
-    let view_for = ViewFor { model: None, tokens: 0, now, day: gw.today(), now_unix_ms, spend: &spend };
+    let ask = Ask { operation: Operation::ResponsesCreate, stream: true, transport: Transport::WebSocket };
+    let view_for = ViewFor { model: None, tokens: 0, now, day: gw.today(), now_unix_ms, spend: &spend, ask };
     let pools = gw.pools();
     let reach = pools.reach(pool);
     let mut view = gw.pool().view(view_for);
-    // A plan serves no WebSocket: with only the plan usable, Codex is told to use HTTP.
-    view.keys.retain(|k| !k.plan);
+    // Keys whose provider serves no WebSocket (a plan): with only those usable, Codex is told to use HTTP.
+    view.keys.retain(|k| k.serves);
     if !reach.tiers().is_empty() {
         view.keys.retain(|k| reach.tiers().iter().any(|t| t.keys.contains(&k.id)));
     }
     router::any_open(&crate::budgets::hold_to_pool(gw, view, now, &reach), now)
 }
 
-pub(super) fn view_for<'a>(gw: &Gateway, facts: &'a RequestFacts, now: Instant, spend: &'a SpendNow) -> ViewFor<'a> {
+pub(super) fn view_for<'a>(
+    gw: &Gateway,
+    facts: &'a RequestFacts,
+    entry: Entry,
+    now: Instant,
+    spend: &'a SpendNow,
+) -> ViewFor<'a> {
     let now_unix_ms = gw.clock().unix_ms();
-    ViewFor { model: facts.model.as_deref(), tokens: facts.prompt_tokens, now, day: gw.today(), now_unix_ms, spend }
+    let transport = match entry {
+        Entry::Request => Transport::Http,
+        Entry::SocketOpen => Transport::WebSocket,
+    };
+    let ask = Ask { operation: facts.operation, stream: facts.stream, transport };
+    ViewFor {
+        model: facts.model.as_deref(),
+        tokens: facts.prompt_tokens,
+        now,
+        day: gw.today(),
+        now_unix_ms,
+        spend,
+        ask,
+    }
 }
 
 /// Rescue: drops what no remaining key can read (the items of `orgs`, and with `unmarked` those that
@@ -270,7 +281,6 @@ fn proxy_down(gw: &Gateway, reach: &Reach<'_>) -> Option<String> {
         .iter()
         .filter(|k| k.health == crate::pool::HealthState::Unreachable && reachable(&k.id))
         .find_map(|k| upstream.proxy_of(&k.id))
-        .map(|proxy| proxy.shown().to_owned())
 }
 
 /// The error a refusal is answered with, naming keys by their labels, and the pool when the request

@@ -32,7 +32,7 @@ pub async fn attempt_all<T: Transport>(
     }
 }
 
-/// Whether a session pinned to the ChatGPT plan just found the plan used up (its only candidates are
+/// Whether a session pinned to a plan just found the plan used up (its only candidates are
 /// plan keys, all now closed for their usage), with `lost_org = "rescue"`.
 fn plan_used_up(gw: &Gateway, admitted: &Admitted) -> bool {
     let now = gw.clock().now();
@@ -56,7 +56,7 @@ async fn plan_rescue<T: Transport>(
     let now = gw.clock().now();
     let pools = gw.pools();
     let reach = pools.reach(&admitted.pool);
-    let view = super::admit::pool_view(gw, &admitted.facts, now, &reach);
+    let view = super::admit::pool_view(gw, &admitted.facts, admitted.entry, now, &reach);
     let decision = router::decide_within(&admitted.facts, view, reach.tiers(), &Memory::default(), now, gw.policy());
     let dropped = gw.markers().drop_unreadable(&admitted.body, &[], true);
     let (Some((body, dropped)), None) = (dropped, &decision.refusal) else {
@@ -75,6 +75,7 @@ async fn plan_rescue<T: Transport>(
         body,
         path: admitted.path.clone(),
         pool: admitted.pool.clone(),
+        entry: admitted.entry,
     };
     match attempt_each(gw, &again, transport, trace, false).await {
         Attempts::Settled(settled) => settled,
@@ -231,7 +232,7 @@ fn after_failover<D>(gw: &Gateway, admitted: &Admitted, last: Option<Fallback<D>
     let policy = router::Policy { max_attempts: 1, ..*gw.policy() };
     let pools = gw.pools();
     let reach = pools.reach(&admitted.pool);
-    let view = super::admit::pool_view(gw, facts, now, &reach);
+    let view = super::admit::pool_view(gw, facts, admitted.entry, now, &reach);
     match router::decide_within(facts, view, reach.tiers(), &Memory::default(), now, &policy).refusal {
         Some(refusal @ (Refusal::AllCooling { .. } | Refusal::BudgetReached { .. })) => {
             Fallback::Keymux(refusal_error(gw, refusal, &reach))

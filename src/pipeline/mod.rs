@@ -74,6 +74,8 @@ pub struct Admitted {
     pub path: String,
     /// The pool its token is bound to (what failover may still reach).
     pub pool: String,
+    /// Where it entered (what its keys' providers must serve).
+    pub entry: Entry,
 }
 
 impl Admitted {

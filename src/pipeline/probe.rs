@@ -30,12 +30,14 @@ impl Transport for Probe<'_> {
     fn rescue(&mut self, _body: Bytes) {}
 
     async fn attempt(&mut self, guard: &InFlight) -> Reply<(), ()> {
-        let fresh = crate::chatgpt::fresh(self.gateway, guard.entry()).await;
+        let fresh = crate::refresh::fresh(self.gateway, guard.entry()).await;
         let entry = fresh.as_ref().unwrap_or(guard.entry());
-        let sent = self.upstream.send(entry, http::Method::GET, "/models", HeaderMap::new(), Bytes::new()).await;
+        let path = entry.provider.get().probe_path();
+        let sent = self.upstream.send(entry, http::Method::GET, path, HeaderMap::new(), Bytes::new()).await;
         match sent {
             Ok(response) => {
-                let heard = Heard::from_headers(response.status().as_u16(), response.headers(), self.clock);
+                let heard =
+                    Heard::from_headers(response.status().as_u16(), response.headers(), self.clock, entry.provider);
                 if response.status().is_success() {
                     Reply::Accepted(heard, ())
                 } else {

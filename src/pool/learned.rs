@@ -28,7 +28,7 @@ pub struct Outcome {
     /// The provider answered `invalid_encrypted_content` to a request Keymux had pinned correctly.
     pub invalid_encrypted: bool,
     /// A ChatGPT plan's usage windows, when the answer reported them (boxed: most answers have none).
-    pub plan: Option<Box<keymux_core::chatgpt::PlanWindows>>,
+    pub plan: Option<Box<keymux_core::provider::chatgpt::PlanWindows>>,
 }
 
 impl Outcome {

@@ -16,7 +16,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use std::time::Instant;
 
-use crate::keys::{KeyEntry, KeyId, Provider};
+use crate::keys::{KeyEntry, KeyId};
 use crate::markers::{Markers, OrgTag};
 use crate::quota::Quota;
 use crate::relay::Usage;
@@ -30,7 +30,7 @@ pub use keymux_core::pool::{
     MAX_UNREACHABLE_BACKOFF,
 };
 pub use learned::{Begin, Learned, Outcome};
-pub use status::{plan_info, KeyStatus};
+pub use status::KeyStatus;
 
 use keymux_core::pool::{health_change, next_health, switched};
 use view::key_view;
@@ -97,7 +97,7 @@ struct Tally {
     budget_day: u32,
     starts: Decaying,
     // A ChatGPT plan's usage windows, as its latest answer that reported them said.
-    plan_windows: Option<keymux_core::chatgpt::PlanWindows>,
+    plan_windows: Option<keymux_core::provider::chatgpt::PlanWindows>,
 }
 
 struct Slot {
@@ -155,25 +155,18 @@ impl Pool {
         Self { slots: ArcSwap::from_pointee(slots), markers }
     }
 
-    /// Azure sends no organization header: each resource is its own organization, read from the base
-    /// URL when none is configured. A ChatGPT plan is an organization of its own, named by its account:
-    /// what it encrypts no API key can read.
-    fn with_azure_org(mut entry: KeyEntry) -> KeyEntry {
-        if entry.org.is_none() && entry.provider == Provider::Azure {
-            entry.org = entry.base_url.as_deref().and_then(azure_resource);
-        }
-        if entry.provider == Provider::Chatgpt {
-            let login = keymux_core::chatgpt::Login::from_secret(&entry.secret).ok();
-            entry.org = login.map(|l| keymux_core::chatgpt::Login::org(&l.account_id)).or(entry.org);
-        }
+    /// The organization a key is filed under before any answer names one, as its provider says (an
+    /// Azure resource, a ChatGPT plan's account).
+    fn with_provider_org(mut entry: KeyEntry) -> KeyEntry {
+        entry.org = entry.provider.get().org(&entry.secret, entry.base_url.as_deref(), entry.org.take());
         entry
     }
 
     fn slot_for(entry: KeyEntry, markers: &Markers) -> Arc<Slot> {
-        let entry = Self::with_azure_org(entry);
+        let entry = Self::with_provider_org(entry);
         let org_tag = markers.org_tag(entry.org.as_deref(), &entry.id);
         Arc::new(Slot {
-            fingerprint: markers.digest().fingerprint(&crate::keys::identity(&entry)),
+            fingerprint: markers.digest().fingerprint(&entry.identity()),
             entry: ArcSwap::from_pointee(entry),
             in_flight: AtomicU32::new(0),
             counters: Counters::default(),
@@ -211,9 +204,9 @@ impl Pool {
         self.slot(key).map(|s| s.live.load().org_tag)
     }
 
-    /// Whether a key is a ChatGPT plan (whose use the subscription includes: it costs nothing more).
+    /// Whether a key is a plan (whose use the subscription includes: it costs nothing more).
     pub fn is_plan(&self, key: &KeyId) -> bool {
-        self.slot(key).is_some_and(|s| s.entry.load().provider == crate::keys::Provider::Chatgpt)
+        self.slot(key).is_some_and(|s| s.entry.load().provider.get().is_plan())
     }
 
     /// A key's organization: configured, or learned from the provider.
@@ -417,7 +410,7 @@ impl Pool {
         let mut entry = KeyEntry::clone(&slot.entry.load());
         change(&mut entry);
         entry.id = key.clone();
-        let entry = Self::with_azure_org(entry);
+        let entry = Self::with_provider_org(entry);
         let org = entry.org.clone();
         slot.entry.store(Arc::new(entry));
         let live = slot.live.load();
@@ -489,13 +482,6 @@ fn note_missing(missing: &mut Vec<String>, model: &str) {
         }
         missing.push(model.chars().take(128).collect());
     }
-}
-
-/// `azure:<host>` for an Azure base URL.
-fn azure_resource(base_url: &str) -> Option<String> {
-    let rest = base_url.split_once("://").map_or(base_url, |(_, r)| r);
-    let host = rest.split(['/', '?']).next().filter(|h| !h.is_empty())?;
-    Some(format!("azure:{}", host.to_ascii_lowercase()))
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::time::Instant;
 use ts_rs::TS;
 
 use super::{HealthState, Slot};
-use crate::keys::{KeyId, KeySource, Provider};
+use crate::keys::{KeyId, KeySource, ProviderId};
 use crate::quota::WindowState;
 
 /// A key's state at one moment. Never holds the secret. The times are relative to that moment
@@ -23,8 +23,8 @@ pub struct KeyStatus {
     /// A short digest of the secret under the install secret (as in `keymux keys list` and the
     /// metrics): tells keys apart, reveals nothing.
     pub fingerprint: String,
-    /// Whose API the key is for (OpenAI, or Azure OpenAI).
-    pub provider: Provider,
+    /// The provider the key talks to (OpenAI, Azure OpenAI, a ChatGPT plan).
+    pub provider: ProviderId,
     /// Where the key came from.
     pub source: KeySource,
     /// Its organization: configured, else learned.
@@ -70,9 +70,9 @@ pub struct KeyStatus {
     /// Its base URL, when it has its own (Azure, a proxy); otherwise the provider's default.
     pub base_url: Option<String>,
     /// A ChatGPT plan's account and plan type, from its tokens' claims (never a token).
-    pub plan: Option<keymux_core::chatgpt::PlanInfo>,
+    pub plan: Option<keymux_core::provider::chatgpt::PlanInfo>,
     /// A ChatGPT plan's usage windows (5-hour and weekly), as its latest answer reported them.
-    pub plan_windows: Option<keymux_core::chatgpt::PlanWindows>,
+    pub plan_windows: Option<keymux_core::provider::chatgpt::PlanWindows>,
     /// Milliseconds of cooldown (or quota rest) left.
     #[serde(skip)]
     #[ts(skip)]
@@ -136,18 +136,10 @@ pub(super) fn key_status(s: &Slot, now: Instant, day: u32) -> KeyStatus {
         cached_ratio: if input_tokens == 0 { 0.0 } else { cached_tokens as f32 / input_tokens as f32 },
         unavailable_models: state.missing_models.clone(),
         base_url: entry.base_url.clone(),
-        plan: plan_info(entry.provider, &entry.secret),
+        plan: entry.provider.get().plan(&entry.secret),
         plan_windows: state.plan_windows,
         cooldown_ms: left.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         requests_window,
         tokens_window,
     }
-}
-
-/// A ChatGPT plan's account and plan type, read from its login's claims; `None` for an API key.
-pub fn plan_info(provider: Provider, secret: &crate::secrets::Secret) -> Option<keymux_core::chatgpt::PlanInfo> {
-    (provider == Provider::Chatgpt)
-        .then(|| keymux_core::chatgpt::Login::from_secret(secret).ok())
-        .flatten()
-        .map(|l| l.info())
 }

@@ -6,7 +6,7 @@ use crate::budget::SpendNow;
 fn clock_now() -> Instant {
     crate::clock::Clock::system().now()
 }
-use crate::keys::KeySource;
+use crate::keys::{KeySource, ProviderId};
 use crate::secrets::Secret;
 
 fn pool(entries: Vec<KeyEntry>) -> Pool {
@@ -14,15 +14,22 @@ fn pool(entries: Vec<KeyEntry>) -> Pool {
 }
 
 fn entry(id: &str) -> KeyEntry {
-    KeyEntry::new(KeyId::new(id), id, Provider::Openai, Secret::new(format!("sk-{id}")), KeySource::Embedded)
+    KeyEntry::new(KeyId::new(id), id, ProviderId::Openai, Secret::new(format!("sk-{id}")), KeySource::Embedded)
 }
 
 fn answer(key: &str, at: Instant, kind: OutcomeKind) -> Learned {
     Learned::Outcome(Outcome::new(KeyId::new(key), at, kind))
 }
 
+/// A streamed Responses request over HTTP, which every provider serves.
+const ASK: crate::provider::Ask = crate::provider::Ask {
+    operation: crate::facts::Operation::ResponsesCreate,
+    stream: true,
+    transport: crate::provider::Transport::Http,
+};
+
 fn view(pool: &Pool, now: Instant) -> PoolView {
-    pool.view(ViewFor { model: None, tokens: 0, now, day: 0, now_unix_ms: 0, spend: &SpendNow::default() })
+    pool.view(ViewFor { model: None, tokens: 0, now, day: 0, now_unix_ms: 0, spend: &SpendNow::default(), ask: ASK })
 }
 
 fn health(pool: &Pool) -> HealthState {
@@ -75,7 +82,7 @@ async fn in_flight_follows_guards_and_orgs_are_learned() {
 
 #[test]
 fn azure_keys_of_one_resource_share_an_organization() {
-    let az = |id: &str, url: &str| KeyEntry { provider: Provider::Azure, base_url: Some(url.into()), ..entry(id) };
+    let az = |id: &str, url: &str| KeyEntry { provider: ProviderId::Azure, base_url: Some(url.into()), ..entry(id) };
     let pool = pool(vec![
         az("x", "https://east.openai.azure.com/openai/v1"),
         az("y", "https://EAST.openai.azure.com/openai/v1/"),
@@ -136,7 +143,8 @@ async fn usage_counts_against_the_budget_of_its_day_only() {
     let usage = Usage { input: 80, cached: 40, output: 30, ..Usage::default() };
     pool.apply(&Learned::Usage { key: KeyId::new("a"), usage, day: 7 });
     let spend = SpendNow::default();
-    let view_for = |day: u32| ViewFor { model: None, tokens: 0, now: clock_now(), day, now_unix_ms: 0, spend: &spend };
+    let view_for =
+        |day: u32| ViewFor { model: None, tokens: 0, now: clock_now(), day, now_unix_ms: 0, spend: &spend, ask: ASK };
     let on = |day: u32| pool.view(view_for(day)).keys[0].over_budget;
     assert!(on(7), "110 of 100 tokens used on day 7");
     assert!(!on(8), "a new day starts afresh");

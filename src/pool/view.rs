@@ -24,7 +24,8 @@ pub(super) fn key_view(s: &Slot, request: ViewFor<'_>) -> KeyView {
         org: entry.org.clone().or_else(|| live.learned_org.clone()),
         org_tag: live.org_tag,
         imported: entry.imported,
-        plan: entry.provider == crate::keys::Provider::Chatgpt,
+        plan: entry.provider.get().is_plan(),
+        serves: entry.provider.get().serves(request.ask),
         budget,
         budget_resets,
         in_flight: s.in_flight.load(Ordering::Acquire),
@@ -42,7 +43,7 @@ pub(super) fn key_view(s: &Slot, request: ViewFor<'_>) -> KeyView {
     }
 }
 
-/// Until when a ChatGPT plan is used up by what its last answer reported (a 5-hour or weekly window at
+/// Until when a plan is used up by what its last answer reported (a 5-hour or weekly window at
 /// 100 %, with its reset), on the request's clock. Closed so, the plan takes no new session (they
 /// overflow to the API keys at once, `plan_exhausted`, instead of trying it first for its 429), while
 /// sessions pinned to it still reach it.

@@ -77,9 +77,10 @@ pub fn preview_with(
             let text = String::from_utf8_lossy(auth.current().unwrap_or_default());
             match codex_auth::held(&text) {
                 Ok((Held::ApiKey, Some(key))) => Some((Secret::new(key), false)),
-                Ok((Held::ChatGpt, _)) => {
-                    keymux_core::chatgpt::from_codex_auth(&text).ok().flatten().map(|login| (login.to_secret(), true))
-                }
+                Ok((Held::ChatGpt, _)) => keymux_core::provider::chatgpt::from_codex_auth(&text)
+                    .ok()
+                    .flatten()
+                    .map(|login| (login.to_secret(), true)),
                 Ok(_) | Err(_) => None,
             }
         }

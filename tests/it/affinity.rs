@@ -327,7 +327,7 @@ async fn provider_rejecting_a_correctly_pinned_request_is_not_the_keys_fault() {
         ..keymux::keys::KeyEntry::new(
             KeyId::new("k_b"),
             "b",
-            keymux::keys::Provider::Openai,
+            keymux::keys::ProviderId::Openai,
             keymux::secrets::Secret::new("sk-x1"),
             keymux::keys::KeySource::Embedded,
         )

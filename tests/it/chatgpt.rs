@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use keymux::events::{Envelope, Event, KeyChange};
-use keymux::keys::Provider;
+use keymux::keys::ProviderId;
 use keymux::secrets::account;
 use keymux_sim::{ChatgptTokens, PlanSpec, Sim, SimConfig};
 use serde_json::{json, Value};
@@ -311,13 +311,13 @@ async fn harness_with_keys(
 ) -> (Harness, ChatgptTokens) {
     let sim = Sim::start(sim_config(spec)).await.unwrap();
     let tokens = sim.chatgpt_tokens().unwrap();
-    let login = keymux_core::chatgpt::Login {
+    let login = keymux_core::provider::chatgpt::Login {
         id_token: tokens.id_token.clone(),
         access_token: tokens.access_token.clone(),
         refresh_token: tokens.refresh_token.clone(),
         account_id: tokens.account_id.clone(),
     };
-    let plan = TestKey { provider: Provider::Chatgpt, ..key("plan", login.to_secret().expose()) };
+    let plan = TestKey { provider: ProviderId::Chatgpt, ..key("plan", login.to_secret().expose()) };
     let (base, auth) = (sim.chatgpt_base_url(), sim.chatgpt_auth_url());
     let keys = if api { vec![plan, key("a1", API_KEY)] } else { vec![plan] };
     let h = Harness::start_on(sim, &keys, |c| {
@@ -376,7 +376,7 @@ async fn the_access_token_is_refreshed_once_ahead_of_expiry_and_no_request_fails
     assert_eq!(h.sim.chatgpt_refresh_requests(), 1, "four requests at once asked for one refresh");
     assert_eq!(h.sim.chatgpt_refreshes(), 1);
     let stored = h.gateway.settings().store().get(&account::key("k_plan")).unwrap().expect("the login is kept");
-    let kept = keymux_core::chatgpt::Login::from_secret(&stored).unwrap();
+    let kept = keymux_core::provider::chatgpt::Login::from_secret(&stored).unwrap();
     let now = h.sim.chatgpt_tokens().unwrap();
     assert_eq!(kept.access_token, now.access_token, "the new tokens are written back to the store");
     assert_ne!(kept.refresh_token, first.refresh_token);

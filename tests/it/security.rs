@@ -378,10 +378,10 @@ async fn fields_a_user_sends_are_bounded_and_printable() {
 #[test]
 fn plain_http_base_urls_are_refused_off_this_machine() {
     use keymux::control::{check_new_key, NewKey};
-    use keymux::keys::Provider;
+    use keymux::keys::ProviderId;
     let config = keymux::config::Config::default();
     let new = |url: &str| NewKey {
-        provider: Provider::Azure,
+        provider: ProviderId::Azure,
         base_url: Some(url.into()),
         ..NewKey::openai("remote".into(), keymux::secrets::Secret::new("sk-remote-0123456789"))
     };

@@ -94,7 +94,7 @@ impl Control for Offline<'_> {
         };
         let install =
             crate::startup::install_secret(&self.loaded.store).await.map_err(|e| Refusal::message(e.to_string()))?;
-        let fingerprint = InstallKey::new(&install).fingerprint(&crate::keys::identity_of(new.provider, &new.secret));
+        let fingerprint = InstallKey::new(&install).fingerprint(&new.provider.get().identity(&new.secret));
         Ok(Added::Ready(KeyAdded { id: key.id.to_string(), fingerprint, org: key.org }))
     }
 

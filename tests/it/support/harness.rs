@@ -6,7 +6,7 @@ use std::time::Duration;
 use keymux::budget::MoneyBudget;
 use keymux::config::{Config, KeyConfig, TokenConfig};
 use keymux::key_settings::KeySettings;
-use keymux::keys::{KeyId, Provider};
+use keymux::keys::{KeyId, ProviderId};
 use keymux::secrets::{MemoryStore, Secret, SecretStore as _};
 use keymux::startup::{ConfigSource, StartOptions};
 use keymux::{Gateway, Runtime};
@@ -30,7 +30,7 @@ pub struct Harness {
 pub struct TestKey {
     pub label: String,
     pub secret: String,
-    pub provider: Provider,
+    pub provider: ProviderId,
     pub priority: u8,
     pub budget: Option<u64>,
     pub imported: bool,
@@ -70,7 +70,7 @@ pub fn key(label: &str, secret: &str) -> TestKey {
     TestKey {
         label: label.to_owned(),
         secret: secret.to_owned(),
-        provider: Provider::Openai,
+        provider: ProviderId::Openai,
         priority: 0,
         budget: None,
         imported: false,
@@ -81,7 +81,7 @@ pub fn key(label: &str, secret: &str) -> TestKey {
 }
 
 pub fn azure_key(label: &str, secret: &str) -> TestKey {
-    TestKey { provider: Provider::Azure, ..key(label, secret) }
+    TestKey { provider: ProviderId::Azure, ..key(label, secret) }
 }
 
 /// The install secret every harness keys its markers with.
@@ -97,7 +97,7 @@ fn harness_config(sim: &Sim, keys: &[TestKey], store: &MemoryStore) -> Config {
             id,
             label: k.label.clone(),
             provider: k.provider,
-            base_url: (k.provider == Provider::Azure).then(|| sim.base_url()),
+            base_url: (k.provider == ProviderId::Azure).then(|| sim.base_url()),
             org: None,
             disabled: false,
             imported: k.imported,

@@ -3,7 +3,7 @@
 
 export type KeyId = string;
 
-export type Provider = "openai" | "azure" | "chatgpt";
+export type ProviderId = "openai" | "azure" | "chatgpt";
 
 export type KeySource = "keychain" | "environment" | "embedded";
 
@@ -807,9 +807,9 @@ label: string,
  */
 fingerprint: string, 
 /**
- * Whose API the key is for (OpenAI, or Azure OpenAI).
+ * The provider the key talks to (OpenAI, Azure OpenAI, a ChatGPT plan).
  */
-provider: Provider, 
+provider: ProviderId, 
 /**
  * Where the key came from.
  */
@@ -1494,9 +1494,9 @@ export type NewKey = {
  */
 label: string, 
 /**
- * The API dialect (default OpenAI).
+ * The provider it talks to (default OpenAI).
  */
-provider: Provider, 
+provider: ProviderId, 
 /**
  * Base URL (required for Azure).
  */
@@ -1745,7 +1745,7 @@ masked: string,
 /**
  * An OpenAI API key, or a ChatGPT plan (the login Codex is signed in with).
  */
-provider: Provider, 
+provider: ProviderId, 
 /**
  * The label it gets.
  */

@@ -1,6 +1,6 @@
 import { useRef, useState } from "preact/hooks";
 import { messageOf, post } from "../api/client";
-import type { KeyInfo, NewKey, Provider } from "../api/types";
+import type { KeyInfo, NewKey, ProviderId } from "../api/types";
 import { probeVerdict } from "../lib/keys";
 import { PROVIDER } from "../lib/words";
 import { refreshStatus } from "../state/store";
@@ -14,7 +14,7 @@ import { NO_BUDGET } from "./MoneyFields";
 export function AddKeyForm({ onDone }: { onDone?: () => void }) {
   const secretRef = useRef<HTMLInputElement>(null);
   const [label, setLabel] = useState("");
-  const [provider, setProvider] = useState<Provider>("openai");
+  const [provider, setProvider] = useState<ProviderId>("openai");
   const [baseUrl, setBaseUrl] = useState("");
   const [org, setOrg] = useState("");
   const [priority, setPriority] = useState("0");
@@ -68,8 +68,8 @@ export function AddKeyForm({ onDone }: { onDone?: () => void }) {
         </label>
         <label>
           <span>Provider</span>
-          <select name="provider" value={provider} onChange={(e) => setProvider(e.currentTarget.value as Provider)}>
-            {(Object.keys(PROVIDER) as Provider[]).map((p) => (
+          <select name="provider" value={provider} onChange={(e) => setProvider(e.currentTarget.value as ProviderId)}>
+            {(Object.keys(PROVIDER) as ProviderId[]).map((p) => (
               <option key={p} value={p}>
                 {PROVIDER[p]}
               </option>

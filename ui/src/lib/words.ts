@@ -10,7 +10,7 @@ import type {
   FailureKind,
   HealthState,
   Operation,
-  Provider,
+  ProviderId,
   Route,
 } from "../api/types";
 
@@ -22,7 +22,7 @@ export const CLIENT: Record<ClientKind, string> = {
   other: "other",
 };
 
-export const PROVIDER: Record<Provider, string> = {
+export const PROVIDER: Record<ProviderId, string> = {
   openai: "OpenAI",
   azure: "Azure OpenAI",
   chatgpt: "ChatGPT plan",
