@@ -6,10 +6,11 @@
 //! # Layout
 //!
 //! Two crates. `keymux_core` (`crates/core`) holds the request logic without I/O: markers, digests,
-//! facts, the router's decision, pools' resolution, the key settings and the config file, prices and
-//! budgets, rate-limit windows, relay tagging. This crate re-exports each of those modules under the
-//! same name ([`markers`], [`facts`], [`router`], [`pools`], [`config`], [`keys`], [`spend`], [`budget`],
-//! [`quota`], [`relay`], [`digest`], [`tokens`]), and extends three that are split between the two:
+//! facts, the router's decision, pools' resolution, the key settings and the config file, providers,
+//! prices and budgets, rate-limit windows, relay tagging. This crate re-exports each of those modules
+//! under the same name ([`markers`], [`facts`], [`router`], [`pools`], [`config`], [`keys`],
+//! [`provider`], [`spend`], [`budget`], [`quota`], [`relay`], [`digest`], [`tokens`]), and extends three
+//! that are split between the two:
 //! [`clock`] (the `Clock` that reads time is here), [`secrets`] (the keychain is here) and [`pool`]
 //! (the live pool is here; the router's snapshot and key health are the core's). Everything below that
 //! needs a runtime, a socket, storage or the keychain is this crate's.
@@ -56,14 +57,17 @@
 //! * [`facts`]: the words for a request that routing, events and metrics share (`Operation`,
 //!   `ClientKind`, `RequestFacts`); `facts::extract` reads them from a request, markers stripped.
 //! * [`router`]: the pure `decide(facts, pool view, memory, now) -> Decision`.
-//! * [`upstream`]: the provider HTTP clients (`upstream::direct`, hyper's pooled client, for keys that
-//!   go out direct; reqwest for a pool's proxy and for a proxy set in the environment), chosen per
-//!   key, header policy, timeouts and rate-limit hints; `upstream::Answer`, what either gives back;
-//!   the `CONNECT` tunnel a pool's WebSockets take.
+//! * [`upstream`]: one attempt with one key: the key's provider sets its credential and adapts the
+//!   request, then it goes out the key's way. Its rooms: `upstream::egress` (how a connection leaves:
+//!   direct, an HTTP proxy's `CONNECT` tunnel, SOCKS5, the environment's proxy; for HTTP and
+//!   WebSockets alike), `upstream::client` (hyper's pooled client over it), `upstream::headers` (the
+//!   header policy), `upstream::error`, `upstream::Answer`.
+//! * [`provider`]: what differs between providers, each one type (`keymux_core::provider`: OpenAI,
+//!   Azure, the ChatGPT plan in `provider::chatgpt`); everything above asks a key's provider and none
+//!   branches on which it is.
+//! * [`refresh`]: a credential refreshed when its provider says it is due (a plan's token), one refresh
+//!   at a time, on the key's own way out, and written back to the keychain.
 //! * [`relay`]: tags org-bound values in relayed SSE events, JSON bodies and WebSocket frames.
-//! * [`chatgpt`]: a ChatGPT plan key's login refreshed ahead of its expiry, one refresh at a time, and
-//!   written back to the keychain (the login itself, its claims and the body its backend takes are
-//!   `keymux_core::provider::chatgpt`'s).
 //!
 //! Changing it:
 //! * [`control`]: keys, tokens, pools and routing changed at runtime (and offline, by the CLI);
@@ -82,8 +86,10 @@
 //!   Codex profile file (`codex -p keymux-work`) or a pi provider that one project selects.
 //!
 //! State:
-//! * [`gateway`]: the shared state of a running gateway, and publishing records and events. It imports
-//!   neither `pipeline` nor `control`, which act on it.
+//! * [`gateway`]: the shared state of a running gateway, and publishing records and events
+//!   (`gateway/publish.rs`). It imports neither `pipeline` nor `control`, which act on it.
+//! * [`notices`]: what has been told (a key's health, a plan used up, a budget's state, a config
+//!   problem), so each change is told once.
 //! * [`pool`]: live per-key state (health, cooldowns, windows, in-flight, recent starts), changed
 //!   through three doors: `begin`, `apply`, and the user's changes. It owns key health (`pool::health`:
 //!   `Health` with its deadlines, `HealthState` as shown, the pure transitions), the router's snapshot
@@ -112,7 +118,7 @@
 //! * [`markers`]: every marker format (format, byte scanner, strip, tag, rescue).
 //! * [`digest`]: every keyed digest under the install secret (fingerprints, org tags, marker MACs,
 //!   session digests).
-//! * [`keys`]: key identity (`KeyId`), providers (OpenAI, Azure), the runtime `KeyEntry`.
+//! * [`keys`]: key identity (`KeyId`), the runtime `KeyEntry` (its `ProviderId` names its provider).
 //! * [`keys_import`]: the API keys a user already has in plaintext (`OPENAI_API_KEY`, Codex's and pi's
 //!   files, read by the rule of the pi version installed, a pasted list), found for `keymux keys
 //!   import`, and their plaintext copies taken out after.

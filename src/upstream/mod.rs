@@ -106,8 +106,8 @@ impl Upstream {
         let way = egress::Way::from_environment(|name| std::env::var_os(name));
         let default = Arc::new(Route { shown: None, proxy: None, clients: Ok(Clients::new(way, connect, &tls)) });
         let bases = crate::provider::ALL
-            .into_iter()
-            .map(|id| {
+            .iter()
+            .map(|&id| {
                 let base = id.get().default_base(&endpoints).and_then(|b| url::Url::parse(b).ok());
                 (id, base.as_ref().and_then(client::Base::split))
             })

@@ -37,7 +37,7 @@ pub enum ProviderId {
 }
 
 /// Every provider, in the order the CLI lists them.
-pub const ALL: [ProviderId; 3] = [ProviderId::Openai, ProviderId::Azure, ProviderId::Chatgpt];
+pub const ALL: &[ProviderId] = &[ProviderId::Openai, ProviderId::Azure, ProviderId::Chatgpt];
 
 impl ProviderId {
     /// The provider's implementation: the one place a provider is registered.
@@ -52,7 +52,7 @@ impl ProviderId {
     /// Parses the name used on the command line and in the environment (or one of its aliases).
     pub fn parse(s: &str) -> Option<Self> {
         let wanted = s.trim().to_ascii_lowercase();
-        ALL.into_iter().find(|id| id.as_str() == wanted || id.get().aliases().contains(&wanted.as_str()))
+        ALL.iter().copied().find(|id| id.as_str() == wanted || id.get().aliases().contains(&wanted.as_str()))
     }
 
     /// The name shown to users.

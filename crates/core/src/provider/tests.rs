@@ -2,7 +2,7 @@ use super::*;
 
 #[test]
 fn every_provider_is_registered_once_under_its_name() {
-    for id in ALL {
+    for &id in ALL {
         assert_eq!(ProviderId::parse(id.as_str()), Some(id));
         assert_eq!(serde_json::to_value(id).expect("json"), serde_json::json!(id.as_str()));
     }
@@ -39,7 +39,7 @@ fn what_each_provider_serves() {
         let served: Vec<bool> = ALL.iter().map(|id| id.get().serves(ask)).collect();
         assert_eq!(served, expected, "{ask:?}");
     }
-    let plans: Vec<ProviderId> = ALL.into_iter().filter(|id| id.get().is_plan()).collect();
+    let plans: Vec<ProviderId> = ALL.iter().copied().filter(|id| id.get().is_plan()).collect();
     assert_eq!(plans, [ProviderId::Chatgpt]);
 }
 
