@@ -390,6 +390,31 @@ async fn the_access_token_is_refreshed_once_ahead_of_expiry_and_no_request_fails
     assert_eq!(h.sim.chatgpt_refreshes(), 1);
 }
 
+/// A plan in a pool with a proxy goes out through it for everything: its turns, and the refresh of its
+/// login (the auth server is as much the plan's provider as its backend is).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_in_a_pool_with_a_proxy_refreshes_its_login_through_the_proxy_too() {
+    let proxy = support::egress::TestProxy::start().await;
+    let lifetime = Duration::from_secs(3600);
+    let pool = format!("name = \"work\"\nkeys = [\"plan\"]\nproxy = \"{}\"", proxy.url());
+    let pool: keymux::pools::PoolConfig = toml::from_str(&pool).unwrap();
+    let spec = PlanSpec::new(ACCOUNT).token_lifetime(lifetime);
+    let (h, _) = harness_with_keys(spec, false, move |c| c.pools = vec![pool]).await;
+    assert_eq!(send_turn(&h.base, "before").await.0, 200);
+    h.advance(lifetime - Duration::from_secs(240));
+    assert_eq!(send_turn(&h.base, "after").await.0, 200);
+    assert_eq!(h.sim.chatgpt_refreshes(), 1, "the login was refreshed");
+    let log = proxy.log();
+    println!("the proxy saw {log:?}");
+    let token_url = format!("{}/oauth/token", h.sim.chatgpt_auth_url().trim_end_matches('/'));
+    assert!(log.iter().any(|p| p.method == "POST" && p.target == token_url), "the refresh went through the proxy");
+    let turns = log.iter().filter(|p| p.target.ends_with("/backend-api/codex/responses")).count();
+    assert_eq!(turns, 2, "both turns went through the proxy");
+    // (The simulator's log holds the backend's requests; the token endpoint's are counted apart.)
+    let backend = log.iter().filter(|p| p.target != token_url).count();
+    assert_eq!(h.sim.log().len(), backend, "nothing reached the backend but through the proxy");
+}
+
 /// The next change a ChatGPT plan went through (used up, back) on an event feed.
 async fn next_plan_change(feed: &mut tokio::sync::broadcast::Receiver<std::sync::Arc<Envelope>>) -> KeyChange {
     let wait = async {

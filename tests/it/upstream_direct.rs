@@ -1,4 +1,4 @@
-//! Keys without a proxy go out through Keymux's direct client: a provider behind TLS is reached with
+//! Keys without a pool proxy go out direct (or as the environment's proxy says): a provider behind TLS is reached with
 //! its certificate checked (here against the test's own root, given as `Config::extra_roots_pem`),
 //! over HTTP/1.1, or over HTTP/2 when the provider's TLS offers only that, and every kind of answer
 //! (JSON compressed by the provider, an SSE stream, a chat completion) reaches the client whole.
@@ -105,8 +105,7 @@ async fn a_provider_whose_certificate_no_trusted_root_signed_is_never_sent_a_req
 }
 
 /// A proxy set in the environment (`HTTP_PROXY`, as a user's shell may export it) is still taken by
-/// every key without a pool proxy: such requests go through reqwest, which reads it, and not through
-/// the direct client.
+/// every key without a pool proxy, as `HTTP_PROXY` is read by curl and reqwest.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_proxy_set_in_the_environment_carries_every_request() {
     let sim = keymux_sim::Sim::start(sim_config()).await.unwrap();
@@ -132,4 +131,37 @@ async fn a_proxy_set_in_the_environment_carries_every_request() {
     assert_eq!(posts[0].target, format!("{}/responses", sim.base_url()));
     assert_eq!(sim.log().len(), log.len(), "everything the provider served came through the proxy");
     keymux.stop().await;
+}
+
+/// A Responses WebSocket takes the environment's proxy too (a `CONNECT` tunnel, as an HTTP proxy
+/// carries a WebSocket), and a host `NO_PROXY` names goes direct: the same way out as HTTP requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_takes_the_environments_proxy_and_no_proxy_as_http_does() {
+    let sim = keymux_sim::Sim::start(sim_config()).await.unwrap();
+    let sim_host = sim.base_url().trim_start_matches("http://").trim_end_matches("/v1").to_owned();
+    for no_proxy in [None, Some("127.0.0.1")] {
+        let proxy = support::egress::TestProxy::start().await;
+        let home = tempfile::tempdir().unwrap();
+        let mut env = base_env(home.path());
+        env.extend([
+            ("KEYMUX_KEY_A1".to_owned(), "sk-a1".to_owned()),
+            ("KEYMUX_CLIENT_TOKEN".to_owned(), TOKEN.to_owned()),
+            ("HTTP_PROXY".to_owned(), proxy.url()),
+        ]);
+        env.extend(no_proxy.map(|hosts| ("NO_PROXY".to_owned(), hosts.to_owned())));
+        let keymux = Keymux::spawn(&["--ephemeral", "--upstream", &sim.base_url()], &env).await;
+        let before = sim.log().len();
+        let mut socket = WsClient::connect(&keymux.base, "sess-env-proxy").await.unwrap();
+        let answer = socket.create(&json!({"model": "gpt-5.5", "input": [], "store": false})).await;
+        assert!(answer.response_id().is_some(), "{:?}", answer.error);
+        drop(socket);
+        let tunnels: Vec<_> = proxy.log().into_iter().filter(|p| p.method == "CONNECT").collect();
+        println!("NO_PROXY={no_proxy:?}: the proxy saw {tunnels:?}");
+        match no_proxy {
+            None => assert!(tunnels.iter().any(|t| t.target == sim_host), "the socket went through the proxy"),
+            Some(_) => assert!(tunnels.is_empty() && proxy.log().is_empty(), "NO_PROXY: direct"),
+        }
+        assert!(sim.log().len() > before, "the simulator served the socket");
+        keymux.stop().await;
+    }
 }
