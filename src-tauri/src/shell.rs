@@ -90,13 +90,13 @@ async fn launch(args: &Args) -> Result<Runtime, String> {
         upstream: args.upstream.clone(),
         ephemeral: args.ephemeral,
         env,
-        watch_clients: true,
         ..StartOptions::default()
     };
     for done in startup::first_run(&options).await.map_err(|e| e.to_string())? {
         tracing::info!("{done}");
     }
-    let runtime = Runtime::start(options).await.map_err(|e| e.to_string())?;
+    let mut runtime = Runtime::start(options).await.map_err(|e| e.to_string())?;
+    keymux::clients_check::watch::start(&mut runtime, args.ephemeral);
     for notice in runtime.notices() {
         tracing::warn!("{notice}");
     }
