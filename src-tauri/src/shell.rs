@@ -15,7 +15,8 @@ use keymux::startup::{self, ConfigSource, StartOptions};
 use keymux::Runtime;
 
 use crate::args::Args;
-use crate::state::{lock, quit, App, Shell};
+use crate::quit::quit;
+use crate::state::{lock, App, Shell};
 use crate::{desk, tray, window};
 
 /// How often the menu is brought up to date when nothing happens (its countdowns).
