@@ -44,7 +44,8 @@
 //!   browser) through a page only the user can read, so the login code is on no command line.
 //!
 //! One request's way through:
-//! * [`proxy`] (HTTP) and [`ws`] (Responses over WebSocket, its two pumps in `ws::pumps`): the two
+//! * [`proxy`] (HTTP: `proxy::send`, how one attempt is sent and its answer read; `proxy::stream`, how
+//!   the answer goes back) and [`ws`] (Responses over WebSocket, its two pumps in `ws::pumps`): the two
 //!   client transports. Each reads what is particular to it and hands the rest to the pipeline.
 //! * [`encoding`]: request bodies sent compressed (`content-encoding` zstd, gzip, br), decoded under the
 //!   body cap before anything reads them; what goes upstream is the decoded body.
