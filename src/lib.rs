@@ -96,7 +96,8 @@
 //! * [`sessions`]: the recent sessions the dashboard shows (bounded, in memory).
 //! * [`recency`]: the least-recently-used bookkeeping every bounded table shares.
 //! * [`events`]: records of finished requests and every other event, in bounded rings and one lossy live
-//!   stream.
+//!   stream; `events::record` is what a request's record holds, `events::changes` what a key's or the
+//!   gateway's change says.
 //! * [`spend`]: the embedded price table (`spend/prices.toml`), the user's `[prices]` over it (held by
 //!   `settings`), and what one request cost from its usage (exact integers; an unknown model is
 //!   unpriced, not $0). A record is priced once, when its request finishes (`RequestRecord::price`).
