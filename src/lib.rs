@@ -116,8 +116,8 @@
 //!   session digests).
 //! * [`keys`]: key identity (`KeyId`), providers (OpenAI, Azure), the runtime `KeyEntry`.
 //! * [`keys_import`]: the API keys a user already has in plaintext (`OPENAI_API_KEY`, Codex's and pi's
-//!   files, read by the rule of the pi version installed, a pasted list), found for `keymux keys
-//!   import`, and their plaintext copies taken out after.
+//!   files, read by the rule of the pi version installed (`keys_import::pi`), a pasted list), found for
+//!   `keymux keys import`, and their plaintext copies taken out after (`keys_import::strip`).
 //! * [`secrets`]: the `Secret` newtype that never prints itself, the keychain and memory stores.
 //! * [`tokens`]: local client tokens and their constant-time check.
 //! * [`config`]: the TOML config file (ids and labels, never secrets); `config::env`, the `KEYMUX_*`
