@@ -14,8 +14,6 @@ use std::io::{BufRead, Read};
 use axum::http::{header, HeaderMap};
 use bytes::Bytes;
 
-use crate::error::ApiError;
-
 /// A content coding Keymux decodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Coding {
@@ -44,7 +42,8 @@ impl Coding {
     }
 }
 
-/// Why a body's `content-encoding` could not be undone (`error` says what the client is told).
+/// Why a body's `content-encoding` could not be undone (`error` says what the client is told). This
+/// layer's own error: `error::ApiError` folds it in, so this module needs nothing from that one.
 #[derive(Debug, thiserror::Error)]
 pub enum EncodingError {
     /// It decodes to more than the cap: decoding stopped there.
@@ -56,6 +55,10 @@ pub enum EncodingError {
     /// The bytes are not what the header says.
     #[error("request body is not valid {coding}: {detail}")]
     Malformed { coding: &'static str, detail: String },
+    /// Keymux itself failed while decoding (the task that decodes panicked); the client is told it as
+    /// any internal failure.
+    #[error("internal error")]
+    Failed { detail: String },
 }
 
 /// The longest coding name an error quotes back.
@@ -86,7 +89,7 @@ fn unsupported(name: &str) -> EncodingError {
 /// The body a request sent, decoded when its `content-encoding` says it is compressed, and at most
 /// `limit` bytes once decoded. Without `content-encoding` (the common case) it costs one header look-up
 /// and hands back the same bytes.
-pub async fn decoded(headers: &HeaderMap, raw: Bytes, limit: usize) -> Result<Bytes, ApiError> {
+pub async fn decoded(headers: &HeaderMap, raw: Bytes, limit: usize) -> Result<Bytes, EncodingError> {
     if !headers.contains_key(header::CONTENT_ENCODING) {
         return Ok(raw);
     }
@@ -98,8 +101,8 @@ pub async fn decoded(headers: &HeaderMap, raw: Bytes, limit: usize) -> Result<By
     // Up to the cap is milliseconds of work: not on the threads that serve connections.
     let decoding = tokio::task::spawn_blocking(move || decode(coding, &raw[..], limit));
     match decoding.await {
-        Ok(decoded) => Ok(decoded?),
-        Err(e) => Err(ApiError::Internal { detail: format!("decoding a request body failed: {e}") }),
+        Ok(decoded) => decoded,
+        Err(e) => Err(EncodingError::Failed { detail: format!("decoding a request body failed: {e}") }),
     }
 }
 

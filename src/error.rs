@@ -224,6 +224,10 @@ fn encoding(e: &EncodingError) -> Spec {
         EncodingError::Malformed { coding, detail } => {
             req(S::BAD_REQUEST, "invalid_content_encoding", "bad_encoding", bad_encoding(coding, detail))
         }
+        // Answered as `Internal` is: the failure is Keymux's, not the body's.
+        EncodingError::Failed { detail } => {
+            srv(S::INTERNAL_SERVER_ERROR, "keymux_internal", "internal", internal(detail))
+        }
     }
 }
 

@@ -45,7 +45,8 @@
 //!   browser) through a page only the user can read, so the login code is on no command line.
 //!
 //! One request's way through:
-//! * [`proxy`] (HTTP) and [`ws`] (Responses over WebSocket, its two pumps in `ws::pumps`): the two
+//! * [`proxy`] (HTTP: `proxy::send`, how one attempt is sent and its answer read; `proxy::stream`, how
+//!   the answer goes back) and [`ws`] (Responses over WebSocket, its two pumps in `ws::pumps`): the two
 //!   client transports. Each reads what is particular to it and hands the rest to the pipeline.
 //! * [`encoding`]: request bodies sent compressed (`content-encoding` zstd, gzip, br), decoded under the
 //!   body cap before anything reads them; what goes upstream is the decoded body.
@@ -101,7 +102,8 @@
 //! * [`sessions`]: the recent sessions the dashboard shows (bounded, in memory).
 //! * [`recency`]: the least-recently-used bookkeeping every bounded table shares.
 //! * [`events`]: records of finished requests and every other event, in bounded rings and one lossy live
-//!   stream.
+//!   stream; `events::record` is what a request's record holds, `events::changes` what a key's or the
+//!   gateway's change says.
 //! * [`spend`]: the embedded price table (`spend/prices.toml`), the user's `[prices]` over it (held by
 //!   `settings`), and what one request cost from its usage (exact integers; an unknown model is
 //!   unpriced, not $0). A record is priced once, when its request finishes (`RequestRecord::price`).
@@ -120,8 +122,8 @@
 //!   session digests).
 //! * [`keys`]: key identity (`KeyId`), the runtime `KeyEntry` (its `ProviderId` names its provider).
 //! * [`keys_import`]: the API keys a user already has in plaintext (`OPENAI_API_KEY`, Codex's and pi's
-//!   files, read by the rule of the pi version installed, a pasted list), found for `keymux keys
-//!   import`, and their plaintext copies taken out after.
+//!   files, read by the rule of the pi version installed (`keys_import::pi`), a pasted list), found for
+//!   `keymux keys import`, and their plaintext copies taken out after (`keys_import::strip`).
 //! * [`secrets`]: the `Secret` newtype that never prints itself, the keychain and memory stores.
 //! * [`tokens`]: local client tokens and their constant-time check.
 //! * [`config`]: the TOML config file (ids and labels, never secrets); `config::env`, the `KEYMUX_*`

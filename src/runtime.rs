@@ -80,17 +80,6 @@ impl Runtime {
         runtime.token_hint = prepared.token_hint;
         // Login pages a gateway that stopped left behind, their codes gone with it.
         crate::login_page::sweep(runtime.gateway.clock());
-        if options.watch_clients && std::env::var("KEYMUX_CLIENT_CHECK").map_or(true, |v| v != "off") {
-            let path = std::env::var("PATH").unwrap_or_default();
-            let record = crate::clients_check::watch::record_path(options.ephemeral);
-            let watching = crate::clients_check::watch::watch(
-                runtime.gateway.clone(),
-                path,
-                crate::clients_check::watch::EVERY,
-                record,
-            );
-            runtime.background.push(tokio::spawn(watching));
-        }
         if let Some(config) = prepared.config_path {
             // The CLI finds this gateway by it, even on a port chosen at start.
             match crate::runfile::write(&config, runtime.addr) {
@@ -136,6 +125,13 @@ impl Runtime {
             probed,
             runfile: None,
         })
+    }
+
+    /// Runs `task` beside the gateway for as long as it serves: it ends with the runtime's own background
+    /// work. What the caller adds (`keymux serve` and the tray add the client watcher) is the caller's to
+    /// choose, so the runtime knows nothing of it.
+    pub fn run_alongside(&mut self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.background.push(tokio::spawn(task));
     }
 
     /// The bound address.

@@ -49,9 +49,6 @@ pub struct StartOptions {
     pub ephemeral: bool,
     /// What the environment supplies.
     pub env: EnvSecrets,
-    /// Check the installed clients through Keymux on start and when their version changes
-    /// (`clients_check::watch`): `keymux serve` and the tray; `KEYMUX_CLIENT_CHECK=off` turns it off.
-    pub watch_clients: bool,
 }
 
 /// Why the gateway cannot start.

@@ -11,16 +11,18 @@
 //! of every request, and advance the simulator's clock instead of waiting.
 //!
 //! # Layout
-//! Modules are listed from the top of the import graph down; each imports only modules
-//! listed after it.
+//! Three layers: the server at the top, the handlers of each surface below it, and the state and
+//! the types they share at the bottom. Modules are listed from the top of the import graph down; each
+//! imports only modules listed after it.
 //! - `sim`: the [`Sim`] handle that starts the server and exposes the log, counts, faults and
 //!   the clock.
-//! - `server`: routing, authentication, request bodies (a `content-encoding` of gzip or zstd
-//!   undone, as OpenAI does), drawing faults and the HTTP endpoint handlers.
-//! - `chatgpt`: the ChatGPT Codex backend of one plan (its login, token refresh, usage windows, what
-//!   it requires and refuses), serving through `server` in an organization of its own.
+//! - `server`: the HTTP front: authentication, and dispatch to the surfaces below.
+//! - `chatgpt`: the ChatGPT Codex backend of one plan (what it requires and refuses, its usage
+//!   windows' headers, the token endpoint), serving through `endpoints` in an organization of its own.
 //! - `ws`: Responses over WebSocket, with connection-local state and the connection age limit.
 //! - `control`: the `/__sim/` control surface.
+//! - `endpoints`: the `/v1` route table and the HTTP endpoint handlers: faults drawn, models, stored
+//!   responses, and the endpoints that run the model.
 //! - `sse`: server-sent event bodies, pumped with the stream-shaping faults.
 //! - `exchange`: one exchange with a client: log facts, fault errors and stream shaping, and
 //!   the HTTP request context (rate-limit admission, the common OpenAI headers, rendering).
@@ -28,8 +30,12 @@
 //!   sequence, store effects) and `POST /v1/responses/compact`.
 //! - `chat`: Chat Completions, JSON and SSE, with organization-bound `reasoning_items`.
 //! - `embeddings`: deterministic hash-derived embeddings.
-//! - `state`: the shared server state (organizations, key table, clock, log, faults, limiter,
-//!   connections).
+//! - `body`: request bodies, read under the cap with a `content-encoding` of gzip or zstd undone
+//!   (as OpenAI does).
+//! - `state`: the shared server state (organizations, key table, the plan, clock, log, faults,
+//!   limiter, connections).
+//! - `plan`: the ChatGPT plan's live state: its login (issued, rotated), the access tokens it
+//!   accepts, its usage windows.
 //! - `connections`: the registry of open WebSocket connections and their abrupt kills.
 //! - `clock`: the one clock, real time plus the skew tests advance.
 //! - `cache`: the per-organization prompt cache.
@@ -44,6 +50,7 @@
 //! - [`config`]: the configuration types (organizations, keys, limits).
 //! - `util`: locking, ids, text splitting and duration formatting.
 
+mod body;
 mod cache;
 mod chat;
 mod chatgpt;
@@ -53,11 +60,13 @@ mod connections;
 mod control;
 mod crypto;
 mod embeddings;
+mod endpoints;
 mod error;
 mod exchange;
 pub mod fault;
 pub mod log;
 pub mod models;
+mod plan;
 mod prompt;
 mod ratelimit;
 mod responses;
@@ -69,8 +78,8 @@ mod store;
 mod util;
 mod ws;
 
-pub use chatgpt::Tokens as ChatgptTokens;
 pub use config::{KeyAuth, KeySpec, Limits, OrgSpec, PlanSpec, SimConfig};
 pub use fault::Fault;
 pub use log::{LogEntry, Transport, LOG_CAPACITY};
+pub use plan::Tokens as ChatgptTokens;
 pub use sim::Sim;

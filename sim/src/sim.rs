@@ -82,12 +82,12 @@ impl Sim {
     }
 
     /// The plan's login as it stands, if a plan is configured.
-    pub fn chatgpt_tokens(&self) -> Option<crate::chatgpt::Tokens> {
+    pub fn chatgpt_tokens(&self) -> Option<crate::plan::Tokens> {
         self.inner.state.plan.as_ref().map(|p| p.tokens())
     }
 
     /// Every login the plan issued (the latest 64), the first included.
-    pub fn chatgpt_issued(&self) -> Vec<crate::chatgpt::Tokens> {
+    pub fn chatgpt_issued(&self) -> Vec<crate::plan::Tokens> {
         self.inner.state.plan.as_ref().map_or_else(Vec::new, |p| p.issued())
     }
 

@@ -1,5 +1,5 @@
-//! Shared server state: organizations (secret, store, cache), the key table, the clock, the
-//! log, the faults, the rate limiter and the open WebSocket connections.
+//! Shared server state: organizations (secret, store, cache), the key table, the ChatGPT plan, the
+//! clock, the log, the faults, the rate limiter and the open WebSocket connections.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,6 +15,7 @@ use crate::connections::WsRegistry;
 use crate::crypto::OrgCipher;
 use crate::fault::{Fault, FaultBook};
 use crate::log::LogBook;
+use crate::plan::PlanState;
 use crate::ratelimit::RateLimiter;
 use crate::store::ResponseStore;
 
@@ -52,7 +53,7 @@ pub(crate) struct Caller {
 pub(crate) struct State {
     pub orgs: Vec<OrgState>,
     /// The ChatGPT plan, if one is configured (its organization is the last of `orgs`).
-    pub plan: Option<crate::chatgpt::PlanState>,
+    pub plan: Option<PlanState>,
     /// Bound: the configured keys.
     pub keys: HashMap<String, KeyInfo>,
     pub gzip_json: bool,
@@ -96,7 +97,7 @@ impl State {
         let clock = Clock::default();
         let plan = config.plan.clone().map(|spec| {
             orgs.push(org_state(spec.org_id(), config));
-            crate::chatgpt::PlanState::new(spec, orgs.len() - 1, clock.unix_secs())
+            PlanState::new(spec, orgs.len() - 1, clock.unix_secs())
         });
         Ok(State {
             orgs,

@@ -9,11 +9,14 @@
 //!
 //! Rooms:
 //! * `args`: the command line (the same gateway flags as `keymux serve`).
-//! * `state`: what the app keeps (preferences, notifier, runtime, why the gateway is down), the handle
-//!   every part reaches it by (`App`: the state, the async runtime, the main thread), and quitting.
+//! * `state`: what the app keeps (preferences, notifier, runtime, why the gateway is down, the window's
+//!   process), and the handle every part reaches it by (`App`: the state, the async runtime, the main
+//!   thread).
+//! * `quit`: the one way out (Quit, SIGTERM, SIGINT).
 //! * `shell`: starting the gateway, following its events, the menu tick, signals, the main loop.
 //! * `tray`: rendering a `desktop::menu::Menu` into the tray and acting on its items.
-//! * `window`: the window's process: started on Open dashboard, told what to show, ended at Quit.
+//! * `window`: the window's process: started on Open dashboard, told what to show, ended at Quit
+//!   (`window::handle`: the handle on it that `state` keeps).
 //! * `desk`: the desktop's services: notifications, start at login, the clipboard, dialogs, and one
 //!   instance per session.
 //! * `clients`: "Set up Codex / pi" and their undo.
@@ -23,6 +26,7 @@
 mod args;
 mod clients;
 mod desk;
+mod quit;
 mod shell;
 mod state;
 mod tray;

@@ -15,7 +15,8 @@ use keymux::startup::{self, ConfigSource, StartOptions};
 use keymux::Runtime;
 
 use crate::args::Args;
-use crate::state::{lock, quit, App, Shell};
+use crate::quit::quit;
+use crate::state::{lock, App, Shell};
 use crate::{desk, tray, window};
 
 /// How often the menu is brought up to date when nothing happens (its countdowns).
@@ -90,13 +91,13 @@ async fn launch(args: &Args) -> Result<Runtime, String> {
         upstream: args.upstream.clone(),
         ephemeral: args.ephemeral,
         env,
-        watch_clients: true,
         ..StartOptions::default()
     };
     for done in startup::first_run(&options).await.map_err(|e| e.to_string())? {
         tracing::info!("{done}");
     }
-    let runtime = Runtime::start(options).await.map_err(|e| e.to_string())?;
+    let mut runtime = Runtime::start(options).await.map_err(|e| e.to_string())?;
+    keymux::clients_check::watch::start(&mut runtime, args.ephemeral);
     for notice in runtime.notices() {
         tracing::warn!("{notice}");
     }

@@ -1,10 +1,10 @@
 //! What the tray app keeps (its preferences, the notifier, the runtime it started, why the gateway is
-//! down if it is), and the one way out. The gateway's own state stays in the gateway; the shell,
-//! the menu and the window all read this.
+//! down if it is, the window's process). The gateway's own state stays in the gateway; the shell, the
+//! menu and the window all read this.
 
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use keymux::desktop::notices::Notifier;
@@ -114,29 +114,4 @@ impl Shell {
             }
         }
     }
-}
-
-/// The one way out: close the window, stop accepting, let streams in flight finish (bounded), flush
-/// the metrics, leave the main loop (the program then exits 0).
-pub fn quit(app: &App) {
-    if app.shell.quitting.swap(true, Ordering::SeqCst) {
-        return;
-    }
-    let done = app.clone();
-    app.spawn(async move {
-        crate::window::close(&done).await;
-        if let Some(runtime) = done.shell.runtime.lock().await.take() {
-            let stopped = runtime.shutdown().await;
-            let drained = match stopped.drained {
-                Some(d) if d.clean => "every request in flight finished".to_owned(),
-                Some(d) => format!("{} connection(s) cut after the drain allowance", d.connections_cut),
-                None => "the server had already stopped".to_owned(),
-            };
-            match stopped.metrics {
-                Ok(()) => tracing::info!("Keymux stopped: {drained}; metrics flushed"),
-                Err(e) => tracing::warn!("Keymux stopped: {drained}; the metrics could not be flushed: {e}"),
-            }
-        }
-        done.on_main(gtk::main_quit);
-    });
 }

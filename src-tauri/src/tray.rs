@@ -16,7 +16,8 @@ use muda::{
 use tray_icon::{Icon, TrayIcon, TrayIconBuilder};
 
 use crate::desk;
-use crate::state::{lock, quit, App};
+use crate::quit::quit;
+use crate::state::{lock, App};
 use crate::{clients, window};
 
 const TRAY_ID: &str = "keymux";

@@ -1,7 +1,8 @@
-//! Reading what the person typed: a secret from a hidden prompt or stdin, and a key's or a pool's
-//! settings from their flags (declared here once, for `keys add`, `keys set` and `pool set`).
+//! Reading what the person typed: a secret from a hidden prompt or stdin, a yes or no to a question,
+//! and a key's or a pool's settings from their flags (declared here once, for `keys add`, `keys set`
+//! and `pool set`).
 
-use std::io::{IsTerminal as _, Read as _};
+use std::io::{BufRead as _, IsTerminal as _, Read as _, Write as _};
 
 use super::loaded::usage;
 
@@ -28,6 +29,15 @@ pub(super) fn read_secret() -> Result<Secret, StartError> {
     let value = raw.trim_end_matches(['\n', '\r']).trim();
     validate_secret(value).map_err(usage)?;
     Ok(Secret::new(value))
+}
+
+/// Asks a yes/no question on the terminal; only a yes is yes.
+pub(super) fn ask(question: &str) -> Result<bool, StartError> {
+    eprint!("{question}");
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer).map_err(|e| usage(format!("cannot read the answer: {e}")))?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "Yes" | "YES"))
 }
 
 /// A key's settings as flags (`keys add`, `keys set`): each flag given becomes one field of a `Patch`,

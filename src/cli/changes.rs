@@ -52,6 +52,22 @@ pub(super) async fn replace_secret(control: &dyn Control, label_or_id: &str, sec
     Ok(())
 }
 
+/// The plan `holder` (the key the same account is pooled as) takes `login` when it is newer than the
+/// one Keymux keeps (the user logged in to Codex again); an older copy changes nothing, and says so.
+pub(super) async fn renew(control: &dyn Control, holder: &str, login: Secret) -> Result<(), StartError> {
+    let id = control.key_id(holder).await.map_err(usage)?;
+    match control.replace_secret(&id, login).await {
+        Ok(_) => {
+            out(&format!("renewed the login of the plan '{holder}': Keymux uses the one you logged in with now"));
+            Ok(())
+        }
+        Err(refusal) => {
+            out(&format!("the login is in Keymux's pool already as '{holder}': {refusal}"));
+            Ok(())
+        }
+    }
+}
+
 pub(super) async fn set_key(control: &dyn Control, label_or_id: &str, changes: KeyChanges) -> Result<(), StartError> {
     let id = control.key_id(label_or_id).await.map_err(usage)?;
     control.set_key(&id, changes).await.map_err(usage)?;

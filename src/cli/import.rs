@@ -5,6 +5,7 @@
 use std::io::{IsTerminal as _, Read as _};
 use std::path::{Path, PathBuf};
 
+use super::args::ask;
 use super::changes::{add_key, remove_key};
 use super::control::{Added, Control};
 use super::loaded::{usage, Loaded};
@@ -63,7 +64,7 @@ pub(super) async fn import(loaded: &Loaded, control: &dyn Control, args: ImportA
             eprintln!("nothing imported: nobody can answer on this input; pass --yes to import");
             return finish(&found, 0, 0);
         }
-        if new > 0 && !super::setup::ask(&format!("Import {new} key(s)? [y/N] "))? {
+        if new > 0 && !ask(&format!("Import {new} key(s)? [y/N] "))? {
             eprintln!("nothing imported");
             return finish(&found, 0, 0);
         }
@@ -213,7 +214,7 @@ fn remove_copies(pooled: &[&Candidate], up_front: bool) -> Result<usize, StartEr
             Origin::Pasted(..) | Origin::CodexChatgpt(..) => {}
             Origin::CodexAuth(path) | Origin::PiAuth(path, _) | Origin::PiModels(path, _) => {
                 let question = format!("Remove the key ({masked}) from {}? [y/N] ", path.display());
-                let yes = up_front || (std::io::stdin().is_terminal() && super::setup::ask(&question)?);
+                let yes = up_front || (std::io::stdin().is_terminal() && ask(&question)?);
                 if !yes {
                     out(&format!("{} still holds the key ({masked}) in plaintext", path.display()));
                     continue;

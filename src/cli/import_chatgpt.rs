@@ -7,12 +7,12 @@ use std::path::PathBuf;
 
 use keymux_core::provider::chatgpt::{self, Login};
 
-use super::changes::{add_key, remove_key};
+use super::args::ask;
+use super::changes::{add_key, remove_key, renew};
 use super::control::{Added, Control};
 use super::loaded::usage;
 use super::out;
 use crate::control::NewKey;
-use crate::secrets::Secret;
 use crate::startup::StartError;
 
 /// The label a plan gets unless the user gives one.
@@ -43,22 +43,6 @@ fn read_login() -> Result<(PathBuf, Login), StartError> {
     Ok((path, login))
 }
 
-/// The plan `holder` (the key the same account is pooled as) takes `login` when it is newer than the
-/// one Keymux keeps (the user logged in to Codex again); an older copy changes nothing, and says so.
-pub(super) async fn renew(control: &dyn Control, holder: &str, login: Secret) -> Result<(), StartError> {
-    let id = control.key_id(holder).await.map_err(usage)?;
-    match control.replace_secret(&id, login).await {
-        Ok(_) => {
-            out(&format!("renewed the login of the plan '{holder}': Keymux uses the one you logged in with now"));
-            Ok(())
-        }
-        Err(refusal) => {
-            out(&format!("the login is in Keymux's pool already as '{holder}': {refusal}"));
-            Ok(())
-        }
-    }
-}
-
 /// Imports the login as the key `label` (default `chatgpt`).
 pub(super) async fn import(control: &dyn Control, label: Option<String>, yes: bool) -> Result<(), StartError> {
     let (path, login) = read_login()?;
@@ -70,7 +54,7 @@ pub(super) async fn import(control: &dyn Control, label: Option<String>, yes: bo
             eprintln!("nothing imported: nobody can answer on this input; pass --yes to import");
             return Ok(());
         }
-        if !super::setup::ask("Import it, so Keymux sends requests on your plan first? [y/N] ")? {
+        if !ask("Import it, so Keymux sends requests on your plan first? [y/N] ")? {
             eprintln!("nothing imported");
             return Ok(());
         }

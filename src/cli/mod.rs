@@ -391,7 +391,6 @@ async fn serve(config_path: Option<PathBuf>, args: ServeArgs) -> Result<(), Star
         allow_remote: args.allow_remote,
         ephemeral: args.ephemeral,
         env: env_secrets()?,
-        watch_clients: true,
         ..StartOptions::default()
     };
     if let Some(running) = running_already(&options).await {
@@ -400,7 +399,9 @@ async fn serve(config_path: Option<PathBuf>, args: ServeArgs) -> Result<(), Star
     for done in startup::first_run(&options).await? {
         tracing::info!("{done}");
     }
-    let runtime = Runtime::start(options).await?;
+    let ephemeral = options.ephemeral;
+    let mut runtime = Runtime::start(options).await?;
+    crate::clients_check::watch::start(&mut runtime, ephemeral);
     for notice in runtime.notices() {
         tracing::warn!("{notice}");
     }

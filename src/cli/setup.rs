@@ -4,10 +4,11 @@
 //! work is `crate::setup`'s; this file finds the pool, the base URL and the token, asks, and says where
 //! the backup is and what to type.
 
-use std::io::{BufRead as _, IsTerminal as _, Write as _};
+use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 
-use super::changes::add_key;
+use super::args::ask;
+use super::changes::{add_key, renew};
 use super::control::{self, Added, Control};
 use super::loaded::{load, usage, Loaded};
 use super::{out, SetupArgs};
@@ -110,9 +111,7 @@ pub(super) async fn setup(config_path: Option<PathBuf>, args: SetupArgs) -> Resu
         match add_key(control, new).await? {
             Added::Ready(_) => {}
             // Imported before (or added by hand): it is in the pool already, which is what was wanted.
-            Added::AlreadyPooled { holder, .. } if plan => {
-                super::import_chatgpt::renew(control, &holder, secret).await?
-            }
+            Added::AlreadyPooled { holder, .. } if plan => renew(control, &holder, secret).await?,
             Added::AlreadyPooled { .. } => out("the API key in auth.json is in Keymux's pool already: not added again"),
             Added::Refused(_, why) => return Err(usage(why)),
         }
@@ -222,15 +221,6 @@ fn confirm() -> Result<bool, StartError> {
         eprintln!("nothing written");
     }
     Ok(yes)
-}
-
-/// Asks a yes/no question on the terminal; only a yes is yes.
-pub(super) fn ask(question: &str) -> Result<bool, StartError> {
-    eprint!("{question}");
-    let _ = std::io::stderr().flush();
-    let mut answer = String::new();
-    std::io::stdin().lock().read_line(&mut answer).map_err(|e| usage(format!("cannot read the answer: {e}")))?;
-    Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "Yes" | "YES"))
 }
 
 fn undo(target: &Target, file: Option<&Path>, state: &Path, force: bool) -> Result<(), StartError> {

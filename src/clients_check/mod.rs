@@ -17,6 +17,24 @@
 //!   masked, or what Keymux recorded instead.
 //! * [`watch`]: a running gateway (`keymux serve`, the tray) checks each client whose version changed,
 //!   looked at on start and hourly, and tells the event stream (`GatewayEvent::ClientChecked`).
+//!
+//! # Why the simulator ships in `keymux`
+//!
+//! The stand-in provider is the simulator crate, `keymux-sim`, linked into the `keymux` binary (and the
+//! tray app, which runs the same check by itself) on purpose and in every build: no cargo feature turns
+//! it off. A check needs a provider that answers as OpenAI does over every transport the clients use
+//! (streamed Responses over HTTP and over WebSocket, remote compaction, encrypted content bound to an
+//! organization that Codex sends back), yet spends no key, works offline and sends nothing past
+//! loopback; the simulator is that provider, and it is the one every black-box test runs against, so
+//! what a check exercises is what the tests exercise. A build without it would have a `keymux clients
+//! check` that cannot check anything, and the installed binary (`cargo install`, the release build, the
+//! `.deb`) is where a user runs it after a client update.
+//!
+//! What it adds is only what the check runs: the simulator's library (its command-line program,
+//! `keymux-sim`, is a binary of its own and not linked), which brings one crate family the gateway
+//! does not otherwise use, `chacha20poly1305` (the organization-bound encrypted content;
+//! `cargo tree -p keymux -e normal -i chacha20poly1305` shows it comes through `keymux-sim` alone),
+//! and `tempfile`, for the clients' throwaway HOME.
 
 mod clients;
 mod process;

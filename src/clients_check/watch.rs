@@ -9,9 +9,22 @@ use std::time::Duration;
 
 use crate::events::ClientChecked;
 use crate::gateway::Gateway;
+use crate::runtime::Runtime;
 
 /// How often the installed clients' versions are looked at.
 pub const EVERY: Duration = Duration::from_secs(60 * 60);
+
+/// Watches the clients on this process's PATH beside `runtime` (`keymux serve` and the tray start it),
+/// unless `KEYMUX_CLIENT_CHECK=off`. The record is kept in Keymux's data directory, or for an
+/// `ephemeral` gateway in memory only.
+pub fn start(runtime: &mut Runtime, ephemeral: bool) {
+    if std::env::var("KEYMUX_CLIENT_CHECK").is_ok_and(|v| v == "off") {
+        return;
+    }
+    let path = std::env::var("PATH").unwrap_or_default();
+    let watching = watch(runtime.gateway().clone(), path, EVERY, record_path(ephemeral));
+    runtime.run_alongside(watching);
+}
 
 /// Where the checks are kept between runs, so that a start checks only a client whose version changed
 /// since the last check (a check runs each client for a few real turns): `client-checks.json` in

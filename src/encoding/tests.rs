@@ -3,6 +3,7 @@ use std::io::Write as _;
 use axum::http::HeaderValue;
 
 use super::*;
+use crate::error::ApiError;
 
 const BODY: &[u8] = br#"{"model":"gpt-5.5","input":"hello"}"#;
 

@@ -120,7 +120,9 @@ pub fn apply(plan: &Plan, state_dir: &Path) -> Result<Applied, SetupError> {
 pub fn undo(target: impl Into<Target>, state_dir: &Path, force: bool) -> Result<Undone, SetupError> {
     let target = target.into();
     let name = target.undo_record();
-    let Some(record) = read_record(state_dir, &name)? else { return Err(SetupError::NothingToUndo { target }) };
+    let Some(record) = read_record(state_dir, &name)? else {
+        return Err(SetupError::NothingToUndo { target: target.to_string() });
+    };
     let mut undone = match &record.surgical {
         Some(Surgical::BaseUrl { value, replaced, dropped_provider }) => {
             let replaced = if *replaced { replaced_value(&record)? } else { None };

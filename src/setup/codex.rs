@@ -7,7 +7,7 @@
 use toml_edit::{DocumentMut, InlineTable, Item, Table, TableLike, Value};
 
 use super::edited::{Edited, Refusal};
-use super::target::{provider_id, provider_name};
+use super::{provider_id, provider_name};
 
 /// Keys of a provider that say where its credential comes from. Keymux's own provider takes the token
 /// from this file, so any other source is removed rather than left to compete with it.

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{Client, Target};
+use super::Client;
 
 /// Why a setup or an undo was not done. Each says what to do.
 #[derive(Debug, thiserror::Error)]
@@ -95,8 +95,9 @@ pub enum SetupError {
     /// No setup to undo.
     #[error("there is no setup of {target} by Keymux to undo")]
     NothingToUndo {
-        /// The setup.
-        target: Target,
+        /// The setup, as a person reads it (`Codex for the pool 'work'`): as text, because a `Target` is
+        /// made with this error's `Invalid`, so this file does not name that type.
+        target: String,
     },
     /// The file was changed after Keymux wrote it.
     #[error("{} was changed after Keymux set up {client}, so undoing would lose those changes. Look at it (the file as it was before is in {}), or undo anyway with --force (your version is kept next to it)", path.display(), before)]

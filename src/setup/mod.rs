@@ -64,6 +64,22 @@ pub use target::Target;
 
 /// The name of Keymux's provider entry in both clients' files.
 const PROVIDER: &str = "keymux";
+
+/// The provider id for a pool (`None`: the pool `all`), as every client module and the target name it.
+fn provider_id(pool: Option<&str>) -> String {
+    match pool {
+        None => PROVIDER.to_owned(),
+        Some(pool) => format!("{PROVIDER}-{pool}"),
+    }
+}
+
+/// The provider's name as the client shows it.
+fn provider_name(pool: Option<&str>) -> String {
+    match pool {
+        None => "Keymux".to_owned(),
+        Some(pool) => format!("Keymux (pool {pool})"),
+    }
+}
 /// The largest client file Keymux rewrites.
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
 /// The permissions of a file that holds a client token.

@@ -9,7 +9,7 @@
 use serde_json::{json, Map, Value};
 
 use super::edited::{Edited, Refusal};
-use super::target::provider_id;
+use super::provider_id;
 
 /// The models a new Keymux provider offers pi, as the README shows them.
 fn default_models(pool: Option<&str>) -> Value {

@@ -7,7 +7,7 @@
 use serde_json::{Map, Value};
 
 use super::edited::{Edited, Refusal};
-use super::target::provider_id;
+use super::provider_id;
 
 /// The settings with the pool's provider and model chosen.
 pub(super) fn edit(text: &str, pool: &str, model: &str) -> Result<Edited, Refusal> {

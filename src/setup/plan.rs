@@ -6,8 +6,9 @@ use super::codex_history::{self, Prior};
 use super::edited::{Edited, Refusal, Surgical};
 use super::files::{read_limited, real_path};
 use super::mask::Secrets;
+use super::provider_id;
 use super::record::read_record;
-use super::target::{provider_id, Edit};
+use super::target::Edit;
 use super::{codex, codex_auth, diff, pi, pi_project, Client, SetupError, Target};
 use crate::secrets::Secret;
 

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use super::codex_history::Prior;
 use super::edited::sha256;
 use super::files::real_path;
-use super::{Client, SetupError, PROVIDER};
+use super::{provider_id, Client, SetupError};
 use crate::pools::ALL;
 
 /// A setup Keymux can make and take back.
@@ -236,22 +236,6 @@ impl Edit {
             Edit::PiModels { pool: Some(_) } => None,
             Edit::PiProject { .. } => Some(project_record(path)),
         }
-    }
-}
-
-/// The provider id for a pool (`None`: the pool `all`).
-pub(super) fn provider_id(pool: Option<&str>) -> String {
-    match pool {
-        None => PROVIDER.to_owned(),
-        Some(pool) => format!("{PROVIDER}-{pool}"),
-    }
-}
-
-/// The provider's name as the client shows it.
-pub(super) fn provider_name(pool: Option<&str>) -> String {
-    match pool {
-        None => "Keymux".to_owned(),
-        Some(pool) => format!("Keymux (pool {pool})"),
     }
 }
 

@@ -405,9 +405,8 @@ async fn a_plan_in_a_pool_with_a_proxy_refreshes_its_login_through_the_proxy_too
     assert_eq!(send_turn(&h.base, "after").await.0, 200);
     assert_eq!(h.sim.chatgpt_refreshes(), 1, "the login was refreshed");
     let log = proxy.log();
-    println!("the proxy saw {log:?}");
     let token_url = format!("{}/oauth/token", h.sim.chatgpt_auth_url().trim_end_matches('/'));
-    assert!(log.iter().any(|p| p.method == "POST" && p.target == token_url), "the refresh went through the proxy");
+    assert!(log.iter().any(|p| p.method == "POST" && p.target == token_url), "the refresh went through it: {log:?}");
     let turns = log.iter().filter(|p| p.target.ends_with("/backend-api/codex/responses")).count();
     assert_eq!(turns, 2, "both turns went through the proxy");
     // (The simulator's log holds the backend's requests; the token endpoint's are counted apart.)

@@ -16,19 +16,13 @@ use tokio::io::AsyncWriteExt as _;
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::{mpsc, oneshot};
 
+mod handle;
+
+pub use handle::WindowProcess;
+
+use handle::Order;
+
 use crate::state::{lock, App};
-
-/// The window's process, as the tray holds it while the window is open.
-pub struct WindowProcess {
-    id: u64,
-    orders: mpsc::UnboundedSender<Order>,
-}
-
-enum Order {
-    Tell(Command),
-    /// End it (its input closes, so it keeps its place and exits), then say so.
-    Close(oneshot::Sender<()>),
-}
 
 /// How long a closing window's process has to end before it is stopped.
 const CLOSE_WITHIN: Duration = Duration::from_secs(5);
