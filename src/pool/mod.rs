@@ -166,7 +166,7 @@ impl Pool {
         let entry = Self::with_provider_org(entry);
         let org_tag = markers.org_tag(entry.org.as_deref(), &entry.id);
         Arc::new(Slot {
-            fingerprint: markers.digest().fingerprint(&entry.identity()),
+            fingerprint: markers.digest().fingerprint(&entry.provider.get().identity(&entry.secret)),
             entry: ArcSwap::from_pointee(entry),
             in_flight: AtomicU32::new(0),
             counters: Counters::default(),

@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::provider::ProviderId;
 use crate::secrets::Secret;
 
 /// The stable id of a pooled key. Never derived from the secret.
@@ -49,6 +48,31 @@ impl fmt::Debug for KeyId {
 impl fmt::Display for KeyId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+/// Which provider a key talks to: the name the config file, the environment, the CLI and the API use.
+/// What each provider does is `crate::provider`'s (`ProviderId::get`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default, ts_rs::TS)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderId {
+    /// OpenAI's API (`provider::openai`).
+    #[default]
+    Openai,
+    /// Azure OpenAI's v1 API (`provider::azure`).
+    Azure,
+    /// A ChatGPT plan (`provider::chatgpt`).
+    Chatgpt,
+}
+
+impl ProviderId {
+    /// The name shown to users (as the config and the API spell it).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Openai => "openai",
+            Self::Azure => "azure",
+            Self::Chatgpt => "chatgpt",
+        }
     }
 }
 
@@ -109,11 +133,6 @@ impl KeyEntry {
     /// Whether the user allows this key for `model`.
     pub fn allows(&self, model: &str) -> bool {
         self.settings.allows(model)
-    }
-
-    /// What its fingerprint is taken of (`Provider::identity`).
-    pub fn identity(&self) -> Secret {
-        self.provider.get().identity(&self.secret)
     }
 }
 

@@ -9,10 +9,6 @@ use crate::secrets::Secret;
 pub struct Azure;
 
 impl Provider for Azure {
-    fn name(&self) -> &'static str {
-        "azure"
-    }
-
     fn aliases(&self) -> &'static [&'static str] {
         &["azure-openai", "azure_openai"]
     }

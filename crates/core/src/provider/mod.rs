@@ -14,31 +14,20 @@
 
 use bytes::Bytes;
 use http::{HeaderMap, Method};
-use serde::{Deserialize, Serialize};
 
 use crate::facts::Operation;
+pub use crate::keys::ProviderId;
 use crate::secrets::Secret;
 
 pub mod azure;
 pub mod chatgpt;
 pub mod openai;
 
-/// Which provider a key talks to: the name the config file, the environment, the CLI and the API use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default, ts_rs::TS)]
-#[serde(rename_all = "lowercase")]
-pub enum ProviderId {
-    /// OpenAI's API ([`openai::OpenAi`]).
-    #[default]
-    Openai,
-    /// Azure OpenAI's v1 API ([`azure::Azure`]).
-    Azure,
-    /// A ChatGPT plan ([`chatgpt::Plan`]).
-    Chatgpt,
-}
-
 /// Every provider, in the order the CLI lists them.
 pub const ALL: &[ProviderId] = &[ProviderId::Openai, ProviderId::Azure, ProviderId::Chatgpt];
 
+/// Registration lives here, beside the implementations; the id itself is plain data in `keys` (a
+/// key's config holds it, and `keys` sits below everything a provider reads).
 impl ProviderId {
     /// The provider's implementation: the one place a provider is registered.
     pub fn get(self) -> &'static dyn Provider {
@@ -53,11 +42,6 @@ impl ProviderId {
     pub fn parse(s: &str) -> Option<Self> {
         let wanted = s.trim().to_ascii_lowercase();
         ALL.iter().copied().find(|id| id.as_str() == wanted || id.get().aliases().contains(&wanted.as_str()))
-    }
-
-    /// The name shown to users.
-    pub fn as_str(self) -> &'static str {
-        self.get().name()
     }
 }
 
@@ -132,9 +116,6 @@ pub type Windows = chatgpt::PlanWindows;
 /// What differs between providers. Every method has the API key's behaviour as its default, so a
 /// provider states only where it differs.
 pub trait Provider: Sync {
-    /// The name the config, the CLI and the API use.
-    fn name(&self) -> &'static str;
-
     /// Other spellings `ProviderId::parse` accepts.
     fn aliases(&self) -> &'static [&'static str] {
         &[]

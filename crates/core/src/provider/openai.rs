@@ -13,8 +13,4 @@ pub const ID: super::ProviderId = super::ProviderId::Openai;
 /// OpenAI's API.
 pub struct OpenAi;
 
-impl Provider for OpenAi {
-    fn name(&self) -> &'static str {
-        "openai"
-    }
-}
+impl Provider for OpenAi {}

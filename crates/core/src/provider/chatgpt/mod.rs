@@ -47,10 +47,6 @@ pub const ID: super::ProviderId = super::ProviderId::Chatgpt;
 pub struct Plan;
 
 impl Provider for Plan {
-    fn name(&self) -> &'static str {
-        "chatgpt"
-    }
-
     fn default_base<'a>(&self, endpoints: &'a Endpoints) -> Option<&'a str> {
         Some(&endpoints.chatgpt)
     }
