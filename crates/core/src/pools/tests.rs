@@ -1,4 +1,5 @@
 use super::*;
+use crate::digest::OrgTag;
 
 fn pool(name: &str, keys: &[&str], fallback: &[&str]) -> PoolConfig {
     PoolConfig {
