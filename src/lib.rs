@@ -97,7 +97,8 @@
 //! * [`events`]: records of finished requests and every other event, in bounded rings and one lossy live
 //!   stream.
 //! * [`spend`]: the embedded price table (`spend/prices.toml`), the user's `[prices]` over it (held by
-//!   `settings`), and what one request cost from its usage (exact integers; an unknown model is
+//!   `settings`), the one `Usage` (token counts and the tier they were billed in, from the answer to
+//!   the bill), and what one request cost from it (exact integers; an unknown model is
 //!   unpriced, not $0). A record is priced once, when its request finishes (`RequestRecord::price`).
 //! * [`budgets`]: budgets in money held against the live pool, once: a pool's state, the rule that holds
 //!   a pool's keys to its budget as well as their own, the refusal of a stopped one, the events told

@@ -25,7 +25,8 @@ use crate::limits::RequestLimits;
 use crate::pipeline::record::End;
 use crate::pipeline::{self, Admitted, Completion, Entry, Fallback, Reply, Settled, Trace, Transport};
 use crate::pool::InFlight;
-use crate::relay::{JsonTail, SseRewriter, Tagger, Usage, MAX_EVENT_BYTES};
+use crate::relay::{JsonTail, SseRewriter, Tagger, MAX_EVENT_BYTES};
+use crate::spend::Usage;
 use crate::tokens::ClientScope;
 use crate::upstream::{self, Upstream, UpstreamError};
 

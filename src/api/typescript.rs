@@ -68,9 +68,9 @@ pub fn typescript() -> String {
     use crate::control::NewKey;
     use crate::events::{Attempt, Envelope, Event, FailureKind, GatewayEvent, KeyChange, KeyEvent, Routed, Wire};
     use crate::facts::{AffinitySource, ClientKind, Operation};
-    use crate::relay::Usage;
     use crate::router::{AffinityState, Decision, PinDecision, Reason, Refusal, Route, SkipWhy};
     use crate::sessions::{Binding, SessionInfo};
+    use crate::spend::Usage;
     let decls = [
         KeyId::decl(),
         Provider::decl(),

@@ -31,7 +31,8 @@
 //! * [`relay`]: tags org-bound values in relayed SSE events, JSON bodies and WebSocket frames.
 //!
 //! Money and time:
-//! * [`spend`]: the embedded price table, the user's `[prices]` over it, and what one request cost.
+//! * [`spend`]: the embedded price table, the user's `[prices]` over it, what one answer used (`Usage`,
+//!   one type from the relay to the bill) and what it cost.
 //! * [`budget`]: budgets in money per key and where a key stands against them.
 //! * [`clock`]: deadlines that never overflow and the local day and month spend is counted in (time is
 //!   read by the gateway's `clock::Clock`, which hands `now` to everything here).

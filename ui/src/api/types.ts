@@ -359,7 +359,8 @@ export type ServiceTier = "standard" | "flex" | "priority" | "ultrafast" | "othe
 
 export type Usage = { 
 /**
- * Prompt tokens (`input_tokens`, or `prompt_tokens` on Chat Completions).
+ * Prompt tokens (`input_tokens`, or `prompt_tokens` on Chat Completions), cached and cache
+ * writes included.
  */
 input: number, 
 /**
@@ -367,7 +368,7 @@ input: number,
  */
 cached: number, 
 /**
- * Output tokens.
+ * Output tokens (`output_tokens`, or `completion_tokens`), reasoning tokens included.
  */
 output: number, 
 /**
