@@ -54,7 +54,8 @@
 //! * [`classify`]: the one answer classifier: what an upstream answer (or a failure) means for the key
 //!   and the request. Pure.
 //! * [`facts`]: the words for a request that routing, events and metrics share (`Operation`,
-//!   `ClientKind`, `RequestFacts`); `facts::extract` reads them from a request, markers stripped.
+//!   `ClientKind`, `RequestFacts`); `facts::extract` reads them from a request, markers stripped, the
+//!   body's fields through `facts::body` and its session and affinity signal through `facts::session`.
 //! * [`router`]: the pure `decide(facts, pool view, memory, now) -> Decision`.
 //! * [`upstream`]: the provider HTTP clients (`upstream::direct`, hyper's pooled client, for keys that
 //!   go out direct; reqwest for a pool's proxy and for a proxy set in the environment), chosen per

@@ -22,7 +22,8 @@
 //!
 //! One request:
 //! * [`facts`]: the words for a request that routing, events and metrics share (`Operation`,
-//!   `ClientKind`, `RequestFacts`); `facts::extract` reads them from a request, markers stripped.
+//!   `ClientKind`, `RequestFacts`); `facts::extract` reads them from a request, markers stripped
+//!   (`facts::body` its body's fields, `facts::session` its session and affinity signal).
 //! * [`router`]: the pure `decide(facts, pool view, memory, now) -> Decision`, and `decide_within` a pool.
 //! * [`pool`]: what the router reads of the pool (`KeyView`, `PoolView`) and key health with its pure
 //!   transitions.

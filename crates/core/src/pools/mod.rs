@@ -31,8 +31,8 @@ pub use proxy::{check_proxy, safe_proxy, split_proxy, PROXY_SCHEMES};
 pub use reach::Reach;
 pub use validate::{check_name, exists, unknown_pool, validate, Place, PoolProblem};
 
-/// The built-in pool that holds every key.
-pub const ALL: &str = "all";
+/// The built-in pool that holds every key (the pool a token is bound to unless the user picks one).
+pub const ALL: &str = crate::tokens::ALL_POOL;
 /// Most pools a user can define (each is a small list of key ids; lookups walk them).
 pub const MAX_POOLS: usize = 32;
 /// Most fallback pools one pool declares.
