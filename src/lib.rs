@@ -8,11 +8,12 @@
 //! Two crates. `keymux_core` (`crates/core`) holds the request logic without I/O: markers, digests,
 //! facts, the router's decision, pools' resolution, the key settings and the config file, prices and
 //! budgets, rate-limit windows, relay tagging. This crate re-exports each of those modules under the
-//! same name ([`markers`], [`facts`], [`router`], [`pools`], [`config`], [`keys`], [`spend`], [`budget`],
-//! [`quota`], [`relay`], [`digest`], [`tokens`]), and extends three that are split between the two:
-//! [`clock`] (the `Clock` that reads time is here), [`secrets`] (the keychain is here) and [`pool`]
-//! (the live pool is here; the router's snapshot and key health are the core's). Everything below that
-//! needs a runtime, a socket, storage or the keychain is this crate's.
+//! same name ([`markers`], [`facts`], [`router`], [`pools`], [`config`], [`keys`], [`key_settings`],
+//! [`change`], [`flat`], [`spend`], [`budget`], [`quota`], [`relay`], [`digest`], [`tokens`]), and
+//! extends three that are split between the two: [`clock`] (the `Clock` that reads time is here),
+//! [`secrets`] (the keychain is here) and [`pool`] (the live pool is here; the router's snapshot and
+//! key health are the core's). Everything below that needs a runtime, a socket, storage or the
+//! keychain is this crate's.
 //!
 //! Running it:
 //! * [`runtime`]: the embeddable runtime (`Runtime::start`, `shutdown`): binding, key probing, the
@@ -72,8 +73,11 @@
 //!   `control::setup` for setting Codex and pi up from the dashboard and the tray (the same flow as
 //!   `keymux setup`), `control::import` for the first-run import of keys found on this machine.
 //! * [`pools`]: the user's boundaries: named sets of keys that each client token is bound to, checked
-//!   and resolved to key ids; what one request may reach (`Reach`), and the `pool_mismatch` check;
-//!   each pool's policies (`allow_priority`, the tier a request is sent in; `proxy`, its keys' way out).
+//!   and resolved to key ids; what one request may reach (`pools::Reach`), and the `pool_mismatch`
+//!   check; each pool's settings declared once (`pools::PoolPolicies`: the tier a request is sent in,
+//!   its keys' proxy, its budget in money), flattened into the config file, the API and the CLI's
+//!   flags, with its typed change (`PoolPoliciesChange`); split by concern (`pools::policies`,
+//!   `pools::proxy`, `pools::validate`, `pools::reach`).
 //! * [`settings`]: where those changes are kept: the secret store, the config file, the config now
 //!   and the price table it makes.
 //! * [`config_file`]: edits to the config file that keep the user's comments.
@@ -105,7 +109,8 @@
 //!   a pool's keys to its budget as well as their own, the refusal of a stopped one, the events told
 //!   when a state changes. Requests, WebSocket handshakes and bound sockets' turns all ask here.
 //! * [`budget`]: budgets in money per key and pool (`MoneyBudget`: per day and month, the reserve
-//!   threshold, what happens at the limit) and where a key stands against them (open, reserved, stopped). Pure.
+//!   threshold, what happens at the limit), their typed change (`MoneyBudgetChange`), and where a key
+//!   stands against them (open, reserved, stopped). Pure.
 //! * [`metrics`]: hashed per-hour counters (key fingerprints only), spend included, aggregated in
 //!   memory, kept in sled (`metrics::store` owns its failures: idempotent flushes, reopen, corrupt
 //!   stores moved aside); the last weeks' spend per key also in memory (`metrics::tally`).
@@ -169,7 +174,8 @@ pub mod upstream;
 pub mod ws;
 
 pub use keymux_core::{
-    budget, config, digest, facts, key_settings, keys, markers, pools, quota, relay, router, spend, tokens,
+    budget, change, config, digest, facts, flat, key_settings, keys, markers, pools, quota, relay, router, spend,
+    tokens,
 };
 
 pub use gateway::Gateway;

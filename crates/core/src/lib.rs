@@ -15,7 +15,11 @@
 //! * [`keys`]: key identity (`KeyId`), providers (OpenAI, Azure), the runtime `KeyEntry`, the checks
 //!   of a key's label, models, organization, base URL and secret.
 //! * [`key_settings`]: a key's settings declared once (`KeySettings`, beside `budget::MoneyBudget`),
-//!   and `Patch`, the one way settings of keys and pools change.
+//!   their typed change (`KeySettingsChange`), and which settings the config file leaves out.
+//! * [`change`]: how a typed change reads (a field left out stays, `null` clears), and the refusal
+//!   of an unknown field or a wrong value in words that name it.
+//! * [`flat`]: flattening a group of settings that flattens another (a pool's policies hold its
+//!   budget) into a struct that refuses unknown fields.
 //! * [`tokens`]: local client tokens and their constant-time check.
 //! * [`chatgpt`]: a ChatGPT plan as a key: its login (read from Codex's `auth.json`, refreshed), its
 //!   tokens' claims, the body its backend takes, and the usage windows it reports.
@@ -27,7 +31,9 @@
 //! * [`router`]: the pure `decide(facts, pool view, memory, now) -> Decision`, and `decide_within` a pool.
 //! * [`pool`]: what the router reads of the pool (`KeyView`, `PoolView`) and key health with its pure
 //!   transitions.
-//! * [`pools`]: the user's boundaries: named sets of keys, checked and resolved to key ids.
+//! * [`pools`]: the user's boundaries: named sets of keys, checked and resolved to key ids; each
+//!   pool's settings declared once (`pools::PoolPolicies`: the priority tier, the proxy, a budget in
+//!   money) with their typed change.
 //! * [`quota`]: rate-limit windows from `x-ratelimit-*` headers, counted down between answers.
 //! * [`relay`]: tags org-bound values in relayed SSE events, JSON bodies and WebSocket frames.
 //!
@@ -43,11 +49,13 @@
 //!   variables.
 
 pub mod budget;
+pub mod change;
 pub mod chatgpt;
 pub mod clock;
 pub mod config;
 pub mod digest;
 pub mod facts;
+pub mod flat;
 pub mod key_settings;
 pub mod keys;
 pub mod markers;

@@ -15,6 +15,14 @@
 //!
 //! Pools name keys by label (or id), as the user wrote them; [`Pools::resolve`] turns that into key ids
 //! whenever keys or pools change, never per request.
+//!
+//! Here, the pool as defined ([`PoolConfig`]) and resolved ([`Pools`]); beside it, by concern:
+//! * `policies`: every other pool setting, declared once ([`PoolPolicies`]: the tier its requests may
+//!   ask for, its proxy, its budget in money), and the tier a request is sent in.
+//! * `proxy`: a pool's proxy URL checked, its login split off for the keychain, the proxy each key goes
+//!   out through.
+//! * `validate`: the check of a list of pools as a whole, each problem with its place.
+//! * `reach`: what one request may reach, and the `pool_mismatch` and bare-id checks against it.
 
 use serde::{Deserialize, Serialize};
 
@@ -26,8 +34,8 @@ mod proxy;
 mod reach;
 mod validate;
 
-pub use policies::{above_standard, standard_tier, STANDARD_TIER};
-pub use proxy::{check_proxy, safe_proxy, split_proxy, PROXY_SCHEMES};
+pub use policies::{above_standard, standard_tier, PoolPolicies, PoolPoliciesChange, STANDARD_TIER};
+pub use proxy::{check_proxy, safe_proxy, split_proxy, take_login, ProxyLogin, PROXY_SCHEMES};
 pub use reach::Reach;
 pub use validate::{check_name, exists, unknown_pool, validate, Place, PoolProblem};
 
@@ -39,8 +47,9 @@ pub const MAX_POOLS: usize = 32;
 pub const MAX_FALLBACKS: usize = 4;
 
 /// A pool as the config file lists it: `[[pools]] name = "work"`, `keys = ["work", "work-2"]`,
-/// `fallback = []`, and its policies (`allow_priority`, `proxy`).
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, ts_rs::TS)]
+/// `fallback = []`, and its policies ([`PoolPolicies`], flattened: the priority tier, the proxy, a
+/// budget in money).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq, ts_rs::TS)]
 #[serde(deny_unknown_fields)]
 pub struct PoolConfig {
     /// The pool's name (letters, digits, `-` and `_`; `all` is built in).
@@ -52,43 +61,13 @@ pub struct PoolConfig {
     /// Pools to use, in order, only when none of this pool's keys can serve. Empty: never.
     #[serde(default)]
     pub fallback: Vec<String>,
-    /// Its keys' budget in money, together (see `budget`): what its tokens' requests may spend.
-    #[serde(flatten)]
-    pub money: crate::budget::MoneyBudget,
-    /// Whether its tokens' requests may ask for a service tier that bills above the standard one
-    /// (`service_tier` `priority` or `fast`, Codex's Fast mode, and `ultrafast`: see
-    /// [`above_standard`]). `false`: such a request is sent with `service_tier: "default"`, and its
-    /// decision says so. Default `true`.
-    #[serde(default = "allowed")]
-    pub allow_priority: bool,
-    /// The HTTP proxy every upstream request of its keys goes through (`http://host:port` or
-    /// `https://…`; SOCKS is not supported), probes and WebSockets included; never sent direct when it
-    /// cannot be reached. Never with a user or password (see [`check_proxy`]): those are kept in the
-    /// keychain, and `proxy_login` says so.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub proxy: Option<String>,
+    /// Its policies: the tier its requests may ask for, its keys' way out, its budget in money.
+    #[serde(flatten, deserialize_with = "crate::flat::fields")]
+    pub policies: PoolPolicies,
     /// The proxy's user and password are kept in the keychain (account `proxy:<pool>`), set with the
     /// proxy URL through the CLI, the API or the dashboard (`http://user:password@host:port`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub proxy_login: bool,
-}
-
-impl Default for PoolConfig {
-    fn default() -> Self {
-        Self {
-            name: String::new(),
-            keys: Vec::new(),
-            fallback: Vec::new(),
-            money: crate::budget::MoneyBudget::default(),
-            allow_priority: true,
-            proxy: None,
-            proxy_login: false,
-        }
-    }
-}
-
-fn allowed() -> bool {
-    true
 }
 
 /// One pool with its keys resolved to ids.
@@ -160,40 +139,15 @@ impl Pools {
         &self.defs
     }
 
+    /// The user's pool `name`, as defined.
+    fn def(&self, name: &str) -> Option<&PoolConfig> {
+        self.defs.iter().find(|p| p.name.eq_ignore_ascii_case(name))
+    }
+
     /// The user's pool `name`'s budget in money, if it has one, with its keys.
     pub fn money_of(&self, name: &str) -> Option<(crate::budget::MoneyBudget, &[KeyId])> {
-        let def = self.defs.iter().find(|p| p.name.eq_ignore_ascii_case(name))?;
-        Some((def.money, self.keys_of(name))).filter(|(money, _)| money.is_set())
-    }
-
-    /// Whether requests of pool `name` may ask for a tier above the standard one (`all` and pools that
-    /// do not exist: yes).
-    pub fn allows_priority(&self, name: &str) -> bool {
-        self.defs.iter().find(|p| p.name.eq_ignore_ascii_case(name)).is_none_or(|p| p.allow_priority)
-    }
-
-    /// The proxy each key goes out through, for the keys of pools that have one, with the pool whose
-    /// login it uses when it has one (pools that share a key have the same proxy: `validate` checks
-    /// it; the first such pool's login).
-    pub fn proxies(&self) -> Vec<(KeyId, String, Option<String>)> {
-        let mut out: Vec<(KeyId, String, Option<String>)> = Vec::new();
-        for (def, resolved) in self.defs.iter().zip(&self.resolved) {
-            let Some(proxy) = &def.proxy else { continue };
-            for key in &resolved.keys {
-                if !out.iter().any(|(k, ..)| k == key) {
-                    out.push((key.clone(), proxy.clone(), def.proxy_login.then(|| def.name.clone())));
-                }
-            }
-        }
-        out
-    }
-
-    /// The proxy `key` goes out through (its pools' proxy), if any.
-    pub fn proxy_of(&self, key: &KeyId) -> Option<&str> {
-        let mut pools = self.defs.iter().zip(&self.resolved);
-        pools
-            .find(|(def, resolved)| def.proxy.is_some() && resolved.keys.contains(key))
-            .and_then(|(def, _)| def.proxy.as_deref())
+        let def = self.def(name)?;
+        Some((def.policies.money, self.keys_of(name))).filter(|(money, _)| money.is_set())
     }
 
     /// The key ids of pool `name` (every key for `all`; none for a pool that does not exist).

@@ -1,7 +1,10 @@
-//! A pool's proxy: the URL checked (no user or password in it), split from its login, shown without
-//! it, and the rule that a key in two pools goes out one way.
+//! A pool's proxy: the URL checked (no user or password in it), split from its login (kept in the
+//! keychain), shown without it, the rule that a key in two pools goes out one way, and the proxy each
+//! key goes out through.
 
-use super::PoolConfig;
+use super::{PoolConfig, Pools};
+use crate::keys::KeyId;
+use crate::secrets::Secret;
 
 /// The proxy schemes Keymux speaks.
 pub const PROXY_SCHEMES: [&str; 4] = ["http", "https", "socks5", "socks5h"];
@@ -78,12 +81,13 @@ pub fn safe_proxy(url: &str) -> String {
 pub(super) fn proxy_conflict(pools: &[PoolConfig]) -> Option<(usize, String)> {
     for (i, pool) in pools.iter().enumerate() {
         for earlier in &pools[..i] {
-            if earlier.proxy == pool.proxy {
+            if earlier.policies.proxy == pool.policies.proxy {
                 continue;
             }
             let shared = pool.keys.iter().find(|k| earlier.keys.iter().any(|e| e.eq_ignore_ascii_case(k)));
             if let Some(key) = shared {
-                let way = |p: &PoolConfig| p.proxy.as_deref().map_or_else(|| "no proxy".to_owned(), safe_proxy);
+                let way =
+                    |p: &PoolConfig| p.policies.proxy.as_deref().map_or_else(|| "no proxy".to_owned(), safe_proxy);
                 let message = format!(
                     "the key '{key}' is in pool '{}' ({}) and in pool '{}' ({}); a key goes out one way, so give \
                      both pools the same proxy or keep the key in one of them",
@@ -97,4 +101,73 @@ pub(super) fn proxy_conflict(pools: &[PoolConfig]) -> Option<(usize, String)> {
         }
     }
     None
+}
+
+/// What becomes of a pool's proxy login (its user and password, kept in the keychain) when it is saved.
+#[derive(Debug)]
+pub enum ProxyLogin {
+    /// Nothing changes: the same proxy without a new login keeps the one kept, and a pool that had
+    /// none still has none.
+    Keep,
+    /// A proxy URL given with a user and password: they are kept, the URL without them.
+    Set(Secret),
+    /// The pool had one, and now has no proxy, or one without a login: it is forgotten.
+    Clear,
+}
+
+/// Makes `pool`'s proxy the one kept: checked and written as [`check_proxy`] writes it (an empty one is
+/// none), its user and password taken out and `proxy_login` set when it had them. What becomes of the
+/// login kept for it is returned; the same proxy as `before` (the pool before a change) without a user
+/// and password keeps its login.
+pub fn take_login(pool: &mut PoolConfig, before: Option<&PoolConfig>) -> Result<ProxyLogin, String> {
+    let had = before.is_some_and(|b| b.proxy_login);
+    let forget = if had { ProxyLogin::Clear } else { ProxyLogin::Keep };
+    let (proxy, login, kept) = match pool.policies.proxy.as_deref().map(str::trim) {
+        None | Some("") => (None, forget, false),
+        Some(proxy) => {
+            let (url, login) = split_proxy(proxy)?;
+            let same = had && before.is_some_and(|b| b.policies.proxy.as_deref() == Some(url.as_str()));
+            match login {
+                Some(login) => (Some(url), ProxyLogin::Set(Secret::new(login)), true),
+                None if same => (Some(url), ProxyLogin::Keep, true),
+                None => (Some(url), forget, false),
+            }
+        }
+    };
+    (pool.policies.proxy, pool.proxy_login) = (proxy, kept);
+    Ok(login)
+}
+
+impl PoolConfig {
+    /// Whether its requests go out with a login kept in the keychain: it has a proxy, given with a
+    /// user and password.
+    pub fn uses_proxy_login(&self) -> bool {
+        self.proxy_login && self.policies.proxy.is_some()
+    }
+}
+
+impl Pools {
+    /// The proxy each key goes out through, for the keys of pools that have one, with the pool whose
+    /// login it uses when it has one (pools that share a key have the same proxy: `validate` checks
+    /// it; the first such pool's login).
+    pub fn proxies(&self) -> Vec<(KeyId, String, Option<String>)> {
+        let mut out: Vec<(KeyId, String, Option<String>)> = Vec::new();
+        for (def, resolved) in self.defs.iter().zip(&self.resolved) {
+            let Some(proxy) = &def.policies.proxy else { continue };
+            for key in &resolved.keys {
+                if !out.iter().any(|(k, ..)| k == key) {
+                    out.push((key.clone(), proxy.clone(), def.proxy_login.then(|| def.name.clone())));
+                }
+            }
+        }
+        out
+    }
+
+    /// The proxy `key` goes out through (its pools' proxy), if any.
+    pub fn proxy_of(&self, key: &KeyId) -> Option<&str> {
+        let mut pools = self.defs.iter().zip(&self.resolved);
+        pools
+            .find(|(def, resolved)| def.policies.proxy.is_some() && resolved.keys.contains(key))
+            .and_then(|(def, _)| def.policies.proxy.as_deref())
+    }
 }

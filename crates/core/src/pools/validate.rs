@@ -1,6 +1,6 @@
 //! The check of a list of pools as a whole, worded for the user, with where each problem is.
 
-use super::proxy::{check_proxy, proxy_conflict};
+use super::proxy::proxy_conflict;
 use super::{PoolConfig, ALL, MAX_FALLBACKS, MAX_POOLS};
 use crate::keys::validate_label;
 
@@ -61,16 +61,10 @@ pub fn validate<'a>(
             check_fallback(pools, pool, fallback)
                 .map_err(|message| PoolProblem { place: Place::Fallback(i, j), message })?;
         }
-        pool.money.validate().map_err(|message| PoolProblem {
+        pool.policies.validate().map_err(|message| PoolProblem {
             place: Place::Pool(i),
             message: format!("pool '{}': {message}", pool.name),
         })?;
-        if let Some(proxy) = &pool.proxy {
-            check_proxy(proxy).map_err(|message| PoolProblem {
-                place: Place::Pool(i),
-                message: format!("pool '{}': {message}", pool.name),
-            })?;
-        }
     }
     if let Some((i, message)) = proxy_conflict(pools) {
         return problem(Place::Pool(i), message);
