@@ -169,3 +169,6 @@ pub(super) fn apply_entry_changes(entry: &mut KeyEntry, changes: &KeyChanges) {
         (entry.label, entry.settings, entry.money) = (new.label, new.settings, new.money);
     }
 }
+
+#[cfg(test)]
+mod tests;

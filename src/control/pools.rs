@@ -311,3 +311,6 @@ impl Gateway {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;
