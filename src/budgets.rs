@@ -62,7 +62,7 @@ pub fn tell(gw: &Gateway) {
         (BudgetOf::Key { key: id }, label, spend.state_of(&fingerprint, &money))
     });
     let pools = gw.pools();
-    let pools = pools.defs().iter().filter(|def| def.money.is_set()).map(|def| {
+    let pools = pools.defs().iter().filter(|def| def.policies.money.is_set()).map(|def| {
         let state = pool_state_in(gw, &pools, &spend, &def.name);
         (BudgetOf::Pool { pool: def.name.clone() }, def.name.clone(), state)
     });

@@ -9,11 +9,11 @@
 //! facts, the router's decision, pools' resolution, the key settings and the config file, providers,
 //! prices and budgets, rate-limit windows, relay tagging. This crate re-exports each of those modules
 //! under the same name ([`markers`], [`facts`], [`router`], [`pools`], [`config`], [`keys`],
-//! [`provider`], [`spend`], [`budget`], [`quota`], [`relay`], [`digest`], [`tokens`]), and extends three
-//! that are split between the two:
-//! [`clock`] (the `Clock` that reads time is here), [`secrets`] (the keychain is here) and [`pool`]
-//! (the live pool is here; the router's snapshot and key health are the core's). Everything below that
-//! needs a runtime, a socket, storage or the keychain is this crate's.
+//! [`provider`], [`key_settings`], [`change`], [`flat`], [`spend`], [`budget`], [`quota`], [`relay`],
+//! [`digest`], [`tokens`]), and extends three that are split between the two: [`clock`] (the `Clock`
+//! that reads time is here), [`secrets`] (the keychain is here) and [`pool`] (the live pool is here;
+//! the router's snapshot and key health are the core's). Everything below that needs a runtime, a
+//! socket, storage or the keychain is this crate's.
 //!
 //! Running it:
 //! * [`runtime`]: the embeddable runtime (`Runtime::start`, `shutdown`): binding, key probing, the
@@ -56,7 +56,8 @@
 //! * [`classify`]: the one answer classifier: what an upstream answer (or a failure) means for the key
 //!   and the request. Pure.
 //! * [`facts`]: the words for a request that routing, events and metrics share (`Operation`,
-//!   `ClientKind`, `RequestFacts`); `facts::extract` reads them from a request, markers stripped.
+//!   `ClientKind`, `RequestFacts`); `facts::extract` reads them from a request, markers stripped, the
+//!   body's fields through `facts::body` and its session and affinity signal through `facts::session`.
 //! * [`router`]: the pure `decide(facts, pool view, memory, now) -> Decision`.
 //! * [`upstream`]: one attempt with one key: the key's provider sets its credential and adapts the
 //!   request, then it goes out the key's way. Its rooms: `upstream::egress` (how a connection leaves:
@@ -76,8 +77,11 @@
 //!   `control::setup` for setting Codex and pi up from the dashboard and the tray (the same flow as
 //!   `keymux setup`), `control::import` for the first-run import of keys found on this machine.
 //! * [`pools`]: the user's boundaries: named sets of keys that each client token is bound to, checked
-//!   and resolved to key ids; what one request may reach (`Reach`), and the `pool_mismatch` check;
-//!   each pool's policies (`allow_priority`, the tier a request is sent in; `proxy`, its keys' way out).
+//!   and resolved to key ids; what one request may reach (`pools::Reach`), and the `pool_mismatch`
+//!   check; each pool's settings declared once (`pools::PoolPolicies`: the tier a request is sent in,
+//!   its keys' proxy, its budget in money), flattened into the config file, the API and the CLI's
+//!   flags, with its typed change (`PoolPoliciesChange`); split by concern (`pools::policies`,
+//!   `pools::proxy`, `pools::validate`, `pools::reach`).
 //! * [`settings`]: where those changes are kept: the secret store, the config file, the config now
 //!   and the price table it makes.
 //! * [`config_file`]: edits to the config file that keep the user's comments.
@@ -105,13 +109,15 @@
 //!   stream; `events::record` is what a request's record holds, `events::changes` what a key's or the
 //!   gateway's change says.
 //! * [`spend`]: the embedded price table (`spend/prices.toml`), the user's `[prices]` over it (held by
-//!   `settings`), and what one request cost from its usage (exact integers; an unknown model is
+//!   `settings`), the one `Usage` (token counts and the tier they were billed in, from the answer to
+//!   the bill), and what one request cost from it (exact integers; an unknown model is
 //!   unpriced, not $0). A record is priced once, when its request finishes (`RequestRecord::price`).
 //! * [`budgets`]: budgets in money held against the live pool, once: a pool's state, the rule that holds
 //!   a pool's keys to its budget as well as their own, the refusal of a stopped one, the events told
 //!   when a state changes. Requests, WebSocket handshakes and bound sockets' turns all ask here.
 //! * [`budget`]: budgets in money per key and pool (`MoneyBudget`: per day and month, the reserve
-//!   threshold, what happens at the limit) and where a key stands against them (open, reserved, stopped). Pure.
+//!   threshold, what happens at the limit), their typed change (`MoneyBudgetChange`), and where a key
+//!   stands against them (open, reserved, stopped). Pure.
 //! * [`metrics`]: hashed per-hour counters (key fingerprints only), spend included, aggregated in
 //!   memory, kept in sled (`metrics::store` owns its failures: idempotent flushes, reopen, corrupt
 //!   stores moved aside); the last weeks' spend per key also in memory (`metrics::tally`).
@@ -176,7 +182,8 @@ pub mod upstream;
 pub mod ws;
 
 pub use keymux_core::{
-    budget, config, digest, facts, key_settings, keys, markers, pools, provider, quota, relay, router, spend, tokens,
+    budget, change, config, digest, facts, flat, key_settings, keys, markers, pools, provider, quota, relay, router,
+    spend, tokens,
 };
 
 pub use gateway::Gateway;

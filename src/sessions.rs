@@ -215,7 +215,7 @@ mod tests {
         std::sync::Arc::make_mut(&mut r.routed).session = Some(session.to_owned());
         r.served_by = Some(KeyId::new("k_a"));
         r.status = 200;
-        r.usage = Some(crate::relay::Usage { input: 100, cached: 40, output: 5, ..Default::default() });
+        r.usage = Some(crate::spend::Usage { input: 100, cached: 40, output: 5, ..Default::default() });
         r
     }
 

@@ -209,7 +209,7 @@ pub async fn prepare(options: &StartOptions) -> Result<Prepared, StartError> {
 /// naming it), from the environment for its pools.
 async fn proxy_logins(config: &Config, store: &Arc<dyn SecretStore>, options: &StartOptions) -> Vec<(String, Secret)> {
     let mut logins = options.env.proxy_logins.clone();
-    for pool in config.pools.iter().filter(|p| p.proxy_login && p.proxy.is_some()) {
+    for pool in config.pools.iter().filter(|p| p.uses_proxy_login()) {
         let account = secrets::account::proxy(&pool.name);
         match secrets::blocking(store.clone(), move |s| s.get(&account)).await {
             Ok(Some(login)) => logins.push((pool.name.clone(), login)),

@@ -122,8 +122,9 @@ async fn add_key(State(gw): State<Arc<Gateway>>, request: Request) -> Response<B
 }
 
 async fn update_key(State(gw): State<Arc<Gateway>>, Path(id): Path<String>, request: Request) -> Response<Body> {
-    let changes: KeyChanges = match guarded_json(&gw, request).await {
-        Ok(changes) => changes,
+    let changes = match guarded_json(&gw, request).await.map(KeyChanges::read) {
+        Ok(Ok(changes)) => changes,
+        Ok(Err(e)) => return control_error(e),
         Err(e) => return e.into_response(),
     };
     let id = KeyId::new(id.as_str());
@@ -241,8 +242,9 @@ async fn create_pool(State(gw): State<Arc<Gateway>>, request: Request) -> Respon
 }
 
 async fn update_pool(State(gw): State<Arc<Gateway>>, Path(name): Path<String>, request: Request) -> Response<Body> {
-    let changes: crate::control::pools::PoolChanges = match guarded_json(&gw, request).await {
-        Ok(changes) => changes,
+    let changes = match guarded_json(&gw, request).await.map(crate::control::pools::PoolChanges::read) {
+        Ok(Ok(changes)) => changes,
+        Ok(Err(e)) => return control_error(e),
         Err(e) => return e.into_response(),
     };
     let changed = {

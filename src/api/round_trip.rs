@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::budget::{MoneyBudget, OnLimit};
 use crate::config::{Config, KeyConfig};
 use crate::control::{self, KeyChanges, NewKey};
-use crate::key_settings::{KeySettings, Patch};
+use crate::key_settings::KeySettings;
 use crate::keys::{KeyId, ProviderId};
 use crate::markers::Markers;
 use crate::pool::Pool;
@@ -56,7 +56,7 @@ fn api_view(config: &KeyConfig) -> Value {
 
 #[test]
 fn the_sample_sets_every_setting_away_from_its_default() {
-    let defaults = crate::key_settings::defaults();
+    let defaults = crate::config::defaults::defaults();
     for (field, value) in fields() {
         let default = defaults.iter().find_map(|d| d.get(&field)).expect("a default");
         assert_ne!(&value, default, "{field}: give it a value other than its default in `sample`");
@@ -91,10 +91,10 @@ fn each_setting_is_taken_by_a_new_key_and_a_change_and_written_back_to_the_confi
         let config = control::key_config(KeyId::new("k_1"), &new);
         assert_eq!(api_view(&config).get(&field), Some(&value), "{field}: a new key keeps it");
 
-        let mut patch = Patch::default();
-        patch.set(&field, &value);
+        let change =
+            KeyChanges::read(serde_json::json!({ field.clone(): value })).unwrap_or_else(|e| panic!("{field}: {e}"));
         let mut changed = control::key_config(KeyId::new("k_1"), &NewKey::openai("work".into(), Secret::new("sk-x")));
-        control::apply_changes(&mut changed, &KeyChanges(patch)).unwrap_or_else(|e| panic!("{field}: {e}"));
+        control::apply_changes(&mut changed, &change).unwrap_or_else(|e| panic!("{field}: {e}"));
         assert_eq!(api_view(&changed).get(&field), Some(&value), "{field}: a change sets it");
 
         let dir = tempfile::tempdir().expect("tempdir");

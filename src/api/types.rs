@@ -46,10 +46,11 @@ pub struct PoolInfo {
     pub key_ids: Vec<KeyId>,
     /// Its fallback pools, in order.
     pub fallback: Vec<String>,
-    /// Whether its requests may ask for a tier above the standard one (`priority`, Fast mode).
-    pub allow_priority: bool,
-    /// The proxy its keys go out through (`None`: direct), never with a user or password.
-    pub proxy: Option<String>,
+    /// Its policies: whether its requests may ask for a tier above the standard one (`priority`, Fast
+    /// mode), the proxy its keys go out through (`None`: direct; never with a user or password), and its
+    /// budget in money, its keys' together.
+    #[serde(flatten)]
+    pub policies: crate::pools::PoolPolicies,
     /// The proxy's user and password are kept in the keychain (never shown).
     pub proxy_login: bool,
     /// The tokens bound to it, by name.
@@ -61,9 +62,6 @@ pub struct PoolInfo {
     /// What its keys spent today and this month (`all`: every request, keys removed since included).
     #[serde(flatten)]
     pub spend: PeriodSpend,
-    /// Its budget in money, its keys' together.
-    #[serde(flatten)]
-    pub money: crate::budget::MoneyBudget,
     /// Where it stands against its budget now.
     pub budget: crate::budget::BudgetState,
     /// When its budget runs out at the last hour's pace of its keys together, Unix milliseconds, if
@@ -84,14 +82,12 @@ impl PoolInfo {
             keys: def.keys.clone(),
             key_ids: Vec::new(),
             fallback: def.fallback.clone(),
-            allow_priority: def.allow_priority,
-            proxy: def.proxy.clone(),
+            policies: def.policies.clone(),
             proxy_login: def.proxy_login,
             tokens: Vec::new(),
             usable: 0,
             headroom: 0.0,
             spend: PeriodSpend::default(),
-            money: def.money,
             budget: crate::budget::BudgetState::Open,
             budget_runs_out_unix_ms: None,
             window_runs_out_unix_ms: None,

@@ -49,12 +49,35 @@ fn setup_decls() -> [String; 12] {
     ]
 }
 
-/// The changes to a key and to a pool: each a `key_settings::Patch`, any of the fields (`null` clears one
-/// that may be absent).
-fn patch_decls() -> [String; 2] {
+/// The changes to a key and to a pool (each field optional; `null` clears one that may be absent), and
+/// the settings they change, declared once in Rust.
+fn change_decls() -> [String; 6] {
+    use crate::control::pools::PoolChanges;
+    use crate::control::KeyChanges;
     [
-        "type KeyChanges = Partial<{ label: string } & KeySettings & MoneyBudget>;".to_owned(),
-        "type PoolChanges = Partial<{ keys: Array<string>, fallback: Array<string>, allow_priority: boolean, proxy: string | null } & MoneyBudget>;".to_owned(),
+        crate::pools::PoolPolicies::decl(),
+        crate::key_settings::KeySettingsChange::decl(),
+        crate::budget::MoneyBudgetChange::decl(),
+        crate::pools::PoolPoliciesChange::decl(),
+        KeyChanges::decl(),
+        PoolChanges::decl(),
+    ]
+}
+
+/// The settings at their default, as constants the dashboard starts a new key's or pool's form from:
+/// each default is written once, in the Rust `Default` of its settings.
+fn default_decls() -> [String; 3] {
+    let constant = |name: &str, ty: &str, value: serde_json::Result<serde_json::Value>| {
+        format!("const {name}: {ty} = {};", value.unwrap_or_default())
+    };
+    [
+        constant(
+            "DEFAULT_KEY_SETTINGS",
+            "KeySettings",
+            serde_json::to_value(crate::key_settings::KeySettings::default()),
+        ),
+        constant("DEFAULT_MONEY_BUDGET", "MoneyBudget", serde_json::to_value(crate::budget::MoneyBudget::default())),
+        constant("DEFAULT_POOL_POLICIES", "PoolPolicies", serde_json::to_value(crate::pools::PoolPolicies::default())),
     ]
 }
 
@@ -68,9 +91,9 @@ pub fn typescript() -> String {
     use crate::control::NewKey;
     use crate::events::{Attempt, Envelope, Event, FailureKind, GatewayEvent, KeyChange, KeyEvent, Routed, Wire};
     use crate::facts::{AffinitySource, ClientKind, Operation};
-    use crate::relay::Usage;
     use crate::router::{AffinityState, Decision, PinDecision, Reason, Refusal, Route, SkipWhy};
     use crate::sessions::{Binding, SessionInfo};
+    use crate::spend::Usage;
     let decls = [
         KeyId::decl(),
         ProviderId::decl(),
@@ -140,7 +163,7 @@ pub fn typescript() -> String {
         "// Generated from Keymux's Rust types by `api::types::typescript()`; do not edit.\n\
          // Regenerate: KEYMUX_WRITE_TYPES=1 cargo test -p keymux --lib typescript_types\n\n",
     );
-    let more = money_and_plan_decls().into_iter().chain(setup_decls()).chain(patch_decls());
+    let more = money_and_plan_decls().into_iter().chain(setup_decls()).chain(change_decls()).chain(default_decls());
     for decl in decls.into_iter().chain(more).chain(clients_decls()) {
         out.push_str("export ");
         // JSON numbers arrive as JavaScript numbers; every integer Keymux sends (counts, milliseconds)

@@ -149,7 +149,7 @@ fn pool_info(def: &PoolConfig, key_ids: Vec<KeyId>, keys: &[KeyInfo], spent: &Sp
         mine.iter().map(|k| k.status.fingerprint.as_str()).collect()
     };
     let spend = spent.of(fingerprints.iter().copied());
-    let money = def.money;
+    let money = def.policies.money;
     let pace = spent.pace(fingerprints.iter().copied());
     let (today, month) = (spend.spend_today_usd, spend.spend_month_usd);
     // The pool runs out of rate-limit room when the last of its usable keys does.

@@ -30,7 +30,7 @@ pub(super) async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Resu
                 ))
             })?;
             let new = NewKey { provider, base_url, org, ..NewKey::openai(label, Secret::new("")) };
-            let new = with_settings(new, &settings)?;
+            let new = with_settings(new, &settings);
             // Checked before the secret is asked for, so a typo in the label costs no paste.
             check_new_key(&loaded.config, &[], &NewKey { secret: Secret::new("sk-placeholder"), ..new.clone() })
                 .map_err(usage)?;
@@ -48,14 +48,11 @@ pub(super) async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Resu
         KeysCommand::List { json } => super::list::list_keys(&loaded, control, json).await,
         KeysCommand::Remove { key } => remove_key(control, &key).await,
         KeysCommand::Set { key, label, secret, settings } => {
-            let mut changes = KeyChanges(settings.patch()?);
-            if let Some(label) = label {
-                changes.0.set("label", label);
-            }
+            let changes = KeyChanges { label, settings: settings.change(), money: settings.money.change() };
             if secret {
                 replace_secret(control, &key, read_secret()?).await?;
             }
-            if changes.0.is_empty() && secret {
+            if changes.is_empty() && secret {
                 return Ok(());
             }
             set_key(control, &key, changes).await
@@ -66,10 +63,9 @@ pub(super) async fn keys(config_path: Option<PathBuf>, cmd: KeysCommand) -> Resu
     }
 }
 
-/// `new` with the settings its flags give (the rest at their default), refused in the settings' own
-/// words before the secret is asked for.
-fn with_settings(new: NewKey, flags: &SettingsArgs) -> Result<NewKey, StartError> {
-    let settings = flags.settings_patch()?.apply(&new.settings).map_err(usage)?;
-    let money = flags.money.patch()?.apply(&new.money).map_err(usage)?;
-    Ok(NewKey { settings, money, ..new })
+/// `new` with the settings its flags give (the rest at their default); `check_new_key` checks them.
+fn with_settings(mut new: NewKey, flags: &SettingsArgs) -> NewKey {
+    flags.change().apply(&mut new.settings);
+    flags.money.change().apply(&mut new.money);
+    new
 }

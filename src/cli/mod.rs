@@ -292,44 +292,28 @@ enum PoolCommand {
         /// Its name (letters, digits, '-' and '_'; `all` is built in).
         name: String,
         /// Its keys by label or id, comma-separated ("" for none yet). A key may be in several pools.
-        #[arg(long, value_name = "KEYS")]
-        keys: String,
+        #[arg(long, value_name = "KEYS", value_parser = args::names)]
+        keys: args::Names,
         /// Pools to use, in order, only when none of this pool's keys can serve (default: never).
-        #[arg(long, value_name = "POOLS")]
-        fallback: Option<String>,
-        /// Whether its requests may ask for the priority tier (Codex's Fast mode, billed about twice);
-        /// `false` sends them in the standard tier (default: true).
-        #[arg(long, value_name = "BOOL")]
-        allow_priority: Option<bool>,
-        /// The HTTP proxy its keys go out through (http://host:port or https://…; default: direct). A
-        /// user and password in it (http://user:password@host:port) are kept in the keychain.
-        #[arg(long, value_name = "URL")]
-        proxy: Option<String>,
+        #[arg(long, value_name = "POOLS", value_parser = args::names)]
+        fallback: Option<args::Names>,
+        /// Its policies (each at its default when left out).
+        #[command(flatten)]
+        policies: args::PoliciesArgs,
     },
     /// Change a pool's keys, fallbacks or policies (each list replaces the old one).
     Set {
         /// The pool.
         name: String,
         /// Its keys by label or id, comma-separated ("" for none).
-        #[arg(long, value_name = "KEYS")]
-        keys: Option<String>,
+        #[arg(long, value_name = "KEYS", value_parser = args::names)]
+        keys: Option<args::Names>,
         /// Its fallback pools, comma-separated ("" for never).
-        #[arg(long, value_name = "POOLS")]
-        fallback: Option<String>,
-        /// Its budgets in money (its keys together).
+        #[arg(long, value_name = "POOLS", value_parser = args::names)]
+        fallback: Option<args::Names>,
+        /// Its policies: the priority tier, the proxy, its budgets in money (its keys together).
         #[command(flatten)]
-        money: args::MoneyArgs,
-        /// Whether its requests may ask for the priority tier (Codex's Fast mode, billed about twice);
-        /// `false` sends them in the standard tier.
-        #[arg(long, value_name = "BOOL")]
-        allow_priority: Option<bool>,
-        /// The HTTP proxy its keys go out through (http://host:port or https://…). A user and password
-        /// in it (http://user:password@host:port) are kept in the keychain.
-        #[arg(long, value_name = "URL", conflicts_with = "no_proxy")]
-        proxy: Option<String>,
-        /// Its keys go out direct again (the proxy is removed).
-        #[arg(long)]
-        no_proxy: bool,
+        policies: args::PoliciesArgs,
     },
     /// Remove a pool (refused while a token is bound to it or another pool falls back to it).
     Remove {

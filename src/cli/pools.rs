@@ -11,44 +11,24 @@ use crate::control::pools::PoolChanges;
 use crate::pools::PoolConfig;
 use crate::startup::StartError;
 
-/// A comma-separated list (`""` is the empty list).
-pub(super) fn list(value: &str) -> Vec<String> {
-    value.split(',').map(str::trim).filter(|v| !v.is_empty()).map(str::to_owned).collect()
-}
-
 pub(super) async fn pool(config_path: Option<PathBuf>, cmd: PoolCommand) -> Result<(), StartError> {
     let loaded = load(config_path)?;
     let opened = control::open(&loaded).await?;
     let control = opened.as_ref();
     match cmd {
         PoolCommand::List => list_pools(&loaded, control).await,
-        PoolCommand::Create { name, keys, fallback, allow_priority, proxy } => {
-            let new = PoolConfig {
-                name,
-                keys: list(&keys),
-                fallback: fallback.as_deref().map(list).unwrap_or_default(),
-                allow_priority: allow_priority.unwrap_or(true),
-                proxy,
-                ..PoolConfig::default()
-            };
+        PoolCommand::Create { name, keys, fallback, policies } => {
+            let mut new = PoolConfig { name, keys: keys.0, ..PoolConfig::default() };
+            new.fallback = fallback.map(|f| f.0).unwrap_or_default();
+            policies.change().apply(&mut new.policies);
             let made = control.create_pool(new).await.map_err(usage)?;
             out(&format!("created pool {} in {}", describe(&made), control.kept_in().await));
             Ok(())
         }
-        PoolCommand::Set { name, keys, fallback, money, allow_priority, proxy, no_proxy } => {
-            let mut changes = PoolChanges(money.patch()?);
-            for (field, value) in [("keys", keys), ("fallback", fallback)] {
-                if let Some(value) = value {
-                    changes.0.set(field, list(&value));
-                }
-            }
-            if let Some(allow) = allow_priority {
-                changes.0.set("allow_priority", allow);
-            }
-            if proxy.is_some() || no_proxy {
-                changes.0.set("proxy", proxy);
-            }
-            if changes.0.is_empty() {
+        PoolCommand::Set { name, keys, fallback, policies } => {
+            let changes =
+                PoolChanges { keys: keys.map(|k| k.0), fallback: fallback.map(|f| f.0), policies: policies.change() };
+            if changes.is_empty() {
                 return Err(usage(
                     "nothing to change: pass --keys, --fallback, --allow-priority, --proxy, --no-proxy or a budget",
                 ));
@@ -109,12 +89,7 @@ fn describe(p: &PoolInfo) -> String {
 
 /// A pool's policies in words: the priority tier, and the way out.
 fn policies(p: &PoolInfo) -> String {
-    let tier = if p.allow_priority { "priority tier allowed" } else { "priority tier sent as standard" };
-    match &p.proxy {
-        Some(proxy) if p.proxy_login => format!("{tier}, through the proxy {proxy} (its login in the keychain)"),
-        Some(proxy) => format!("{tier}, through the proxy {proxy}"),
-        None => format!("{tier}, direct"),
-    }
+    p.policies.summary(p.proxy_login)
 }
 
 /// `keymux token set NAME --pool POOL`.

@@ -95,7 +95,7 @@ fn table_of<T: Serialize>(value: &T) -> Result<Table, String> {
 /// `value` as a new table in the file: settings at their default left out, as a person would.
 fn new_table_of<T: Serialize>(value: &T) -> Result<Table, String> {
     let mut table = table_of(value)?;
-    crate::key_settings::drop_defaults(&mut table);
+    crate::config::defaults::drop_defaults(&mut table);
     Ok(table)
 }
 
@@ -105,7 +105,7 @@ fn new_table_of<T: Serialize>(value: &T) -> Result<Table, String> {
 /// `fresh` lacks (a budget removed: TOML has no null) goes.
 fn merge_into(table: &mut Table, fresh: &Table) {
     let mut lean = fresh.clone();
-    crate::key_settings::drop_defaults(&mut lean);
+    crate::config::defaults::drop_defaults(&mut lean);
     let stale: Vec<String> = table.iter().map(|(k, _)| k.to_owned()).filter(|k| !fresh.contains_key(k)).collect();
     for name in stale {
         table.remove(&name);

@@ -51,7 +51,7 @@ fn what_the_user_set_reads_back_exactly() {
     assert_eq!(config.keys[0], work, "{}", std::fs::read_to_string(file.path()).unwrap_or_default());
     let mut pool = PoolConfig { name: "team".into(), keys: vec!["work".into()], ..PoolConfig::default() };
     file.edit(|doc| set_pool(doc, &pool)).expect("pool");
-    pool.money = MoneyBudget { reserve_at: Some(80), on_limit: OnLimit::Stop, ..MoneyBudget::default() };
+    pool.policies.money = MoneyBudget { reserve_at: Some(80), on_limit: OnLimit::Stop, ..MoneyBudget::default() };
     let config = file.edit(|doc| set_pool(doc, &pool)).expect("a pool's budget changed");
     assert_eq!(config.pools[0], pool, "a changed pool's budget is written, not only its keys");
     let office = KeyConfig { label: "office".into(), ..work.clone() };

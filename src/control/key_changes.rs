@@ -1,13 +1,14 @@
-//! A key as the person adds one (`NewKey`) and changes one (`KeyChanges`: a `Patch` of its label and
-//! settings, absent fields kept, `null` cleared), and the one way changes are applied to a config
-//! entry or a pool entry. The settings themselves are declared once, in `key_settings`.
+//! A key as the person adds one (`NewKey`) and changes one (`KeyChanges`: its label, and the typed
+//! changes of its settings and budget, absent fields kept, `null` cleared), and the one way changes are
+//! applied to a config entry or a pool entry. The settings themselves are declared once, in `key_settings`.
 
 use serde::{Deserialize, Serialize};
 
 use super::error::ControlError;
-use crate::budget::MoneyBudget;
+use crate::budget::{MoneyBudget, MoneyBudgetChange};
+use crate::change::{self, given};
 use crate::config::KeyConfig;
-use crate::key_settings::{KeySettings, Patch};
+use crate::key_settings::{KeySettings, KeySettingsChange};
 use crate::keys::{validate_label, KeyEntry, ProviderId};
 use crate::secrets::Secret;
 
@@ -79,30 +80,44 @@ impl std::fmt::Debug for NewKey {
     }
 }
 
-/// Changes to a key: a new label, settings and budget in money, by name (`PATCH /keys/{id}` takes it as
-/// a JSON object, the CLI builds it from its flags). Absent fields stay as they are; `null` removes a
-/// setting that may be absent.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
-#[serde(transparent)]
-pub struct KeyChanges(pub Patch);
-
-/// What of a key a change may touch.
-#[derive(Serialize, Deserialize)]
-struct Changeable {
-    label: String,
+/// Changes to a key: a new label, settings and budget in money, each field as its setting names it
+/// (`PATCH /keys/{id}` takes it as a JSON object, read by [`KeyChanges::read`]; the CLI builds it from its
+/// flags). Fields left out stay as they are; `null` removes a setting that may be absent.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, ts_rs::TS)]
+#[serde(default, deny_unknown_fields)]
+#[ts(optional_fields)]
+pub struct KeyChanges {
+    /// A new label.
+    #[serde(deserialize_with = "given", skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// Changes to its settings.
     #[serde(flatten)]
-    settings: KeySettings,
+    pub settings: KeySettingsChange,
+    /// Changes to its budget in money.
     #[serde(flatten)]
-    money: MoneyBudget,
+    pub money: MoneyBudgetChange,
 }
 
 impl KeyChanges {
-    /// The new label, if the changes give one.
-    pub fn label(&self) -> Option<&str> {
-        self.0.get("label").and_then(serde_json::Value::as_str)
+    /// Reads the changes a person sent: refused, naming the field, when one is not a key's setting or
+    /// its value is not of the setting's type.
+    pub fn read(body: serde_json::Value) -> Result<Self, ControlError> {
+        let label = serde_json::json!({ "label": "" });
+        let views = [label, json(&KeySettings::default()), json(&MoneyBudget::default())];
+        change::read(body, &change::names(&views)).map_err(ControlError::Invalid)
     }
 
-    /// Checks every field given (its name, type and value) before anything is changed.
+    /// The new label, if the changes give one.
+    pub fn label(&self) -> Option<&str> {
+        self.label.as_deref()
+    }
+
+    /// Whether they change nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Checks every value given before anything is changed.
     pub fn check(&self) -> Result<(), ControlError> {
         self.applied(Changeable {
             label: "key".into(),
@@ -112,18 +127,33 @@ impl KeyChanges {
         .map(drop)
     }
 
-    /// `key` with the changes: refused, naming the field, if one is unknown or its value wrong.
-    fn applied(&self, key: Changeable) -> Result<Changeable, ControlError> {
-        let new = self.0.apply(&key).map_err(ControlError::Invalid)?;
-        validate_label(&new.label).map_err(ControlError::Invalid)?;
-        new.settings.validate().map_err(ControlError::Invalid)?;
-        new.money.validate().map_err(ControlError::Invalid)?;
-        Ok(new)
+    /// `key` with the changes: refused, naming the setting, if a value is wrong.
+    fn applied(&self, mut key: Changeable) -> Result<Changeable, ControlError> {
+        if let Some(label) = &self.label {
+            key.label.clone_from(label);
+        }
+        self.settings.apply(&mut key.settings);
+        self.money.apply(&mut key.money);
+        validate_label(&key.label).map_err(ControlError::Invalid)?;
+        key.settings.validate().map_err(ControlError::Invalid)?;
+        key.money.validate().map_err(ControlError::Invalid)?;
+        Ok(key)
     }
 }
 
-/// Applies changes to a key's config entry: refused, changing nothing, if a field is unknown or a value
-/// wrong.
+/// What of a key a change touches.
+struct Changeable {
+    label: String,
+    settings: KeySettings,
+    money: MoneyBudget,
+}
+
+/// A setting's serialized view (its fields' names are what a change may give).
+fn json(value: &impl Serialize) -> serde_json::Value {
+    serde_json::to_value(value).unwrap_or_default()
+}
+
+/// Applies changes to a key's config entry: refused, changing nothing, if a value is wrong.
 pub fn apply_changes(key: &mut KeyConfig, changes: &KeyChanges) -> Result<(), ControlError> {
     let current = Changeable { label: key.label.clone(), settings: key.settings.clone(), money: key.money };
     let new = changes.applied(current)?;
@@ -139,3 +169,6 @@ pub(super) fn apply_entry_changes(entry: &mut KeyEntry, changes: &KeyChanges) {
         (entry.label, entry.settings, entry.money) = (new.label, new.settings, new.money);
     }
 }
+
+#[cfg(test)]
+mod tests;

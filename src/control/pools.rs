@@ -6,61 +6,55 @@
 use serde::{Deserialize, Serialize};
 
 use super::ControlError;
+use crate::change::{self, given};
 use crate::config::Config;
 use crate::config_file;
 use crate::events::GatewayEvent;
 use crate::gateway::Gateway;
-use crate::key_settings::Patch;
-use crate::pools::{self, PoolConfig};
-use crate::secrets::{account, Secret};
+use crate::pools::{self, PoolConfig, PoolPolicies, PoolPoliciesChange, ProxyLogin};
+use crate::secrets::account;
 use crate::settings::Settings;
 
-/// A change to a pool, by field name: its keys (by label or id, replacing the list), its fallback pools
-/// (in order; empty: never) and its budget in money (`null` removes a budget). A field left out stays as
-/// it is.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
-#[serde(transparent)]
-pub struct PoolChanges(pub Patch);
-
-/// What of a pool a change may touch (its name stays).
-#[derive(Serialize, Deserialize)]
-struct Changeable {
-    keys: Vec<String>,
-    fallback: Vec<String>,
-    #[serde(flatten)]
-    money: crate::budget::MoneyBudget,
-    allow_priority: bool,
-    /// `null` removes the proxy.
-    proxy: Option<String>,
+/// A change to a pool, each field as the pool names it: its keys (by label or id, replacing the list),
+/// its fallback pools (in order; empty: never) and its policies (`null` removes the proxy or a budget).
+/// A field left out stays as it is. `PATCH /pools/{name}` takes it as a JSON object, read by
+/// [`PoolChanges::read`]; the CLI builds it from its flags.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, ts_rs::TS)]
+#[serde(default, deny_unknown_fields)]
+#[ts(optional_fields)]
+pub struct PoolChanges {
+    /// Its keys, by label or id.
+    #[serde(deserialize_with = "given", skip_serializing_if = "Option::is_none")]
+    pub keys: Option<Vec<String>>,
+    /// Its fallback pools, in order.
+    #[serde(deserialize_with = "given", skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<Vec<String>>,
+    /// Changes to its policies.
+    #[serde(flatten, deserialize_with = "crate::flat::fields")]
+    pub policies: PoolPoliciesChange,
 }
 
 impl PoolChanges {
-    /// `pool` with the changes: refused, naming the field, if one is unknown or its value wrong (the
-    /// whole pool is checked when it is saved).
-    fn applied(&self, mut pool: PoolConfig) -> Result<PoolConfig, ControlError> {
-        let current = Changeable {
-            keys: pool.keys,
-            fallback: pool.fallback,
-            money: pool.money,
-            allow_priority: pool.allow_priority,
-            proxy: pool.proxy,
-        };
-        let new = self.0.apply(&current).map_err(ControlError::Invalid)?;
-        (pool.keys, pool.fallback, pool.money) = (new.keys, new.fallback, new.money);
-        (pool.allow_priority, pool.proxy) = (new.allow_priority, new.proxy);
-        Ok(pool)
+    /// Reads the changes a person sent: refused, naming the field, when one is not a pool's setting or
+    /// its value is not of the setting's type.
+    pub fn read(body: serde_json::Value) -> Result<Self, ControlError> {
+        let lists = serde_json::json!({ "keys": [], "fallback": [] });
+        let policies = serde_json::to_value(PoolPolicies::default()).unwrap_or_default();
+        change::read(body, &change::names(&[lists, policies])).map_err(ControlError::Invalid)
     }
-}
 
-/// What becomes of a pool's proxy login (its user and password, kept in the keychain) when it is saved.
-pub enum Login {
-    /// Nothing changes: the same proxy without a new login keeps the one kept, and a pool that had
-    /// none still has none.
-    Keep,
-    /// A proxy URL given with a user and password: they are kept, the URL without them.
-    Set(Secret),
-    /// The pool had one, and now has no proxy, or one without a login: it is forgotten.
-    Clear,
+    /// Whether they change nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// `pool` with the changes (the whole pool is checked when it is saved).
+    fn applied(&self, mut pool: PoolConfig) -> PoolConfig {
+        pool.keys = self.keys.clone().unwrap_or(pool.keys);
+        pool.fallback = self.fallback.clone().unwrap_or(pool.fallback);
+        self.policies.apply(&mut pool.policies);
+        pool
+    }
 }
 
 /// Creates pool `pool` (refused when the name is taken). `live_keys` are labels a running gateway holds
@@ -70,7 +64,11 @@ pub fn create_pool(settings: &Settings, pool: PoolConfig, live_keys: &[String]) 
     create(settings, pool, live_keys).map(|(pool, _)| pool)
 }
 
-fn create(settings: &Settings, pool: PoolConfig, live_keys: &[String]) -> Result<(PoolConfig, Login), ControlError> {
+fn create(
+    settings: &Settings,
+    pool: PoolConfig,
+    live_keys: &[String],
+) -> Result<(PoolConfig, ProxyLogin), ControlError> {
     pools::check_name(&pool.name).map_err(ControlError::Invalid)?;
     if pools::exists(&settings.config().pools, &pool.name) {
         return Err(ControlError::Invalid(format!(
@@ -96,9 +94,9 @@ fn change(
     name: &str,
     changes: &PoolChanges,
     live_keys: &[String],
-) -> Result<(PoolConfig, Login), ControlError> {
+) -> Result<(PoolConfig, ProxyLogin), ControlError> {
     let before = find(&settings.config(), name)?;
-    let pool = changes.applied(before.clone())?;
+    let pool = changes.applied(before.clone());
     save(settings, tidy(pool, Some(&before))?, live_keys)
 }
 
@@ -193,25 +191,10 @@ fn find(config: &Config, name: &str) -> Result<PoolConfig, ControlError> {
         .ok_or_else(|| ControlError::NotFound(format!("there is no pool named '{name}'; see `keymux pool list`")))
 }
 
-/// Drops repeated names (a key listed twice is one key), keeping the first; a proxy is checked and
-/// kept as `pools::check_proxy` writes it (an empty one is none), its user and password taken out
-/// (what becomes of them: the `Login`; the same proxy as `before` without them keeps its login).
-fn tidy(mut pool: PoolConfig, before: Option<&PoolConfig>) -> Result<(PoolConfig, Login), ControlError> {
-    let had = before.is_some_and(|b| b.proxy_login);
-    let forget = if had { Login::Clear } else { Login::Keep };
-    let (proxy, login, kept) = match pool.proxy.as_deref().map(str::trim) {
-        None | Some("") => (None, forget, false),
-        Some(proxy) => {
-            let (url, login) = pools::split_proxy(proxy).map_err(ControlError::Invalid)?;
-            let same = had && before.is_some_and(|b| b.proxy.as_deref() == Some(url.as_str()));
-            match login {
-                Some(login) => (Some(url), Login::Set(Secret::new(login)), true),
-                None if same => (Some(url), Login::Keep, true),
-                None => (Some(url), forget, false),
-            }
-        }
-    };
-    (pool.proxy, pool.proxy_login) = (proxy, kept);
+/// Drops repeated names (a key listed twice is one key), keeping the first; the proxy is made the one
+/// kept, its user and password taken out (`pools::take_login`, which says what becomes of them).
+fn tidy(mut pool: PoolConfig, before: Option<&PoolConfig>) -> Result<(PoolConfig, ProxyLogin), ControlError> {
+    let login = pools::take_login(&mut pool, before).map_err(ControlError::Invalid)?;
     for list in [&mut pool.keys, &mut pool.fallback] {
         let mut seen: Vec<String> = Vec::new();
         list.retain(|k| {
@@ -227,9 +210,9 @@ fn tidy(mut pool: PoolConfig, before: Option<&PoolConfig>) -> Result<(PoolConfig
 /// config file.
 fn save(
     settings: &Settings,
-    (pool, login): (PoolConfig, Login),
+    (pool, login): (PoolConfig, ProxyLogin),
     live_keys: &[String],
-) -> Result<(PoolConfig, Login), ControlError> {
+) -> Result<(PoolConfig, ProxyLogin), ControlError> {
     let mut config = settings.config();
     match config.pools.iter_mut().find(|p| p.name.eq_ignore_ascii_case(&pool.name)) {
         Some(old) => *old = pool.clone(),
@@ -250,9 +233,9 @@ fn save(
         .map_err(|problem| ControlError::Invalid(problem.message))?;
     let account = account::proxy(&pool.name);
     match &login {
-        Login::Set(secret) => settings.store().set(&account, secret)?,
-        Login::Clear => settings.store().delete(&account)?,
-        Login::Keep => {}
+        ProxyLogin::Set(secret) => settings.store().set(&account, secret)?,
+        ProxyLogin::Clear => settings.store().delete(&account)?,
+        ProxyLogin::Keep => {}
     }
     let saved = pool.clone();
     settings.edit(
@@ -290,7 +273,7 @@ impl Gateway {
         let live: Vec<(String, String)> =
             tokens.names().into_iter().zip(tokens.pools()).map(|((_, name), (_, pool))| (name, pool)).collect();
         let gone = remove_pool(self.settings(), name, &live)?;
-        self.login_changed(&gone.name, Login::Clear);
+        self.login_changed(&gone.name, ProxyLogin::Clear);
         self.pools_changed(&gone.name);
         Ok(gone)
     }
@@ -304,11 +287,11 @@ impl Gateway {
     }
 
     /// The gateway goes out with the pool's new proxy login (the keychain holds it already).
-    fn login_changed(&self, pool: &str, login: Login) {
+    fn login_changed(&self, pool: &str, login: ProxyLogin) {
         match login {
-            Login::Set(secret) => self.set_proxy_login(pool, Some(secret)),
-            Login::Clear => self.set_proxy_login(pool, None),
-            Login::Keep => {}
+            ProxyLogin::Set(secret) => self.set_proxy_login(pool, Some(secret)),
+            ProxyLogin::Clear => self.set_proxy_login(pool, None),
+            ProxyLogin::Keep => {}
         }
     }
 
@@ -328,3 +311,6 @@ impl Gateway {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -194,9 +194,7 @@ pub fn status_line(input: &MenuInput<'_>) -> String {
     line.push_str(&plan_line(status));
     for pool in status.pools.iter().filter(|p| !p.builtin) {
         line.push_str(&format!(" · {} {}/{}", pool.name, pool.usable, pool.key_ids.len()));
-        let via = pool.proxy.as_deref().map(|p| format!("via {}", p.split_once("://").map_or(p, |(_, rest)| rest)));
-        let policies: Vec<String> =
-            (!pool.allow_priority).then(|| "no priority tier".to_owned()).into_iter().chain(via).collect();
+        let policies = pool.policies.departures();
         if !policies.is_empty() {
             line.push_str(&format!(" ({})", policies.join(", ")));
         }

@@ -377,14 +377,12 @@ fn pooled(a: HealthState, b: HealthState) -> StatusBody {
         keys: vec![name.to_owned()],
         key_ids: vec![KeyId::new(format!("k_{name}"))],
         fallback: Vec::new(),
-        allow_priority: true,
-        proxy: None,
+        policies: crate::pools::PoolPolicies::default(),
         proxy_login: false,
         tokens: token.map(str::to_owned).into_iter().collect(),
         usable: usize::from(health == HealthState::Ready),
         headroom: 0.5,
         spend: crate::api::types::PeriodSpend::default(),
-        money: crate::budget::MoneyBudget::default(),
         budget: crate::budget::BudgetState::Open,
         budget_runs_out_unix_ms: None,
         window_runs_out_unix_ms: None,
@@ -400,9 +398,9 @@ fn pooled(a: HealthState, b: HealthState) -> StatusBody {
 fn the_tray_pool_line_says_a_pools_policies_when_they_are_not_the_default() {
     use HealthState::*;
     let mut s = pooled(Ready, Ready);
-    s.pools[0].allow_priority = false;
-    s.pools[0].proxy = Some("http://proxy.example:3128".into());
-    s.pools[1].proxy = Some("https://egress.home:8443".into());
+    s.pools[0].policies.allow_priority = false;
+    s.pools[0].policies.proxy = Some("http://proxy.example:3128".into());
+    s.pools[1].policies.proxy = Some("https://egress.home:8443".into());
     let line = status_line(&input(&s));
     assert!(
         line.ends_with(" · work 1/1 (no priority tier, via proxy.example:3128) · home 1/1 (via egress.home:8443)"),

@@ -7,8 +7,8 @@ use serde::Serialize;
 
 use crate::facts::{ClientKind, Operation};
 use crate::keys::KeyId;
-use crate::relay::Usage;
 use crate::router::Decision;
+use crate::spend::Usage;
 use crate::spend::{Cost, PriceTable, Unpriced, Usd};
 
 /// Why an attempt did not serve the request.
@@ -160,7 +160,7 @@ impl RequestRecord {
     pub fn price(&mut self, prices: &PriceTable) {
         let Some(usage) = self.usage else { return };
         // A request that named no model has no price (`""` is in no table).
-        match prices.cost(self.routed.model.as_deref().unwrap_or_default(), &usage.priced(), usage.tier) {
+        match prices.cost(self.routed.model.as_deref().unwrap_or_default(), &usage) {
             Cost::Priced(usd) => self.cost_usd = Some(usd),
             Cost::Unpriced(why) => self.unpriced = Some(why),
         }

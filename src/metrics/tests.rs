@@ -39,7 +39,7 @@ fn counts_survive_a_restart_through_sled() {
         let m = Metrics::open(dir.path(), 90);
         m.record(&record(200, 30), Some("abcd1234".into()));
         let mut with_usage = record(200, 700);
-        with_usage.usage = Some(crate::relay::Usage { input: 100, cached: 60, output: 7, ..Default::default() });
+        with_usage.usage = Some(crate::spend::Usage { input: 100, cached: 60, output: 7, ..Default::default() });
         m.record(&with_usage, Some("abcd1234".into()));
         assert_eq!(m.flush(NOW_MS).0, Ok(()));
         assert!(m.status().persisted);
@@ -179,7 +179,7 @@ fn priced(model: &str, at_unix_ms: u64) -> RequestRecord {
     let mut r = record(200, 40);
     std::sync::Arc::make_mut(&mut r.routed).at_unix_ms = at_unix_ms;
     std::sync::Arc::make_mut(&mut r.routed).model = Some(model.to_owned());
-    r.usage = Some(crate::relay::Usage { input: 1_000, cached: 0, output: 100, ..Default::default() });
+    r.usage = Some(crate::spend::Usage { input: 1_000, cached: 0, output: 100, ..Default::default() });
     r.price(crate::spend::PriceTable::builtin());
     r
 }

@@ -80,8 +80,8 @@ pub fn admit(gw: &Gateway, incoming: &Incoming<'_>, entry: Entry, trace: &mut Tr
 }
 
 /// The tier change a request's pool makes (the reason its decision records): when the request asks
-/// for a `service_tier` above the standard one and its pool does not allow that (`allow_priority =
-/// false`). Nothing is looked up for a request that names no tier.
+/// for a `service_tier` above the standard one and its pool's policies do not allow that
+/// (`pools::PoolPolicies`). Nothing is looked up for a request that names no tier.
 pub fn tier_change(pools: &crate::pools::Pools, pool: &str, facts: &RequestFacts) -> Option<Reason> {
     let asked = facts.service_tier.as_deref().filter(|t| crate::pools::above_standard(t))?;
     (!pools.allows_priority(pool)).then(|| Reason::TierChanged {

@@ -10,8 +10,9 @@ use crate::facts::{Operation, RequestFacts};
 use crate::gateway::Gateway;
 use crate::keys::KeyId;
 use crate::pool::{Begin, InFlight, Learned, Outcome};
-use crate::relay::{Tagger, Usage};
+use crate::relay::Tagger;
 use crate::router::{self, LostOrgPolicy, Memory, Reason, Refusal};
+use crate::spend::Usage;
 
 /// Step 2: one attempt per candidate until one serves, the provider declines the client's own request,
 /// or none is left. A request replaying unmarked encrypted content (`Route::FindingOrg`) moves on to

@@ -10,8 +10,8 @@ use crate::events::{Attempt, FailureKind, RequestRecord, Wire};
 use crate::facts::{Operation, RequestFacts};
 use crate::gateway::Gateway;
 use crate::keys::KeyId;
-use crate::relay::Usage;
 use crate::router::Decision;
+use crate::spend::Usage;
 
 /// 499: the client closed the request (nginx's convention); nobody receives it.
 pub const CLIENT_CLOSED: u16 = 499;

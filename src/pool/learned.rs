@@ -6,7 +6,7 @@ use std::time::Instant;
 use super::OutcomeKind;
 use crate::keys::KeyId;
 use crate::quota::Reading;
-use crate::relay::Usage;
+use crate::spend::Usage;
 
 /// What one upstream answer (or failure) taught about a key.
 #[derive(Clone, Debug)]

@@ -19,7 +19,7 @@ use std::time::Instant;
 use crate::keys::{KeyEntry, KeyId};
 use crate::markers::{Markers, OrgTag};
 use crate::quota::Quota;
-use crate::relay::Usage;
+use crate::spend::Usage;
 
 mod learned;
 mod status;

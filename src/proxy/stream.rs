@@ -17,7 +17,8 @@ use crate::gateway::Gateway;
 use crate::pipeline::record::End;
 use crate::pipeline::{self, Completion, Trace};
 use crate::pool::InFlight;
-use crate::relay::{JsonTail, SseRewriter, Tagger, Usage};
+use crate::relay::{JsonTail, SseRewriter, Tagger};
+use crate::spend::Usage;
 use crate::upstream::{BodyError, Chunks};
 
 /// Relays an accepted answer: whole (tagged) at once, or as a stream whose record is finished when it

@@ -25,8 +25,9 @@ use crate::keys::KeyId;
 use crate::markers::OrgTag;
 use crate::pipeline::record::End;
 use crate::pipeline::{self, Completion, Trace};
-use crate::relay::{Tagger, Usage};
+use crate::relay::Tagger;
 use crate::router::{Decision, Reason};
+use crate::spend::Usage;
 use crate::tokens::ClientScope;
 
 /// Why the inbound pump stopped early.

@@ -159,7 +159,7 @@ fn proxied_pools(
             keymux::pools::PoolConfig {
                 name: "work".into(),
                 keys: vec!["a1".into(), "a2".into()],
-                proxy: Some(proxy),
+                policies: keymux::pools::PoolPolicies { proxy: Some(proxy), ..Default::default() },
                 ..Default::default()
             },
             keymux::pools::PoolConfig {

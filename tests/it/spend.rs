@@ -247,12 +247,12 @@ async fn prices_from_the_config_replace_the_table_and_an_alias_prices_like_its_t
         let cost = nanos(&r["cost_usd"]);
         assert_eq!(Some(cost), expected_nanos(r), "{r}");
         let usage = keymux::spend::Usage {
-            input_tokens: r["usage"]["input"].as_u64().unwrap(),
-            cached_input_tokens: r["usage"]["cached"].as_u64().unwrap(),
-            cache_write_tokens: 0,
-            output_tokens: r["usage"]["output"].as_u64().unwrap(),
+            input: r["usage"]["input"].as_u64().unwrap(),
+            cached: r["usage"]["cached"].as_u64().unwrap(),
+            output: r["usage"]["output"].as_u64().unwrap(),
+            ..keymux::spend::Usage::default()
         };
-        let embedded = table.cost("gpt-5.5", &usage, keymux::spend::ServiceTier::Standard).priced().unwrap();
+        let embedded = table.cost("gpt-5.5", &usage).priced().unwrap();
         assert_ne!(cost, embedded.nanos(), "not the embedded price: {r}");
     }
     // The user's entry replaces the table's whole: it names no flex price, so flex is unpriced.

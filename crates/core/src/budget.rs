@@ -15,6 +15,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::change::given;
 use crate::clock::LocalPeriods;
 use crate::spend::{Spent, Usd};
 
@@ -54,6 +55,45 @@ pub struct MoneyBudget {
     /// At 100 %: `reserve` (sessions already on it go on) or `stop` (refuse everything).
     #[serde(default)]
     pub on_limit: OnLimit,
+}
+
+/// A change to a budget in money (see `change`): each field given replaces the setting, `null` removes
+/// a budget or the reserve threshold, fields left out stay. Flattened into the changes to a key and a
+/// pool.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
+#[serde(default, deny_unknown_fields)]
+#[ts(optional_fields)]
+pub struct MoneyBudgetChange {
+    /// A new budget per local day, or none.
+    #[serde(rename = "daily_budget_usd", deserialize_with = "given", skip_serializing_if = "Option::is_none")]
+    #[ts(as = "Option<Option<f64>>")]
+    pub daily: Option<Option<Usd>>,
+    /// A new budget per local month, or none.
+    #[serde(rename = "monthly_budget_usd", deserialize_with = "given", skip_serializing_if = "Option::is_none")]
+    #[ts(as = "Option<Option<f64>>")]
+    pub monthly: Option<Option<Usd>>,
+    /// A new reserve threshold, or none (100).
+    #[serde(deserialize_with = "given", skip_serializing_if = "Option::is_none")]
+    pub reserve_at: Option<Option<u8>>,
+    /// What happens at 100 % from now on.
+    #[serde(deserialize_with = "given", skip_serializing_if = "Option::is_none")]
+    pub on_limit: Option<OnLimit>,
+}
+
+impl MoneyBudgetChange {
+    /// Applies the change to `money` (the values' checks are `MoneyBudget::validate`'s).
+    pub fn apply(&self, money: &mut MoneyBudget) {
+        let Self { daily, monthly, reserve_at, on_limit } = *self;
+        money.daily = daily.unwrap_or(money.daily);
+        money.monthly = monthly.unwrap_or(money.monthly);
+        money.reserve_at = reserve_at.unwrap_or(money.reserve_at);
+        money.on_limit = on_limit.unwrap_or(money.on_limit);
+    }
+
+    /// Whether it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// Which budget.
@@ -127,6 +167,9 @@ impl BudgetState {
 }
 
 impl MoneyBudget {
+    /// Its fields as serde spells them (for a group that flattens it: `flat::Fields`).
+    pub const FIELDS: [&'static str; 4] = ["daily_budget_usd", "monthly_budget_usd", "reserve_at", "on_limit"];
+
     /// Checks the reserve threshold: a percent from 1 to 100.
     pub fn validate(&self) -> Result<(), String> {
         match self.reserve_at {
@@ -316,6 +359,19 @@ mod tests {
             "the sooner"
         );
         assert_eq!(MoneyBudget::default().runs_out(usd(1), usd(1), (usd(1), hour), now, &periods()), None);
+    }
+
+    #[test]
+    fn a_change_to_a_budget_sets_clears_and_refuses_in_words() {
+        let fields = crate::change::names(&[serde_json::to_value(MoneyBudget::default()).expect("json")]);
+        let read = |body| crate::change::read::<MoneyBudgetChange>(body, &fields);
+        let e = read(serde_json::json!({ "on_limit": "never" })).expect_err("not a choice");
+        assert!(e.starts_with("on_limit = \"never\"") && e.contains("`reserve`"), "{e}");
+        let e = read(serde_json::json!({ "daily_budget_usd": -1 })).expect_err("negative");
+        assert!(e.contains("zero or more"), "{e}");
+        let mut money = MoneyBudget { daily: Some(usd(500)), ..MoneyBudget::default() };
+        read(serde_json::json!({ "daily_budget_usd": null, "reserve_at": 80 })).expect("a change").apply(&mut money);
+        assert_eq!(money, MoneyBudget { reserve_at: Some(80), ..MoneyBudget::default() }, "cleared and set");
     }
 
     #[test]

@@ -5,16 +5,15 @@
 //! * the config file's key (`config::KeyConfig`) and the key as the gateway holds it (`keys::KeyEntry`);
 //! * a new key as the API and the CLI send it (`control::NewKey`) and the API's key view
 //!   (`pool::KeyStatus`, and through it the dashboard's TypeScript types);
-//! * a change, as a [`Patch`]: the settings given replace the key's, `null` clears one that may be
-//!   absent, the rest stay. One `apply` checks the fields' names, types and values for keys and pools.
+//! * a change, as a [`KeySettingsChange`] (beside `budget::MoneyBudgetChange`): the settings given
+//!   replace the key's, `null` clears one that may be absent, the rest stay (see `change`).
 //!
 //! Fields are always serialized (the API shows every setting); the config file leaves out the ones at
-//! their default ([`drop_defaults`]), as a person writing it would.
+//! their default (`config::defaults::drop_defaults`), as a person writing it would.
 
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 
+use crate::change::given;
 use crate::quota::{Quota, MAX_RESERVE_WINDOW_PCT};
 
 /// Most models in either of a key's model lists.
@@ -115,174 +114,86 @@ pub(crate) fn printable_word(text: &str) -> bool {
     text.chars().all(|c| !c.is_control() && !c.is_whitespace())
 }
 
-/// Changes to settings: each field given replaces the setting, `null` clears one that may be absent,
-/// fields left out stay. The API takes it as a JSON object (`PATCH /keys/{id}`, `PATCH /pools/{name}`),
-/// the CLI builds it from its flags, and [`Patch::apply`] is the one place it is checked and applied.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Patch(Map<String, Value>);
+/// A change to a key's settings (see `change`): each field given replaces the setting, `null` clears
+/// one that may be absent, fields left out stay. Flattened into a change to a key
+/// (`control::KeyChanges`), which the API takes (`PATCH /keys/{id}`) and the CLI builds from its flags.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
+#[serde(default, deny_unknown_fields)]
+#[ts(optional_fields)]
+pub struct KeySettingsChange {
+    /// A new priority tier.
+    #[serde(deserialize_with = "given", skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u8>,
+    /// A new soft daily token budget, or none.
+    #[serde(deserialize_with = "given", skip_serializing_if = "Option::is_none")]
+    pub daily_token_budget: Option<Option<u64>>,
+    /// The only models it is used for (empty: every model).
+    #[serde(deserialize_with = "given", skip_serializing_if = "Option::is_none")]
+    pub models: Option<Vec<String>>,
+    /// The models it is never used for.
+    #[serde(deserialize_with = "given", skip_serializing_if = "Option::is_none")]
+    pub exclude_models: Option<Vec<String>>,
+    /// A new share of its windows kept for its sessions, or none.
+    #[serde(deserialize_with = "given", skip_serializing_if = "Option::is_none")]
+    pub reserve_window_pct: Option<Option<u8>>,
+}
 
-impl Patch {
-    /// Sets `field` to `value` (`None` serializes as `null`: clear it).
-    pub fn set(&mut self, field: &str, value: impl Serialize) {
-        let value = serde_json::to_value(value).unwrap_or(Value::Null);
-        self.0.insert(field.to_owned(), value);
-    }
-
-    /// Adds `other`'s changes (its value wins for a field both give).
-    pub fn extend(&mut self, other: Patch) {
-        self.0.extend(other.0);
+impl KeySettingsChange {
+    /// Applies the change to `settings` (the values' checks are `KeySettings::validate`'s).
+    pub fn apply(&self, settings: &mut KeySettings) {
+        let Self { priority, daily_token_budget, models, exclude_models, reserve_window_pct } = self.clone();
+        settings.priority = priority.unwrap_or(settings.priority);
+        settings.daily_token_budget = daily_token_budget.unwrap_or(settings.daily_token_budget);
+        settings.models = models.unwrap_or(std::mem::take(&mut settings.models));
+        settings.exclude_models = exclude_models.unwrap_or(std::mem::take(&mut settings.exclude_models));
+        settings.reserve_window_pct = reserve_window_pct.unwrap_or(settings.reserve_window_pct);
     }
 
     /// Whether it changes nothing.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// The value given for `field`, if any.
-    pub fn get(&self, field: &str) -> Option<&Value> {
-        self.0.get(field)
-    }
-
-    /// `current` with the changes applied: refused, naming the field, if a field is not one of
-    /// `current`'s (the fields it serializes) or a value is not of the field's type. The values' own
-    /// checks (`validate`) are the caller's, on the whole result.
-    pub fn apply<T: Serialize + DeserializeOwned>(&self, current: &T) -> Result<T, String> {
-        let Ok(Value::Object(fields)) = serde_json::to_value(current) else {
-            return Err("these settings cannot be changed".into());
-        };
-        if let Some(unknown) = self.0.keys().find(|f| !fields.contains_key(*f)) {
-            let known: Vec<&str> = fields.keys().map(String::as_str).collect();
-            return Err(format!(
-                "unknown field `{unknown}`: the settings that can be changed are {}",
-                known.join(", ")
-            ));
-        }
-        let mut merged = fields.clone();
-        merged.extend(self.0.iter().map(|(f, v)| (f.clone(), v.clone())));
-        serde_json::from_value(Value::Object(merged)).map_err(|e| self.culprit::<T>(&fields, e))
-    }
-
-    /// The refusal of a change that does not read as `T`, naming the field whose value does not: each
-    /// change is tried alone on `fields` (the settings as they are).
-    fn culprit<T: DeserializeOwned>(&self, fields: &Map<String, Value>, whole: serde_json::Error) -> String {
-        let bad = self.0.iter().find_map(|(field, value)| {
-            let mut one = fields.clone();
-            one.insert(field.clone(), value.clone());
-            serde_json::from_value::<T>(Value::Object(one)).err().map(|e| (field, value, e))
-        });
-        match bad {
-            Some((field, value, e)) => {
-                let shown = value.to_string().chars().take(40).collect::<String>();
-                format!("{field} = {shown}: {}", clean(&e.to_string()))
-            }
-            None => clean(&whole.to_string()),
-        }
-    }
-}
-
-/// A serde message without its position in a JSON text nobody typed.
-fn clean(message: &str) -> String {
-    message.split(" at line ").next().unwrap_or(message).to_owned()
-}
-
-/// Leaves out of `table` (a key's or a pool's table in the config file) the settings at their default,
-/// so the file holds what the user set: `priority = 0`, `models = []` and `on_limit = "reserve"` are
-/// never written.
-pub fn drop_defaults(table: &mut toml_edit::Table) {
-    let defaults = defaults();
-    let default_of = |field: &str| defaults.iter().find_map(|d| d.get(field));
-    let at_default: Vec<String> = table
-        .iter()
-        .filter(|(field, item)| {
-            let Some(default) = default_of(field) else { return false };
-            let as_json = item.as_value().and_then(|v| serde_json::to_value(TomlValue(v)).ok());
-            as_json.as_ref() == Some(default)
-        })
-        .map(|(field, _)| field.to_owned())
-        .collect();
-    for field in at_default {
-        table.remove(&field);
-    }
-}
-
-/// The settings of a key and of a pool at their default, serialized (for [`drop_defaults`]): a pool's
-/// policies (`allow_priority = true`) among them.
-pub fn defaults() -> [Value; 3] {
-    [
-        serde_json::to_value(KeySettings::default()).unwrap_or(Value::Null),
-        serde_json::to_value(crate::budget::MoneyBudget::default()).unwrap_or(Value::Null),
-        serde_json::json!({ "allow_priority": true }),
-    ]
-}
-
-/// A TOML value as JSON, to compare with a default.
-struct TomlValue<'a>(&'a toml_edit::Value);
-
-impl Serialize for TomlValue<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeSeq as _;
-        match self.0 {
-            toml_edit::Value::String(v) => s.serialize_str(v.value()),
-            toml_edit::Value::Integer(v) => s.serialize_i64(*v.value()),
-            toml_edit::Value::Float(v) => s.serialize_f64(*v.value()),
-            toml_edit::Value::Boolean(v) => s.serialize_bool(*v.value()),
-            toml_edit::Value::Array(items) => {
-                let mut seq = s.serialize_seq(Some(items.len()))?;
-                for item in items {
-                    seq.serialize_element(&TomlValue(item))?;
-                }
-                seq.end()
-            }
-            // Dates and inline tables are no setting's default: never dropped.
-            _ => s.serialize_str("\u{0}not a default"),
-        }
+        *self == Self::default()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::{MoneyBudget, OnLimit};
+    use serde_json::Value;
 
-    #[test]
-    fn a_patch_replaces_what_it_names_clears_nulls_and_keeps_the_rest() {
-        let before = KeySettings { priority: 2, daily_token_budget: Some(9), ..KeySettings::default() };
-        let mut patch = Patch::default();
-        patch.set("daily_token_budget", None::<u64>);
-        patch.set("models", ["gpt-5.5"]);
-        let after = patch.apply(&before).expect("applies");
-        assert_eq!(after.priority, 2, "kept");
-        assert_eq!(after.daily_token_budget, None, "cleared");
-        assert_eq!(after.models, ["gpt-5.5"], "replaced");
+    fn read(body: Value) -> Result<KeySettingsChange, String> {
+        let settable = crate::change::names(&[serde_json::to_value(KeySettings::default()).expect("json")]);
+        crate::change::read(body, &settable)
     }
 
     #[test]
-    fn a_patch_names_an_unknown_field_and_a_value_of_the_wrong_type() {
-        let mut patch = Patch::default();
-        patch.set("secret", "sk-x");
-        let e = patch.apply(&KeySettings::default()).expect_err("unknown");
+    fn a_change_replaces_what_it_names_clears_nulls_and_keeps_the_rest() {
+        let mut settings = KeySettings { priority: 2, daily_token_budget: Some(9), ..KeySettings::default() };
+        let change = read(serde_json::json!({ "daily_token_budget": null, "models": ["gpt-5.5"] })).expect("reads");
+        change.apply(&mut settings);
+        assert_eq!(settings.priority, 2, "kept");
+        assert_eq!(settings.daily_token_budget, None, "cleared");
+        assert_eq!(settings.models, ["gpt-5.5"], "replaced");
+        let back: KeySettingsChange = serde_json::from_value(serde_json::to_value(&change).expect("json")).expect("");
+        assert_eq!(back, change, "a clear survives the trip from the CLI to a running gateway");
+    }
+
+    #[test]
+    fn a_change_names_an_unknown_field_and_a_value_of_the_wrong_type() {
+        let e = read(serde_json::json!({ "secret": "sk-x" })).expect_err("unknown");
         assert!(e.contains("unknown field `secret`") && e.contains("priority"), "{e}");
-        let mut patch = Patch::default();
-        patch.set("priority", "high");
-        let e = patch.apply(&KeySettings::default()).expect_err("text for a number");
+        let e = read(serde_json::json!({ "priority": "high" })).expect_err("text for a number");
         assert!(e.starts_with("priority = \"high\": invalid type"), "{e}");
-        let mut patch = Patch::default();
-        patch.set("on_limit", "never");
-        let e = patch.apply(&MoneyBudget::default()).expect_err("not a choice");
-        assert!(e.starts_with("on_limit = \"never\""), "{e}");
+        let e = read(serde_json::json!({ "priority": null })).expect_err("a priority cannot be absent");
+        assert!(e.starts_with("priority = null: invalid type"), "{e}");
+        let e = serde_json::from_value::<KeySettingsChange>(serde_json::json!({ "secret": 1 })).expect_err("");
+        assert!(e.to_string().contains("unknown field `secret`"), "refused by the type itself too: {e}");
     }
 
     #[test]
-    fn the_config_file_leaves_out_the_settings_at_their_default_only() {
-        let text = "id = \"k\"\npriority = 0\nmodels = []\nexclude_models = [\"m\"]\nreserve_at = 80\n\
-                    on_limit = \"reserve\"\ndaily_budget_usd = 0\n";
-        let mut doc: toml_edit::DocumentMut = text.parse().expect("toml");
-        drop_defaults(doc.as_table_mut());
-        let left: Vec<&str> = doc.iter().map(|(k, _)| k).collect();
-        assert_eq!(left, ["id", "exclude_models", "reserve_at", "daily_budget_usd"], "{doc}");
-        let money: MoneyBudget = toml::from_str(&doc.to_string()).expect("reads back");
-        assert_eq!((money.reserve_at, money.on_limit), (Some(80), OnLimit::Reserve));
+    fn a_change_names_every_setting_and_only_those() {
+        let every = serde_json::to_value(KeySettings::default()).expect("json");
+        let change: KeySettingsChange = serde_json::from_value(every.clone()).expect("every setting is changeable");
+        assert_eq!(serde_json::to_value(change).expect("json"), every, "and each is written back");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::keys::KeyId;
 use crate::markers::{Markers, OrgTag, RawTag};
-use crate::spend::ServiceTier;
+use crate::spend::Usage;
 
 /// Largest single SSE event (or JSON body) Keymux will rewrite. A `response.completed` carries the whole
 /// output, so this is generous; past it the stream is failed rather than relayed untagged.
@@ -54,93 +54,6 @@ impl Tagger {
             return None;
         }
         serde_json::to_vec(&value).ok()
-    }
-}
-
-/// Token counts a successful answer reported, and what they were billed in.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, ts_rs::TS)]
-pub struct Usage {
-    /// Prompt tokens (`input_tokens`, or `prompt_tokens` on Chat Completions).
-    pub input: u64,
-    /// Of those, served from the provider's prompt cache (`cached_tokens`).
-    pub cached: u64,
-    /// Output tokens.
-    pub output: u64,
-    /// Of the input, tokens written to the prompt cache (`cache_write_tokens`, on the models that
-    /// bill them apart; 0 elsewhere). Only the price reads it.
-    #[serde(skip)]
-    pub cache_write: u64,
-    /// The `service_tier` the answer says it was processed in (what the price is in; the Live view
-    /// shows it).
-    pub tier: ServiceTier,
-}
-
-impl Usage {
-    /// Reads a `usage` object of either API (billed in the standard tier until [`Usage::billed_in`]).
-    pub fn from_json(usage: &Value) -> Option<Self> {
-        Some(Self::from_priced(crate::spend::Usage::from_json(usage)?))
-    }
-
-    /// `from_json` over a `usage` object's text, without building a tree of it.
-    pub fn from_text(usage: &[u8]) -> Option<Self> {
-        Some(Self::from_priced(crate::spend::Usage::from_text(usage)?))
-    }
-
-    fn from_priced(read: crate::spend::Usage) -> Self {
-        Self {
-            input: read.input_tokens,
-            cached: read.cached_input_tokens,
-            output: read.output_tokens,
-            cache_write: read.cache_write_tokens,
-            tier: ServiceTier::Standard,
-        }
-    }
-
-    /// The same counts, billed in the answer's `service_tier`.
-    #[must_use]
-    pub fn billed_in(self, service_tier: Option<&str>) -> Self {
-        Self { tier: ServiceTier::from_response(service_tier), ..self }
-    }
-
-    /// The counts as the price table reads them.
-    pub fn priced(&self) -> crate::spend::Usage {
-        crate::spend::Usage {
-            input_tokens: self.input,
-            cached_input_tokens: self.cached,
-            cache_write_tokens: self.cache_write,
-            output_tokens: self.output,
-        }
-    }
-
-    /// The usage of a complete JSON answer (a Responses object or a chat completion): its top-level
-    /// `usage` and `service_tier`. The answer is walked, not parsed (`scan::top_level_values`: the
-    /// output it carries, most of its bytes, is jumped over), and only those two values are read; an
-    /// answer that spells keys with escapes, which no provider writes, is parsed instead.
-    pub fn from_body(body: &[u8]) -> Option<Self> {
-        if crate::markers::scan::has_ascii_escape(body) {
-            return Self::from_body_parsed(body);
-        }
-        Self::from_body_walked(body)
-    }
-
-    /// `from_body` of a body known to spell no key with escapes (a part of a text checked whole).
-    fn from_body_walked(body: &[u8]) -> Option<Self> {
-        let [usage, tier] = crate::markers::scan::top_level_values(body, [b"usage", b"service_tier"])?;
-        let tier = string_member(tier)?;
-        Some(Self::from_text(usage?)?.billed_in(tier.as_deref()))
-    }
-
-    /// `from_body` by a parser: everything but the two values is skipped by serde, without a tree.
-    fn from_body_parsed(body: &[u8]) -> Option<Self> {
-        #[derive(serde::Deserialize)]
-        struct Top {
-            #[serde(default)]
-            usage: Option<Value>,
-            #[serde(default)]
-            service_tier: Option<String>,
-        }
-        let top = serde_json::from_slice::<Top>(body).ok()?;
-        Some(Self::from_json(&top.usage?)?.billed_in(top.service_tier.as_deref()))
     }
 }
 
@@ -382,10 +295,10 @@ impl<'a> EndEvent<'a> {
             crate::markers::scan::top_level_values(json, [b"type", b"response", b"usage", b"service_tier", b"error"])?;
         let not_null = |raw: Option<&'a [u8]>| raw.filter(|r| *r != b"null");
         Some(Self {
-            kind: string_member(kind)?,
+            kind: crate::markers::scan::string_value(kind)?,
             response: not_null(response),
             usage: not_null(usage),
-            service_tier: string_member(tier)?,
+            service_tier: crate::markers::scan::string_value(tier)?,
             error: not_null(error).is_some(),
             walked: true,
         })
@@ -427,15 +340,6 @@ impl<'a> EndEvent<'a> {
     /// A top-level `usage` (a Chat Completions chunk), in the chunk's service tier.
     pub fn usage(&self) -> Option<Usage> {
         Some(Usage::from_text(self.usage?)?.billed_in(self.service_tier.as_deref()))
-    }
-}
-
-/// A member that must be a string when present: `Some(None)` when absent or null, `None` when it is
-/// something else (the event is then not read, as a parser would refuse it).
-fn string_member(raw: Option<&[u8]>) -> Option<Option<String>> {
-    match raw {
-        None | Some(b"null") => Some(None),
-        Some(raw) => serde_json::from_slice::<String>(raw).ok().map(Some),
     }
 }
 

@@ -10,6 +10,10 @@ use crate::secrets::Secret;
 pub const TOKEN_PREFIX: &str = "km-";
 /// The shortest client token Keymux accepts: anything shorter could be guessed by any local process.
 pub const MIN_TOKEN_LEN: usize = 24;
+/// The pool a token is bound to unless the user binds it to one of theirs: the built-in pool that
+/// holds every key (`pools::ALL`, the same). Declared with the tokens, so that what reads a request's
+/// token scope (its facts) need not know the pools.
+pub const ALL_POOL: &str = "all";
 
 /// Checks a client token a user supplies (`KEYMUX_CLIENT_TOKEN`). The message never repeats it.
 pub fn check_strength(token: &str) -> Result<(), String> {
@@ -51,7 +55,7 @@ impl TokenSet {
             .map(|(i, t)| Entry {
                 id: format!("t{i}"),
                 name: String::new(),
-                pool: crate::pools::ALL.to_owned(),
+                pool: ALL_POOL.to_owned(),
                 digest: digest(t.expose()),
             })
             .collect();
@@ -129,7 +133,7 @@ pub struct ClientScope {
 
 impl Default for ClientScope {
     fn default() -> Self {
-        Self { tag: String::new(), token: String::new(), pool: crate::pools::ALL.to_owned() }
+        Self { tag: String::new(), token: String::new(), pool: ALL_POOL.to_owned() }
     }
 }
 

@@ -359,7 +359,8 @@ export type ServiceTier = "standard" | "flex" | "priority" | "ultrafast" | "othe
 
 export type Usage = { 
 /**
- * Prompt tokens (`input_tokens`, or `prompt_tokens` on Chat Completions).
+ * Prompt tokens (`input_tokens`, or `prompt_tokens` on Chat Completions), cached and cache
+ * writes included.
  */
 input: number, 
 /**
@@ -367,7 +368,7 @@ input: number,
  */
 cached: number, 
 /**
- * Output tokens.
+ * Output tokens (`output_tokens`, or `completion_tokens`), reasoning tokens included.
  */
 output: number, 
 /**
@@ -1035,14 +1036,6 @@ key_ids: Array<KeyId>,
  */
 fallback: Array<string>, 
 /**
- * Whether its requests may ask for a tier above the standard one (`priority`, Fast mode).
- */
-allow_priority: boolean, 
-/**
- * The proxy its keys go out through (`None`: direct), never with a user or password.
- */
-proxy: string | null, 
-/**
  * The proxy's user and password are kept in the keychain (never shown).
  */
 proxy_login: boolean, 
@@ -1073,21 +1066,19 @@ budget_runs_out_unix_ms: number | null,
  */
 window_runs_out_unix_ms: number | null, 
 /**
- * Spent today, in US dollars.
+ * Whether its tokens' requests may ask for a service tier that bills above the standard one
+ * (`service_tier` `priority` or `fast`, Codex's Fast mode, and `ultrafast`: see
+ * [`above_standard`]). `false`: such a request is sent with `service_tier: "default"`, and its
+ * decision says so. Default `true`.
  */
-spend_today_usd: number, 
+allow_priority: boolean, 
 /**
- * Spent this month, in US dollars.
+ * The proxy every upstream request of its keys goes through (`None`: direct): `http://host:port`,
+ * `https://…`, `socks5://…` or `socks5h://…`, probes and WebSockets included; never sent direct
+ * when it cannot be reached. Never with a user or password (see [`check_proxy`]): those are kept
+ * in the keychain, and the pool's `proxy_login` says so.
  */
-spend_month_usd: number, 
-/**
- * Requests today that had no price (not counted in the spend, and not $0).
- */
-unpriced_requests_today: number, 
-/**
- * Requests this month that had no price.
- */
-unpriced_requests_month: number, 
+proxy: string | null, 
 /**
  * US dollars per local day.
  */
@@ -1103,7 +1094,23 @@ reserve_at: number | null,
 /**
  * At 100 %: `reserve` (sessions already on it go on) or `stop` (refuse everything).
  */
-on_limit: OnLimit, };
+on_limit: OnLimit, 
+/**
+ * Spent today, in US dollars.
+ */
+spend_today_usd: number, 
+/**
+ * Spent this month, in US dollars.
+ */
+spend_month_usd: number, 
+/**
+ * Requests today that had no price (not counted in the spend, and not $0).
+ */
+unpriced_requests_today: number, 
+/**
+ * Requests this month that had no price.
+ */
+unpriced_requests_month: number, };
 
 export type PoolConfig = { 
 /**
@@ -1120,6 +1127,11 @@ keys: Array<string>,
  */
 fallback: Array<string>, 
 /**
+ * The proxy's user and password are kept in the keychain (account `proxy:<pool>`), set with the
+ * proxy URL through the CLI, the API or the dashboard (`http://user:password@host:port`).
+ */
+proxy_login?: boolean, 
+/**
  * Whether its tokens' requests may ask for a service tier that bills above the standard one
  * (`service_tier` `priority` or `fast`, Codex's Fast mode, and `ultrafast`: see
  * [`above_standard`]). `false`: such a request is sent with `service_tier: "default"`, and its
@@ -1127,17 +1139,12 @@ fallback: Array<string>,
  */
 allow_priority: boolean, 
 /**
- * The HTTP proxy every upstream request of its keys goes through (`http://host:port` or
- * `https://…`; SOCKS is not supported), probes and WebSockets included; never sent direct when it
- * cannot be reached. Never with a user or password (see [`check_proxy`]): those are kept in the
- * keychain, and `proxy_login` says so.
+ * The proxy every upstream request of its keys goes through (`None`: direct): `http://host:port`,
+ * `https://…`, `socks5://…` or `socks5h://…`, probes and WebSockets included; never sent direct
+ * when it cannot be reached. Never with a user or password (see [`check_proxy`]): those are kept
+ * in the keychain, and the pool's `proxy_login` says so.
  */
-proxy?: string | null, 
-/**
- * The proxy's user and password are kept in the keychain (account `proxy:<pool>`), set with the
- * proxy URL through the CLI, the API or the dashboard (`http://user:password@host:port`).
- */
-proxy_login?: boolean, 
+proxy: string | null, 
 /**
  * US dollars per local day.
  */
@@ -1811,9 +1818,185 @@ not_imported: Array<NotImported>,
  */
 notes: Array<string>, };
 
-export type KeyChanges = Partial<{ label: string } & KeySettings & MoneyBudget>;
+export type PoolPolicies = { 
+/**
+ * Whether its tokens' requests may ask for a service tier that bills above the standard one
+ * (`service_tier` `priority` or `fast`, Codex's Fast mode, and `ultrafast`: see
+ * [`above_standard`]). `false`: such a request is sent with `service_tier: "default"`, and its
+ * decision says so. Default `true`.
+ */
+allow_priority: boolean, 
+/**
+ * The proxy every upstream request of its keys goes through (`None`: direct): `http://host:port`,
+ * `https://…`, `socks5://…` or `socks5h://…`, probes and WebSockets included; never sent direct
+ * when it cannot be reached. Never with a user or password (see [`check_proxy`]): those are kept
+ * in the keychain, and the pool's `proxy_login` says so.
+ */
+proxy: string | null, 
+/**
+ * US dollars per local day.
+ */
+daily_budget_usd: number | null, 
+/**
+ * US dollars per local month.
+ */
+monthly_budget_usd: number | null, 
+/**
+ * Percent of a budget (1 to 100) past which no new sessions start (absent: 100).
+ */
+reserve_at: number | null, 
+/**
+ * At 100 %: `reserve` (sessions already on it go on) or `stop` (refuse everything).
+ */
+on_limit: OnLimit, };
 
-export type PoolChanges = Partial<{ keys: Array<string>, fallback: Array<string>, allow_priority: boolean, proxy: string | null } & MoneyBudget>;
+export type KeySettingsChange = { 
+/**
+ * A new priority tier.
+ */
+priority?: number, 
+/**
+ * A new soft daily token budget, or none.
+ */
+daily_token_budget?: number | null, 
+/**
+ * The only models it is used for (empty: every model).
+ */
+models?: Array<string>, 
+/**
+ * The models it is never used for.
+ */
+exclude_models?: Array<string>, 
+/**
+ * A new share of its windows kept for its sessions, or none.
+ */
+reserve_window_pct?: number | null, };
+
+export type MoneyBudgetChange = { 
+/**
+ * A new budget per local day, or none.
+ */
+daily_budget_usd?: number | null, 
+/**
+ * A new budget per local month, or none.
+ */
+monthly_budget_usd?: number | null, 
+/**
+ * A new reserve threshold, or none (100).
+ */
+reserve_at?: number | null, 
+/**
+ * What happens at 100 % from now on.
+ */
+on_limit?: OnLimit, };
+
+export type PoolPoliciesChange = { 
+/**
+ * Whether its requests may ask for a tier above the standard one from now on.
+ */
+allow_priority?: boolean, 
+/**
+ * A new proxy (a user and password in it go to the keychain), or none: direct.
+ */
+proxy?: string | null, 
+/**
+ * A new budget per local day, or none.
+ */
+daily_budget_usd?: number | null, 
+/**
+ * A new budget per local month, or none.
+ */
+monthly_budget_usd?: number | null, 
+/**
+ * A new reserve threshold, or none (100).
+ */
+reserve_at?: number | null, 
+/**
+ * What happens at 100 % from now on.
+ */
+on_limit?: OnLimit, };
+
+export type KeyChanges = { 
+/**
+ * A new label.
+ */
+label?: string, 
+/**
+ * A new priority tier.
+ */
+priority?: number, 
+/**
+ * A new soft daily token budget, or none.
+ */
+daily_token_budget?: number | null, 
+/**
+ * The only models it is used for (empty: every model).
+ */
+models?: Array<string>, 
+/**
+ * The models it is never used for.
+ */
+exclude_models?: Array<string>, 
+/**
+ * A new share of its windows kept for its sessions, or none.
+ */
+reserve_window_pct?: number | null, 
+/**
+ * A new budget per local day, or none.
+ */
+daily_budget_usd?: number | null, 
+/**
+ * A new budget per local month, or none.
+ */
+monthly_budget_usd?: number | null, 
+/**
+ * A new reserve threshold, or none (100).
+ */
+reserve_at?: number | null, 
+/**
+ * What happens at 100 % from now on.
+ */
+on_limit?: OnLimit, };
+
+export type PoolChanges = { 
+/**
+ * Its keys, by label or id.
+ */
+keys?: Array<string>, 
+/**
+ * Its fallback pools, in order.
+ */
+fallback?: Array<string>, 
+/**
+ * Whether its requests may ask for a tier above the standard one from now on.
+ */
+allow_priority?: boolean, 
+/**
+ * A new proxy (a user and password in it go to the keychain), or none: direct.
+ */
+proxy?: string | null, 
+/**
+ * A new budget per local day, or none.
+ */
+daily_budget_usd?: number | null, 
+/**
+ * A new budget per local month, or none.
+ */
+monthly_budget_usd?: number | null, 
+/**
+ * A new reserve threshold, or none (100).
+ */
+reserve_at?: number | null, 
+/**
+ * What happens at 100 % from now on.
+ */
+on_limit?: OnLimit, };
+
+export const DEFAULT_KEY_SETTINGS: KeySettings = {"priority":0,"daily_token_budget":null,"models":[],"exclude_models":[],"reserve_window_pct":null};
+
+export const DEFAULT_MONEY_BUDGET: MoneyBudget = {"daily_budget_usd":null,"monthly_budget_usd":null,"reserve_at":null,"on_limit":"reserve"};
+
+export const DEFAULT_POOL_POLICIES: PoolPolicies = {"allow_priority":true,"proxy":null,"daily_budget_usd":null,"monthly_budget_usd":null,"reserve_at":null,"on_limit":"reserve"};
 
 export type ClientChecked = { 
 /**

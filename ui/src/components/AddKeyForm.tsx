@@ -1,11 +1,10 @@
 import { useRef, useState } from "preact/hooks";
 import { messageOf, post } from "../api/client";
-import type { KeyInfo, NewKey, ProviderId } from "../api/types";
+import { DEFAULT_KEY_SETTINGS, DEFAULT_MONEY_BUDGET, type KeyInfo, type NewKey, type ProviderId } from "../api/types";
 import { probeVerdict } from "../lib/keys";
 import { PROVIDER } from "../lib/words";
 import { refreshStatus } from "../state/store";
 import { Notice } from "./Notice";
-import { NO_BUDGET } from "./MoneyFields";
 
 /**
  * Adds a key. The secret is read from its field when the form is sent, goes to the gateway once and is
@@ -17,7 +16,7 @@ export function AddKeyForm({ onDone }: { onDone?: () => void }) {
   const [provider, setProvider] = useState<ProviderId>("openai");
   const [baseUrl, setBaseUrl] = useState("");
   const [org, setOrg] = useState("");
-  const [priority, setPriority] = useState("0");
+  const [priority, setPriority] = useState(String(DEFAULT_KEY_SETTINGS.priority));
   const [budget, setBudget] = useState("");
   const [busy, setBusy] = useState(false);
   const [result, setResult] = useState<{ ok: boolean; text: string } | null>(null);
@@ -27,16 +26,14 @@ export function AddKeyForm({ onDone }: { onDone?: () => void }) {
     const field = secretRef.current;
     if (!field) return;
     const body: NewKey = {
+      ...DEFAULT_KEY_SETTINGS,
+      ...DEFAULT_MONEY_BUDGET,
       label: label.trim(),
       provider,
       base_url: baseUrl.trim() || null,
       org: org.trim() || null,
-      priority: Number(priority) || 0,
+      priority: Number(priority) || DEFAULT_KEY_SETTINGS.priority,
       daily_token_budget: budget.trim() ? Number(budget) : null,
-      models: [],
-      exclude_models: [],
-      reserve_window_pct: null,
-      ...NO_BUDGET,
       secret: field.value,
     };
     field.value = "";
@@ -49,7 +46,7 @@ export function AddKeyForm({ onDone }: { onDone?: () => void }) {
       setBaseUrl("");
       setOrg("");
       setBudget("");
-      setPriority("0");
+      setPriority(String(DEFAULT_KEY_SETTINGS.priority));
       await refreshStatus();
       onDone?.();
     } catch (err) {

@@ -1,4 +1,4 @@
-import type { MoneyBudget, OnLimit } from "../api/types";
+import { DEFAULT_MONEY_BUDGET, type MoneyBudget, type MoneyBudgetChange, type OnLimit } from "../api/types";
 import { usd } from "../lib/format";
 
 /** A budget in money as a form holds it: text as typed, empty for none. */
@@ -14,17 +14,10 @@ export const text = (v: number | null | undefined) => (v === null || v === undef
 /** A form field's number, or null when empty. */
 export const numberOrNull = (v: string) => (v.trim() ? Number(v) : null);
 
-/** No budget in money: a new key's until the user sets one. */
-export const NO_BUDGET: MoneyBudget = { daily_budget_usd: null, monthly_budget_usd: null, reserve_at: null, on_limit: "reserve" };
-
-/** The form's text for a key's or a pool's budget (a new pool's: all empty). */
+/** The form's text for a key's or a pool's budget (a new pool's: the defaults). */
 export function moneyOf(budget: MoneyBudget | null): Money {
-  return {
-    daily: text(budget?.daily_budget_usd),
-    monthly: text(budget?.monthly_budget_usd),
-    reserveAt: text(budget?.reserve_at),
-    onLimit: budget?.on_limit ?? "reserve",
-  };
+  const b = budget ?? DEFAULT_MONEY_BUDGET;
+  return { daily: text(b.daily_budget_usd), monthly: text(b.monthly_budget_usd), reserveAt: text(b.reserve_at), onLimit: b.on_limit };
 }
 
 /** The whole budget the form says (a new pool's). */
@@ -37,16 +30,17 @@ export function budgetOf(money: Money): MoneyBudget {
   };
 }
 
-/** The budget fields that differ from `budget`'s now (every one set, for a new pool), as changes. */
-export function moneyChanges(money: Money, budget: MoneyBudget | null): Partial<MoneyBudget> {
-  const out: Partial<MoneyBudget> = {};
+/** The budget fields that differ from `budget`'s now (from the defaults, for a new pool), as changes. */
+export function moneyChanges(money: Money, budget: MoneyBudget | null): MoneyBudgetChange {
+  const before = budget ?? DEFAULT_MONEY_BUDGET;
+  const out: MoneyBudgetChange = {};
   const daily = numberOrNull(money.daily);
   const monthly = numberOrNull(money.monthly);
   const reserveAt = numberOrNull(money.reserveAt);
-  if (daily !== (budget?.daily_budget_usd ?? null)) out.daily_budget_usd = daily;
-  if (monthly !== (budget?.monthly_budget_usd ?? null)) out.monthly_budget_usd = monthly;
-  if (reserveAt !== (budget?.reserve_at ?? null)) out.reserve_at = reserveAt;
-  if (money.onLimit !== (budget?.on_limit ?? "reserve")) out.on_limit = money.onLimit;
+  if (daily !== before.daily_budget_usd) out.daily_budget_usd = daily;
+  if (monthly !== before.monthly_budget_usd) out.monthly_budget_usd = monthly;
+  if (reserveAt !== before.reserve_at) out.reserve_at = reserveAt;
+  if (money.onLimit !== before.on_limit) out.on_limit = money.onLimit;
   return out;
 }
 

@@ -1,6 +1,6 @@
 import { useState } from "preact/hooks";
 import { messageOf, patch, post } from "../api/client";
-import type { PoolChanges, PoolConfig, PoolInfo } from "../api/types";
+import { DEFAULT_POOL_POLICIES, type PoolChanges, type PoolConfig, type PoolInfo } from "../api/types";
 import { HEALTH } from "../lib/words";
 import { keys, keysById, pools, refreshStatus } from "../state/store";
 import { Dialog } from "./Dialog";
@@ -32,8 +32,8 @@ export function PoolForm({ pool, onClose, onDone }: Props) {
   const [chosen, setChosen] = useState<string[]>(() => labelsOf(pool));
   const [fallback, setFallback] = useState<string[]>(pool?.fallback ?? []);
   const [money, setMoney] = useState<Money>(() => moneyOf(pool));
-  const [allowPriority, setAllowPriority] = useState(pool?.allow_priority ?? true);
-  const [proxy, setProxy] = useState(pool?.proxy ?? "");
+  const [allowPriority, setAllowPriority] = useState((pool ?? DEFAULT_POOL_POLICIES).allow_priority);
+  const [proxy, setProxy] = useState((pool ?? DEFAULT_POOL_POLICIES).proxy ?? "");
   const [reviewing, setReviewing] = useState(false);
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<string | null>(null);

@@ -1,5 +1,5 @@
 // Builders the component tests share: API values with sensible defaults, overridden per test.
-import type { Decision, KeyInfo, PoolInfo } from "../api/types";
+import { DEFAULT_POOL_POLICIES, type Decision, type KeyInfo, type PoolInfo } from "../api/types";
 
 export function decision(over: Partial<Decision> = {}): Decision {
   return {
@@ -78,8 +78,7 @@ export function poolInfo(name: string, keyIds: string[], over: Partial<PoolInfo>
     keys: keyIds.map((k) => k.replace(/^k_/, "")),
     key_ids: keyIds,
     fallback: [],
-    allow_priority: true,
-    proxy: null,
+    ...DEFAULT_POOL_POLICIES,
     proxy_login: false,
     tokens: [],
     usable: keyIds.length,
@@ -88,10 +87,6 @@ export function poolInfo(name: string, keyIds: string[], over: Partial<PoolInfo>
     spend_month_usd: 0,
     unpriced_requests_today: 0,
     unpriced_requests_month: 0,
-    daily_budget_usd: null,
-    monthly_budget_usd: null,
-    reserve_at: null,
-    on_limit: "reserve",
     budget: { state: "open" },
     budget_runs_out_unix_ms: null,
     window_runs_out_unix_ms: null,

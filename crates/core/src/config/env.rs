@@ -1,6 +1,7 @@
 //! The `KEYMUX_*` variables that add ephemeral keys (and their settings) for headless use.
 
 use super::*;
+use crate::pools::PoolPolicies;
 
 /// A key supplied by the environment: `KEYMUX_KEY_<LABEL>=sk-...`, with optional
 /// `KEYMUX_KEY_<LABEL>_BASE_URL`, `_ORG` and `_PROVIDER`.
@@ -160,13 +161,16 @@ fn env_pools(vars: &BTreeMap<String, String>) -> Result<EnvPools, String> {
         let pool = rest.to_ascii_lowercase();
         crate::pools::check_name(&pool).map_err(|e| format!("{name}: {e}"))?;
         let keys = value.split(',').map(str::trim).filter(|k| !k.is_empty()).map(str::to_owned).collect();
-        let allow_priority = match vars.get(&format!("{name}_ALLOW_PRIORITY")).map(|v| v.trim().to_ascii_lowercase()) {
-            None => true,
-            Some(v) if ["true", "1", "yes"].contains(&v.as_str()) => true,
-            Some(v) if ["false", "0", "no"].contains(&v.as_str()) => false,
-            Some(_) => return Err(format!("{name}_ALLOW_PRIORITY: use true or false")),
-        };
-        let (proxy, login) = match vars.get(&format!("{name}_PROXY")).filter(|v| !v.trim().is_empty()) {
+        let mut policies = PoolPolicies::default();
+        policies.allow_priority =
+            match vars.get(&format!("{name}_ALLOW_PRIORITY")).map(|v| v.trim().to_ascii_lowercase()) {
+                None => policies.allow_priority,
+                Some(v) if ["true", "1", "yes"].contains(&v.as_str()) => true,
+                Some(v) if ["false", "0", "no"].contains(&v.as_str()) => false,
+                Some(_) => return Err(format!("{name}_ALLOW_PRIORITY: use true or false")),
+            };
+        let login;
+        (policies.proxy, login) = match vars.get(&format!("{name}_PROXY")).filter(|v| !v.trim().is_empty()) {
             // The message never quotes a user or password the URL carries (`pools::safe_proxy`).
             Some(url) => {
                 let (url, login) = crate::pools::split_proxy(url).map_err(|e| format!("{name}_PROXY: {e}"))?;
@@ -178,7 +182,7 @@ fn env_pools(vars: &BTreeMap<String, String>) -> Result<EnvPools, String> {
         if let Some(login) = login {
             logins.push((pool.clone(), crate::secrets::Secret::new(login)));
         }
-        pools.push(PoolConfig { name: pool, keys, allow_priority, proxy, proxy_login, ..PoolConfig::default() });
+        pools.push(PoolConfig { name: pool, keys, fallback: Vec::new(), policies, proxy_login });
     }
     Ok((pools, logins))
 }

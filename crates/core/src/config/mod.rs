@@ -14,6 +14,7 @@ use crate::pools::PoolConfig;
 use crate::secrets::Secret;
 use crate::spend::{PriceError, PriceOverrides, PriceTable};
 
+pub mod defaults;
 mod env;
 mod locate;
 pub use env::{EnvKey, EnvSecrets, EnvToken};
@@ -355,7 +356,7 @@ impl Config {
         let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| invalid(e.to_string()))?;
         for list in ["keys", "pools"] {
             let tables = doc.get_mut(list).and_then(toml_edit::Item::as_array_of_tables_mut);
-            tables.into_iter().flat_map(|a| a.iter_mut()).for_each(crate::key_settings::drop_defaults);
+            tables.into_iter().flat_map(|a| a.iter_mut()).for_each(defaults::drop_defaults);
         }
         let text = doc.to_string();
         let tmp = path.with_extension("toml.tmp");

@@ -188,9 +188,12 @@ fn env_pools_take_their_policies_from_their_attributes() {
     let env = EnvSecrets::from_vars(vars).expect("valid");
     assert_eq!(env.pools.len(), 2, "the attributes are not pools of their own: {:?}", env.pools);
     let work = env.pools.iter().find(|p| p.name == "work").expect("work");
-    assert_eq!((work.allow_priority, work.proxy.as_deref()), (false, Some("http://proxy.example:3128")));
+    assert_eq!(
+        (work.policies.allow_priority, work.policies.proxy.as_deref()),
+        (false, Some("http://proxy.example:3128"))
+    );
     let home = env.pools.iter().find(|p| p.name == "home").expect("home");
-    assert_eq!((home.allow_priority, home.proxy.as_deref()), (true, None));
+    assert_eq!((home.policies.allow_priority, home.policies.proxy.as_deref()), (true, None));
     let bad = |name: &str, value: &str| {
         let vars = [("KEYMUX_POOL_WORK", "a"), (name, value)].map(|(a, b)| (a.to_owned(), b.to_owned()));
         EnvSecrets::from_vars(vars).expect_err("refused")
@@ -202,7 +205,7 @@ fn env_pools_take_their_policies_from_their_attributes() {
     let vars = [("KEYMUX_POOL_WORK", "a"), ("KEYMUX_POOL_WORK_PROXY", "http://bob:hunter2@proxy.example:3128")]
         .map(|(a, b)| (a.to_owned(), b.to_owned()));
     let env = EnvSecrets::from_vars(vars).expect("valid");
-    assert_eq!(env.pools[0].proxy.as_deref(), Some("http://proxy.example:3128"));
+    assert_eq!(env.pools[0].policies.proxy.as_deref(), Some("http://proxy.example:3128"));
     assert!(env.pools[0].proxy_login);
     assert_eq!(
         env.proxy_logins.iter().map(|(p, s)| (p.as_str(), s.expose())).collect::<Vec<_>>(),
@@ -217,6 +220,25 @@ fn pool_policies_are_read_from_the_config_file_with_their_defaults() {
                 false\nproxy = \"http://127.0.0.1:3128\"\n\n[[pools]]\nname = \"home\"\nkeys = [\"w\"]\nproxy = \
                 \"http://127.0.0.1:3128\"\n";
     let config = Config::parse(text, std::path::Path::new("c.toml")).expect("valid");
-    assert_eq!((config.pools[0].allow_priority, config.pools[1].allow_priority), (false, true));
-    assert_eq!(config.pools[0].proxy.as_deref(), Some("http://127.0.0.1:3128"));
+    assert_eq!((config.pools[0].policies.allow_priority, config.pools[1].policies.allow_priority), (false, true));
+    assert_eq!(config.pools[0].policies.proxy.as_deref(), Some("http://127.0.0.1:3128"));
+}
+
+#[test]
+fn the_config_file_leaves_out_the_settings_at_their_default_only() {
+    use super::defaults::drop_defaults;
+    use crate::budget::MoneyBudget;
+    let text = "id = \"k\"\npriority = 0\nmodels = []\nexclude_models = [\"m\"]\nreserve_at = 80\n\
+                on_limit = \"reserve\"\ndaily_budget_usd = 0\n";
+    let mut doc: toml_edit::DocumentMut = text.parse().expect("toml");
+    drop_defaults(doc.as_table_mut());
+    let left: Vec<&str> = doc.iter().map(|(k, _)| k).collect();
+    assert_eq!(left, ["id", "exclude_models", "reserve_at", "daily_budget_usd"], "{doc}");
+    let money: MoneyBudget = toml::from_str(&doc.to_string()).expect("reads back");
+    assert_eq!((money.reserve_at, money.on_limit), (Some(80), OnLimit::Reserve));
+    for (written, kept) in [("allow_priority = true\n", false), ("allow_priority = false\n", true)] {
+        let mut pool: toml_edit::DocumentMut = format!("name = \"work\"\n{written}").parse().expect("toml");
+        drop_defaults(pool.as_table_mut());
+        assert_eq!(pool.contains_key("allow_priority"), kept, "{written}");
+    }
 }

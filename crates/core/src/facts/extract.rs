@@ -1,39 +1,15 @@
 //! Reading a request's facts once from its method, path, headers and body, and the body to forward
 //! with Keymux's markers removed. Bodies are otherwise never changed here: clients send fields no
-//! schema knows, and they are forwarded as they are.
+//! schema knows, and they are forwarded as they are. The body's fields are read by `body`, what ties
+//! the request to its session by `session`.
 
 use bytes::Bytes;
 use http::HeaderMap;
-use serde::Deserialize;
 
-use super::{AffinitySource, ClientKind, Operation, RequestFacts, Signal};
-use crate::markers::{Field, MarkerError, Markers, Pin};
-
-/// Most bytes of a `prompt_cache_key` Keymux uses.
-pub const MAX_CACHE_KEY_BYTES: usize = 256;
-
-/// A usable `prompt_cache_key`: a non-empty string of at most 256 bytes, with no leading or trailing
-/// whitespace and no control characters. Anything else is ignored (never an error, never changed).
-pub fn valid_cache_key(value: &serde_json::Value) -> Option<&str> {
-    valid_id(value.as_str()?)
-}
-
-/// A usable session, thread or cache id: by the same rules as [`valid_cache_key`].
-fn valid_id(s: &str) -> Option<&str> {
-    let ok = !s.is_empty() && s.len() <= MAX_CACHE_KEY_BYTES && s.trim() == s && !s.chars().any(char::is_control);
-    ok.then_some(s)
-}
-
-/// A body that cannot be forwarded.
-#[derive(Debug, thiserror::Error)]
-pub enum FactsError {
-    /// Not the JSON object the endpoint takes.
-    #[error("{0}")]
-    Body(String),
-    /// A marker that must not be used.
-    #[error(transparent)]
-    Marker(#[from] MarkerError),
-}
+use super::body::{self, FactsError};
+use super::session::{self, Sender};
+use super::{ClientKind, Operation, RequestFacts};
+use crate::markers::{Field, Markers, Pin};
 
 /// The facts, and the path and body to forward (markers removed).
 #[derive(Debug)]
@@ -45,46 +21,6 @@ pub struct Extracted {
     /// The body with every marker removed; the same bytes when it had none.
     pub body: Bytes,
 }
-
-#[derive(Deserialize)]
-struct Peek<'a> {
-    #[serde(default)]
-    model: Option<serde_json::Value>,
-    #[serde(default)]
-    prompt_cache_key: Option<serde_json::Value>,
-    #[serde(default)]
-    previous_response_id: Option<serde_json::Value>,
-    /// Read only for a prompt without a `prompt_cache_key` (Codex's instructions run to tens of KB).
-    #[serde(borrow, default)]
-    instructions: Option<&'a serde_json::value::RawValue>,
-    #[serde(borrow, default)]
-    input: Option<&'a serde_json::value::RawValue>,
-    #[serde(borrow, default)]
-    messages: Option<&'a serde_json::value::RawValue>,
-    #[serde(default)]
-    stream: Option<serde_json::Value>,
-    #[serde(default)]
-    service_tier: Option<serde_json::Value>,
-    #[serde(borrow, default)]
-    client_metadata: Option<&'a serde_json::value::RawValue>,
-}
-
-/// The ids Codex puts in a request's `client_metadata` (each `response.create` on a WebSocket has its
-/// own): the thread it belongs to, and its session (the root thread).
-#[derive(Deserialize, Default)]
-struct ClientMetadata<'a> {
-    #[serde(borrow, default)]
-    thread_id: Option<std::borrow::Cow<'a, str>>,
-    #[serde(borrow, default)]
-    session_id: Option<std::borrow::Cow<'a, str>>,
-    /// Over a WebSocket, the turn's Responses-Lite header as Codex projects it (`"true"`).
-    #[serde(borrow, default, rename = "ws_request_header_x_openai_internal_codex_responses_lite")]
-    responses_lite: Option<std::borrow::Cow<'a, str>>,
-}
-
-const MODEL_DISPLAY_CAP: usize = 128;
-/// Most bytes of a requested `service_tier` kept (the tiers are short words).
-const TIER_CAP: usize = 32;
 
 /// A request as it arrived: what `extract` reads.
 #[derive(Clone, Copy, Debug)]
@@ -123,32 +59,12 @@ pub fn extract(incoming: &Incoming<'_>, markers: &Markers) -> Result<Extracted, 
     if !operation.has_json_body() {
         return Ok(Extracted { facts, path, body: body.clone() });
     }
-    let peek = peek(body)?;
-    facts.model = model_of(&peek)?;
+    let peek = body::peek(body)?;
+    facts.model = body::model_of(&peek)?;
     facts.stream = matches!(peek.stream, Some(serde_json::Value::Bool(true)));
-    facts.service_tier = peek.service_tier.as_ref().and_then(serde_json::Value::as_str).map(|t| truncate(t, TIER_CAP));
-    let digest = markers.digest();
-    let session_scope = match incoming.pool {
-        crate::pools::ALL => std::borrow::Cow::Borrowed(operation_scope(operation)),
-        pool => std::borrow::Cow::Owned(format!("{}@{pool}", operation_scope(operation))),
-    };
-    let sent_metadata = client_metadata(&peek);
-    // Codex's WebSocket turns say whether they are Lite in their own client_metadata (the key is there
-    // only when one is).
-    facts.lite_turn =
-        sent_metadata.as_ref().map(|own| own.responses_lite.as_deref().is_some_and(|v| v.eq_ignore_ascii_case("true")));
-    let metadata = sent_metadata.unwrap_or_default();
-    let [thread, root] = codex_ids(&metadata, incoming.headers);
-    // A thread is a session of its own (subagents of one session may share its `prompt_cache_key`,
-    // but not its encrypted state); for a root thread the id is its `prompt_cache_key`, so the
-    // digest is the same either way.
-    let session = thread.or_else(|| peek.prompt_cache_key.as_ref().and_then(valid_cache_key));
-    facts.session = session.map(|k| digest.session(&session_scope, k));
-    facts.parent = match (thread, root) {
-        (Some(thread), Some(root)) if thread != root => Some(digest.session(&session_scope, root)),
-        _ => None,
-    };
-    facts.signal = signal(&peek, operation, [incoming.scope, incoming.pool], facts.model.as_deref(), markers);
+    facts.service_tier = body::service_tier_of(&peek);
+    let sender = Sender { scope: incoming.scope, pool: incoming.pool, headers: incoming.headers };
+    session::read(&peek, operation, &sender, markers, &mut facts);
     let stripped = markers.strip(body)?;
     let (continuity, pins): (Vec<Pin>, Vec<Pin>) =
         stripped.pins.into_iter().partition(|p| p.field == Field::ResponseId);
@@ -163,62 +79,6 @@ pub fn extract(incoming: &Incoming<'_>, markers: &Markers) -> Result<Extracted, 
         std::borrow::Cow::Owned(v) => Bytes::from(v),
     };
     Ok(Extracted { facts, path, body })
-}
-
-/// The request's `client_metadata`, when it is an object with string ids (anything else is ignored,
-/// never an error: the body goes on as it is).
-fn client_metadata<'a>(peek: &Peek<'a>) -> Option<ClientMetadata<'a>> {
-    peek.client_metadata.and_then(|raw| serde_json::from_str(raw.get()).ok())
-}
-
-/// Codex's thread id and session id (the root thread's): each from the request's own
-/// `client_metadata` (read per request, so a WebSocket's turns each say theirs), else from the
-/// `thread-id` and `session-id` headers (an HTTP request's, or a WebSocket's handshake).
-fn codex_ids<'a>(metadata: &'a ClientMetadata<'_>, headers: &'a HeaderMap) -> [Option<&'a str>; 2] {
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).and_then(valid_id);
-    let pick = |own: &'a Option<std::borrow::Cow<'_, str>>, name: &str| {
-        own.as_deref().and_then(valid_id).or_else(|| header(name))
-    };
-    [pick(&metadata.thread_id, "thread-id"), pick(&metadata.session_id, "session-id")]
-}
-
-/// Reads the top-level fields routing needs, with an error that says what is wrong with the body.
-fn peek(body: &Bytes) -> Result<Peek<'_>, FactsError> {
-    match body.iter().find(|b| !b.is_ascii_whitespace()) {
-        None => return Err(FactsError::Body("the body is empty; this endpoint takes a JSON object".into())),
-        // A struct would also take an array, by position.
-        Some(b) if *b != b'{' => return Err(FactsError::Body("the body must be a JSON object".into())),
-        Some(_) => {}
-    }
-    serde_json::from_slice(body).map_err(|e| {
-        let text = e.to_string();
-        let message = if let Some(rest) = text.strip_prefix("duplicate field ") {
-            let name = rest.split('`').nth(1).unwrap_or("a field");
-            format!("the body names `{name}` more than once; send each field once")
-        } else if e.is_data() {
-            "the body must be a JSON object".to_owned()
-        } else {
-            text
-        };
-        FactsError::Body(message)
-    })
-}
-
-/// The `model`, which must be a string when present.
-fn model_of(peek: &Peek<'_>) -> Result<Option<String>, FactsError> {
-    match &peek.model {
-        None | Some(serde_json::Value::Null) => Ok(None),
-        Some(serde_json::Value::String(m)) => Ok(Some(truncate(m, MODEL_DISPLAY_CAP))),
-        Some(other) => Err(FactsError::Body(format!(
-            "`model` must be a string naming the model, not {}",
-            match other {
-                serde_json::Value::Bool(_) => "a boolean",
-                serde_json::Value::Number(_) => "a number",
-                serde_json::Value::Array(_) => "an array",
-                _ => "an object",
-            }
-        ))),
-    }
 }
 
 /// Restores the provider's id in `/v1/responses/{id}…` and records the key its marker names.
@@ -245,110 +105,11 @@ fn untag_path(path: &str, markers: &Markers, facts: &mut RequestFacts) -> Result
     Ok(if tail.is_empty() { format!("/v1/responses/{original}") } else { format!("/v1/responses/{original}/{tail}") })
 }
 
-/// The soft-affinity signal of a create request: its valid `prompt_cache_key`, or else a digest of the
-/// prompt prefix (instructions, then system and developer content, then the first user message).
-fn signal(
-    peek: &Peek<'_>,
-    operation: Operation,
-    [client, pool]: [&str; 2],
-    model: Option<&str>,
-    markers: &Markers,
-) -> Option<Signal> {
-    if !matches!(operation, Operation::ResponsesCreate | Operation::ChatCompletions) {
-        return None;
-    }
-    let scope = [client, pool, operation_scope(operation), model.unwrap_or(""), "create"];
-    if let Some(key) = peek.prompt_cache_key.as_ref().and_then(valid_cache_key) {
-        return Some(Signal {
-            source: AffinitySource::PromptCacheKey,
-            key: markers.digest().affinity("prompt_cache_key", &scope, key.as_bytes()),
-        });
-    }
-    let prefix = prompt_prefix(peek)?;
-    Some(Signal {
-        source: AffinitySource::PromptPrefix,
-        key: markers.digest().affinity("prompt_prefix", &scope, &prefix),
-    })
-}
-
-/// Most items read from the start of `input` / `messages` looking for the first user message.
-const PREFIX_ITEMS: usize = 16;
-
-fn prompt_prefix(peek: &Peek<'_>) -> Option<Vec<u8>> {
-    let mut canon = Vec::new();
-    let mut push = |label: &str, text: &str| {
-        canon.extend_from_slice(&(label.len() as u32).to_le_bytes());
-        canon.extend_from_slice(label.as_bytes());
-        canon.extend_from_slice(&(text.len() as u64).to_le_bytes());
-        canon.extend_from_slice(text.as_bytes());
-    };
-    if let Some(Ok(instructions)) = peek.instructions.map(|raw| serde_json::from_str::<String>(raw.get())) {
-        push("instructions", &instructions);
-    }
-    let raw = peek.input.or(peek.messages);
-    if let Some(raw) = raw {
-        let text = raw.get();
-        if text.starts_with('"') {
-            if let Ok(s) = serde_json::from_str::<String>(text) {
-                push("user", &s);
-            }
-        } else if let Ok(items) = serde_json::from_str::<Vec<&serde_json::value::RawValue>>(text) {
-            for item in items.into_iter().take(PREFIX_ITEMS) {
-                let Ok(item) = serde_json::from_str::<serde_json::Value>(item.get()) else { continue };
-                let role = item["role"].as_str().unwrap_or("");
-                let content = content_text(&item["content"]);
-                match role {
-                    "system" | "developer" => push(role, &content),
-                    "user" => {
-                        push("user", &content);
-                        break;
-                    }
-                    _ if item["type"] == "input_text" => {
-                        push("user", item["text"].as_str().unwrap_or(""));
-                        break;
-                    }
-                    _ => {}
-                }
-            }
-        }
-    }
-    (!canon.is_empty()).then_some(canon)
-}
-
-/// The text of a message's content: a string, or the `text` of each part.
-fn content_text(content: &serde_json::Value) -> String {
-    match content {
-        serde_json::Value::String(s) => s.clone(),
-        serde_json::Value::Array(parts) => {
-            parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("\n")
-        }
-        _ => String::new(),
-    }
-}
-
-/// Sessions of different protocols never share a digest.
-fn operation_scope(operation: Operation) -> &'static str {
-    match operation {
-        Operation::ChatCompletions => "chat",
-        _ => "responses",
-    }
-}
-
-fn truncate(s: &str, cap: usize) -> String {
-    if s.len() <= cap {
-        return s.to_owned();
-    }
-    let mut end = cap;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::facts::CACHE_MIN_TOKENS;
+    use crate::facts::body::{MODEL_DISPLAY_CAP, TIER_CAP};
+    use crate::facts::{valid_cache_key, AffinitySource, CACHE_MIN_TOKENS};
     use crate::secrets::Secret;
     use http::Method;
 

@@ -1,12 +1,17 @@
 //! What the router needs to know about a request: its operation, its client, and the `RequestFacts`
 //! read once from its method, path, headers and body. These words are shared by the router, the
 //! pipeline, the events and the metrics; `extract` reads them (and strips Keymux's markers from the
-//! body to forward). Nothing here looks anything up: what Keymux remembers about a request (its
+//! body to forward), the body's fields through `body`, the session and affinity signal through
+//! `session`. Nothing here looks anything up: what Keymux remembers about a request (its
 //! session's key, a warm cache) is the router's separate input.
 
+mod body;
 mod extract;
+mod session;
 
-pub use extract::{extract, valid_cache_key, Extracted, FactsError, Incoming, MAX_CACHE_KEY_BYTES};
+pub use body::FactsError;
+pub use extract::{extract, Extracted, Incoming};
+pub use session::{valid_cache_key, MAX_CACHE_KEY_BYTES};
 
 use http::HeaderMap;
 use serde::Serialize;

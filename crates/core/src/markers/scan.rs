@@ -111,6 +111,16 @@ pub fn has_ascii_escape(text: &[u8]) -> bool {
     })
 }
 
+/// A walked value (one of [`top_level_values`]) that must be a string when present: `Some(None)` when
+/// absent or null, `None` when it is something else (the text is then not read, as a parser would
+/// refuse it).
+pub fn string_value(raw: Option<&[u8]>) -> Option<Option<String>> {
+    match raw {
+        None | Some(b"null") => Some(None),
+        Some(raw) => serde_json::from_slice::<String>(raw).ok().map(Some),
+    }
+}
+
 /// The raw text of the values of `keys` among the members of the JSON object `body` (its top level
 /// only; the first member of each name), found by walking the text without building anything:
 /// strings are jumped over with `memchr`, nested objects and arrays by their depth. `None` when

@@ -1,4 +1,5 @@
 use super::*;
+use crate::digest::OrgTag;
 
 fn pool(name: &str, keys: &[&str], fallback: &[&str]) -> PoolConfig {
     PoolConfig {
@@ -171,15 +172,45 @@ fn proxies_are_checked_and_credentials_never_quoted() {
 #[test]
 fn a_key_goes_out_one_way_and_its_pools_proxy_is_found() {
     let mut work = pool("work", &["work"], &[]);
-    work.proxy = Some("http://127.0.0.1:3128".into());
+    work.policies.proxy = Some("http://127.0.0.1:3128".into());
     let mut both = pool("both", &["work", "personal"], &[]);
     let problem = validate(&[work.clone(), both.clone()], known, []).expect_err("two ways out for one key");
     assert!(problem.message.contains("a key goes out one way"), "{}", problem.message);
-    both.proxy = work.proxy.clone();
+    both.policies.proxy = work.policies.proxy.clone();
     assert_eq!(validate(&[work.clone(), both.clone()], known, []), Ok(()));
     let pools = Pools::resolve(vec![work, pool("personal", &["personal"], &[])], &keys(), &Pools::default());
     assert_eq!(pools.proxies(), vec![(KeyId::new("k_w1"), "http://127.0.0.1:3128".to_owned(), None)]);
     assert_eq!(pools.proxy_of(&KeyId::new("k_w1")), Some("http://127.0.0.1:3128"));
     assert_eq!(pools.proxy_of(&KeyId::new("k_p1")), None);
     assert!(pools.allows_priority("work") && pools.allows_priority("all") && pools.allows_priority("nope"));
+}
+
+#[test]
+fn a_pools_policies_are_read_as_their_own_fields_with_their_defaults_and_nothing_else() {
+    use crate::flat::Fields;
+    let every = serde_json::to_value(PoolPolicies::default()).expect("json");
+    let names: Vec<&str> = every.as_object().expect("an object").keys().map(String::as_str).collect();
+    assert_eq!(names, PoolPolicies::FIELDS, "the fields read are the fields written");
+    let money = serde_json::to_value(crate::budget::MoneyBudget::default()).expect("json");
+    assert_eq!(money.as_object().expect("an object").keys().collect::<Vec<_>>(), crate::budget::MoneyBudget::FIELDS);
+
+    let text = "name = \"work\"\nallow_priority = false\ndaily_budget_usd = 5\non_limit = \"stop\"\n";
+    let work: PoolConfig = toml::from_str(text).expect("a pool with its policies");
+    assert!(!work.policies.allow_priority && work.policies.money.daily.is_some(), "{work:?}");
+    let plain: PoolConfig = toml::from_str("name = \"home\"\n").expect("a pool without policies");
+    assert_eq!(plain.policies, PoolPolicies::default(), "each policy at its default");
+    assert!(plain.policies.allow_priority, "a pool allows the priority tier unless told not to");
+    for typo in ["name = \"w\"\nallow_priorty = false\n", "name = \"w\"\ndaily_budget = 5\n"] {
+        let e = toml::from_str::<PoolConfig>(typo).expect_err("an unknown field is refused");
+        assert!(e.to_string().contains("unknown field"), "{e}");
+    }
+    let e = toml::from_str::<PoolConfig>("name = \"w\"\nallow_priority = \"no\"\n").expect_err("a wrong type");
+    assert!(e.to_string().contains("invalid type"), "{e}");
+
+    let settable = crate::change::names(&[every]);
+    let change: PoolPoliciesChange =
+        crate::change::read(serde_json::json!({ "proxy": null, "reserve_at": 80 }), &settable).expect("a change");
+    let mut policies = PoolPolicies { proxy: Some("http://p:1".into()), ..PoolPolicies::default() };
+    change.apply(&mut policies);
+    assert_eq!((policies.proxy, policies.money.reserve_at, policies.allow_priority), (None, Some(80), true));
 }

@@ -1,5 +1,6 @@
 use super::*;
 use crate::secrets::Secret;
+use crate::spend::ServiceTier;
 use serde_json::json;
 
 fn tagger() -> Tagger {

@@ -220,9 +220,9 @@ pub enum Reason {
         /// How many organizations.
         orgs: usize,
     },
-    /// The token's pool does not allow the service tier the request asked for (`allow_priority =
-    /// false`, and a tier above the standard one: `priority`, `fast`, `ultrafast`): it was sent in the
-    /// standard tier instead.
+    /// The token's pool does not allow the service tier the request asked for (its policies keep it to
+    /// the standard tier, and a tier above it was asked for: `priority`, `fast`, `ultrafast`): it was
+    /// sent in the standard tier instead.
     TierChanged {
         /// The token's pool.
         pool: String,

@@ -13,6 +13,7 @@ mod parse;
 mod price;
 mod rates;
 mod read;
+mod usage;
 
 #[cfg(test)]
 mod tests;
@@ -21,6 +22,7 @@ pub use error::{PriceError, Problem};
 pub use parse::PriceOverrides;
 pub use price::{PriceTable, Resolved};
 pub use rates::{LongContext, ModelPrice, Rates, TierPrice};
+pub use usage::Usage;
 
 use std::fmt;
 
@@ -162,63 +164,6 @@ impl Unpriced {
             Self::Model => "unpriced_model",
             Self::Tier => "unpriced_tier",
         }
-    }
-}
-
-/// The token counts of one answer, as OpenAI's `usage` reports them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Usage {
-    /// All input tokens (`input_tokens` / `prompt_tokens`), cached and cache writes included.
-    pub input_tokens: u64,
-    /// The part of the input read from the prompt cache (`input_tokens_details.cached_tokens`).
-    pub cached_input_tokens: u64,
-    /// The part of the input written to the prompt cache (`input_tokens_details.cache_write_tokens`,
-    /// GPT-5.6 and later); 0 where the provider does not report it.
-    pub cache_write_tokens: u64,
-    /// All output tokens (`output_tokens` / `completion_tokens`), reasoning tokens included.
-    pub output_tokens: u64,
-}
-
-impl Usage {
-    /// Reads OpenAI's `usage` object in the Responses, Chat Completions or Embeddings shape;
-    /// `None` when it holds no token counts. Reasoning tokens stay inside the output count.
-    pub fn from_json(usage: &serde_json::Value) -> Option<Self> {
-        let count = |v: &serde_json::Value, key: &str| v.get(key).and_then(serde_json::Value::as_u64);
-        let input = count(usage, "input_tokens").or_else(|| count(usage, "prompt_tokens"));
-        let output = count(usage, "output_tokens").or_else(|| count(usage, "completion_tokens"));
-        let details = usage.get("input_tokens_details").or_else(|| usage.get("prompt_tokens_details"));
-        let detail = |key: &str| details.and_then(|d| count(d, key));
-        Self::from_counts(input, output, detail("cached_tokens"), detail("cache_write_tokens"))
-    }
-
-    /// `from_json` over the object's text, read straight into the counts without building a tree
-    /// (every answer has one; a tree of it cost as much as reading the rest of a 4 KB answer). The
-    /// same counts as `from_json` for any object that names each member once.
-    pub fn from_text(text: &[u8]) -> Option<Self> {
-        // A struct would also be read from an array, by position.
-        if text.trim_ascii_start().first() != Some(&b'{') {
-            return None;
-        }
-        let read: read::Counts = serde_json::from_slice(text).ok()?;
-        let input = read.input_tokens.0.or(read.prompt_tokens.0);
-        let output = read.output_tokens.0.or(read.completion_tokens.0);
-        let details =
-            if read.input_tokens_details.present { read.input_tokens_details } else { read.prompt_tokens_details };
-        Self::from_counts(input, output, details.cached_tokens.0, details.cache_write_tokens.0)
-    }
-
-    /// The counts a `usage` object held (each absent when it is missing or not a count); `None` when
-    /// it holds neither an input nor an output count.
-    fn from_counts(input: Option<u64>, output: Option<u64>, cached: Option<u64>, written: Option<u64>) -> Option<Self> {
-        if input.is_none() && output.is_none() {
-            return None;
-        }
-        Some(Self {
-            input_tokens: input.unwrap_or(0),
-            cached_input_tokens: cached.unwrap_or(0),
-            cache_write_tokens: written.unwrap_or(0),
-            output_tokens: output.unwrap_or(0),
-        })
     }
 }
 

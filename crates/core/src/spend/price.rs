@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 use super::error::{PriceError, Problem};
 use super::parse::{self, PriceOverrides};
 use super::rates::{normalize, Entry, ModelPrice};
-use super::{Cost, ServiceTier, Unpriced, Usage};
+use super::{Cost, Unpriced, Usage};
 
 /// The table compiled into the binary.
 const EMBEDDED: &str = include_str!("prices.toml");
@@ -97,10 +97,10 @@ impl PriceTable {
         }
     }
 
-    /// What a request to `model` with this usage, billed in `tier`, cost.
-    pub fn cost(&self, model: &str, usage: &Usage, tier: ServiceTier) -> Cost {
+    /// What a request to `model` with this usage, billed in its tier, cost.
+    pub fn cost(&self, model: &str, usage: &Usage) -> Cost {
         match self.resolve(model) {
-            Some(resolved) => resolved.price.cost(usage, tier),
+            Some(resolved) => resolved.price.cost(usage),
             None => Cost::Unpriced(Unpriced::Model),
         }
     }

@@ -89,22 +89,22 @@ impl ModelPrice {
     }
 
     /// What one request cost: input split into fresh, cached and cache-write tokens; reasoning is
-    /// inside output; tier and long-context multiples applied; one rounding, half up.
-    pub fn cost(&self, usage: &Usage, tier: ServiceTier) -> Cost {
-        let Some((rates, tier_milli)) = self.tier_rates(tier) else {
+    /// inside output; the multiples of its tier and of a long context applied; one rounding, half up.
+    pub fn cost(&self, usage: &Usage) -> Cost {
+        let Some((rates, tier_milli)) = self.tier_rates(usage.tier) else {
             return Cost::Unpriced(Unpriced::Tier);
         };
-        let long = self.long_context.filter(|lc| usage.input_tokens > lc.above);
+        let long = self.long_context.filter(|lc| usage.input > lc.above);
         let (m_in, m_cached, m_out) = long.map_or((MILLI, MILLI, MILLI), |lc| (lc.input, lc.cached_input, lc.output));
         // Counts a provider reports inconsistently are clamped so that the parts never exceed the input.
-        let cached = usage.cached_input_tokens.min(usage.input_tokens);
-        let written = usage.cache_write_tokens.min(usage.input_tokens - cached);
-        let fresh = usage.input_tokens - cached - written;
+        let cached = usage.cached.min(usage.input);
+        let written = usage.cache_write.min(usage.input - cached);
+        let fresh = usage.input - cached - written;
         let terms = [
             (fresh, rates.input, m_in),
             (cached, rates.cached_input.unwrap_or(rates.input), m_cached),
             (written, rates.cache_write.unwrap_or(rates.input), m_in),
-            (usage.output_tokens, rates.output, m_out),
+            (usage.output, rates.output, m_out),
         ];
         // Units: pico-dollars x 1000 (long context) x 1000 (tier) = 1e-18 USD; 1e9 of them is a nano.
         let atto = terms

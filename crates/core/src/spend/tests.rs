@@ -34,7 +34,12 @@ fn error(text: &str) -> PriceError {
 }
 
 fn usage(input: u64, cached: u64, output: u64) -> Usage {
-    Usage { input_tokens: input, cached_input_tokens: cached, cache_write_tokens: 0, output_tokens: output }
+    Usage { input, cached, output, ..Usage::default() }
+}
+
+/// `usage` billed in `tier`.
+fn at(usage: Usage, tier: ServiceTier) -> Usage {
+    Usage { tier, ..usage }
 }
 
 fn nanos(cost: Cost) -> u64 {
@@ -42,7 +47,7 @@ fn nanos(cost: Cost) -> u64 {
 }
 
 fn builtin_cost(model: &str, usage: &Usage, tier: ServiceTier) -> Cost {
-    PriceTable::builtin().cost(model, usage, tier)
+    PriceTable::builtin().cost(model, &at(*usage, tier))
 }
 
 const STD: ServiceTier = ServiceTier::Standard;
@@ -51,7 +56,7 @@ const STD: ServiceTier = ServiceTier::Standard;
 fn input_and_output_are_priced_per_million_tokens() {
     let table = only("[prices.m]\ninput = 2.0\ncached_input = 0.5\noutput = 8.0\n");
     // 1000 x $2/1M + 500 x $8/1M = $0.002 + $0.004
-    assert_eq!(nanos(table.cost("m", &usage(1000, 0, 500), STD)), 6_000_000);
+    assert_eq!(nanos(table.cost("m", &at(usage(1000, 0, 500), STD))), 6_000_000);
 }
 
 #[test]
@@ -104,7 +109,7 @@ fn cache_writes_are_billed_at_their_own_rate() {
         "output_tokens": 0
     });
     let read = Usage::from_json(&answer).expect("a usage object");
-    assert_eq!(read.cache_write_tokens, 4_000);
+    assert_eq!(read.cache_write, 4_000);
     // gpt-5.6-sol: 6000 fresh x $5 + 4000 written x $6.25, per 1M = 0.03 + 0.025
     assert_eq!(nanos(builtin_cost("gpt-5.6-sol", &read, STD)), 55_000_000);
 }
@@ -125,8 +130,8 @@ fn a_tier_given_as_rates_uses_them() {
          priority = { input = 0.25, cached_input = 0.125, output = 1.0 }\n",
     );
     // 1000 x $0.25 + 1000 x $1, per 1M
-    assert_eq!(nanos(table.cost("small", &usage(1000, 0, 1000), ServiceTier::Priority)), 1_250_000);
-    assert_eq!(nanos(table.cost("small", &usage(1000, 0, 1000), STD)), 750_000);
+    assert_eq!(nanos(table.cost("small", &at(usage(1000, 0, 1000), ServiceTier::Priority))), 1_250_000);
+    assert_eq!(nanos(table.cost("small", &at(usage(1000, 0, 1000), STD))), 750_000);
 }
 
 #[test]
@@ -168,9 +173,9 @@ fn past_the_long_context_line_the_whole_request_costs_more() {
 fn one_rounding_half_up_to_the_nano_dollar() {
     // $0.000001 per 1M tokens is one pico-dollar a token.
     let table = only("[prices.tiny]\ninput = 0.000001\noutput = 0\n");
-    assert_eq!(table.cost("tiny", &usage(499, 0, 0), STD), Cost::Priced(Usd::ZERO));
-    assert_eq!(nanos(table.cost("tiny", &usage(500, 0, 0), STD)), 1);
-    assert_eq!(nanos(table.cost("tiny", &usage(1_499, 0, 0), STD)), 1);
+    assert_eq!(table.cost("tiny", &at(usage(499, 0, 0), STD)), Cost::Priced(Usd::ZERO));
+    assert_eq!(nanos(table.cost("tiny", &at(usage(500, 0, 0), STD))), 1);
+    assert_eq!(nanos(table.cost("tiny", &at(usage(1_499, 0, 0), STD))), 1);
     // gpt-5-nano cached: 3 tokens x $0.005/1M = 15 nano-dollars, exactly.
     assert_eq!(nanos(builtin_cost("gpt-5-nano", &usage(3, 3, 0), STD)), 15);
 }
@@ -179,7 +184,7 @@ fn one_rounding_half_up_to_the_nano_dollar() {
 fn impossible_counts_are_clamped_and_huge_ones_saturate() {
     // More cached tokens than input: all of the input is cached, none is negative.
     assert_eq!(nanos(builtin_cost("gpt-5.5", &usage(1000, 5000, 0), STD)), 500_000);
-    let huge = Usage { input_tokens: u64::MAX, cached_input_tokens: 0, cache_write_tokens: 0, output_tokens: u64::MAX };
+    let huge = Usage { input: u64::MAX, output: u64::MAX, ..Usage::default() };
     assert_eq!(nanos(builtin_cost("gpt-5.5-pro", &huge, STD)), u64::MAX);
 }
 
@@ -187,11 +192,11 @@ fn impossible_counts_are_clamped_and_huge_ones_saturate() {
 fn a_user_alias_is_priced_like_its_target_and_follows_its_override() {
     let table = builtin_with("[prices.\"my-azure-deployment\"]\nalias = \"gpt-5.5\"\n");
     let used = usage(10_000, 8_000, 1_000);
-    assert_eq!(nanos(table.cost("My-Azure-Deployment", &used, STD)), 44_000_000);
+    assert_eq!(nanos(table.cost("My-Azure-Deployment", &at(used, STD))), 44_000_000);
     assert_eq!(table.resolve("my-azure-deployment").map(|r| r.name), Some("gpt-5.5"));
     let overridden =
         builtin_with("[prices.\"gpt-5.5\"]\ninput = 1.0\noutput = 2.0\n[prices.mine]\nalias = \"gpt-5.5\"\n");
-    assert_eq!(nanos(overridden.cost("mine", &usage(1_000_000, 0, 1_000_000), STD)), 3_000_000_000);
+    assert_eq!(nanos(overridden.cost("mine", &at(usage(1_000_000, 0, 1_000_000), STD))), 3_000_000_000);
     let dated_target = builtin_with("[prices.mine]\nalias = \"gpt-4o-2024-08-06\"\n");
     assert_eq!(dated_target.resolve("mine").map(|r| r.name), Some("gpt-4o"));
 }
@@ -204,7 +209,7 @@ fn dated_names_fall_back_to_their_family() {
     assert_eq!(table.resolve(" GPT-4.1-2025-04-14 ").map(|r| r.name), Some("gpt-4.1"));
     // An exact dated entry wins over the family: the first GPT-4o snapshot kept its launch price.
     assert_eq!(table.resolve("gpt-4o-2024-05-13").map(|r| r.name), Some("gpt-4o-2024-05-13"));
-    assert_eq!(nanos(table.cost("gpt-4o-2024-05-13", &usage(1_000_000, 0, 0), STD)), 5_000_000_000);
+    assert_eq!(nanos(table.cost("gpt-4o-2024-05-13", &at(usage(1_000_000, 0, 0), STD))), 5_000_000_000);
     // Not a date: no fallback.
     assert!(table.resolve("gpt-5.5-2026-3-05").is_none());
     assert!(table.resolve("gpt-5.5-turbo").is_none());
@@ -223,13 +228,13 @@ fn an_unknown_model_is_unpriced_never_free() {
 fn a_user_override_replaces_the_table_entry_whole() {
     let table = builtin_with("[prices.\"gpt-5.5\"]\ninput = 1.0\ncached_input = 0.1\noutput = 2.0\n");
     // 1M in (half cached) + 1M out: 0.5 x $1 + 0.5 x $0.10 + 1 x $2
-    assert_eq!(nanos(table.cost("gpt-5.5", &usage(1_000_000, 500_000, 1_000_000), STD)), 2_550_000_000);
+    assert_eq!(nanos(table.cost("gpt-5.5", &at(usage(1_000_000, 500_000, 1_000_000), STD))), 2_550_000_000);
     // The user's entry names no flex price, so the table's is gone with the rest.
-    assert_eq!(table.cost("gpt-5.5", &usage(1, 0, 1), ServiceTier::Flex), Cost::Unpriced(Unpriced::Tier));
+    assert_eq!(table.cost("gpt-5.5", &at(usage(1, 0, 1), ServiceTier::Flex)), Cost::Unpriced(Unpriced::Tier));
     // Other models keep the table's prices, and a new model can be added.
-    assert_eq!(nanos(table.cost("gpt-5.4", &usage(100_000, 0, 0), STD)), 250_000_000);
+    assert_eq!(nanos(table.cost("gpt-5.4", &at(usage(100_000, 0, 0), STD))), 250_000_000);
     let added = builtin_with("[prices.\"local-llm\"]\ninput = 0\noutput = 0\n");
-    assert_eq!(added.cost("local-llm", &usage(5, 0, 5), STD), Cost::Priced(Usd::ZERO));
+    assert_eq!(added.cost("local-llm", &at(usage(5, 0, 5), STD)), Cost::Priced(Usd::ZERO));
 }
 
 fn assert_error(text: &str, model: &str, field: Option<&str>, problem: &Problem, line: usize) {
