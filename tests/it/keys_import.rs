@@ -71,7 +71,7 @@ async fn keys_in_codex_and_the_environment_are_imported_only_on_yes_and_the_plai
 
     // No terminal and no --yes: the plan, and nothing written.
     let (ok, out, err) = cli(&cfg, &env, &["keys", "import", "--remove-plaintext"], "").await;
-    assert!(ok, "{err}");
+    assert!(ok, "{out}{err}");
     printed.push_str(&(out.clone() + &err));
     assert!(out.contains("sk-…aaaa") && out.contains("codex") && out.contains(&auth.display().to_string()), "{out}");
     assert!(out.contains("sk-…bbbb") && out.contains("environment variable OPENAI_API_KEY"), "{out}");
@@ -81,7 +81,7 @@ async fn keys_in_codex_and_the_environment_are_imported_only_on_yes_and_the_plai
     assert!(list.contains("no keys yet"), "nothing imported without a yes: {list}");
 
     let (ok, out, err) = cli(&cfg, &env, &["keys", "import", "--yes", "--remove-plaintext"], "").await;
-    assert!(ok, "{err}");
+    assert!(ok, "{out}{err}");
     printed.push_str(&(out.clone() + &err));
     assert!(out.contains("added key 'env'") && out.contains("added key 'codex'"), "{out}");
     assert!(out.contains("delete the line `export OPENAI_API_KEY=…`"), "{out}");
@@ -97,7 +97,7 @@ async fn keys_in_codex_and_the_environment_are_imported_only_on_yes_and_the_plai
 
     // Again: both keys are recognised by their fingerprint, nothing is added twice.
     let (ok, out, err) = cli(&cfg, &env, &["keys", "import", "--yes"], "").await;
-    assert!(ok, "{err}");
+    assert!(ok, "{out}{err}");
     printed.push_str(&(out.clone() + &err));
     assert!(out.contains("already in the pool as 'env'"), "{out}");
     assert!(!out.contains("env-2"), "a pooled key goes by its label in the pool: {out}");
