@@ -104,6 +104,24 @@ async fn a_provider_whose_certificate_no_trusted_root_signed_is_never_sent_a_req
     assert!(h.sim.log().is_empty(), "nothing reached the provider: {}", h.sim.log().len());
 }
 
+/// The real binary with key `a1` from the environment, `HTTP_PROXY` set to `proxy` (and `NO_PROXY`
+/// when given), in front of `sim`.
+async fn behind_environment_proxy(
+    sim: &keymux_sim::Sim,
+    proxy: &support::egress::TestProxy,
+    no_proxy: Option<&str>,
+    home: &std::path::Path,
+) -> Keymux {
+    let mut env = base_env(home);
+    env.extend([
+        ("KEYMUX_KEY_A1".to_owned(), "sk-a1".to_owned()),
+        ("KEYMUX_CLIENT_TOKEN".to_owned(), TOKEN.to_owned()),
+        ("HTTP_PROXY".to_owned(), proxy.url()),
+    ]);
+    env.extend(no_proxy.map(|hosts| ("NO_PROXY".to_owned(), hosts.to_owned())));
+    Keymux::spawn(&["--ephemeral", "--upstream", &sim.base_url()], &env).await
+}
+
 /// A proxy set in the environment (`HTTP_PROXY`, as a user's shell may export it) is still taken by
 /// every key without a pool proxy, as `HTTP_PROXY` is read by curl and reqwest.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -111,13 +129,7 @@ async fn a_proxy_set_in_the_environment_carries_every_request() {
     let sim = keymux_sim::Sim::start(sim_config()).await.unwrap();
     let proxy = support::egress::TestProxy::start().await;
     let home = tempfile::tempdir().unwrap();
-    let mut env = base_env(home.path());
-    env.extend([
-        ("KEYMUX_KEY_A1".to_owned(), "sk-a1".to_owned()),
-        ("KEYMUX_CLIENT_TOKEN".to_owned(), TOKEN.to_owned()),
-        ("HTTP_PROXY".to_owned(), proxy.url()),
-    ]);
-    let keymux = Keymux::spawn(&["--ephemeral", "--upstream", &sim.base_url()], &env).await;
+    let keymux = behind_environment_proxy(&sim, &proxy, None, home.path()).await;
     // Serving does not wait for the key's probe: let it reach the provider first.
     until("the key's probe at the provider", || async { sim.log() }, |log| log.iter().any(|e| e.path == "/v1/models"))
         .await;
@@ -142,14 +154,7 @@ async fn a_websocket_takes_the_environments_proxy_and_no_proxy_as_http_does() {
     for no_proxy in [None, Some("127.0.0.1")] {
         let proxy = support::egress::TestProxy::start().await;
         let home = tempfile::tempdir().unwrap();
-        let mut env = base_env(home.path());
-        env.extend([
-            ("KEYMUX_KEY_A1".to_owned(), "sk-a1".to_owned()),
-            ("KEYMUX_CLIENT_TOKEN".to_owned(), TOKEN.to_owned()),
-            ("HTTP_PROXY".to_owned(), proxy.url()),
-        ]);
-        env.extend(no_proxy.map(|hosts| ("NO_PROXY".to_owned(), hosts.to_owned())));
-        let keymux = Keymux::spawn(&["--ephemeral", "--upstream", &sim.base_url()], &env).await;
+        let keymux = behind_environment_proxy(&sim, &proxy, no_proxy, home.path()).await;
         let before = sim.log().len();
         let mut socket = WsClient::connect(&keymux.base, "sess-env-proxy").await.unwrap();
         let answer = socket.create(&json!({"model": "gpt-5.5", "input": [], "store": false})).await;
