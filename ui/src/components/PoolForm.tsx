@@ -198,9 +198,9 @@ function Policies({ allowPriority, onAllow, proxy, onProxy }: PoliciesProps) {
         />
       </label>
       <p class="muted small">
-        Every request of its keys goes through this HTTP proxy, probes included, and fails rather than go direct. A user and
-        password (http://user:password@host:port) are kept in the keychain, never shown again; leave the URL as it is to
-        keep them.
+        Every request of its keys goes through this proxy (http://, https://, socks5:// or socks5h://), probes and
+        WebSockets included, and fails rather than go direct. A user and password (http://user:password@host:port) are kept
+        in the keychain, never shown again; leave the URL as it is to keep them.
       </p>
     </fieldset>
   );
