@@ -471,8 +471,8 @@ async fn the_cli_and_the_environment_set_a_pools_policies() {
     assert_no_secrets("the gateway's output", &out, &["sk-pol-w1", "sk-pol-h1", &acme, play, "hunter2"]);
 }
 
-/// A SOCKS5 proxy carries a pool's keys out too: HTTP requests (reqwest's SOCKS5) and the WebSocket's
-/// tunnel (Keymux's own), whether the proxy resolves names (`socks5h://`) or Keymux does
+/// A SOCKS5 proxy carries a pool's keys out too: HTTP requests and the WebSocket's tunnel (one
+/// connector, hyper-util's SOCKS5 client), whether the proxy resolves names (`socks5h://`) or Keymux does
 /// (`socks5://`). Judged by the simulator: every work request came from a connection the proxy
 /// opened, and no personal one did.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
