@@ -52,7 +52,7 @@ impl fmt::Display for KeyId {
 }
 
 /// Which provider a key talks to: the name the config file, the environment, the CLI and the API use.
-/// What each provider does is `crate::provider`'s (`ProviderId::get`).
+/// What each provider does is the `provider` module's (`ProviderId::get`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default, ts_rs::TS)]
 #[serde(rename_all = "lowercase")]
 pub enum ProviderId {

@@ -11,7 +11,8 @@
 //! * [`secrets`]: the `Secret` newtype that never prints itself, fresh secrets, masking of key-shaped text.
 //! * [`digest`]: every keyed digest under the install secret (fingerprints, org tags, marker MACs,
 //!   session digests).
-//! * [`markers`]: every marker format (format, byte scanner, strip, tag, rescue).
+//! * [`markers`]: every marker format (format, strip, tag, rescue).
+//! * [`scan`]: the JSON byte scanner that markers, relayed events and usage are read with.
 //! * [`keys`]: key identity (`KeyId`), the runtime `KeyEntry`, the checks of a key's label, models,
 //!   organization, base URL and secret.
 //! * [`provider`]: what differs between providers, each one type behind the one `Provider` interface
@@ -65,6 +66,7 @@ pub mod provider;
 pub mod quota;
 pub mod relay;
 pub mod router;
+pub mod scan;
 pub mod secrets;
 pub mod spend;
 pub mod tokens;

@@ -288,17 +288,17 @@ impl<'a> EndEvent<'a> {
     /// Reads an event's JSON; `None` if it is not a JSON object, or names its `type` or
     /// `service_tier` with something other than a string.
     pub fn read(json: &'a [u8]) -> Option<Self> {
-        if crate::markers::scan::has_ascii_escape(json) {
+        if crate::scan::has_ascii_escape(json) {
             return Self::read_parsed(json);
         }
         let [kind, response, usage, tier, error] =
-            crate::markers::scan::top_level_values(json, [b"type", b"response", b"usage", b"service_tier", b"error"])?;
+            crate::scan::top_level_values(json, [b"type", b"response", b"usage", b"service_tier", b"error"])?;
         let not_null = |raw: Option<&'a [u8]>| raw.filter(|r| *r != b"null");
         Some(Self {
-            kind: crate::markers::scan::string_value(kind)?,
+            kind: crate::scan::string_value(kind)?,
             response: not_null(response),
             usage: not_null(usage),
-            service_tier: crate::markers::scan::string_value(tier)?,
+            service_tier: crate::scan::string_value(tier)?,
             error: not_null(error).is_some(),
             walked: true,
         })

@@ -38,7 +38,6 @@ use crate::secrets::Secret;
 pub use crate::digest::{OrgTag, SessionKey};
 
 mod rescue;
-pub mod scan;
 mod strip;
 mod tag;
 

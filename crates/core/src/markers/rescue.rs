@@ -63,7 +63,7 @@ pub fn has_unmarked_encrypted(body: &[u8]) -> bool {
     static FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
         std::sync::LazyLock::new(|| memchr::memmem::Finder::new(KEY));
     FINDER.find_iter(body).any(|at| {
-        super::scan::value_start(body, at, KEY.len() - 2).is_some_and(|start| {
+        crate::scan::value_start(body, at, KEY.len() - 2).is_some_and(|start| {
             let value = &body[start..];
             !value.starts_with(super::VERSION) && !value.starts_with(b"\"")
         })

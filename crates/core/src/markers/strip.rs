@@ -5,9 +5,9 @@ use std::borrow::Cow;
 
 use serde_json::Value;
 
-use super::scan::{has_ascii_escape, json_string_bytes, preceded_by_key, string_end};
 use super::{id_field, is_type_prefix, Field, MarkerError, Markers, Parsed, Pin, MAX_PINS, VERSION};
 use crate::keys::KeyId;
+use crate::scan::{has_ascii_escape, json_string_bytes, preceded_by_key, string_end};
 
 /// A request body with every marker removed.
 #[derive(Debug)]

@@ -5,9 +5,9 @@ use std::sync::LazyLock;
 use memchr::memmem::Finder;
 use serde_json::Value;
 
-use super::scan::{json_string_bytes, string_end, value_start};
 use super::{id_field, is_bound_id, Field, Markers, OrgTag};
 use crate::keys::KeyId;
+use crate::scan::{json_string_bytes, string_end, value_start};
 
 /// The result of `Markers::tag_raw`.
 #[derive(Debug, PartialEq, Eq)]

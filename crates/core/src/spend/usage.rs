@@ -2,7 +2,7 @@
 //! `usage` object (as a tree, as text, or walked out of a whole answer).
 
 use super::{read, ServiceTier};
-use crate::markers::scan;
+use crate::scan;
 
 /// The token counts a successful answer reported, and the service tier they were billed in: one type
 /// from the answer to the bill. The relay finds it in an answer, records and events carry it, the live

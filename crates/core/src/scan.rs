@@ -1,5 +1,7 @@
-//! The JSON byte scanner markers are read and written with: finding where an object key's string value
-//! starts and ends without parsing the document into a tree.
+//! The JSON byte scanner: where an object key's string value starts and ends, and a document's
+//! top-level values, found without parsing the document into a tree. Markers are read and written
+//! with it, and relayed events and answers are read with it (their type, usage and tier); it depends
+//! on nothing else of the crate.
 //!
 //! The scanner relies on one property of valid JSON: a `"` inside a string is always escaped, so a
 //! pattern such as `,"id":"` can only match real structure, never text inside a string. Keys spelled
