@@ -16,7 +16,7 @@
 //! * `shell`: starting the gateway, following its events, the menu tick, signals, the main loop.
 //! * `tray`: rendering a `desktop::menu::Menu` into the tray and acting on its items.
 //! * `window`: the window's process: started on Open dashboard, told what to show, ended at Quit
-//!   (`window::handle`: the handle on it that `state` keeps).
+//!   (`window_process`: the handle on it that `state` keeps, below both).
 //! * `desk`: the desktop's services: notifications, start at login, the clipboard, dialogs, and one
 //!   instance per session.
 //! * `clients`: "Set up Codex / pi" and their undo.
@@ -31,6 +31,7 @@ mod shell;
 mod state;
 mod tray;
 mod window;
+mod window_process;
 
 use std::process::ExitCode;
 

@@ -13,7 +13,7 @@ use keymux::gateway::Gateway;
 use keymux::Runtime;
 
 use crate::args::Args;
-use crate::window::WindowProcess;
+use crate::window_process::WindowProcess;
 
 /// How every part of the tray reaches the app: its state, the async runtime, and the main thread (GTK's,
 /// where the tray, its menu and dialogs live).

@@ -16,11 +16,7 @@ use tokio::io::AsyncWriteExt as _;
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::{mpsc, oneshot};
 
-mod handle;
-
-pub use handle::WindowProcess;
-
-use handle::Order;
+use crate::window_process::{Order, WindowProcess};
 
 use crate::state::{lock, App};
 
