@@ -25,3 +25,22 @@ fn error_bodies_are_openai_shaped() {
     assert!(err.get("param").is_some());
     assert_eq!(err["code"], "request_too_large");
 }
+
+/// A request body Keymux cannot decode gets the HTTP error a client can act on: 415 for a coding it
+/// does not read (the name quoted cut short), 400 `bad_encoding` for bytes that are not what the header
+/// says, 413 for one that decodes past the cap, naming the coding and the limit.
+#[test]
+fn each_refused_request_encoding_becomes_its_http_error() {
+    use crate::encoding::EncodingError;
+    let unsupported = ApiError::from(EncodingError::Unsupported { coding: format!("{}…", "x".repeat(40)) });
+    assert_eq!(unsupported.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    let message = unsupported.to_json()["error"]["message"].to_string();
+    assert!(message.len() < 400, "{message}");
+    let malformed = ApiError::from(EncodingError::Malformed { coding: "gzip", detail: "invalid header".into() });
+    assert_eq!((malformed.status(), malformed.label()), (StatusCode::BAD_REQUEST, "bad_encoding"));
+    let large = ApiError::from(EncodingError::TooLarge { coding: "zstd", limit: 4096 });
+    assert_eq!(large.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let message = large.to_json()["error"]["message"].to_string();
+    assert!(message.contains("decodes to more than Keymux's limit of 4096 bytes"), "{message}");
+    assert!(message.contains("zstd"), "{message}");
+}
