@@ -1,7 +1,9 @@
 //! The house rules, read from the source of every crate of the workspace (its libraries, programs,
 //! benchmarks and build scripts; test code left out), so that no merge can break them unseen:
 //!
-//! * **No import circles.** No two files import each other, and no longer ring of files exists. A file
+//! * **No import circles**, between files and between a crate's top-level modules (a file with the
+//!   directory of its children, as `crate::NAME` names it). No two files import each other, and no
+//!   longer ring of files exists; the same holds for the modules the files belong to. A file
 //!   imports another when it names an item the other file defines: through `use`, a path in code or
 //!   types, or a path in a macro's arguments (`crate::…`, `super::…`, `self::…`, or a name a `use` or a
 //!   child module brought in). A name is followed through re-exports (`pub use`) to the file that
@@ -32,6 +34,16 @@ fn no_import_circles_between_files() {
     let house = House::read(&workspace_root());
     let rings = house.rings();
     assert!(rings.is_empty(), "import circles (each file names what it takes from the next):\n{}", rings.join("\n"));
+}
+
+/// The same rule one level up: no two top-level modules of a crate (a file and the directory of its
+/// children taken as one room, as `crate::NAME` names them) import each other, or stand in a longer
+/// ring, through any of their non-test files.
+#[test]
+fn no_import_circles_between_modules() {
+    let house = House::read(&workspace_root());
+    let rings = house.module_rings();
+    assert!(rings.is_empty(), "module circles (with a file edge that ties each step):\n{}", rings.join("\n"));
 }
 
 #[test]
@@ -87,6 +99,9 @@ fn the_rules_find_what_they_describe() {
     assert!(rings[0].contains("src/a.rs") && rings[0].contains("src/b.rs"), "{rings:?}");
     assert!(!rings[0].contains("room"), "a child using its parent is no circle: {rings:?}");
     assert!(house.files.iter().all(|f| !f.path.ends_with("tests.rs")), "test files are left out");
+    let module_rings = house.module_rings();
+    assert_eq!(module_rings.len(), 1, "{module_rings:?}");
+    assert!(module_rings[0].contains("src/lib.rs a <-> src/lib.rs b"), "{module_rings:?}");
     let long: Vec<_> = house.files.iter().filter(|f| f.lines > MAX_FILE_LINES).map(|f| house.shown(&f.path)).collect();
     assert_eq!(long, ["src/room/inner.rs"]);
     let fns: Vec<_> = house.files.iter().flat_map(|f| &f.functions).filter(|f| f.2 > MAX_FN_LINES).collect();
@@ -110,6 +125,9 @@ fn workspace_root() -> PathBuf {
 struct House {
     root: PathBuf,
     files: Vec<SourceFile>,
+    /// Per file: the top-level module it belongs to, as its crate's root file and its name (a root file
+    /// belongs to none).
+    tops: Vec<Option<(usize, String)>>,
     /// Per file: the files it imports, each with the first name that ties them.
     edges: Vec<BTreeMap<usize, String>>,
 }
@@ -148,7 +166,51 @@ impl House {
             })
             .collect();
         let edges = modules.edges();
-        Self { root: root.to_path_buf(), files, edges }
+        let tops = (0..files.len()).map(|f| modules.top_of_file(f)).collect();
+        Self { root: root.to_path_buf(), files, tops, edges }
+    }
+
+    /// Each strongly connected set of top-level modules (of one crate), with one file edge per step.
+    fn module_rings(&self) -> Vec<String> {
+        // A room: a crate's root file and the name of one of its top-level modules.
+        let mut rooms: Vec<(usize, String)> = Vec::new();
+        let mut room_of = |file: usize| {
+            let room = self.tops[file].clone()?;
+            Some(rooms.iter().position(|r| *r == room).unwrap_or_else(|| {
+                rooms.push(room);
+                rooms.len() - 1
+            }))
+        };
+        let mut steps: Vec<(usize, usize, String)> = Vec::new();
+        for (from, targets) in self.edges.iter().enumerate() {
+            for (&to, name) in targets {
+                if let (Some(a), Some(b)) = (room_of(from), room_of(to)) {
+                    let why = format!(
+                        "{} -> {} ({name})",
+                        self.shown(&self.files[from].path),
+                        self.shown(&self.files[to].path)
+                    );
+                    steps.push((a, b, why));
+                }
+            }
+        }
+        let mut edges: Vec<BTreeMap<usize, String>> = vec![BTreeMap::new(); rooms.len()];
+        for (a, b, why) in steps.into_iter().filter(|(a, b, _)| a != b) {
+            edges[a].entry(b).or_insert(why);
+        }
+        let named = |m: usize| format!("{} {}", self.shown(&self.files[rooms[m].0].path), rooms[m].1);
+        strongly_connected(&edges)
+            .into_iter()
+            .map(|component| {
+                let names: Vec<String> = component.iter().map(|&m| named(m)).collect();
+                let inside = |(to, _): &(&usize, &String)| component.contains(to);
+                let ties: Vec<String> = component
+                    .iter()
+                    .flat_map(|&m| edges[m].iter().filter(inside).map(|(_, why)| format!("    {why}")))
+                    .collect();
+                format!("  {}:\n{}", names.join(" <-> "), ties.join("\n"))
+            })
+            .collect()
     }
 
     fn shown(&self, path: &Path) -> String {
@@ -411,6 +473,21 @@ impl Modules {
             };
         }
         Some(at)
+    }
+
+    /// The top-level module `file` belongs to, as its crate's root file and its name (`None` for a
+    /// crate's root file).
+    fn top_of_file(&self, file: usize) -> Option<(usize, String)> {
+        let mut at = self.modules.iter().position(|m| m.file == file)?;
+        loop {
+            let parent = self.modules[at].parent?;
+            if self.modules[parent].parent.is_none() {
+                let named = self.modules[parent].names.iter();
+                let name = named.filter_map(|(name, n)| matches!(n, Name::Module(m) if *m == at).then(|| name.clone()));
+                return name.into_iter().next().map(|name| (self.modules[parent].file, name));
+            }
+            at = parent;
+        }
     }
 
     /// Whether `file` is the file of a module that encloses `module`.
