@@ -482,9 +482,9 @@ impl Modules {
         loop {
             let parent = self.modules[at].parent?;
             if self.modules[parent].parent.is_none() {
-                let named = self.modules[parent].names.iter();
-                let name = named.filter_map(|(name, n)| matches!(n, Name::Module(m) if *m == at).then(|| name.clone()));
-                return name.into_iter().next().map(|name| (self.modules[parent].file, name));
+                let mut named = self.modules[parent].names.iter();
+                let name = named.find(|(_, n)| matches!(n, Name::Module(m) if *m == at)).map(|(name, _)| name.clone());
+                return name.map(|name| (self.modules[parent].file, name));
             }
             at = parent;
         }
