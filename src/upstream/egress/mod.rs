@@ -86,8 +86,6 @@ enum Kind {
 
 /// One proxy.
 pub struct Proxy {
-    /// Its URL as configured (`http://host:port`; it never holds credentials).
-    url: String,
     /// `host:port`, as messages name it.
     shown: String,
     /// Where to connect: its scheme (`http` or `https`; `http` for SOCKS), host and port.
@@ -113,7 +111,7 @@ impl Proxy {
         let authority =
             if host.contains(':') && !host.starts_with('[') { format!("[{host}]") } else { host.to_owned() };
         let uri = format!("{scheme}://{authority}:{port}").parse().map_err(|e| format!("the proxy URL: {e}"))?;
-        Ok(Self { url: url.to_owned(), shown: format!("{authority}:{port}"), uri, kind, login })
+        Ok(Self { shown: format!("{authority}:{port}"), uri, kind, login })
     }
 
     /// The proxy the environment names for a destination.
@@ -129,19 +127,9 @@ impl Proxy {
         Some(proxy)
     }
 
-    /// Its URL (`http://host:port`).
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
     /// The proxy as messages name it (`host:port`).
     pub fn shown(&self) -> &str {
         &self.shown
-    }
-
-    /// Whether it was given with this login.
-    pub fn has_login(&self, login: Option<&Secret>) -> bool {
-        self.login.as_ref() == login
     }
 
     /// `Proxy-Authorization` for an HTTP proxy with a login.
