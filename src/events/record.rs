@@ -160,7 +160,8 @@ impl RequestRecord {
     pub fn price(&mut self, prices: &PriceTable) {
         let Some(usage) = self.usage else { return };
         // A request that named no model has no price (`""` is in no table).
-        match prices.cost(self.routed.model.as_deref().unwrap_or_default(), &usage) {
+        let day = crate::clock::utc_day(self.routed.at_unix_ms);
+        match prices.cost(self.routed.model.as_deref().unwrap_or_default(), &usage, day) {
             Cost::Priced(usd) => self.cost_usd = Some(usd),
             Cost::Unpriced(why) => self.unpriced = Some(why),
         }

@@ -252,7 +252,8 @@ async fn prices_from_the_config_replace_the_table_and_an_alias_prices_like_its_t
             output: r["usage"]["output"].as_u64().unwrap(),
             ..keymux::spend::Usage::default()
         };
-        let embedded = table.cost("gpt-5.5", &usage).priced().unwrap();
+        let day = keymux::clock::utc_day(r["at_unix_ms"].as_u64().unwrap());
+        let embedded = table.cost("gpt-5.5", &usage, day).priced().unwrap();
         assert_ne!(cost, embedded.nanos(), "not the embedded price: {r}");
     }
     // The user's entry replaces the table's whole: it names no flex price, so flex is unpriced.

@@ -21,8 +21,8 @@ mod tests;
 pub use error::{PriceError, Problem};
 pub use parse::PriceOverrides;
 pub use price::{PriceTable, Resolved};
-pub use rates::{LongContext, ModelPrice, Rates, TierPrice};
-pub use usage::Usage;
+pub use rates::{LongContext, ModelPrice, Rates, TierPrice, TierSchedule, TierStep};
+pub use usage::{CacheRetention, Usage};
 
 use std::fmt;
 
@@ -153,8 +153,12 @@ impl Cost {
 pub enum Unpriced {
     /// Neither the table nor the user's config has the model (nor its family, for a dated name).
     Model,
-    /// The model is priced, but not in the `service_tier` the provider says it used.
+    /// The model is priced, but not in the `service_tier` the provider says it used (or not yet on
+    /// the day of the request).
     Tier,
+    /// The request wrote to the prompt cache with the extended (12-hour) retention, and the model has
+    /// no price for such writes.
+    CacheRetention,
 }
 
 impl Unpriced {
@@ -163,6 +167,7 @@ impl Unpriced {
         match self {
             Self::Model => "unpriced_model",
             Self::Tier => "unpriced_tier",
+            Self::CacheRetention => "unpriced_cache_retention",
         }
     }
 }
@@ -178,7 +183,8 @@ pub enum ServiceTier {
     Flex,
     /// `priority`, or `fast` (OpenAI's name for it since 2026-07-30).
     Priority,
-    /// `ultrafast` (GPT-6.1 Sol).
+    /// `ultrafast` (GPT-6.2 Astra and Sol, GPT-6 Astra, GPT-6.1 Sol): a tier of its own, above
+    /// priority.
     Ultrafast,
     /// A tier this table has no notion of (such as `scale`): such requests are unpriced.
     Other,

@@ -11,14 +11,16 @@ use serde::{Deserialize, Serialize};
 use toml::{Spanned, Value};
 
 use super::error::{PriceError, Problem};
-use super::rates::{normalize, Entry, LongContext, ModelPrice, Rates, TierPrice, MILLI, PRICE_FIELDS};
+use super::rates::{
+    normalize, Entry, LongContext, ModelPrice, Rates, TierPrice, TierSchedule, TierStep, MILLI, PRICE_FIELDS,
+};
 
 /// $1,000,000 per 1M tokens, in pico-dollars per token: far above any real price, and low enough
 /// that a request's sum cannot overflow.
 const MAX_RATE: u64 = 1_000_000 * 1_000_000;
 /// 100x, in thousandths.
 const MAX_MULTIPLIER: u64 = 100 * MILLI;
-const RATE_FIELDS: [&str; 4] = ["input", "cached_input", "cache_write", "output"];
+const RATE_FIELDS: [&str; 5] = ["input", "cached_input", "cache_write", "cache_write_12h", "output"];
 const MULTIPLIER_FIELDS: [&str; 4] = ["above", "input", "cached_input", "output"];
 
 /// The user's `[prices]` table as written: model name -> `alias` or prices, in US dollars per 1M
@@ -284,6 +286,7 @@ impl Fields<'_> {
             input: required("input")?,
             cached_input: rate("cached_input")?,
             cache_write: rate("cache_write")?,
+            cache_write_12h: rate("cache_write_12h")?,
             output: required("output")?,
         })
     }
@@ -298,15 +301,9 @@ impl Fields<'_> {
             Value::Datetime(d) => d.to_string(),
             other => string(other).map_err(|p| self.error(field, p))?,
         };
-        let b = text.as_bytes();
-        let shaped = b.len() == 10
-            && b[4] == b'-'
-            && b[7] == b'-'
-            && b.iter().enumerate().all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit());
-        if shaped {
-            Ok(Some(text))
-        } else {
-            Err(self.error(field, Problem::BadDate))
+        match day_number(&text) {
+            Some(_) => Ok(Some(text)),
+            None => Err(self.error(field, Problem::BadDate)),
         }
     }
 }
@@ -367,13 +364,40 @@ fn multiplier(value: &Value) -> Result<u64, Problem> {
     }
 }
 
-fn tier(value: &Value) -> Result<TierPrice, Problem> {
+/// A tier's price: a multiplier or a table of rates (always), or a list of steps, each `{ from =
+/// YYYY-MM-DD, price = <multiplier or table> }` in increasing order (`from` may be left out of the
+/// first: from always), each applying from its UTC day until the next.
+fn tier(value: &Value) -> Result<TierSchedule, Problem> {
+    let Value::Array(steps) = value else { return tier_price(value).map(TierSchedule::always) };
+    let steps = steps.iter().enumerate().map(|(i, step)| tier_step(step, i == 0)).collect::<Result<Vec<_>, _>>()?;
+    TierSchedule::new(steps)
+        .ok_or(Problem::BadTier { found: "an empty list, or steps whose `from` dates do not increase" })
+}
+
+fn tier_step(value: &Value, first: bool) -> Result<TierStep, Problem> {
+    const BAD: Problem = Problem::BadTier { found: "a list whose steps are not { from = 2027-03-01, price = 6.0 }" };
+    let Value::Table(table) = value else { return Err(BAD) };
+    if table.keys().any(|k| k != "from" && k != "price") {
+        return Err(BAD);
+    }
+    let from_day = match table.get("from") {
+        None if first => 0,
+        None => return Err(BAD),
+        Some(Value::Datetime(d)) => day_number(&d.to_string()).ok_or(BAD)?,
+        Some(Value::String(s)) => day_number(s).ok_or(BAD)?,
+        Some(_) => return Err(BAD),
+    };
+    Ok(TierStep { from_day, price: tier_price(table.get("price").ok_or(BAD)?)? })
+}
+
+fn tier_price(value: &Value) -> Result<TierPrice, Problem> {
     match value {
         Value::Integer(_) | Value::Float(_) => multiplier(value).map(TierPrice::Multiplier),
         Value::Table(table) => {
             if table.keys().any(|k| !RATE_FIELDS.contains(&k.as_str())) {
                 return Err(Problem::BadTier {
-                    found: "a table with other fields than input, cached_input, cache_write and output",
+                    found:
+                        "a table with other fields than input, cached_input, cache_write, cache_write_12h and output",
                 });
             }
             let rate = |key: &str| table.get(key).map(price).transpose();
@@ -382,11 +406,29 @@ fn tier(value: &Value) -> Result<TierPrice, Problem> {
                 input: required("input")?,
                 cached_input: rate("cached_input")?,
                 cache_write: rate("cache_write")?,
+                cache_write_12h: rate("cache_write_12h")?,
                 output: required("output")?,
             }))
         }
         other => Err(Problem::BadTier { found: kind(other) }),
     }
+}
+
+/// A `YYYY-MM-DD` date as its UTC day number (days since 1970-01-01, as `clock::utc_day` counts);
+/// `None` for another shape, an impossible date, or one before 1970.
+pub(super) fn day_number(text: &str) -> Option<u32> {
+    let b = text.as_bytes();
+    let shaped = b.len() == 10
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && b.iter().enumerate().all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit());
+    if !shaped {
+        return None;
+    }
+    let (y, m, d) = (text[..4].parse().ok()?, text[5..7].parse().ok()?, text[8..].parse().ok()?);
+    let date = jiff::civil::Date::new(y, m, d).ok()?;
+    let days = date.since(jiff::civil::date(1970, 1, 1)).ok()?.get_days();
+    u32::try_from(days).ok()
 }
 
 fn long_context(value: &Value) -> Result<LongContext, Problem> {

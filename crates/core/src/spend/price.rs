@@ -97,10 +97,11 @@ impl PriceTable {
         }
     }
 
-    /// What a request to `model` with this usage, billed in its tier, cost.
-    pub fn cost(&self, model: &str, usage: &Usage) -> Cost {
+    /// What a request to `model` with this usage, billed in its tier, made on UTC day `day`
+    /// (`clock::utc_day`: a tier's price may change on a date), cost.
+    pub fn cost(&self, model: &str, usage: &Usage, day: u32) -> Cost {
         match self.resolve(model) {
-            Some(resolved) => resolved.price.cost(usage),
+            Some(resolved) => resolved.price.cost(usage, day),
             None => Cost::Unpriced(Unpriced::Model),
         }
     }

@@ -47,16 +47,22 @@ fn nanos(cost: Cost) -> u64 {
 }
 
 fn builtin_cost(model: &str, usage: &Usage, tier: ServiceTier) -> Cost {
-    PriceTable::builtin().cost(model, &at(*usage, tier))
+    PriceTable::builtin().cost(model, &at(*usage, tier), DAY)
 }
 
 const STD: ServiceTier = ServiceTier::Standard;
+
+/// 2026-12-06, as `clock::utc_day` counts it: the day the tests price requests on.
+const DAY: u32 = 20_793;
+/// 2027-02-28 and 2027-03-01: the last day of ultrafast at 3x, and the first at 6x.
+const LAST_3X: u32 = 20_877;
+const FIRST_6X: u32 = 20_878;
 
 #[test]
 fn input_and_output_are_priced_per_million_tokens() {
     let table = only("[prices.m]\ninput = 2.0\ncached_input = 0.5\noutput = 8.0\n");
     // 1000 x $2/1M + 500 x $8/1M = $0.002 + $0.004
-    assert_eq!(nanos(table.cost("m", &at(usage(1000, 0, 500), STD))), 6_000_000);
+    assert_eq!(nanos(table.cost("m", &at(usage(1000, 0, 500), STD), DAY)), 6_000_000);
 }
 
 #[test]
@@ -130,8 +136,8 @@ fn a_tier_given_as_rates_uses_them() {
          priority = { input = 0.25, cached_input = 0.125, output = 1.0 }\n",
     );
     // 1000 x $0.25 + 1000 x $1, per 1M
-    assert_eq!(nanos(table.cost("small", &at(usage(1000, 0, 1000), ServiceTier::Priority))), 1_250_000);
-    assert_eq!(nanos(table.cost("small", &at(usage(1000, 0, 1000), STD))), 750_000);
+    assert_eq!(nanos(table.cost("small", &at(usage(1000, 0, 1000), ServiceTier::Priority), DAY)), 1_250_000);
+    assert_eq!(nanos(table.cost("small", &at(usage(1000, 0, 1000), STD), DAY)), 750_000);
 }
 
 #[test]
@@ -141,7 +147,8 @@ fn a_tier_the_model_has_no_price_for_is_unpriced() {
     assert_eq!(builtin_cost("gpt-5.4", &used, ServiceTier::Ultrafast), Cost::Unpriced(Unpriced::Tier));
     let scale = ServiceTier::from_response(Some("scale"));
     assert_eq!(builtin_cost("gpt-5.5", &used, scale), Cost::Unpriced(Unpriced::Tier));
-    assert_eq!(nanos(builtin_cost("gpt-6.1-sol", &used, ServiceTier::Ultrafast)), 72_000_000);
+    // 3x of $0.012 until 2027-02-28.
+    assert_eq!(nanos(builtin_cost("gpt-6.1-sol", &used, ServiceTier::Ultrafast)), 36_000_000);
 }
 
 #[test]
@@ -173,9 +180,9 @@ fn past_the_long_context_line_the_whole_request_costs_more() {
 fn one_rounding_half_up_to_the_nano_dollar() {
     // $0.000001 per 1M tokens is one pico-dollar a token.
     let table = only("[prices.tiny]\ninput = 0.000001\noutput = 0\n");
-    assert_eq!(table.cost("tiny", &at(usage(499, 0, 0), STD)), Cost::Priced(Usd::ZERO));
-    assert_eq!(nanos(table.cost("tiny", &at(usage(500, 0, 0), STD))), 1);
-    assert_eq!(nanos(table.cost("tiny", &at(usage(1_499, 0, 0), STD))), 1);
+    assert_eq!(table.cost("tiny", &at(usage(499, 0, 0), STD), DAY), Cost::Priced(Usd::ZERO));
+    assert_eq!(nanos(table.cost("tiny", &at(usage(500, 0, 0), STD), DAY)), 1);
+    assert_eq!(nanos(table.cost("tiny", &at(usage(1_499, 0, 0), STD), DAY)), 1);
     // gpt-5-nano cached: 3 tokens x $0.005/1M = 15 nano-dollars, exactly.
     assert_eq!(nanos(builtin_cost("gpt-5-nano", &usage(3, 3, 0), STD)), 15);
 }
@@ -192,11 +199,11 @@ fn impossible_counts_are_clamped_and_huge_ones_saturate() {
 fn a_user_alias_is_priced_like_its_target_and_follows_its_override() {
     let table = builtin_with("[prices.\"my-azure-deployment\"]\nalias = \"gpt-5.5\"\n");
     let used = usage(10_000, 8_000, 1_000);
-    assert_eq!(nanos(table.cost("My-Azure-Deployment", &at(used, STD))), 44_000_000);
+    assert_eq!(nanos(table.cost("My-Azure-Deployment", &at(used, STD), DAY)), 44_000_000);
     assert_eq!(table.resolve("my-azure-deployment").map(|r| r.name), Some("gpt-5.5"));
     let overridden =
         builtin_with("[prices.\"gpt-5.5\"]\ninput = 1.0\noutput = 2.0\n[prices.mine]\nalias = \"gpt-5.5\"\n");
-    assert_eq!(nanos(overridden.cost("mine", &at(usage(1_000_000, 0, 1_000_000), STD))), 3_000_000_000);
+    assert_eq!(nanos(overridden.cost("mine", &at(usage(1_000_000, 0, 1_000_000), STD), DAY)), 3_000_000_000);
     let dated_target = builtin_with("[prices.mine]\nalias = \"gpt-4o-2024-08-06\"\n");
     assert_eq!(dated_target.resolve("mine").map(|r| r.name), Some("gpt-4o"));
 }
@@ -209,7 +216,7 @@ fn dated_names_fall_back_to_their_family() {
     assert_eq!(table.resolve(" GPT-4.1-2025-04-14 ").map(|r| r.name), Some("gpt-4.1"));
     // An exact dated entry wins over the family: the first GPT-4o snapshot kept its launch price.
     assert_eq!(table.resolve("gpt-4o-2024-05-13").map(|r| r.name), Some("gpt-4o-2024-05-13"));
-    assert_eq!(nanos(table.cost("gpt-4o-2024-05-13", &at(usage(1_000_000, 0, 0), STD))), 5_000_000_000);
+    assert_eq!(nanos(table.cost("gpt-4o-2024-05-13", &at(usage(1_000_000, 0, 0), STD), DAY)), 5_000_000_000);
     // Not a date: no fallback.
     assert!(table.resolve("gpt-5.5-2026-3-05").is_none());
     assert!(table.resolve("gpt-5.5-turbo").is_none());
@@ -228,13 +235,13 @@ fn an_unknown_model_is_unpriced_never_free() {
 fn a_user_override_replaces_the_table_entry_whole() {
     let table = builtin_with("[prices.\"gpt-5.5\"]\ninput = 1.0\ncached_input = 0.1\noutput = 2.0\n");
     // 1M in (half cached) + 1M out: 0.5 x $1 + 0.5 x $0.10 + 1 x $2
-    assert_eq!(nanos(table.cost("gpt-5.5", &at(usage(1_000_000, 500_000, 1_000_000), STD))), 2_550_000_000);
+    assert_eq!(nanos(table.cost("gpt-5.5", &at(usage(1_000_000, 500_000, 1_000_000), STD), DAY)), 2_550_000_000);
     // The user's entry names no flex price, so the table's is gone with the rest.
-    assert_eq!(table.cost("gpt-5.5", &at(usage(1, 0, 1), ServiceTier::Flex)), Cost::Unpriced(Unpriced::Tier));
+    assert_eq!(table.cost("gpt-5.5", &at(usage(1, 0, 1), ServiceTier::Flex), DAY), Cost::Unpriced(Unpriced::Tier));
     // Other models keep the table's prices, and a new model can be added.
-    assert_eq!(nanos(table.cost("gpt-5.4", &at(usage(100_000, 0, 0), STD))), 250_000_000);
+    assert_eq!(nanos(table.cost("gpt-5.4", &at(usage(100_000, 0, 0), STD), DAY)), 250_000_000);
     let added = builtin_with("[prices.\"local-llm\"]\ninput = 0\noutput = 0\n");
-    assert_eq!(added.cost("local-llm", &at(usage(5, 0, 5), STD)), Cost::Priced(Usd::ZERO));
+    assert_eq!(added.cost("local-llm", &at(usage(5, 0, 5), STD), DAY), Cost::Priced(Usd::ZERO));
 }
 
 fn assert_error(text: &str, model: &str, field: Option<&str>, problem: &Problem, line: usize) {
@@ -458,4 +465,100 @@ fn reading_the_text_gives_the_counts_the_tree_gives() {
         assert_eq!(Usage::from_text(text.as_bytes()), tree, "{text}");
     }
     assert_eq!(Usage::from_text(objects[0].as_bytes()), Some(usage(1536, 1024, 420)));
+}
+
+/// `usage` with `written` of its input tokens written to the cache, under `retention`.
+fn writing(usage: Usage, written: u64, retention: CacheRetention) -> Usage {
+    Usage { cache_write: written, retention, ..usage }
+}
+
+#[test]
+fn cache_writes_are_billed_at_the_rate_of_the_retention_asked_for() {
+    // gpt-6.2-sol: 100,000 input of which 20,000 cached and 30,000 written; 2,000 output.
+    let used = writing(usage(100_000, 20_000, 2_000), 30_000, CacheRetention::Default);
+    // 50,000 x $2 + 20,000 x $0.10 + 30,000 x $2.50 + 2,000 x $10, per 1M
+    // = 0.1 + 0.002 + 0.075 + 0.02 = $0.197
+    assert_eq!(nanos(builtin_cost("gpt-6.2-sol", &used, STD)), 197_000_000);
+    // The 12-hour retention: the 30,000 written at $5.00 instead: 0.1 + 0.002 + 0.15 + 0.02 = $0.272
+    let extended = writing(used, 30_000, CacheRetention::Extended);
+    assert_eq!(nanos(builtin_cost("gpt-6.2-sol", &extended, STD)), 272_000_000);
+    // A model whose page gives no 12-hour rate leaves such a request unpriced, not at the 30-minute rate.
+    let astra = builtin_cost("gpt-6.2-astra", &extended, STD);
+    assert_eq!(astra, Cost::Unpriced(Unpriced::CacheRetention));
+    // The extended retention without a write is priced as usual: 80,000 x $8 + 20,000 x $0.40 + 2,000 x $40.
+    let nothing_written = writing(used, 0, CacheRetention::Extended);
+    assert_eq!(nanos(builtin_cost("gpt-6.2-astra", &nothing_written, STD)), 728_000_000);
+}
+
+#[test]
+fn the_answers_cache_retention_and_tier_are_read_with_its_usage() {
+    let body = br#"{"id":"resp_1","object":"response","service_tier":"ultrafast","prompt_cache_retention":"24h",
+        "usage":{"input_tokens":10,"input_tokens_details":{"cached_tokens":2,"cache_write_tokens":4},"output_tokens":3}}"#;
+    let read = Usage::from_body(body).expect("a usage");
+    assert_eq!((read.tier, read.retention, read.cache_write), (ServiceTier::Ultrafast, CacheRetention::Extended, 4));
+    let spelled = br#"{"service_tier":"default","prompt_cache_retention":"in_memory","usage":{"input_tokens":1}}"#;
+    let read = Usage::from_body(spelled).expect("a usage");
+    assert_eq!((read.tier, read.retention), (STD, CacheRetention::Default));
+    // With an escape somewhere the body is parsed instead of walked, to the same answer.
+    let escaped =
+        br#"{"service_tier":"ultrafast","prompt_cache_retention":"12h","x":"\u0041","usage":{"input_tokens":1}}"#;
+    let read = Usage::from_body(escaped).expect("a usage");
+    assert_eq!((read.tier, read.retention), (ServiceTier::Ultrafast, CacheRetention::Extended));
+}
+
+#[test]
+fn a_request_over_272k_input_tokens_is_billed_at_long_context_rates_whole() {
+    // gpt-6.2-sol, 300,000 input (100,000 cached, 20,000 written), 10,000 output: past 272K, input and
+    // cache 2x, output 1.5x, for the whole request:
+    // 180,000 x $4 + 100,000 x $0.20 + 20,000 x $5 + 10,000 x $15, per 1M = 0.72 + 0.02 + 0.1 + 0.15
+    let long = writing(usage(300_000, 100_000, 10_000), 20_000, CacheRetention::Default);
+    assert_eq!(nanos(builtin_cost("gpt-6.2-sol", &long, STD)), 990_000_000);
+    // At exactly 272,000 it is not long: 152,000 x $2 + 100,000 x $0.10 + 20,000 x $2.50 + 10,000 x $10.
+    let at_the_line = writing(usage(272_000, 100_000, 10_000), 20_000, CacheRetention::Default);
+    assert_eq!(nanos(builtin_cost("gpt-6.2-sol", &at_the_line, STD)), 464_000_000);
+    // Long context and the Fast tier multiply: 2x the long price.
+    assert_eq!(nanos(builtin_cost("gpt-6.2-sol", &long, ServiceTier::Priority)), 1_980_000_000);
+}
+
+#[test]
+fn ultrafast_is_a_tier_of_its_own_whose_multiplier_changes_on_2027_03_01() {
+    // gpt-6.2-sol standard: 10,000 x $2 + 1,000 x $10, per 1M = $0.03.
+    let used = at(usage(10_000, 0, 1_000), ServiceTier::Ultrafast);
+    let table = PriceTable::builtin();
+    assert_eq!(nanos(table.cost("gpt-6.2-sol", &at(used, STD), DAY)), 30_000_000);
+    assert_eq!(nanos(table.cost("gpt-6.2-sol", &used, DAY)), 90_000_000, "3x today");
+    assert_eq!(nanos(table.cost("gpt-6.2-sol", &used, LAST_3X)), 90_000_000, "3x through 2027-02-28");
+    assert_eq!(nanos(table.cost("gpt-6.2-sol", &used, FIRST_6X)), 180_000_000, "6x from 2027-03-01");
+    // Fast (priority) is 2x, whatever it is called: a tier apart from ultrafast.
+    let fast = at(used, ServiceTier::from_response(Some("fast")));
+    assert_eq!(nanos(table.cost("gpt-6.2-sol", &fast, DAY)), 60_000_000);
+    for model in ["gpt-6.2-astra", "gpt-6-astra", "gpt-6.1-sol"] {
+        let standard = nanos(table.cost(model, &at(used, STD), DAY));
+        assert_eq!(nanos(table.cost(model, &used, DAY)), 3 * standard, "{model}");
+        assert_eq!(nanos(table.cost(model, &used, FIRST_6X)), 6 * standard, "{model}");
+    }
+    // A model that does not offer ultrafast leaves it unpriced.
+    assert_eq!(table.cost("gpt-6-sol", &used, DAY), Cost::Unpriced(Unpriced::Tier));
+}
+
+#[test]
+fn a_tier_priced_in_steps_applies_each_from_its_day() {
+    let table = only(
+        "[prices.m]\ninput = 1.0\noutput = 1.0\n\
+         ultrafast = [{ from = \"2027-01-01\", price = 2.0 }, { from = 2027-03-01, price = { input = 5.0, output = 5.0 } }]\n",
+    );
+    let used = at(usage(1_000_000, 0, 0), ServiceTier::Ultrafast);
+    assert_eq!(table.cost("m", &used, DAY), Cost::Unpriced(Unpriced::Tier), "before its first step");
+    assert_eq!(nanos(table.cost("m", &used, LAST_3X)), 2_000_000_000);
+    assert_eq!(nanos(table.cost("m", &used, FIRST_6X)), 5_000_000_000);
+    for (steps, why) in [
+        ("[{ price = 2.0 }, { price = 3.0 }]", "a later step without a date"),
+        ("[{ from = 2027-03-01, price = 2.0 }, { from = 2027-01-01, price = 3.0 }]", "dates going back"),
+        ("[{ from = \"2027-02-30\", price = 2.0 }]", "no such day"),
+        ("[{ price = 2.0, until = 2027-01-01 }]", "a field steps do not have"),
+        ("[]", "no step"),
+    ] {
+        let e = error(&format!("[prices.m]\ninput = 1.0\noutput = 1.0\nultrafast = {steps}\n"));
+        assert!(e.to_string().contains("ultrafast"), "{why}: {e}");
+    }
 }

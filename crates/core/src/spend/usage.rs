@@ -25,6 +25,31 @@ pub struct Usage {
     /// The `service_tier` the answer says it was processed in (what the price is in; the Live view
     /// shows it).
     pub tier: ServiceTier,
+    /// The prompt-cache retention the answer says was used (`prompt_cache_retention`): which rate its
+    /// cache writes are billed at. Only the price reads it.
+    #[serde(skip)]
+    pub retention: CacheRetention,
+}
+
+/// How long a request asked the provider to keep what it wrote to the prompt cache, as the answer
+/// echoes it in `prompt_cache_retention`: cache writes are billed at a rate per retention.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CacheRetention {
+    /// Absent, `in_memory`, or any value Keymux does not know: the default (30-minute) retention.
+    #[default]
+    Default,
+    /// `12h` or `24h` (the older name of the same extended retention).
+    Extended,
+}
+
+impl CacheRetention {
+    /// Reads an answer's `prompt_cache_retention` (case-insensitive).
+    pub fn from_response(retention: Option<&str>) -> Self {
+        match retention.map(|r| r.trim().to_ascii_lowercase()).as_deref() {
+            Some("12h" | "24h") => Self::Extended,
+            _ => Self::Default,
+        }
+    }
 }
 
 impl Usage {
@@ -67,6 +92,7 @@ impl Usage {
             output: output.unwrap_or(0),
             cache_write: written.unwrap_or(0),
             tier: ServiceTier::Standard,
+            retention: CacheRetention::Default,
         })
     }
 
@@ -76,9 +102,15 @@ impl Usage {
         Self { tier: ServiceTier::from_response(service_tier), ..self }
     }
 
+    /// The same counts, their cache writes made under the answer's `prompt_cache_retention`.
+    #[must_use]
+    pub fn retained(self, retention: Option<&str>) -> Self {
+        Self { retention: CacheRetention::from_response(retention), ..self }
+    }
+
     /// The usage of a complete JSON answer (a Responses object or a chat completion): its top-level
-    /// `usage` and `service_tier`. The answer is walked, not parsed (`scan::top_level_values`: the
-    /// output it carries, most of its bytes, is jumped over), and only those two values are read; an
+    /// `usage`, `service_tier` and `prompt_cache_retention`. The answer is walked, not parsed (`scan::top_level_values`: the
+    /// output it carries, most of its bytes, is jumped over), and only those values are read; an
     /// answer that spells keys with escapes, which no provider writes, is parsed instead.
     pub fn from_body(body: &[u8]) -> Option<Self> {
         if scan::has_ascii_escape(body) {
@@ -89,12 +121,13 @@ impl Usage {
 
     /// `from_body` of a body known to spell no key with escapes (a part of a text checked whole).
     pub(crate) fn from_body_walked(body: &[u8]) -> Option<Self> {
-        let [usage, tier] = scan::top_level_values(body, [b"usage", b"service_tier"])?;
-        let tier = scan::string_value(tier)?;
-        Some(Self::from_text(usage?)?.billed_in(tier.as_deref()))
+        let [usage, tier, retention] =
+            scan::top_level_values(body, [b"usage", b"service_tier", b"prompt_cache_retention"])?;
+        let (tier, retention) = (scan::string_value(tier)?, scan::string_value(retention)?);
+        Some(Self::from_text(usage?)?.billed_in(tier.as_deref()).retained(retention.as_deref()))
     }
 
-    /// `from_body` by a parser: everything but the two values is skipped by serde, without a tree.
+    /// `from_body` by a parser: everything but the three values is skipped by serde, without a tree.
     pub(crate) fn from_body_parsed(body: &[u8]) -> Option<Self> {
         #[derive(serde::Deserialize)]
         struct Top {
@@ -102,8 +135,11 @@ impl Usage {
             usage: Option<serde_json::Value>,
             #[serde(default)]
             service_tier: Option<String>,
+            #[serde(default)]
+            prompt_cache_retention: Option<String>,
         }
         let top = serde_json::from_slice::<Top>(body).ok()?;
-        Some(Self::from_json(&top.usage?)?.billed_in(top.service_tier.as_deref()))
+        let usage = Self::from_json(&top.usage?)?.billed_in(top.service_tier.as_deref());
+        Some(usage.retained(top.prompt_cache_retention.as_deref()))
     }
 }
