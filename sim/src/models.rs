@@ -10,6 +10,7 @@ pub const MODELS: &[&str] = &[
     "gpt-5.5-mini",
     "gpt-5.5-codex",
     "gpt-6-sol",
+    "gpt-6.2-sol",
     "gpt-5",
     "gpt-5-mini",
     "gpt-4.1",

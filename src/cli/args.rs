@@ -96,6 +96,10 @@ pub struct PoliciesArgs {
     /// `false` sends them in the standard tier (a new pool allows it).
     #[arg(long, value_name = "BOOL", value_parser = clap::value_parser!(bool))]
     pub allow_priority: Option<bool>,
+    /// Whether its requests may ask for the ultrafast tier (billed 3x to 6x); `false` sends them in the
+    /// priority tier (a new pool allows it; `--allow-priority false` keeps it out too).
+    #[arg(long, value_name = "BOOL", value_parser = clap::value_parser!(bool))]
+    pub allow_ultrafast: Option<bool>,
     /// The proxy its keys go out through (http://host:port, https://…, socks5://… or socks5h://…;
     /// default: direct). A user and password in it (http://user:password@host:port) are kept in the
     /// keychain.
@@ -139,7 +143,12 @@ impl PoliciesArgs {
     /// The policy changes given.
     pub(super) fn change(&self) -> PoolPoliciesChange {
         let proxy = if self.no_proxy { Some(None) } else { self.proxy.clone().map(Some) };
-        PoolPoliciesChange { allow_priority: self.allow_priority, proxy, money: self.money.change() }
+        PoolPoliciesChange {
+            allow_priority: self.allow_priority,
+            allow_ultrafast: self.allow_ultrafast,
+            proxy,
+            money: self.money.change(),
+        }
     }
 }
 

@@ -30,7 +30,7 @@ pub(super) async fn pool(config_path: Option<PathBuf>, cmd: PoolCommand) -> Resu
                 PoolChanges { keys: keys.map(|k| k.0), fallback: fallback.map(|f| f.0), policies: policies.change() };
             if changes.is_empty() {
                 return Err(usage(
-                    "nothing to change: pass --keys, --fallback, --allow-priority, --proxy, --no-proxy or a budget",
+                    "nothing to change: pass --keys, --fallback, --allow-priority, --allow-ultrafast, --proxy, --no-proxy or a budget",
                 ));
             }
             let changed = control.change_pool(&name, changes).await.map_err(usage)?;

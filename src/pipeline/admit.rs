@@ -72,30 +72,28 @@ pub fn admit(gw: &Gateway, incoming: &Incoming<'_>, entry: Entry, trace: &mut Tr
         (true, false) => extracted.body,
         _ => rescue(gw, incoming.body, &rescued, unmarked, trace)?,
     };
-    let body = match tier_changed {
-        Some(_) => standard_tier(&body)?,
-        None => body,
+    let body = match &tier_changed {
+        Some(Reason::TierChanged { sent, .. }) => with_tier(&body, sent)?,
+        _ => body,
     };
     Ok(Admitted { facts, decision, body, path: extracted.path, pool: incoming.pool.to_owned(), entry })
 }
 
 /// The tier change a request's pool makes (the reason its decision records): when the request asks
-/// for a `service_tier` above the standard one and its pool's policies do not allow that
-/// (`pools::PoolPolicies`). Nothing is looked up for a request that names no tier.
+/// for a `service_tier` above the standard one that its pool's policies do not allow
+/// (`pools::PoolPolicies::sent_tier`: standard, or priority for ultrafast). Nothing is looked up for a
+/// request that names no tier.
 pub fn tier_change(pools: &crate::pools::Pools, pool: &str, facts: &RequestFacts) -> Option<Reason> {
     let asked = facts.service_tier.as_deref().filter(|t| crate::pools::above_standard(t))?;
-    (!pools.allows_priority(pool)).then(|| Reason::TierChanged {
-        pool: pool.to_owned(),
-        asked: asked.to_owned(),
-        sent: crate::pools::STANDARD_TIER.to_owned(),
-    })
+    let sent = pools.sent_tier(pool, asked)?;
+    Some(Reason::TierChanged { pool: pool.to_owned(), asked: asked.to_owned(), sent: sent.to_owned() })
 }
 
-/// `body` with its `service_tier` set to the standard tier (`pools::standard_tier`); refused, never
-/// sent in the tier the pool does not allow, when it cannot be re-read.
-pub fn standard_tier(body: &[u8]) -> Result<Bytes, ApiError> {
-    crate::pools::standard_tier(body).map(Bytes::from).ok_or_else(|| ApiError::BadJson {
-        detail: "the body could not be re-read to send it in the standard service tier".into(),
+/// `body` with its `service_tier` set to `tier` (`pools::with_tier`); refused, never sent in the tier
+/// the pool does not allow, when it cannot be re-read.
+pub fn with_tier(body: &[u8], tier: &str) -> Result<Bytes, ApiError> {
+    crate::pools::with_tier(body, tier).map(Bytes::from).ok_or_else(|| ApiError::BadJson {
+        detail: format!("the body could not be re-read to send it in the {tier} service tier"),
     })
 }
 

@@ -45,7 +45,7 @@ use crate::router::Decision;
 use crate::upstream::UpstreamError;
 
 pub use admit::{
-    admit, bare_id_refusal, can_open_socket, pool_mismatch, refusal_error, rescued_from, standard_tier, tier_change,
+    admit, bare_id_refusal, can_open_socket, pool_mismatch, refusal_error, rescued_from, tier_change, with_tier,
 };
 pub use attempt::{attempt_all, completed, completion, tagger_for};
 pub use probe::{probe, probe_keys};

@@ -222,9 +222,9 @@ impl Inbound {
         let completion = Completion { key: self.key.clone(), operation: Operation::ResponsesCreate, signal: None };
         self.push(Turn { trace, completion });
         let mut body = if stale.is_empty() { extracted.body.to_vec() } else { drop_again(gateway, &raw, &stale)? };
-        if tier_changed.is_some() {
+        if let Some(Reason::TierChanged { sent, .. }) = &tier_changed {
             let unreadable = |e: ApiError| Stop::Refused(e.spec().message.into_owned());
-            body = pipeline::standard_tier(&body).map_err(unreadable)?.to_vec();
+            body = pipeline::with_tier(&body, sent).map_err(unreadable)?.to_vec();
         }
         Ok(UpMessage::Text(String::from_utf8_lossy(&body).into_owned().into()))
     }

@@ -137,6 +137,68 @@ async fn websocket_frames_of_a_pool_without_priority_go_in_the_standard_tier() {
     assert_eq!(last["service_tier"], "priority", "personal keeps its tier on a socket");
 }
 
+/// What a gpt-6.2-sol request with this record's usage costs at `multiple` times the standard rates,
+/// by hand from the price table's numbers ($2 input, $0.10 cached, $10 output per 1M tokens), in
+/// nano-dollars.
+fn sol_nanos(record: &Value, multiple: u64) -> u64 {
+    let count = |k: &str| record["usage"][k].as_u64().unwrap();
+    let (input, cached, output) = (count("input"), count("cached"), count("output"));
+    // Pico-dollars per token: 2_000_000, 100_000, 10_000_000; a nano is 1000 picos.
+    let picos = (input - cached) * 2_000_000 + cached * 100_000 + output * 10_000_000;
+    (picos * multiple + 500) / 1000
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_without_ultrafast_sends_it_as_priority_and_each_is_billed_by_its_tier() {
+    let h = Harness::start(three_orgs(), &five_keys()).await;
+    let admin = Admin::new(&h.root);
+    let team = json!({"name": "team", "keys": ["a1", "a2"], "allow_ultrafast": false});
+    let (status, body) = admin.post_json("/pools", Some(team)).await;
+    assert_eq!(
+        (status, body["allow_priority"].as_bool(), body["allow_ultrafast"].as_bool()),
+        (201, Some(true), Some(false)),
+        "{body}"
+    );
+    let (status, _) = admin.post_json("/pools", Some(json!({"name": "fastest", "keys": ["b2", "c1"]}))).await;
+    assert_eq!(status, 201);
+    let (team, fastest) = (token_in(&admin, "t", "team").await, token_in(&admin, "f", "fastest").await);
+    let c = client();
+    let mut feed = h.gateway.events().subscribe();
+    let body = json!({"model": "gpt-6.2-sol", "input": "hello", "store": false, "service_tier": "ultrafast"});
+
+    // team: sent and billed as priority (2x), the decision says so.
+    let r = c.post(format!("{}/responses", h.base)).bearer_auth(&team).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let _ = r.bytes().await;
+    assert_eq!(last_tier(&h.sim, "/v1/responses").as_deref(), Some("priority"), "team went upstream as priority");
+    let record = shown(&next_record(&mut feed).await);
+    let why = tier_changed(&record).expect("the decision says the tier was changed");
+    assert_eq!((why["asked"].as_str(), why["sent"].as_str()), (Some("ultrafast"), Some("priority")), "{record}");
+    assert_eq!(record["usage"]["tier"], "priority");
+    let cost = (record["cost_usd"].as_f64().unwrap() * 1e9).round() as u64;
+    assert_eq!(cost, sol_nanos(&record, 2), "usage x the priority rates: {record}");
+
+    // fastest: kept, billed at ultrafast's 3x (the price until 2027-02-28; the tests' clock is today's).
+    let r = c.post(format!("{}/responses", h.base)).bearer_auth(&fastest).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let _ = r.bytes().await;
+    assert_eq!(last_tier(&h.sim, "/v1/responses").as_deref(), Some("ultrafast"));
+    let record = shown(&next_record(&mut feed).await);
+    assert_eq!(tier_changed(&record), None, "{record}");
+    assert_eq!(record["usage"]["tier"], "ultrafast");
+    let day = keymux::clock::utc_day(record["at_unix_ms"].as_u64().unwrap());
+    let multiple = if day < 20_878 { 3 } else { 6 };
+    let cost = (record["cost_usd"].as_f64().unwrap() * 1e9).round() as u64;
+    assert_eq!(cost, sol_nanos(&record, multiple), "usage x the ultrafast rates: {record}");
+
+    // Off for priority is off for ultrafast too, whatever allow_ultrafast says.
+    let (status, _) = admin.patch("/pools/team", json!({"allow_priority": false, "allow_ultrafast": true})).await;
+    assert_eq!(status, 200);
+    let r = c.post(format!("{}/responses", h.base)).bearer_auth(&team).json(&body).send().await.unwrap();
+    let _ = r.bytes().await;
+    assert_eq!(last_tier(&h.sim, "/v1/responses").as_deref(), Some("default"));
+}
+
 /// The simulator's requests from `keys` (by secret), WebSocket frames left out (they ride on their
 /// upgrade's connection).
 fn sim_requests(sim: &Sim, keys: &[&str]) -> Vec<keymux_sim::LogEntry> {

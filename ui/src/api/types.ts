@@ -181,7 +181,7 @@ pool: string,
  */
 asked: string, 
 /**
- * The tier it was sent with (`default`).
+ * The tier it was sent with (`default`, or `priority` for an ultrafast request).
  */
 sent: string, } | { "rule": "foreign_markers_stripped", 
 /**
@@ -377,7 +377,7 @@ output: number,
  */
 tier: ServiceTier, };
 
-export type Unpriced = "model" | "tier";
+export type Unpriced = "model" | "tier" | "cache_retention";
 
 export type Routed = { 
 /**
@@ -1067,11 +1067,17 @@ budget_runs_out_unix_ms: number | null,
 window_runs_out_unix_ms: number | null, 
 /**
  * Whether its tokens' requests may ask for a service tier that bills above the standard one
- * (`service_tier` `priority` or `fast`, Codex's Fast mode, and `ultrafast`: see
+ * (`service_tier` `priority` or `fast`, one tier, Codex's Fast mode, and `ultrafast`: see
  * [`above_standard`]). `false`: such a request is sent with `service_tier: "default"`, and its
  * decision says so. Default `true`.
  */
 allow_priority: boolean, 
+/**
+ * Whether its requests may ask for `ultrafast` (3x to 6x the standard price), when
+ * `allow_priority` lets them above the standard tier at all. `false`: an ultrafast request is
+ * sent in the priority tier (Fast, 2x) instead, and its decision says so. Default `true`.
+ */
+allow_ultrafast: boolean, 
 /**
  * The proxy every upstream request of its keys goes through (`None`: direct): `http://host:port`,
  * `https://…`, `socks5://…` or `socks5h://…`, probes and WebSockets included; never sent direct
@@ -1133,11 +1139,17 @@ fallback: Array<string>,
 proxy_login?: boolean, 
 /**
  * Whether its tokens' requests may ask for a service tier that bills above the standard one
- * (`service_tier` `priority` or `fast`, Codex's Fast mode, and `ultrafast`: see
+ * (`service_tier` `priority` or `fast`, one tier, Codex's Fast mode, and `ultrafast`: see
  * [`above_standard`]). `false`: such a request is sent with `service_tier: "default"`, and its
  * decision says so. Default `true`.
  */
 allow_priority: boolean, 
+/**
+ * Whether its requests may ask for `ultrafast` (3x to 6x the standard price), when
+ * `allow_priority` lets them above the standard tier at all. `false`: an ultrafast request is
+ * sent in the priority tier (Fast, 2x) instead, and its decision says so. Default `true`.
+ */
+allow_ultrafast: boolean, 
 /**
  * The proxy every upstream request of its keys goes through (`None`: direct): `http://host:port`,
  * `https://…`, `socks5://…` or `socks5h://…`, probes and WebSockets included; never sent direct
@@ -1821,11 +1833,17 @@ notes: Array<string>, };
 export type PoolPolicies = { 
 /**
  * Whether its tokens' requests may ask for a service tier that bills above the standard one
- * (`service_tier` `priority` or `fast`, Codex's Fast mode, and `ultrafast`: see
+ * (`service_tier` `priority` or `fast`, one tier, Codex's Fast mode, and `ultrafast`: see
  * [`above_standard`]). `false`: such a request is sent with `service_tier: "default"`, and its
  * decision says so. Default `true`.
  */
 allow_priority: boolean, 
+/**
+ * Whether its requests may ask for `ultrafast` (3x to 6x the standard price), when
+ * `allow_priority` lets them above the standard tier at all. `false`: an ultrafast request is
+ * sent in the priority tier (Fast, 2x) instead, and its decision says so. Default `true`.
+ */
+allow_ultrafast: boolean, 
 /**
  * The proxy every upstream request of its keys goes through (`None`: direct): `http://host:port`,
  * `https://…`, `socks5://…` or `socks5h://…`, probes and WebSockets included; never sent direct
@@ -1895,6 +1913,10 @@ export type PoolPoliciesChange = {
  * Whether its requests may ask for a tier above the standard one from now on.
  */
 allow_priority?: boolean, 
+/**
+ * Whether its requests may ask for `ultrafast` from now on.
+ */
+allow_ultrafast?: boolean, 
 /**
  * A new proxy (a user and password in it go to the keychain), or none: direct.
  */
@@ -1972,6 +1994,10 @@ fallback?: Array<string>,
  */
 allow_priority?: boolean, 
 /**
+ * Whether its requests may ask for `ultrafast` from now on.
+ */
+allow_ultrafast?: boolean, 
+/**
  * A new proxy (a user and password in it go to the keychain), or none: direct.
  */
 proxy?: string | null, 
@@ -1996,7 +2022,7 @@ export const DEFAULT_KEY_SETTINGS: KeySettings = {"priority":0,"daily_token_budg
 
 export const DEFAULT_MONEY_BUDGET: MoneyBudget = {"daily_budget_usd":null,"monthly_budget_usd":null,"reserve_at":null,"on_limit":"reserve"};
 
-export const DEFAULT_POOL_POLICIES: PoolPolicies = {"allow_priority":true,"proxy":null,"daily_budget_usd":null,"monthly_budget_usd":null,"reserve_at":null,"on_limit":"reserve"};
+export const DEFAULT_POOL_POLICIES: PoolPolicies = {"allow_priority":true,"allow_ultrafast":true,"proxy":null,"daily_budget_usd":null,"monthly_budget_usd":null,"reserve_at":null,"on_limit":"reserve"};
 
 export type ClientChecked = { 
 /**

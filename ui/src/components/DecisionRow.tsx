@@ -1,10 +1,18 @@
 import { memo } from "preact/compat";
+import type { Unpriced } from "../api/types";
 import type { LiveRow } from "../lib/live";
 import { clock, compact, duration, percent, usd } from "../lib/format";
 import { fallbackPool, tokenName } from "../lib/pools";
 import { CLIENT } from "../lib/words";
 import { Badge } from "./Badge";
 import { PoolBadge } from "./PoolBadge";
+
+/** What had no price, for a record's `unpriced` reason. */
+const UNPRICED_WHAT: Record<Unpriced, string> = {
+  model: "model",
+  tier: "service tier (on this day)",
+  cache_retention: "model's 12-hour cache writes",
+};
 
 interface Props {
   row: LiveRow;
@@ -89,7 +97,7 @@ export const DecisionRow = memo(function DecisionRow({ row, keyLabel, keyOrg, on
         data-testid="row-cost"
         title={
           r?.unpriced
-            ? `No price for this ${r.unpriced}: not counted, and not $0`
+            ? `No price for this ${UNPRICED_WHAT[r.unpriced]}: not counted, and not $0`
             : onPlan
               ? "Included in your ChatGPT plan: it costs nothing more"
               : "What it cost, from its usage"

@@ -1,6 +1,6 @@
 import { useState } from "preact/hooks";
 import { messageOf, patch, post } from "../api/client";
-import { DEFAULT_POOL_POLICIES, type PoolChanges, type PoolConfig, type PoolInfo } from "../api/types";
+import { DEFAULT_POOL_POLICIES, type PoolChanges, type PoolConfig, type PoolInfo, type PoolPolicies } from "../api/types";
 import { HEALTH } from "../lib/words";
 import { keys, keysById, pools, refreshStatus } from "../state/store";
 import { Dialog } from "./Dialog";
@@ -32,7 +32,7 @@ export function PoolForm({ pool, onClose, onDone }: Props) {
   const [chosen, setChosen] = useState<string[]>(() => labelsOf(pool));
   const [fallback, setFallback] = useState<string[]>(pool?.fallback ?? []);
   const [money, setMoney] = useState<Money>(() => moneyOf(pool));
-  const [allowPriority, setAllowPriority] = useState((pool ?? DEFAULT_POOL_POLICIES).allow_priority);
+  const [tiers, setTiers] = useState<Tiers>(() => tiersOf(pool ?? DEFAULT_POOL_POLICIES));
   const [proxy, setProxy] = useState((pool ?? DEFAULT_POOL_POLICIES).proxy ?? "");
   const [reviewing, setReviewing] = useState(false);
   const [busy, setBusy] = useState(false);
@@ -53,7 +53,7 @@ export function PoolForm({ pool, onClose, onDone }: Props) {
           name: name.trim(),
           keys: chosen,
           fallback,
-          allow_priority: allowPriority,
+          ...tiers,
           proxy: proxy.trim() || null,
           ...budgetOf(money),
         };
@@ -62,7 +62,7 @@ export function PoolForm({ pool, onClose, onDone }: Props) {
         const body: PoolChanges = {
           keys: chosen,
           fallback,
-          allow_priority: allowPriority,
+          ...tiers,
           proxy: proxy.trim() || null,
           ...moneyChanges(money, pool),
         };
@@ -86,7 +86,7 @@ export function PoolForm({ pool, onClose, onDone }: Props) {
           chosen={chosen}
           fallback={fallback}
           money={money}
-          allowPriority={allowPriority}
+          tiers={tiers}
           proxy={proxy.trim()}
           busy={busy}
           error={error}
@@ -120,7 +120,7 @@ export function PoolForm({ pool, onClose, onDone }: Props) {
           <KeyChecklist chosen={chosen} onToggle={toggle} />
           <FallbackPicker self={pool?.name ?? name.trim()} fallback={fallback} onChange={setFallback} />
           <MoneyFields money={money} onChange={setMoney} testid="pool" about="What its keys spend together, for its tokens' requests." />
-          <Policies allowPriority={allowPriority} onAllow={setAllowPriority} proxy={proxy} onProxy={setProxy} />
+          <Policies tiers={tiers} onTiers={setTiers} proxy={proxy} onProxy={setProxy} />
           <div class="actions">
             <button type="button" class="button" onClick={onClose}>
               Cancel
@@ -166,15 +166,22 @@ function KeyChecklist({ chosen, onToggle }: { chosen: string[]; onToggle: (label
   );
 }
 
+/** The tiers a pool's requests may ask for above the standard one. */
+type Tiers = Pick<PoolPolicies, "allow_priority" | "allow_ultrafast">;
+
+function tiersOf({ allow_priority, allow_ultrafast }: Tiers): Tiers {
+  return { allow_priority, allow_ultrafast };
+}
+
 interface PoliciesProps {
-  allowPriority: boolean;
-  onAllow: (allow: boolean) => void;
+  tiers: Tiers;
+  onTiers: (tiers: Tiers) => void;
   proxy: string;
   onProxy: (proxy: string) => void;
 }
 
-/** The pool's policies: whether its requests may use the priority tier, and the proxy its keys go out through. */
-function Policies({ allowPriority, onAllow, proxy, onProxy }: PoliciesProps) {
+/** The pool's policies: whether its requests may use the priority and ultrafast tiers, and the proxy its keys go out through. */
+function Policies({ tiers, onTiers, proxy, onProxy }: PoliciesProps) {
   return (
     <fieldset class="field-group">
       <legend>Policies</legend>
@@ -182,12 +189,25 @@ function Policies({ allowPriority, onAllow, proxy, onProxy }: PoliciesProps) {
         <input
           type="checkbox"
           name="pool-allow-priority"
-          checked={allowPriority}
-          onChange={(e) => onAllow(e.currentTarget.checked)}
+          checked={tiers.allow_priority}
+          onChange={(e) => onTiers({ ...tiers, allow_priority: e.currentTarget.checked })}
         />
-        <span>Allow the priority tier (Codex's Fast mode, billed about twice)</span>
+        <span>Allow the priority tier (Codex's Fast mode, billed twice)</span>
       </label>
-      <p class="muted small">Off: its requests that ask for it are sent in the standard tier, and their decision says so.</p>
+      <label class="check">
+        <input
+          type="checkbox"
+          name="pool-allow-ultrafast"
+          checked={tiers.allow_priority && tiers.allow_ultrafast}
+          disabled={!tiers.allow_priority}
+          onChange={(e) => onTiers({ ...tiers, allow_ultrafast: e.currentTarget.checked })}
+        />
+        <span>Allow the ultrafast tier (billed 3× until 28 February 2027, then 6×)</span>
+      </label>
+      <p class="muted small">
+        Off: its requests that ask for priority are sent in the standard tier, those that ask for ultrafast in the
+        priority tier (or the standard one), and their decision says so.
+      </p>
       <label>
         <span>Proxy</span>
         <input
@@ -283,7 +303,7 @@ interface ReviewProps {
   chosen: string[];
   fallback: string[];
   money: Money;
-  allowPriority: boolean;
+  tiers: Tiers;
   proxy: string;
   busy: boolean;
   error: string | null;
@@ -292,7 +312,7 @@ interface ReviewProps {
 }
 
 /** What the pool will be, to confirm before the gateway is told. */
-function Review({ name, pool, chosen, fallback, money, allowPriority, proxy, busy, error, onBack, onConfirm }: ReviewProps) {
+function Review({ name, pool, chosen, fallback, money, tiers, proxy, busy, error, onBack, onConfirm }: ReviewProps) {
   const tokens = pool?.tokens ?? [];
   return (
     <div class="confirm-text" data-testid="pool-review">
@@ -307,7 +327,11 @@ function Review({ name, pool, chosen, fallback, money, allowPriority, proxy, bus
         <dt>Budget</dt>
         <dd data-testid="pool-review-budget">{budgetWords(money)}</dd>
         <dt>Priority tier</dt>
-        <dd data-testid="pool-review-priority">{allowPriority ? "allowed" : "sent as standard"}</dd>
+        <dd data-testid="pool-review-priority">{tiers.allow_priority ? "allowed" : "sent as standard"}</dd>
+        <dt>Ultrafast tier</dt>
+        <dd data-testid="pool-review-ultrafast">
+          {!tiers.allow_priority ? "sent as standard" : tiers.allow_ultrafast ? "allowed" : "sent as priority"}
+        </dd>
         <dt>Proxy</dt>
         <dd data-testid="pool-review-proxy">{proxy || "none: direct"}</dd>
       </dl>

@@ -99,9 +99,14 @@ describe("the Keys view's sections", () => {
 
 describe("policySentence", () => {
   it("says whether the priority tier is allowed and which way the keys go out", () => {
-    expect(policySentence(poolInfo("home", ["k_a1"]))).toBe("The priority tier (Fast mode) is allowed; its keys go out direct.");
+    expect(policySentence(poolInfo("home", ["k_a1"]))).toBe(
+      "The priority tier (Fast mode) and ultrafast are allowed; its keys go out direct.",
+    );
     expect(policySentence(poolInfo("work", ["k_a1"], { allow_priority: false, proxy: "http://proxy.example:3128" }))).toBe(
-      "Requests for the priority tier (Fast mode) are sent as standard; its keys go out through the proxy http://proxy.example:3128.",
+      "Requests for the priority tier (Fast mode) or ultrafast are sent as standard; its keys go out through the proxy http://proxy.example:3128.",
+    );
+    expect(policySentence(poolInfo("team", ["k_a1"], { allow_ultrafast: false }))).toBe(
+      "The priority tier (Fast mode) is allowed; ultrafast requests are sent as priority; its keys go out direct.",
     );
   });
 });

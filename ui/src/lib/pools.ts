@@ -63,9 +63,11 @@ export function reachOf(pool: PoolInfo | undefined, keys: KeyInfo[]): string {
 /** A pool's policies in words: the priority tier, and the way its keys go out. */
 export function policySentence(pool: PoolInfo): string {
   if (pool.builtin) return "Every tier allowed; its keys go out as their own pools say.";
-  const tier = pool.allow_priority
-    ? "The priority tier (Fast mode) is allowed"
-    : "Requests for the priority tier (Fast mode) are sent as standard";
+  const tier = !pool.allow_priority
+    ? "Requests for the priority tier (Fast mode) or ultrafast are sent as standard"
+    : pool.allow_ultrafast
+      ? "The priority tier (Fast mode) and ultrafast are allowed"
+      : "The priority tier (Fast mode) is allowed; ultrafast requests are sent as priority";
   const login = pool.proxy_login ? " (its user and password kept in the keychain)" : "";
   return `${tier}; its keys go out ${pool.proxy ? `through the proxy ${pool.proxy}${login}` : "direct"}.`;
 }

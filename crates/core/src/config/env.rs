@@ -143,10 +143,11 @@ const POOL_PREFIX: &str = "KEYMUX_POOL_";
 const TOKEN_PREFIX: &str = "KEYMUX_TOKEN_";
 
 /// The policies a `KEYMUX_POOL_<NAME>` pool takes from `KEYMUX_POOL_<NAME>_<ATTR>`.
-const POOL_ATTRS: [&str; 2] = ["_ALLOW_PRIORITY", "_PROXY"];
+const POOL_ATTRS: [&str; 3] = ["_ALLOW_PRIORITY", "_ALLOW_ULTRAFAST", "_PROXY"];
 
 /// `KEYMUX_POOL_<NAME>=label1,label2`: a pool of those keys (checked against the keys at startup), with
-/// `KEYMUX_POOL_<NAME>_ALLOW_PRIORITY=true|false` and `KEYMUX_POOL_<NAME>_PROXY=http://host:port`.
+/// `KEYMUX_POOL_<NAME>_ALLOW_PRIORITY=true|false`, `KEYMUX_POOL_<NAME>_ALLOW_ULTRAFAST=true|false` and
+/// `KEYMUX_POOL_<NAME>_PROXY=http://host:port`.
 fn env_pools(vars: &BTreeMap<String, String>) -> Result<EnvPools, String> {
     let mut pools = Vec::new();
     let mut logins = Vec::new();
@@ -162,13 +163,16 @@ fn env_pools(vars: &BTreeMap<String, String>) -> Result<EnvPools, String> {
         crate::pools::check_name(&pool).map_err(|e| format!("{name}: {e}"))?;
         let keys = value.split(',').map(str::trim).filter(|k| !k.is_empty()).map(str::to_owned).collect();
         let mut policies = PoolPolicies::default();
-        policies.allow_priority =
-            match vars.get(&format!("{name}_ALLOW_PRIORITY")).map(|v| v.trim().to_ascii_lowercase()) {
-                None => policies.allow_priority,
-                Some(v) if ["true", "1", "yes"].contains(&v.as_str()) => true,
-                Some(v) if ["false", "0", "no"].contains(&v.as_str()) => false,
-                Some(_) => return Err(format!("{name}_ALLOW_PRIORITY: use true or false")),
+        let flag =
+            |attr: &str, default: bool| match vars.get(&format!("{name}{attr}")).map(|v| v.trim().to_ascii_lowercase())
+            {
+                None => Ok(default),
+                Some(v) if ["true", "1", "yes"].contains(&v.as_str()) => Ok(true),
+                Some(v) if ["false", "0", "no"].contains(&v.as_str()) => Ok(false),
+                Some(_) => Err(format!("{name}{attr}: use true or false")),
             };
+        policies.allow_priority = flag("_ALLOW_PRIORITY", policies.allow_priority)?;
+        policies.allow_ultrafast = flag("_ALLOW_ULTRAFAST", policies.allow_ultrafast)?;
         let login;
         (policies.proxy, login) = match vars.get(&format!("{name}_PROXY")).filter(|v| !v.trim().is_empty()) {
             // The message never quotes a user or password the URL carries (`pools::safe_proxy`).

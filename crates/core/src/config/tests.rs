@@ -183,6 +183,7 @@ fn env_pools_take_their_policies_from_their_attributes() {
         ("KEYMUX_POOL_WORK_ALLOW_PRIORITY", "false"),
         ("KEYMUX_POOL_WORK_PROXY", "http://proxy.example:3128/"),
         ("KEYMUX_POOL_HOME", "c"),
+        ("KEYMUX_POOL_HOME_ALLOW_ULTRAFAST", "no"),
     ]
     .map(|(a, b)| (a.to_owned(), b.to_owned()));
     let env = EnvSecrets::from_vars(vars).expect("valid");
@@ -194,11 +195,13 @@ fn env_pools_take_their_policies_from_their_attributes() {
     );
     let home = env.pools.iter().find(|p| p.name == "home").expect("home");
     assert_eq!((home.policies.allow_priority, home.policies.proxy.as_deref()), (true, None));
+    assert_eq!((home.policies.allow_ultrafast, work.policies.allow_ultrafast), (false, true));
     let bad = |name: &str, value: &str| {
         let vars = [("KEYMUX_POOL_WORK", "a"), (name, value)].map(|(a, b)| (a.to_owned(), b.to_owned()));
         EnvSecrets::from_vars(vars).expect_err("refused")
     };
     assert!(bad("KEYMUX_POOL_WORK_ALLOW_PRIORITY", "maybe").contains("true or false"));
+    assert!(bad("KEYMUX_POOL_WORK_ALLOW_ULTRAFAST", "sometimes").starts_with("KEYMUX_POOL_WORK_ALLOW_ULTRAFAST"));
     let err = bad("KEYMUX_POOL_WORK_PROXY", "ftp://bob:hunter2@proxy.example:21");
     assert!(err.starts_with("KEYMUX_POOL_WORK_PROXY") && !err.contains("hunter2") && !err.contains("bob"), "{err}");
     // A user and password stay in memory, apart from the pool.

@@ -34,7 +34,7 @@ mod proxy;
 mod reach;
 mod validate;
 
-pub use policies::{above_standard, standard_tier, PoolPolicies, PoolPoliciesChange, STANDARD_TIER};
+pub use policies::{above_standard, with_tier, PoolPolicies, PoolPoliciesChange, PRIORITY_TIER, STANDARD_TIER};
 pub use proxy::{check_proxy, safe_proxy, split_proxy, take_login, ProxyLogin, PROXY_SCHEMES};
 pub use reach::Reach;
 pub use validate::{check_name, exists, unknown_pool, validate, Place, PoolProblem};

@@ -136,14 +136,36 @@ fn only_tiers_above_the_standard_one_are_held_back() {
 }
 
 #[test]
+fn a_pool_sends_each_tier_it_does_not_allow_in_the_one_it_does() {
+    use crate::spend::ServiceTier;
+    let policies =
+        |allow_priority, allow_ultrafast| PoolPolicies { allow_priority, allow_ultrafast, ..PoolPolicies::default() };
+    // (allow_priority, allow_ultrafast) -> what priority, fast, ultrafast and flex are sent as.
+    for ((p, u), expected) in [
+        ((true, true), [None, None, None, None]),
+        ((true, false), [None, None, Some(PRIORITY_TIER), None]),
+        ((false, true), [Some(STANDARD_TIER), Some(STANDARD_TIER), Some(STANDARD_TIER), None]),
+        ((false, false), [Some(STANDARD_TIER), Some(STANDARD_TIER), Some(STANDARD_TIER), None]),
+    ] {
+        let sent = ["priority", "FAST", "ultrafast", "flex"].map(|t| policies(p, u).sent_tier(t));
+        assert_eq!(sent, expected, "allow_priority {p}, allow_ultrafast {u}");
+        let offered = [ServiceTier::Priority, ServiceTier::Ultrafast].map(|t| policies(p, u).offers(t));
+        assert_eq!(offered, [p, p && u], "allow_priority {p}, allow_ultrafast {u}");
+    }
+    assert!(PoolPolicies::default().allow_ultrafast, "a pool allows ultrafast unless told not to");
+    assert_eq!(policies(true, false).departures(), ["no ultrafast"]);
+    assert!(policies(true, false).summary(false).starts_with("priority tier allowed, ultrafast sent as priority"));
+}
+
+#[test]
 fn the_standard_tier_replaces_only_the_tier_and_keeps_the_order() {
     let body = br#"{"model":"m","service_tier":"priority","input":[{"role":"user","content":"hi"}],"stream":true}"#;
-    let changed = String::from_utf8(standard_tier(body).expect("a JSON object")).expect("utf-8");
+    let changed = String::from_utf8(with_tier(body, STANDARD_TIER).expect("a JSON object")).expect("utf-8");
     assert_eq!(
         changed,
         r#"{"model":"m","service_tier":"default","input":[{"role":"user","content":"hi"}],"stream":true}"#
     );
-    assert_eq!(standard_tier(b"[1]"), None);
+    assert_eq!(with_tier(b"[1]", STANDARD_TIER), None);
 }
 
 #[test]
@@ -182,7 +204,7 @@ fn a_key_goes_out_one_way_and_its_pools_proxy_is_found() {
     assert_eq!(pools.proxies(), vec![(KeyId::new("k_w1"), "http://127.0.0.1:3128".to_owned(), None)]);
     assert_eq!(pools.proxy_of(&KeyId::new("k_w1")), Some("http://127.0.0.1:3128"));
     assert_eq!(pools.proxy_of(&KeyId::new("k_p1")), None);
-    assert!(pools.allows_priority("work") && pools.allows_priority("all") && pools.allows_priority("nope"));
+    assert!(["work", "all", "nope"].iter().all(|p| pools.sent_tier(p, "ultrafast").is_none()), "every tier allowed");
 }
 
 #[test]

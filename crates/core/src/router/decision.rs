@@ -221,14 +221,14 @@ pub enum Reason {
         orgs: usize,
     },
     /// The token's pool does not allow the service tier the request asked for (its policies keep it to
-    /// the standard tier, and a tier above it was asked for: `priority`, `fast`, `ultrafast`): it was
-    /// sent in the standard tier instead.
+    /// the standard tier and a tier above it was asked for: `priority`, `fast`, `ultrafast`; or they
+    /// leave out `ultrafast` alone): it was sent in the tier they allow instead.
     TierChanged {
         /// The token's pool.
         pool: String,
         /// The tier the request asked for (at most 32 bytes).
         asked: String,
-        /// The tier it was sent with (`default`).
+        /// The tier it was sent with (`default`, or `priority` for an ultrafast request).
         sent: String,
     },
     /// Markers of another Keymux install were removed without routing on them.
