@@ -323,6 +323,12 @@ enum PoolCommand {
 }
 
 /// Entry point of the `keymux` binary.
+/// The command line's definition: every command and flag `keymux` takes (the user guide's drift test
+/// reads the flags it names from here).
+pub fn definition() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

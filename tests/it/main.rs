@@ -20,6 +20,7 @@ mod config_live;
 mod continuity;
 mod control;
 mod dashboard;
+mod docs;
 mod fuzz_corpora;
 mod gateway;
 mod hostile;

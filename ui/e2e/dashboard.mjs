@@ -542,6 +542,8 @@ async function createPool(page, { name, keys = [], fallback = [], shot = null, t
   for (const label of keys) if (!review.includes(label)) throw new Error(`the summary of ${name} does not name ${label}: ${review}`);
   const tier = await form.getByTestId("pool-review-priority").innerText();
   if (tier !== (priority ? "allowed" : "sent as standard")) throw new Error(`the summary of ${name} says the priority tier is ${tier}`);
+  const ultrafast = await form.getByTestId("pool-review-ultrafast").innerText();
+  if (ultrafast !== (priority ? "allowed" : "sent as standard")) throw new Error(`the summary of ${name} says ultrafast is ${ultrafast}`);
   if (!taken && (await apiPools(page)).some((p) => p.name === name)) throw new Error(`pool ${name} exists before it was confirmed`);
   if (shot) await page.screenshot({ path: join(SHOTS, `${shot}-review.png`) });
   return form;
@@ -613,7 +615,7 @@ async function poolSteps(page) {
   const empty = await spareCard.getByTestId("pool-empty").innerText({ timeout: WAIT });
   if (empty !== "No keys: its requests go to its fallback pool (work).") throw new Error(`the empty pool says: ${empty}`);
   const policies = await spareCard.getByTestId("pool-policies").innerText();
-  if (!policies.startsWith("Requests for the priority tier (Fast mode) are sent as standard; its keys go out direct")) {
+  if (!policies.startsWith("Requests for the priority tier (Fast mode) or ultrafast are sent as standard; its keys go out direct")) {
     throw new Error(`the spare card says: ${policies}`);
   }
   if ((await apiPools(page)).find((p) => p.name === "spare")?.allow_priority !== false) throw new Error("spare allows priority");
