@@ -228,3 +228,17 @@ async fn real_codex_lists_what_its_pool_serves_and_runs_a_turn_with_it() {
     assert!(prompt.contains("You are a coding agent running in the Codex CLI"), "the catalog's prompt was sent");
     gateway.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chatgpt_plans_models_come_from_its_own_list() {
+    let spec = keymux_sim::PlanSpec::new(crate::chatgpt::ACCOUNT).models(&["gpt-6.2-sol", "gpt-5-mini"]);
+    let (h, _) = crate::chatgpt::harness_with_plan(spec).await;
+    let admin = Admin::new(&h.root);
+    pool(&admin, json!({"name": "plan", "keys": ["plan"], "allow_ultrafast": false})).await;
+    let plan = catalog(&h.base, &token_in(&admin, "p", "plan").await).await;
+    assert_eq!(slugs(&plan), ["gpt-6.2-sol", "gpt-5-mini"]);
+    assert_eq!(tiers(&plan, "gpt-6.2-sol"), (vec!["priority"], vec!["fast"], None));
+    let listed = h.sim.log().into_iter().filter(|e| e.path == "/backend-api/codex/models").count();
+    assert!(listed >= 1, "the plan's list came from its backend");
+    h.shutdown().await;
+}
