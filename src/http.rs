@@ -19,6 +19,7 @@ use crate::tokens;
 pub fn app(gateway: Arc<Gateway>) -> Router {
     Router::new()
         .route("/v1", any(proxy))
+        .route("/v1/keymux/model-catalog", any(model_catalog))
         .route("/v1/{*rest}", any(proxy))
         .route("/keymux/health", get(health))
         .route("/login", get(login))
@@ -70,6 +71,20 @@ async fn proxy(State(gateway): State<Arc<Gateway>>, request: Request) -> Respons
         return upgrade(gateway, parts).await;
     }
     crate::proxy::forward(&gateway, parts, body).await
+}
+
+/// Keymux's model catalog for Codex (`catalog`), for the caller's pool; authenticated as every `/v1`
+/// call is.
+async fn model_catalog(State(gateway): State<Arc<Gateway>>, request: Request) -> Response<Body> {
+    let (parts, _) = request.into_parts();
+    let client = match check_v1_origin(&parts.headers).and_then(|()| authenticate(&gateway, &parts.headers)) {
+        Ok(client) => client,
+        Err(err) => {
+            crate::logging::refused(parts.uri.path(), err.label());
+            return err.into_response();
+        }
+    };
+    crate::catalog::serve(&gateway, &parts.method, parts.uri.path(), &client.pool).await
 }
 
 /// Responses over WebSocket on `GET /v1/responses`. Anything else, or no usable key, gets a 426: Codex

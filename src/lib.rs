@@ -39,6 +39,10 @@
 //!   with a throwaway key and token in memory; a turn passes when the client exits 0 and the gateway
 //!   recorded it. The CLI prints it; `clients_check::watch` runs it in `keymux serve` and the tray when
 //!   a client's version changes, for the Connect view and a notification.
+//! * [`catalog`]: the model catalog Codex loads from `model_catalog_url` (`GET
+//!   /v1/keymux/model-catalog`): the models the caller's pool can reach, learned from each key's
+//!   `GET /models`, as Codex describes them (`catalog::codex`, from Keymux's table of the models Codex
+//!   bundles), with the tiers the pool's policies allow.
 //! * [`logging`]: the one logging setup (`KEYMUX_LOG`; other crates capped at `warn`).
 //! * [`remote`] and [`runfile`]: how the CLI finds a running gateway and makes sure it is Keymux.
 //! * [`login_page`]: the dashboard opened in a browser (`keymux dashboard --open`, the tray's Open in
@@ -98,7 +102,8 @@
 //! * [`pool`]: live per-key state (health, cooldowns, windows, in-flight, recent starts), changed
 //!   through three doors: `begin`, `apply`, and the user's changes. It owns key health (`pool::health`:
 //!   `Health` with its deadlines, `HealthState` as shown, the pure transitions), the router's snapshot
-//!   (`pool::view`) and the status people see (`pool::status`, which the API's `KeyInfo` embeds).
+//!   (`pool::view`) and the status people see (`pool::status`, which the API's `KeyInfo` embeds), and
+//!   the models each key's provider listed (`pool::models`, for the model catalog).
 //! * [`quota`]: rate-limit windows from `x-ratelimit-*` headers, counted down between answers, the
 //!   share of them a key keeps for its pinned sessions and when they run out.
 //! * [`affinity`]: bounded in-memory session tables (soft affinity, WebSocket session hints, and the
@@ -145,6 +150,7 @@ pub mod access;
 pub mod affinity;
 pub mod api;
 pub mod budgets;
+pub mod catalog;
 pub mod classify;
 pub mod cli;
 pub mod clients_check;

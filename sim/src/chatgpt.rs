@@ -1,5 +1,6 @@
 //! The ChatGPT Codex backend of one plan (one login), beside the API: `POST /backend-api/codex/responses`
-//! and `/responses/compact`, `GET /backend-api/codex/models`, and the auth server's token endpoint
+//! and `/responses/compact`, `GET /backend-api/codex/models` (the plan's models, in Codex's catalog
+//! shape), and the auth server's token endpoint
 //! `POST /oauth/token`.
 //!
 //! What it checks and answers as that backend does: the access token (a JWT it issued, refused with
@@ -68,6 +69,11 @@ pub(crate) async fn handle(state: Arc<State>, req: Request) -> Response {
         ctx.log(404, None, false);
         return detail(StatusCode::NOT_FOUND, "Not Found");
     };
+    if parts.method == axum::http::Method::GET && rest == "/models" {
+        ctx.log(200, None, true);
+        let list = crate::models::plan_list(&state.org(plan.org).models);
+        return with_windows(error(StatusCode::OK, list), &plan.windows(), now);
+    }
     let creates = rest == "/responses";
     if creates {
         if let Err(why) = required_fields(&bytes) {
@@ -76,6 +82,11 @@ pub(crate) async fn handle(state: Arc<State>, req: Request) -> Response {
         }
     }
     let generates = creates || rest == "/responses/compact";
+    if let Some(model) = generates.then(|| unsupported_model(&state, plan, &bytes)).flatten() {
+        ctx.log(400, Some("detail".into()), false);
+        let message = format!("The '{model}' model is not supported when using Codex with a ChatGPT account.");
+        return detail(StatusCode::BAD_REQUEST, &message);
+    }
     let windows = if generates { plan.take_use(now) } else { Ok(plan.windows()) };
     let windows = match windows {
         Ok(windows) => windows,
@@ -105,6 +116,14 @@ fn authenticate(plan: &PlanState, headers: &HeaderMap, now: u64) -> Result<(), (
         return Err((StatusCode::FORBIDDEN, "account_mismatch", "The chatgpt-account-id header does not match".into()));
     }
     Ok(())
+}
+
+/// The body's model, when it is a string the plan does not serve (the backend's own 400, not the
+/// API's `model_not_found`).
+fn unsupported_model(state: &State, plan: &PlanState, bytes: &[u8]) -> Option<String> {
+    let body: Value = serde_json::from_slice(bytes).ok()?;
+    let model = body.get("model")?.as_str()?;
+    (!state.org(plan.org).models.contains(&model)).then(|| model.to_owned())
 }
 
 /// What the backend requires of a Responses body, and what it refuses, in its own words.

@@ -32,6 +32,8 @@ pub struct PlanSpec {
     pub secondary_requests: u64,
     /// How long an access token lives.
     pub token_lifetime: Duration,
+    /// The models the plan serves (`None`: every model of the simulator).
+    pub models: Option<Vec<String>>,
 }
 
 impl PlanSpec {
@@ -43,7 +45,14 @@ impl PlanSpec {
             primary_requests: 1_000_000,
             secondary_requests: 1_000_000,
             token_lifetime: Duration::from_secs(3600),
+            models: None,
         }
+    }
+
+    /// The only models the plan serves (each must be one of [`crate::MODELS`]).
+    pub fn models(mut self, models: &[&str]) -> Self {
+        self.models = Some(models.iter().map(|m| (*m).to_owned()).collect());
+        self
     }
 
     /// The requests its 5-hour and weekly windows allow.
@@ -72,6 +81,10 @@ pub struct OrgSpec {
     pub id: String,
     /// The keys of this organization.
     pub keys: Vec<KeySpec>,
+    /// The models its keys may use (`None`: every model of the simulator), as OpenAI gives an
+    /// organization access to some models and not others: `GET /v1/models` lists only these, and
+    /// any other is `model_not_found` to its keys.
+    pub models: Option<Vec<String>>,
 }
 
 /// One API key.
@@ -139,6 +152,17 @@ impl SimConfig {
         self.with_org(id, keys, KeyAuth::AzureApiKey)
     }
 
+    /// Limits the organization `id` (added, without keys, when it is not there yet) to `models` (each
+    /// one of [`crate::MODELS`]).
+    pub fn org_models(mut self, id: &str, models: &[&str]) -> Self {
+        if !self.orgs.iter().any(|o| o.id == id) {
+            self = self.with_org(id, &[], KeyAuth::Bearer);
+        }
+        let models = Some(models.iter().map(|m| (*m).to_owned()).collect());
+        self.orgs.iter_mut().filter(|o| o.id == id).for_each(|o| o.models.clone_from(&models));
+        self
+    }
+
     /// Replaces the per-key limits.
     pub fn limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
@@ -174,7 +198,7 @@ impl SimConfig {
         if let Some(org) = self.orgs.iter_mut().find(|o| o.id == id) {
             org.keys.extend(keys);
         } else {
-            self.orgs.push(OrgSpec { id: id.to_owned(), keys: keys.collect() });
+            self.orgs.push(OrgSpec { id: id.to_owned(), keys: keys.collect(), models: None });
         }
         self
     }

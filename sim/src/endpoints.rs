@@ -117,11 +117,12 @@ fn serve(
     match route {
         Route::Models => {
             ctx.admit(0)?;
-            Ok(ctx.ok_json(&models::list(), shaping))
+            let list = models::list(&ctx.state.org(caller.org).models);
+            Ok(ctx.ok_json(&list, shaping))
         }
         Route::Model(id) => {
             ctx.admit(0)?;
-            if !models::is_known(&id) {
+            if !ctx.state.org(caller.org).models.contains(&id.as_str()) {
                 return Err(ApiError::model_not_found(&id).into());
             }
             Ok(ctx.ok_json(&models::model_object(&id), shaping))
@@ -133,7 +134,7 @@ fn serve(
         }
         Route::Generate(generation) => {
             let body = object_body(parsed)?;
-            let model = models::require(&body)?;
+            let model = models::require(&body, &ctx.state.org(caller.org).models)?;
             ctx.admit((body_len / BYTES_PER_TOKEN) as u64)?;
             generate(ctx, caller, generation, &model, &body, shaping)
         }

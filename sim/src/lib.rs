@@ -81,5 +81,6 @@ mod ws;
 pub use config::{KeyAuth, KeySpec, Limits, OrgSpec, PlanSpec, SimConfig};
 pub use fault::Fault;
 pub use log::{LogEntry, Transport, LOG_CAPACITY};
+pub use models::MODELS;
 pub use plan::Tokens as ChatgptTokens;
 pub use sim::Sim;

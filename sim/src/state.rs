@@ -26,6 +26,8 @@ pub(crate) struct OrgState {
     pub cipher: OrgCipher,
     pub store: Mutex<ResponseStore>,
     pub cache: Mutex<PromptCache>,
+    /// The models its keys may use, in the simulator's order.
+    pub models: Vec<&'static str>,
     replies: AtomicU64,
 }
 
@@ -83,7 +85,7 @@ impl State {
             if orgs.iter().any(|o: &OrgState| o.id == spec.id) {
                 return Err(invalid(format!("organization {} is configured twice", spec.id)));
             }
-            orgs.push(org_state(spec.id.clone(), config));
+            orgs.push(org_state(spec.id.clone(), spec.models.as_deref(), config)?);
             for key in &spec.keys {
                 if key.secret.is_empty() {
                     return Err(invalid(format!("organization {} has an empty key", spec.id)));
@@ -95,10 +97,13 @@ impl State {
             }
         }
         let clock = Clock::default();
-        let plan = config.plan.clone().map(|spec| {
-            orgs.push(org_state(spec.org_id(), config));
-            PlanState::new(spec, orgs.len() - 1, clock.unix_secs())
-        });
+        let plan = match config.plan.clone() {
+            Some(spec) => {
+                orgs.push(org_state(spec.org_id(), spec.models.as_deref(), config)?);
+                Some(PlanState::new(spec, orgs.len() - 1, clock.unix_secs()))
+            }
+            None => None,
+        };
         Ok(State {
             orgs,
             plan,
@@ -134,17 +139,27 @@ impl State {
     }
 }
 
-/// A new organization with a secret of its own.
-fn org_state(id: String, config: &SimConfig) -> OrgState {
+/// A new organization with a secret of its own, serving `models` (all of them when `None`).
+fn org_state(id: String, models: Option<&[String]>, config: &SimConfig) -> std::io::Result<OrgState> {
     let mut secret = [0u8; 32];
     rand::thread_rng().fill_bytes(&mut secret);
-    OrgState {
+    let models = match models {
+        None => crate::models::MODELS.to_vec(),
+        Some(names) => {
+            if let Some(unknown) = names.iter().find(|m| !crate::models::MODELS.contains(&m.as_str())) {
+                return Err(invalid(format!("organization {id} names the unknown model {unknown}")));
+            }
+            crate::models::MODELS.iter().copied().filter(|m| names.iter().any(|n| n == m)).collect()
+        }
+    };
+    Ok(OrgState {
         id,
         cipher: OrgCipher::new(&secret),
         store: Mutex::new(ResponseStore::default()),
         cache: Mutex::new(PromptCache::new(config.cache_ttl)),
+        models,
         replies: AtomicU64::new(0),
-    }
+    })
 }
 
 fn invalid(message: String) -> std::io::Error {

@@ -232,7 +232,8 @@ impl Conn {
                 return Err((err, true, Vec::new()));
             }
         }
-        let model = models::require(&body).map_err(|e| (e, true, Vec::new()))?;
+        let model =
+            models::require(&body, &self.state.org(self.caller.org).models).map_err(|e| (e, true, Vec::new()))?;
         let tokens = (frame_len / BYTES_PER_TOKEN) as u64;
         if let Err((err, snapshot)) = admit(&self.state, &self.caller, &model, tokens) {
             facts.input_tokens = tokens;

@@ -47,6 +47,33 @@ fn tokens(sim: &Sim) -> ChatgptTokens {
 }
 
 #[tokio::test]
+async fn the_plan_lists_its_models_in_codexs_catalog_shape() {
+    let sim = start(PlanSpec::new(ACCOUNT).models(&["gpt-6.2-sol", "gpt-5.5"])).await;
+    let resp = common::client()
+        .get(format!("{}/models?client_version=0.171.0", sim.chatgpt_base_url()))
+        .bearer_auth(&tokens(&sim).access_token)
+        .header("chatgpt-account-id", ACCOUNT)
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await.expect("json");
+    let slugs: Vec<&str> =
+        body["models"].as_array().expect("models").iter().filter_map(|m| m["slug"].as_str()).collect();
+    assert_eq!(slugs, ["gpt-5.5", "gpt-6.2-sol"], "in the simulator's order");
+    let (status, _, text) = backend(
+        &sim,
+        &tokens(&sim).access_token,
+        "/responses",
+        &json!({"model": "gpt-4.1",
+        "instructions": "x", "input": "hi", "stream": true, "store": false}),
+    )
+    .await;
+    assert_eq!(status, 400, "a model the plan does not have: {text}");
+    assert!(text.contains("not supported when using Codex with a ChatGPT account"), "{text}");
+}
+
+#[tokio::test]
 async fn a_turn_on_the_plan_streams_with_its_windows_and_no_organization_header() {
     let sim = start(PlanSpec::new(ACCOUNT)).await;
     let (status, headers, body) = backend(&sim, &tokens(&sim).access_token, "/responses", &turn()).await;

@@ -124,6 +124,27 @@ async fn embeddings_are_deterministic() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
+async fn each_organization_lists_and_serves_only_its_models() -> anyhow::Result<()> {
+    let sim = Sim::start(two_orgs().org_models("org-b", &["gpt-6-sol", "gpt-4.1"])).await?;
+    let ids = |list: &Answer| -> Vec<String> {
+        let data = list.body["data"].as_array().cloned().unwrap_or_default();
+        data.iter().filter_map(|m| m["id"].as_str().map(str::to_owned)).collect()
+    };
+    let b = get(&sim, "sk-b1", "/models").await?;
+    assert_eq!((b.status, b.body["object"].clone()), (200, json!("list")));
+    assert_eq!(ids(&b), ["gpt-6-sol", "gpt-4.1"], "in the simulator's order");
+    assert_eq!(ids(&get(&sim, "sk-a1", "/models").await?).len(), keymux_sim::MODELS.len());
+    assert_eq!(get(&sim, "sk-b1", "/models/gpt-5.5").await?.status, 404);
+    assert_eq!(get(&sim, "sk-b1", "/models/gpt-4.1").await?.status, 200);
+    let r = post(&sim, "sk-b1", "/responses", &json!({"model": "gpt-5.5", "input": "x"})).await?;
+    assert_eq!((r.status, r.body["error"]["code"].clone()), (404, json!("model_not_found")));
+    let r = post(&sim, "sk-a1", "/responses", &json!({"model": "gpt-5.5", "input": "x"})).await?;
+    assert_eq!(r.status, 200);
+    assert!(Sim::start(two_orgs().org_models("org-b", &["gpt-0"])).await.is_err(), "an unknown model is refused");
+    Ok(())
+}
+
+#[tokio::test]
 async fn models_and_unknown_paths() -> anyhow::Result<()> {
     let sim = Sim::start(two_orgs()).await?;
     let list = get(&sim, "sk-a1", "/models").await?;

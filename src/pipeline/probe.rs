@@ -1,6 +1,6 @@
 //! Probing keys: `GET /models`, a free call that teaches the pool each key's organization (so pinned
 //! sessions can use all of an organization's keys from the first request) and flags keys the provider
-//! rejects before a client meets them. A probe is a third transport through the same attempt step as
+//! rejects before a client meets them; the models it lists are kept for the model catalog. A probe is a third transport through the same attempt step as
 //! client requests, so it is judged and learned from exactly as they are.
 
 use axum::http::HeaderMap;
@@ -39,6 +39,10 @@ impl Transport for Probe<'_> {
                 let heard =
                     Heard::from_headers(response.status().as_u16(), response.headers(), self.clock, entry.provider);
                 if response.status().is_success() {
+                    let list = response.bytes_within(crate::pool::MAX_LIST_BYTES).await;
+                    if let Some(models) = list.as_deref().and_then(crate::pool::listed_models) {
+                        self.gateway.pool().learn_models(&entry.id, models);
+                    }
                     Reply::Accepted(heard, ())
                 } else {
                     Reply::Declined(heard.with_body(&response.bytes().await.unwrap_or_default()), ())

@@ -22,6 +22,7 @@ use crate::quota::Quota;
 use crate::spend::Usage;
 
 mod learned;
+mod models;
 mod status;
 mod view;
 
@@ -30,6 +31,7 @@ pub use keymux_core::pool::{
     MAX_UNREACHABLE_BACKOFF,
 };
 pub use learned::{Begin, Learned, Outcome};
+pub use models::{listed_models, MAX_LIST_BYTES, MAX_MODELS_PER_KEY, MAX_SLUG_BYTES};
 pub use status::KeyStatus;
 
 use keymux_core::pool::{health_change, next_health, switched};
@@ -98,6 +100,8 @@ struct Tally {
     starts: Decaying,
     // A ChatGPT plan's usage windows, as its latest answer that reported them said.
     plan_windows: Option<keymux_core::provider::chatgpt::PlanWindows>,
+    // The models the provider listed for this key (`GET /models`), bounded by `MAX_MODELS_PER_KEY`.
+    listed_models: Option<Arc<[String]>>,
 }
 
 struct Slot {

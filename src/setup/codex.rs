@@ -1,13 +1,19 @@
 //! Codex's `config.toml`: the top-level `model_provider = "keymux"` and a `[model_providers.keymux]`
 //! table with the base URL and the client token (`experimental_bearer_token`, which Codex sends as
-//! `Authorization: Bearer`, so no environment variable is needed). A pool's profile file
-//! (`keymux-work.config.toml`) gets the same two things for `keymux-work`. Edited with `toml_edit`, so
-//! every other key, table, comment and blank line stays byte for byte as it was.
+//! `Authorization: Bearer`, so no environment variable is needed), and Keymux's model catalog: the
+//! provider's `model_catalog_url` (`<base URL>/keymux/model-catalog`, fetched with the same token, so
+//! Codex's model picker shows the models the token's pool serves, see `catalog`) with
+//! `[features] api_key_model_discovery = true`, without which Codex 0.171 does not fetch it. A pool's
+//! profile file (`keymux-work.config.toml`) gets the same for `keymux-work`. Edited with `toml_edit`,
+//! so every other key, table, comment and blank line stays byte for byte as it was.
 
 use toml_edit::{DocumentMut, InlineTable, Item, Table, TableLike, Value};
 
 use super::edited::{Edited, Refusal};
 use super::{provider_id, provider_name};
+
+/// The feature Codex 0.171 needs to fetch a custom provider's `model_catalog_url` with an API key.
+const CATALOG_FEATURE: &str = "api_key_model_discovery";
 
 /// Keys of a provider that say where its credential comes from. Keymux's own provider takes the token
 /// from this file, so any other source is removed rather than left to compete with it.
@@ -35,6 +41,7 @@ pub(super) fn edit(text: &str, pool: Option<&str>, base_url: &str, token: &str) 
         ("base_url", base_url),
         ("wire_api", "responses"),
         ("experimental_bearer_token", token),
+        ("model_catalog_url", &catalog_url(base_url)),
     ] {
         set_str(table, key, value);
     }
@@ -43,7 +50,44 @@ pub(super) fn edit(text: &str, pool: Option<&str>, base_url: &str, token: &str) 
             notes.push(format!("removed `{key}` from [model_providers.{provider}]: the token is now in this file"));
         }
     }
+    notes.extend(enable_catalog(&mut doc)?);
     Ok(Edited::whole(doc.to_string(), notes))
+}
+
+/// Keymux's model catalog under the base URL `base_url` (`…/v1`).
+pub(super) fn catalog_url(base_url: &str) -> String {
+    format!("{}/keymux/model-catalog", base_url.trim_end_matches('/'))
+}
+
+/// `[features] api_key_model_discovery = true` (the table made when missing, its other features
+/// kept); a note when the user had turned it off.
+fn enable_catalog(doc: &mut DocumentMut) -> Result<Option<String>, Refusal> {
+    let root = doc.as_table_mut();
+    if !root.contains_key("features") {
+        let mut table = Table::new();
+        table.decor_mut().set_prefix("\n");
+        root.insert("features", Item::Table(table));
+    }
+    let features = root
+        .get_mut("features")
+        .and_then(Item::as_table_like_mut)
+        .ok_or_else(|| Refusal::Shape("`features` must be a table".into()))?;
+    let was = features.get(CATALOG_FEATURE).map(|item| item.as_bool());
+    match was {
+        Some(Some(true)) => Ok(None),
+        Some(Some(false)) => {
+            if let Some(Item::Value(old)) = features.get_mut(CATALOG_FEATURE) {
+                let decor = old.decor().clone();
+                *old = Value::from(true);
+                *old.decor_mut() = decor;
+            }
+            Ok(Some(format!("{CATALOG_FEATURE} was off; Keymux turns it on so Codex lists the models your keys serve")))
+        }
+        _ => {
+            features.insert(CATALOG_FEATURE, toml_edit::value(true));
+            Ok(None)
+        }
+    }
 }
 
 /// A warning when config.toml still defines the profile `profile` the old way (`profile = "…"` or a
@@ -170,12 +214,17 @@ model = "gpt-5.5-mini"
             added,
             [
                 "model_provider = \"keymux\"\n",
-                "\n",
                 "[model_providers.keymux]\n",
                 "name = \"Keymux\"\n",
                 "base_url = \"http://127.0.0.1:8787/v1\"\n",
                 "wire_api = \"responses\"\n",
                 &format!("experimental_bearer_token = \"{TOKEN}\"\n"),
+                "model_catalog_url = \"http://127.0.0.1:8787/v1/keymux/model-catalog\"\n",
+                // The diff pairs one of the user's blank lines with the one before the new provider table.
+                "\n",
+                "\n",
+                "[features]\n",
+                "api_key_model_discovery = true\n",
             ]
         );
         let provider_at = edited.text.find("model_provider =").unwrap();
@@ -186,6 +235,19 @@ model = "gpt-5.5-mini"
         assert_eq!(parsed["model_providers"]["keymux"]["experimental_bearer_token"].as_str(), Some(TOKEN));
         assert_eq!(parsed["model_providers"]["other"]["name"].as_str(), Some("Other"));
         assert!(parsed["model_providers"]["keymux"].get("supports_websockets").is_none());
+        assert_eq!(parsed["features"]["api_key_model_discovery"].as_bool(), Some(true));
+    }
+
+    #[test]
+    fn the_users_features_stay_and_a_discovery_turned_off_is_turned_on_with_a_note() {
+        let text = format!("{SAMPLE}\n[features]\nweb_search = true # mine\napi_key_model_discovery = false # off\n");
+        let edited = edit(&text, None, BASE, TOKEN).unwrap();
+        let (removed, added) = line_changes(&text, &edited.text);
+        assert_eq!(removed, ["api_key_model_discovery = false # off\n"]);
+        assert!(added.contains(&"api_key_model_discovery = true # off\n".to_owned()), "{added:?}");
+        assert!(edited.text.contains("web_search = true # mine"));
+        assert!(edited.notes.iter().any(|n| n.contains("api_key_model_discovery was off")), "{:?}", edited.notes);
+        assert!(matches!(edit("features = 3\n", None, BASE, TOKEN), Err(Refusal::Shape(_))));
     }
 
     #[test]

@@ -8,6 +8,10 @@
 //! moved over: the `model_provider` line goes, the table stays, so the sessions Codex recorded under
 //! `keymux` can still be resumed (`codex resume -c model_provider=keymux <id>`).
 //!
+//! No `model_catalog_url` goes here (it does in the custom provider's form, `codex`): Codex 0.171 takes
+//! the built-in provider's catalog only from a ChatGPT host ("model_providers.openai.model_catalog_url
+//! must use an allowed ChatGPT host"), so in this form Codex keeps its own model list.
+//!
 //! Undo is surgical: only Keymux's line is taken out (or the value it replaced put back); everything
 //! Codex or the user wrote since stays byte for byte.
 

@@ -356,7 +356,8 @@ async fn a_codex_pool_gets_a_profile_file_of_its_own_and_config_toml_stays() {
         std::fs::read_to_string(&profile).unwrap(),
         format!(
             "model_provider = \"keymux-work\"\n\n[model_providers.keymux-work]\nname = \"Keymux (pool work)\"\n\
-             base_url = \"{BASE}\"\nwire_api = \"responses\"\nexperimental_bearer_token = \"{TOKEN}\"\n"
+             base_url = \"{BASE}\"\nwire_api = \"responses\"\nexperimental_bearer_token = \"{TOKEN}\"\n\
+             model_catalog_url = \"{BASE}/keymux/model-catalog\"\n\n[features]\napi_key_model_discovery = true\n"
         )
     );
     assert_eq!(std::fs::read_to_string(&config).unwrap(), CODEX, "config.toml is not touched");

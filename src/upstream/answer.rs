@@ -56,6 +56,11 @@ impl Answer {
     pub async fn bytes(self) -> Result<Bytes, BodyError> {
         Ok(self.body.collect().await?.to_bytes())
     }
+
+    /// The whole body, or `None` when it is longer than `limit` bytes or cannot be read.
+    pub async fn bytes_within(self, limit: usize) -> Option<Bytes> {
+        Some(http_body_util::Limited::new(self.body, limit).collect().await.ok()?.to_bytes())
+    }
 }
 
 /// A stream with its first piece put back in front.

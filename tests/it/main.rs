@@ -29,6 +29,7 @@ mod key_settings;
 mod keychain;
 mod keys_import;
 mod login;
+mod model_catalog;
 mod passthrough;
 mod pool_policies;
 mod pools;

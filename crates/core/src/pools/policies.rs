@@ -171,6 +171,11 @@ impl Pools {
     pub fn sent_tier(&self, name: &str, asked: &str) -> Option<&'static str> {
         self.def(name).and_then(|p| p.policies.sent_tier(asked))
     }
+
+    /// The policies of pool `name` (the defaults for `all` and pools that do not exist).
+    pub fn policies(&self, name: &str) -> PoolPolicies {
+        self.def(name).map(|p| p.policies.clone()).unwrap_or_default()
+    }
 }
 
 /// Whether a request's `service_tier` bills above the standard tier, so a pool that does not allow it
