@@ -62,6 +62,7 @@ pub fn routes() -> Router<Arc<Gateway>> {
         .route("/login-link", post(login_link))
         .route("/challenge", post(challenge))
         .merge(setup::routes())
+        .merge(crate::oauth::control_routes())
 }
 
 /// Lets a call through, or says why not.
@@ -93,12 +94,15 @@ async fn json_body<T: serde::de::DeserializeOwned>(request: Request, limit: usiz
 }
 
 /// The guard, then the JSON body: a caller that may not call never has its body read.
-async fn guarded_json<T: serde::de::DeserializeOwned>(gw: &Gateway, request: Request) -> Result<T, ApiError> {
+pub(crate) async fn guarded_json<T: serde::de::DeserializeOwned>(
+    gw: &Gateway,
+    request: Request,
+) -> Result<T, ApiError> {
     guard(gw, request.headers())?;
     json_body(request, CONTROL_MAX_BODY).await
 }
 
-fn control_error(e: ControlError) -> Response<Body> {
+pub(crate) fn control_error(e: ControlError) -> Response<Body> {
     ApiError::from(e).into_response()
 }
 
@@ -202,6 +206,7 @@ async fn create_token(State(gw): State<Arc<Gateway>>, request: Request) -> Respo
                 name: listed.name,
                 created_unix: listed.created_unix,
                 pool: listed.pool,
+                login: false,
             };
             (StatusCode::CREATED, Json(CreatedToken { token, secret: secret.expose().to_owned() })).into_response()
         }

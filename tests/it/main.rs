@@ -22,6 +22,7 @@ mod control;
 mod dashboard;
 mod fuzz_corpora;
 mod gateway;
+mod gateway_login;
 mod hostile;
 mod hygiene;
 mod key_settings;
