@@ -6,6 +6,7 @@
 //! `/v1` client token is refused here, as a control credential is refused on `/v1`. A body is read
 //! only after the guard let the call through, under [`CONTROL_MAX_BODY`] and within the body deadline.
 
+pub mod login;
 #[cfg(test)]
 mod round_trip;
 pub mod setup;
@@ -62,7 +63,7 @@ pub fn routes() -> Router<Arc<Gateway>> {
         .route("/login-link", post(login_link))
         .route("/challenge", post(challenge))
         .merge(setup::routes())
-        .merge(crate::oauth::control_routes())
+        .merge(login::routes())
 }
 
 /// Lets a call through, or says why not.
@@ -94,15 +95,12 @@ async fn json_body<T: serde::de::DeserializeOwned>(request: Request, limit: usiz
 }
 
 /// The guard, then the JSON body: a caller that may not call never has its body read.
-pub(crate) async fn guarded_json<T: serde::de::DeserializeOwned>(
-    gw: &Gateway,
-    request: Request,
-) -> Result<T, ApiError> {
+async fn guarded_json<T: serde::de::DeserializeOwned>(gw: &Gateway, request: Request) -> Result<T, ApiError> {
     guard(gw, request.headers())?;
     json_body(request, CONTROL_MAX_BODY).await
 }
 
-pub(crate) fn control_error(e: ControlError) -> Response<Body> {
+fn control_error(e: ControlError) -> Response<Body> {
     ApiError::from(e).into_response()
 }
 

@@ -223,45 +223,6 @@ pub struct TokenInfo {
     pub login: bool,
 }
 
-/// A client's login waiting for the person's yes in the dashboard:
-/// `GET /keymux/api/oauth/requests/{id}`.
-#[derive(Clone, Debug, Serialize, Deserialize, TS)]
-pub struct LoginRequest {
-    /// The request's id (from the dashboard's `#authorize=` link).
-    pub id: String,
-    /// The client's name (`Codex`).
-    pub client: String,
-    /// Where the client waits for the answer (`127.0.0.1:<port>`).
-    pub callback: String,
-}
-
-/// The person's decision on a login: `POST /keymux/api/oauth/requests/{id}` (browser) or, with
-/// `user_code`, `POST /keymux/api/oauth/device`.
-#[derive(Clone, Debug, Serialize, Deserialize, TS)]
-#[serde(deny_unknown_fields)]
-pub struct LoginDecision {
-    /// Approve (`true`) or refuse.
-    pub approve: bool,
-    /// The pool the client's token is bound to (default `all`).
-    #[serde(default)]
-    #[ts(optional)]
-    pub pool: Option<String>,
-    /// The code the client shows (device flow only).
-    #[serde(default)]
-    #[ts(optional)]
-    pub user_code: Option<String>,
-}
-
-/// What the dashboard does after a decision: go to `redirect` (browser flow: the client's loopback
-/// address with the code, or the refusal) and name the client.
-#[derive(Clone, Debug, Serialize, Deserialize, TS)]
-pub struct LoginDecided {
-    /// The client's name (`Codex`).
-    pub client: String,
-    /// Where the browser goes next (browser flow only).
-    pub redirect: Option<String>,
-}
-
 /// A key's new secret: `PUT /keymux/api/keys/{id}/secret`.
 #[derive(Clone, Deserialize, TS)]
 #[serde(deny_unknown_fields)]

@@ -12,6 +12,7 @@ mod error;
 pub mod import;
 mod key_changes;
 pub mod live;
+pub(crate) mod login;
 pub mod pools;
 pub mod setup;
 

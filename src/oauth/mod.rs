@@ -23,13 +23,12 @@
 //! code is logged or kept in the clear. The client sends its access token in [`TOKEN_HEADER`]
 //! (`authorization` is reserved to the provider's own credential in Codex); `http` reads it there.
 //!
-//! Rooms: `pending` (the bounded table of logins under way), `routes` (the three endpoints),
-//! `approve` (the dashboard's yes, on the control API), `issue` (tokens issued and refreshed).
+//! This module holds the state and the words (`pending`: the bounded table of logins under way; the
+//! issued logins' refresh digests; the errors) and imports nothing that acts on the gateway. Who acts:
+//! `http::oauth` (the three endpoints a client calls), `api::login` (the dashboard's yes, on the
+//! control API), `control::login` (tokens issued and refreshed).
 
-mod approve;
-mod issue;
 pub mod pending;
-mod routes;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -38,9 +37,7 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-pub use approve::routes as control_routes;
 pub use pending::{Pending, MAX_PENDING};
-pub use routes::routes;
 
 /// The clients Keymux issues logins to, by the `client_id` they send.
 pub const CLIENTS: [(&str, &str); 1] = [("codex", "Codex")];
@@ -92,7 +89,7 @@ impl Logins {
     }
 
     /// Swaps the refresh token `presented` for `next`, once: the token id it belonged to.
-    fn rotate(&self, presented: &str, next: &str) -> Option<String> {
+    pub(crate) fn rotate(&self, presented: &str, next: &str) -> Option<String> {
         use subtle::ConstantTimeEq as _;
         let wanted = pending::digest(presented);
         let mut refresh = lock(&self.refresh);
@@ -101,7 +98,8 @@ impl Logins {
         Some(id)
     }
 
-    fn issued(&self, id: &str, refresh: &str) {
+    /// Keeps the refresh token of the login `id` just issued.
+    pub(crate) fn issued(&self, id: &str, refresh: &str) {
         lock(&self.refresh).insert(id.to_owned(), pending::digest(refresh));
     }
 }
@@ -116,7 +114,8 @@ pub struct OAuthError {
 }
 
 impl OAuthError {
-    fn new(code: &'static str, description: impl Into<String>) -> Self {
+    /// An error with the RFC's `code` and a description for a person.
+    pub fn new(code: &'static str, description: impl Into<String>) -> Self {
         Self { code, description: description.into() }
     }
 

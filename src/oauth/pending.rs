@@ -21,9 +21,10 @@ pub const DEVICE_TTL: Duration = Duration::from_secs(10 * 60);
 /// The least time between two polls of one device code (RFC 8628 `interval`).
 pub const DEVICE_INTERVAL: Duration = Duration::from_secs(5);
 
-pub(super) type Digest32 = [u8; 32];
+pub(crate) type Digest32 = [u8; 32];
 
-pub(super) fn digest(value: &str) -> Digest32 {
+/// The SHA-256 digest every code and token of a login is kept as.
+pub fn digest(value: &str) -> Digest32 {
     Sha256::digest(value.as_bytes()).into()
 }
 

@@ -1839,44 +1839,6 @@ not_imported: Array<NotImported>,
  */
 notes: Array<string>, };
 
-export type LoginRequest = { 
-/**
- * The request's id (from the dashboard's `#authorize=` link).
- */
-id: string, 
-/**
- * The client's name (`Codex`).
- */
-client: string, 
-/**
- * Where the client waits for the answer (`127.0.0.1:<port>`).
- */
-callback: string, };
-
-export type LoginDecision = { 
-/**
- * Approve (`true`) or refuse.
- */
-approve: boolean, 
-/**
- * The pool the client's token is bound to (default `all`).
- */
-pool?: string, 
-/**
- * The code the client shows (device flow only).
- */
-user_code?: string, };
-
-export type LoginDecided = { 
-/**
- * The client's name (`Codex`).
- */
-client: string, 
-/**
- * Where the browser goes next (browser flow only).
- */
-redirect: string | null, };
-
 export type PoolPolicies = { 
 /**
  * Whether its tokens' requests may ask for a service tier that bills above the standard one
@@ -2094,4 +2056,42 @@ export type ClientsBody = {
  * Per client checked (none until the first check ends).
  */
 clients: Array<ClientChecked>, };
+
+export type LoginRequest = { 
+/**
+ * The request's id (from the dashboard's `#authorize=` link).
+ */
+id: string, 
+/**
+ * The client's name (`Codex`).
+ */
+client: string, 
+/**
+ * Where the client waits for the answer (`127.0.0.1:<port>`).
+ */
+callback: string, };
+
+export type LoginDecision = { 
+/**
+ * Approve (`true`) or refuse.
+ */
+approve: boolean, 
+/**
+ * The pool the client's token is bound to (default `all`).
+ */
+pool?: string, 
+/**
+ * The code the client shows (device flow only).
+ */
+user_code?: string, };
+
+export type LoginDecided = { 
+/**
+ * The client's name (`Codex`).
+ */
+client: string, 
+/**
+ * Where the browser goes next (browser flow only).
+ */
+redirect: string | null, };
 

@@ -1,16 +1,16 @@
-//! Tokens issued to a login and refreshed: the login is a client token listed in the config
-//! (`login = true`), its access token in the token set until [`super::ACCESS_TTL`] is up, the digest
-//! of its refresh token in the keychain and in [`super::Logins`].
+//! Tokens issued to a client's login (`oauth`) and refreshed: the login is a client token listed in the config
+//! (`login = true`), its access token in the token set until [`ACCESS_TTL`] is up, the digest
+//! of its refresh token in the keychain and in [`crate::oauth::Logins`].
 
 use serde::Serialize;
 
-use super::{OAuthError, ACCESS_TTL, REFRESH_PREFIX};
 use crate::gateway::Gateway;
+use crate::oauth::{OAuthError, ACCESS_TTL, REFRESH_PREFIX};
 use crate::secrets::{self, account, Secret};
 
 /// The token endpoint's answer (RFC 6749 section 5.1). Never logged; its `Debug` shows no token.
 #[derive(Serialize)]
-pub(super) struct Issued {
+pub(crate) struct Issued {
     access_token: String,
     token_type: &'static str,
     expires_in: u64,
@@ -30,9 +30,9 @@ fn server_error(e: impl std::fmt::Display) -> OAuthError {
 impl Gateway {
     /// Issues a login to `client` bound to `pool`: a new client token named after the client
     /// (`codex-login`, `codex-login-2`…), listed with the user's tokens.
-    pub(super) async fn issue_login(&self, client: &str, pool: &str) -> Result<Issued, OAuthError> {
+    pub(crate) async fn issue_login(&self, client: &str, pool: &str) -> Result<Issued, OAuthError> {
         let refresh = secrets::generate(REFRESH_PREFIX);
-        let stored = Secret::new(hex::encode(super::pending::digest(refresh.expose())));
+        let stored = Secret::new(hex::encode(crate::oauth::pending::digest(refresh.expose())));
         let taken: Vec<String> = self.settings().config().tokens.into_iter().map(|t| t.name).collect();
         let name = crate::control::free_token_name(&format!("{client}-login"), &taken);
         let created = self.clock().unix_ms() / 1000;
@@ -46,7 +46,7 @@ impl Gateway {
 
     /// Swaps a refresh token for a new access token and a new refresh token; the old one stops working.
     /// A revoked login's refresh token is refused (`invalid_grant`, so the client logs in again).
-    pub(super) async fn refresh_login(&self, presented: &str) -> Result<Issued, OAuthError> {
+    pub(crate) async fn refresh_login(&self, presented: &str) -> Result<Issued, OAuthError> {
         let refused = || {
             OAuthError::new(
                 "invalid_grant",
@@ -59,7 +59,7 @@ impl Gateway {
             self.logins().forget(&id);
             return Err(refused());
         };
-        let stored = Secret::new(hex::encode(super::pending::digest(next.expose())));
+        let stored = Secret::new(hex::encode(crate::oauth::pending::digest(next.expose())));
         let account = account::token(&id);
         secrets::blocking(self.settings().store().clone(), move |s| s.set(&account, &stored))
             .await

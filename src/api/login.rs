@@ -1,4 +1,4 @@
-//! The person's yes (or no) to a client's login, on the control API (so only a dashboard session or
+//! The person's yes (or no) to a client's login (`oauth`), on the control API (so only a dashboard session or
 //! the admin credential gives it): `GET /oauth/requests/{id}` shows who asks, `POST
 //! /oauth/requests/{id}` decides a browser login and answers with where the browser goes, `POST
 //! /oauth/device` decides the device login whose user code the person entered.
@@ -12,12 +12,53 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 
-use super::client_name;
-use super::pending::Decided;
-use crate::api::types::{LoginDecided, LoginDecision, LoginRequest};
-use crate::api::{control_error, guard, guarded_json};
+use serde::{Deserialize, Serialize};
+use ts_rs::TS;
+
+use super::{control_error, guard, guarded_json};
 use crate::control::ControlError;
 use crate::gateway::Gateway;
+use crate::oauth::client_name;
+use crate::oauth::pending::Decided;
+
+/// A client's login waiting for the person's yes in the dashboard:
+/// `GET /keymux/api/oauth/requests/{id}`.
+#[derive(Clone, Debug, Serialize, Deserialize, TS)]
+pub struct LoginRequest {
+    /// The request's id (from the dashboard's `#authorize=` link).
+    pub id: String,
+    /// The client's name (`Codex`).
+    pub client: String,
+    /// Where the client waits for the answer (`127.0.0.1:<port>`).
+    pub callback: String,
+}
+
+/// The person's decision on a login: `POST /keymux/api/oauth/requests/{id}` (browser) or, with
+/// `user_code`, `POST /keymux/api/oauth/device`.
+#[derive(Clone, Debug, Serialize, Deserialize, TS)]
+#[serde(deny_unknown_fields)]
+pub struct LoginDecision {
+    /// Approve (`true`) or refuse.
+    pub approve: bool,
+    /// The pool the client's token is bound to (default `all`).
+    #[serde(default)]
+    #[ts(optional)]
+    pub pool: Option<String>,
+    /// The code the client shows (device flow only).
+    #[serde(default)]
+    #[ts(optional)]
+    pub user_code: Option<String>,
+}
+
+/// What the dashboard does after a decision: go to `redirect` (browser flow: the client's loopback
+/// address with the code, or the refusal) and name the client.
+#[derive(Clone, Debug, Serialize, Deserialize, TS)]
+pub struct LoginDecided {
+    /// The client's name (`Codex`).
+    pub client: String,
+    /// Where the browser goes next (browser flow only).
+    pub redirect: Option<String>,
+}
 
 /// The approval routes (mounted under `/keymux/api`).
 pub fn routes() -> Router<Arc<Gateway>> {

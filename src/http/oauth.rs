@@ -1,4 +1,4 @@
-//! The three endpoints a client calls: `GET /oauth/authorize`, `POST /oauth/token`, `POST
+//! The three endpoints of a client's login (`oauth`) a client calls: `GET /oauth/authorize`, `POST /oauth/token`, `POST
 //! /oauth/device`. Each answers only to a loopback `Host` (as the control API does) and never to a
 //! browser page's `fetch` with an `Origin` other than the gateway's own.
 
@@ -14,9 +14,9 @@ use axum::{Form, Json, Router};
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
-use super::pending::{normalize_user_code, Asked, Poll, DEVICE_INTERVAL, DEVICE_TTL};
-use super::{client_name, OAuthError};
 use crate::gateway::Gateway;
+use crate::oauth::pending::{normalize_user_code, Asked, Poll, DEVICE_INTERVAL, DEVICE_TTL};
+use crate::oauth::{client_name, OAuthError};
 
 /// The device code grant's type (RFC 8628 section 3.4).
 pub const DEVICE_GRANT: &str = "urn:ietf:params:oauth:grant-type:device_code";
@@ -132,7 +132,7 @@ async fn token(State(gw): State<Arc<Gateway>>, headers: HeaderMap, Form(params):
     }
 }
 
-async fn exchange(gw: &Gateway, params: &Params) -> Result<super::issue::Issued, OAuthError> {
+async fn exchange(gw: &Gateway, params: &Params) -> Result<crate::control::login::Issued, OAuthError> {
     let client = known_client(params)?;
     match param(params, "grant_type")? {
         "authorization_code" => {
@@ -236,6 +236,6 @@ mod tests {
 
     #[test]
     fn s256_is_rfc_7636s_example() {
-        assert_eq!(s256("dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"), "E9Melhoa2OwvFrEjTJeK1X-ifHGiZLbUxzy5WWePXyA");
+        assert_eq!(s256("dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"), "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM");
     }
 }

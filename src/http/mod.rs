@@ -11,6 +11,8 @@ use axum::routing::{any, get};
 use axum::{Json, Router};
 use serde::Deserialize;
 
+mod oauth;
+
 use crate::error::ApiError;
 use crate::gateway::Gateway;
 use crate::tokens;
@@ -23,7 +25,7 @@ pub fn app(gateway: Arc<Gateway>) -> Router {
         .route("/keymux/health", get(health))
         .route("/login", get(login))
         .nest("/keymux/api", crate::api::routes())
-        .merge(crate::oauth::routes())
+        .merge(oauth::routes())
         .fallback(not_found)
         .layer(axum::middleware::from_fn(outside_v1))
         .with_state(gateway)
