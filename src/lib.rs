@@ -28,6 +28,11 @@
 //! * [`api`]: the control API under `/keymux/api` (typed bodies, the live event stream,
 //!   `api::spend`, the spend report per key, pool, token or model that `keymux usage` prints, and
 //!   `api::setup`, client setup and key import for the dashboard).
+//! * [`oauth`]: Keymux as the authorization server of a client's gateway login (Codex's
+//!   `gateway_oauth`): the browser flow approved in the dashboard (PKCE, loopback redirect), the device
+//!   flow, refresh; what it issues is a client token bound to the pool the person picked. It holds the
+//!   state (the bounded table of logins under way); `http::oauth` serves the client's endpoints,
+//!   `api::login` the dashboard's yes, `control::login` issues and refreshes the tokens.
 //! * [`access`]: who may call what (client tokens, dashboard sessions, the admin credential).
 //! * [`dashboard`]: the dashboard's files, embedded at build time and served at `/`.
 //! * [`desktop`]: what the tray app shows (menu, icon, notifications, the window's languages, what the
@@ -170,6 +175,7 @@ pub mod logging;
 pub mod login_page;
 pub mod metrics;
 pub mod notices;
+pub mod oauth;
 pub mod pipeline;
 pub mod pool;
 pub mod proxy;

@@ -177,7 +177,8 @@ pub async fn prepare(options: &StartOptions) -> Result<Prepared, StartError> {
         );
     }
     check_env_pools(&config, &options.env, &entries)?;
-    let (tokens, token_hint) = client_tokens(&config, &store, options, keychain_ok, &mut notices).await?;
+    let mut logins = Vec::new();
+    let (tokens, token_hint) = client_tokens(&config, &store, options, keychain_ok, &mut notices, &mut logins).await?;
     let install = install_secret_for(&store, options, keychain_ok, &mut notices).await?;
     let admin = admin_token_for(&store, options, keychain_ok).await;
     let metrics = {
@@ -200,6 +201,7 @@ pub async fn prepare(options: &StartOptions) -> Result<Prepared, StartError> {
         .with_env_pools(options.env.pools.clone())
         .with_proxy_logins(proxy_logins(&config, &store, options).await);
     gateway.access().set_admin(admin.as_ref());
+    gateway.logins().restore(logins);
     gateway.set_keychain_ok(keychain_ok || options.ephemeral);
     Ok(Prepared { gateway: Arc::new(gateway), config, listen, config_path, store, notices, token_hint })
 }
@@ -325,6 +327,7 @@ async fn client_tokens(
     options: &StartOptions,
     keychain_ok: bool,
     notices: &mut Vec<String>,
+    logins: &mut Vec<(String, Secret)>,
 ) -> Result<(TokenSet, String), StartError> {
     let mut tokens = TokenSet::default();
     if let Some(token) = &options.env.client_token {
@@ -341,6 +344,11 @@ async fn client_tokens(
         for token in &config.tokens {
             let account = account::token(&token.id);
             match secrets::blocking(store.clone(), move |s| s.get(&account)).await {
+                // A client's login: listed, and accepted again once its client refreshes (`oauth`).
+                Ok(Some(refresh_digest)) if token.login => {
+                    tokens = tokens.awaiting(&token.id, &token.name, &token.pool);
+                    logins.push((token.id.clone(), refresh_digest));
+                }
                 Ok(Some(secret)) => {
                     tokens = tokens.with(&token.id, &token.name, &token.pool, &secret);
                     hint.get_or_insert_with(|| format!("`keymux token show {}`", token.name));

@@ -258,6 +258,7 @@ mod tests {
             name: "other".into(),
             created_unix: 0,
             pool: "all".into(),
+            login: false,
         });
         let options = StartOptions {
             config: ConfigSource::Value(Box::new(config)),

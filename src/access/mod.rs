@@ -1,6 +1,7 @@
 //! Who may call what. Three credentials, three jobs, none working in another's place:
 //!
-//! * a **client token** spends keys on `/v1` and nothing else (`tokens`);
+//! * a **client token** spends keys on `/v1` and nothing else (`tokens`), in `authorization` or, for a
+//!   client's login, in `x-keymux-token` (`oauth`, which issues it);
 //! * a **dashboard session**: a token the page gets once for the code of a one-time login link
 //!   (`keymux serve` prints one, `keymux dashboard` asks a running gateway for another, the tray opens
 //!   one; a browser is handed it through a private page, `login_page`, which a code's `code_label`

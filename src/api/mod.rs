@@ -6,6 +6,7 @@
 //! `/v1` client token is refused here, as a control credential is refused on `/v1`. A body is read
 //! only after the guard let the call through, under [`CONTROL_MAX_BODY`] and within the body deadline.
 
+pub mod login;
 #[cfg(test)]
 mod round_trip;
 pub mod setup;
@@ -62,6 +63,7 @@ pub fn routes() -> Router<Arc<Gateway>> {
         .route("/login-link", post(login_link))
         .route("/challenge", post(challenge))
         .merge(setup::routes())
+        .merge(login::routes())
 }
 
 /// Lets a call through, or says why not.
@@ -202,6 +204,7 @@ async fn create_token(State(gw): State<Arc<Gateway>>, request: Request) -> Respo
                 name: listed.name,
                 created_unix: listed.created_unix,
                 pool: listed.pool,
+                login: false,
             };
             (StatusCode::CREATED, Json(CreatedToken { token, secret: secret.expose().to_owned() })).into_response()
         }

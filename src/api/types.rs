@@ -219,6 +219,8 @@ pub struct TokenInfo {
     pub created_unix: u64,
     /// The pool its requests may reach (`all`: every key).
     pub pool: String,
+    /// Issued to a client's login (Codex's `gateway_oauth`) rather than made by the user.
+    pub login: bool,
 }
 
 /// A key's new secret: `PUT /keymux/api/keys/{id}/secret`.

@@ -32,6 +32,12 @@ fn money_and_plan_decls() -> [String; 6] {
 }
 
 /// The bodies of setting clients up and importing keys (`api::setup`).
+/// A client's login waiting for the person's yes (`oauth`).
+fn login_decls() -> [String; 3] {
+    use super::login::{LoginDecided, LoginDecision, LoginRequest};
+    [LoginRequest::decl(), LoginDecision::decl(), LoginDecided::decl()]
+}
+
 fn setup_decls() -> [String; 12] {
     [
         crate::setup::Client::decl(),
@@ -164,7 +170,7 @@ pub fn typescript() -> String {
          // Regenerate: KEYMUX_WRITE_TYPES=1 cargo test -p keymux --lib typescript_types\n\n",
     );
     let more = money_and_plan_decls().into_iter().chain(setup_decls()).chain(change_decls()).chain(default_decls());
-    for decl in decls.into_iter().chain(more).chain(clients_decls()) {
+    for decl in decls.into_iter().chain(more).chain(clients_decls()).chain(login_decls()) {
         out.push_str("export ");
         // JSON numbers arrive as JavaScript numbers; every integer Keymux sends (counts, milliseconds)
         // stays far below 2^53.

@@ -217,9 +217,10 @@ pub fn tokens(gw: &Gateway) -> Vec<TokenInfo> {
         .into_iter()
         .zip(pools)
         .map(|((id, name), (_, pool))| {
-            let created_unix = listed.iter().find(|t| t.id == id).map_or(0, |t| t.created_unix);
+            let found = listed.iter().find(|t| t.id == id);
+            let (created_unix, login) = found.map_or((0, false), |t| (t.created_unix, t.login));
             let name = if name.is_empty() { "KEYMUX_CLIENT_TOKEN".to_owned() } else { name };
-            TokenInfo { id, name, created_unix, pool }
+            TokenInfo { id, name, created_unix, pool, login }
         })
         .collect()
 }

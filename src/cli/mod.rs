@@ -133,6 +133,11 @@ struct SetupArgs {
     /// `chatgpt` unless given).
     #[arg(long, value_name = "LABEL", num_args = 0..=1, default_missing_value = "", conflicts_with_all = ["undo", "custom_provider"])]
     import_key: Option<String>,
+    /// Codex 0.171 and later: log in instead of keeping a token in Codex's files (its
+    /// `gateway_oauth`). Codex opens Keymux's dashboard on its first request, where you pick the pool
+    /// and approve; its token stays in Codex's own encrypted store. The custom-provider form.
+    #[arg(long, conflicts_with_all = ["undo", "import_key"])]
+    login: bool,
 }
 
 #[derive(Subcommand)]

@@ -29,7 +29,7 @@ impl Token {
     async fn find(loaded: &Loaded, control: &dyn Control, target: &Target) -> Result<Token, StartError> {
         let wanted = target.token_name();
         let mut taken: Vec<String> = loaded.config.tokens.iter().map(|t| t.name.clone()).collect();
-        if let Some(listed) = loaded.config.tokens.iter().find(|t| t.name.eq_ignore_ascii_case(&wanted)) {
+        if let Some(listed) = loaded.config.tokens.iter().find(|t| !t.login && t.name.eq_ignore_ascii_case(&wanted)) {
             let pooled = !matches!(target, Target::Default(_));
             if pooled && !listed.pool.eq_ignore_ascii_case(target.pool()) {
                 let (name, bound, pool) = (&listed.name, &listed.pool, target.pool());
@@ -72,8 +72,12 @@ pub(super) async fn setup(config_path: Option<PathBuf>, args: SetupArgs) -> Resu
         .ok_or_else(|| usage(format!("no home directory to find {client}'s file in; pass --file with its path")))?;
     let base_url = control.base_url().map_err(usage)?;
     let token = Token::find(&loaded, control, &target).await?;
-    let choices =
-        Choices { custom_provider: args.custom_provider, force: args.force, import_key: args.import_key.is_some() };
+    let choices = Choices {
+        custom_provider: args.custom_provider || args.login,
+        force: args.force,
+        import_key: args.import_key.is_some(),
+        login: args.login,
+    };
     let preview =
         setup::preview_with(target.clone(), &path, &base_url, token.existing, choices, Some(&state)).map_err(usage)?;
     out(preview.text().trim_end());

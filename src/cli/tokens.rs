@@ -54,6 +54,12 @@ async fn show_token(loaded: &Loaded, name: &str) -> Result<(), StartError> {
         .iter()
         .find(|t| t.id == name || t.name.eq_ignore_ascii_case(name))
         .ok_or_else(|| usage(format!("no token named '{name}'; see `keymux token list`")))?;
+    if found.login {
+        return Err(usage(format!(
+            "token '{}' was issued to a client's login: its value lives only in that client and in memory here",
+            found.name
+        )));
+    }
     let account = account::token(&found.id);
     match secrets::blocking(loaded.store.clone(), move |s| s.get(&account)).await? {
         Some(secret) => {

@@ -112,7 +112,13 @@ fn options(sim: &Sim, key: &str, token: &str) -> Result<StartOptions, crate::sec
         settings: KeySettings::default(),
         money: MoneyBudget::default(),
     });
-    config.tokens.push(TokenConfig { id: "t_check".into(), name: "check".into(), created_unix: 0, pool: "all".into() });
+    config.tokens.push(TokenConfig {
+        id: "t_check".into(),
+        name: "check".into(),
+        created_unix: 0,
+        pool: "all".into(),
+        login: false,
+    });
     Ok(StartOptions {
         config: ConfigSource::Value(Box::new(config)),
         store: Some(Arc::new(store)),

@@ -65,7 +65,8 @@ fn what_the_user_set_reads_back_exactly() {
         rename_in_pools(doc, &["k_work", "office"], None)
     });
     assert!(removed.expect("removed").pools[0].keys.is_empty());
-    let token = TokenConfig { id: "t_1".into(), name: "codex".into(), created_unix: 7, pool: "all".into() };
+    let token =
+        TokenConfig { id: "t_1".into(), name: "codex".into(), created_unix: 7, pool: "all".into(), login: false };
     file.edit(|doc| add_token(doc, &token)).expect("token");
     let config = file.edit(|doc| set_token_pool(doc, "t_1", "team")).expect("moved");
     assert_eq!(config.tokens[0].pool, "team");
@@ -90,7 +91,8 @@ fn edits_keep_the_users_comments_and_are_valid_configs() {
     for comment in ["# My Keymux setup", "# the usual port", "# keep sessions going", "# work keys first", "# tier 0"] {
         assert!(text.contains(comment), "{comment} lost:\n{text}");
     }
-    let token = TokenConfig { id: "t_1".into(), name: "codex".into(), created_unix: 7, pool: "all".into() };
+    let token =
+        TokenConfig { id: "t_1".into(), name: "codex".into(), created_unix: 7, pool: "all".into(), login: false };
     let config = file.edit(|doc| add_token(doc, &token)).expect("token");
     assert_eq!(config.tokens, [token]);
     let config = file.edit(|doc| remove_token(doc, "t_1")).expect("revoked");

@@ -33,6 +33,9 @@ pub struct SetupRequest {
     /// Codex: add the API key `auth.json` holds to Keymux's keys under this label before the client
     /// token takes its place (`--import-key LABEL`).
     pub import_label: Option<String>,
+    /// Codex 0.171 and later: a login (`gateway_oauth`) instead of a token in Codex's files
+    /// (`--login`); the person picks the pool when Codex logs in.
+    pub login: bool,
 }
 
 /// One file a setup changes, as the person sees it before saying yes.

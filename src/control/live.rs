@@ -112,6 +112,10 @@ impl Gateway {
                     done.push(format!("token '{}' moved to the pool '{}'", token.name, token.pool));
                 }
                 Some(_) => {}
+                None if token.login => {
+                    // A login copied in by hand: its client logs in again (no refresh token is taken over).
+                    self.swap_tokens(|set| set.awaiting(&token.id, &token.name, &token.pool));
+                }
                 None => {
                     let account = account::token(&token.id);
                     let found = secrets::blocking(self.settings().store().clone(), move |s| s.get(&account)).await;
@@ -124,6 +128,7 @@ impl Gateway {
         }
         for gone in before.tokens.iter().filter(|t| !after.tokens.iter().any(|n| n.id == t.id)) {
             self.swap_tokens(|set| set.without(&gone.id));
+            self.logins().forget(&gone.id);
             done.push(format!("token '{}' no longer accepted", gone.name));
         }
         done

@@ -12,6 +12,7 @@ mod error;
 pub mod import;
 mod key_changes;
 pub mod live;
+pub(crate) mod login;
 pub mod pools;
 pub mod setup;
 
@@ -196,6 +197,20 @@ pub async fn store_new_token(
     pool: &str,
     created_unix: u64,
 ) -> Result<(TokenConfig, Secret), ControlError> {
+    let token = secrets::generate(crate::tokens::TOKEN_PREFIX);
+    Ok((store_token(settings, name, pool, created_unix, false, &token).await?, token))
+}
+
+/// Lists a client token named `name` in `pool` with `stored` in the keychain under its id: the token
+/// itself, or for a `login` (`oauth`) the digest of its refresh token.
+pub async fn store_token(
+    settings: &Settings,
+    name: &str,
+    pool: &str,
+    created_unix: u64,
+    login: bool,
+    stored: &Secret,
+) -> Result<TokenConfig, ControlError> {
     validate_label(name).map_err(ControlError::Invalid)?;
     let config = settings.config();
     if config.tokens.iter().any(|t| t.name.eq_ignore_ascii_case(name)) {
@@ -204,15 +219,15 @@ pub async fn store_new_token(
     if !crate::pools::exists(&config.pools, pool) {
         return Err(ControlError::Invalid(crate::pools::unknown_pool(pool)));
     }
-    let token = secrets::generate(crate::tokens::TOKEN_PREFIX);
     let listed = TokenConfig {
         id: format!("t_{}", &KeyId::generate().as_str()[2..]),
         name: name.to_owned(),
         created_unix,
         pool: pools::canonical(&config.pools, pool),
+        login,
     };
     let account = account::token(&listed.id);
-    let value = token.clone();
+    let value = stored.clone();
     secrets::blocking(settings.store().clone(), move |s| s.set(&account, &value)).await?;
     let entry = listed.clone();
     if let Err(e) = settings.edit(|doc| config_file::add_token(doc, &entry), |c| c.tokens.push(entry.clone())) {
@@ -220,7 +235,7 @@ pub async fn store_new_token(
         let _ = secrets::blocking(settings.store().clone(), move |s| s.delete(&account)).await;
         return Err(e.into());
     }
-    Ok((listed, token))
+    Ok(listed)
 }
 
 /// A name for a new client token: `base` when no token has it yet, else `base-2`, `base-3`… (names
@@ -383,6 +398,10 @@ impl Gateway {
     /// client set up again keeps the token it has).
     pub async fn token_secret(&self, name: &str) -> Option<Secret> {
         let listed = self.settings().config().tokens.into_iter().find(|t| t.name.eq_ignore_ascii_case(name))?;
+        // A login's keychain entry is a digest, not a token to hand out.
+        if listed.login {
+            return None;
+        }
         let account = account::token(&listed.id);
         secrets::blocking(self.settings().store().clone(), move |s| s.get(&account)).await.ok().flatten()
     }
@@ -401,6 +420,7 @@ impl Gateway {
     pub async fn revoke_token(&self, id_or_name: &str) -> Result<TokenConfig, ControlError> {
         let gone = forget_token(self.settings(), id_or_name).await?;
         self.swap_tokens(|set| set.without(&gone.id));
+        self.logins().forget(&gone.id);
         self.notify(GatewayEvent::TokenRevoked { name: gone.name.clone() });
         Ok(gone)
     }

@@ -43,9 +43,10 @@ impl Gateway {
             crate::keys::validate_label(label).map_err(ControlError::Invalid)?;
         }
         let choices = Choices {
-            custom_provider: request.custom_provider,
+            custom_provider: request.custom_provider || request.login,
             force: request.force,
             import_key: request.import_label.is_some(),
+            login: request.login,
         };
         let existing = self.token_secret(client.id()).await;
         let preview = setup::preview_with(client, file, &self.base_url(), existing, choices, Some(state))?;

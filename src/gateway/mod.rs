@@ -58,6 +58,8 @@ pub struct Gateway {
     events: Events,
     sessions: Sessions,
     access: Access,
+    /// Clients' logins (`oauth`): those under way and the issued ones' refresh tokens.
+    logins: crate::oauth::Logins,
     settings: Settings,
     paused: AtomicBool,
     /// Where the gateway listens, once it does.
@@ -114,6 +116,7 @@ impl Gateway {
             events: Events::default(),
             sessions: Sessions::default(),
             access: Access::default(),
+            logins: crate::oauth::Logins::default(),
             settings: Settings::new(Arc::new(crate::secrets::MemoryStore::default()), None, config.clone()),
             paused: AtomicBool::new(false),
             addr: std::sync::OnceLock::new(),
@@ -257,6 +260,11 @@ impl Gateway {
     /// Who may call the control API.
     pub fn access(&self) -> &Access {
         &self.access
+    }
+
+    /// Clients' logins (`oauth`).
+    pub fn logins(&self) -> &crate::oauth::Logins {
+        &self.logins
     }
 
     /// Where runtime changes are kept.

@@ -19,9 +19,32 @@ const CATALOG_FEATURE: &str = "api_key_model_discovery";
 /// from this file, so any other source is removed rather than left to compete with it.
 const OTHER_CREDENTIALS: [&str; 3] = ["env_key", "auth", "requires_openai_auth"];
 
+/// The client id Codex logs in to Keymux with (`oauth::CLIENTS`).
+const LOGIN_CLIENT: &str = "codex";
+
+/// How Codex proves itself to Keymux: the client token in this file, or a login (`gateway_oauth`).
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Credential<'a> {
+    /// `experimental_bearer_token`.
+    Token(&'a str),
+    /// A `[model_providers.<id>.gateway_oauth]` table: Codex (0.171 and later) logs in through Keymux
+    /// and keeps its token in its own encrypted store; no token is written.
+    Login,
+}
+
 /// The file with Codex pointed at Keymux: the provider `keymux` for the pool `all` (in config.toml),
 /// or `keymux-<pool>` (in that pool's profile file).
 pub(super) fn edit(text: &str, pool: Option<&str>, base_url: &str, token: &str) -> Result<Edited, Refusal> {
+    edit_with(text, pool, base_url, Credential::Token(token))
+}
+
+/// [`edit`] with either credential.
+pub(super) fn edit_with(
+    text: &str,
+    pool: Option<&str>,
+    base_url: &str,
+    credential: Credential<'_>,
+) -> Result<Edited, Refusal> {
     let mut doc: DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| Refusal::Syntax(e.to_string()))?;
     let provider = provider_id(pool);
     let mut notes = Vec::new();
@@ -36,21 +59,36 @@ pub(super) fn edit(text: &str, pool: Option<&str>, base_url: &str, token: &str) 
     notes.extend(profile_note(&doc, &provider));
     let table = keymux_table(&mut doc, &provider)?;
     let name = provider_name(pool);
+    let catalog = catalog_url(base_url);
     for (key, value) in [
         ("name", name.as_str()),
         ("base_url", base_url),
         ("wire_api", "responses"),
-        ("experimental_bearer_token", token),
-        ("model_catalog_url", &catalog_url(base_url)),
+        ("model_catalog_url", catalog.as_str()),
     ] {
         set_str(table, key, value);
     }
-    for key in OTHER_CREDENTIALS {
+    let (why, replaced) = match credential {
+        Credential::Token(token) => {
+            set_str(table, "experimental_bearer_token", token);
+            ("the token is now in this file", "gateway_oauth")
+        }
+        Credential::Login => {
+            login_table(table, base_url)?;
+            ("Codex logs in to Keymux instead", "experimental_bearer_token")
+        }
+    };
+    for key in OTHER_CREDENTIALS.into_iter().chain([replaced]) {
         if table.remove(key).is_some() {
-            notes.push(format!("removed `{key}` from [model_providers.{provider}]: the token is now in this file"));
+            notes.push(format!("removed `{key}` from [model_providers.{provider}]: {why}"));
         }
     }
     notes.extend(enable_catalog(&mut doc)?);
+    if matches!(credential, Credential::Login) {
+        notes.push(
+            "Codex opens Keymux's dashboard to log in on its first request: pick the pool there and approve".into(),
+        );
+    }
     Ok(Edited::whole(doc.to_string(), notes))
 }
 
@@ -88,6 +126,42 @@ fn enable_catalog(doc: &mut DocumentMut) -> Result<Option<String>, Refusal> {
             Ok(None)
         }
     }
+}
+    Ok(Edited::whole(doc.to_string(), notes))
+}
+
+/// The provider's `gateway_oauth` table: Keymux's endpoints beside `base_url` (`oauth`), the client
+/// id, and the header Codex sends the token in. No `redirect_port`: Codex listens on a free port.
+fn login_table(provider: &mut dyn TableLike, base_url: &str) -> Result<(), Refusal> {
+    let root = base_url.trim_end_matches('/').trim_end_matches("/v1");
+    if !provider.contains_key("gateway_oauth") {
+        provider.insert("gateway_oauth", Item::Table(Table::new()));
+    }
+    let table = provider
+        .get_mut("gateway_oauth")
+        .and_then(Item::as_table_like_mut)
+        .ok_or_else(|| Refusal::Shape("`gateway_oauth` must be a table".into()))?;
+    for (key, path) in [
+        ("authorization_url", "/oauth/authorize"),
+        ("token_url", "/oauth/token"),
+        ("device_authorization_url", "/oauth/device"),
+    ] {
+        set_str(table, key, &format!("{root}{path}"));
+    }
+    set_str(table, "client_id", LOGIN_CLIENT);
+    let mut delivery = InlineTable::new();
+    delivery.insert("kind", "header".into());
+    delivery.insert("name", crate::oauth::TOKEN_HEADER.into());
+    delivery.insert("scheme", "Bearer".into());
+    let same = table
+        .get("delivery")
+        .and_then(Item::as_inline_table)
+        .is_some_and(|d| d.len() == 3 && d.iter().all(|(k, v)| delivery.get(k).and_then(Value::as_str) == v.as_str()));
+    if !same {
+        table.insert("delivery", Item::Value(Value::InlineTable(delivery)));
+    }
+    // A port the user chose for the redirect stays; everything else is Keymux's.
+    Ok(())
 }
 
 /// A warning when config.toml still defines the profile `profile` the old way (`profile = "…"` or a
@@ -272,6 +346,25 @@ model = "gpt-5.5-mini"
         assert!(added.iter().any(|l| l.starts_with("experimental_bearer_token")), "{added:?}");
         assert!(edited.text.contains("supports_websockets = true"), "the user's own choice stays");
         assert!(edited.notes.iter().any(|n| n.contains("env_key")), "{:?}", edited.notes);
+    }
+
+    #[test]
+    fn a_login_writes_gateway_oauth_and_no_token() {
+        let with_token = edit(SAMPLE, None, BASE, TOKEN).unwrap().text;
+        let edited = edit_with(&with_token, None, BASE, Credential::Login).unwrap();
+        assert!(!edited.text.contains(TOKEN), "the token is taken out:\n{}", edited.text);
+        let parsed: toml::Value = toml::from_str(&edited.text).unwrap();
+        let oauth = &parsed["model_providers"]["keymux"]["gateway_oauth"];
+        assert_eq!(oauth["authorization_url"].as_str(), Some("http://127.0.0.1:8787/oauth/authorize"));
+        assert_eq!(oauth["token_url"].as_str(), Some("http://127.0.0.1:8787/oauth/token"));
+        assert_eq!(oauth["device_authorization_url"].as_str(), Some("http://127.0.0.1:8787/oauth/device"));
+        assert_eq!(oauth["client_id"].as_str(), Some("codex"));
+        assert_eq!(oauth["delivery"]["name"].as_str(), Some("x-keymux-token"));
+        assert_eq!(oauth["delivery"]["scheme"].as_str(), Some("Bearer"));
+        assert!(oauth.get("redirect_port").is_none(), "an ephemeral port");
+        assert_eq!(edit_with(&edited.text, None, BASE, Credential::Login).unwrap().text, edited.text, "stable");
+        let back = edit(&edited.text, None, BASE, TOKEN).unwrap().text;
+        assert!(!back.contains("gateway_oauth"), "the token form takes the login out again:\n{back}");
     }
 
     #[test]

@@ -118,7 +118,7 @@ impl Preview {
 
     /// Whether confirming makes a new client token (the preview shows a stand-in for it).
     pub fn makes_token(&self) -> bool {
-        self.existing.is_none()
+        self.existing.is_none() && !self.choices.login
     }
 
     /// With [`Choices::import_key`], the API key Codex's `auth.json` holds, for the caller to add to
@@ -163,8 +163,10 @@ impl Preview {
     {
         let Preview { target, path, shown, base_url, choices, existing, found: _, found_plan: _ } = self;
         let plans = match existing {
-            // The preview was made with the real token: it is the plan, and `apply` checks each file.
+            // The preview was made with the real token, or a login writes none: it is the plan, and
+            // `apply` checks each file.
             Some(_) => shown,
+            None if choices.login => shown,
             None => {
                 for plan in &shown {
                     unchanged(plan, read_limited(&plan.path)?.as_deref())?;

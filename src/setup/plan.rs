@@ -27,6 +27,10 @@ pub struct Choices {
     /// so it can join Keymux's keys before the client token takes its place. A ChatGPT login there is
     /// handed over the same way, to join as the plan ([`crate::setup::Preview::imports_plan`]).
     pub import_key: bool,
+    /// Codex: a login instead of a token (`gateway_oauth`, Codex 0.171 and later), in the custom-provider
+    /// form: Codex logs in through Keymux's dashboard, where the person picks the pool, and keeps its
+    /// token in its own encrypted store; no token goes into any Codex file.
+    pub login: bool,
 }
 
 /// A change to a client's file, worked out and not yet made.
@@ -117,6 +121,12 @@ pub(super) struct Places<'a> {
 pub(super) fn plan_target(target: &Target, places: &Places<'_>, token: &Secret) -> Result<Vec<Plan>, SetupError> {
     let Places { path, base_url, .. } = *places;
     match target {
+        Target::Default(Client::Codex) if places.choices.login => {
+            Ok(vec![plan_edit(Edit::CodexLogin { pool: None }, path, base_url, token)?])
+        }
+        Target::CodexPool { pool } if places.choices.login => {
+            Ok(vec![plan_edit(Edit::CodexLogin { pool: Some(pool.clone()) }, path, base_url, token)?])
+        }
         Target::Default(Client::Codex) if !places.choices.custom_provider => {
             let prior = prior_line(places.state_dir, path);
             let config = plan_edit(Edit::CodexHistory { force: places.choices.force, prior }, path, base_url, token)?;
@@ -173,7 +183,7 @@ fn plan_edit(edit: Edit, path: &Path, base_url: &str, token: &Secret) -> Result<
             SetupError::Refused { path: path.to_owned(), message: masked(message), remedy }
         }
     })?;
-    if let Edit::Codex { pool: Some(pool) } = &edit {
+    if let Edit::Codex { pool: Some(pool) } | Edit::CodexLogin { pool: Some(pool) } = &edit {
         // `codex -p` fails while config.toml still holds a profile of that name the old way.
         let config = read_limited(&path.with_file_name("config.toml")).ok().flatten().unwrap_or_default();
         edited.notes.extend(codex::legacy_profile(&String::from_utf8_lossy(&config), &provider_id(Some(pool))));
@@ -200,6 +210,7 @@ fn plan_edit(edit: Edit, path: &Path, base_url: &str, token: &Secret) -> Result<
 fn edit_text(edit: &Edit, old: &str, base_url: &str, token: &Secret) -> Result<Edited, Refusal> {
     match edit {
         Edit::Codex { pool } => codex::edit(old, pool.as_deref(), base_url, token.expose()),
+        Edit::CodexLogin { pool } => codex::edit_with(old, pool.as_deref(), base_url, codex::Credential::Login),
         Edit::CodexHistory { force, prior } => codex_history::edit(old, base_url, *force, prior),
         Edit::CodexAuth { take_login } => codex_auth::edit(old, token.expose(), *take_login),
         Edit::PiModels { pool } => pi::edit(old, pool.as_deref(), base_url, token.expose()),
@@ -232,6 +243,9 @@ fn already(edit: &Edit, title: &str, base_url: &str) -> String {
             "{title} already points {} at Keymux ({base_url}) with this token: nothing to change\n",
             edit.client()
         ),
+        Edit::CodexLogin { .. } => {
+            format!("{title} already points Codex at Keymux ({base_url}) with a login: nothing to change\n")
+        }
         Edit::PiProject { pool, .. } => format!("{title} already selects the pool '{pool}': nothing to change\n"),
     }
 }

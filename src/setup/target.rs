@@ -47,6 +47,8 @@ impl From<Client> for Target {
 pub(super) enum Edit {
     /// A Codex config (`config.toml`, or a pool's profile file): `model_provider` and its table.
     Codex { pool: Option<String> },
+    /// The same with a login (`gateway_oauth`) in place of the token (`Choices::login`).
+    CodexLogin { pool: Option<String> },
     /// Codex's `config.toml` in the history-keeping form: the top-level `openai_base_url` line.
     CodexHistory { force: bool, prior: Prior },
     /// Codex's `auth.json`: the client token as its API key. `take_login`: a ChatGPT login there is
@@ -186,7 +188,9 @@ impl Edit {
 
     pub(super) fn client(&self) -> Client {
         match self {
-            Edit::Codex { .. } | Edit::CodexHistory { .. } | Edit::CodexAuth { .. } => Client::Codex,
+            Edit::Codex { .. } | Edit::CodexLogin { .. } | Edit::CodexHistory { .. } | Edit::CodexAuth { .. } => {
+                Client::Codex
+            }
             Edit::PiModels { .. } | Edit::PiProject { .. } => Client::Pi,
         }
     }
@@ -195,9 +199,11 @@ impl Edit {
     pub(super) fn format(&self) -> &'static str {
         match self {
             Edit::CodexAuth { .. } => "JSON",
-            Edit::Codex { .. } | Edit::CodexHistory { .. } | Edit::PiModels { .. } | Edit::PiProject { .. } => {
-                self.client().format()
-            }
+            Edit::Codex { .. }
+            | Edit::CodexLogin { .. }
+            | Edit::CodexHistory { .. }
+            | Edit::PiModels { .. }
+            | Edit::PiProject { .. } => self.client().format(),
         }
     }
 
@@ -205,8 +211,8 @@ impl Edit {
     pub(super) fn holds_token(&self) -> bool {
         match self {
             Edit::Codex { .. } | Edit::CodexAuth { .. } | Edit::PiModels { .. } => true,
-            // The line is a URL; the file keeps its permissions.
-            Edit::CodexHistory { .. } | Edit::PiProject { .. } => false,
+            // URLs only; the file keeps its permissions.
+            Edit::CodexLogin { .. } | Edit::CodexHistory { .. } | Edit::PiProject { .. } => false,
         }
     }
 
@@ -214,10 +220,13 @@ impl Edit {
     pub(super) fn undo_command(&self) -> String {
         match self {
             Edit::Codex { pool: None }
+            | Edit::CodexLogin { pool: None }
             | Edit::CodexHistory { .. }
             | Edit::CodexAuth { .. }
             | Edit::PiModels { pool: None } => Target::Default(self.client()).undo_command(),
-            Edit::Codex { pool: Some(pool) } => Target::CodexPool { pool: pool.clone() }.undo_command(),
+            Edit::Codex { pool: Some(pool) } | Edit::CodexLogin { pool: Some(pool) } => {
+                Target::CodexPool { pool: pool.clone() }.undo_command()
+            }
             Edit::PiModels { pool: Some(pool) } | Edit::PiProject { pool, .. } => {
                 format!("keymux setup pi --pool {pool} --project DIR --undo")
             }
@@ -228,11 +237,12 @@ impl Edit {
     /// (a pi pool's provider, which other projects may select).
     pub(super) fn record(&self, path: &Path) -> Option<String> {
         match self {
-            Edit::Codex { pool: None } | Edit::CodexHistory { .. } | Edit::PiModels { pool: None } => {
-                Some(self.client().id().to_owned())
-            }
+            Edit::Codex { pool: None }
+            | Edit::CodexLogin { pool: None }
+            | Edit::CodexHistory { .. }
+            | Edit::PiModels { pool: None } => Some(self.client().id().to_owned()),
             Edit::CodexAuth { .. } => Some(CODEX_AUTH_RECORD.to_owned()),
-            Edit::Codex { pool: Some(pool) } => Some(codex_pool_record(pool)),
+            Edit::Codex { pool: Some(pool) } | Edit::CodexLogin { pool: Some(pool) } => Some(codex_pool_record(pool)),
             Edit::PiModels { pool: Some(_) } => None,
             Edit::PiProject { .. } => Some(project_record(path)),
         }

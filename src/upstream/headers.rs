@@ -5,7 +5,7 @@
 use axum::http::{HeaderMap, HeaderValue};
 
 /// Request headers never forwarded: hop-by-hop, the client's own credentials (the key's are set
-/// instead), `host`, length and encodings (the body goes upstream decoded, framed anew by the client
+/// instead; a login's token, `oauth::TOKEN_HEADER`, among them), `host`, length and encodings (the body goes upstream decoded, framed anew by the client
 /// library, which asks for the answer's encodings itself), and organization selectors (the key decides
 /// its organization).
 const DROP_REQUEST: &[&str] = &[
@@ -20,6 +20,7 @@ const DROP_REQUEST: &[&str] = &[
     "upgrade",
     "host",
     "authorization",
+    "x-keymux-token",
     "api-key",
     "content-length",
     "content-encoding",

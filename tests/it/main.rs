@@ -23,6 +23,7 @@ mod dashboard;
 mod docs;
 mod fuzz_corpora;
 mod gateway;
+mod gateway_login;
 mod hostile;
 mod hygiene;
 mod key_settings;

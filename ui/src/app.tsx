@@ -1,5 +1,6 @@
 import { useEffect, useState } from "preact/hooks";
 import { loggedOut } from "./api/client";
+import { LoginApproval } from "./components/LoginApproval";
 import { LoginRequired } from "./components/LoginRequired";
 import { Nav } from "./components/Nav";
 import { StatusBar } from "./components/StatusBar";
@@ -53,6 +54,7 @@ export function App() {
       <div class="main-col">
         <StatusBar />
         <main class="content" id="content">
+          <LoginApproval />
           <View />
         </main>
       </div>

@@ -37,6 +37,8 @@ struct Entry {
     name: String,
     pool: String,
     digest: [u8; 32],
+    /// Unix milliseconds from which the token is refused (a login's access token); `None`: never.
+    expires_ms: Option<u64>,
 }
 
 /// The set of accepted tokens. Replaced whole when a token is created or revoked.
@@ -57,6 +59,7 @@ impl TokenSet {
                 name: String::new(),
                 pool: ALL_POOL.to_owned(),
                 digest: digest(t.expose()),
+                expires_ms: None,
             })
             .collect();
         Self { entries }
@@ -64,10 +67,25 @@ impl TokenSet {
 
     /// This set, and `token` under `id` and `name`, bound to `pool`.
     pub fn with(&self, id: &str, name: &str, pool: &str, token: &Secret) -> Self {
+        self.with_entry(id, name, pool, digest(token.expose()), None)
+    }
+
+    /// This set, and `token` under `id` and `name`, bound to `pool`, refused from `expires_ms` (Unix
+    /// milliseconds) on: a login's access token, which takes the place of the one `id` had.
+    pub fn with_expiring(&self, id: &str, name: &str, pool: &str, token: &Secret, expires_ms: u64) -> Self {
+        self.with_entry(id, name, pool, digest(token.expose()), Some(expires_ms))
+    }
+
+    /// This set, and `id` listed under `name` and `pool` with no token it accepts: a login whose access
+    /// token is gone (the gateway restarted) until its client refreshes it.
+    pub fn awaiting(&self, id: &str, name: &str, pool: &str) -> Self {
+        self.with_entry(id, name, pool, [0; 32], Some(0))
+    }
+
+    fn with_entry(&self, id: &str, name: &str, pool: &str, digest: [u8; 32], expires_ms: Option<u64>) -> Self {
         let mut entries = self.entries.clone();
         entries.retain(|e| e.id != id);
-        let digest = digest(token.expose());
-        entries.push(Entry { id: id.to_owned(), name: name.to_owned(), pool: pool.to_owned(), digest });
+        entries.push(Entry { id: id.to_owned(), name: name.to_owned(), pool: pool.to_owned(), digest, expires_ms });
         Self { entries }
     }
 
@@ -98,9 +116,10 @@ impl TokenSet {
         self.entries.iter().map(|e| (e.id.clone(), e.pool.clone())).collect()
     }
 
-    /// Checks a presented token and names the client it belongs to: a short digest (never the token),
-    /// which scopes that client's affinity tables, its name and its pool.
-    pub fn client_of(&self, presented: &str) -> Option<ClientScope> {
+    /// Checks a presented token at `now_ms` (Unix milliseconds; an expired login token is refused) and
+    /// names the client it belongs to: a short digest (never the token), which scopes that client's
+    /// affinity tables, its name and its pool.
+    pub fn client_of(&self, presented: &str, now_ms: u64) -> Option<ClientScope> {
         let d = digest(presented);
         // Check every digest, so timing does not reveal which one matched.
         let (mut index, mut any) = (0u32, subtle::Choice::from(0));
@@ -110,12 +129,16 @@ impl TokenSet {
             any |= hit;
         }
         let entry = bool::from(any).then(|| &self.entries[index as usize])?;
+        if entry.expires_ms.is_some_and(|at| at <= now_ms) {
+            return None;
+        }
         Some(ClientScope { tag: hex::encode(&d[..6]), token: entry.name.clone(), pool: entry.pool.clone() })
     }
 
-    /// Checks a presented token.
+    /// Checks a presented token, whether or not it expired (a login's access token is a client token
+    /// all the same, never a control credential).
     pub fn accepts(&self, presented: &str) -> bool {
-        self.client_of(presented).is_some()
+        self.client_of(presented, 0).is_some()
     }
 }
 
@@ -170,10 +193,25 @@ mod tests {
         let set = set.without("t_1");
         assert!(!set.accepts("km-one-aaaaaaaaaaaaaaaaaaaaaaaa"), "revoked at once");
         assert!(set.accepts("km-two-bbbbbbbbbbbbbbbbbbbbbbbb"));
-        let pi = set.client_of("km-two-bbbbbbbbbbbbbbbbbbbbbbbb").expect("accepted");
+        let pi = set.client_of("km-two-bbbbbbbbbbbbbbbbbbbbbbbb", 0).expect("accepted");
         assert_eq!((pi.token.as_str(), pi.pool.as_str()), ("pi", "work"), "a token carries its pool");
-        let moved = set.moved("t_2", "personal").client_of("km-two-bbbbbbbbbbbbbbbbbbbbbbbb").expect("accepted");
+        let moved = set.moved("t_2", "personal").client_of("km-two-bbbbbbbbbbbbbbbbbbbbbbbb", 0).expect("accepted");
         assert_eq!(moved.pool, "personal");
+    }
+
+    #[test]
+    fn a_login_token_works_until_it_expires_and_its_next_one_takes_its_place() {
+        let one = Secret::new("km-login-one-aaaaaaaaaaaaaaaaaaaa");
+        let set = TokenSet::default().with_expiring("t_l", "codex-login", "work", &one, 1_000);
+        assert_eq!(set.client_of(one.expose(), 999).map(|c| c.pool), Some("work".to_owned()));
+        assert!(set.client_of(one.expose(), 1_000).is_none(), "refused from its expiry on");
+        let two = Secret::new("km-login-two-bbbbbbbbbbbbbbbbbbbb");
+        let set = set.with_expiring("t_l", "codex-login", "work", &two, 5_000);
+        assert!(set.client_of(one.expose(), 0).is_none(), "the refreshed token replaces the old one");
+        assert!(set.client_of(two.expose(), 4_999).is_some());
+        let waiting = set.awaiting("t_l", "codex-login", "work");
+        assert_eq!(waiting.names().len(), 1, "still listed");
+        assert!(waiting.client_of(two.expose(), 0).is_none() && waiting.client_of("", 0).is_none());
     }
 
     #[test]

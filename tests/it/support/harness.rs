@@ -105,7 +105,13 @@ fn harness_config(sim: &Sim, keys: &[TestKey], store: &MemoryStore) -> Config {
             money: MoneyBudget { daily: k.daily_usd, reserve_at: k.reserve_at, on_limit: k.on_limit, monthly: None },
         });
     }
-    config.tokens.push(TokenConfig { id: "t_test".into(), name: "test".into(), created_unix: 0, pool: "all".into() });
+    config.tokens.push(TokenConfig {
+        id: "t_test".into(),
+        name: "test".into(),
+        created_unix: 0,
+        pool: "all".into(),
+        login: false,
+    });
     store.set(&keymux::secrets::account::token("t_test"), &Secret::new(TOKEN)).unwrap();
     store.set(keymux::secrets::account::INSTALL_SECRET, &Secret::new(INSTALL_SECRET)).unwrap();
     store.set(keymux::secrets::account::ADMIN_TOKEN, &Secret::new(ADMIN)).unwrap();

@@ -1204,7 +1204,11 @@ created_unix: number,
 /**
  * The pool its requests may reach (`all`: every key).
  */
-pool: string, };
+pool: string, 
+/**
+ * Issued to a client's login (Codex's `gateway_oauth`) rather than made by the user.
+ */
+login: boolean, };
 
 export type TokenChanges = { 
 /**
@@ -1674,7 +1678,12 @@ force: boolean,
  * Codex: add the API key `auth.json` holds to Keymux's keys under this label before the client
  * token takes its place (`--import-key LABEL`).
  */
-import_label: string | null, };
+import_label: string | null, 
+/**
+ * Codex 0.171 and later: a login (`gateway_oauth`) instead of a token in Codex's files
+ * (`--login`); the person picks the pool when Codex logs in.
+ */
+login: boolean, };
 
 export type SetupFile = { 
 /**
@@ -2047,4 +2056,42 @@ export type ClientsBody = {
  * Per client checked (none until the first check ends).
  */
 clients: Array<ClientChecked>, };
+
+export type LoginRequest = { 
+/**
+ * The request's id (from the dashboard's `#authorize=` link).
+ */
+id: string, 
+/**
+ * The client's name (`Codex`).
+ */
+client: string, 
+/**
+ * Where the client waits for the answer (`127.0.0.1:<port>`).
+ */
+callback: string, };
+
+export type LoginDecision = { 
+/**
+ * Approve (`true`) or refuse.
+ */
+approve: boolean, 
+/**
+ * The pool the client's token is bound to (default `all`).
+ */
+pool?: string, 
+/**
+ * The code the client shows (device flow only).
+ */
+user_code?: string, };
+
+export type LoginDecided = { 
+/**
+ * The client's name (`Codex`).
+ */
+client: string, 
+/**
+ * Where the browser goes next (browser flow only).
+ */
+redirect: string | null, };
 

@@ -20,8 +20,9 @@ type Step =
  */
 export function SetupClient({ client }: { client: Client }) {
   const [state, setState] = useState<ClientSetup | null>(null);
-  const [request, setRequest] = useState<SetupRequest>({ custom_provider: false, force: false, import_label: null });
+  const [request, setRequest] = useState<SetupRequest>({ custom_provider: false, force: false, import_label: null, login: false });
   const [importKey, setImportKey] = useState(true);
+  const [login, setLogin] = useState(false);
   const [label, setLabel] = useState(client === "codex" ? "codex" : "pi");
   const [step, setStep] = useState<Step>({ kind: "idle" });
   const [busy, setBusy] = useState(false);
@@ -101,8 +102,14 @@ export function SetupClient({ client }: { client: Client }) {
           ? "Points Codex's own provider at Keymux with one line, so your sessions from before Keymux stay listed and continue. Each file is backed up; Undo takes out only what Keymux added."
           : "Adds a Keymux provider to pi's models.json, keeping every other provider. The file is backed up; Undo puts it back."}
       </p>
+      {client === "codex" && (
+        <label class="check small">
+          <input type="checkbox" checked={login} onChange={(e) => setLogin(e.currentTarget.checked)} data-testid="setup-codex-login" />
+          Log in instead of keeping a token in Codex's files (Codex 0.171 or later): Codex opens this dashboard to ask, and you pick its pool
+        </label>
+      )}
       <div class="actions start">
-        <button type="button" class="button primary" disabled={busy} onClick={() => preview({ custom_provider: false, force: false, import_label: client === "codex" && importKey ? label : null })} data-testid={`setup-${client}-preview`}>
+        <button type="button" class="button primary" disabled={busy} onClick={() => preview({ custom_provider: false, force: false, import_label: client === "codex" && importKey && !login ? label : null, login: client === "codex" && login })} data-testid={`setup-${client}-preview`}>
           Preview changes
         </button>
         {state?.set_up && (

@@ -154,6 +154,10 @@ pub struct TokenConfig {
     /// The pool its requests may reach (`all`, the default, is every key).
     #[serde(default = "all_pool", skip_serializing_if = "is_all_pool")]
     pub pool: String,
+    /// Issued by a client's login (Codex's `gateway_oauth`) rather than made by the user: the keychain
+    /// holds the digest of its refresh token, never a token, and its access tokens live in memory.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub login: bool,
 }
 
 fn all_pool() -> String {

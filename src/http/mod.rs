@@ -11,6 +11,8 @@ use axum::routing::{any, get};
 use axum::{Json, Router};
 use serde::Deserialize;
 
+mod oauth;
+
 use crate::error::ApiError;
 use crate::gateway::Gateway;
 use crate::tokens;
@@ -24,6 +26,7 @@ pub fn app(gateway: Arc<Gateway>) -> Router {
         .route("/keymux/health", get(health))
         .route("/login", get(login))
         .nest("/keymux/api", crate::api::routes())
+        .merge(oauth::routes())
         .fallback(not_found)
         .layer(axum::middleware::from_fn(outside_v1))
         .with_state(gateway)
@@ -40,7 +43,7 @@ async fn outside_v1(request: Request, next: axum::middleware::Next) -> Response<
     if path == "/v1" || path.starts_with("/v1/") {
         return next.run(request).await;
     }
-    let private = path.starts_with("/keymux/") || path == "/login";
+    let private = path.starts_with("/keymux/") || path == "/login" || path.starts_with("/oauth/");
     let limit = crate::limits::CONTROL_MAX_BODY;
     let mut response = match crate::limits::declared_length(request.headers()) {
         Some(n) if n > limit as u64 => ApiError::BodyTooLarge { limit }.into_response(),
@@ -169,14 +172,23 @@ async fn not_found(request: Request) -> Response<Body> {
     ApiError::NotFound { path: request.uri().path().chars().take(200).collect() }.into_response()
 }
 
+/// The client token a `/v1` request carries: in `x-keymux-token` (`oauth::TOKEN_HEADER`: a client's
+/// login, which Codex sends beside the provider's own credential, with no `authorization` when the
+/// provider has none), else in `authorization`. A login's token wins: whatever `authorization` then
+/// holds is the client's own business and never goes upstream.
 fn authenticate(gateway: &Gateway, headers: &HeaderMap) -> Result<tokens::ClientScope, ApiError> {
     if gateway.access().is_control_credential(headers) {
         return Err(ApiError::WrongCredential);
     }
-    let presented = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(tokens::bearer);
+    let bearer_in =
+        |name: &str| headers.get(name).and_then(|v: &header::HeaderValue| v.to_str().ok()).and_then(tokens::bearer);
+    let presented = bearer_in(crate::oauth::TOKEN_HEADER).or_else(|| bearer_in(header::AUTHORIZATION.as_str()));
     match presented {
         None => Err(ApiError::Unauthorized { missing: true }),
-        Some(token) => gateway.tokens().client_of(token).ok_or(ApiError::Unauthorized { missing: false }),
+        Some(token) => {
+            let now = gateway.clock().unix_ms();
+            gateway.tokens().client_of(token, now).ok_or(ApiError::Unauthorized { missing: false })
+        }
     }
 }
 
