@@ -6,14 +6,21 @@ import { signal } from "@preact/signals";
 import { useEffect, useState } from "preact/hooks";
 import { get, messageOf, post } from "../api/client";
 import type { LoginDecided, LoginRequest } from "../api/types";
-import { type LoginLink, loginLink, shownUserCode } from "../lib/login";
+import { forgetLogin, type LoginLink, loginLink, PENDING_LOGIN, pendingLogin, shownUserCode } from "../lib/login";
 import { pools } from "../state/store";
 
-/** The fragment's login, read once at start; cleared when decided. */
-export const loginAsked = signal<LoginLink>(loginLink(location.hash));
+/** The fragment's login, read once at start, else one a tab without a session kept (see
+ * `lib/login.ts`); cleared when decided. */
+export const loginAsked = signal<LoginLink>(loginLink(location.hash) ?? pendingLogin(localStorage, Date.now()));
+
+// A login kept by another tab while this one is open shows here at once.
+addEventListener("storage", (e) => {
+  if (e.key === PENDING_LOGIN && loginAsked.value === null) loginAsked.value = pendingLogin(localStorage, Date.now());
+});
 
 function done(): void {
   loginAsked.value = null;
+  forgetLogin(localStorage);
   history.replaceState(null, "", `${location.pathname}${location.search}#/live`);
 }
 
