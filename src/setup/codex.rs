@@ -127,8 +127,6 @@ fn enable_catalog(doc: &mut DocumentMut) -> Result<Option<String>, Refusal> {
         }
     }
 }
-    Ok(Edited::whole(doc.to_string(), notes))
-}
 
 /// The provider's `gateway_oauth` table: Keymux's endpoints beside `base_url` (`oauth`), the client
 /// id, and the header Codex sends the token in. No `redirect_port`: Codex listens on a free port.
