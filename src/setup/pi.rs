@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 use super::edited::{Edited, Refusal};
 use super::provider_id;
 
-/// The models a new Keymux provider offers pi, as the README shows them.
+/// The models a new Keymux provider offers pi, as the user guide shows them (docs/src/guide/clients.md).
 fn default_models(pool: Option<&str>) -> Value {
     let name = match pool {
         None => "gpt-5.5 via Keymux".to_owned(),

@@ -65,11 +65,12 @@ fn round_trips_through_a_file() {
 }
 
 #[test]
-fn the_readme_example_is_a_valid_config() {
-    let readme = include_str!("../../../../README.md");
-    let start = readme.find("```toml\nlisten").expect("README has the config example") + "```toml\n".len();
+fn the_reference_example_is_a_valid_config() {
+    let readme = include_str!("../../../../docs/src/reference/configuration.md");
+    let start =
+        readme.find("```toml\nlisten").expect("the configuration reference has the config example") + "```toml\n".len();
     let end = start + readme[start..].find("```").expect("closed");
-    let config = Config::parse(&readme[start..end], Path::new("README.md")).expect("the example parses");
+    let config = Config::parse(&readme[start..end], Path::new("configuration.md")).expect("the example parses");
     assert_eq!(config.keys[0].label, "work");
     assert_eq!(config.affinity.table_capacity, 50_000);
     assert_eq!(config.tokens[0].name, "codex");
