@@ -59,13 +59,7 @@ pub(super) fn edit_with(
     notes.extend(profile_note(&doc, &provider));
     let table = keymux_table(&mut doc, &provider)?;
     let name = provider_name(pool);
-    let catalog = catalog_url(base_url);
-    for (key, value) in [
-        ("name", name.as_str()),
-        ("base_url", base_url),
-        ("wire_api", "responses"),
-        ("model_catalog_url", catalog.as_str()),
-    ] {
+    for (key, value) in [("name", name.as_str()), ("base_url", base_url), ("wire_api", "responses")] {
         set_str(table, key, value);
     }
     let (why, replaced) = match credential {
@@ -78,6 +72,7 @@ pub(super) fn edit_with(
             ("Codex logs in to Keymux instead", "experimental_bearer_token")
         }
     };
+    set_str(table, "model_catalog_url", &catalog_url(base_url));
     for key in OTHER_CREDENTIALS.into_iter().chain([replaced]) {
         if table.remove(key).is_some() {
             notes.push(format!("removed `{key}` from [model_providers.{provider}]: {why}"));
