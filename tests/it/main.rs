@@ -36,6 +36,7 @@ mod pools_clients;
 mod pre_keymux;
 mod prompt_cache;
 mod quota;
+mod reasoning_drops;
 mod request_encoding;
 mod rescued;
 mod rescued_clients;
