@@ -37,6 +37,7 @@ mod pre_keymux;
 mod prompt_cache;
 mod quota;
 mod reasoning_drops;
+mod reasoning_drops_clients;
 mod request_encoding;
 mod rescued;
 mod rescued_clients;
