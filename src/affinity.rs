@@ -1,7 +1,7 @@
 //! Affinity tables: what Keymux remembers about sessions, in process memory only, bounded in size and
 //! age, never persisted. Entries are keyed by `SessionKey`s (keyed HMACs), never by raw client values.
 //!
-//! Three tables use this type:
+//! Four tables use this type:
 //! * the soft-affinity table: per signal (`prompt_cache_key`, or a prompt-prefix digest), the key that
 //!   last served it to a successful end. It keeps a session on a warm prompt cache.
 //! * the session hints: per session, the key that last served one of its Responses requests. Codex
@@ -13,6 +13,11 @@
 //! * the rescued sessions: per session, the organizations whose items Keymux dropped to keep it alive
 //!   (rescue). Their items stay dropped on later turns, even once the organization has a usable key
 //!   again: the session lives on where it was moved instead of dying on a mix Keymux caused.
+//! * the misplaced sessions: per session, the organizations whose answer said they dropped its
+//!   reasoning as another organization's (`pipeline::dropped`). The session is also moved off them
+//!   (rescued table), but unlike a lost organization they never held its unmarked reasoning, so that is
+//!   not dropped with them; finding the session's organization leaves them out. Same bounds as the
+//!   rescued sessions.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -71,6 +76,11 @@ impl<V: Clone> Table<V> {
         for gone in inner.recency.touch(session) {
             inner.map.remove(&gone);
         }
+    }
+
+    /// Forgets this session (its place in the recency bookkeeping goes when it is next pushed out).
+    pub fn remove(&self, session: &SessionKey) {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).map.remove(session);
     }
 
     /// How many sessions are remembered.

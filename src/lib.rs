@@ -10,7 +10,7 @@
 //! prices and budgets, rate-limit windows, relay tagging. This crate re-exports each of those modules
 //! under the same name ([`markers`], [`facts`], [`router`], [`pools`], [`config`], [`keys`],
 //! [`provider`], [`key_settings`], [`change`], [`flat`], [`spend`], [`budget`], [`quota`], [`relay`],
-//! [`digest`], [`tokens`]), and extends three that are split between the two: [`clock`] (the `Clock`
+//! [`drops`], [`digest`], [`tokens`]), and extends three that are split between the two: [`clock`] (the `Clock`
 //! that reads time is here), [`secrets`] (the keychain is here) and [`pool`] (the live pool is here;
 //! the router's snapshot and key health are the core's). Everything below that needs a runtime, a
 //! socket, storage or the keychain is this crate's.
@@ -78,7 +78,9 @@
 //!   branches on which it is.
 //! * [`refresh`]: a credential refreshed when its provider says it is due (a plan's token), one refresh
 //!   at a time, on the key's own way out, and written back to the keychain.
-//! * [`relay`]: tags org-bound values in relayed SSE events, JSON bodies and WebSocket frames.
+//! * [`relay`]: tags org-bound values in relayed SSE events, JSON bodies and WebSocket frames, and reads
+//!   how an answer ended (`relay::AnswerEnd`: its usage and, in the same walk, [`drops`]: the reasoning
+//!   the provider says it removed from the input, `input_transformations`).
 //!
 //! Changing it:
 //! * [`control`]: keys, tokens, pools and routing changed at runtime (and offline, by the CLI);
@@ -194,8 +196,8 @@ pub mod upstream;
 pub mod ws;
 
 pub use keymux_core::{
-    budget, change, config, digest, facts, flat, key_settings, keys, markers, pools, provider, quota, relay, router,
-    spend, tokens,
+    budget, change, config, digest, drops, facts, flat, key_settings, keys, markers, pools, provider, quota, relay,
+    router, spend, tokens,
 };
 
 pub use gateway::Gateway;

@@ -17,6 +17,23 @@ pub struct SimConfig {
     pub ws_connection_limit: Duration,
     /// A ChatGPT plan served by the ChatGPT Codex backend (`/backend-api/codex`), if any.
     pub plan: Option<PlanSpec>,
+    /// What a Responses request replaying reasoning another organization sealed gets.
+    pub foreign_reasoning: ForeignReasoning,
+}
+
+/// What OpenAI does with replayed reasoning that another organization sealed. Both exist: older
+/// models answer 400, newer ones drop the items and say so; a simulator runs in one of the two.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ForeignReasoning {
+    /// 400 `invalid_encrypted_content`, naming the item (the default).
+    #[default]
+    Reject,
+    /// The items are removed from the input before the model sees it (no tokens, no cache hit from
+    /// where they stood), and the answer is a 200 whose response lists each in
+    /// `input_transformations` (`{"type":"reasoning","id":<its id>,"action":"removed",
+    /// "reason":"organization_mismatch"}`), on the JSON response and on the terminal event's
+    /// `response`. Content no organization can open, and other items (compaction), still get the 400.
+    Drop,
 }
 
 /// One ChatGPT plan (one login): its account, its usage windows and how long its tokens live.
@@ -132,6 +149,7 @@ impl Default for SimConfig {
             cache_ttl: Duration::from_secs(300),
             ws_connection_limit: Duration::from_secs(60 * 60),
             plan: None,
+            foreign_reasoning: ForeignReasoning::Reject,
         }
     }
 }
@@ -184,6 +202,12 @@ impl SimConfig {
     /// Adds a ChatGPT plan behind the ChatGPT Codex backend.
     pub fn chatgpt_plan(mut self, plan: PlanSpec) -> Self {
         self.plan = Some(plan);
+        self
+    }
+
+    /// Sets what a replay of another organization's reasoning gets (`ForeignReasoning`).
+    pub fn foreign_reasoning(mut self, mode: ForeignReasoning) -> Self {
+        self.foreign_reasoning = mode;
         self
     }
 

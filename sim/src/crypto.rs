@@ -89,10 +89,20 @@ pub(crate) fn check<'a>(serving: &OrgCipher, others: impl IntoIterator<Item = &'
     Verdict::Undecryptable
 }
 
+/// The plaintext of a token sealed by one of `ciphers`.
+pub(crate) fn open_any(ciphers: &[&OrgCipher], token: &str) -> Option<Vec<u8>> {
+    ciphers.iter().find_map(|c| c.open(token))
+}
+
 /// Checks every `encrypted_content` string anywhere under `input`.
 pub(crate) fn validate_input(serving: &OrgCipher, others: &[&OrgCipher], input: &Value) -> Result<(), ApiError> {
+    validate_items(serving, others, std::slice::from_ref(input))
+}
+
+/// Checks every `encrypted_content` string anywhere under `items`.
+pub(crate) fn validate_items(serving: &OrgCipher, others: &[&OrgCipher], items: &[Value]) -> Result<(), ApiError> {
     let mut found = Vec::new();
-    collect_tokens(input, &mut found);
+    items.iter().for_each(|item| collect_tokens(item, &mut found));
     for (item_id, token) in found {
         let reason = match check(serving, others.iter().copied(), token) {
             Verdict::Valid => continue,

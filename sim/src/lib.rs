@@ -3,7 +3,11 @@
 //!
 //! Each organization has its own secret, response store and prompt cache, shared by its
 //! keys; reasoning and compaction items carry real authenticated encryption bound to the
-//! organization, so replaying them to another organization fails exactly like OpenAI does.
+//! organization, so replaying them to another organization fails exactly like OpenAI does: by
+//! default with 400 `invalid_encrypted_content`, or, in the mode newer models behave in
+//! ([`ForeignReasoning::Drop`], chosen per simulator in [`SimConfig::foreign_reasoning`] or with
+//! `--drop-foreign-reasoning`), by a 200 whose response reports each reasoning item it removed in
+//! `input_transformations` (`organization_mismatch`), the items unused (no tokens, no cache hit).
 //! A `response.create` whose last input item is `{"type":"compaction_trigger"}` (Codex's
 //! remote compaction) is answered with one such compaction item, which stands in for the
 //! whole history before it when replayed. Rate limits apply per key. Tests queue one-shot
@@ -78,7 +82,7 @@ mod store;
 mod util;
 mod ws;
 
-pub use config::{KeyAuth, KeySpec, Limits, OrgSpec, PlanSpec, SimConfig};
+pub use config::{ForeignReasoning, KeyAuth, KeySpec, Limits, OrgSpec, PlanSpec, SimConfig};
 pub use fault::Fault;
 pub use log::{LogEntry, Transport, LOG_CAPACITY};
 pub use models::MODELS;

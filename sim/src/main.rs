@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use keymux_sim::{Limits, Sim, SimConfig};
+use keymux_sim::{ForeignReasoning, Limits, Sim, SimConfig};
 
 /// A multi-organization OpenAI API simulator.
 #[derive(Debug, Parser)]
@@ -38,6 +38,10 @@ struct Args {
     /// Maximum WebSocket connection age in seconds.
     #[arg(long, default_value_t = 3600)]
     ws_limit_secs: u64,
+    /// Drop replayed reasoning of another organization and report it in `input_transformations`
+    /// (as newer models do), instead of answering 400 `invalid_encrypted_content`.
+    #[arg(long)]
+    drop_foreign_reasoning: bool,
 }
 
 fn split_spec(spec: &str) -> anyhow::Result<(String, Vec<String>)> {
@@ -62,6 +66,9 @@ async fn main() -> anyhow::Result<()> {
         .gzip_json(args.gzip_json)
         .cache_ttl(Duration::from_secs(args.cache_ttl_secs))
         .ws_connection_limit(Duration::from_secs(args.ws_limit_secs));
+    if args.drop_foreign_reasoning {
+        config = config.foreign_reasoning(ForeignReasoning::Drop);
+    }
     for spec in &args.orgs {
         let (org, keys) = split_spec(spec)?;
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();

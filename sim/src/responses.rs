@@ -9,13 +9,16 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use crate::crypto::validate_input;
+use crate::config::ForeignReasoning;
+use crate::crypto::validate_items;
 use crate::error::ApiError;
 use crate::prompt::{conversation, header, input_items, tokens_of, Prompt, Transcript};
 use crate::state::{Caller, OrgState, State};
 use crate::store::Stored;
 use crate::util::{lock, object_id, split_deltas, truncate_chars};
 
+/// Reasoning another organization sealed, dropped and reported.
+mod drops;
 /// Reasoning tokens reported for a response with a reasoning item.
 mod items;
 
@@ -139,6 +142,8 @@ struct Rendered {
     hashes: Vec<[u8; 32]>,
     input_tokens: u64,
     cached_tokens: u64,
+    /// The `input_transformations` entries of the items taken out of the input.
+    removed: Vec<Value>,
 }
 
 /// Checks the input (ids, the trigger's place, encrypted content) and renders the prompt,
@@ -153,9 +158,11 @@ fn render(
     let items = input_items(body.get("input"))?;
     check_trigger_is_last(&items)?;
     let previous = resolve_previous(state, caller, body, connection)?;
-    if let Some(input) = body.get("input") {
-        validate_input(&org.cipher, &state.other_ciphers(caller.org), input)?;
-    }
+    let (items, removed) = match state.foreign_reasoning {
+        ForeignReasoning::Drop => drops::drop_foreign(state, caller, items),
+        ForeignReasoning::Reject => (items, Vec::new()),
+    };
+    validate_items(&org.cipher, &state.other_ciphers(caller.org), &items)?;
     let prompt = Prompt {
         header: header(body.get("tools"), body.get("instructions")),
         conversation: conversation(previous, &items),
@@ -164,7 +171,7 @@ fn render(
     let hashes = prompt.block_hashes(cache_key);
     let input_tokens = prompt.tokens();
     let cached_tokens = lock(&org.cache).lookup(&hashes, state.clock.now());
-    Ok(Rendered { items, prompt, hashes, input_tokens, cached_tokens })
+    Ok(Rendered { items, prompt, hashes, input_tokens, cached_tokens, removed })
 }
 
 /// Seals a compaction item's `encrypted_content`: a summary of the whole rendered prompt it
@@ -384,7 +391,10 @@ pub(crate) fn plan(
     let shell = Shell { body, id: &id, created_at: state.clock.unix_secs(), model, store };
     let final_usage = usage(rendered.input_tokens, rendered.cached_tokens, out.output_tokens, out.reasoning_tokens);
     let in_progress = shell.object("in_progress", &[], Value::Null);
-    let completed = shell.object("completed", &out.items, final_usage);
+    let mut completed = shell.object("completed", &out.items, final_usage);
+    if !rendered.removed.is_empty() {
+        completed["input_transformations"] = Value::Array(rendered.removed.clone());
+    }
     let events = Events::sequence(&in_progress, &completed, &out);
     Ok(Plan {
         transcript: conversation(Some(rendered.prompt.conversation.clone()), &out.items),

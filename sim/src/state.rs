@@ -10,7 +10,7 @@ use rand::RngCore;
 
 use crate::cache::PromptCache;
 use crate::clock::Clock;
-use crate::config::{KeyAuth, SimConfig};
+use crate::config::{ForeignReasoning, KeyAuth, SimConfig};
 use crate::connections::WsRegistry;
 use crate::crypto::OrgCipher;
 use crate::fault::{Fault, FaultBook};
@@ -59,6 +59,8 @@ pub(crate) struct State {
     /// Bound: the configured keys.
     pub keys: HashMap<String, KeyInfo>,
     pub gzip_json: bool,
+    /// What a replay of another organization's reasoning gets.
+    pub foreign_reasoning: ForeignReasoning,
     pub ws_connection_limit: Duration,
     pub clock: Clock,
     pub log: LogBook,
@@ -109,6 +111,7 @@ impl State {
             plan,
             keys,
             gzip_json: config.gzip_json,
+            foreign_reasoning: config.foreign_reasoning,
             ws_connection_limit: config.ws_connection_limit,
             clock,
             log: LogBook::default(),

@@ -320,6 +320,12 @@ pub struct UsagePoint {
     pub continuity: u64,
     /// Requests sent on after dropping items no key could read (their organization was gone).
     pub rescued: u64,
+    /// Requests whose answer said the provider dropped reasoning from their input (turn boundaries
+    /// left out): turns that lost part of their session's reasoning although they succeeded.
+    pub reasoning_dropped: u64,
+    /// Of those, dropped for `organization_mismatch`: the turn reached an organization where its
+    /// session's reasoning does not live (Keymux then learns the session's organization again).
+    pub reasoning_misplaced: u64,
     /// Prompt (input) tokens the provider counted.
     pub input_tokens: u64,
     /// Of those, from the provider's prompt cache.

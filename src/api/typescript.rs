@@ -87,6 +87,17 @@ fn default_decls() -> [String; 3] {
     ]
 }
 
+/// What the provider dropped from a request's input, as a decision records it.
+fn drops_decls() -> [String; 2] {
+    [crate::drops::DropReason::decl(), crate::drops::ReasoningDropped::decl()]
+}
+
+/// The declarations grouped by concern, after the main list.
+fn more_decls() -> impl Iterator<Item = String> {
+    let groups = drops_decls().into_iter().chain(money_and_plan_decls()).chain(setup_decls());
+    groups.chain(change_decls()).chain(default_decls()).chain(clients_decls()).chain(login_decls())
+}
+
 /// What the Connect view says of the installed clients' checks.
 fn clients_decls() -> [String; 2] {
     [crate::events::ClientChecked::decl(), ClientsBody::decl()]
@@ -169,8 +180,7 @@ pub fn typescript() -> String {
         "// Generated from Keymux's Rust types by `api::types::typescript()`; do not edit.\n\
          // Regenerate: KEYMUX_WRITE_TYPES=1 cargo test -p keymux --lib typescript_types\n\n",
     );
-    let more = money_and_plan_decls().into_iter().chain(setup_decls()).chain(change_decls()).chain(default_decls());
-    for decl in decls.into_iter().chain(more).chain(clients_decls()).chain(login_decls()) {
+    for decl in decls.into_iter().chain(more_decls()) {
         out.push_str("export ");
         // JSON numbers arrive as JavaScript numbers; every integer Keymux sends (counts, milliseconds)
         // stays far below 2^53.

@@ -241,6 +241,8 @@ pub fn usage(gw: &Gateway, since_unix_ms: u64, hours: u32) -> UsageBody {
             pinned: c.pinned,
             continuity: c.continuity_hits,
             rescued: c.rescued,
+            reasoning_dropped: c.reasoning_dropped,
+            reasoning_misplaced: c.reasoning_misplaced,
             input_tokens: c.input_tokens,
             cached_tokens: c.cached_tokens,
             output_tokens: c.output_tokens,

@@ -194,6 +194,10 @@ impl Row {
         if odd > 0 {
             status.push_str(&format!(", {odd} invalid_encrypted_content from the provider"));
         }
+        let dropped = s.status.reasoning_dropped;
+        if dropped > 0 {
+            status.push_str(&format!(", {dropped} answers dropped reasoning"));
+        }
         status
     }
 

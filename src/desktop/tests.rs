@@ -36,6 +36,7 @@ fn key(label: &str, org: &str, health: HealthState, until: Option<u64>) -> KeyIn
             failed: 0,
             last_status: None,
             invalid_encrypted_content: 0,
+            reasoning_dropped: 0,
             input_tokens: 0,
             cached_tokens: 0,
             output_tokens: 0,

@@ -43,6 +43,9 @@ pub struct Gateway {
     hints: Table,
     /// Per session: the organizations whose items were dropped to rescue it (they stay dropped).
     rescued: Table<Vec<crate::markers::OrgTag>>,
+    /// Per session: the organizations that dropped its reasoning as another organization's (where it
+    /// does not live).
+    misplaced: Table<Vec<crate::markers::OrgTag>>,
     /// Per soft-affinity signal: the key that last served it to a successful end.
     soft: Table,
     upstream: Upstream,
@@ -110,6 +113,7 @@ impl Gateway {
             metrics: Metrics::in_memory(),
             hints: Table::new(crate::affinity::HINT_CAPACITY, crate::affinity::DEFAULT_TTL),
             rescued: Table::new(crate::affinity::RESCUED_CAPACITY, crate::affinity::RESCUED_TTL),
+            misplaced: Table::new(crate::affinity::RESCUED_CAPACITY, crate::affinity::RESCUED_TTL),
             soft: Table::new(affinity.table_capacity, Duration::from_secs(affinity.table_ttl_secs)),
             upstream,
             tokens: ArcSwap::from_pointee(tokens),
@@ -333,6 +337,12 @@ impl Gateway {
     /// The organizations dropped from each rescued session.
     pub fn rescued(&self) -> &Table<Vec<crate::markers::OrgTag>> {
         &self.rescued
+    }
+
+    /// The organizations that dropped each session's reasoning as another organization's
+    /// (`pipeline::dropped`): where its reasoning does not live.
+    pub fn misplaced(&self) -> &Table<Vec<crate::markers::OrgTag>> {
+        &self.misplaced
     }
 
     /// The soft-affinity table.

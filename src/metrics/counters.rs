@@ -29,6 +29,13 @@ pub struct Counters {
     pub pinned: u64,
     /// Requests rescued (unreadable items dropped).
     pub rescued: u64,
+    /// Requests whose answer said the provider dropped reasoning from their input (`input_transformations`,
+    /// turn boundaries left out): turns that lost part of their session's reasoning. A row written
+    /// before Keymux read them reads as 0.
+    pub reasoning_dropped: u64,
+    /// Of those, the ones dropped for `organization_mismatch` (the turn reached an organization where
+    /// its session's reasoning does not live).
+    pub reasoning_misplaced: u64,
     /// Failed attempts by category.
     pub failures: BTreeMap<String, u64>,
     /// Prompt tokens of successful answers.
@@ -65,6 +72,10 @@ impl Counters {
         c.continuity_hits = u64::from(record.routed.decision.continuity_hit);
         c.pinned = u64::from(record.routed.decision.pin.is_some());
         c.rescued = u64::from(!record.routed.decision.rescued_orgs.is_empty());
+        if let Some(dropped) = record.routed.decision.reasoning_dropped {
+            c.reasoning_dropped = 1;
+            c.reasoning_misplaced = u64::from(dropped.wrong_organization());
+        }
         for failure in record.attempts.iter().filter_map(|a| a.failure) {
             *c.failures.entry(json_name(&failure)).or_default() += 1;
         }
@@ -94,6 +105,8 @@ impl Counters {
         self.continuity_hits += other.continuity_hits;
         self.pinned += other.pinned;
         self.rescued += other.rescued;
+        self.reasoning_dropped += other.reasoning_dropped;
+        self.reasoning_misplaced += other.reasoning_misplaced;
         merge(&mut self.failures, &other.failures);
         self.input_tokens += other.input_tokens;
         self.cached_tokens += other.cached_tokens;

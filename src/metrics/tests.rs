@@ -40,6 +40,9 @@ fn counts_survive_a_restart_through_sled() {
         m.record(&record(200, 30), Some("abcd1234".into()));
         let mut with_usage = record(200, 700);
         with_usage.usage = Some(crate::spend::Usage { input: 100, cached: 60, output: 7, ..Default::default() });
+        let lost = br#"[{"type":"reasoning","id":"rs_1","action":"removed","reason":"organization_mismatch"}]"#;
+        std::sync::Arc::make_mut(&mut with_usage.routed).decision.reasoning_dropped =
+            crate::drops::ReasoningDropped::from_text(lost);
         m.record(&with_usage, Some("abcd1234".into()));
         assert_eq!(m.flush(NOW_MS).0, Ok(()));
         assert!(m.status().persisted);
@@ -58,6 +61,7 @@ fn counts_survive_a_restart_through_sled() {
     assert_eq!(c.by_affinity.get("prompt_cache_key/hit"), Some(&3));
     assert_eq!(c.failures.get("upstream_5xx"), Some(&3));
     assert_eq!((c.input_tokens, c.cached_tokens, c.output_tokens), (100, 60, 7));
+    assert_eq!((c.reasoning_dropped, c.reasoning_misplaced), (1, 1), "the turn that lost its reasoning");
     assert_eq!(c.latency_ms.iter().sum::<u64>(), 3);
     // Flushing twice writes nothing twice.
     assert_eq!(m.flush(NOW_MS).0, Ok(()));

@@ -4,6 +4,7 @@ use bytes::Bytes;
 use std::time::Instant;
 
 use super::{Admitted, Entry, Trace};
+use crate::affinity::Table;
 use crate::budget::{BudgetState, SpendNow};
 use crate::error::ApiError;
 use crate::facts::Operation;
@@ -43,6 +44,9 @@ pub fn admit(gw: &Gateway, incoming: &Incoming<'_>, entry: Entry, trace: &mut Tr
             return Err(ApiError::PlanCannotServe);
         }
     }
+    if facts.unmarked_encrypted && facts.pins.is_empty() {
+        avoid_moved_off(gw, &facts, &mut view, now);
+    }
     if facts.unmarked_response_id {
         match bare_id_keys(gw, &reach) {
             Ok(None) => {}
@@ -67,7 +71,10 @@ pub fn admit(gw: &Gateway, incoming: &Incoming<'_>, entry: Entry, trace: &mut Tr
     }
     // Unmarked encrypted content belongs to the session's organization (or to none Keymux has): moved
     // off an organization, or once found unreadable everywhere, its items go too.
-    let unmarked = facts.unmarked_encrypted && (!rescued.is_empty() || kept_unmarked(gw, &facts, now));
+    // An organization that dropped the session's reasoning as another's never held the unmarked part.
+    let misplaced = facts.session.and_then(|s| gw.misplaced().get(&s, now)).unwrap_or_default();
+    let moved_home = rescued.iter().any(|o| !misplaced.contains(o));
+    let unmarked = facts.unmarked_encrypted && (moved_home || kept_unmarked(gw, &facts, now));
     let body = match (rescued.is_empty(), unmarked) {
         (true, false) => extracted.body,
         _ => rescue(gw, incoming.body, &rescued, unmarked, trace)?,
@@ -118,6 +125,17 @@ pub fn rescued_from(gw: &Gateway, facts: &RequestFacts, now: Instant) -> Vec<Org
     orgs
 }
 
+/// Encrypted content without a marker, of a session an organization was found not to hold (it
+/// dropped the session's reasoning, `pipeline::dropped`): that organization is left out of the search
+/// for the session's own while a ready key of another can take it.
+fn avoid_moved_off(gw: &Gateway, facts: &RequestFacts, view: &mut PoolView, now: Instant) {
+    let Some(moved) = facts.session.and_then(|s| gw.misplaced().get(&s, now)) else { return };
+    let elsewhere = |k: &crate::pool::KeyView| !moved.contains(&k.org_tag);
+    if view.keys.iter().any(|k| elsewhere(k) && k.health == crate::pool::Health::Ready) {
+        view.keys.retain(elsewhere);
+    }
+}
+
 /// Whether this session's unmarked encrypted content was found unreadable by every organization on an
 /// earlier turn (so it is dropped again rather than searched for again).
 fn kept_unmarked(gw: &Gateway, facts: &RequestFacts, now: Instant) -> bool {
@@ -135,13 +153,18 @@ pub fn remember_unreadable(gw: &Gateway, facts: &RequestFacts) {
 /// Adds `orgs` to the organizations the rescued table remembers for `session` (each once, at most
 /// `markers::MAX_PINS`).
 pub(super) fn remember_rescued(gw: &Gateway, session: SessionKey, orgs: &[OrgTag], now: Instant) {
-    let mut remembered = gw.rescued().get(&session, now).unwrap_or_default();
+    remember_in(gw.rescued(), session, orgs, now);
+}
+
+/// Adds `orgs` to those `table` remembers for `session` (each once, at most `markers::MAX_PINS`).
+pub(super) fn remember_in(table: &Table<Vec<OrgTag>>, session: SessionKey, orgs: &[OrgTag], now: Instant) {
+    let mut remembered = table.get(&session, now).unwrap_or_default();
     for org in orgs {
         if !remembered.contains(org) && remembered.len() < crate::markers::MAX_PINS {
             remembered.push(*org);
         }
     }
-    gw.rescued().insert(session, remembered, now);
+    table.insert(session, remembered, now);
 }
 
 /// Drops `kept` again (saying so in the decision), and remembers every organization this session was

@@ -12,7 +12,6 @@ use crate::keys::KeyId;
 use crate::pool::{Begin, InFlight, Learned, Outcome};
 use crate::relay::Tagger;
 use crate::router::{self, LostOrgPolicy, Memory, Reason, Refusal};
-use crate::spend::Usage;
 
 /// Step 2: one attempt per candidate until one serves, the provider declines the client's own request,
 /// or none is left. A request replaying unmarked encrypted content (`Route::FindingOrg`) moves on to
@@ -250,17 +249,8 @@ pub fn completion(admitted: &Admitted, key: &KeyId) -> Completion {
         key: key.clone(),
         operation: admitted.facts.operation,
         signal: admitted.facts.signal.filter(|_| teaches).map(|s| s.key),
-    }
-}
-
-/// A relayed answer reached a successful end: remember which key served its signal, and count its
-/// tokens.
-pub fn completed(gw: &Gateway, completion: &Completion, usage: Option<Usage>) {
-    if let Some(signal) = completion.signal {
-        gw.soft().insert(signal, completion.key.clone(), gw.clock().now());
-    }
-    if let Some(usage) = usage {
-        gw.apply(Learned::Usage { key: completion.key.clone(), usage, day: gw.today() });
+        session: admitted.facts.session,
+        pinned: admitted.decision.pin.is_some(),
     }
 }
 

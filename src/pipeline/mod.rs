@@ -24,10 +24,12 @@
 //!   answer's token usage, the pool's one input.
 //! * `Settled`: how the attempts ended: served, relayed as the client's own error, or `Failed` with a
 //!   `Fallback` (the last upstream answer, or Keymux's own error).
-//! * `Completion`: what a served answer teaches once it reaches a successful end.
+//! * `Completion`: what a served answer teaches once it reaches a successful end (`dropped`: and what
+//!   an answer that says the provider dropped reasoning from its input teaches).
 
 mod admit;
 mod attempt;
+mod dropped;
 mod probe;
 pub mod record;
 
@@ -47,7 +49,8 @@ use crate::upstream::UpstreamError;
 pub use admit::{
     admit, bare_id_refusal, can_open_socket, pool_mismatch, refusal_error, rescued_from, tier_change, with_tier,
 };
-pub use attempt::{attempt_all, completed, completion, tagger_for};
+pub use attempt::{attempt_all, completion, tagger_for};
+pub use dropped::{completed, dropped};
 pub use probe::{probe, probe_keys};
 pub use record::Trace;
 
@@ -166,4 +169,9 @@ pub struct Completion {
     pub operation: Operation,
     /// The soft-affinity signal to remember, unless the request was bound or too short to cache.
     pub signal: Option<SessionKey>,
+    /// The request's session, for what a lost turn teaches about where its reasoning lives.
+    pub session: Option<SessionKey>,
+    /// The request was pinned by its markers to the serving key's organization: a provider that still
+    /// cannot read its reasoning disagrees with Keymux's markers, which nothing learned can correct.
+    pub pinned: bool,
 }

@@ -82,6 +82,12 @@ impl Trace {
         Arc::make_mut(&mut self.record.routed).decision.reasons.push(reason);
     }
 
+    /// The provider says it dropped reasoning from the request's input: the record's decision says so
+    /// (the decision event already published stays as it was shown; the finished record carries it).
+    pub fn reasoning_dropped(&mut self, dropped: crate::drops::ReasoningDropped) {
+        Arc::make_mut(&mut self.record.routed).decision.reasoning_dropped = Some(dropped);
+    }
+
     /// Items dropped by rescue.
     pub fn rescued(&mut self, items: usize) {
         self.record.rescued_items = items;

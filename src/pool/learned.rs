@@ -1,5 +1,5 @@
 //! What the pool is told: how a request begins on a key (`Begin`), and what the provider taught about
-//! it (`Learned`: an answer's `Outcome`, or a finished answer's usage).
+//! it (`Learned`: an answer's `Outcome`, a finished answer's usage, or the reasoning it lost).
 
 use std::time::Instant;
 
@@ -61,6 +61,11 @@ pub enum Learned {
         usage: Usage,
         /// UTC day number.
         day: u32,
+    },
+    /// A served answer said the provider dropped reasoning from its input (`drops`).
+    ReasoningDropped {
+        /// The key that served it.
+        key: KeyId,
     },
 }
 

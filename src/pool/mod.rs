@@ -83,6 +83,7 @@ struct Counters {
     served: AtomicU64,
     failed: AtomicU64,
     invalid_encrypted: AtomicU64,
+    reasoning_dropped: AtomicU64,
     input_tokens: AtomicU64,
     cached_tokens: AtomicU64,
     output_tokens: AtomicU64,
@@ -268,6 +269,10 @@ impl Pool {
                 None
             }
             Learned::Outcome(outcome) => self.answered(outcome),
+            Learned::ReasoningDropped { key } => {
+                self.slot(key).map(|s| s.counters.reasoning_dropped.fetch_add(1, Ordering::Relaxed));
+                None
+            }
         }
     }
 

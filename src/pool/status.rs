@@ -57,6 +57,10 @@ pub struct KeyStatus {
     /// Upstream `invalid_encrypted_content` answers to requests Keymux had pinned correctly (a provider
     /// incident, never the key's fault).
     pub invalid_encrypted_content: u64,
+    /// Answers served on this key that said the provider dropped reasoning from the input
+    /// (`input_transformations`, turn boundaries left out): turns that lost part of their session's
+    /// reasoning although they succeeded.
+    pub reasoning_dropped: u64,
     /// Prompt tokens of successful answers since start.
     pub input_tokens: u64,
     /// Of those, served from the provider's prompt cache (the provider's own cache result).
@@ -130,6 +134,7 @@ pub(super) fn key_status(s: &Slot, now: Instant, day: u32) -> KeyStatus {
         failed: counters.failed.load(Ordering::Relaxed),
         last_status: live.last_status,
         invalid_encrypted_content: counters.invalid_encrypted.load(Ordering::Relaxed),
+        reasoning_dropped: counters.reasoning_dropped.load(Ordering::Relaxed),
         input_tokens,
         cached_tokens,
         output_tokens: counters.output_tokens.load(Ordering::Relaxed),

@@ -17,7 +17,7 @@ use crate::gateway::Gateway;
 use crate::pipeline::record::End;
 use crate::pipeline::{self, Completion, Trace};
 use crate::pool::InFlight;
-use crate::relay::{JsonTail, SseRewriter, Tagger};
+use crate::relay::{AnswerEnd, JsonTail, SseRewriter, Tagger};
 use crate::spend::Usage;
 use crate::upstream::{BodyError, Chunks};
 
@@ -37,8 +37,12 @@ pub(super) fn relay(
     let body = match body {
         AcceptedBody::Whole(bytes) => {
             // A complete 2xx JSON answer is a successful terminal state.
-            let usage = Usage::from_body(&bytes);
-            pipeline::completed(gateway, &completion, usage);
+            let end = AnswerEnd::from_body(&bytes);
+            let usage = end.usage;
+            if let Some(dropped) = end.dropped {
+                trace.reasoning_dropped(dropped);
+            }
+            pipeline::completed(gateway, &completion, end);
             let tagged = tagger.and_then(|t| t.tag_json(&bytes)).map_or(bytes, Bytes::from);
             drop(guard);
             trace.finish(End { served_by: Some(completion.key), status: status.as_u16(), error: None, usage });
@@ -62,6 +66,7 @@ pub(super) fn relay(
                 status: status.as_u16(),
                 trace: Some(trace),
                 usage: None,
+                learned: false,
                 over: false,
                 idle_timer: Box::pin(tokio::time::sleep(gateway.upstream().idle_timeout())),
                 held: None,
@@ -104,6 +109,8 @@ struct RelayState {
     /// Finished once, when the stream ends (successfully or not).
     trace: Option<Trace>,
     usage: Option<Usage>,
+    /// What the stream's terminal event teaches has been learned (it is learned once).
+    learned: bool,
     /// The stream has ended or broken: nothing more is read.
     over: bool,
     /// The idle timer, moved on at every chunk rather than made anew (one timer per stream).
@@ -276,11 +283,19 @@ impl RelayState {
         };
         let pushed = rw.push(&bytes);
         let ending = rw.end();
-        if ending.completed {
+        // Learn once: a stream has one terminal event (`response.completed`, or what an incomplete
+        // one dropped).
+        let dropped = ending.dropped.filter(|_| !self.learned);
+        if let (Some(dropped), Some(trace)) = (dropped, self.trace.as_mut()) {
+            trace.reasoning_dropped(dropped);
+        }
+        if ending.completed && !self.learned {
+            self.learned = true;
             self.usage = ending.usage;
-            pipeline::completed(&self.gateway, &self.completion, ending.usage);
-            // Learn once: a stream has one terminal event.
-            self.completion.signal = None;
+            pipeline::completed(&self.gateway, &self.completion, AnswerEnd { usage: ending.usage, dropped });
+        } else if let Some(dropped) = dropped {
+            self.learned = true;
+            pipeline::dropped(&self.gateway, &self.completion, dropped);
         }
         match pushed {
             Ok(out) => Item::Piece(out),
@@ -296,7 +311,7 @@ impl RelayState {
             Mode::Sse(rw) => rw.finish(),
             Mode::Json(tail) => {
                 self.usage = tail.usage();
-                pipeline::completed(&self.gateway, &self.completion, self.usage);
+                pipeline::completed(&self.gateway, &self.completion, AnswerEnd { usage: self.usage, dropped: None });
                 Bytes::new()
             }
             Mode::Pass => Bytes::new(),

@@ -437,3 +437,31 @@ async fn bind(
     let found = admitted.facts.unmarked_encrypted;
     Some(Bound { upstream, guard, tagger, key, turns, answer, found })
 }
+
+/// Whether a frame ends its turn.
+#[derive(Debug, PartialEq)]
+pub(super) enum TurnEnd {
+    Open,
+    Completed(crate::relay::AnswerEnd),
+    /// `response.incomplete`, with the reasoning its response says the provider dropped.
+    Incomplete(Option<crate::drops::ReasoningDropped>),
+    Failed,
+}
+
+pub(super) fn turn_end(text: &str) -> TurnEnd {
+    // Built once: a searcher costs more to build than to run over one frame.
+    static ENDS: std::sync::LazyLock<[memchr::memmem::Finder<'static>; 4]> = std::sync::LazyLock::new(|| {
+        [b"response.completed".as_slice(), b"\"error\"", b"response.failed", b"response.incomplete"]
+            .map(memchr::memmem::Finder::new)
+    });
+    if ENDS.iter().all(|end| end.find(text.as_bytes()).is_none()) {
+        return TurnEnd::Open;
+    }
+    let Some(event) = crate::relay::EndEvent::read(text.as_bytes()) else { return TurnEnd::Open };
+    match event.kind() {
+        Some("response.completed") => TurnEnd::Completed(event.response_end()),
+        Some("response.incomplete") => TurnEnd::Incomplete(event.response_end().dropped),
+        Some("error" | "response.failed") => TurnEnd::Failed,
+        _ => TurnEnd::Open,
+    }
+}

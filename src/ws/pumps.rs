@@ -15,7 +15,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame as UpClose;
 use tokio_tungstenite::tungstenite::Message as UpMessage;
 
-use super::{error_frame, lost_state_frame, Bound, Turn, Upstream, MAX_PENDING_TURNS};
+use super::{error_frame, lost_state_frame, turn_end, Bound, Turn, TurnEnd, Upstream, MAX_PENDING_TURNS};
 use crate::budget::BudgetState;
 use crate::error::ApiError;
 use crate::events::Wire;
@@ -27,7 +27,6 @@ use crate::pipeline::record::End;
 use crate::pipeline::{self, Completion, Trace};
 use crate::relay::Tagger;
 use crate::router::{Decision, Reason};
-use crate::spend::Usage;
 use crate::tokens::ClientScope;
 
 /// Why the inbound pump stopped early.
@@ -219,7 +218,9 @@ impl Inbound {
         decision.reasons.extend(tier_changed.clone());
         trace.decided(decision);
         trace.serving(&self.key);
-        let completion = Completion { key: self.key.clone(), operation: Operation::ResponsesCreate, signal: None };
+        let (session, pinned) = (facts.session, !facts.pins.is_empty());
+        let completion =
+            Completion { key: self.key.clone(), operation: Operation::ResponsesCreate, signal: None, session, pinned };
         self.push(Turn { trace, completion });
         let mut body = if stale.is_empty() { extracted.body.to_vec() } else { drop_again(gateway, &raw, &stale)? };
         if let Some(Reason::TierChanged { sent, .. }) = &tier_changed {
@@ -277,6 +278,10 @@ impl Inbound {
         {
             return Err(Stop::Unfound);
         }
+        // This socket's organization dropped the session's reasoning (`pipeline::dropped`): found again.
+        if facts.unmarked_encrypted && org.is_some_and(|o| self.moved_off(facts, o, now)) {
+            return Err(Stop::Unfound);
+        }
         let misbound = facts
             .pins
             .iter()
@@ -287,6 +292,12 @@ impl Inbound {
             self.gateway.hints().insert(session, pin.key.clone(), now);
         }
         Err(Stop::Misbound(pin.key.clone()))
+    }
+
+    /// Whether organization `org` dropped this session's reasoning as another organization's.
+    fn moved_off(&self, facts: &RequestFacts, org: OrgTag, now: Instant) -> bool {
+        let moved = facts.session.and_then(|s| self.gateway.misplaced().get(&s, now));
+        moved.is_some_and(|orgs| orgs.contains(&org))
     }
 
     fn push(&self, turn: Turn) {
@@ -434,14 +445,24 @@ impl Outbound {
         }
         let Some(turn) = turns.pop_front() else { return };
         drop(turns);
+        let mut trace = turn.trace;
         let (error, usage) = match kind {
-            TurnEnd::Completed(usage) => {
-                pipeline::completed(&self.gateway, &turn.completion, usage);
-                (None, usage)
+            TurnEnd::Completed(end) => {
+                end.dropped.into_iter().for_each(|d| trace.reasoning_dropped(d));
+                pipeline::completed(&self.gateway, &turn.completion, end);
+                (None, end.usage)
+            }
+            // As over HTTP: an incomplete turn ends without a usage, but what it dropped counts.
+            TurnEnd::Incomplete(dropped) => {
+                if let Some(dropped) = dropped {
+                    trace.reasoning_dropped(dropped);
+                    pipeline::dropped(&self.gateway, &turn.completion, dropped);
+                }
+                (None, None)
             }
             _ => (Some("upstream_error"), None),
         };
-        turn.trace.finish(End { served_by: Some(self.key.clone()), status: 200, error, usage });
+        trace.finish(End { served_by: Some(self.key.clone()), status: 200, error, usage });
     }
 
     /// Closes the records of turns that will get no answer now.
@@ -465,28 +486,4 @@ enum Forward {
     Lost,
     /// The upstream sent a binary frame (`ws::upstream_binary_frame`).
     Binary,
-}
-
-/// Whether a frame ends its turn.
-#[derive(Debug, PartialEq)]
-enum TurnEnd {
-    Open,
-    Completed(Option<Usage>),
-    Failed,
-}
-
-fn turn_end(text: &str) -> TurnEnd {
-    // Built once: a searcher costs more to build than to run over one frame.
-    static ENDS: std::sync::LazyLock<[memchr::memmem::Finder<'static>; 3]> = std::sync::LazyLock::new(|| {
-        [b"response.completed".as_slice(), b"\"error\"", b"response.failed"].map(memchr::memmem::Finder::new)
-    });
-    if ENDS.iter().all(|end| end.find(text.as_bytes()).is_none()) {
-        return TurnEnd::Open;
-    }
-    let Some(event) = crate::relay::EndEvent::read(text.as_bytes()) else { return TurnEnd::Open };
-    match event.kind() {
-        Some("response.completed") => TurnEnd::Completed(event.response_usage()),
-        Some("error" | "response.failed") => TurnEnd::Failed,
-        _ => TurnEnd::Open,
-    }
 }

@@ -39,6 +39,8 @@ mod pools_clients;
 mod pre_keymux;
 mod prompt_cache;
 mod quota;
+mod reasoning_drops;
+mod reasoning_drops_clients;
 mod request_encoding;
 mod rescued;
 mod rescued_clients;

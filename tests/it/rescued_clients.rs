@@ -1,13 +1,16 @@
 //! A rescued session stays rescued, with the real Codex CLI over HTTP and over WebSocket and with the
 //! real pi: remove the key serving a session, then its organization's last key, then add both back, one
 //! turn between each (`codex exec resume --last`, `pi -c`); every turn succeeds and the provider never
-//! answers `invalid_encrypted_content`.
+//! answers `invalid_encrypted_content`. The same runs against a provider that drops reasoning it cannot
+//! read instead of answering 400 (`ForeignReasoning::Drop`): it never has to, and no turn's decision
+//! says reasoning was dropped.
 #![allow(clippy::unwrap_used, clippy::print_stdout, reason = "tests print the figures they measure")]
 
 use crate::support;
 
 use std::path::Path;
 
+use keymux_sim::ForeignReasoning;
 use reqwest::Method;
 use serde_json::{json, Value};
 use support::*;
@@ -81,8 +84,8 @@ async fn pi_turn(home: &Path, work: &Path, resume: bool, prompt: &str) -> (bool,
     run_client(pi_bin(), work, &[("HOME", home.to_str().unwrap()), ("PI_OFFLINE", "1")], &args).await
 }
 
-async fn session_survives_its_organization_coming_back(client: Client) {
-    let h = Harness::start(three_orgs(), &five_keys()).await;
+async fn session_survives_its_organization_coming_back(client: Client, mode: ForeignReasoning) {
+    let h = Harness::start(three_orgs().foreign_reasoning(mode), &five_keys()).await;
     let admin = Admin::new(&h.root);
     let home = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
@@ -118,19 +121,32 @@ async fn session_survives_its_organization_coming_back(client: Client) {
         .count();
     println!("turns that dropped the old organization again: {kept}");
     assert!(kept >= 1, "the decision says the session stays rescued");
+    let records = decisions_api(&h.root).await;
+    let lost = records["data"].as_array().unwrap().iter().filter(|r| !r["decision"]["reasoning_dropped"].is_null());
+    assert_eq!(lost.count(), 0, "no turn lost reasoning at the provider");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_over_http_keeps_a_rescued_session() {
-    session_survives_its_organization_coming_back(Client::Codex { websockets: false }).await;
+    session_survives_its_organization_coming_back(Client::Codex { websockets: false }, ForeignReasoning::Reject).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_over_websocket_keeps_a_rescued_session() {
-    session_survives_its_organization_coming_back(Client::Codex { websockets: true }).await;
+    session_survives_its_organization_coming_back(Client::Codex { websockets: true }, ForeignReasoning::Reject).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pi_keeps_a_rescued_session() {
-    session_survives_its_organization_coming_back(Client::Pi).await;
+    session_survives_its_organization_coming_back(Client::Pi, ForeignReasoning::Reject).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_keeps_a_rescued_session_with_a_provider_that_drops_reasoning() {
+    session_survives_its_organization_coming_back(Client::Codex { websockets: true }, ForeignReasoning::Drop).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pi_keeps_a_rescued_session_with_a_provider_that_drops_reasoning() {
+    session_survives_its_organization_coming_back(Client::Pi, ForeignReasoning::Drop).await;
 }

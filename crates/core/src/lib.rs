@@ -37,7 +37,10 @@
 //!   pool's settings declared once (`pools::PoolPolicies`: the priority tier, the proxy, a budget in
 //!   money) with their typed change.
 //! * [`quota`]: rate-limit windows from `x-ratelimit-*` headers, counted down between answers.
-//! * [`relay`]: tags org-bound values in relayed SSE events, JSON bodies and WebSocket frames.
+//! * [`relay`]: tags org-bound values in relayed SSE events, JSON bodies and WebSocket frames, and
+//!   reads how an answer ended (`relay::AnswerEnd`: its usage and what the provider dropped).
+//! * [`drops`]: what the provider says it dropped from a request's input (`input_transformations`:
+//!   reasoning removed, and why).
 //!
 //! Money and time:
 //! * [`spend`]: the embedded price table, the user's `[prices]` over it, what one answer used (`Usage`,
@@ -55,6 +58,7 @@ pub mod change;
 pub mod clock;
 pub mod config;
 pub mod digest;
+pub mod drops;
 pub mod facts;
 pub mod flat;
 pub mod key_settings;

@@ -9,9 +9,14 @@ use bytes::{Bytes, BytesMut};
 use memchr::memmem::Finder;
 use serde_json::Value;
 
+use crate::drops::ReasoningDropped;
 use crate::keys::KeyId;
 use crate::markers::{Markers, OrgTag, RawTag};
 use crate::spend::Usage;
+
+mod end;
+
+pub use end::AnswerEnd;
 
 /// Largest single SSE event (or JSON body) Keymux will rewrite. A `response.completed` carries the whole
 /// output, so this is generous; past it the stream is failed rather than relayed untagged.
@@ -97,6 +102,9 @@ pub struct StreamEnd {
     pub completed: bool,
     /// The usage it reported.
     pub usage: Option<Usage>,
+    /// The reasoning its terminal event (`response.completed` or `response.incomplete`) says the
+    /// provider dropped from the input.
+    pub dropped: Option<ReasoningDropped>,
 }
 
 /// Splits an SSE byte stream into events and tags the `data:` of those that need it.
@@ -130,8 +138,13 @@ impl SseRewriter {
         let Some(data) = event_data(frame) else { return };
         let Some(event) = EndEvent::read(&data) else { return };
         if completed && event.kind() == Some("response.completed") {
+            let end = event.response_end();
             self.end.completed = true;
-            self.end.usage = event.response_usage().or(self.end.usage);
+            self.end.usage = end.usage.or(self.end.usage);
+            self.end.dropped = end.dropped;
+        } else if event.kind() == Some("response.incomplete") {
+            // Found by its usage (an incomplete response reports one): what it dropped counts too.
+            self.end.dropped = event.response_end().dropped;
         } else if let Some(usage) = event.usage() {
             // Chat Completions: the usage chunk comes before `[DONE]`.
             self.end.usage = Some(usage);
@@ -327,14 +340,20 @@ impl<'a> EndEvent<'a> {
         matches!(self.kind(), Some("error" | "response.failed")) || self.error
     }
 
+    /// How a `response.*` event's response ended: its usage, in its service tier, and what the
+    /// provider dropped from its input, in one walk.
+    pub fn response_end(&self) -> AnswerEnd {
+        let Some(response) = self.response else { return AnswerEnd::default() };
+        if self.walked {
+            AnswerEnd::walked(response)
+        } else {
+            AnswerEnd::from_body(response)
+        }
+    }
+
     /// The usage of a `response.*` event's response, in its service tier.
     pub fn response_usage(&self) -> Option<Usage> {
-        let response = self.response?;
-        if self.walked {
-            Usage::from_body_walked(response)
-        } else {
-            Usage::from_body(response)
-        }
+        self.response_end().usage
     }
 
     /// A top-level `usage` (a Chat Completions chunk), in the chunk's service tier.

@@ -326,7 +326,13 @@ refusal: Refusal | null,
 /**
  * How the request was placed, so no other module restates the router's rules to find out.
  */
-route: Route, };
+route: Route, 
+/**
+ * Reasoning the provider said it dropped from the request's input (`input_transformations`,
+ * turn boundaries left out), set when the answer ended: the turn lost part of its session's
+ * reasoning although it succeeded. Never set by the router.
+ */
+reasoning_dropped: ReasoningDropped | null, };
 
 export type FailureKind = "rate_limited" | "quota_exhausted" | "invalid_key" | "model_unavailable" | "upstream_5xx" | "timeout" | "upstream_unreachable" | "upstream_cut" | "client_error" | "wrong_organization" | "client_cancelled";
 
@@ -862,6 +868,12 @@ last_status: number | null,
  */
 invalid_encrypted_content: number, 
 /**
+ * Answers served on this key that said the provider dropped reasoning from the input
+ * (`input_transformations`, turn boundaries left out): turns that lost part of their session's
+ * reasoning although they succeeded.
+ */
+reasoning_dropped: number, 
+/**
  * Prompt tokens of successful answers since start.
  */
 input_tokens: number, 
@@ -1292,6 +1304,16 @@ continuity: number,
  */
 rescued: number, 
 /**
+ * Requests whose answer said the provider dropped reasoning from their input (turn boundaries
+ * left out): turns that lost part of their session's reasoning although they succeeded.
+ */
+reasoning_dropped: number, 
+/**
+ * Of those, dropped for `organization_mismatch`: the turn reached an organization where its
+ * session's reasoning does not live (Keymux then learns the session's organization again).
+ */
+reasoning_misplaced: number, 
+/**
  * Prompt (input) tokens the provider counted.
  */
 input_tokens: number, 
@@ -1571,6 +1593,18 @@ reserve_at: number | null,
  * At 100 %: `reserve` (sessions already on it go on) or `stop` (refuse everything).
  */
 on_limit: OnLimit, };
+
+export type DropReason = "organization_mismatch" | "end_user_mismatch" | "model_mismatch" | "prefix_mismatch" | "other";
+
+export type ReasoningDropped = { 
+/**
+ * Reasoning items removed.
+ */
+count: number, 
+/**
+ * Each reason given, once, in the order of `DropReason`.
+ */
+reasons: Array<DropReason>, };
 
 export type Period = "day" | "month";
 

@@ -1,5 +1,5 @@
 import type { LiveRow } from "../lib/live";
-import { affinitySentence, reasonSentence, refusalSentence, routeSentence, tierWords } from "../lib/decision";
+import { affinitySentence, droppedSentence, reasonSentence, refusalSentence, routeSentence, tierWords } from "../lib/decision";
 import { clock, count, duration, percent } from "../lib/format";
 import { fallbackPool, tokenName } from "../lib/pools";
 import { CLIENT, OPERATION, ROUTE } from "../lib/words";
@@ -114,6 +114,13 @@ function Details({ row }: { row: LiveRow }) {
             {d.rescued_orgs.length > 0 && <> from {d.rescued_orgs.map((o) => <code key={o}>{o} </code>)}</>}: no usable key
             of their organization was left.
           </p>
+        </section>
+      )}
+
+      {d.reasoning_dropped && (
+        <section data-testid="reasoning-dropped">
+          <h3>Reasoning dropped</h3>
+          <p>{droppedSentence(d.reasoning_dropped)}</p>
         </section>
       )}
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import type { Decision, RequestRecord } from "../api/types";
-import { badges, reasonSentence, refusalSentence, routeSentence } from "./decision";
+import type { Decision, DropReason, RequestRecord } from "../api/types";
+import { badges, droppedSentence, reasonSentence, refusalSentence, routeSentence } from "./decision";
 import { decision } from "./testing";
 
 
@@ -60,6 +60,21 @@ describe("badges", () => {
   it("marks a rescue from either the decision or the dropped items", () => {
     expect(badges(record({ rescued_orgs: ["org-c"] }))).toContain("RESCUED");
     expect(badges(record({}, { rescued_items: 2 }))).toContain("RESCUED");
+  });
+
+  it("marks a turn whose reasoning the provider dropped, and says why in the drawer", () => {
+    expect(badges(record({}))).not.toContain("REASONING DROPPED");
+    const dropped = { count: 2, reasons: ["organization_mismatch"] as DropReason[] };
+    expect(badges(record({ reasoning_dropped: dropped }))).toContain("REASONING DROPPED");
+    const said = droppedSentence(dropped);
+    expect(said).toContain("dropped 2 reasoning items");
+    expect(said).toContain("organization mismatch (made by another organization");
+    expect(said).toContain("next turn goes where its reasoning lives");
+    const prefix = droppedSentence({ count: 1, reasons: ["prefix_mismatch", "other"] });
+    expect(prefix).toContain("dropped 1 reasoning item from");
+    expect(prefix).toContain("prefix mismatch (the input before it changed");
+    expect(prefix).toContain("; other (");
+    expect(prefix).not.toContain("learns the session's organization again");
   });
 
   it("marks failover only when more than one key was tried", () => {

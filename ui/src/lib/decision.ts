@@ -1,6 +1,6 @@
 // What a routing decision says, in badges for a row and in sentences for the drawer.
 
-import type { Decision, Reason, Refusal, RequestRecord, ServiceTier, SkipWhy } from "../api/types";
+import type { Decision, DropReason, ReasoningDropped, Reason, Refusal, RequestRecord, ServiceTier, SkipWhy } from "../api/types";
 import { countdown, usd } from "./format";
 import { AFFINITY_SOURCE, AFFINITY_STATE, ROUTE, type Tone } from "./words";
 
@@ -15,6 +15,10 @@ export const BADGES = {
   "PLAN FIRST": { tone: "teal", title: "A new session sent to your ChatGPT plan, which new sessions use first while its usage allows" },
   "PLAN USED UP": { tone: "warn", title: "Your ChatGPT plan is used up until its window resets, so this went to an API key" },
   RESCUED: { tone: "warn", title: "Items its organization could read were dropped: no key of that organization was usable" },
+  "REASONING DROPPED": {
+    tone: "bad",
+    title: "The provider answered, but said it dropped reasoning from the input: the turn lost part of its session's reasoning",
+  },
   FAILOVER: { tone: "warn", title: "The first key failed before any byte reached the client; another key answered" },
   "POOL FALLBACK": { tone: "warn", title: "No key of its token's pool could serve, so a fallback pool the user declared did" },
   COOLING: { tone: "info", title: "Rate limiting shaped this request: the key it wanted was cooling, or a key it tried answered 429" },
@@ -47,6 +51,7 @@ export function badges(r: BadgeInput): BadgeName[] {
   if (d.reasons.some((x) => x.rule === "plan_first")) out.push("PLAN FIRST");
   if (d.reasons.some((x) => x.rule === "plan_exhausted")) out.push("PLAN USED UP");
   if (d.rescued_orgs.length > 0 || (r.rescued_items ?? 0) > 0) out.push("RESCUED");
+  if (d.reasoning_dropped) out.push("REASONING DROPPED");
   if ((r.attempts?.length ?? 0) > 1) out.push("FAILOVER");
   if (d.reasons.some((x) => x.rule === "pool_fallback")) out.push("POOL FALLBACK");
   if (coolingMattered(r)) out.push("COOLING");
@@ -233,4 +238,24 @@ export function affinitySentence(d: Decision): string {
 /** A value the generated types did not know about when this was built: shown, never blank. */
 function unknown(value: unknown): string {
   return `(${JSON.stringify(value)})`;
+}
+
+/** What each reason for a dropped reasoning item means, in the words of the drawer. */
+export const DROP_REASON: Record<DropReason, string> = {
+  organization_mismatch:
+    "made by another organization: the turn reached an organization where its session's reasoning does not live",
+  end_user_mismatch: "made for another end user",
+  model_mismatch: "made by another model",
+  prefix_mismatch: "the input before it changed (a rewritten message, a shortened tool result, a compaction)",
+  other: "for a reason this version of Keymux does not know",
+};
+
+/** The drawer's sentence for the reasoning a provider dropped from a request's input. */
+export function droppedSentence(dropped: ReasoningDropped): string {
+  const items = dropped.count === 1 ? "1 reasoning item" : `${dropped.count} reasoning items`;
+  const why = dropped.reasons.map((r) => `${r.replace(/_/g, " ")} (${DROP_REASON[r]})`).join("; ");
+  const next = dropped.reasons.includes("organization_mismatch")
+    ? " Keymux learns the session's organization again: its next turn goes where its reasoning lives."
+    : "";
+  return `The provider answered but dropped ${items} from the input: ${why}.${next}`;
 }

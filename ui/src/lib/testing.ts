@@ -14,6 +14,7 @@ export function decision(over: Partial<Decision> = {}): Decision {
     rescued_orgs: [],
     refusal: null,
     route: "balanced",
+    reasoning_dropped: null,
     ...over,
   };
 }
@@ -43,6 +44,7 @@ export function keyInfo(id: string, over: Partial<KeyInfo> = {}): KeyInfo {
     failed: 0,
     last_status: null,
     invalid_encrypted_content: 0,
+    reasoning_dropped: 0,
     input_tokens: 0,
     cached_tokens: 0,
     output_tokens: 0,

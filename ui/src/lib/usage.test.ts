@@ -13,6 +13,8 @@ function point(start: number, key: string, over: Partial<UsagePoint> = {}): Usag
     pinned: 0,
     continuity: 0,
     rescued: 0,
+    reasoning_dropped: 0,
+    reasoning_misplaced: 0,
     input_tokens: 100,
     cached_tokens: 40,
     output_tokens: 7,

@@ -16,7 +16,11 @@ const RANGE: Record<Bucket, { days: number; buckets: number; ms: number; label: 
 
 type Counts = { [key in string]?: number };
 /** `prompt_cache_key/hit` → "cache key: hit", through the one table of words. */
+/** The affinity chart's series of turns whose reasoning the provider dropped (not an affinity state). */
+const DROPPED = "reasoning_dropped";
+
 function affinityLabel(key: string): string {
+  if (key === DROPPED) return "Reasoning dropped by the provider";
   const [source, state] = key.split("/");
   const s = AFFINITY_SOURCE[source as keyof typeof AFFINITY_SOURCE] ?? source;
   const t = AFFINITY_STATE[state as keyof typeof AFFINITY_STATE]?.name ?? state;
@@ -220,7 +224,7 @@ export function UsageView() {
               series={[{ label: "cached", values: pick((p) => (p.input_tokens > 0 ? p.cached_tokens / p.input_tokens : null)) }]}
             />
             <UsageChart title="Failed attempts by category" times={model.times} bucketMs={model.step} series={mapSeries((p) => p.failures, failureLabel)} testid="chart-errors" />
-            <UsageChart title="Affinity states" times={model.times} bucketMs={model.step} series={mapSeries((p) => p.by_affinity, affinityLabel)} testid="chart-affinity" />
+            <UsageChart title="Affinity states" times={model.times} bucketMs={model.step} series={mapSeries((p) => ({ ...p.by_affinity, [DROPPED]: p.reasoning_dropped }), affinityLabel)} testid="chart-affinity" />
             <UsageChart title="Answers by status" times={model.times} bucketMs={model.step} series={mapSeries((p) => p.by_status)} testid="chart-status" />
           </div>
         </>

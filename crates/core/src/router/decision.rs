@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use crate::budget::Period;
+use crate::drops::ReasoningDropped;
 use crate::facts::AffinitySource;
 use crate::keys::KeyId;
 use crate::markers::OrgTag;
@@ -349,6 +350,10 @@ pub struct Decision {
     pub refusal: Option<Refusal>,
     /// How the request was placed, so no other module restates the router's rules to find out.
     pub route: Route,
+    /// Reasoning the provider said it dropped from the request's input (`input_transformations`,
+    /// turn boundaries left out), set when the answer ended: the turn lost part of its session's
+    /// reasoning although it succeeded. Never set by the router.
+    pub reasoning_dropped: Option<ReasoningDropped>,
 }
 
 /// How a decision placed its request.
@@ -401,6 +406,7 @@ impl Decision {
             rescued_orgs: Vec::new(),
             refusal: None,
             route: Route::Refused,
+            reasoning_dropped: None,
         }
     }
 

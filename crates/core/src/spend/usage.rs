@@ -123,8 +123,25 @@ impl Usage {
     pub(crate) fn from_body_walked(body: &[u8]) -> Option<Self> {
         let [usage, tier, retention] =
             scan::top_level_values(body, [b"usage", b"service_tier", b"prompt_cache_retention"])?;
+        Self::from_walked(usage, tier, retention)
+    }
+
+    /// The usage of an answer from the raw text of its top-level `usage`, `service_tier` and
+    /// `prompt_cache_retention` (as `scan::top_level_values` found them, for a walk that reads more
+    /// of the answer at once: `relay::AnswerEnd`).
+    pub(crate) fn from_walked(usage: Option<&[u8]>, tier: Option<&[u8]>, retention: Option<&[u8]>) -> Option<Self> {
         let (tier, retention) = (scan::string_value(tier)?, scan::string_value(retention)?);
         Some(Self::from_text(usage?)?.billed_in(tier.as_deref()).retained(retention.as_deref()))
+    }
+
+    /// The usage of an answer from its top-level `usage`, `service_tier` and `prompt_cache_retention`
+    /// as a parser read them (for a parse that reads more of the answer at once: `relay::AnswerEnd`).
+    pub(crate) fn from_parsed(
+        usage: Option<&serde_json::Value>,
+        tier: Option<&str>,
+        retention: Option<&str>,
+    ) -> Option<Self> {
+        Some(Self::from_json(usage?)?.billed_in(tier).retained(retention))
     }
 
     /// `from_body` by a parser: everything but the three values is skipped by serde, without a tree.
