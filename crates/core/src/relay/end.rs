@@ -40,7 +40,7 @@ impl AnswerEnd {
     }
 
     /// `from_body` by a parser: everything but the four values is skipped by serde, without a tree.
-    fn parsed(body: &[u8]) -> Self {
+    pub(super) fn parsed(body: &[u8]) -> Self {
         #[derive(serde::Deserialize)]
         struct Top<'a> {
             #[serde(default)]

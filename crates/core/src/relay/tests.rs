@@ -1,6 +1,6 @@
 use super::*;
 use crate::secrets::Secret;
-use crate::spend::ServiceTier;
+use crate::spend::{CacheRetention, ServiceTier};
 use serde_json::json;
 
 fn tagger() -> Tagger {
@@ -14,15 +14,24 @@ fn event(kind: &str, data: &Value) -> String {
     format!("event: {kind}\ndata: {data}\n\n")
 }
 
+/// The usage `AnswerEnd` reads from a whole answer, walked (as the relay reads it) or parsed.
+fn usage_of(body: &[u8]) -> Option<Usage> {
+    AnswerEnd::from_body(body).usage
+}
+
+fn usage_parsed(body: &[u8]) -> Option<Usage> {
+    AnswerEnd::parsed(body).usage
+}
+
 #[test]
 fn a_whole_answer_yields_its_top_level_usage_only() {
     let body =
         br#"{"id":"resp_1","output":[{"type":"message","content":[{"text":"\"usage\": {\"input_tokens\": 9}"}]}],
         "usage":{"input_tokens":120,"input_tokens_details":{"cached_tokens":64},"output_tokens":7},
         "metadata":{"usage":"not this one"}}"#;
-    assert_eq!(Usage::from_body(body), Some(Usage { input: 120, cached: 64, output: 7, ..Usage::default() }));
-    assert_eq!(Usage::from_body(br#"{"id":"resp_1","usage":null}"#), None);
-    assert_eq!(Usage::from_body(b"not json"), None);
+    assert_eq!(usage_of(body), Some(Usage { input: 120, cached: 64, output: 7, ..Usage::default() }));
+    assert_eq!(usage_of(br#"{"id":"resp_1","usage":null}"#), None);
+    assert_eq!(usage_of(b"not json"), None);
 }
 
 #[test]
@@ -43,10 +52,10 @@ fn walking_an_answer_reads_the_same_usage_as_parsing_it() {
         "[]".to_owned(),
     ];
     for body in &bodies {
-        assert_eq!(Usage::from_body(body.as_bytes()), Usage::from_body_parsed(body.as_bytes()), "{body}");
+        assert_eq!(usage_of(body.as_bytes()), usage_parsed(body.as_bytes()), "{body}");
     }
-    assert_eq!(Usage::from_body(bodies[0].as_bytes()).map(|u| (u.input, u.tier)), Some((120, ServiceTier::Flex)));
-    assert_eq!(Usage::from_body(bodies[3].as_bytes()).map(|u| u.tier), Some(ServiceTier::Flex), "escaped keys parse");
+    assert_eq!(usage_of(bodies[0].as_bytes()).map(|u| (u.input, u.tier)), Some((120, ServiceTier::Flex)));
+    assert_eq!(usage_of(bodies[3].as_bytes()).map(|u| u.tier), Some(ServiceTier::Flex), "escaped keys parse");
 }
 
 #[test]
@@ -87,7 +96,7 @@ fn the_service_tier_an_answer_was_billed_in_comes_with_its_usage() {
     let usage = json!({"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 4},
         "output_tokens": 3});
     let whole = json!({"object": "response", "service_tier": "priority", "usage": usage});
-    let read = Usage::from_body(&serde_json::to_vec(&whole).expect("json")).expect("usage");
+    let read = usage_of(&serde_json::to_vec(&whole).expect("json")).expect("usage");
     assert_eq!((read.tier, read.cache_write), (ServiceTier::Priority, 4));
     let completed = json!({"type": "response.completed", "response": {"service_tier": "flex", "usage": usage}});
     let mut sse = SseRewriter::new(tagger());
@@ -243,4 +252,20 @@ fn errors_without_a_type_are_masked_and_successful_events_never_are() {
     assert!(out.contains("0123456789abcdef0123456789abcdef"), "{out}");
     assert!(mask_failed_event(untyped.to_string().as_bytes()).is_some(), "a WebSocket frame alike");
     assert!(mask_failed_event(content.to_string().as_bytes()).is_none(), "`error: null` is no error");
+}
+
+#[test]
+fn the_answers_cache_retention_and_tier_are_read_with_its_usage() {
+    let body = br#"{"id":"resp_1","object":"response","service_tier":"ultrafast","prompt_cache_retention":"24h",
+        "usage":{"input_tokens":10,"input_tokens_details":{"cached_tokens":2,"cache_write_tokens":4},"output_tokens":3}}"#;
+    let read = usage_of(body).expect("a usage");
+    assert_eq!((read.tier, read.retention, read.cache_write), (ServiceTier::Ultrafast, CacheRetention::Extended, 4));
+    let spelled = br#"{"service_tier":"default","prompt_cache_retention":"in_memory","usage":{"input_tokens":1}}"#;
+    let read = usage_of(spelled).expect("a usage");
+    assert_eq!((read.tier, read.retention), (ServiceTier::Standard, CacheRetention::Default));
+    // With an escape somewhere the body is parsed instead of walked, to the same answer.
+    let escaped =
+        br#"{"service_tier":"ultrafast","prompt_cache_retention":"12h","x":"\u0041","usage":{"input_tokens":1}}"#;
+    let read = usage_of(escaped).expect("a usage");
+    assert_eq!((read.tier, read.retention), (ServiceTier::Ultrafast, CacheRetention::Extended));
 }

@@ -491,22 +491,6 @@ fn cache_writes_are_billed_at_the_rate_of_the_retention_asked_for() {
 }
 
 #[test]
-fn the_answers_cache_retention_and_tier_are_read_with_its_usage() {
-    let body = br#"{"id":"resp_1","object":"response","service_tier":"ultrafast","prompt_cache_retention":"24h",
-        "usage":{"input_tokens":10,"input_tokens_details":{"cached_tokens":2,"cache_write_tokens":4},"output_tokens":3}}"#;
-    let read = Usage::from_body(body).expect("a usage");
-    assert_eq!((read.tier, read.retention, read.cache_write), (ServiceTier::Ultrafast, CacheRetention::Extended, 4));
-    let spelled = br#"{"service_tier":"default","prompt_cache_retention":"in_memory","usage":{"input_tokens":1}}"#;
-    let read = Usage::from_body(spelled).expect("a usage");
-    assert_eq!((read.tier, read.retention), (STD, CacheRetention::Default));
-    // With an escape somewhere the body is parsed instead of walked, to the same answer.
-    let escaped =
-        br#"{"service_tier":"ultrafast","prompt_cache_retention":"12h","x":"\u0041","usage":{"input_tokens":1}}"#;
-    let read = Usage::from_body(escaped).expect("a usage");
-    assert_eq!((read.tier, read.retention), (ServiceTier::Ultrafast, CacheRetention::Extended));
-}
-
-#[test]
 fn a_request_over_272k_input_tokens_is_billed_at_long_context_rates_whole() {
     // gpt-6.2-sol, 300,000 input (100,000 cached, 20,000 written), 10,000 output: past 272K, input and
     // cache 2x, output 1.5x, for the whole request:

@@ -108,24 +108,6 @@ impl Usage {
         Self { retention: CacheRetention::from_response(retention), ..self }
     }
 
-    /// The usage of a complete JSON answer (a Responses object or a chat completion): its top-level
-    /// `usage`, `service_tier` and `prompt_cache_retention`. The answer is walked, not parsed (`scan::top_level_values`: the
-    /// output it carries, most of its bytes, is jumped over), and only those values are read; an
-    /// answer that spells keys with escapes, which no provider writes, is parsed instead.
-    pub fn from_body(body: &[u8]) -> Option<Self> {
-        if scan::has_ascii_escape(body) {
-            return Self::from_body_parsed(body);
-        }
-        Self::from_body_walked(body)
-    }
-
-    /// `from_body` of a body known to spell no key with escapes (a part of a text checked whole).
-    pub(crate) fn from_body_walked(body: &[u8]) -> Option<Self> {
-        let [usage, tier, retention] =
-            scan::top_level_values(body, [b"usage", b"service_tier", b"prompt_cache_retention"])?;
-        Self::from_walked(usage, tier, retention)
-    }
-
     /// The usage of an answer from the raw text of its top-level `usage`, `service_tier` and
     /// `prompt_cache_retention` (as `scan::top_level_values` found them, for a walk that reads more
     /// of the answer at once: `relay::AnswerEnd`).
@@ -142,21 +124,5 @@ impl Usage {
         retention: Option<&str>,
     ) -> Option<Self> {
         Some(Self::from_json(usage?)?.billed_in(tier).retained(retention))
-    }
-
-    /// `from_body` by a parser: everything but the three values is skipped by serde, without a tree.
-    pub(crate) fn from_body_parsed(body: &[u8]) -> Option<Self> {
-        #[derive(serde::Deserialize)]
-        struct Top {
-            #[serde(default)]
-            usage: Option<serde_json::Value>,
-            #[serde(default)]
-            service_tier: Option<String>,
-            #[serde(default)]
-            prompt_cache_retention: Option<String>,
-        }
-        let top = serde_json::from_slice::<Top>(body).ok()?;
-        let usage = Self::from_json(&top.usage?)?.billed_in(top.service_tier.as_deref());
-        Some(usage.retained(top.prompt_cache_retention.as_deref()))
     }
 }
