@@ -13,7 +13,7 @@ export function LoginRequired() {
         {asked?.kind === "authorize" && (
           <p data-testid="login-kept">
             A client asks to log in to Keymux. Approve it in a dashboard that is logged in: it shows there now, or as
-            soon as you open one with the login link below. This tab can be closed.
+            soon as you open one with the command below. This tab can be closed.
           </p>
         )}
         <p>This page has no dashboard session. Open the dashboard with the login link: run</p>
