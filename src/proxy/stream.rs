@@ -308,7 +308,11 @@ impl RelayState {
         self.over = true;
         self.ended.store(true, Ordering::Release);
         let tail = match &mut self.mode {
-            Mode::Sse(rw) => rw.finish(),
+            Mode::Sse(rw) => {
+                // A stream that ended without completing (`response.incomplete`) still used tokens.
+                self.usage = self.usage.or(rw.end().usage);
+                rw.finish()
+            }
             Mode::Json(tail) => {
                 self.usage = tail.usage();
                 pipeline::completed(&self.gateway, &self.completion, AnswerEnd { usage: self.usage, dropped: None });

@@ -100,7 +100,7 @@ impl JsonTail {
 pub struct StreamEnd {
     /// A successful terminal event arrived (`response.completed`, or `[DONE]` on Chat Completions).
     pub completed: bool,
-    /// The usage it reported.
+    /// The usage it reported (a `response.incomplete` reports one too: its tokens are billed).
     pub usage: Option<Usage>,
     /// The reasoning its terminal event (`response.completed` or `response.incomplete`) says the
     /// provider dropped from the input.
@@ -143,8 +143,12 @@ impl SseRewriter {
             self.end.usage = end.usage.or(self.end.usage);
             self.end.dropped = end.dropped;
         } else if event.kind() == Some("response.incomplete") {
-            // Found by its usage (an incomplete response reports one): what it dropped counts too.
-            self.end.dropped = event.response_end().dropped;
+            // Found by its usage (an incomplete response reports one): the tokens it used are billed
+            // like a completed one's, and what it dropped counts too. It is not a completion: nothing
+            // is learned from it.
+            let end = event.response_end();
+            self.end.usage = end.usage.or(self.end.usage);
+            self.end.dropped = end.dropped;
         } else if let Some(usage) = event.usage() {
             // Chat Completions: the usage chunk comes before `[DONE]`.
             self.end.usage = Some(usage);

@@ -112,6 +112,18 @@ fn the_service_tier_an_answer_was_billed_in_comes_with_its_usage() {
 }
 
 #[test]
+fn an_incomplete_stream_reports_the_usage_it_is_billed_for_without_completing() {
+    let usage = json!({"input_tokens": 300, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 16});
+    let incomplete = json!({"type": "response.incomplete", "response": {"status": "incomplete",
+        "incomplete_details": {"reason": "max_output_tokens"}, "service_tier": "priority", "usage": usage}});
+    let mut sse = SseRewriter::new(tagger());
+    sse.push(event("response.incomplete", &incomplete).as_bytes()).expect("relayed");
+    let end = sse.end();
+    assert!(!end.completed, "an incomplete response is no completion: nothing is learned from it");
+    assert_eq!(end.usage.map(|u| (u.input, u.output, u.tier)), Some((300, 16, ServiceTier::Priority)));
+}
+
+#[test]
 fn a_passed_through_answer_yields_the_usage_it_ends_with_in_any_chunking() {
     let vectors: Vec<f64> = (0..5000).map(|i| f64::from(i) * 0.001).collect();
     let body = serde_json::to_vec(&json!({"object":"list","data":[{"embedding":vectors,"usage":{"prompt_tokens":9}}],
