@@ -45,6 +45,35 @@ const ID_KEYS: [(&[u8], &[&[u8]]); 3] = [
 /// run over a short event).
 static CONTENT_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"encrypted_content\""));
 static ID_FINDERS: LazyLock<[Finder<'static>; 3]> = LazyLock::new(|| ID_KEYS.map(|(needle, _)| Finder::new(needle)));
+static REPORTED_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(REPORTED.as_bytes()));
+
+/// The member of a response that reports input items the provider dropped (`drops`). Its ids name
+/// items of the request as the client sent them, made wherever they were made: never the serving
+/// key's, so they are not tagged.
+const REPORTED: &str = "\"input_transformations\"";
+
+/// Where the `input_transformations` array of `text` lies, if it has one: searched only once an
+/// org-bound id was found, so most events never pay for it.
+fn reported_span(text: &[u8]) -> Option<std::ops::Range<usize>> {
+    let at = REPORTED_KEY.find(text)?;
+    let open = at + REPORTED.len() + text[at + REPORTED.len()..].iter().position(|b| *b == b'[')?;
+    let (mut depth, mut i) = (0usize, open);
+    while i < text.len() {
+        match text[i] {
+            b'"' => i = string_end(text, i + 1)?,
+            b'[' | b'{' => depth += 1,
+            b']' | b'}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(open..i);
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
 
 impl Markers {
     /// Tags a JSON text by splicing markers into its bytes, without parsing it into a tree: every
@@ -101,6 +130,7 @@ impl Markers {
 
     /// Every id of an org-bound item or response; `None` when one has no end (not valid JSON).
     fn find_ids(&self, text: &[u8], key: &KeyId, org: OrgTag, found: &mut Splices) -> Option<()> {
+        let mut reported: Option<Option<std::ops::Range<usize>>> = None;
         for ((needle, prefixes), finder) in ID_KEYS.iter().zip(ID_FINDERS.iter()) {
             for at in finder.find_iter(text) {
                 let Some(start) = value_start(text, at, needle.len() - 2) else {
@@ -112,7 +142,9 @@ impl Markers {
                     continue;
                 };
                 let prefix = &value[..split];
-                if !prefixes.contains(&prefix) {
+                if !prefixes.contains(&prefix)
+                    || reported.get_or_insert_with(|| reported_span(text)).as_ref().is_some_and(|r| r.contains(&at))
+                {
                     continue;
                 }
                 if needle == b"\"id\"" && prefix != b"resp" {
@@ -159,7 +191,8 @@ impl Markers {
                     }
                 }
                 for (name, child) in map.iter_mut() {
-                    if matches!(child, Value::Object(_) | Value::Array(_)) && name != "encrypted_content" {
+                    let reported = name == &REPORTED[1..REPORTED.len() - 1];
+                    if matches!(child, Value::Object(_) | Value::Array(_)) && name != "encrypted_content" && !reported {
                         tagged += self.tag_tree(child, key, org);
                     }
                 }

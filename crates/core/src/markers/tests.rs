@@ -146,6 +146,30 @@ fn tagging_a_response_tree() {
 }
 
 #[test]
+fn ids_the_provider_reports_dropped_keep_the_form_the_client_sent() {
+    let m = markers();
+    let org = m.org_tag(Some("org-b"), &key());
+    let completed = json!({"type": "response.completed", "response": {
+        "output": [{"id": "rs_new", "type": "reasoning", "summary": [], "encrypted_content": "gAAAAABz"}],
+        "input_transformations": [
+            {"type": "reasoning", "id": "rs_old", "action": "removed", "reason": "organization_mismatch"},
+            {"type": "reasoning", "id": "rs_older", "action": "removed", "reason": "organization_mismatch"}
+        ]
+    }});
+    let text = serde_json::to_vec(&completed).expect("json");
+    let RawTag::Tagged(raw) = m.tag_raw(&text, &key(), org) else { panic!("the new item is tagged in place") };
+    let mut tree = completed.clone();
+    assert_eq!(m.tag_tree(&mut tree, &key(), org), 2, "the new item's id and content, nothing else");
+    let raw: Value = serde_json::from_slice(&raw).expect("json");
+    for tagged in [&raw, &tree] {
+        let response = &tagged["response"];
+        assert!(response["output"][0]["id"].as_str().is_some_and(|id| id.starts_with("rs_km1")), "{tagged}");
+        assert_eq!(response["input_transformations"][0]["id"], "rs_old", "{tagged}");
+        assert_eq!(response["input_transformations"][1]["id"], "rs_older", "{tagged}");
+    }
+}
+
+#[test]
 fn legitimate_openai_values_are_never_markers() {
     let m = markers();
     for v in ["gAAAAABnmY3v", "km1", "km1xyz", "kmx", ""] {
