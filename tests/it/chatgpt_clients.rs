@@ -39,24 +39,9 @@ impl Client {
 
     /// One turn in `work`: a new session, or the last one continued.
     async fn turn(self, home: &Path, work: &Path, resume: bool, prompt: &str) -> (bool, String) {
-        let home = home.to_str().unwrap();
         match self {
-            Self::Codex => {
-                let mut args = vec!["exec", "--skip-git-repo-check"];
-                if resume {
-                    args.extend(["resume", "--last"]);
-                }
-                args.push(prompt);
-                let env = [("HOME", home), ("CODEX_HOME", home), ("KEYMUX_TOKEN", TOKEN)];
-                run_client(codex_bin(), work, &env, &args).await
-            }
-            Self::Pi => {
-                let mut args = vec!["-p", prompt];
-                if resume {
-                    args.insert(0, "-c");
-                }
-                run_client(pi_bin(), work, &[("HOME", home), ("PI_OFFLINE", "1")], &args).await
-            }
+            Self::Codex => codex_turn(home, work, TOKEN, resume, prompt).await,
+            Self::Pi => pi_turn(home, work, resume, prompt).await,
         }
     }
 }

@@ -43,25 +43,11 @@ impl Client {
         }
     }
 
+    /// One turn in `work` with `token`: a new session, or the last one continued.
     async fn turn(self, home: &Path, work: &Path, token: &str, resume: bool, prompt: &str) -> (bool, String) {
-        let home_text = home.to_str().unwrap();
         match self {
-            Self::Codex => {
-                let mut args = vec!["exec", "--skip-git-repo-check"];
-                if resume {
-                    args.extend(["resume", "--last"]);
-                }
-                args.push(prompt);
-                let env = [("HOME", home_text), ("CODEX_HOME", home_text), ("KEYMUX_TOKEN", token)];
-                run_client(codex_bin(), work, &env, &args).await
-            }
-            Self::Pi => {
-                let mut args = vec!["-p", prompt];
-                if resume {
-                    args.insert(0, "-c");
-                }
-                run_client(pi_bin(), work, &[("HOME", home_text), ("PI_OFFLINE", "1")], &args).await
-            }
+            Self::Codex => codex_turn(home, work, token, resume, prompt).await,
+            Self::Pi => pi_turn(home, work, resume, prompt).await,
         }
     }
 }

@@ -26,16 +26,6 @@ fn codex_config(base: &str, websockets: bool) -> String {
 
 /// One `codex exec` turn in `work` (`resume --last` after the first): whether it succeeded, and what it
 /// printed.
-async fn codex_turn(home: &Path, work: &Path, resume: bool, prompt: &str) -> (bool, String) {
-    let mut args = vec!["exec", "--skip-git-repo-check"];
-    if resume {
-        args.extend(["resume", "--last"]);
-    }
-    args.push(prompt);
-    let home = home.to_str().unwrap();
-    run_client(codex_bin(), work, &[("HOME", home), ("CODEX_HOME", home), ("KEYMUX_TOKEN", TOKEN)], &args).await
-}
-
 async fn switch(admin: &Admin, keys: &[&str], on: bool) {
     for key in keys {
         let action = if on { "enable" } else { "disable" };
@@ -70,18 +60,10 @@ impl Client {
 
     async fn turn(self, home: &Path, work: &Path, resume: bool, prompt: &str) -> (bool, String) {
         match self {
-            Self::Codex { .. } => codex_turn(home, work, resume, prompt).await,
+            Self::Codex { .. } => codex_turn(home, work, TOKEN, resume, prompt).await,
             Self::Pi => pi_turn(home, work, resume, prompt).await,
         }
     }
-}
-
-async fn pi_turn(home: &Path, work: &Path, resume: bool, prompt: &str) -> (bool, String) {
-    let mut args = vec!["-p", prompt];
-    if resume {
-        args.insert(0, "-c");
-    }
-    run_client(pi_bin(), work, &[("HOME", home.to_str().unwrap()), ("PI_OFFLINE", "1")], &args).await
 }
 
 async fn session_survives_its_organization_coming_back(client: Client, mode: ForeignReasoning) {

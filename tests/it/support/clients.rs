@@ -100,6 +100,30 @@ pub async fn run_client(bin: PathBuf, dir: &Path, env: &[(&str, &str)], args: &[
     (out.status.success(), text)
 }
 
+/// One real Codex turn (`codex exec`) in `work`, with `home` as its HOME and CODEX_HOME and `token`
+/// in `KEYMUX_TOKEN` (the provider's `env_key`): a new session, or the last one continued
+/// (`resume --last`).
+pub async fn codex_turn(home: &Path, work: &Path, token: &str, resume: bool, prompt: &str) -> (bool, String) {
+    let mut args = vec!["exec", "--skip-git-repo-check"];
+    if resume {
+        args.extend(["resume", "--last"]);
+    }
+    args.push(prompt);
+    let home = home.to_str().expect("a UTF-8 home");
+    run_client(codex_bin(), work, &[("HOME", home), ("CODEX_HOME", home), ("KEYMUX_TOKEN", token)], &args).await
+}
+
+/// One real pi turn (`pi -p`) in `work`, with `home` as its HOME and pi's network checks off: a new
+/// session, or the last one continued (`-c`).
+pub async fn pi_turn(home: &Path, work: &Path, resume: bool, prompt: &str) -> (bool, String) {
+    let mut args = vec!["-p", prompt];
+    if resume {
+        args.insert(0, "-c");
+    }
+    let home = home.to_str().expect("a UTF-8 home");
+    run_client(pi_bin(), work, &[("HOME", home), ("PI_OFFLINE", "1")], &args).await
+}
+
 /// A Codex config a user already has: settings, another provider, comments. Keymux's settings are
 /// pasted into it the way the Connect view says.
 pub const EXISTING_CODEX_CONFIG_HEAD: &str = "# my Codex settings\nmodel = \"gpt-5.5\"\napproval_policy = \"never\"\nsandbox_mode = \"read-only\"\ncheck_for_update_on_startup = false\n";
