@@ -40,6 +40,18 @@ pub fn completed(gw: &Gateway, completion: &Completion, end: AnswerEnd) {
     }
 }
 
+/// A relayed answer ended incomplete (`response.incomplete`, over SSE or a WebSocket turn): its tokens
+/// are counted (they are billed) and what it dropped is learned from, but nothing is learned of the
+/// key that served it: it is no success.
+pub fn incomplete(gw: &Gateway, completion: &Completion, end: AnswerEnd) {
+    if let Some(usage) = end.usage {
+        gw.apply(Learned::Usage { key: completion.key.clone(), usage, day: gw.today() });
+    }
+    if let Some(dropped) = end.dropped {
+        self::dropped(gw, completion, dropped);
+    }
+}
+
 /// The provider dropped reasoning from a served request's input (at its successful end, or in a
 /// `response.incomplete`): counted on the key, and for `organization_mismatch` on a turn Keymux did
 /// not pin there, the session's organization is learned again.

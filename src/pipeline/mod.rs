@@ -50,7 +50,7 @@ pub use admit::{
     admit, bare_id_refusal, can_open_socket, pool_mismatch, refusal_error, rescued_from, tier_change, with_tier,
 };
 pub use attempt::{attempt_all, completion, tagger_for};
-pub use dropped::{completed, dropped};
+pub use dropped::{completed, dropped, incomplete};
 pub use probe::{probe, probe_keys};
 pub use record::Trace;
 

@@ -283,8 +283,8 @@ impl RelayState {
         };
         let pushed = rw.push(&bytes);
         let ending = rw.end();
-        // Learn once: a stream has one terminal event (`response.completed`, or what an incomplete
-        // one dropped).
+        // Learn once: a stream has one terminal event (`response.completed`, or `response.incomplete`,
+        // whose tokens are billed too).
         let dropped = ending.dropped.filter(|_| !self.learned);
         if let (Some(dropped), Some(trace)) = (dropped, self.trace.as_mut()) {
             trace.reasoning_dropped(dropped);
@@ -293,9 +293,10 @@ impl RelayState {
             self.learned = true;
             self.usage = ending.usage;
             pipeline::completed(&self.gateway, &self.completion, AnswerEnd { usage: ending.usage, dropped });
-        } else if let Some(dropped) = dropped {
+        } else if ending.incomplete && !self.learned {
             self.learned = true;
-            pipeline::dropped(&self.gateway, &self.completion, dropped);
+            self.usage = ending.usage;
+            pipeline::incomplete(&self.gateway, &self.completion, AnswerEnd { usage: ending.usage, dropped });
         }
         match pushed {
             Ok(out) => Item::Piece(out),
@@ -308,11 +309,7 @@ impl RelayState {
         self.over = true;
         self.ended.store(true, Ordering::Release);
         let tail = match &mut self.mode {
-            Mode::Sse(rw) => {
-                // A stream that ended without completing (`response.incomplete`) still used tokens.
-                self.usage = self.usage.or(rw.end().usage);
-                rw.finish()
-            }
+            Mode::Sse(rw) => rw.finish(),
             Mode::Json(tail) => {
                 self.usage = tail.usage();
                 pipeline::completed(&self.gateway, &self.completion, AnswerEnd { usage: self.usage, dropped: None });

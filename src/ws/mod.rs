@@ -443,8 +443,9 @@ async fn bind(
 pub(super) enum TurnEnd {
     Open,
     Completed(crate::relay::AnswerEnd),
-    /// `response.incomplete`, with the reasoning its response says the provider dropped.
-    Incomplete(Option<crate::drops::ReasoningDropped>),
+    /// `response.incomplete`, with the usage it is billed for and the reasoning its response says the
+    /// provider dropped.
+    Incomplete(crate::relay::AnswerEnd),
     Failed,
 }
 
@@ -460,7 +461,7 @@ pub(super) fn turn_end(text: &str) -> TurnEnd {
     let Some(event) = crate::relay::EndEvent::read(text.as_bytes()) else { return TurnEnd::Open };
     match event.kind() {
         Some("response.completed") => TurnEnd::Completed(event.response_end()),
-        Some("response.incomplete") => TurnEnd::Incomplete(event.response_end().dropped),
+        Some("response.incomplete") => TurnEnd::Incomplete(event.response_end()),
         Some("error" | "response.failed") => TurnEnd::Failed,
         _ => TurnEnd::Open,
     }

@@ -452,13 +452,11 @@ impl Outbound {
                 pipeline::completed(&self.gateway, &turn.completion, end);
                 (None, end.usage)
             }
-            // As over HTTP: an incomplete turn ends without a usage, but what it dropped counts.
-            TurnEnd::Incomplete(dropped) => {
-                if let Some(dropped) = dropped {
-                    trace.reasoning_dropped(dropped);
-                    pipeline::dropped(&self.gateway, &turn.completion, dropped);
-                }
-                (None, None)
+            // As over HTTP: an incomplete turn's tokens are billed, and what it dropped counts.
+            TurnEnd::Incomplete(end) => {
+                end.dropped.into_iter().for_each(|d| trace.reasoning_dropped(d));
+                pipeline::incomplete(&self.gateway, &turn.completion, end);
+                (None, end.usage)
             }
             _ => (Some("upstream_error"), None),
         };

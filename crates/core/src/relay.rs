@@ -100,6 +100,8 @@ impl JsonTail {
 pub struct StreamEnd {
     /// A successful terminal event arrived (`response.completed`, or `[DONE]` on Chat Completions).
     pub completed: bool,
+    /// The response ended incomplete (`response.incomplete`): billed, but no completion.
+    pub incomplete: bool,
     /// The usage it reported (a `response.incomplete` reports one too: its tokens are billed).
     pub usage: Option<Usage>,
     /// The reasoning its terminal event (`response.completed` or `response.incomplete`) says the
@@ -147,6 +149,7 @@ impl SseRewriter {
             // like a completed one's, and what it dropped counts too. It is not a completion: nothing
             // is learned from it.
             let end = event.response_end();
+            self.end.incomplete = true;
             self.end.usage = end.usage.or(self.end.usage);
             self.end.dropped = end.dropped;
         } else if let Some(usage) = event.usage() {

@@ -120,6 +120,7 @@ fn an_incomplete_stream_reports_the_usage_it_is_billed_for_without_completing() 
     sse.push(event("response.incomplete", &incomplete).as_bytes()).expect("relayed");
     let end = sse.end();
     assert!(!end.completed, "an incomplete response is no completion: nothing is learned from it");
+    assert!(end.incomplete, "but it ended");
     assert_eq!(end.usage.map(|u| (u.input, u.output, u.tier)), Some((300, 16, ServiceTier::Priority)));
 }
 
