@@ -44,7 +44,6 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tower::ServiceExt as _;
 
 mod write_deadline;
 
@@ -95,7 +94,7 @@ async fn accept_until(
     shutdown: impl Future<Output = ()> + Send,
     options: ServeOptions,
 ) -> std::io::Result<Drained> {
-    let app = crate::http::app(gateway.clone()).layer(axum::Extension(options.request_limits()));
+    let app = Arc::new(crate::http::App::new(gateway.clone(), options.request_limits()));
     let slots = Arc::new(Slots::new(options.max_connections));
     let streams = Arc::new(StreamCap::new(options.max_event_streams));
     let stopping = CancellationToken::new();
@@ -235,7 +234,7 @@ impl Slots {
 /// The app, as served on one connection: it counts the requests the connection is serving.
 #[derive(Clone)]
 struct Tracked {
-    app: axum::Router,
+    app: Arc<crate::http::App>,
     slot: Arc<Slot>,
     connection: Connection,
 }
@@ -250,9 +249,9 @@ impl hyper::service::Service<http::Request<Incoming>> for Tracked {
         let serving = Serving::new(self.slot.clone());
         let reading = (!hyper::body::Body::is_end_stream(request.body())).then(|| Reading::new(self.slot.clone()));
         let request = request.map(|body| Body::new(Arriving { body, reading }));
-        let answer = self.app.clone().oneshot(request);
+        let answer = self.app.serve(request);
         Box::pin(async move {
-            let response = answer.await?;
+            let response = answer.await;
             Ok(response.map(|body| Body::new(Counted { body, _serving: serving })))
         })
     }
