@@ -106,6 +106,9 @@ struct Tally {
 }
 
 struct Slot {
+    /// The key's id, which never changes while the slot lives (`update` keeps it): found without
+    /// loading the entry.
+    id: KeyId,
     entry: ArcSwap<KeyEntry>,
     fingerprint: String,
     in_flight: AtomicU32,
@@ -172,6 +175,7 @@ impl Pool {
         let org_tag = markers.org_tag(entry.org.as_deref(), &entry.id);
         Arc::new(Slot {
             fingerprint: markers.digest().fingerprint(&entry.provider.get().identity(&entry.secret)),
+            id: entry.id.clone(),
             entry: ArcSwap::from_pointee(entry),
             in_flight: AtomicU32::new(0),
             counters: Counters::default(),
@@ -181,7 +185,7 @@ impl Pool {
     }
 
     fn slot(&self, key: &KeyId) -> Option<Arc<Slot>> {
-        self.slots.load().iter().find(|s| &s.entry.load().id == key).cloned()
+        self.slots.load().iter().find(|s| &s.id == key).cloned()
     }
 
     /// The markers this pool's tags are computed with.
@@ -238,7 +242,7 @@ impl Pool {
 
     /// The ids of every key, in pool order.
     pub fn ids(&self) -> Vec<KeyId> {
-        self.slots.load().iter().map(|s| s.entry.load().id.clone()).collect()
+        self.slots.load().iter().map(|s| s.id.clone()).collect()
     }
 
     /// A snapshot for the router.
@@ -316,7 +320,7 @@ impl Pool {
             }
         }
         let configured_org = slot.entry.load().org.is_some();
-        let id = slot.entry.load().id.clone();
+        let id = slot.id.clone();
         // `rcu` hands back the value it replaced.
         let before = slot.live.rcu(|live| next_live(live, outcome, configured_org, &id, &self.markers)).health;
         let after = slot.live.load().health;
@@ -327,7 +331,7 @@ impl Pool {
     pub fn add(&self, entry: KeyEntry) -> bool {
         let mut added = false;
         self.slots.rcu(|slots| {
-            added = slots.len() < MAX_KEYS && !slots.iter().any(|s| s.entry.load().id == entry.id);
+            added = slots.len() < MAX_KEYS && !slots.iter().any(|s| s.id == entry.id);
             let mut next = Vec::clone(slots);
             if added {
                 next.push(Self::slot_for(entry.clone(), &self.markers));
@@ -343,7 +347,7 @@ impl Pool {
         let mut replaced = false;
         self.slots.rcu(|slots| {
             let mut next = Vec::clone(slots);
-            let at = next.iter().position(|s| s.entry.load().id == entry.id);
+            let at = next.iter().position(|s| s.id == entry.id);
             replaced = at.is_some();
             if let Some(at) = at {
                 next[at] = Self::slot_for(entry.clone(), &self.markers);
@@ -368,7 +372,7 @@ impl Pool {
                 _ => Live::clone(live),
             });
             if is_due(claimed.health) {
-                due.push(slot.entry.load().id.clone());
+                due.push(slot.id.clone());
             }
         }
         due
@@ -376,7 +380,7 @@ impl Pool {
 
     /// The key whose secret has this fingerprint, if one has.
     pub fn holder_of(&self, fingerprint: &str) -> Option<KeyId> {
-        self.slots.load().iter().find(|s| s.fingerprint == fingerprint).map(|s| s.entry.load().id.clone())
+        self.slots.load().iter().find(|s| s.fingerprint == fingerprint).map(|s| s.id.clone())
     }
 
     /// A key's runtime entry (settings and secret), if it is in the pool.
@@ -406,8 +410,8 @@ impl Pool {
     pub fn remove(&self, key: &KeyId) -> bool {
         let mut removed = false;
         self.slots.rcu(|slots| {
-            removed = slots.iter().any(|s| &s.entry.load().id == key);
-            slots.iter().filter(|s| &s.entry.load().id != key).cloned().collect::<Vec<_>>()
+            removed = slots.iter().any(|s| &s.id == key);
+            slots.iter().filter(|s| &s.id != key).cloned().collect::<Vec<_>>()
         });
         removed
     }
