@@ -84,6 +84,58 @@ impl fmt::Debug for SessionKey {
 #[derive(Clone)]
 pub struct InstallKey {
     keyed: HmacSha256,
+    /// Keys the BLAKE3 marker MACs, derived from the install secret under its own domain.
+    blake3: blake3::Hasher,
+    /// The marker MAC this install writes.
+    written: MarkerMac,
+}
+
+/// The two MACs a marker may carry, over the same parts (its field's domain byte, the key id, the
+/// organization tag and the original value), truncated to 96 bits. Both are accepted when reading;
+/// markers are written with the one this CPU computes faster. A marker's MAC covers the whole
+/// `encrypted_content` of every reasoning item a session replays, so this is the one digest whose input
+/// grows with the session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MarkerMac {
+    /// HMAC-SHA256 under the install secret: the faster on CPUs with SHA instructions (x86's SHA
+    /// extensions, ARMv8's SHA2), and what every marker written before BLAKE3 carries.
+    Sha256,
+    /// Keyed BLAKE3: several times faster than SHA-256 in software, on CPUs without those instructions.
+    Blake3,
+}
+
+impl MarkerMac {
+    /// The faster of the two on the CPU this runs on.
+    pub fn for_this_cpu() -> Self {
+        if sha_in_hardware() {
+            Self::Sha256
+        } else {
+            Self::Blake3
+        }
+    }
+
+    fn other(self) -> Self {
+        match self {
+            Self::Sha256 => Self::Blake3,
+            Self::Blake3 => Self::Sha256,
+        }
+    }
+}
+
+/// Whether this CPU computes SHA-256 in hardware (what the `sha2` crate then uses).
+fn sha_in_hardware() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("sha") && std::arch::is_x86_feature_detected!("sse4.1")
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        std::arch::is_aarch64_feature_detected!("sha2")
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        false
+    }
 }
 
 impl fmt::Debug for InstallKey {
@@ -95,9 +147,17 @@ impl fmt::Debug for InstallKey {
 impl InstallKey {
     /// Keys digests with the install secret.
     pub fn new(install_secret: &Secret) -> Self {
+        Self::writing(install_secret, MarkerMac::for_this_cpu())
+    }
+
+    /// Keys digests with the install secret; markers are written with `written`.
+    pub fn writing(install_secret: &Secret, written: MarkerMac) -> Self {
         let keyed = <HmacSha256 as Mac>::new_from_slice(install_secret.expose().as_bytes())
             .expect("HMAC accepts keys of any length");
-        Self { keyed }
+        let mut mac = keyed.clone();
+        mac.update(b"keymux/marker-key/v2\0");
+        let blake3 = blake3::Hasher::new_keyed(&mac.finalize().into_bytes().into());
+        Self { keyed, blake3, written }
     }
 
     fn mac(&self, domain: &[u8]) -> HmacSha256 {
@@ -133,18 +193,44 @@ impl InstallKey {
         OrgTag(tag)
     }
 
-    /// The MAC of one marker: its field's domain byte, the key id, the organization and the original value.
+    /// The MAC of one marker (see [`MarkerMac`]), as this install writes it.
     pub fn marker_mac(&self, domain: u8, key: &str, org: OrgTag, original: &[u8]) -> [u8; MARKER_MAC_LEN] {
-        let mut mac = self.mac(b"keymux/marker/v1\0");
-        mac.update(&[domain]);
-        mac.update(key.as_bytes());
-        mac.update(&[0]);
-        mac.update(&org.0);
-        mac.update(original);
-        let mut out = [0u8; MARKER_MAC_LEN];
-        let written = B64.encode_slice(&mac.finalize().into_bytes()[..12], &mut out);
-        debug_assert_eq!(written.ok(), Some(MARKER_MAC_LEN));
-        out
+        self.marker_mac_as(self.written, domain, key, org, original)
+    }
+
+    /// Whether `mac` is the MAC of a marker over these parts, under either [`MarkerMac`] (the one this
+    /// install writes first). Compared in constant time.
+    pub fn marker_mac_matches(&self, domain: u8, key: &str, org: OrgTag, original: &[u8], mac: &[u8]) -> bool {
+        use subtle::ConstantTimeEq as _;
+        [self.written, self.written.other()]
+            .into_iter()
+            .any(|kind| bool::from(self.marker_mac_as(kind, domain, key, org, original).ct_eq(mac)))
+    }
+
+    /// The MAC of one marker under `kind`.
+    pub fn marker_mac_as(
+        &self,
+        kind: MarkerMac,
+        domain: u8,
+        key: &str,
+        org: OrgTag,
+        original: &[u8],
+    ) -> [u8; MARKER_MAC_LEN] {
+        let parts: [&[u8]; 5] = [&[domain], key.as_bytes(), &[0], &org.0, original];
+        match kind {
+            MarkerMac::Sha256 => {
+                let mut mac = self.mac(b"keymux/marker/v1\0");
+                parts.iter().for_each(|part| mac.update(part));
+                marker_text(&mac.finalize().into_bytes()[..12])
+            }
+            MarkerMac::Blake3 => {
+                let mut mac = self.blake3.clone();
+                parts.iter().for_each(|part| {
+                    mac.update(part);
+                });
+                marker_text(&mac.finalize().as_bytes()[..12])
+            }
+        }
     }
 
     /// A client-chosen session value (a `prompt_cache_key`) scoped by protocol: the session hints' key.
@@ -178,6 +264,14 @@ impl InstallKey {
         mac.update(secret.expose().as_bytes());
         hex::encode(&mac.finalize().into_bytes()[..4])
     }
+}
+
+/// 96 bits of a MAC as a marker carries them: 16 base64url characters.
+fn marker_text(mac: &[u8]) -> [u8; MARKER_MAC_LEN] {
+    let mut out = [0u8; MARKER_MAC_LEN];
+    let written = B64.encode_slice(mac, &mut out);
+    debug_assert_eq!(written.ok(), Some(MARKER_MAC_LEN));
+    out
 }
 
 fn first_16(mac: HmacSha256) -> [u8; 16] {

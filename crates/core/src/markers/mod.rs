@@ -14,8 +14,10 @@
 //!   starts with `km1` followed by a valid MAC under this install's secret).
 //! * ids of org-bound items keep their type prefix: `rs_68ab…` becomes `rs_` + `MARK` + `68ab…`.
 //!
-//! The MAC is HMAC-SHA256 under the per-install secret over the field, the key id, the org tag and the
-//! original value, truncated to 96 bits. The install tag tells this install's markers from another
+//! The MAC is over the field, the key id, the org tag and the original value, truncated to 96 bits:
+//! HMAC-SHA256 under the per-install secret, or keyed BLAKE3 under a key derived from it. Both are
+//! accepted when reading; a marker is written with the one this CPU computes faster (SHA-256 where the
+//! CPU has SHA instructions, BLAKE3 elsewhere: `digest::MarkerMac`). The install tag tells this install's markers from another
 //! install's: a foreign marker is stripped and the request routed unpinned; a marker of this install
 //! that fails its MAC, or one that is cut short, is refused.
 //!
@@ -32,6 +34,7 @@ use std::fmt;
 use serde::Serialize;
 
 use crate::digest::{InstallKey, INSTALL_TAG_LEN, MARKER_MAC_LEN, ORG_TAG_LEN};
+pub use crate::digest::MarkerMac;
 use crate::keys::KeyId;
 use crate::secrets::Secret;
 
@@ -266,8 +269,7 @@ impl Markers {
     }
 
     fn verify(&self, field: Field, key: &str, org: OrgTag, mac: &[u8], original: &[u8]) -> bool {
-        use subtle::ConstantTimeEq as _;
-        self.digest.marker_mac(field.domain(), key, org, original).ct_eq(mac).into()
+        self.digest.marker_mac_matches(field.domain(), key, org, original, mac)
     }
 
     /// Reads a wrapped `encrypted_content` value: `Ok(None)` when it carries no marker.
@@ -315,12 +317,18 @@ impl Markers {
     }
 
     /// Whether a JSON text may hold something to tag: the cheap test that lets most streaming events
-    /// pass through without being parsed.
+    /// pass through without being parsed. True when it holds `encrypted_content`, `"rs_`, `"cmp_` or
+    /// `"resp_`: every one of them has an `_`, so one pass over the text's underscores (a few per
+    /// event: `item_id`, `output_index`, `msg_…`) looks at each place they could be, where four
+    /// substring searches would read the whole text four times.
     pub fn may_need_tagging(text: &[u8]) -> bool {
-        static NEEDLES: std::sync::LazyLock<[memchr::memmem::Finder<'static>; 4]> = std::sync::LazyLock::new(|| {
-            [b"encrypted_content".as_slice(), b"\"rs_", b"\"cmp_", b"\"resp_"].map(memchr::memmem::Finder::new)
-        });
-        NEEDLES.iter().any(|n| n.find(text).is_some())
+        memchr::memchr_iter(b'_', text).any(|at| {
+            let before = &text[..at];
+            before.ends_with(b"\"rs")
+                || before.ends_with(b"\"cmp")
+                || before.ends_with(b"\"resp")
+                || (before.ends_with(b"encrypted") && text[at + 1..].starts_with(b"content"))
+        })
     }
 }
 

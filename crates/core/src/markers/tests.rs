@@ -347,3 +347,64 @@ fn dropping_unmarked_items_keeps_marked_ones_and_everything_else() {
     assert_eq!(kept[1]["encrypted_content"], json!(marked));
     assert!(m.drop_unreadable(b"not json", &[], true).is_none());
 }
+
+fn markers_writing(kind: MarkerMac) -> Markers {
+    Markers::with_key(InstallKey::writing(&Secret::new("install-secret-for-tests"), kind))
+}
+
+#[test]
+fn a_marker_written_with_either_mac_is_read_by_an_install_that_writes_the_other() {
+    let org = markers().org_tag(Some("org-a"), &key());
+    for (writer, reader) in [(MarkerMac::Sha256, MarkerMac::Blake3), (MarkerMac::Blake3, MarkerMac::Sha256)] {
+        let (writer, reader) = (markers_writing(writer), markers_writing(reader));
+        let wrapped = writer.wrap_content(&key(), org, "gAAAAABsealed").expect("wrapped");
+        let (pin, original) = reader.unwrap_content(&wrapped).expect("valid").expect("a marker");
+        assert_eq!((pin.expect("ours").key, original), (key(), "gAAAAABsealed"));
+        assert_eq!(reader.wrap_content(&key(), org, &wrapped), None, "not wrapped again");
+        let id = writer.tag_id(&key(), org, "rs_0123").expect("tagged");
+        assert_eq!(reader.untag_id(&id).expect("valid").expect("a marker").1, "rs_0123");
+    }
+    let [sha, blake] = [MarkerMac::Sha256, MarkerMac::Blake3]
+        .map(|kind| markers_writing(kind).wrap_content(&key(), org, "gAAAAABsealed").expect("wrapped"));
+    assert_ne!(sha, blake, "the two MACs differ");
+}
+
+#[test]
+fn marker_macs_are_pinned_and_a_mac_under_neither_is_refused() {
+    let m = markers();
+    let org = m.org_tag(Some("org-a"), &key());
+    // Pinned: a marker written today is read the same way tomorrow, on any CPU.
+    let mac = |kind| m.digest.marker_mac_as(kind, b'c', "k_1", org, b"gAAAAABsealed");
+    assert_eq!(std::str::from_utf8(&mac(MarkerMac::Sha256)).expect("base64url"), "t5OX5HG9OJRij65J");
+    assert_eq!(std::str::from_utf8(&mac(MarkerMac::Blake3)).expect("base64url"), "4_XFwW8LbocWxy2t");
+    let wrapped = m.wrap_content(&key(), org, "gAAAAABsealed").expect("wrapped");
+    let mut forged = wrapped.into_bytes();
+    let at = FIXED_LEN + key().as_str().len() - 1;
+    forged[at] = if forged[at] == b'A' { b'B' } else { b'A' };
+    let forged = String::from_utf8(forged).expect("ascii");
+    assert_eq!(m.unwrap_content(&forged), Err(MarkerError::Forged { field: Field::EncryptedContent }));
+}
+
+/// What `may_need_tagging` must answer: whether any of the four needles is in the text.
+fn holds_a_needle(text: &[u8]) -> bool {
+    [b"encrypted_content".as_slice(), b"\"rs_", b"\"cmp_", b"\"resp_"]
+        .iter()
+        .any(|needle| memchr::memmem::find(text, needle).is_some())
+}
+
+proptest! {
+    #[test]
+    fn may_need_tagging_is_true_exactly_when_a_needle_is_there(
+        parts in proptest::collection::vec(
+            prop_oneof![
+                Just("encrypted_content"), Just("encrypted_"), Just("_content"), Just("\"rs_"), Just("\"rs"),
+                Just("rs_"), Just("\"cmp_"), Just("\"resp_"), Just("\"res_"), Just("\"msg_"), Just("_"),
+                Just("\""), Just("item_id"), Just("x"), Just("encrypted"), Just("content"),
+            ],
+            0..12,
+        )
+    ) {
+        let text = parts.concat();
+        prop_assert_eq!(Markers::may_need_tagging(text.as_bytes()), holds_a_needle(text.as_bytes()), "{:?}", text);
+    }
+}
