@@ -166,6 +166,10 @@ async fn start_targets(args: &Args, upstream: &Upstream, pinning: &Pinning, toke
                     _ => &args.keymux,
                 };
                 let gateway = gateways::start_keymux(target, binary, upstream.addr, pinning.gateway_cpu, token).await?;
+                lineup.notes.push(match gateway.runtime_threads() {
+                    Some(n) => format!("{}: {n} runtime thread(s), one per CPU it may use", target.name()),
+                    None => format!("{}: a build that does not say how many runtime threads it runs", target.name()),
+                });
                 let started = lineup.gateways.iter().filter(|g| g.target != Target::Nginx).count() + 1;
                 wait_for_probes(upstream, started, &mut lineup.notes).await;
                 lineup.gateways.push(gateway);

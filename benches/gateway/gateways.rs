@@ -41,6 +41,16 @@ pub struct Gateway {
     _dir: tempfile::TempDir,
 }
 
+impl Gateway {
+    /// How many runtime threads a Keymux gateway serves on, as its `listening on` line says
+    /// (`runtime_threads=N`; read with the address, so it is in the tail by now).
+    pub fn runtime_threads(&self) -> Option<usize> {
+        let text = lock(&self.output).text();
+        let (_, after) = text.split_once("runtime_threads=")?;
+        after.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+    }
+}
+
 /// CPU and memory of a gateway (its process and direct children) at one moment.
 #[derive(Clone, Copy, Default)]
 pub struct Sample {
@@ -200,10 +210,11 @@ fn spawn(mut command: Command, name: &str) -> Result<Spawned, String> {
         let output = output.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                // Kept before the address is sent: whoever gets the address finds its line in the tail.
+                lock(&output).push(format!("{line}\n").as_bytes());
                 if let Some(addr) = listening_addr(&line) {
                     let _ = tx.send(addr);
                 }
-                lock(&output).push(format!("{line}\n").as_bytes());
             }
         });
     }

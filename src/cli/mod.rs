@@ -334,9 +334,17 @@ pub fn definition() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
 }
 
+/// Worker threads of the async runtime: one per CPU this process may use (its affinity mask and cgroup
+/// quota, as `available_parallelism` reads them), so `taskset -c 0 keymux serve` serves on one thread
+/// and a container limited to two CPUs on two.
+fn runtime_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+}
+
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let built = tokio::runtime::Builder::new_multi_thread().worker_threads(runtime_threads()).enable_all().build();
+    let runtime = match built {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("keymux: cannot start the async runtime: {e}");
@@ -407,7 +415,11 @@ async fn serve(config_path: Option<PathBuf>, args: ServeArgs) -> Result<(), Star
         );
     }
     let gateway = runtime.gateway();
-    out(&format!("keymux listening on http://{addr}/v1 with {} key(s).", gateway.pool().len()));
+    out(&format!(
+        "keymux listening on http://{addr}/v1 with {} key(s), runtime_threads={} (one per CPU it may use).",
+        gateway.pool().len(),
+        runtime_threads()
+    ));
     out(&format!("Dashboard (this link works once, for ten minutes): {}", gateway.login_link()));
     out(&next_step(gateway.pool().len(), runtime.token_hint()));
     let stopper = runtime.stopper();
