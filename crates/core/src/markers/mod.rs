@@ -33,8 +33,8 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::digest::{InstallKey, INSTALL_TAG_LEN, MARKER_MAC_LEN, ORG_TAG_LEN};
 pub use crate::digest::MarkerMac;
+use crate::digest::{InstallKey, INSTALL_TAG_LEN, MARKER_MAC_LEN, ORG_TAG_LEN};
 use crate::keys::KeyId;
 use crate::secrets::Secret;
 
