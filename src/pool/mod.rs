@@ -106,8 +106,7 @@ struct Tally {
 }
 
 struct Slot {
-    /// The key's id, which never changes while the slot lives (`update` keeps it): found without
-    /// loading the entry.
+    /// The key's id, fixed for the slot's life (`update` keeps it): found without loading the entry.
     id: KeyId,
     entry: ArcSwap<KeyEntry>,
     fingerprint: String,
