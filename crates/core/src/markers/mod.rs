@@ -17,9 +17,9 @@
 //! The MAC is over the field, the key id, the org tag and the original value, truncated to 96 bits:
 //! HMAC-SHA256 under the per-install secret, or keyed BLAKE3 under a key derived from it. Both are
 //! accepted when reading; a marker is written with the one this CPU computes faster (SHA-256 where the
-//! CPU has SHA instructions, BLAKE3 elsewhere: `digest::MarkerMac`). The install tag tells this install's markers from another
-//! install's: a foreign marker is stripped and the request routed unpinned; a marker of this install
-//! that fails its MAC, or one that is cut short, is refused.
+//! CPU has SHA instructions, BLAKE3 elsewhere: `digest::MarkerMac`). The install tag tells this
+//! install's markers from another install's: a foreign marker is stripped and the request routed
+//! unpinned; a marker of this install that fails its MAC, or one that is cut short, is refused.
 //!
 //! Rooms:
 //! * this file: the format (write, parse, verify one value);
