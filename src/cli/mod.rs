@@ -418,7 +418,7 @@ async fn serve(config_path: Option<PathBuf>, args: ServeArgs) -> Result<(), Star
     out(&format!(
         "keymux listening on http://{addr}/v1 with {} key(s), runtime_threads={} (one per CPU it may use).",
         gateway.pool().len(),
-        runtime_threads()
+        tokio::runtime::Handle::current().metrics().num_workers()
     ));
     out(&format!("Dashboard (this link works once, for ten minutes): {}", gateway.login_link()));
     out(&next_step(gateway.pool().len(), runtime.token_hint()));
