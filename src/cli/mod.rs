@@ -341,9 +341,20 @@ fn runtime_threads() -> usize {
     std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
 }
 
+/// One CPU gets the single-threaded scheduler: with nothing to steal work from, the work-stealing one
+/// only adds its cross-thread queues and wake-ups to every task switch.
+fn runtime_builder(threads: usize) -> tokio::runtime::Builder {
+    if threads == 1 {
+        return tokio::runtime::Builder::new_current_thread();
+    }
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.worker_threads(threads);
+    builder
+}
+
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let built = tokio::runtime::Builder::new_multi_thread().worker_threads(runtime_threads()).enable_all().build();
+    let built = runtime_builder(runtime_threads()).enable_all().build();
     let runtime = match built {
         Ok(rt) => rt,
         Err(e) => {

@@ -128,6 +128,21 @@ async fn one_request(client: &reqwest::Client, base: &str, kind: Kind) -> Result
 /// concurrency 16. Every request succeeds and every key gets a fair share.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binary_serves_300_mixed_requests_fairly() {
+    let output = serves_300_mixed_requests(&[]).await;
+    assert!(output.contains("runtime_threads="), "{output}");
+}
+
+/// The same run with the binary pinned to one CPU, as `taskset -c 0 keymux serve` runs it: one
+/// runtime thread (the single-threaded scheduler) serves everything, key probes and the metrics
+/// flusher included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_on_one_cpu_serves_300_mixed_requests_fairly() {
+    let output = serves_300_mixed_requests(&["taskset", "-c", "0"]).await;
+    assert!(output.contains("runtime_threads=1 "), "{output}");
+}
+
+/// Runs the acceptance run with the binary started under `wrapper`; returns its output.
+async fn serves_300_mixed_requests(wrapper: &[&str]) -> String {
     let sim = keymux_sim::Sim::start(two_orgs()).await.unwrap();
     let home = tempfile::tempdir().unwrap();
     let mut env = base_env(home.path());
@@ -137,7 +152,7 @@ async fn binary_serves_300_mixed_requests_fairly() {
         ("KEYMUX_KEY_B1".to_owned(), "sk-b1".to_owned()),
         ("KEYMUX_CLIENT_TOKEN".to_owned(), TOKEN.to_owned()),
     ]);
-    let keymux = Keymux::spawn(&["--ephemeral", "--upstream", &sim.base_url()], &env).await;
+    let keymux = Keymux::spawn_under(wrapper, &["--ephemeral", "--upstream", &sim.base_url()], &env).await;
     let client = client();
     let kinds = [
         Kind::ResponsesJson,
@@ -189,6 +204,7 @@ async fn binary_serves_300_mixed_requests_fairly() {
     assert!(output.contains("listening on http://127.0.0.1:"), "{output}");
     assert_no_secrets("keymux output", &output, &["sk-a1", "sk-a2", "sk-b1", TOKEN]);
     assert_no_secrets("decisions API", &decisions.to_string(), &["sk-a1", "sk-a2", "sk-b1", TOKEN]);
+    output
 }
 
 #[tokio::test]
