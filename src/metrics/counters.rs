@@ -55,41 +55,55 @@ pub struct Counters {
 
 impl Counters {
     /// The counts one finished request adds.
+    #[cfg(test)]
     pub fn of(record: &RequestRecord) -> Self {
-        let mut c = Counters { requests: 1, ..Counters::default() };
-        let class = match record.status {
-            429 => "429".to_owned(),
-            499 => "499".to_owned(),
-            s => format!("{}xx", s / 100),
-        };
-        c.by_status.insert(class, 1);
-        let affinity = format!(
-            "{}/{}",
-            json_name(&record.routed.decision.affinity_source),
-            json_name(&record.routed.decision.affinity_state)
-        );
-        c.by_affinity.insert(affinity, 1);
-        c.continuity_hits = u64::from(record.routed.decision.continuity_hit);
-        c.pinned = u64::from(record.routed.decision.pin.is_some());
-        c.rescued = u64::from(!record.routed.decision.rescued_orgs.is_empty());
-        if let Some(dropped) = record.routed.decision.reasoning_dropped {
-            c.reasoning_dropped = 1;
-            c.reasoning_misplaced = u64::from(dropped.wrong_organization());
+        let mut c = Counters::default();
+        c.count(record);
+        c
+    }
+
+    /// Adds one finished request's counts in place: what the request path calls, so a request that
+    /// falls in a row already holding its status, affinity and failure names allocates nothing.
+    pub fn count(&mut self, record: &RequestRecord) {
+        self.requests += 1;
+        bump(&mut self.by_status, status_class(record.status));
+        let decision = &record.routed.decision;
+        let (source, state) = (unit_name(&decision.affinity_source), unit_name(&decision.affinity_state));
+        let mut affinity = [0u8; 64];
+        match joined(&mut affinity, &source, &state) {
+            Some(name) => bump(&mut self.by_affinity, name),
+            None => bump(&mut self.by_affinity, &format!("{source}/{state}")),
+        }
+        self.continuity_hits += u64::from(decision.continuity_hit);
+        self.pinned += u64::from(decision.pin.is_some());
+        self.rescued += u64::from(!decision.rescued_orgs.is_empty());
+        if let Some(dropped) = decision.reasoning_dropped {
+            self.reasoning_dropped += 1;
+            self.reasoning_misplaced += u64::from(dropped.wrong_organization());
         }
         for failure in record.attempts.iter().filter_map(|a| a.failure) {
-            *c.failures.entry(json_name(&failure)).or_default() += 1;
+            bump(&mut self.failures, &unit_name(&failure));
         }
-        c.latency_ms = vec![0; LATENCY_SLOTS];
+        if self.latency_ms.len() < LATENCY_SLOTS {
+            self.latency_ms.resize(LATENCY_SLOTS, 0);
+        }
         let bucket = LATENCY_BUCKETS_MS.iter().position(|b| record.ttfb_ms < *b).unwrap_or(LATENCY_BUCKETS_MS.len());
-        c.latency_ms[bucket] = 1;
+        self.latency_ms[bucket] += 1;
         if let Some(usage) = record.usage {
-            c.input_tokens = usage.input;
-            c.cached_tokens = usage.cached;
-            c.output_tokens = usage.output;
+            self.input_tokens += usage.input;
+            self.cached_tokens += usage.cached;
+            self.output_tokens += usage.output;
         }
-        c.spend_nanos = record.cost_usd.map_or(0, Usd::nanos);
-        c.unpriced = u64::from(record.unpriced.is_some());
-        c
+        self.spend_nanos = self.spend_nanos.saturating_add(record.cost_usd.map_or(0, Usd::nanos));
+        self.unpriced += u64::from(record.unpriced.is_some());
+    }
+
+    /// What one finished request spent: what `Counters::of(record).spent()` says.
+    pub fn spent_by(record: &RequestRecord) -> Spent {
+        Spent {
+            usd: Usd::from_nanos(record.cost_usd.map_or(0, Usd::nanos)),
+            unpriced: u64::from(record.unpriced.is_some()),
+        }
     }
 
     /// What these requests spent.
@@ -165,6 +179,36 @@ impl Counters {
     }
 }
 
+/// Adds one to `name`'s count, allocating its name only the first time the map sees it.
+fn bump(map: &mut BTreeMap<String, u64>, name: &str) {
+    match map.get_mut(name) {
+        Some(n) => *n += 1,
+        None => {
+            map.insert(name.to_owned(), 1);
+        }
+    }
+}
+
+/// A status's class as the counters name it (`2xx`, `429`, `499`…).
+fn status_class(status: u16) -> &'static str {
+    const CLASSES: [&str; 10] = ["0xx", "1xx", "2xx", "3xx", "4xx", "5xx", "6xx", "7xx", "8xx", "9xx"];
+    match status {
+        429 => "429",
+        499 => "499",
+        s => CLASSES.get(usize::from(s / 100)).copied().unwrap_or("other"),
+    }
+}
+
+/// `a/b` written into `buf`, when it fits.
+fn joined<'b>(buf: &'b mut [u8; 64], a: &str, b: &str) -> Option<&'b str> {
+    let len = a.len() + 1 + b.len();
+    let out = buf.get_mut(..len)?;
+    out[..a.len()].copy_from_slice(a.as_bytes());
+    out[a.len()] = b'/';
+    out[a.len() + 1..].copy_from_slice(b.as_bytes());
+    std::str::from_utf8(out).ok()
+}
+
 fn merge(into: &mut BTreeMap<String, u64>, from: &BTreeMap<String, u64>) {
     for (k, v) in from {
         *into.entry(k.clone()).or_default() += v;
@@ -173,8 +217,17 @@ fn merge(into: &mut BTreeMap<String, u64>, from: &BTreeMap<String, u64>) {
 
 /// The serde name of a unit enum value (`prompt_cache_key`, `upstream_5xx`…).
 pub fn json_name<T: Serialize>(value: &T) -> String {
+    unit_name(value).into_owned()
+}
+
+/// `json_name` borrowed when the value is a unit variant (its name is static), the one per-request
+/// counters use: read off the serializer, no JSON value built.
+fn unit_name<T: Serialize>(value: &T) -> std::borrow::Cow<'static, str> {
+    if let Ok(name) = value.serialize(super::variant::VariantName) {
+        return name.into();
+    }
     match serde_json::to_value(value) {
-        Ok(serde_json::Value::String(s)) => s,
+        Ok(serde_json::Value::String(s)) => s.into(),
         _ => "unknown".into(),
     }
 }

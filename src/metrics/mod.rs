@@ -18,6 +18,7 @@
 mod counters;
 mod store;
 mod tally;
+mod variant;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -158,10 +159,9 @@ impl Metrics {
             fingerprint.unwrap_or_else(|| "none".into()),
             json_name(&record.routed.operation),
         );
-        let counters = Counters::of(record);
         let mut pending = lock(&self.pending);
         // Spend counts even when the rows waiting for the store are full: budgets depend on it.
-        let spent = counters.spent();
+        let spent = Counters::spent_by(record);
         pending.spent.add(key.0, &key.1, spent);
         if let Some(now) = pending.now.as_mut() {
             Arc::make_mut(now).add(u64::from(key.0) * HOUR_MS, &key.1, spent);
@@ -170,7 +170,7 @@ impl Metrics {
             pending.dropped += 1;
             return;
         }
-        pending.rows.entry(key).or_default().add(&counters);
+        pending.rows.entry(key).or_default().count(record);
     }
 
     /// Today's and this month's spend per key at `now_unix_ms`: kept up to date as requests are

@@ -32,6 +32,25 @@ fn record(status: u16, ms: u32) -> RequestRecord {
     record
 }
 
+/// The request path counts into the row in place; what it writes is what adding each request's own
+/// counters writes, names included (`2xx`, `429`, `prompt_cache_key/hit`, `upstream_5xx`).
+#[test]
+fn counting_in_place_adds_what_each_request_counts() {
+    let records = [record(200, 30), record(429, 700), record(499, 70_000), record(503, 3)];
+    let (mut counted, mut added) = (Counters::default(), Counters::default());
+    for r in &records {
+        counted.count(r);
+        added.add(&Counters::of(r));
+    }
+    assert_eq!(counted, added);
+    let names = |m: &std::collections::BTreeMap<String, u64>| m.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(names(&counted.by_status), ["2xx", "429", "499", "5xx"]);
+    assert_eq!(names(&counted.by_affinity), ["prompt_cache_key/hit"]);
+    assert_eq!(counted.failures.get("upstream_5xx"), Some(&4));
+    assert_eq!(counted.latency_ms.iter().sum::<u64>(), 4);
+    assert_eq!(counted.spent(), Counters::spent_by(&records[0]));
+}
+
 #[test]
 fn counts_survive_a_restart_through_sled() {
     let dir = tempfile::tempdir().expect("tempdir");
