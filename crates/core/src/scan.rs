@@ -169,6 +169,17 @@ fn skip_ws(body: &[u8], mut i: usize) -> usize {
     i
 }
 
+/// The bytes a walk over a container stops at outside its strings: quotes and brackets.
+const STRUCTURAL: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut i = 0;
+    while i < 5 {
+        table[b"\"{}[]"[i] as usize] = true;
+        i += 1;
+    }
+    table
+};
+
 /// Where the JSON value starting at `start` ends (one past its last byte).
 fn value_end(body: &[u8], start: usize) -> Option<usize> {
     match body.get(start)? {
@@ -176,21 +187,21 @@ fn value_end(body: &[u8], start: usize) -> Option<usize> {
         b'{' | b'[' => {
             let mut depth = 0usize;
             let mut i = start;
-            while let Some(b) = body.get(i) {
-                match b {
+            loop {
+                // Between strings only brackets and quotes matter: the walk jumps to the next one.
+                i += body.get(i..)?.iter().position(|b| STRUCTURAL[usize::from(*b)])?;
+                match body[i] {
                     b'"' => i = string_end(body, i + 1)?,
                     b'{' | b'[' => depth += 1,
-                    b'}' | b']' => {
+                    _ => {
                         depth -= 1;
                         if depth == 0 {
                             return Some(i + 1);
                         }
                     }
-                    _ => {}
                 }
                 i += 1;
             }
-            None
         }
         _ => {
             let len = body[start..].iter().position(|b| matches!(b, b',' | b'}' | b']') || is_ws(*b));
@@ -237,6 +248,43 @@ mod tests {
         assert_eq!(top_level_values(b"{}", [b"usage"]), Some([None]));
         for broken in [&b"[1]"[..], b"", b"{", br#"{"usage":{"a":1}"#, br#"{"usage" 1}"#, br#"{"a":"x}"#, b"{,}"] {
             assert_eq!(top_level_values(broken, [b"usage"]), None, "{}", String::from_utf8_lossy(broken));
+        }
+    }
+
+    /// Any JSON value: nested containers, and strings that quote brackets, quotes and backslashes.
+    fn any_json() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        use serde_json::Value;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            "[a-z{}\\[\\]\"\\\\ ,:]{0,12}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                proptest::collection::btree_map("[a-z]{1,3}", inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// The walk finds each top-level member's text, compact or pretty, as a parser reads it.
+        #[test]
+        fn the_walk_reads_top_level_members_as_a_parser_does(
+            members in proptest::collection::btree_map("[a-c]", any_json(), 0..4),
+            pretty in proptest::bool::ANY,
+        ) {
+            let object = serde_json::Value::Object(members.clone().into_iter().collect());
+            let text = if pretty { serde_json::to_vec_pretty(&object) } else { serde_json::to_vec(&object) };
+            let text = text.expect("serialized");
+            let found = top_level_values(&text, [b"a", b"b", b"c"]).expect("an object");
+            for (name, raw) in ["a", "b", "c"].iter().zip(found) {
+                let read = raw.map(|r| serde_json::from_slice::<serde_json::Value>(r).expect("a value"));
+                proptest::prop_assert_eq!(read.as_ref(), members.get(*name));
+            }
         }
     }
 }
