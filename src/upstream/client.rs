@@ -24,8 +24,8 @@ use super::egress::{self, Connector};
 /// The `user-agent` Keymux sends when the client's request has none.
 const USER_AGENT: &str = concat!("keymux/", env!("CARGO_PKG_VERSION"));
 
-/// The client with its layers, as one request takes it.
-type Service = Decompression<hyper_util::client::legacy::Client<hyper_rustls::HttpsConnector<Connector>, Full<Bytes>>>;
+/// hyper's pooled client, as Keymux builds it.
+type Pooled = hyper_util::client::legacy::Client<hyper_rustls::HttpsConnector<Connector>, Full<Bytes>>;
 
 /// An answer as it came, its body decoded as it is read.
 pub type Answered = http::Response<DecompressionBody<Incoming>>;
@@ -35,7 +35,7 @@ pub type Failed = hyper_util::client::legacy::Error;
 
 /// One pool of provider connections.
 pub struct Client {
-    service: Service,
+    pooled: Pooled,
     /// It goes out through a proxy that a plain request may need to log in to.
     proxied: Option<Connector>,
 }
@@ -55,7 +55,7 @@ impl Client {
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(90))
             .build(connector);
-        Self { service: Decompression::new(client).no_br().no_deflate().gzip(true).zstd(true), proxied }
+        Self { pooled: client, proxied }
     }
 
     /// Sends one request. `headers` are sent as they are, with what reqwest adds when they lack it
@@ -77,8 +77,14 @@ impl Client {
         *request.method_mut() = method;
         *request.uri_mut() = uri;
         *request.headers_mut() = headers;
-        self.service.clone().oneshot(request).await
+        decoding(&self.pooled).oneshot(request).await
     }
+}
+
+/// The decoding layer over the pool, made per request: it holds only its settings and a reference,
+/// where a layered client kept in `Client` had to be cloned (each of the pool's handles) per request.
+fn decoding(pooled: &Pooled) -> Decompression<&Pooled> {
+    Decompression::new(pooled).no_br().no_deflate().gzip(true).zstd(true)
 }
 
 /// rustls with the public roots and `roots` beside them.
