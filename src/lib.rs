@@ -132,7 +132,8 @@
 //!   stands against them (open, reserved, stopped). Pure.
 //! * [`metrics`]: hashed per-hour counters (key fingerprints only), spend included, aggregated in
 //!   memory, kept in sled (`metrics::store` owns its failures: idempotent flushes, reopen, corrupt
-//!   stores moved aside); the last weeks' spend per key also in memory (`metrics::tally`).
+//!   stores moved aside); the last weeks' spend per key also in memory (`metrics::tally`); counters
+//!   name enum values by their serde names (`metrics::variant`, read off the serializer).
 //!
 //! Identity and secrets:
 //! * [`markers`]: every marker format (format, byte scanner, strip, tag, rescue).
